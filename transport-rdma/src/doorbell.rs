@@ -1,0 +1,77 @@
+//! The doorbell a predicate thread parks on when its regions are quiet.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+/// A wake-up signal that is cheap to ring when nobody sleeps (one atomic swap) and never
+/// loses a ring: a ring that happens before [`Doorbell::wait`] makes that wait return at
+/// once. Backends ring it when a peer's write lands in a local region, when an event is
+/// queued and when an outbound queue drains.
+#[derive(Debug, Default)]
+pub struct Doorbell {
+    rung: AtomicBool,
+    sleepers: AtomicUsize,
+    lock: Mutex<()>,
+    wake: Condvar,
+}
+
+impl Doorbell {
+    /// A doorbell that has not been rung.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Rings the bell, waking every thread parked in [`Doorbell::wait`].
+    pub fn ring(&self) {
+        if !self.rung.swap(true, Ordering::AcqRel) && self.sleepers.load(Ordering::Acquire) > 0 {
+            // Taking the lock orders this notify after a sleeper's check of `rung`.
+            let _guard = self.lock.lock().unwrap_or_else(|poison| poison.into_inner());
+            self.wake.notify_all();
+        }
+    }
+
+    /// Parks until the bell rings or `timeout` passes; returns true if it rang. Clears the
+    /// ring, so the next wait parks again.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        if self.rung.swap(false, Ordering::AcqRel) {
+            return true;
+        }
+        self.sleepers.fetch_add(1, Ordering::AcqRel);
+        let guard = self.lock.lock().unwrap_or_else(|poison| poison.into_inner());
+        let (_guard, _) = self
+            .wake
+            .wait_timeout_while(guard, timeout, |_| !self.rung.load(Ordering::Acquire))
+            .unwrap_or_else(|poison| poison.into_inner());
+        self.sleepers.fetch_sub(1, Ordering::AcqRel);
+        self.rung.swap(false, Ordering::AcqRel)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn ring_before_wait_is_not_lost() {
+        let bell = Doorbell::new();
+        bell.ring();
+        assert!(bell.wait(Duration::from_secs(5)));
+        assert!(!bell.wait(Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn ring_wakes_a_parked_thread() {
+        let bell = Arc::new(Doorbell::new());
+        let sleeper = {
+            let bell = Arc::clone(&bell);
+            std::thread::spawn(move || bell.wait(Duration::from_secs(60)))
+        };
+        while bell.sleepers.load(Ordering::Acquire) == 0 {
+            std::thread::yield_now();
+        }
+        bell.ring();
+        assert!(sleeper.join().unwrap());
+    }
+}

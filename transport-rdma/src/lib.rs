@@ -1,0 +1,268 @@
+//! # spindle-transport-rdma — the fabric
+//!
+//! The bottom layer of Spindle DDS: memory regions that peers write into one-sided, and
+//! two-sided messages with a 32-bit immediate, modelled on RDMA verbs and libfabric RMA so
+//! that the Derecho engine above runs unchanged on InfiniBand, RoCE, libfabric providers,
+//! TCP, shared memory or an in-process simulator (DESIGN §2).
+//!
+//! ## The contract
+//!
+//! Every backend implements [`Endpoint`], and every backend passes the same conformance
+//! suite ([`conformance`]). What an [`Endpoint`] promises:
+//!
+//! 1. **Regions.** [`Endpoint::register_region`] registers zeroed memory under a
+//!    [`RegionId`] unique on that endpoint; connected peers learn its descriptor
+//!    ([`RegionDesc`]) from the endpoint ([`Event::RegionAnnounced`]). A region is
+//!    addressed by `(node, region_id)`.
+//! 2. **One-sided writes.** [`Endpoint::write`] copies bytes into a peer's region at an
+//!    offset, without the peer's CPU taking part in the protocol. Writes to one peer are
+//!    applied **in issue order** (FIFO), and every aligned 8-byte word is applied
+//!    **atomically** (never torn). Precisely: if the owner's acquire load of a word
+//!    ([`Region::load_u64`]) returns a value written by write *W* from peer *P*, the owner
+//!    also sees every byte of every write *P* issued before *W*.
+//! 3. **Payload, then guard.** [`Endpoint::write_then_release`] writes a payload and then
+//!    stores a guard word with release semantics: an owner whose acquire load sees the new
+//!    guard sees the payload (Derecho 3.4). Callers use this, never field order.
+//! 4. **Owner access.** The owner reads its regions through [`Region`] (acquire loads of
+//!    words, relaxed byte copies after a guard) and may write them locally, and may park
+//!    on the endpoint's doorbell ([`Endpoint::wait`]) until a peer writes, an event
+//!    arrives or an outbound queue drains.
+//! 5. **Two-sided sends.** [`Endpoint::send`] delivers a buffer with a 32-bit immediate as
+//!    [`Event::Recv`]. Sends are ordered with writes to the same peer: a write issued before
+//!    a send is visible when the [`Event::Recv`] is polled.
+//! 6. **Failures.** A broken link surfaces once as [`Event::PeerFailed`] naming the peer;
+//!    the fabric never retransmits above its own link. Each backend probes every peer
+//!    every [`FabricConfig::probe_interval_ms`] and declares it failed after
+//!    [`FabricConfig::probe_timeout_ms`] of silence (Derecho 3.7). There is no completion
+//!    per write on the hot path.
+//! 7. **Bounds.** Sizes are bounded by the `*_MAX` constants below; oversize or malformed
+//!    input — including any bytes from a peer — gives an [`Error`], never a panic. A peer
+//!    that sends malformed bytes is disconnected with [`FailureReason::Malformed`].
+//!
+//! ## A region, read and written locally
+//!
+//! ```
+//! use spindle_transport_rdma::Region;
+//!
+//! let row = Region::new_heap(7, 64)?;
+//! row.write_bytes(8, b"payload")?;   // the data …
+//! row.store_u64(0, 1);               // … then its guard (release)
+//! assert_eq!(row.load_u64(0), 1);    // acquire: the payload is visible
+//! assert_eq!(row.to_vec(8, 7)?, b"payload");
+//! # Ok::<(), spindle_transport_rdma::Error>(())
+//! ```
+#![deny(missing_docs)]
+
+use std::fmt;
+use std::time::Duration;
+
+mod doorbell;
+mod error;
+mod region;
+
+pub use doorbell::Doorbell;
+pub use error::{Error, FailureReason, Result};
+pub use region::{check_region_len, round_up_to_words, Region, WORD_BYTES};
+
+/// A node's stable id in the domain.
+pub type NodeId = u32;
+
+/// A region's id, unique on the endpoint that registered it.
+pub type RegionId = u32;
+
+/// Largest region one endpoint may register, in bytes.
+pub const REGION_BYTES_MAX: usize = 1 << 30;
+/// Most regions one endpoint may have registered at once.
+pub const REGIONS_PER_ENDPOINT_MAX: usize = 4096;
+/// Largest single one-sided write, in bytes.
+pub const WRITE_BYTES_MAX: usize = 16 << 20;
+/// Largest single two-sided send, in bytes.
+pub const SEND_BYTES_MAX: usize = 16 << 20;
+/// Most peers one endpoint may be linked to.
+pub const PEERS_MAX: usize = 1024;
+/// Most events queued for the owner before a backend stops taking input from peers
+/// (backpressure, never loss).
+pub const EVENT_QUEUE_MAX: usize = 65_536;
+/// Upper bound for [`FabricConfig::outbound_bytes_max`].
+pub const OUTBOUND_BYTES_MAX: usize = 1 << 30;
+
+/// What a peer needs to know to write into a region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RegionDesc {
+    /// The node that owns the region.
+    pub node: NodeId,
+    /// The region's id on that node.
+    pub region: RegionId,
+    /// Its length in bytes (whole words).
+    pub len: usize,
+}
+
+/// Something the fabric reports to the owner of an endpoint, in order per peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The link to `peer` is up; the regions it had registered are already known
+    /// ([`Endpoint::remote_region`]). Both sides of a link see this event.
+    PeerConnected {
+        /// The peer.
+        peer: NodeId,
+    },
+    /// `peer` registered a region after the link came up.
+    RegionAnnounced {
+        /// The peer.
+        peer: NodeId,
+        /// The region.
+        region: RegionDesc,
+    },
+    /// `peer` deregistered a region; writes to it now fail with [`Error::UnknownRegion`].
+    RegionWithdrawn {
+        /// The peer.
+        peer: NodeId,
+        /// The region id.
+        region: RegionId,
+    },
+    /// A two-sided message from `peer`.
+    Recv {
+        /// The sender.
+        peer: NodeId,
+        /// The 32-bit immediate it was sent with.
+        imm: u32,
+        /// The message.
+        data: Vec<u8>,
+    },
+    /// The link to `peer` broke; reported once per link.
+    PeerFailed {
+        /// The peer.
+        peer: NodeId,
+        /// Why.
+        reason: FailureReason,
+    },
+}
+
+/// Settings common to every backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FabricConfig {
+    /// How often each peer is probed (a one-word write that doubles as a heartbeat).
+    pub probe_interval_ms: u64,
+    /// Silence after which a peer is declared failed.
+    pub probe_timeout_ms: u64,
+    /// Bytes that may wait in the outbound queue to one peer before writes and sends to it
+    /// return [`Error::QueueFull`].
+    pub outbound_bytes_max: usize,
+    /// How long link set-up may take before [`Endpoint::connect`] gives up.
+    pub connect_timeout_ms: u64,
+}
+
+impl Default for FabricConfig {
+    fn default() -> Self {
+        FabricConfig {
+            probe_interval_ms: 20,
+            probe_timeout_ms: 500,
+            outbound_bytes_max: 64 << 20,
+            connect_timeout_ms: 5_000,
+        }
+    }
+}
+
+impl FabricConfig {
+    /// Checks the settings against each other and against the crate's bounds.
+    pub fn validate(&self) -> Result<()> {
+        if self.probe_interval_ms == 0 {
+            return Err(Error::Config("probe_interval_ms must be at least 1".into()));
+        }
+        if self.probe_timeout_ms <= self.probe_interval_ms {
+            return Err(Error::Config(format!(
+                "probe_timeout_ms ({}) must exceed probe_interval_ms ({})",
+                self.probe_timeout_ms, self.probe_interval_ms
+            )));
+        }
+        if self.outbound_bytes_max < WRITE_BYTES_MAX.max(SEND_BYTES_MAX)
+            || self.outbound_bytes_max > OUTBOUND_BYTES_MAX
+        {
+            return Err(Error::Config(format!(
+                "outbound_bytes_max ({}) must lie between {} and {}",
+                self.outbound_bytes_max,
+                WRITE_BYTES_MAX.max(SEND_BYTES_MAX),
+                OUTBOUND_BYTES_MAX
+            )));
+        }
+        Ok(())
+    }
+
+    /// The probe interval as a [`Duration`].
+    pub fn probe_interval(&self) -> Duration {
+        Duration::from_millis(self.probe_interval_ms)
+    }
+
+    /// The probe time-out as a [`Duration`].
+    pub fn probe_timeout(&self) -> Duration {
+        Duration::from_millis(self.probe_timeout_ms)
+    }
+}
+
+/// One node's attachment to the fabric. All methods take `&self` and are safe to call
+/// from several threads; an endpoint is usually shared as `Arc<dyn Endpoint>`.
+pub trait Endpoint: Send + Sync + fmt::Debug {
+    /// This endpoint's node id.
+    fn node(&self) -> NodeId;
+
+    /// The address peers pass to [`Endpoint::connect`] to reach this endpoint
+    /// (`127.0.0.1:7400` for tcp, a name for shm, `sim:3` for sim).
+    fn address(&self) -> String;
+
+    /// Starts setting up a link to `peer` at `address`. Either side, or both at once, may
+    /// call it; it is idempotent. The link is usable once [`Event::PeerConnected`] has
+    /// been polled; until then writes to the peer fail with [`Error::NotConnected`].
+    fn connect(&self, peer: NodeId, address: &str) -> Result<()>;
+
+    /// Closes the link to `peer` gracefully; the peer sees
+    /// [`Event::PeerFailed`] with [`FailureReason::Closed`].
+    fn disconnect(&self, peer: NodeId) -> Result<()>;
+
+    /// Peers whose link is up, in ascending order.
+    fn peers(&self) -> Vec<NodeId>;
+
+    /// Registers a zeroed region of at least `len_bytes` bytes and announces it to every
+    /// connected peer (and to peers that connect later).
+    fn register_region(&self, id: RegionId, len_bytes: usize) -> Result<Region>;
+
+    /// Withdraws a region: peers' later writes to it are rejected. Local clones of the
+    /// [`Region`] stay readable.
+    fn deregister_region(&self, id: RegionId) -> Result<()>;
+
+    /// The descriptor of `peer`'s region `id`, if announced and not withdrawn.
+    fn remote_region(&self, peer: NodeId, id: RegionId) -> Option<RegionDesc>;
+
+    /// One-sided write of `bytes` into `peer`'s region `region` at `offset` (contract
+    /// items 2 and 7). Returns once the write is queued; it is applied at the peer in
+    /// issue order.
+    fn write(&self, peer: NodeId, region: RegionId, offset: usize, bytes: &[u8]) -> Result<()>;
+
+    /// Writes `bytes` at `offset`, then stores `guard_value` into the aligned word at
+    /// `guard_offset` of the same region with release semantics (contract item 3).
+    fn write_then_release(
+        &self,
+        peer: NodeId,
+        region: RegionId,
+        offset: usize,
+        bytes: &[u8],
+        guard_offset: usize,
+        guard_value: u64,
+    ) -> Result<()>;
+
+    /// Two-sided send of `bytes` with immediate `imm`; the peer polls it as
+    /// [`Event::Recv`] (contract item 5).
+    fn send(&self, peer: NodeId, imm: u32, bytes: &[u8]) -> Result<()>;
+
+    /// The next event, if any. Never blocks.
+    fn poll_event(&self) -> Option<Event>;
+
+    /// Parks until a peer writes into a local region, an event is queued, an outbound
+    /// queue drains, or `timeout` passes; returns true if woken by activity. Activity that
+    /// happened since the previous call returns at once. (The sim backend never parks:
+    /// its clock only moves when the simulation is stepped.)
+    fn wait(&self, timeout: Duration) -> bool;
+
+    /// Closes every link gracefully and releases the endpoint's resources; later calls
+    /// fail with [`Error::Closed`].
+    fn close(&self);
+}

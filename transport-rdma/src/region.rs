@@ -1,0 +1,279 @@
+//! Registered memory: the regions peers write into one-sided.
+//!
+//! A [`Region`] is a block of 8-byte words shared with the fabric. Peers write into it
+//! (through the backend) while the owner reads it; the owner may also write it locally
+//! (its own SST row, its own SMC slots) before pushing those bytes to peers. Every access
+//! goes through atomic word operations, so concurrent access is never a data race, and an
+//! aligned 8-byte word is never torn: a reader sees either the old or the new value.
+//!
+//! Ordering, as the fabric contract needs it:
+//! - [`Region::write_bytes`] begins with a release fence, so a reader that observes (with an
+//!   acquire load) any word of a later write also observes every word of every earlier
+//!   write made by the same thread (the backend applies one peer's writes from one thread,
+//!   in issue order).
+//! - [`Region::store_u64`] is a release store and [`Region::load_u64`] an acquire load:
+//!   that pair is the guard of "write the payload, then the guard" (DESIGN §2).
+//! - [`Region::read_bytes`] uses relaxed loads: call it after the acquire load of the guard.
+
+use std::any::Any;
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::{Error, RegionId, Result, REGION_BYTES_MAX};
+
+/// Size of the fabric's atomic unit, in bytes.
+pub const WORD_BYTES: usize = 8;
+
+/// A registered region of memory, shared with the fabric. Cloning is cheap (a reference
+/// count); the memory lives until the last clone and the backend release it.
+#[derive(Clone)]
+pub struct Region {
+    inner: Arc<RegionInner>,
+}
+
+struct RegionInner {
+    id: RegionId,
+    /// First word of the region; valid for `words` words while `_backing` lives.
+    ptr: NonNull<AtomicU64>,
+    words: usize,
+    /// Owner of the memory (a heap allocation, a mapping); dropped last.
+    _backing: Box<dyn Any + Send + Sync>,
+}
+
+// SAFETY: the region's memory is only ever accessed through `AtomicU64` operations, which
+// are safe to perform from any thread; `_backing` is itself Send + Sync and keeps the
+// memory alive for as long as the `RegionInner` exists.
+unsafe impl Send for RegionInner {}
+// SAFETY: as above: shared access is atomic word access only.
+unsafe impl Sync for RegionInner {}
+
+impl fmt::Debug for Region {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Region").field("id", &self.id()).field("len", &self.len()).finish()
+    }
+}
+
+/// Rounds a requested region length up to whole words.
+pub fn round_up_to_words(len_bytes: usize) -> usize {
+    len_bytes.div_ceil(WORD_BYTES) * WORD_BYTES
+}
+
+impl Region {
+    /// Allocates a zeroed region of at least `len_bytes` bytes on the heap (rounded up to
+    /// whole words). Backends whose peers cannot reach the local heap (shm) build regions
+    /// with [`Region::from_raw`] instead.
+    pub fn new_heap(id: RegionId, len_bytes: usize) -> Result<Region> {
+        check_region_len(len_bytes)?;
+        let words = round_up_to_words(len_bytes) / WORD_BYTES;
+        let mut storage: Box<[AtomicU64]> = (0..words.max(1)).map(|_| AtomicU64::new(0)).collect();
+        let ptr = NonNull::new(storage.as_mut_ptr()).expect("a Box never holds a null pointer");
+        Ok(Region {
+            inner: Arc::new(RegionInner { id, ptr, words, _backing: Box::new(storage) }),
+        })
+    }
+
+    /// Wraps memory that a backend mapped or registered itself.
+    ///
+    /// # Safety
+    /// `ptr` must be 8-byte aligned and valid for reads and writes of `len_bytes` bytes
+    /// (a multiple of 8) for as long as `backing` lives, and all access to that memory from
+    /// this process must go through atomic operations (other processes may write it
+    /// concurrently with atomic or word-sized stores).
+    pub(crate) unsafe fn from_raw(
+        id: RegionId,
+        ptr: NonNull<u8>,
+        len_bytes: usize,
+        backing: Box<dyn Any + Send + Sync>,
+    ) -> Region {
+        assert!(len_bytes % WORD_BYTES == 0, "raw region length must be whole words");
+        assert!(ptr.as_ptr() as usize % WORD_BYTES == 0, "raw region must be word aligned");
+        Region {
+            inner: Arc::new(RegionInner {
+                id,
+                ptr: ptr.cast(),
+                words: len_bytes / WORD_BYTES,
+                _backing: backing,
+            }),
+        }
+    }
+
+    /// The region's id, unique per endpoint.
+    pub fn id(&self) -> RegionId {
+        self.inner.id
+    }
+
+    /// Length in bytes (the registered length rounded up to whole words).
+    pub fn len(&self) -> usize {
+        self.inner.words * WORD_BYTES
+    }
+
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.inner.words == 0
+    }
+
+    /// Base address, for backends that register the memory with hardware.
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.inner.ptr.as_ptr().cast()
+    }
+
+    fn word(&self, index: usize) -> &AtomicU64 {
+        assert!(index < self.inner.words, "word index inside the region (checked by callers)");
+        // SAFETY: `index < words`, the memory is valid and aligned for `words` AtomicU64
+        // while `inner` (and so `_backing`) lives, which `&self` guarantees.
+        unsafe { &*self.inner.ptr.as_ptr().add(index) }
+    }
+
+    /// Checks that `len` bytes at `offset` lie inside the region.
+    pub fn check_range(&self, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(()),
+            _ => Err(Error::OutOfBounds {
+                node: u32::MAX,
+                region: self.id(),
+                offset,
+                len,
+                region_len: self.len(),
+            }),
+        }
+    }
+
+    fn check_word(&self, offset: usize) -> Result<usize> {
+        if offset % WORD_BYTES != 0 {
+            return Err(Error::Misaligned { offset });
+        }
+        self.check_range(offset, WORD_BYTES)?;
+        Ok(offset / WORD_BYTES)
+    }
+
+    /// Acquire load of the aligned word at `offset` (the guard side of the contract).
+    ///
+    /// # Panics
+    /// If `offset` is not 8-byte aligned or not inside the region: offsets are computed by
+    /// our own code from the region's layout, never taken from a peer.
+    pub fn load_u64(&self, offset: usize) -> u64 {
+        let index = self.check_word(offset).expect("load_u64: aligned offset inside the region");
+        self.word(index).load(Ordering::Acquire)
+    }
+
+    /// Release store of the aligned word at `offset`: the owner's local update of a word
+    /// (for example its own SST row), or a backend applying a guard.
+    ///
+    /// # Panics
+    /// As [`Region::load_u64`].
+    pub fn store_u64(&self, offset: usize, value: u64) {
+        let index = self.check_word(offset).expect("store_u64: aligned offset inside the region");
+        self.word(index).store(value, Ordering::Release);
+    }
+
+    /// Copies `bytes` into the region at `offset`. Starts with a release fence (see the
+    /// module docs); whole words are stored atomically, partial words at either end are
+    /// merged with compare-and-swap so that bytes of the same word written by someone else
+    /// are never lost. Errors (never panics) if the range does not fit.
+    pub fn write_bytes(&self, offset: usize, bytes: &[u8]) -> Result<()> {
+        self.check_range(offset, bytes.len())?;
+        fence(Ordering::Release);
+        let mut pos = offset;
+        let mut src = bytes;
+        // Leading partial word.
+        let head = pos % WORD_BYTES;
+        if head != 0 && !src.is_empty() {
+            let take = (WORD_BYTES - head).min(src.len());
+            self.merge_word(pos / WORD_BYTES, head, &src[..take]);
+            pos += take;
+            src = &src[take..];
+        }
+        // Whole words.
+        let mut chunks = src.chunks_exact(WORD_BYTES);
+        let mut index = pos / WORD_BYTES;
+        for chunk in &mut chunks {
+            let value = u64::from_ne_bytes(chunk.try_into().expect("chunks_exact gives 8 bytes"));
+            self.word(index).store(value, Ordering::Relaxed);
+            index += 1;
+        }
+        // Trailing partial word.
+        let tail = chunks.remainder();
+        if !tail.is_empty() {
+            self.merge_word(index, 0, tail);
+        }
+        Ok(())
+    }
+
+    /// Merges `bytes` into word `index` starting at byte `start` of the word.
+    fn merge_word(&self, index: usize, start: usize, bytes: &[u8]) {
+        assert!(start + bytes.len() <= WORD_BYTES, "a partial word stays inside its word");
+        let word = self.word(index);
+        let mut current = word.load(Ordering::Relaxed);
+        loop {
+            let mut raw = current.to_ne_bytes();
+            raw[start..start + bytes.len()].copy_from_slice(bytes);
+            let merged = u64::from_ne_bytes(raw);
+            match word.compare_exchange_weak(current, merged, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(seen) => current = seen,
+            }
+        }
+    }
+
+    /// Copies `out.len()` bytes from the region at `offset` into `out`, with relaxed word
+    /// loads: call it after the acquire load of the guard that protects these bytes.
+    /// Errors (never panics) if the range does not fit.
+    pub fn read_bytes(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check_range(offset, out.len())?;
+        let mut pos = offset;
+        let mut done = 0;
+        while done < out.len() {
+            let index = pos / WORD_BYTES;
+            let start = pos % WORD_BYTES;
+            let take = (WORD_BYTES - start).min(out.len() - done);
+            let raw = self.word(index).load(Ordering::Relaxed).to_ne_bytes();
+            out[done..done + take].copy_from_slice(&raw[start..start + take]);
+            done += take;
+            pos += take;
+        }
+        fence(Ordering::Acquire);
+        Ok(())
+    }
+
+    /// Convenience: reads `len` bytes at `offset` into a new vector.
+    pub fn to_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
+        let mut out = vec![0; len];
+        self.read_bytes(offset, &mut out)?;
+        Ok(out)
+    }
+}
+
+/// Rejects region lengths over [`REGION_BYTES_MAX`].
+pub fn check_region_len(len_bytes: usize) -> Result<()> {
+    if len_bytes > REGION_BYTES_MAX {
+        return Err(Error::TooLarge { what: "region", len: len_bytes, max: REGION_BYTES_MAX });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unaligned_writes_merge_and_read_back() {
+        let region = Region::new_heap(1, 40).unwrap();
+        region.write_bytes(3, b"hello, spindle").unwrap();
+        region.write_bytes(0, b"abc").unwrap();
+        assert_eq!(region.to_vec(0, 17).unwrap(), b"abchello, spindle");
+        assert!(region.write_bytes(35, b"123456").is_err());
+        assert!(region.read_bytes(39, &mut [0; 2]).is_err());
+    }
+
+    #[test]
+    fn words_are_atomic_and_aligned() {
+        let region = Region::new_heap(2, 17).unwrap();
+        assert_eq!(region.len(), 24);
+        region.store_u64(16, u64::MAX);
+        assert_eq!(region.load_u64(16), u64::MAX);
+        assert!(matches!(region.check_word(4), Err(Error::Misaligned { offset: 4 })));
+    }
+}

@@ -56,9 +56,18 @@
 use std::fmt;
 use std::time::Duration;
 
+pub mod conformance;
 mod doorbell;
 mod error;
+#[cfg(feature = "libfabric")]
+pub mod libfabric;
+pub(crate) mod link;
 mod region;
+pub mod shm;
+pub mod sim;
+pub mod tcp;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 
 pub use doorbell::Doorbell;
 pub use error::{Error, FailureReason, Result};

@@ -1,0 +1,1 @@
+//! Stream links shared by the tcp and shm backends: framing, handshake, probes.

@@ -1,0 +1,1 @@
+//! The deterministic in-process simulator backend.

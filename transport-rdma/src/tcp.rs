@@ -1,0 +1,1 @@
+//! The tcp backend: one-sided writes emulated over one stream per peer.

@@ -1,0 +1,1 @@
+//! The ibverbs backend (feature `verbs`).

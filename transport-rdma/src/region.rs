@@ -51,7 +51,10 @@ unsafe impl Sync for RegionInner {}
 
 impl fmt::Debug for Region {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Region").field("id", &self.id()).field("len", &self.len()).finish()
+        f.debug_struct("Region")
+            .field("id", &self.id())
+            .field("len", &self.len())
+            .finish()
     }
 }
 
@@ -70,7 +73,12 @@ impl Region {
         let mut storage: Box<[AtomicU64]> = (0..words.max(1)).map(|_| AtomicU64::new(0)).collect();
         let ptr = NonNull::new(storage.as_mut_ptr()).expect("a Box never holds a null pointer");
         Ok(Region {
-            inner: Arc::new(RegionInner { id, ptr, words, _backing: Box::new(storage) }),
+            inner: Arc::new(RegionInner {
+                id,
+                ptr,
+                words,
+                _backing: Box::new(storage),
+            }),
         })
     }
 
@@ -87,8 +95,14 @@ impl Region {
         len_bytes: usize,
         backing: Box<dyn Any + Send + Sync>,
     ) -> Region {
-        assert!(len_bytes % WORD_BYTES == 0, "raw region length must be whole words");
-        assert!(ptr.as_ptr() as usize % WORD_BYTES == 0, "raw region must be word aligned");
+        assert!(
+            len_bytes % WORD_BYTES == 0,
+            "raw region length must be whole words"
+        );
+        assert!(
+            ptr.as_ptr() as usize % WORD_BYTES == 0,
+            "raw region must be word aligned"
+        );
         Region {
             inner: Arc::new(RegionInner {
                 id,
@@ -120,7 +134,10 @@ impl Region {
     }
 
     fn word(&self, index: usize) -> &AtomicU64 {
-        assert!(index < self.inner.words, "word index inside the region (checked by callers)");
+        assert!(
+            index < self.inner.words,
+            "word index inside the region (checked by callers)"
+        );
         // SAFETY: `index < words`, the memory is valid and aligned for `words` AtomicU64
         // while `inner` (and so `_backing`) lives, which `&self` guarantees.
         unsafe { &*self.inner.ptr.as_ptr().add(index) }
@@ -154,7 +171,9 @@ impl Region {
     /// If `offset` is not 8-byte aligned or not inside the region: offsets are computed by
     /// our own code from the region's layout, never taken from a peer.
     pub fn load_u64(&self, offset: usize) -> u64 {
-        let index = self.check_word(offset).expect("load_u64: aligned offset inside the region");
+        let index = self
+            .check_word(offset)
+            .expect("load_u64: aligned offset inside the region");
         self.word(index).load(Ordering::Acquire)
     }
 
@@ -164,7 +183,9 @@ impl Region {
     /// # Panics
     /// As [`Region::load_u64`].
     pub fn store_u64(&self, offset: usize, value: u64) {
-        let index = self.check_word(offset).expect("store_u64: aligned offset inside the region");
+        let index = self
+            .check_word(offset)
+            .expect("store_u64: aligned offset inside the region");
         self.word(index).store(value, Ordering::Release);
     }
 
@@ -185,14 +206,24 @@ impl Region {
             pos += take;
             src = &src[take..];
         }
-        // Whole words.
+        // Whole words: one relaxed atomic store per word (a plain 8-byte store on x86-64
+        // and aarch64), so no word is ever torn, with no per-word bounds check.
         let mut chunks = src.chunks_exact(WORD_BYTES);
         let mut index = pos / WORD_BYTES;
-        for chunk in &mut chunks {
-            let value = u64::from_ne_bytes(chunk.try_into().expect("chunks_exact gives 8 bytes"));
-            self.word(index).store(value, Ordering::Relaxed);
-            index += 1;
+        let whole = chunks.len();
+        assert!(
+            index + whole <= self.inner.words,
+            "range checked above: whole words fit"
+        );
+        let base = self.inner.ptr.as_ptr();
+        for (i, chunk) in (&mut chunks).enumerate() {
+            // SAFETY: `chunk` is exactly 8 bytes (chunks_exact), read unaligned.
+            let value = unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast::<u64>()) };
+            // SAFETY: `index + i < index + whole <= words` (asserted above), so the word
+            // lies inside the region, which `&self` keeps alive.
+            unsafe { &*base.add(index + i) }.store(value, Ordering::Relaxed);
         }
+        index += whole;
         // Trailing partial word.
         let tail = chunks.remainder();
         if !tail.is_empty() {
@@ -203,7 +234,10 @@ impl Region {
 
     /// Merges `bytes` into word `index` starting at byte `start` of the word.
     fn merge_word(&self, index: usize, start: usize, bytes: &[u8]) {
-        assert!(start + bytes.len() <= WORD_BYTES, "a partial word stays inside its word");
+        assert!(
+            start + bytes.len() <= WORD_BYTES,
+            "a partial word stays inside its word"
+        );
         let word = self.word(index);
         let mut current = word.load(Ordering::Relaxed);
         loop {
@@ -225,14 +259,46 @@ impl Region {
         self.check_range(offset, out.len())?;
         let mut pos = offset;
         let mut done = 0;
-        while done < out.len() {
-            let index = pos / WORD_BYTES;
-            let start = pos % WORD_BYTES;
-            let take = (WORD_BYTES - start).min(out.len() - done);
-            let raw = self.word(index).load(Ordering::Relaxed).to_ne_bytes();
-            out[done..done + take].copy_from_slice(&raw[start..start + take]);
+        // Leading partial word.
+        let head = pos % WORD_BYTES;
+        if head != 0 && !out.is_empty() {
+            let take = (WORD_BYTES - head).min(out.len());
+            let raw = self
+                .word(pos / WORD_BYTES)
+                .load(Ordering::Relaxed)
+                .to_ne_bytes();
+            out[..take].copy_from_slice(&raw[head..head + take]);
             done += take;
             pos += take;
+        }
+        // Whole words, without per-word bounds checks.
+        let whole = (out.len() - done) / WORD_BYTES;
+        let index = pos / WORD_BYTES;
+        assert!(
+            index + whole <= self.inner.words,
+            "range checked above: whole words fit"
+        );
+        let base = self.inner.ptr.as_ptr();
+        for (i, chunk) in out[done..done + whole * WORD_BYTES]
+            .chunks_exact_mut(WORD_BYTES)
+            .enumerate()
+        {
+            // SAFETY: `index + i < index + whole <= words` (asserted above), so the word
+            // lies inside the region, which `&self` keeps alive.
+            let value = unsafe { &*base.add(index + i) }.load(Ordering::Relaxed);
+            // SAFETY: `chunk` is exactly 8 writable bytes (chunks_exact_mut).
+            unsafe { std::ptr::write_unaligned(chunk.as_mut_ptr().cast::<u64>(), value) };
+        }
+        done += whole * WORD_BYTES;
+        pos += whole * WORD_BYTES;
+        // Trailing partial word.
+        if done < out.len() {
+            let take = out.len() - done;
+            let raw = self
+                .word(pos / WORD_BYTES)
+                .load(Ordering::Relaxed)
+                .to_ne_bytes();
+            out[done..].copy_from_slice(&raw[..take]);
         }
         fence(Ordering::Acquire);
         Ok(())
@@ -249,7 +315,11 @@ impl Region {
 /// Rejects region lengths over [`REGION_BYTES_MAX`].
 pub fn check_region_len(len_bytes: usize) -> Result<()> {
     if len_bytes > REGION_BYTES_MAX {
-        return Err(Error::TooLarge { what: "region", len: len_bytes, max: REGION_BYTES_MAX });
+        return Err(Error::TooLarge {
+            what: "region",
+            len: len_bytes,
+            max: REGION_BYTES_MAX,
+        });
     }
     Ok(())
 }
@@ -274,6 +344,9 @@ mod tests {
         assert_eq!(region.len(), 24);
         region.store_u64(16, u64::MAX);
         assert_eq!(region.load_u64(16), u64::MAX);
-        assert!(matches!(region.check_word(4), Err(Error::Misaligned { offset: 4 })));
+        assert!(matches!(
+            region.check_word(4),
+            Err(Error::Misaligned { offset: 4 })
+        ));
     }
 }

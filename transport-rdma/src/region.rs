@@ -338,6 +338,36 @@ mod tests {
         assert!(region.read_bytes(39, &mut [0; 2]).is_err());
     }
 
+    proptest::proptest! {
+        /// Any sequence of writes and reads at any offsets behaves like a plain byte array
+        /// (the model), and out-of-range accesses are errors, never panics.
+        #[test]
+        fn behaves_like_a_byte_array(
+            len in 0usize..200,
+            ops in proptest::collection::vec(
+                (0usize..220, proptest::collection::vec(proptest::prelude::any::<u8>(), 0..70)),
+                1..40,
+            ),
+        ) {
+            let region = Region::new_heap(3, len).unwrap();
+            let mut model = vec![0u8; region.len()];
+            for (offset, bytes) in ops {
+                let fits = offset + bytes.len() <= model.len();
+                proptest::prop_assert_eq!(region.write_bytes(offset, &bytes).is_ok(), fits);
+                if fits {
+                    model[offset..offset + bytes.len()].copy_from_slice(&bytes);
+                }
+                let mut out = vec![0u8; bytes.len()];
+                let read_ok = region.read_bytes(offset, &mut out).is_ok();
+                proptest::prop_assert_eq!(read_ok, fits);
+                if fits {
+                    proptest::prop_assert_eq!(&out[..], &model[offset..offset + bytes.len()]);
+                }
+            }
+            proptest::prop_assert_eq!(region.to_vec(0, model.len()).unwrap(), model);
+        }
+    }
+
     #[test]
     fn words_are_atomic_and_aligned() {
         let region = Region::new_heap(2, 17).unwrap();

@@ -1,0 +1,448 @@
+//! CDR helpers that generated (and hand-written) [`TopicType`](crate::TopicType) impls call.
+//!
+//! * Encoding uses the `cdr` crate through serde, writing straight into the caller's slice
+//!   ([`encode_into`]). XCDR1 alignment is relative to the first byte after the 4-byte
+//!   encapsulation header, as the `cdr` crate does.
+//! * Decoding ([`decode`]) uses this crate's own serde deserializer over the borrowed slice:
+//!   the `cdr` crate's deserializer allocates whatever length a peer declares before checking
+//!   it against the input (eight bad bytes ask for 4 GiB), and a decoder of bytes from
+//!   outside must never panic or abort. Ours checks every length against the bytes left.
+//! * Keys: [`encode_key_be`] and [`key_hash_of`] (RTPS 9.6.3.8).
+//! * What plain serde + `cdr` get wrong for IDL: enums with explicit values ([`IdlEnum`]),
+//!   unions with a typed discriminator ([`IdlUnion`]), `wchar` ([`WChar`]), arrays longer
+//!   than 32 ([`array`]), bulk `sequence<octet>` ([`octets`]) and bounds ([`CheckBounds`]).
+
+mod de;
+
+use std::io;
+use std::marker::PhantomData;
+
+use serde::de::{DeserializeOwned, SeqAccess, Visitor};
+use serde::ser::{SerializeTuple, Serializer};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::{Endianness, Error, KeyHash, Result, ENCAPSULATION_HEADER_LEN, KEY_HASH_LEN};
+
+/// Encapsulation identifier of CDR_BE.
+pub const CDR_BE: [u8; 2] = [0x00, 0x00];
+/// Encapsulation identifier of CDR_LE.
+pub const CDR_LE: [u8; 2] = [0x00, 0x01];
+
+/// A `Write` over the caller's slice that keeps counting past the end, so one pass both
+/// fills the buffer and tells how many bytes a complete encoding needs.
+struct SliceWriter<'a> {
+    buf: &'a mut [u8],
+    pos: usize,
+}
+
+impl io::Write for SliceWriter<'_> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let end = self.pos.saturating_add(data.len());
+        if end <= self.buf.len() {
+            self.buf[self.pos..end].copy_from_slice(data);
+        }
+        self.pos = end;
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn encode_error<T: ?Sized>(e: ::cdr::Error) -> Error {
+    match e {
+        ::cdr::Error::InvalidChar(c) => Error::InvalidValue {
+            field: "char",
+            detail: format!("{c:?} is not a one-byte (ASCII) IDL char"),
+        },
+        other => Error::Encode {
+            type_name: std::any::type_name::<T>(),
+            detail: other.to_string(),
+        },
+    }
+}
+
+/// Encodes `value` as XCDR1 plain CDR with the encapsulation header into `buf`; returns
+/// the number of bytes written. [`Error::BufferTooSmall`] tells the exact size needed.
+///
+/// Bounds are not checked here: call [`CheckBounds::check_bounds`] first.
+pub fn encode_into<T: Serialize + ?Sized>(
+    value: &T,
+    endianness: Endianness,
+    buf: &mut [u8],
+) -> Result<usize> {
+    let available = buf.len();
+    let mut w = SliceWriter { buf, pos: 0 };
+    let r = match endianness {
+        Endianness::Little => {
+            ::cdr::serialize_into::<_, _, _, ::cdr::CdrLe>(&mut w, value, ::cdr::Infinite)
+        }
+        Endianness::Big => {
+            ::cdr::serialize_into::<_, _, _, ::cdr::CdrBe>(&mut w, value, ::cdr::Infinite)
+        }
+    };
+    r.map_err(encode_error::<T>)?;
+    if w.pos > available {
+        return Err(Error::BufferTooSmall {
+            needed: w.pos,
+            available,
+        });
+    }
+    Ok(w.pos)
+}
+
+/// Encodes `value` into a new `Vec` (header included).
+pub fn encode<T: Serialize + ?Sized>(value: &T, endianness: Endianness) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    let r = match endianness {
+        Endianness::Little => {
+            ::cdr::serialize_into::<_, _, _, ::cdr::CdrLe>(&mut buf, value, ::cdr::Infinite)
+        }
+        Endianness::Big => {
+            ::cdr::serialize_into::<_, _, _, ::cdr::CdrBe>(&mut buf, value, ::cdr::Infinite)
+        }
+    };
+    r.map_err(encode_error::<T>)?;
+    Ok(buf)
+}
+
+/// Reads the encapsulation header: the byte order of what follows.
+pub fn encapsulation(bytes: &[u8]) -> Result<Endianness> {
+    let mut found = [0u8; 2];
+    for (f, b) in found.iter_mut().zip(bytes) {
+        *f = *b;
+    }
+    if bytes.len() < ENCAPSULATION_HEADER_LEN {
+        return Err(Error::Decode {
+            type_name: "encapsulation header",
+            offset: bytes.len(),
+            detail: format!("{} bytes, the header alone needs 4", bytes.len()),
+        });
+    }
+    match found {
+        CDR_BE => Ok(Endianness::Big),
+        CDR_LE => Ok(Endianness::Little),
+        _ => Err(Error::BadEncapsulation { found }),
+    }
+}
+
+/// Decodes a `T` from `bytes`, which start with the encapsulation header (CDR_BE or CDR_LE;
+/// the options bytes and any trailing padding are ignored). Never panics: bad input gives
+/// [`Error::Decode`] or [`Error::BadEncapsulation`].
+///
+/// Bounds are not checked here: call [`CheckBounds::check_bounds`] on the result.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    let endianness = encapsulation(bytes)?;
+    decode_body(&bytes[ENCAPSULATION_HEADER_LEN..], endianness).map_err(|(offset, detail)| {
+        Error::Decode {
+            type_name: std::any::type_name::<T>(),
+            offset: offset + ENCAPSULATION_HEADER_LEN,
+            detail,
+        }
+    })
+}
+
+/// Decodes a `T` from a CDR body without header (alignment relative to `body[0]`).
+/// On failure returns the offset in `body` and what was wrong.
+pub fn decode_body<T: DeserializeOwned>(
+    body: &[u8],
+    endianness: Endianness,
+) -> std::result::Result<T, (usize, String)> {
+    let mut d = de::CdrDeserializer::new(body, endianness);
+    T::deserialize(&mut d).map_err(|e| (d.position(), e.to_string()))
+}
+
+/// Serializes `k` zero bytes with no alignment: primes the serializer's position.
+struct Prefix(usize);
+
+impl Serialize for Prefix {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let mut t = s.serialize_tuple(self.0)?;
+        for _ in 0..self.0 {
+            t.serialize_element(&0u8)?;
+        }
+        t.end()
+    }
+}
+
+/// Appends the big-endian CDR serialization of `key` (usually a tuple of references to
+/// the key members, in declaration order) to `out`. Alignment is relative to the start
+/// of `out`, so nested keys can be appended one after another to the same `Vec`.
+pub fn encode_key_be<T: Serialize + ?Sized>(key: &T, out: &mut Vec<u8>) -> Result<()> {
+    let skip = out.len() % 8;
+    let mut tmp = Vec::new();
+    ::cdr::ser::serialize_data_into::<_, _, _, ::cdr::BigEndian>(
+        &mut tmp,
+        &(Prefix(skip), key),
+        ::cdr::Infinite,
+    )
+    .map_err(encode_error::<T>)?;
+    out.extend_from_slice(&tmp[skip..]);
+    Ok(())
+}
+
+/// The RTPS key hash of a serialized (big-endian CDR) key: zero-padded to 16 bytes when
+/// the type's key can never exceed 16 bytes, else its MD5 digest.
+pub fn key_hash_of(serialized_key: &[u8], key_max_serialized_size: Option<usize>) -> KeyHash {
+    let fits = matches!(key_max_serialized_size, Some(n) if n <= KEY_HASH_LEN);
+    let mut hash = [0u8; KEY_HASH_LEN];
+    if fits && serialized_key.len() <= KEY_HASH_LEN {
+        hash[..serialized_key.len()].copy_from_slice(serialized_key);
+    } else {
+        use md5::{Digest, Md5};
+        hash.copy_from_slice(&Md5::digest(serialized_key));
+    }
+    KeyHash(hash)
+}
+
+/// Returns [`Error::BoundExceeded`] when `len > max`. Strings count bytes, sequences
+/// elements.
+pub fn check_len(field: &'static str, len: usize, max: usize) -> Result<()> {
+    if len > max {
+        Err(Error::BoundExceeded { field, len, max })
+    } else {
+        Ok(())
+    }
+}
+
+/// Checks every bounded string and sequence inside a value. Generated types implement it
+/// with [`check_len`] for their bounded members and by recursing into the others.
+pub trait CheckBounds {
+    /// `Err(BoundExceeded)` when some bounded member is too long.
+    fn check_bounds(&self) -> Result<()>;
+}
+
+macro_rules! unbounded_leaf {
+    ($($t:ty),*) => {$(
+        impl CheckBounds for $t {
+            fn check_bounds(&self) -> Result<()> { Ok(()) }
+        }
+    )*};
+}
+unbounded_leaf!(bool, u8, i8, u16, i16, u32, i32, u64, i64, f32, f64, char, String, WChar);
+
+impl<T: CheckBounds> CheckBounds for Vec<T> {
+    fn check_bounds(&self) -> Result<()> {
+        self.iter().try_for_each(CheckBounds::check_bounds)
+    }
+}
+
+impl<T: CheckBounds, const N: usize> CheckBounds for [T; N] {
+    fn check_bounds(&self) -> Result<()> {
+        self.iter().try_for_each(CheckBounds::check_bounds)
+    }
+}
+
+/// An IDL enum: 32-bit on the wire (XCDR1), enumerators keep their IDL values
+/// (`@value` or declaration position).
+pub trait IdlEnum: Sized + Copy {
+    /// Scoped IDL name, for error messages.
+    const IDL_NAME: &'static str;
+    /// The enumerator's wire value.
+    fn value(self) -> u32;
+    /// The enumerator with that wire value, if any.
+    fn from_value(value: u32) -> Option<Self>;
+}
+
+/// `Serialize` body for an [`IdlEnum`]: `fn serialize(..) { cdr::serialize_enum(self, s) }`.
+pub fn serialize_enum<E: IdlEnum, S: Serializer>(
+    value: &E,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_u32(value.value())
+}
+
+/// `Deserialize` body for an [`IdlEnum`]; an unknown value is an error.
+pub fn deserialize_enum<'de, E: IdlEnum, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<E, D::Error> {
+    let v = u32::deserialize(d)?;
+    E::from_value(v).ok_or_else(|| {
+        serde::de::Error::custom(format!("{} has no enumerator with value {v}", E::IDL_NAME))
+    })
+}
+
+/// An IDL union: the discriminator (its IDL type on the wire), then the selected member,
+/// or nothing when the discriminator selects no member.
+pub trait IdlUnion: Sized {
+    /// Scoped IDL name, for error messages.
+    const IDL_NAME: &'static str;
+    /// The discriminator's Rust type (`i32`, `i16`, `u8`, `char`, `bool` or an [`IdlEnum`]).
+    type Discriminator: Serialize + DeserializeOwned;
+    /// The discriminator value this union carries.
+    fn discriminator(&self) -> Self::Discriminator;
+    /// Serializes the selected member (nothing when none is selected), e.g.
+    /// `match self { U::A(v) => t.serialize_element(v), .. }`.
+    fn serialize_member<T: SerializeTuple>(&self, t: &mut T) -> std::result::Result<(), T::Error>;
+    /// Reads the member that `discriminator` selects from `seq` with [`union_member`];
+    /// rejects discriminators no branch accepts (only when nothing is selected by default).
+    fn deserialize_member<'de, A: SeqAccess<'de>>(
+        discriminator: Self::Discriminator,
+        seq: &mut A,
+    ) -> std::result::Result<Self, A::Error>;
+}
+
+/// `Serialize` body for an [`IdlUnion`].
+pub fn serialize_union<U: IdlUnion, S: Serializer>(
+    value: &U,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    let mut t = s.serialize_tuple(2)?;
+    t.serialize_element(&value.discriminator())?;
+    value.serialize_member(&mut t)?;
+    t.end()
+}
+
+/// `Deserialize` body for an [`IdlUnion`].
+pub fn deserialize_union<'de, U: IdlUnion, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<U, D::Error> {
+    struct V<U>(PhantomData<U>);
+    impl<'de, U: IdlUnion> Visitor<'de> for V<U> {
+        type Value = U;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "union {}", U::IDL_NAME)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<U, A::Error> {
+            let disc: U::Discriminator = union_member(&mut seq, U::IDL_NAME)?;
+            U::deserialize_member(disc, &mut seq)
+        }
+    }
+    d.deserialize_tuple(2, V(PhantomData))
+}
+
+/// Reads the next element (a union's discriminator or member) from `seq`.
+pub fn union_member<'de, T: Deserialize<'de>, A: SeqAccess<'de>>(
+    seq: &mut A,
+    union_name: &'static str,
+) -> std::result::Result<T, A::Error> {
+    seq.next_element()?
+        .ok_or_else(|| serde::de::Error::custom(format!("union {union_name} is truncated")))
+}
+
+/// The error [`IdlUnion::deserialize_member`] returns for a discriminator no branch takes.
+pub fn bad_discriminator<E: serde::de::Error>(
+    union_name: &'static str,
+    value: impl std::fmt::Debug,
+) -> E {
+    E::custom(format!(
+        "union {union_name}: discriminator {value:?} selects no member"
+    ))
+}
+
+/// IDL `wchar`: one UTF-16 code unit (2 bytes, aligned 2) in XCDR1. Only characters of the
+/// Basic Multilingual Plane fit; others are an encode error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct WChar(pub char);
+
+impl Serialize for WChar {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let mut units = [0u16; 2];
+        match self.0.encode_utf16(&mut units) {
+            [u] => s.serialize_u16(*u),
+            _ => Err(serde::ser::Error::custom(format!(
+                "wchar {:?} is outside the Basic Multilingual Plane",
+                self.0
+            ))),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for WChar {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let u = u16::deserialize(d)?;
+        char::from_u32(u32::from(u))
+            .map(WChar)
+            .ok_or_else(|| serde::de::Error::custom(format!("wchar {u:#06x} is a lone surrogate")))
+    }
+}
+
+/// `#[serde(with = "spindle_topics::cdr::octets")]` on a `Vec<u8>` (`sequence<octet>`):
+/// same bytes on the wire as element-wise encoding, copied in bulk.
+pub mod octets {
+    use serde::de::{SeqAccess, Visitor};
+    use serde::{Deserializer, Serializer};
+
+    /// Serializes as a CDR `sequence<octet>`.
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    /// Deserializes a CDR `sequence<octet>`.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("sequence<octet>")
+            }
+            fn visit_bytes<E>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(b) = seq.next_element()? {
+                    out.push(b);
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_byte_buf(V)
+    }
+}
+
+/// `#[serde(with = "spindle_topics::cdr::array")]` on a `[T; N]` of any length (serde
+/// itself stops at 32): N elements, no length prefix.
+pub mod array {
+    use std::marker::PhantomData;
+
+    use serde::de::{Deserialize, SeqAccess, Visitor};
+    use serde::ser::{Serialize, SerializeTuple};
+    use serde::{Deserializer, Serializer};
+
+    /// Serializes the N elements in order.
+    pub fn serialize<S: Serializer, T: Serialize, const N: usize>(
+        v: &[T; N],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut t = s.serialize_tuple(N)?;
+        for e in v {
+            t.serialize_element(e)?;
+        }
+        t.end()
+    }
+
+    /// Deserializes exactly N elements.
+    pub fn deserialize<'de, D: Deserializer<'de>, T: Deserialize<'de>, const N: usize>(
+        d: D,
+    ) -> Result<[T; N], D::Error> {
+        struct V<T, const N: usize>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>, const N: usize> Visitor<'de> for V<T, N> {
+            type Value = [T; N];
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "an array of {N} elements")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<[T; N], A::Error> {
+                let mut out = Vec::with_capacity(N.min(super::ARRAY_PREALLOC_MAX));
+                for i in 0..N {
+                    match seq.next_element()? {
+                        Some(e) => out.push(e),
+                        None => return Err(serde::de::Error::invalid_length(i, &self)),
+                    }
+                }
+                out.try_into()
+                    .map_err(|_| serde::de::Error::custom("array length mismatch"))
+            }
+        }
+        d.deserialize_tuple(N, V::<T, N>(PhantomData))
+    }
+}
+
+/// Most elements an array decoder reserves room for before it has read them.
+pub const ARRAY_PREALLOC_MAX: usize = 4096;
+
+pub use de::SEQUENCE_PREALLOC_MAX;

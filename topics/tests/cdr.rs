@@ -1,0 +1,261 @@
+//! Encoding, decoding, alignment, bounds and key-hash tests of the CDR helpers and the
+//! built-in types, with known byte strings worked out by hand from the XCDR1 rules.
+
+use spindle_topics::builtin::examples::{Color, Point, Reading, Sample};
+use spindle_topics::cdr::{self, IdlEnum};
+use spindle_topics::{Endianness, Error, KeyHash, KeyedString, Sequence, TopicType};
+
+fn sample() -> Sample {
+    Sample {
+        id: 0x0102_0304,
+        tag: 'A',
+        name: "abc".into(),
+        color: Color::Blue,
+        origin: Point { x: -2, y: 5 },
+        coords: [1.0, -0.5, 2.25],
+        path: vec![Point { x: 1, y: 2 }],
+        reading: Reading::Level(3, 9.5),
+        ok: true,
+    }
+}
+
+#[test]
+fn keyed_string_le_bytes_match_the_xcdr1_rules() {
+    let v = KeyedString {
+        key: "k".into(),
+        value: "hello".into(),
+    };
+    let bytes = v.encode(Endianness::Little).unwrap();
+    let expected: Vec<u8> = [
+        &[0x00, 0x01, 0x00, 0x00][..], // CDR_LE, options 0
+        &[2, 0, 0, 0, b'k', 0],        // key: length incl. NUL
+        &[0, 0],                       // pad to 4 (relative to the body start)
+        &[6, 0, 0, 0, b'h', b'e', b'l', b'l', b'o', 0],
+    ]
+    .concat();
+    assert_eq!(bytes, expected);
+    assert_eq!(KeyedString::decode(&bytes).unwrap(), v);
+}
+
+#[test]
+fn alignment_is_relative_to_the_body_not_the_buffer() {
+    // Point { short x; long long y; }: y sits at body offset 8 (pad 6), i.e. buffer offset
+    // 12, which is not 8-aligned in the buffer: that is what XCDR1 requires.
+    let bytes = cdr::encode(&Point { x: 1, y: 2 }, Endianness::Big).unwrap();
+    assert_eq!(
+        bytes,
+        [0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]
+    );
+    let back: Point = cdr::decode(&bytes).unwrap();
+    assert_eq!(back, Point { x: 1, y: 2 });
+}
+
+#[test]
+fn sample_encodes_enum_values_union_and_array() {
+    let s = sample();
+    for e in [Endianness::Little, Endianness::Big] {
+        let bytes = s.encode(e).unwrap();
+        assert_eq!(Sample::decode(&bytes).unwrap(), s);
+        // color is the explicit value 7 at body offset 24 (after the name "abc").
+        let color = &bytes[4 + 16..4 + 20];
+        let want = if e == Endianness::Big {
+            [0, 0, 0, 7]
+        } else {
+            [7, 0, 0, 0]
+        };
+        assert_eq!(color, want, "{e:?}: {bytes:02x?}");
+    }
+}
+
+#[test]
+fn sample_max_serialized_size_is_exact_at_the_maximum() {
+    let mut s = sample();
+    s.name = "12345678".into();
+    s.path = vec![Point { x: 1, y: 1 }; 4];
+    s.reading = Reading::Note("abcdefgh".into());
+    let n = s.encode(Endianness::Little).unwrap().len();
+    assert_eq!(Some(n), Sample::MAX_SERIALIZED_SIZE);
+}
+
+#[test]
+fn bounds_are_checked_on_encode_and_decode() {
+    let mut s = sample();
+    s.name = "123456789".into();
+    let err = s.encode(Endianness::Little).unwrap_err();
+    assert_eq!(
+        err,
+        Error::BoundExceeded {
+            field: "Example::Sample::name",
+            len: 9,
+            max: 8
+        }
+    );
+    // The same bytes from a peer (encoded without the check) are rejected on decode.
+    let bytes = cdr::encode(&s, Endianness::Little).unwrap();
+    assert!(matches!(
+        Sample::decode(&bytes),
+        Err(Error::BoundExceeded { len: 9, .. })
+    ));
+
+    let mut s = sample();
+    s.path = vec![Point::default(); 5];
+    assert!(matches!(
+        s.encode(Endianness::Big),
+        Err(Error::BoundExceeded { max: 4, .. })
+    ));
+}
+
+#[test]
+fn buffer_too_small_reports_the_exact_need() {
+    let s = sample();
+    let full = s.encode(Endianness::Little).unwrap();
+    for len in [0, 3, 4, 10, full.len() - 1] {
+        let mut buf = vec![0u8; len];
+        assert_eq!(
+            s.encode_into(Endianness::Little, &mut buf),
+            Err(Error::BufferTooSmall {
+                needed: full.len(),
+                available: len
+            })
+        );
+    }
+    let mut buf = vec![0xAAu8; full.len() + 7];
+    let n = s.encode_into(Endianness::Little, &mut buf).unwrap();
+    assert_eq!(&buf[..n], &full[..]);
+}
+
+#[test]
+fn bad_enum_value_and_bad_encapsulation_are_errors() {
+    assert_eq!(Color::from_value(2), None);
+    let mut bytes = sample().encode(Endianness::Big).unwrap();
+    bytes[4 + 16..4 + 20].copy_from_slice(&[0, 0, 0, 2]);
+    match Sample::decode(&bytes) {
+        Err(Error::Decode { offset, detail, .. }) => {
+            assert_eq!(offset, 4 + 20);
+            assert!(detail.contains("no enumerator with value 2"), "{detail}");
+        }
+        other => panic!("expected a decode error, got {other:?}"),
+    }
+    bytes[1] = 0x07;
+    assert_eq!(
+        Sample::decode(&bytes),
+        Err(Error::BadEncapsulation {
+            found: [0x00, 0x07]
+        })
+    );
+    assert!(matches!(
+        Sample::decode(&bytes[..2]),
+        Err(Error::Decode { .. })
+    ));
+}
+
+#[test]
+fn huge_declared_lengths_are_rejected_without_allocating() {
+    // A string length of 4 GiB in 8 bytes.
+    let bytes = [0x00, 0x01, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff];
+    assert!(matches!(
+        KeyedString::decode(&bytes),
+        Err(Error::Decode { offset: 8, .. })
+    ));
+    assert!(matches!(
+        Sequence::decode(&bytes),
+        Err(Error::Decode { .. })
+    ));
+    let seq: Result<Vec<u64>, _> = cdr::decode(&bytes);
+    assert!(seq.is_err());
+}
+
+#[test]
+fn strings_must_be_nul_terminated_utf8() {
+    let bytes = [0x00, 0x01, 0x00, 0x00, 2, 0, 0, 0, b'a', b'b'];
+    let r: Result<String, _> = cdr::decode(&bytes);
+    assert!(matches!(r, Err(Error::Decode { detail, .. }) if detail.contains("NUL")));
+    let bytes = [0x00, 0x01, 0x00, 0x00, 2, 0, 0, 0, 0xff, 0];
+    let r: Result<String, _> = cdr::decode(&bytes);
+    assert!(r.is_err());
+}
+
+#[test]
+fn non_ascii_char_is_an_invalid_value() {
+    let mut s = sample();
+    s.tag = 'é';
+    assert!(matches!(
+        s.encode(Endianness::Little),
+        Err(Error::InvalidValue { field: "char", .. })
+    ));
+}
+
+#[test]
+fn union_default_branch_keeps_its_discriminator() {
+    let mut s = sample();
+    for r in [
+        Reading::Count(-7),
+        Reading::Level(2, 1.5),
+        Reading::Note("n".into()),
+        Reading::Raw(-300, 9),
+    ] {
+        s.reading = r;
+        let bytes = s.encode(Endianness::Big).unwrap();
+        assert_eq!(Sample::decode(&bytes).unwrap(), s);
+    }
+    s.reading = Reading::Raw(3, 9);
+    assert!(matches!(
+        s.encode(Endianness::Big),
+        Err(Error::InvalidValue { .. })
+    ));
+}
+
+#[test]
+fn sequence_is_keyless_with_zero_key_hash() {
+    let s = Sequence {
+        payload: (0..=255).collect(),
+    };
+    let bytes = s.encode(Endianness::Little).unwrap();
+    assert_eq!(&bytes[..8], &[0, 1, 0, 0, 0, 1, 0, 0]);
+    assert_eq!(bytes.len(), 8 + 256);
+    assert_eq!(Sequence::decode(&bytes).unwrap(), s);
+    const { assert!(!Sequence::HAS_KEY) };
+    assert_eq!(s.key_hash().unwrap(), KeyHash([0; 16]));
+}
+
+#[test]
+fn short_bounded_key_is_the_hash_itself() {
+    let s = sample();
+    let mut key = Vec::new();
+    s.encode_key_be(&mut key).unwrap();
+    assert_eq!(key, [1, 2, 3, 4, b'A']);
+    let mut want = [0u8; 16];
+    want[..5].copy_from_slice(&key);
+    assert_eq!(s.key_hash().unwrap(), KeyHash(want));
+}
+
+#[test]
+fn unbounded_key_hash_is_md5_of_the_big_endian_key() {
+    let v = KeyedString {
+        key: "hello".into(),
+        value: "x".into(),
+    };
+    // MD5(00 00 00 06 'h' 'e' 'l' 'l' 'o' 00), computed independently with `md5sum`.
+    let want = hex("80e4d12f30e3c36fa1324dc7176489ad");
+    let mut key = Vec::new();
+    v.encode_key_be(&mut key).unwrap();
+    assert_eq!(key, [0, 0, 0, 6, b'h', b'e', b'l', b'l', b'o', 0]);
+    assert_eq!(v.key_hash().unwrap(), KeyHash(want));
+}
+
+#[test]
+fn key_encoding_aligns_relative_to_the_key_stream() {
+    let mut out = vec![7u8];
+    cdr::encode_key_be(&(&5u32,), &mut out).unwrap();
+    assert_eq!(out, [7, 0, 0, 0, 0, 0, 0, 5]);
+    cdr::encode_key_be(&(&1u64,), &mut out).unwrap();
+    assert_eq!(out.len(), 16);
+}
+
+fn hex(s: &str) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap();
+    }
+    out
+}

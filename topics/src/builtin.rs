@@ -236,6 +236,17 @@ pub mod examples {
         }
     }
 
+    impl Reading {
+        /// Worst-case size after the union, starting from `s` (see [`cdr::MaxSize`]).
+        pub const fn max_size_from(s: cdr::MaxSize) -> cdr::MaxSize {
+            let d = s.primitive(2);
+            d.primitive(4)
+                .either(d.primitive(8))
+                .either(d.string(8))
+                .either(d.primitive(1))
+        }
+    }
+
     impl CheckBounds for Reading {
         fn check_bounds(&self) -> Result<()> {
             match self {
@@ -261,6 +272,13 @@ pub mod examples {
         pub x: i16,
         /// `y`
         pub y: i64,
+    }
+
+    impl Point {
+        /// Worst-case size after a `Point`, starting from `s` (see [`cdr::MaxSize`]).
+        pub const fn max_size_from(s: cdr::MaxSize) -> cdr::MaxSize {
+            s.primitive(2).primitive(8)
+        }
     }
 
     impl CheckBounds for Point {
@@ -292,6 +310,33 @@ pub mod examples {
         pub ok: bool,
     }
 
+    impl Sample {
+        /// Worst-case size after a `Sample`, starting from `s` (see [`cdr::MaxSize`]).
+        pub const fn max_size_from(s: cdr::MaxSize) -> cdr::MaxSize {
+            let s = s
+                .primitive(4)
+                .primitive(1)
+                .string(NAME_MAX as usize)
+                .primitive(4);
+            let s = Point::max_size_from(s).primitive_array(8, 3);
+            // sequence<Point, 4>: the length, then 0..=4 elements.
+            let mut cur = s.primitive(4);
+            let mut path = cur;
+            let mut i = 0;
+            while i < 4 {
+                cur = Point::max_size_from(cur);
+                path = path.either(cur);
+                i += 1;
+            }
+            Reading::max_size_from(path).primitive(1)
+        }
+
+        /// Worst-case size of the key members `id`, `tag`.
+        pub const fn key_max_size_from(s: cdr::MaxSize) -> cdr::MaxSize {
+            s.primitive(4).primitive(1)
+        }
+    }
+
     impl CheckBounds for Sample {
         fn check_bounds(&self) -> Result<()> {
             cdr::check_len("Example::Sample::name", self.name.len(), NAME_MAX as usize)?;
@@ -308,9 +353,11 @@ pub mod examples {
         // Body offsets at the maximum: id 0..4, tag 4, name 8..21 (4 + 8 + NUL), color
         // 24..28, origin 28..40, coords 40..64, path 64..128 (4 + 4 points of 2+6 pad+8),
         // reading 128..145 (short, pad, string<8>), ok 145: 146 bytes + 4 header.
-        const MAX_SERIALIZED_SIZE: Option<usize> = Some(4 + 146);
+        const MAX_SERIALIZED_SIZE: Option<usize> =
+            Some(Sample::max_size_from(cdr::MaxSize::start()).encoded());
         // id (4) + tag (1).
-        const KEY_MAX_SERIALIZED_SIZE: Option<usize> = Some(5);
+        const KEY_MAX_SERIALIZED_SIZE: Option<usize> =
+            Some(Sample::key_max_size_from(cdr::MaxSize::start()).size());
 
         fn encode_into(&self, endianness: Endianness, buf: &mut [u8]) -> Result<usize> {
             self.check_bounds()?;

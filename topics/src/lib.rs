@@ -71,7 +71,8 @@
 //! |---|---|---|
 //! | `boolean`, `octet`, `short` … `unsigned long long`, `float`, `double` | `bool`, `u8`, `i16` … `u64`, `f32`, `f64` | plain serde |
 //! | `char` | `char` | one byte; only ASCII (U+0000..=U+007F) encodes, others give an error |
-//! | `wchar` | [`cdr::WChar`] | two bytes (UTF-16 code unit, BMP only) |
+//! | `wchar` | [`cdr::WChar`] | two bytes (UTF-16 code unit, BMP only), as Cyclone DDS |
+//! | `wstring` | — | not supported yet: reject with a clear error (no XCDR1 encoding cross-checked) |
 //! | `string`, `string<N>` | `String` | bound checked by [`cdr::check_len`] on encode and decode |
 //! | `sequence<T>`, `sequence<T, N>` | `Vec<T>` | bound checked like strings |
 //! | `sequence<octet>` | `Vec<u8>` with `#[serde(with = "spindle_topics::cdr::octets")]` | bulk copy |
@@ -82,7 +83,20 @@
 //! | struct inheritance | base members first (a `base` field or flattened members) | |
 //!
 //! The hand-written examples in [`builtin`] (including [`builtin::examples`], an enum and a
-//! union) show the exact shape of generated code.
+//! union) show the exact shape of generated code:
+//!
+//! * `encode_into`: `self.check_bounds()?; cdr::encode_into(self, endianness, buf)`;
+//! * `decode`: `let v: Self = cdr::decode(bytes)?; v.check_bounds()?; Ok(v)`;
+//! * `encode_key_be`: `cdr::encode_key_be(&(&self.k1, &self.k2), out)` with the key
+//!   members in declaration order; a key member of struct type contributes all its members
+//!   when that struct has no keys, else just its key members (list them in the tuple);
+//! * `MAX_SERIALIZED_SIZE` / `KEY_MAX_SERIALIZED_SIZE`: `None` when anything is unbounded,
+//!   else computed in `const` context with [`cdr::MaxSize`] (each type gets a
+//!   `const fn max_size_from(s: MaxSize) -> MaxSize`).
+//!
+//! The key hash follows RTPS 9.6.3.8: the key in XCDR1 big-endian (8-byte alignment).
+//! (DDS-XTypes 1.3 describes it with XCDR2, 4-byte alignment; the two differ only for keys
+//! with 8-byte members after a shorter one.)
 #![deny(missing_docs)]
 
 pub mod builtin;

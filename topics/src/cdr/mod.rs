@@ -10,7 +10,7 @@
 //! * Keys: [`encode_key_be`] and [`key_hash_of`] (RTPS 9.6.3.8).
 //! * What plain serde + `cdr` get wrong for IDL: enums with explicit values ([`IdlEnum`]),
 //!   unions with a typed discriminator ([`IdlUnion`]), `wchar` ([`WChar`]), arrays longer
-//!   than 32 ([`array`]), bulk `sequence<octet>` ([`octets`]) and bounds ([`CheckBounds`]).
+//!   than 32 ([`array`](mod@array)), bulk `sequence<octet>` ([`octets`]) and bounds ([`CheckBounds`]).
 
 mod de;
 
@@ -446,3 +446,182 @@ pub mod array {
 pub const ARRAY_PREALLOC_MAX: usize = 4096;
 
 pub use de::SEQUENCE_PREALLOC_MAX;
+
+/// Marks a residue no encoding reaches in [`MaxSize`].
+const UNREACHABLE: usize = usize::MAX;
+
+/// Worst-case encoded size of a bounded type, computed in `const` context (for
+/// `MAX_SERIALIZED_SIZE` and `KEY_MAX_SERIALIZED_SIZE`).
+///
+/// Padding depends on where a member starts, so this tracks, for each position modulo 8,
+/// the largest position an encoding can reach with that residue; each member transforms
+/// that state. The result is exact: the largest size any value of the type encodes to.
+/// Generated types get a `const fn max_size_from(s: MaxSize) -> MaxSize` that applies
+/// their members in order; sequences of such types loop over the element count:
+///
+/// ```
+/// use spindle_topics::cdr::MaxSize;
+/// // struct { short x; long long y; string<8> name; sequence<short, 3> s; }
+/// const fn point(s: MaxSize) -> MaxSize {
+///     s.primitive(2).primitive(8).string(8).primitive_sequence(2, 3)
+/// }
+/// // x 0..2, pad, y 8..16, name 16..20 + 9, pad, s 32..36 + 3 * 2 = 42
+/// const MAX: usize = point(MaxSize::start()).encoded();
+/// assert_eq!(MAX, 4 + 42);
+///
+/// // sequence<Point, 2> is the length, then 0, 1 or 2 elements:
+/// const fn two_points(s: MaxSize) -> MaxSize {
+///     let mut cur = s.primitive(4);
+///     let mut all = cur;
+///     let mut i = 0;
+///     while i < 2 {
+///         cur = point(cur);
+///         all = all.either(cur);
+///         i += 1;
+///     }
+///     all
+/// }
+/// // length 0..4, first point 4..42, second point 42..82 (its y is at 48, not 50)
+/// assert_eq!(two_points(MaxSize::start()).size(), 82);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxSize {
+    /// `reach[r]`: largest reachable position `p` with `p % 8 == r`, or `UNREACHABLE`.
+    reach: [usize; 8],
+}
+
+impl MaxSize {
+    /// The empty encoding: position 0 (right after the encapsulation header, or the start
+    /// of a key).
+    pub const fn start() -> Self {
+        let mut reach = [UNREACHABLE; 8];
+        reach[0] = 0;
+        MaxSize { reach }
+    }
+
+    const fn none() -> Self {
+        MaxSize {
+            reach: [UNREACHABLE; 8],
+        }
+    }
+
+    const fn put(&mut self, pos: usize) {
+        let r = pos % 8;
+        if self.reach[r] == UNREACHABLE || self.reach[r] < pos {
+            self.reach[r] = pos;
+        }
+    }
+
+    /// Then a primitive of `size` bytes (1, 2, 4 or 8), aligned to its size.
+    pub const fn primitive(self, size: usize) -> Self {
+        let mut out = Self::none();
+        let mut r = 0;
+        while r < 8 {
+            let p = self.reach[r];
+            if p != UNREACHABLE {
+                out.put(p.div_ceil(size) * size + size);
+            }
+            r += 1;
+        }
+        out
+    }
+
+    /// Then `count` primitives of `size` bytes (an array: no length prefix).
+    pub const fn primitive_array(self, size: usize, count: usize) -> Self {
+        if count == 0 {
+            return self;
+        }
+        let mut out = self.primitive(size);
+        let mut r = 0;
+        let rest = size * (count - 1);
+        let mut shifted = Self::none();
+        while r < 8 {
+            if out.reach[r] != UNREACHABLE {
+                shifted.put(out.reach[r] + rest);
+            }
+            r += 1;
+        }
+        out = shifted;
+        out
+    }
+
+    /// Adds `min..=max` bytes with no alignment.
+    const fn bytes(self, min: usize, max: usize) -> Self {
+        let mut out = Self::none();
+        let mut r = 0;
+        while r < 8 {
+            let p = self.reach[r];
+            if p != UNREACHABLE {
+                // The largest 8 lengths reach every residue reachable at all.
+                let mut k = if max >= min + 7 { max - 7 } else { min };
+                while k <= max {
+                    out.put(p + k);
+                    k += 1;
+                }
+            }
+            r += 1;
+        }
+        out
+    }
+
+    /// Then a `string<max_len>`: a u32 length, up to `max_len` bytes and the NUL.
+    pub const fn string(self, max_len: usize) -> Self {
+        self.primitive(4).bytes(1, max_len + 1)
+    }
+
+    /// Then a `sequence<P, max_len>` of primitives of `size` bytes.
+    pub const fn primitive_sequence(self, size: usize, max_len: usize) -> Self {
+        let len = self.primitive(4);
+        if max_len == 0 {
+            return len;
+        }
+        let first = len.primitive(size);
+        // After the first element the position is aligned to `size`: k more elements add
+        // k * size bytes.
+        let mut more = Self::none();
+        let mut r = 0;
+        while r < 8 {
+            let p = first.reach[r];
+            if p != UNREACHABLE {
+                let mut k = max_len.saturating_sub(8);
+                while k < max_len {
+                    more.put(p + k * size);
+                    k += 1;
+                }
+            }
+            r += 1;
+        }
+        len.either(more)
+    }
+
+    /// Either this or `other` (union branches, sequence lengths).
+    pub const fn either(self, other: Self) -> Self {
+        let mut out = self;
+        let mut r = 0;
+        while r < 8 {
+            if other.reach[r] != UNREACHABLE {
+                out.put(other.reach[r]);
+            }
+            r += 1;
+        }
+        out
+    }
+
+    /// The largest reachable position: the worst-case body (or key) size.
+    pub const fn size(self) -> usize {
+        let mut max = 0;
+        let mut r = 0;
+        while r < 8 {
+            if self.reach[r] != UNREACHABLE && self.reach[r] > max {
+                max = self.reach[r];
+            }
+            r += 1;
+        }
+        max
+    }
+
+    /// [`MaxSize::size`] plus the encapsulation header: a `MAX_SERIALIZED_SIZE`.
+    pub const fn encoded(self) -> usize {
+        self.size() + ENCAPSULATION_HEADER_LEN
+    }
+}

@@ -120,6 +120,13 @@ pub enum Endianness {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct KeyHash(pub [u8; 16]);
 
+impl std::fmt::Display for KeyHash {
+    /// Lower-case hex, 32 digits.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
 /// Size of the CDR encapsulation header that starts every encoding.
 pub const ENCAPSULATION_HEADER_LEN: usize = 4;
 
@@ -128,6 +135,10 @@ pub const KEY_HASH_LEN: usize = 16;
 
 /// Initial buffer size of [`TopicType::encode`] when the type is unbounded.
 pub const ENCODE_INITIAL_LEN: usize = 256;
+
+/// Largest initial buffer [`TopicType::encode`] allocates for a bounded type; a larger
+/// value is encoded in a second pass with the exact size.
+pub const ENCODE_INITIAL_LEN_MAX: usize = 64 * 1024;
 
 /// A DDS data type: what a typed topic, writer and reader are parameterised by.
 pub trait TopicType: Sized + Clone + Send + Sync + 'static {
@@ -148,7 +159,8 @@ pub trait TopicType: Sized + Clone + Send + Sync + 'static {
 
     /// Same as [`TopicType::encode_into`], into a new `Vec`.
     fn encode(&self, endianness: Endianness) -> Result<Vec<u8>> {
-        let mut buf = vec![0u8; Self::MAX_SERIALIZED_SIZE.unwrap_or(ENCODE_INITIAL_LEN)];
+        let initial = Self::MAX_SERIALIZED_SIZE.unwrap_or(ENCODE_INITIAL_LEN);
+        let mut buf = vec![0u8; initial.min(ENCODE_INITIAL_LEN_MAX)];
         match self.encode_into(endianness, &mut buf) {
             Ok(n) => {
                 buf.truncate(n);

@@ -317,3 +317,11 @@ fn max_size_is_exact_against_brute_force() {
     // octet 0, disc 2..4, string<8>: 4..8 + 9 = 17.
     assert_eq!(reading.size(), 17);
 }
+
+#[test]
+fn key_hash_displays_as_hex() {
+    let mut h = [0u8; 16];
+    h[0] = 0xab;
+    h[15] = 0x01;
+    assert_eq!(KeyHash(h).to_string(), "ab000000000000000000000000000001");
+}

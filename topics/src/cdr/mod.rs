@@ -265,6 +265,14 @@ pub fn deserialize_enum<'de, E: IdlEnum, D: Deserializer<'de>>(
 
 /// An IDL union: the discriminator (its IDL type on the wire), then the selected member,
 /// or nothing when the discriminator selects no member.
+///
+/// Rust shape (see [`Reading`](crate::builtin::examples::Reading)): one variant per
+/// branch; a branch with exactly one label holds just its member, a branch with several
+/// labels or the default branch also holds the discriminator (`Level(i16, f64)`). When
+/// some discriminator values select no member (no default branch, labels not covering
+/// every value), one more variant holds only the discriminator, e.g.
+/// `Unselected(ConstraintKind)`; `serialize_member` writes nothing for it and
+/// `deserialize_member` returns it for every value no label names.
 pub trait IdlUnion: Sized {
     /// Scoped IDL name, for error messages.
     const IDL_NAME: &'static str;

@@ -32,9 +32,10 @@ if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
     echo "setup.sh: python3-venv missing, installing it" >&2
     sudo_cmd=""
     if [ "$(id -u)" != 0 ]; then sudo_cmd="sudo"; fi
+    export DEBIAN_FRONTEND=noninteractive
     $sudo_cmd apt-get update -qq >&2
     pyver="$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
-    $sudo_cmd apt-get install -y -qq python3-venv >&2 || $sudo_cmd apt-get install -y -qq "python${pyver}-venv" >&2
+    $sudo_cmd apt-get install -y -qq --no-install-recommends python3-venv >&2 || $sudo_cmd apt-get install -y -qq --no-install-recommends "python${pyver}-venv" >&2
 fi
 
 rm -rf "$venv"

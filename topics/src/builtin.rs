@@ -104,6 +104,13 @@ pub mod examples {
     //!     Reading reading;
     //!     boolean ok;
     //!   };
+    //!   struct Extras {
+    //!     octet head;
+    //!     @optional long a;
+    //!     @optional string<4> b;
+    //!     @optional double c;
+    //!     octet tail;
+    //!   };
     //! };
     //! ```
 
@@ -372,6 +379,77 @@ pub mod examples {
 
         fn encode_key_be(&self, out: &mut Vec<u8>) -> Result<()> {
             cdr::encode_key_be(&(&self.id, &self.tag), out)
+        }
+    }
+
+    /// IDL `struct Extras` (keyless, with `@optional` members; member ids are positions).
+    #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+    pub struct Extras {
+        /// `octet head`
+        pub head: u8,
+        /// `@optional long a` (member id 1)
+        #[serde(
+            serialize_with = "cdr::optional::serialize::<_, _, 1>",
+            deserialize_with = "cdr::optional::deserialize::<_, _, 1>"
+        )]
+        pub a: Option<i32>,
+        /// `@optional string<4> b` (member id 2)
+        #[serde(
+            serialize_with = "cdr::optional::serialize::<_, _, 2>",
+            deserialize_with = "cdr::optional::deserialize::<_, _, 2>"
+        )]
+        pub b: Option<String>,
+        /// `@optional double c` (member id 3)
+        #[serde(
+            serialize_with = "cdr::optional::serialize::<_, _, 3>",
+            deserialize_with = "cdr::optional::deserialize::<_, _, 3>"
+        )]
+        pub c: Option<f64>,
+        /// `octet tail`
+        pub tail: u8,
+    }
+
+    impl Extras {
+        /// Worst-case size after an `Extras`, starting from `s` (see [`cdr::MaxSize`]).
+        pub const fn max_size_from(s: cdr::MaxSize) -> cdr::MaxSize {
+            let start = cdr::MaxSize::start();
+            s.primitive(1)
+                .optional(start.primitive(4).size())
+                .optional(start.string(4).size())
+                .optional(start.primitive(8).size())
+                .primitive(1)
+        }
+    }
+
+    impl CheckBounds for Extras {
+        fn check_bounds(&self) -> Result<()> {
+            match &self.b {
+                Some(b) => cdr::check_len("Example::Extras::b", b.len(), 4),
+                None => Ok(()),
+            }
+        }
+    }
+
+    impl TopicType for Extras {
+        const TYPE_NAME: &'static str = "Example::Extras";
+        const HAS_KEY: bool = false;
+        const MAX_SERIALIZED_SIZE: Option<usize> =
+            Some(Extras::max_size_from(cdr::MaxSize::start()).encoded());
+        const KEY_MAX_SERIALIZED_SIZE: Option<usize> = Some(0);
+
+        fn encode_into(&self, endianness: Endianness, buf: &mut [u8]) -> Result<usize> {
+            self.check_bounds()?;
+            cdr::encode_into(self, endianness, buf)
+        }
+
+        fn decode(bytes: &[u8]) -> Result<Self> {
+            let v: Self = cdr::decode(bytes)?;
+            v.check_bounds()?;
+            Ok(v)
+        }
+
+        fn encode_key_be(&self, _out: &mut Vec<u8>) -> Result<()> {
+            Ok(())
         }
     }
 }

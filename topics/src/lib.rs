@@ -80,6 +80,7 @@
 //! | `T a[N]` (N > 32) | `[T; N]` with `#[serde(with = "spindle_topics::cdr::array")]` | |
 //! | `enum` | Rust enum implementing [`cdr::IdlEnum`], serde via [`cdr::serialize_enum`] / [`cdr::deserialize_enum`] | u32 on the wire, explicit values kept |
 //! | `union` | Rust enum implementing [`cdr::IdlUnion`], serde via [`cdr::serialize_union`] / [`cdr::deserialize_union`] | typed discriminator |
+//! | `@optional T m` | `Option<T>` with `serialize_with`/`deserialize_with` = [`cdr::optional`]`::{serialize, deserialize}::<_, _, ID>` | XCDR1 parameter header, member id = position or `@id` |
 //! | struct inheritance | base members first (a `base` field or flattened members) | |
 //!
 //! The hand-written examples in [`builtin`] (including [`builtin::examples`], an enum and a

@@ -325,3 +325,69 @@ fn key_hash_displays_as_hex() {
     h[15] = 0x01;
     assert_eq!(KeyHash(h).to_string(), "ab000000000000000000000000000001");
 }
+
+#[test]
+fn optional_members_use_the_xcdr1_parameter_header() {
+    use spindle_topics::builtin::examples::Extras;
+    let full = Extras {
+        head: 1,
+        a: Some(5),
+        b: Some("xy".into()),
+        c: Some(2.5),
+        tail: 9,
+    };
+    let le = full.encode(Endianness::Little).unwrap();
+    // head, pad, then per member [short header 7f01 0008 | member id | size] and the value
+    // aligned from its own start, then tail (Cyclone DDS agrees, see crosscheck.rs).
+    let want: Vec<u8> = [
+        &[0x00, 0x01, 0x00, 0x00, 0x01, 0, 0, 0][..],
+        &[0x01, 0x7f, 0x08, 0x00, 1, 0, 0, 0, 4, 0, 0, 0, 5, 0, 0, 0],
+        &[
+            0x01, 0x7f, 0x08, 0x00, 2, 0, 0, 0, 7, 0, 0, 0, 3, 0, 0, 0, b'x', b'y', 0, 0,
+        ],
+        &[
+            0x01, 0x7f, 0x08, 0x00, 3, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x04, 0x40,
+        ],
+        &[9],
+    ]
+    .concat();
+    assert_eq!(le, want);
+    assert_eq!(Extras::decode(&le).unwrap(), full);
+    let be = full.encode(Endianness::Big).unwrap();
+    assert_eq!(&be[8..12], &[0x7f, 0x01, 0x00, 0x08]);
+    assert_eq!(Extras::decode(&be).unwrap(), full);
+
+    let empty = Extras {
+        head: 1,
+        tail: 9,
+        ..Extras::default()
+    };
+    let le = empty.encode(Endianness::Little).unwrap();
+    assert_eq!(le.len(), 8 + 3 * 12 + 1);
+    assert_eq!(Extras::decode(&le).unwrap(), empty);
+
+    // The maximum: b = "abcd" and every member present.
+    let max = Extras {
+        b: Some("abcd".into()),
+        ..full
+    };
+    assert_eq!(
+        Some(max.encode(Endianness::Big).unwrap().len()),
+        Extras::MAX_SERIALIZED_SIZE
+    );
+
+    // A wrong member id is rejected.
+    let mut bad = full.encode(Endianness::Little).unwrap();
+    bad[12] = 2;
+    assert!(matches!(Extras::decode(&bad), Err(Error::Decode { .. })));
+}
+
+#[test]
+fn optional_outside_the_helpers_is_an_error_not_a_panic() {
+    use spindle_topics::builtin::examples::Extras;
+    let v = Extras {
+        a: Some(1),
+        ..Extras::default()
+    };
+    assert!(::cdr::serialize::<_, _, ::cdr::CdrLe>(&v, ::cdr::Infinite).is_err());
+}

@@ -20,7 +20,7 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
-use spindle_topics::builtin::examples::{Color, Point, Reading, Sample};
+use spindle_topics::builtin::examples::{Color, Extras, Point, Reading, Sample};
 use spindle_topics::{Endianness, KeyedString, Sequence, TopicType};
 
 /// Seed of the random samples sent through Cyclone.
@@ -133,6 +133,20 @@ fn fixed_sample(name: &str) -> Option<Ours> {
             reading: Reading::Raw(-300, 200),
             ok: false,
         }),
+        "example_extras" => ours(&Extras {
+            head: 1,
+            a: Some(5),
+            b: Some("xy".into()),
+            c: Some(2.5),
+            tail: 9,
+        }),
+        "example_extras_absent" => ours(&Extras {
+            head: 255,
+            a: None,
+            b: None,
+            c: None,
+            tail: 0,
+        }),
         _ => return None,
     })
 }
@@ -195,7 +209,7 @@ fn fixed_samples_match_cyclone_byte_for_byte() {
             "sample {p} has no Rust twin"
         );
     }
-    assert!(compared >= 12, "only {compared} encodings compared");
+    assert!(compared >= 16, "only {compared} encodings compared");
     println!(
         "compared {compared} encodings with Cyclone DDS; pending (not generated yet): {pending:?}"
     );
@@ -270,6 +284,23 @@ fn random_samples_survive_cyclone_decode_and_reencode() {
     let mut cases: Vec<(&str, Ours)> = Vec::new();
     for v in generate(sample(), &mut runner) {
         cases.push((Sample::TYPE_NAME, ours(&v)));
+    }
+    let extras = (
+        any::<u8>(),
+        proptest::option::of(any::<i32>()),
+        proptest::option::of("[a-z]{0,4}"),
+        proptest::option::of(finite_f64()),
+        any::<u8>(),
+    )
+        .prop_map(|(head, a, b, c, tail)| Extras {
+            head,
+            a,
+            b,
+            c,
+            tail,
+        });
+    for v in generate(extras, &mut runner) {
+        cases.push((Extras::TYPE_NAME, ours(&v)));
     }
     for (key, value) in generate((".{0,24}", ".{0,24}"), &mut runner) {
         cases.push((KeyedString::TYPE_NAME, ours(&KeyedString { key, value })));

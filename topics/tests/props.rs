@@ -7,7 +7,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 
-use spindle_topics::builtin::examples::{Color, Point, Reading, Sample};
+use spindle_topics::builtin::examples::{Color, Extras, Point, Reading, Sample};
 use spindle_topics::{cdr, Endianness, Error, KeyedString, Sequence, TopicType};
 
 /// The seed of every property run in this file.
@@ -67,11 +67,24 @@ prop_compose! {
     }
 }
 
+prop_compose! {
+    fn extras()(
+        head in any::<u8>(),
+        a in proptest::option::of(any::<i32>()),
+        b in proptest::option::of("[a-z]{0,4}"),
+        c in proptest::option::of(-1e300f64..1e300),
+        tail in any::<u8>(),
+    ) -> Extras {
+        Extras { head, a, b, c, tail }
+    }
+}
+
 fn decode_all(bytes: &[u8]) {
     // Only "does not panic" is asserted here; the results are checked elsewhere.
     let _ = KeyedString::decode(bytes);
     let _ = Sequence::decode(bytes);
     let _ = Sample::decode(bytes);
+    let _ = Extras::decode(bytes);
     let _ = cdr::decode::<Vec<String>>(bytes);
     let _ = cdr::decode::<Vec<Vec<u64>>>(bytes);
     let _ = cdr::decode::<(char, bool, f32, Reading)>(bytes);
@@ -109,6 +122,17 @@ proptest! {
         let bytes = s.encode(e).unwrap();
         prop_assert!(bytes.len() <= Sample::MAX_SERIALIZED_SIZE.unwrap());
         prop_assert_eq!(Sample::decode(&bytes).unwrap(), s);
+    }
+
+    #[test]
+    fn extras_round_trip_and_survive_corruption(v in extras(), e in endianness(),
+                                                at in any::<usize>(), byte in any::<u8>()) {
+        let mut bytes = v.encode(e).unwrap();
+        prop_assert!(bytes.len() <= Extras::MAX_SERIALIZED_SIZE.unwrap());
+        prop_assert_eq!(Extras::decode(&bytes).unwrap(), v);
+        let i = at % bytes.len();
+        bytes[i] = byte;
+        decode_all(&bytes);
     }
 
     #[test]

@@ -74,15 +74,7 @@ pub fn encode_into<T: Serialize + ?Sized>(
 ) -> Result<usize> {
     let available = buf.len();
     let mut w = SliceWriter { buf, pos: 0 };
-    let r = match endianness {
-        Endianness::Little => {
-            ::cdr::serialize_into::<_, _, _, ::cdr::CdrLe>(&mut w, value, ::cdr::Infinite)
-        }
-        Endianness::Big => {
-            ::cdr::serialize_into::<_, _, _, ::cdr::CdrBe>(&mut w, value, ::cdr::Infinite)
-        }
-    };
-    r.map_err(encode_error::<T>)?;
+    serialize_with_header(&mut w, value, endianness).map_err(encode_error::<T>)?;
     if w.pos > available {
         return Err(Error::BufferTooSmall {
             needed: w.pos,
@@ -95,16 +87,61 @@ pub fn encode_into<T: Serialize + ?Sized>(
 /// Encodes `value` into a new `Vec` (header included).
 pub fn encode<T: Serialize + ?Sized>(value: &T, endianness: Endianness) -> Result<Vec<u8>> {
     let mut buf = Vec::new();
-    let r = match endianness {
+    serialize_with_header(&mut buf, value, endianness).map_err(encode_error::<T>)?;
+    Ok(buf)
+}
+
+thread_local! {
+    /// Byte order of the encoding or decoding under way on this thread, for the few
+    /// helpers ([`mod@optional`]) that must serialize a nested value on their own.
+    static CURRENT_ENDIANNESS: std::cell::Cell<Option<Endianness>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with [`CURRENT_ENDIANNESS`] set, restoring the previous value after.
+fn with_endianness<R>(endianness: Endianness, f: impl FnOnce() -> R) -> R {
+    let previous = CURRENT_ENDIANNESS.with(|c| c.replace(Some(endianness)));
+    let r = f();
+    CURRENT_ENDIANNESS.with(|c| c.set(previous));
+    r
+}
+
+fn current_endianness() -> Option<Endianness> {
+    CURRENT_ENDIANNESS.with(|c| c.get())
+}
+
+fn serialize_with_header<W: io::Write, T: Serialize + ?Sized>(
+    w: W,
+    value: &T,
+    endianness: Endianness,
+) -> ::cdr::Result<()> {
+    with_endianness(endianness, || match endianness {
         Endianness::Little => {
-            ::cdr::serialize_into::<_, _, _, ::cdr::CdrLe>(&mut buf, value, ::cdr::Infinite)
+            ::cdr::serialize_into::<_, _, _, ::cdr::CdrLe>(w, value, ::cdr::Infinite)
         }
         Endianness::Big => {
-            ::cdr::serialize_into::<_, _, _, ::cdr::CdrBe>(&mut buf, value, ::cdr::Infinite)
+            ::cdr::serialize_into::<_, _, _, ::cdr::CdrBe>(w, value, ::cdr::Infinite)
         }
-    };
-    r.map_err(encode_error::<T>)?;
-    Ok(buf)
+    })
+}
+
+fn serialize_body<T: Serialize + ?Sized>(
+    out: &mut Vec<u8>,
+    value: &T,
+    endianness: Endianness,
+) -> ::cdr::Result<()> {
+    with_endianness(endianness, || match endianness {
+        Endianness::Little => ::cdr::ser::serialize_data_into::<_, _, _, ::cdr::LittleEndian>(
+            out,
+            value,
+            ::cdr::Infinite,
+        ),
+        Endianness::Big => ::cdr::ser::serialize_data_into::<_, _, _, ::cdr::BigEndian>(
+            out,
+            value,
+            ::cdr::Infinite,
+        ),
+    })
 }
 
 /// Reads the encapsulation header: the byte order of what follows.
@@ -149,8 +186,10 @@ pub fn decode_body<T: DeserializeOwned>(
     body: &[u8],
     endianness: Endianness,
 ) -> std::result::Result<T, (usize, String)> {
-    let mut d = de::CdrDeserializer::new(body, endianness);
-    T::deserialize(&mut d).map_err(|e| (d.position(), e.to_string()))
+    with_endianness(endianness, || {
+        let mut d = de::CdrDeserializer::new(body, endianness);
+        T::deserialize(&mut d).map_err(|e| (d.position(), e.to_string()))
+    })
 }
 
 /// Serializes `k` zero bytes with no alignment: primes the serializer's position.
@@ -172,12 +211,7 @@ impl Serialize for Prefix {
 pub fn encode_key_be<T: Serialize + ?Sized>(key: &T, out: &mut Vec<u8>) -> Result<()> {
     let skip = out.len() % 8;
     let mut tmp = Vec::new();
-    ::cdr::ser::serialize_data_into::<_, _, _, ::cdr::BigEndian>(
-        &mut tmp,
-        &(Prefix(skip), key),
-        ::cdr::Infinite,
-    )
-    .map_err(encode_error::<T>)?;
+    serialize_body(&mut tmp, &(Prefix(skip), key), Endianness::Big).map_err(encode_error::<T>)?;
     out.extend_from_slice(&tmp[skip..]);
     Ok(())
 }
@@ -450,6 +484,126 @@ pub mod array {
     }
 }
 
+/// IDL `@optional` members of `@final` structs in XCDR1: a parameter header (extended
+/// form: `PID_EXTENDED | MUST_UNDERSTAND`, 8, member id, size), then the value with its
+/// alignment restarting at zero, nothing when absent (size 0) — as Cyclone DDS encodes
+/// them. The member id is the member's position (or its `@id`). Generated code:
+///
+/// ```text
+/// #[serde(
+///     serialize_with = "spindle_topics::cdr::optional::serialize::<_, _, 3>",
+///     deserialize_with = "spindle_topics::cdr::optional::deserialize::<_, _, 3>"
+/// )]
+/// pub level: Option<f64>,
+/// ```
+///
+/// Only inside [`encode_into`]/[`encode`]/[`decode`] (which tell it the byte order).
+pub mod optional {
+    use serde::de::{DeserializeOwned, SeqAccess, Visitor};
+    use serde::ser::SerializeTuple;
+    use serde::{Deserializer, Serialize, Serializer};
+
+    use super::{current_endianness, decode_body, serialize_body};
+    use crate::Endianness;
+
+    /// Short parameter id announcing the extended (long) header.
+    pub const PID_EXTENDED: u16 = 0x3f01;
+    /// Must-understand flag of a short parameter id.
+    pub const PID_FLAG_MUST_UNDERSTAND: u16 = 0x4000;
+    /// Mask of the id in a short parameter header (keeps the implementation-specific bit).
+    pub const PID_MASK: u16 = 0x3fff | 0x8000;
+    /// Mask of the member id in an extended header (keeps the implementation-specific bit).
+    pub const MEMBER_ID_MASK: u32 = 0x0fff_ffff | 0x8000_0000;
+    /// Length field of the short header that announces an extended header.
+    pub const EXTENDED_HEADER_LEN: u16 = 8;
+    /// Most value bytes preallocated before they are read.
+    pub const OPTIONAL_PREALLOC_MAX: usize = 4096;
+
+    fn no_endianness() -> String {
+        "optional members are only encoded inside spindle_topics::cdr::encode/decode".into()
+    }
+
+    /// Serializes an `@optional` member with id `ID`.
+    pub fn serialize<T: Serialize, S: Serializer, const ID: u32>(
+        value: &Option<T>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let e = current_endianness().ok_or_else(|| serde::ser::Error::custom(no_endianness()))?;
+        let mut inner = Vec::new();
+        if let Some(v) = value {
+            serialize_body(&mut inner, v, e).map_err(serde::ser::Error::custom)?;
+        }
+        let size = u32::try_from(inner.len())
+            .map_err(|_| serde::ser::Error::custom("optional member larger than 4 GiB"))?;
+        let pid = u32::from(PID_EXTENDED | PID_FLAG_MUST_UNDERSTAND);
+        let len = u32::from(EXTENDED_HEADER_LEN);
+        // The two u16 of the short header, written as one aligned u32 in the stream's order.
+        let short = match e {
+            Endianness::Little => (len << 16) | pid,
+            Endianness::Big => (pid << 16) | len,
+        };
+        let mut t = s.serialize_tuple(3 + inner.len())?;
+        t.serialize_element(&short)?;
+        t.serialize_element(&ID)?;
+        t.serialize_element(&size)?;
+        for b in &inner {
+            t.serialize_element(b)?;
+        }
+        t.end()
+    }
+
+    /// Deserializes an `@optional` member with id `ID` (short or extended header).
+    pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>, const ID: u32>(
+        d: D,
+    ) -> Result<Option<T>, D::Error> {
+        struct V<T, const ID: u32>(std::marker::PhantomData<T>);
+        impl<'de, T: DeserializeOwned, const ID: u32> Visitor<'de> for V<T, ID> {
+            type Value = Option<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "optional member {ID}")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<T>, A::Error> {
+                use serde::de::Error;
+                let e = current_endianness().ok_or_else(|| A::Error::custom(no_endianness()))?;
+                let mut next_u32 = || -> Result<u32, A::Error> {
+                    seq.next_element()?
+                        .ok_or_else(|| A::Error::custom("truncated optional"))
+                };
+                let short = next_u32()?;
+                let (pid, len) = match e {
+                    Endianness::Little => ((short & 0xffff) as u16, (short >> 16) as u16),
+                    Endianness::Big => ((short >> 16) as u16, (short & 0xffff) as u16),
+                };
+                let (id, size) = if pid & PID_MASK == PID_EXTENDED {
+                    (next_u32()? & MEMBER_ID_MASK, next_u32()?)
+                } else {
+                    (u32::from(pid & PID_MASK), u32::from(len))
+                };
+                if id != ID {
+                    return Err(A::Error::custom(format!(
+                        "optional member id {id}, expected {ID}"
+                    )));
+                }
+                if size == 0 {
+                    return Ok(None);
+                }
+                let size = size as usize;
+                let mut bytes = Vec::with_capacity(size.min(OPTIONAL_PREALLOC_MAX));
+                for _ in 0..size {
+                    let b: u8 = seq
+                        .next_element()?
+                        .ok_or_else(|| A::Error::custom("truncated optional"))?;
+                    bytes.push(b);
+                }
+                decode_body(&bytes, e).map(Some).map_err(|(at, what)| {
+                    A::Error::custom(format!("in optional member {ID} at {at}: {what}"))
+                })
+            }
+        }
+        d.deserialize_tuple(usize::MAX, V::<T, ID>(std::marker::PhantomData))
+    }
+}
+
 /// Most elements an array decoder reserves room for before it has read them.
 pub const ARRAY_PREALLOC_MAX: usize = 4096;
 
@@ -600,6 +754,15 @@ impl MaxSize {
             r += 1;
         }
         len.either(more)
+    }
+
+    /// Then an `@optional` member whose value takes at most `value_max_size` bytes
+    /// (its own [`MaxSize::size`] from [`MaxSize::start`]): 12 header bytes, then the value.
+    pub const fn optional(self, value_max_size: usize) -> Self {
+        self.primitive(4)
+            .primitive(4)
+            .primitive(4)
+            .bytes(0, value_max_size)
     }
 
     /// Either this or `other` (union branches, sequence lengths).

@@ -21,6 +21,7 @@ size analysis (zero-padded when the key can never exceed 16 bytes, else MD5).
 
 import sys
 from dataclasses import dataclass
+from typing import Optional
 from hashlib import md5
 
 import cyclonedds.idl.annotations as annotate
@@ -82,6 +83,16 @@ class Sample(IdlStruct, typename="Example::Sample"):
     path: t.sequence[Point, 4]
     reading: Reading
     ok: bool
+
+
+@dataclass
+@annotate.final
+class Extras(IdlStruct, typename="Example::Extras"):
+    head: t.uint8
+    a: Optional[t.int32]
+    b: Optional[t.bounded_str[4]]
+    c: Optional[t.float64]
+    tail: t.uint8
 
 
 # ---- Avionics (topics/idl/avionics.idl) -------------------------------------------------
@@ -268,7 +279,7 @@ class HealthHeartbeat(IdlStruct, typename="Avionics::HealthHeartbeat"):
 TYPES = {
     cls.__idl_typename__: cls
     for cls in [
-        KeyedString, Sequence, Sample, Point,
+        KeyedString, Sequence, Sample, Point, Extras,
         AirData, Attitude, NavigationPosition, FlightPlan, TrackReport, HealthHeartbeat,
         GeoPoint, Waypoint,
     ]
@@ -291,6 +302,8 @@ SAMPLES = [
         id=7, tag="z", name="", color=Color.GREEN, origin=Point(x=0, y=-1),
         coords=[0.0, 0.0, -0.0], path=[],
         reading=Reading(discriminator=-300, value=200), ok=False)),
+    ("example_extras", Extras(head=1, a=5, b="xy", c=2.5, tail=9)),
+    ("example_extras_absent", Extras(head=255, a=None, b=None, c=None, tail=0)),
     ("air_data", AirData(
         aircraft_id=0x4B1805, timestamp_ns=1_700_000_000_123_456_789,
         indicated_airspeed_mps=128.5, true_airspeed_mps=231.25, mach=0.78,

@@ -1091,6 +1091,9 @@ impl Shared {
             return None;
         }
         let writer = stream.try_clone().ok()?;
+        // Side-channel writes happen under the state lock: a peer that stops reading must
+        // not wedge us, so a blocked write fails the link after the probe time-out.
+        let _ = writer.set_write_timeout(Some(self.cfg.probe_timeout()));
         let link = state.next_link;
         state.next_link += 1;
         state.peers.insert(

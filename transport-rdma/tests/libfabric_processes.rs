@@ -9,7 +9,15 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use spindle_transport_rdma::libfabric::LibfabricEndpoint;
-use spindle_transport_rdma::{Endpoint, Error, Event, FabricConfig};
+use spindle_transport_rdma::{Endpoint, Error, Event, FabricConfig, FailureReason};
+
+fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name} {pid}");
+}
 
 /// Give-up bound for anything awaited (liveness, never asserted as a timing).
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -129,6 +137,29 @@ fn guarded_writes_across_processes() {
             },
             "{provider}"
         );
+        if provider == "tcp;ofi_rxm" {
+            // A frozen peer (SIGSTOP: its connections stay open, it just goes silent) is
+            // declared failed by the probe time-out.
+            signal(child.id(), "STOP");
+            let event = next_event(&ep, "PeerFailed", |e| {
+                matches!(e, Event::PeerFailed { peer: 2, .. })
+            });
+            assert!(
+                matches!(
+                    event,
+                    Event::PeerFailed {
+                        reason: FailureReason::ProbeTimeout { .. },
+                        ..
+                    }
+                ),
+                "{provider}: {event:?}"
+            );
+            signal(child.id(), "CONT");
+            child.kill().unwrap();
+            child.wait().unwrap();
+            ep.close();
+            continue;
+        }
         // A peer process that dies is reported as failed (side channel reset or probe silence).
         child.kill().unwrap();
         child.wait().unwrap();

@@ -1,1 +1,2032 @@
 //! Stream links shared by the tcp and shm backends: framing, handshake, probes.
+//!
+//! A backend that talks to each peer over one reliable byte stream (a `TcpStream`, a
+//! `UnixStream`) builds on a [`Hub`]: the hub owns the local regions, the peer table, the
+//! event queue and the doorbell, and runs the protocol below on any [`LinkStream`]. The
+//! backend only makes streams (listens, dials) and hands them over:
+//!
+//! - [`Hub::new`] with a [`LinkHooks`] implementation (the defaults give tcp behaviour);
+//! - an accepted stream goes to [`Hub::run_acceptor`] (on a thread of its own: it performs
+//!   the handshake, then becomes that peer's reader thread);
+//! - [`Endpoint::connect`] becomes [`Hub::begin_connect`] (dedups attempts; returns an
+//!   attempt id or `None` when a link exists or is being made), then the backend dials on
+//!   a thread and calls [`Hub::run_initiator`] with the stream, or
+//!   [`Hub::attempt_failed`] if dialing fails;
+//! - every other [`Endpoint`] method delegates to the hub method of the same name.
+//!
+//! ## Wire format
+//!
+//! Every frame is `body_len: u32 LE, kind: u8, body`; integers are little endian. See
+//! [`Frame`] for the bodies. Every length is checked against the crate's `*_MAX` bounds
+//! and every write against the target region before anything is applied; a peer whose
+//! bytes do not decode is disconnected with [`FailureReason::Malformed`].
+//!
+//! ## Handshake and simultaneous connects
+//!
+//! The initiator sends `Hello` (its node id, the node id it expects to reach, its
+//! incarnation and its region table). The acceptor decides, under the peer-table lock:
+//! with no link (or a failed one) it accepts; with its own attempt to the same peer in
+//! flight it accepts only if the initiator has the lower node id (the connection
+//! initiated by the lower node id is the one kept, on both sides); with a live link to
+//! the same incarnation it rejects; with a live link to an older incarnation (the peer
+//! restarted) it fails the old link and accepts. Accepting means replying with its own
+//! `Hello`; rejecting means `Goodbye`. Both sides report [`Event::PeerConnected`] once the
+//! link is installed, with the peer's regions already known.
+//!
+//! ## Threads, queues and backpressure
+//!
+//! Per link: a reader thread decodes frames into a reusable buffer and applies writes in
+//! order (through [`LinkHooks::apply_write`]), and a writer thread that only works when
+//! the socket would block. Writers encode frames into the link's outbound buffer and the
+//! first caller to find the socket free sends the whole buffer with one non-blocking
+//! syscall (opportunistic batching: frames queued meanwhile by other threads go out in
+//! the next syscall). When the socket is full the buffer is handed to the writer thread;
+//! callers keep queuing up to [`FabricConfig::outbound_bytes_max`] bytes, then get
+//! [`Error::QueueFull`] for that peer only. Events go into a queue bounded by
+//! [`EVENT_QUEUE_MAX`]; when it is full the reader stops reading from its peer
+//! (backpressure, never loss), and a peer that is waited for this way is not declared
+//! silent. A probe thread sends `Probe` every [`FabricConfig::probe_interval_ms`] on each
+//! idle link and fails links silent for [`FabricConfig::probe_timeout_ms`].
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::{
+    Doorbell, Error, Event, FabricConfig, FailureReason, NodeId, Region, RegionDesc, RegionId,
+    Result, EVENT_QUEUE_MAX, PEERS_MAX, REGIONS_PER_ENDPOINT_MAX, REGION_BYTES_MAX, SEND_BYTES_MAX,
+    WORD_BYTES, WRITE_BYTES_MAX,
+};
+
+// ---------------------------------------------------------------------------------------
+// Frame codec (sans-IO)
+// ---------------------------------------------------------------------------------------
+
+/// `"SPDL"`: the first field of every `Hello`.
+pub const HELLO_MAGIC: u32 = 0x5350_444C;
+/// Wire protocol version; a peer with another version is rejected as malformed.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Bytes of the frame header: body length (u32) and kind (u8).
+pub const FRAME_HEADER_BYTES: usize = 5;
+/// Largest opaque tag a backend may attach to a region (shm: the mapping's name).
+pub const REGION_TAG_BYTES_MAX: usize = 256;
+/// Fixed part of a `WriteRelease` body: region, offset, guard offset, guard.
+const WRITE_RELEASE_FIXED_BYTES: usize = 4 + 8 + 8 + 8;
+/// Fixed part of a `Hello` body: magic, version, node, target, incarnation, count.
+const HELLO_FIXED_BYTES: usize = 4 + 2 + 4 + 4 + 8 + 4;
+/// One region-table entry without its tag: id, len, tag length.
+const REGION_ENTRY_FIXED_BYTES: usize = 4 + 8 + 2;
+/// Largest frame body any kind may have.
+pub const FRAME_BODY_BYTES_MAX: usize = {
+    let write = WRITE_BYTES_MAX + WRITE_RELEASE_FIXED_BYTES;
+    let send = SEND_BYTES_MAX + 4;
+    let hello = HELLO_FIXED_BYTES
+        + REGIONS_PER_ENDPOINT_MAX * (REGION_ENTRY_FIXED_BYTES + REGION_TAG_BYTES_MAX);
+    let mut max = write;
+    if send > max {
+        max = send;
+    }
+    if hello > max {
+        max = hello;
+    }
+    max
+};
+const _: () = assert!(FRAME_BODY_BYTES_MAX <= u32::MAX as usize);
+
+const KIND_HELLO: u8 = 1;
+const KIND_REGION_ANNOUNCE: u8 = 2;
+const KIND_REGION_WITHDRAW: u8 = 3;
+const KIND_WRITE: u8 = 4;
+const KIND_WRITE_RELEASE: u8 = 5;
+const KIND_SEND: u8 = 6;
+const KIND_PROBE: u8 = 7;
+const KIND_GOODBYE: u8 = 8;
+
+/// One entry of a region table, as carried by `Hello` and `RegionAnnounce`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionEntry {
+    /// The region id on the sender.
+    pub id: RegionId,
+    /// Its length in bytes (whole words, at most [`REGION_BYTES_MAX`]).
+    pub len: usize,
+    /// Backend-specific bytes (at most [`REGION_TAG_BYTES_MAX`]); empty for tcp.
+    pub tag: Vec<u8>,
+}
+
+/// The first frame each side sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// The sender's node id.
+    pub node: NodeId,
+    /// The node id the sender expects to be talking to.
+    pub target: NodeId,
+    /// Distinguishes restarts of the same node id (a fresh value per endpoint).
+    pub incarnation: u64,
+    /// The sender's registered regions.
+    pub regions: Vec<RegionEntry>,
+}
+
+/// A decoded frame; byte payloads borrow the receive buffer (no copy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// Handshake.
+    Hello(Hello),
+    /// A region registered after the link came up.
+    RegionAnnounce(RegionEntry),
+    /// A region deregistered.
+    RegionWithdraw {
+        /// The region id.
+        id: RegionId,
+    },
+    /// One-sided write of `bytes` at `offset` of the receiver's region `region`.
+    Write {
+        /// Target region.
+        region: RegionId,
+        /// Byte offset.
+        offset: usize,
+        /// The data.
+        bytes: &'a [u8],
+    },
+    /// Write, then release-store `guard` into the word at `guard_offset`.
+    WriteRelease {
+        /// Target region.
+        region: RegionId,
+        /// Byte offset of the payload.
+        offset: usize,
+        /// The payload.
+        bytes: &'a [u8],
+        /// Aligned offset of the guard word.
+        guard_offset: usize,
+        /// The guard value.
+        guard: u64,
+    },
+    /// Two-sided message.
+    Send {
+        /// Immediate.
+        imm: u32,
+        /// The message.
+        bytes: &'a [u8],
+    },
+    /// Heartbeat; carries nothing.
+    Probe,
+    /// The sender closes the link on purpose.
+    Goodbye,
+}
+
+/// Result of looking at the front of a receive buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded<'a> {
+    /// A whole frame, and how many bytes of the buffer it used.
+    Frame(Frame<'a>, usize),
+    /// More bytes are needed: the frame (as far as known) is `needed` bytes long.
+    Incomplete {
+        /// Total bytes the buffer must hold, from its start, to decode the next frame.
+        needed: usize,
+    },
+}
+
+fn malformed(detail: impl Into<String>) -> Error {
+    Error::Malformed {
+        source_name: "peer".into(),
+        detail: detail.into(),
+    }
+}
+
+/// A little-endian cursor over a frame body; every read is bounds-checked.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
+        if self.bytes.len() < n {
+            return Err(malformed(format!("frame body too short for {what}")));
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+    fn u16(&mut self, what: &str) -> Result<u16> {
+        let b = self.take(2, what)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self, what: &str) -> Result<u32> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self, what: &str) -> Result<u64> {
+        let b = self.take(8, what)?;
+        let mut raw = [0u8; 8];
+        raw.copy_from_slice(b);
+        Ok(u64::from_le_bytes(raw))
+    }
+    fn usize(&mut self, what: &str) -> Result<usize> {
+        let v = self.u64(what)?;
+        usize::try_from(v).map_err(|_| malformed(format!("{what} {v} overflows usize")))
+    }
+    fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.bytes)
+    }
+    fn finish(&self, what: &str) -> Result<()> {
+        if self.bytes.is_empty() {
+            Ok(())
+        } else {
+            Err(malformed(format!(
+                "{} trailing bytes after {what}",
+                self.bytes.len()
+            )))
+        }
+    }
+    fn region_entry(&mut self) -> Result<RegionEntry> {
+        let id = self.u32("region id")?;
+        let len = self.usize("region length")?;
+        if len > REGION_BYTES_MAX || len % WORD_BYTES != 0 {
+            return Err(malformed(format!("region {id} has bad length {len}")));
+        }
+        let tag_len = usize::from(self.u16("region tag length")?);
+        if tag_len > REGION_TAG_BYTES_MAX {
+            return Err(malformed(format!("region tag of {tag_len} bytes")));
+        }
+        let tag = self.take(tag_len, "region tag")?.to_vec();
+        Ok(RegionEntry { id, len, tag })
+    }
+}
+
+/// Looks at the front of `buf`: a whole frame, a request for more bytes, or an error for
+/// bytes that can never decode. Never panics, whatever `buf` holds.
+pub fn decode_frame(buf: &[u8]) -> Result<Decoded<'_>> {
+    if buf.len() < FRAME_HEADER_BYTES {
+        return Ok(Decoded::Incomplete {
+            needed: FRAME_HEADER_BYTES,
+        });
+    }
+    let body_len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    let kind = buf[4];
+    if body_len > FRAME_BODY_BYTES_MAX {
+        return Err(malformed(format!(
+            "frame body of {body_len} bytes exceeds {FRAME_BODY_BYTES_MAX}"
+        )));
+    }
+    if !(KIND_HELLO..=KIND_GOODBYE).contains(&kind) {
+        return Err(malformed(format!("unknown frame kind {kind}")));
+    }
+    let total = FRAME_HEADER_BYTES + body_len;
+    if buf.len() < total {
+        return Ok(Decoded::Incomplete { needed: total });
+    }
+    let mut c = Cursor {
+        bytes: &buf[FRAME_HEADER_BYTES..total],
+    };
+    let frame = match kind {
+        KIND_HELLO => {
+            let magic = c.u32("magic")?;
+            if magic != HELLO_MAGIC {
+                return Err(malformed(format!("bad magic {magic:#x}")));
+            }
+            let version = c.u16("version")?;
+            if version != PROTOCOL_VERSION {
+                return Err(malformed(format!(
+                    "protocol version {version}, expected {PROTOCOL_VERSION}"
+                )));
+            }
+            let node = c.u32("node")?;
+            let target = c.u32("target")?;
+            let incarnation = c.u64("incarnation")?;
+            let count = c.u32("region count")? as usize;
+            if count > REGIONS_PER_ENDPOINT_MAX {
+                return Err(malformed(format!("{count} regions in hello")));
+            }
+            // Each entry is at least REGION_ENTRY_FIXED_BYTES: reject before allocating.
+            if count * REGION_ENTRY_FIXED_BYTES > c.bytes.len() {
+                return Err(malformed("hello region table is truncated"));
+            }
+            let mut regions = Vec::with_capacity(count);
+            for _ in 0..count {
+                regions.push(c.region_entry()?);
+            }
+            c.finish("hello")?;
+            Frame::Hello(Hello {
+                node,
+                target,
+                incarnation,
+                regions,
+            })
+        }
+        KIND_REGION_ANNOUNCE => {
+            let entry = c.region_entry()?;
+            c.finish("region announce")?;
+            Frame::RegionAnnounce(entry)
+        }
+        KIND_REGION_WITHDRAW => {
+            let id = c.u32("region id")?;
+            c.finish("region withdraw")?;
+            Frame::RegionWithdraw { id }
+        }
+        KIND_WRITE => {
+            let region = c.u32("region")?;
+            let offset = c.usize("offset")?;
+            let bytes = c.rest();
+            if bytes.len() > WRITE_BYTES_MAX {
+                return Err(malformed(format!("write of {} bytes", bytes.len())));
+            }
+            Frame::Write {
+                region,
+                offset,
+                bytes,
+            }
+        }
+        KIND_WRITE_RELEASE => {
+            let region = c.u32("region")?;
+            let offset = c.usize("offset")?;
+            let guard_offset = c.usize("guard offset")?;
+            let guard = c.u64("guard")?;
+            let bytes = c.rest();
+            if bytes.len() > WRITE_BYTES_MAX {
+                return Err(malformed(format!("write of {} bytes", bytes.len())));
+            }
+            Frame::WriteRelease {
+                region,
+                offset,
+                bytes,
+                guard_offset,
+                guard,
+            }
+        }
+        KIND_SEND => {
+            let imm = c.u32("imm")?;
+            let bytes = c.rest();
+            if bytes.len() > SEND_BYTES_MAX {
+                return Err(malformed(format!("send of {} bytes", bytes.len())));
+            }
+            Frame::Send { imm, bytes }
+        }
+        KIND_PROBE => {
+            c.finish("probe")?;
+            Frame::Probe
+        }
+        _ => {
+            c.finish("goodbye")?;
+            Frame::Goodbye
+        }
+    };
+    Ok(Decoded::Frame(frame, total))
+}
+
+fn put_header(out: &mut Vec<u8>, kind: u8, body_len: usize) {
+    assert!(
+        body_len <= FRAME_BODY_BYTES_MAX,
+        "callers check sizes against the *_MAX bounds before encoding"
+    );
+    out.extend_from_slice(&(body_len as u32).to_le_bytes());
+    out.push(kind);
+}
+
+fn put_entry(out: &mut Vec<u8>, entry: &RegionEntry) {
+    assert!(
+        entry.tag.len() <= REGION_TAG_BYTES_MAX,
+        "hooks return tags within REGION_TAG_BYTES_MAX (checked at registration)"
+    );
+    out.extend_from_slice(&entry.id.to_le_bytes());
+    out.extend_from_slice(&(entry.len as u64).to_le_bytes());
+    out.extend_from_slice(&(entry.tag.len() as u16).to_le_bytes());
+    out.extend_from_slice(&entry.tag);
+}
+
+/// Appends a `Hello` frame.
+pub fn encode_hello(out: &mut Vec<u8>, hello: &Hello) {
+    let body: usize = HELLO_FIXED_BYTES
+        + hello
+            .regions
+            .iter()
+            .map(|e| REGION_ENTRY_FIXED_BYTES + e.tag.len())
+            .sum::<usize>();
+    put_header(out, KIND_HELLO, body);
+    out.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
+    out.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+    out.extend_from_slice(&hello.node.to_le_bytes());
+    out.extend_from_slice(&hello.target.to_le_bytes());
+    out.extend_from_slice(&hello.incarnation.to_le_bytes());
+    out.extend_from_slice(&(hello.regions.len() as u32).to_le_bytes());
+    for entry in &hello.regions {
+        put_entry(out, entry);
+    }
+}
+
+/// Appends a `RegionAnnounce` frame.
+pub fn encode_region_announce(out: &mut Vec<u8>, entry: &RegionEntry) {
+    put_header(
+        out,
+        KIND_REGION_ANNOUNCE,
+        REGION_ENTRY_FIXED_BYTES + entry.tag.len(),
+    );
+    put_entry(out, entry);
+}
+
+/// Appends a `RegionWithdraw` frame.
+pub fn encode_region_withdraw(out: &mut Vec<u8>, id: RegionId) {
+    put_header(out, KIND_REGION_WITHDRAW, 4);
+    out.extend_from_slice(&id.to_le_bytes());
+}
+
+/// Appends a `Write` frame (`bytes.len() <= WRITE_BYTES_MAX`, checked by the caller).
+pub fn encode_write(out: &mut Vec<u8>, region: RegionId, offset: usize, bytes: &[u8]) {
+    put_header(out, KIND_WRITE, 12 + bytes.len());
+    out.extend_from_slice(&region.to_le_bytes());
+    out.extend_from_slice(&(offset as u64).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// Appends a `WriteRelease` frame.
+pub fn encode_write_release(
+    out: &mut Vec<u8>,
+    region: RegionId,
+    offset: usize,
+    bytes: &[u8],
+    guard_offset: usize,
+    guard: u64,
+) {
+    put_header(
+        out,
+        KIND_WRITE_RELEASE,
+        WRITE_RELEASE_FIXED_BYTES + bytes.len(),
+    );
+    out.extend_from_slice(&region.to_le_bytes());
+    out.extend_from_slice(&(offset as u64).to_le_bytes());
+    out.extend_from_slice(&(guard_offset as u64).to_le_bytes());
+    out.extend_from_slice(&guard.to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// Appends a `Send` frame.
+pub fn encode_send(out: &mut Vec<u8>, imm: u32, bytes: &[u8]) {
+    put_header(out, KIND_SEND, 4 + bytes.len());
+    out.extend_from_slice(&imm.to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// Appends a `Probe` frame.
+pub fn encode_probe(out: &mut Vec<u8>) {
+    put_header(out, KIND_PROBE, 0);
+}
+
+/// Appends a `Goodbye` frame.
+pub fn encode_goodbye(out: &mut Vec<u8>) {
+    put_header(out, KIND_GOODBYE, 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// Streams and hooks
+// ---------------------------------------------------------------------------------------
+
+/// A connected, reliable byte stream to one peer (TcpStream, UnixStream).
+pub trait LinkStream: Read + Write + AsRawFd + Send + Sync + Sized + 'static {
+    /// Another handle to the same stream.
+    fn try_clone_stream(&self) -> io::Result<Self>;
+    /// Shuts both directions down, waking threads blocked on the stream.
+    fn shutdown_both(&self);
+    /// Sets the read time-out (`None`: block).
+    fn set_read_timeout_ms(&self, timeout: Option<Duration>) -> io::Result<()>;
+    /// Sets the time-out of blocking writes.
+    fn set_write_timeout_ms(&self, timeout: Option<Duration>) -> io::Result<()>;
+}
+
+impl LinkStream for std::net::TcpStream {
+    fn try_clone_stream(&self) -> io::Result<Self> {
+        self.try_clone()
+    }
+    fn shutdown_both(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Both);
+    }
+    fn set_read_timeout_ms(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(timeout)
+    }
+    fn set_write_timeout_ms(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.set_write_timeout(timeout)
+    }
+}
+
+impl LinkStream for std::os::unix::net::UnixStream {
+    fn try_clone_stream(&self) -> io::Result<Self> {
+        self.try_clone()
+    }
+    fn shutdown_both(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Both);
+    }
+    fn set_read_timeout_ms(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(timeout)
+    }
+    fn set_write_timeout_ms(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.set_write_timeout(timeout)
+    }
+}
+
+/// What the hub does with an outgoing one-sided write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteWrite {
+    /// Frame it on the link (tcp).
+    Framed,
+    /// The hook already wrote the peer's memory itself (shm); nothing goes on the link.
+    Done,
+}
+
+/// The places where a backend changes the link's behaviour. Every method has the tcp
+/// behaviour as its default.
+pub trait LinkHooks: Send + Sync + 'static {
+    /// Makes the memory for a local region of `len` bytes (whole words) and the tag peers
+    /// need to reach it (at most [`REGION_TAG_BYTES_MAX`] bytes). Default: heap, no tag.
+    fn make_region(&self, id: RegionId, len: usize) -> Result<(Region, Vec<u8>)> {
+        Ok((Region::new_heap(id, len)?, Vec::new()))
+    }
+
+    /// A local region was deregistered.
+    fn region_dropped(&self, _id: RegionId) {}
+
+    /// A peer announced a region (in its `Hello` or later). An error disconnects the peer
+    /// as malformed. Default: nothing to do.
+    fn remote_region_announced(
+        &self,
+        _peer: NodeId,
+        _desc: RegionDesc,
+        _tag: &[u8],
+    ) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    /// A peer withdrew a region, or its link failed (`None`: all of its regions).
+    fn remote_region_withdrawn(&self, _peer: NodeId, _id: Option<RegionId>) {}
+
+    /// An outgoing write to `peer`'s region `desc`, already checked against the region's
+    /// bounds (and the guard for alignment and bounds). Default: frame it.
+    fn remote_write(
+        &self,
+        _peer: NodeId,
+        _desc: RegionDesc,
+        _offset: usize,
+        _bytes: &[u8],
+        _guard: Option<(usize, u64)>,
+    ) -> Result<RemoteWrite> {
+        Ok(RemoteWrite::Framed)
+    }
+
+    /// Applies a `Write`/`WriteRelease` frame from `peer` to local `region`, already
+    /// checked against its bounds (and the guard for alignment and bounds). Called from
+    /// that peer's reader thread, in frame order. Default: copy, then release-store the
+    /// guard. shm never frames writes, so it may keep the default.
+    fn apply_write(
+        &self,
+        _peer: NodeId,
+        region: &Region,
+        offset: usize,
+        bytes: &[u8],
+        guard: Option<(usize, u64)>,
+    ) -> Result<()> {
+        region.write_bytes(offset, bytes)?;
+        if let Some((guard_offset, value)) = guard {
+            region.store_u64(guard_offset, value);
+        }
+        Ok(())
+    }
+}
+
+/// The tcp behaviour: every hook at its default.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DefaultHooks;
+
+impl LinkHooks for DefaultHooks {}
+
+// ---------------------------------------------------------------------------------------
+// Sockets: non-blocking and blocking sends without SIGPIPE
+// ---------------------------------------------------------------------------------------
+
+/// Sends as much of `buf` as the socket takes without blocking; `Ok(n)` with `n <
+/// buf.len()` means the socket is full.
+fn send_nonblocking(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    let mut sent = 0;
+    while sent < buf.len() {
+        let rest = &buf[sent..];
+        // SAFETY: `rest` is a valid readable slice of `rest.len()` bytes for the duration
+        // of the call; `fd` is a socket owned by the link, kept open by its `LinkStream`.
+        let n = unsafe {
+            libc::send(
+                fd,
+                rest.as_ptr().cast(),
+                rest.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n >= 0 {
+            sent += n as usize;
+            continue;
+        }
+        let err = io::Error::last_os_error();
+        match err.kind() {
+            io::ErrorKind::WouldBlock => return Ok(sent),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(err),
+        }
+    }
+    Ok(sent)
+}
+
+/// Sends all of `buf`, blocking (up to the socket's write time-out per call, then
+/// retrying while `keep_going` says so).
+fn send_blocking(fd: RawFd, buf: &[u8], keep_going: impl Fn() -> bool) -> io::Result<()> {
+    let mut sent = 0;
+    while sent < buf.len() {
+        let rest = &buf[sent..];
+        // SAFETY: as in `send_nonblocking`.
+        let n = unsafe { libc::send(fd, rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            sent += n as usize;
+            continue;
+        }
+        let err = io::Error::last_os_error();
+        match err.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut if keep_going() => continue,
+            _ => return Err(err),
+        }
+    }
+    Ok(())
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+fn read<T>(m: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|p| p.into_inner())
+}
+fn write<T>(m: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|p| p.into_inner())
+}
+
+// ---------------------------------------------------------------------------------------
+// Links
+// ---------------------------------------------------------------------------------------
+
+/// Initial receive buffer per link; it grows to the largest frame seen.
+const READ_BUFFER_BYTES: usize = 256 << 10;
+/// Outbound buffers larger than this are not kept for reuse after a burst.
+const SPARE_BUFFER_BYTES_MAX: usize = 4 << 20;
+/// Rounds of "send what others queued meanwhile" one caller does before handing the
+/// rest to the link's writer thread.
+const CALLER_FLUSH_ROUNDS_MAX: usize = 4;
+/// How long a reader blocked on a full event queue sleeps between checks for failure.
+const BACKPRESSURE_RECHECK: Duration = Duration::from_millis(50);
+
+#[derive(Debug, Default)]
+struct Outbound {
+    /// Encoded frames not yet handed to the socket.
+    pending: Vec<u8>,
+    /// A buffer the socket would not take all of, and how much of it was sent; owned by
+    /// the writer thread.
+    inflight: Option<(Vec<u8>, usize)>,
+    /// Someone (a caller or the writer thread) is sending; others only append.
+    flushing: bool,
+    /// An empty buffer kept for reuse.
+    spare: Vec<u8>,
+    /// The writer thread should exit (after draining, if `drain_then_close`).
+    closed: bool,
+    /// Send everything queued, then shut the stream down.
+    drain_then_close: bool,
+}
+
+impl Outbound {
+    fn queued_bytes(&self) -> usize {
+        self.pending.len() + self.inflight.as_ref().map_or(0, |(b, s)| b.len() - s)
+    }
+}
+
+/// One live connection to a peer.
+struct Link<S: LinkStream> {
+    peer: NodeId,
+    /// The peer's incarnation (from its `Hello`).
+    incarnation: u64,
+    stream: S,
+    fd: RawFd,
+    out: Mutex<Outbound>,
+    out_wake: Condvar,
+    remote_regions: RwLock<BTreeMap<RegionId, RegionDesc>>,
+    /// Hub clock (ms) when bytes last arrived.
+    last_heard_ms: AtomicU64,
+    /// The reader is waiting for room in the event queue: silence is ours, not theirs.
+    backpressured: AtomicBool,
+    failed: AtomicBool,
+}
+
+impl<S: LinkStream> std::fmt::Debug for Link<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("peer", &self.peer)
+            .field("failed", &self.failed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+enum Slot<S: LinkStream> {
+    /// Our own connection attempt is in flight.
+    Pending {
+        attempt: u64,
+    },
+    Up(Arc<Link<S>>),
+    Failed(FailureReason),
+}
+
+struct Local {
+    regions: BTreeMap<RegionId, (Region, Vec<u8>)>,
+    /// Deregistered ids: late writes to them are dropped, not treated as malformed.
+    withdrawn: BTreeSet<RegionId>,
+}
+
+/// The shared state of a stream-linked endpoint. See the module docs for how a backend
+/// drives it.
+pub struct Hub<S: LinkStream> {
+    node: NodeId,
+    incarnation: u64,
+    cfg: FabricConfig,
+    hooks: Arc<dyn LinkHooks>,
+    start: Instant,
+    local: RwLock<Local>,
+    peers: RwLock<BTreeMap<NodeId, Slot<S>>>,
+    events: Mutex<VecDeque<Event>>,
+    events_space: Condvar,
+    doorbell: Doorbell,
+    next_attempt: AtomicU64,
+    closed: AtomicBool,
+}
+
+impl<S: LinkStream> std::fmt::Debug for Hub<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hub")
+            .field("node", &self.node)
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+fn fresh_incarnation(node: NodeId) -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let pid = u64::from(std::process::id());
+    nanos ^ (pid << 32) ^ u64::from(node).rotate_left(17) ^ COUNTER.fetch_add(1, Ordering::Relaxed)
+}
+
+impl<S: LinkStream> Hub<S> {
+    /// A hub for node `node`, and its probe thread (which exits when the hub is closed).
+    pub fn new(node: NodeId, cfg: FabricConfig, hooks: Arc<dyn LinkHooks>) -> Result<Arc<Self>> {
+        cfg.validate()?;
+        let hub = Arc::new(Hub {
+            node,
+            incarnation: fresh_incarnation(node),
+            cfg,
+            hooks,
+            start: Instant::now(),
+            local: RwLock::new(Local {
+                regions: BTreeMap::new(),
+                withdrawn: BTreeSet::new(),
+            }),
+            peers: RwLock::new(BTreeMap::new()),
+            events: Mutex::new(VecDeque::new()),
+            events_space: Condvar::new(),
+            doorbell: Doorbell::new(),
+            next_attempt: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
+        });
+        let weak = Arc::downgrade(&hub);
+        std::thread::Builder::new()
+            .name(format!("spindle-probe-{node}"))
+            .spawn(move || probe_loop(weak))
+            .map_err(|e| Error::io("spawning the probe thread", e))?;
+        Ok(hub)
+    }
+
+    /// This endpoint's node id.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FabricConfig {
+        &self.cfg
+    }
+
+    /// True once [`Hub::close`] ran.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.is_closed() {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    // ----- events -------------------------------------------------------------------
+
+    /// Queues a control event (connected / failed): at most two per link, so these may
+    /// exceed [`EVENT_QUEUE_MAX`] by a bounded amount and are never dropped.
+    fn push_control(&self, event: Event) {
+        lock(&self.events).push_back(event);
+        self.doorbell.ring();
+    }
+
+    /// Queues an event from `link`'s reader, waiting while the queue is full
+    /// (backpressure). Returns false if the link failed meanwhile (event dropped with it).
+    fn push_data(&self, link: &Link<S>, event: Event) -> bool {
+        let mut q = lock(&self.events);
+        while q.len() >= EVENT_QUEUE_MAX {
+            if link.failed.load(Ordering::Acquire) || self.is_closed() {
+                return false;
+            }
+            link.backpressured.store(true, Ordering::Release);
+            q = self
+                .events_space
+                .wait_timeout(q, BACKPRESSURE_RECHECK)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        if link.backpressured.swap(false, Ordering::AcqRel) {
+            link.last_heard_ms.store(self.now_ms(), Ordering::Release);
+        }
+        q.push_back(event);
+        drop(q);
+        self.doorbell.ring();
+        true
+    }
+
+    /// The next event, if any. Never blocks.
+    pub fn poll_event(&self) -> Option<Event> {
+        let mut q = lock(&self.events);
+        let was_full = q.len() >= EVENT_QUEUE_MAX;
+        let event = q.pop_front();
+        drop(q);
+        if was_full {
+            self.events_space.notify_all();
+        }
+        event
+    }
+
+    /// Parks on the doorbell.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        self.doorbell.wait(timeout)
+    }
+
+    /// The doorbell (rung on landed writes, queued events and drained queues).
+    #[allow(dead_code)] // for backends that write memory directly (shm)
+    pub fn doorbell(&self) -> &Doorbell {
+        &self.doorbell
+    }
+
+    // ----- peer table ---------------------------------------------------------------
+
+    fn link(&self, peer: NodeId) -> Result<Arc<Link<S>>> {
+        self.check_open()?;
+        match read(&self.peers).get(&peer) {
+            Some(Slot::Up(link)) => Ok(Arc::clone(link)),
+            Some(Slot::Failed(reason)) => Err(Error::PeerFailed {
+                peer,
+                reason: reason.clone(),
+            }),
+            _ => Err(Error::NotConnected { peer }),
+        }
+    }
+
+    /// Peers whose link is up, ascending.
+    pub fn peers(&self) -> Vec<NodeId> {
+        read(&self.peers)
+            .iter()
+            .filter_map(|(id, slot)| matches!(slot, Slot::Up(_)).then_some(*id))
+            .collect()
+    }
+
+    /// Registers interest in a link to `peer`. `Ok(Some(attempt))`: the caller must dial
+    /// and then call [`Hub::run_initiator`] or [`Hub::attempt_failed`] with that attempt.
+    /// `Ok(None)`: a link exists or is being made (idempotent).
+    pub fn begin_connect(&self, peer: NodeId) -> Result<Option<u64>> {
+        self.check_open()?;
+        if peer == self.node {
+            return Err(Error::InvalidPeer {
+                peer,
+                detail: "an endpoint cannot link to itself".into(),
+            });
+        }
+        let mut peers = write(&self.peers);
+        match peers.get(&peer) {
+            Some(Slot::Up(_)) | Some(Slot::Pending { .. }) => return Ok(None),
+            _ => {}
+        }
+        let live = peers
+            .values()
+            .filter(|s| !matches!(s, Slot::Failed(_)))
+            .count();
+        if live >= PEERS_MAX {
+            return Err(Error::InvalidPeer {
+                peer,
+                detail: format!("already linked to {PEERS_MAX} peers (PEERS_MAX)"),
+            });
+        }
+        let attempt = self.next_attempt.fetch_add(1, Ordering::Relaxed);
+        peers.insert(peer, Slot::Pending { attempt });
+        Ok(Some(attempt))
+    }
+
+    /// Dialing for `attempt` failed: the peer is reported failed unless another link to
+    /// it came up meanwhile.
+    pub fn attempt_failed(&self, peer: NodeId, attempt: u64, reason: FailureReason) {
+        let mut peers = write(&self.peers);
+        if matches!(peers.get(&peer), Some(Slot::Pending { attempt: a }) if *a == attempt) {
+            peers.insert(peer, Slot::Failed(reason.clone()));
+            drop(peers);
+            self.push_control(Event::PeerFailed { peer, reason });
+        }
+    }
+
+    fn hello(&self, target: NodeId, local: &Local) -> Hello {
+        Hello {
+            node: self.node,
+            target,
+            incarnation: self.incarnation,
+            regions: local
+                .regions
+                .iter()
+                .map(|(id, (region, tag))| RegionEntry {
+                    id: *id,
+                    len: region.len(),
+                    tag: tag.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    fn check_hello(&self, hello: &Hello, expected: Option<NodeId>) -> Result<()> {
+        if hello.target != self.node {
+            return Err(malformed(format!(
+                "hello meant for node {}, this is node {}",
+                hello.target, self.node
+            )));
+        }
+        if hello.node == self.node {
+            return Err(malformed("hello from our own node id"));
+        }
+        if let Some(expected) = expected {
+            if hello.node != expected {
+                return Err(malformed(format!(
+                    "expected node {expected}, reached node {}",
+                    hello.node
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn new_link(&self, stream: S, hello: &Hello) -> Result<Arc<Link<S>>> {
+        let now = self.now_ms();
+        let fd = stream.as_raw_fd();
+        let _ = stream.set_write_timeout_ms(Some(self.cfg.probe_timeout()));
+        let mut remote = BTreeMap::new();
+        for entry in &hello.regions {
+            let desc = RegionDesc {
+                node: hello.node,
+                region: entry.id,
+                len: entry.len,
+            };
+            self.hooks
+                .remote_region_announced(hello.node, desc, &entry.tag)
+                .map_err(malformed)?;
+            remote.insert(entry.id, desc);
+        }
+        Ok(Arc::new(Link {
+            peer: hello.node,
+            incarnation: hello.incarnation,
+            stream,
+            fd,
+            out: Mutex::new(Outbound::default()),
+            out_wake: Condvar::new(),
+            remote_regions: RwLock::new(remote),
+            last_heard_ms: AtomicU64::new(now),
+            backpressured: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+        }))
+    }
+
+    /// Starts the writer thread of `link`.
+    fn spawn_writer(self: &Arc<Self>, link: &Arc<Link<S>>) -> Result<()> {
+        let hub = Arc::clone(self);
+        let l = Arc::clone(link);
+        std::thread::Builder::new()
+            .name(format!("spindle-w{}-{}", self.node, link.peer))
+            .spawn(move || hub.writer_loop(&l))
+            .map(|_| ())
+            .map_err(|e| Error::io("spawning a writer thread", e))
+    }
+
+    /// Runs the initiator side on a freshly dialed stream for `attempt`, then becomes the
+    /// link's reader thread. Returns when the link ends.
+    pub fn run_initiator(self: Arc<Self>, peer: NodeId, attempt: u64, mut stream: S) {
+        let result = (|| -> Result<Option<(Arc<Link<S>>, FrameReader)>> {
+            stream
+                .set_read_timeout_ms(Some(Duration::from_millis(self.cfg.connect_timeout_ms)))
+                .map_err(|e| Error::io("setting a read time-out", e))?;
+            let hello = {
+                let local = read(&self.local);
+                self.hello(peer, &local)
+            };
+            let mut buf = Vec::new();
+            encode_hello(&mut buf, &hello);
+            let regions_sent: BTreeSet<RegionId> = hello.regions.iter().map(|e| e.id).collect();
+            let _ = stream
+                .set_write_timeout_ms(Some(Duration::from_millis(self.cfg.connect_timeout_ms)));
+            stream
+                .write_all(&buf)
+                .map_err(|e| Error::io("sending hello", e))?;
+            let mut reader = FrameReader::new();
+            let reply = reader.next_owned_hello(&mut stream)?;
+            let Some(reply) = reply else {
+                // Rejected (Goodbye): the peer keeps its own connection to us.
+                return Ok(None);
+            };
+            self.check_hello(&reply, Some(peer))?;
+            stream
+                .set_read_timeout_ms(None)
+                .map_err(|e| Error::io("clearing the read time-out", e))?;
+            let link = self.new_link(
+                stream
+                    .try_clone_stream()
+                    .map_err(|e| Error::io("cloning a stream", e))?,
+                &reply,
+            )?;
+            // Install, unless another link won meanwhile.
+            let local = read(&self.local);
+            let mut peers = write(&self.peers);
+            let ours =
+                matches!(peers.get(&peer), Some(Slot::Pending { attempt: a }) if *a == attempt);
+            if !ours {
+                drop(peers);
+                drop(local);
+                let mut bye = Vec::new();
+                encode_goodbye(&mut bye);
+                let _ = stream.write_all(&bye);
+                stream.shutdown_both();
+                return Ok(None);
+            }
+            // Regions that changed between our Hello and now.
+            {
+                let mut out = lock(&link.out);
+                for (id, (region, tag)) in &local.regions {
+                    if !regions_sent.contains(id) {
+                        encode_region_announce(
+                            &mut out.pending,
+                            &RegionEntry {
+                                id: *id,
+                                len: region.len(),
+                                tag: tag.clone(),
+                            },
+                        );
+                    }
+                }
+                for id in &regions_sent {
+                    if !local.regions.contains_key(id) {
+                        encode_region_withdraw(&mut out.pending, *id);
+                    }
+                }
+            }
+            peers.insert(peer, Slot::Up(Arc::clone(&link)));
+            drop(peers);
+            drop(local);
+            self.push_control(Event::PeerConnected { peer });
+            Ok(Some((link, reader)))
+        })();
+        match result {
+            Ok(Some((link, reader))) => {
+                if let Err(e) = self.spawn_writer(&link) {
+                    self.fail(&link, FailureReason::ConnectionLost(e.to_string()));
+                    return;
+                }
+                self.try_flush(&link);
+                self.reader_loop(&link, reader, stream);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let reason = match e {
+                    Error::Malformed { detail, .. } => FailureReason::Malformed(detail),
+                    other => FailureReason::ConnectionLost(other.to_string()),
+                };
+                self.attempt_failed(peer, attempt, reason);
+            }
+        }
+    }
+
+    /// Runs the acceptor side on an accepted stream, then becomes the link's reader
+    /// thread. Streams whose first bytes are not a valid `Hello` for this node are
+    /// dropped (no peer id is known, so no event). Returns when the link ends.
+    #[allow(dead_code)] // tcp uses run_acceptor_then; shm may use either
+    pub fn run_acceptor(self: Arc<Self>, stream: S) {
+        self.run_acceptor_then(stream, || {});
+    }
+
+    /// As [`Hub::run_acceptor`], calling `handshake_done` once the handshake is over
+    /// (accepted, rejected or failed), before the link's reader loop starts.
+    pub fn run_acceptor_then(self: Arc<Self>, mut stream: S, handshake_done: impl FnOnce()) {
+        if self.is_closed() {
+            handshake_done();
+            return;
+        }
+        let result = (|| -> Result<Option<(Arc<Link<S>>, FrameReader)>> {
+            stream
+                .set_read_timeout_ms(Some(Duration::from_millis(self.cfg.connect_timeout_ms)))
+                .map_err(|e| Error::io("setting a read time-out", e))?;
+            let _ = stream
+                .set_write_timeout_ms(Some(Duration::from_millis(self.cfg.connect_timeout_ms)));
+            let mut reader = FrameReader::new();
+            let Some(hello) = reader.next_owned_hello(&mut stream)? else {
+                return Ok(None);
+            };
+            self.check_hello(&hello, None)?;
+            stream
+                .set_read_timeout_ms(None)
+                .map_err(|e| Error::io("clearing the read time-out", e))?;
+            let peer = hello.node;
+            let local = read(&self.local);
+            let mut peers = write(&self.peers);
+            let mut old = None;
+            let accept = match peers.get(&peer) {
+                None | Some(Slot::Failed(_)) => {
+                    let live = peers
+                        .values()
+                        .filter(|s| !matches!(s, Slot::Failed(_)))
+                        .count();
+                    live < PEERS_MAX
+                }
+                // Both sides dialed: keep the connection initiated by the lower id.
+                Some(Slot::Pending { .. }) => peer < self.node,
+                Some(Slot::Up(link)) if link.incarnation == hello.incarnation => false,
+                Some(Slot::Up(link)) => {
+                    old = Some(Arc::clone(link));
+                    true
+                }
+            };
+            if !accept {
+                drop(peers);
+                drop(local);
+                let mut bye = Vec::new();
+                encode_goodbye(&mut bye);
+                let _ = stream.write_all(&bye);
+                stream.shutdown_both();
+                return Ok(None);
+            }
+            let link = self.new_link(
+                stream
+                    .try_clone_stream()
+                    .map_err(|e| Error::io("cloning a stream", e))?,
+                &hello,
+            )?;
+            // The reply Hello is the link's first frame: later announcements follow it.
+            encode_hello(&mut lock(&link.out).pending, &self.hello(peer, &local));
+            peers.insert(peer, Slot::Up(Arc::clone(&link)));
+            drop(peers);
+            drop(local);
+            if let Some(old) = old {
+                self.fail(&old, FailureReason::ConnectionLost("peer restarted".into()));
+                // `fail` only marks the slot failed if it still holds `old`.
+            }
+            self.push_control(Event::PeerConnected { peer });
+            Ok(Some((link, reader)))
+        })();
+        match result {
+            Ok(Some((link, reader))) => {
+                handshake_done();
+                if let Err(e) = self.spawn_writer(&link) {
+                    self.fail(&link, FailureReason::ConnectionLost(e.to_string()));
+                    return;
+                }
+                self.try_flush(&link);
+                self.reader_loop(&link, reader, stream);
+            }
+            Ok(None) => handshake_done(),
+            Err(e) => {
+                handshake_done();
+                tracing::debug!(node = self.node, error = %e, "dropping an inbound stream");
+                stream.shutdown_both();
+            }
+        }
+    }
+
+    /// Declares `link` failed (once): reports it, marks the slot, wakes its threads.
+    fn fail(&self, link: &Link<S>, reason: FailureReason) {
+        if link.failed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        {
+            let mut peers = write(&self.peers);
+            if let Some(Slot::Up(current)) = peers.get(&link.peer) {
+                if std::ptr::eq(Arc::as_ptr(current), link) {
+                    peers.insert(link.peer, Slot::Failed(reason.clone()));
+                }
+            }
+        }
+        self.hooks.remote_region_withdrawn(link.peer, None);
+        {
+            let mut out = lock(&link.out);
+            out.closed = true;
+            if !out.drain_then_close {
+                drop(out);
+                link.stream.shutdown_both();
+            }
+        }
+        link.out_wake.notify_all();
+        self.events_space.notify_all();
+        tracing::debug!(node = self.node, peer = link.peer, %reason, "link failed");
+        self.push_control(Event::PeerFailed {
+            peer: link.peer,
+            reason,
+        });
+    }
+
+    // ----- sending ------------------------------------------------------------------
+
+    /// Appends a frame to `link`'s outbound buffer (within the bound unless `control`)
+    /// and sends if the socket is free.
+    fn enqueue(
+        &self,
+        link: &Link<S>,
+        frame_bytes: usize,
+        control: bool,
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<()> {
+        {
+            let mut out = lock(&link.out);
+            if link.failed.load(Ordering::Acquire) || out.closed {
+                drop(out);
+                return Err(self
+                    .link(link.peer)
+                    .err()
+                    .unwrap_or(Error::NotConnected { peer: link.peer }));
+            }
+            if !control && out.queued_bytes() + frame_bytes > self.cfg.outbound_bytes_max {
+                return Err(Error::QueueFull { peer: link.peer });
+            }
+            encode(&mut out.pending);
+            if out.flushing {
+                return Ok(());
+            }
+        }
+        self.try_flush(link);
+        Ok(())
+    }
+
+    /// Sends the outbound buffer from the calling thread, without blocking; hands it to
+    /// the writer thread when the socket is full.
+    fn try_flush(&self, link: &Link<S>) {
+        let mut out = lock(&link.out);
+        if out.flushing || out.pending.is_empty() || out.closed {
+            return;
+        }
+        out.flushing = true;
+        for _ in 0..CALLER_FLUSH_ROUNDS_MAX {
+            let spare = std::mem::take(&mut out.spare);
+            let buf = std::mem::replace(&mut out.pending, spare);
+            drop(out);
+            let result = send_nonblocking(link.fd, &buf);
+            out = lock(&link.out);
+            match result {
+                Ok(n) if n == buf.len() => {
+                    if buf.capacity() <= SPARE_BUFFER_BYTES_MAX {
+                        let mut buf = buf;
+                        buf.clear();
+                        out.spare = buf;
+                    }
+                    if out.pending.is_empty() {
+                        out.flushing = false;
+                        if out.drain_then_close {
+                            drop(out);
+                            link.out_wake.notify_all();
+                        }
+                        return;
+                    }
+                }
+                Ok(n) => {
+                    out.inflight = Some((buf, n));
+                    drop(out);
+                    link.out_wake.notify_all();
+                    return;
+                }
+                Err(e) => {
+                    out.flushing = false;
+                    drop(out);
+                    link.out_wake.notify_all();
+                    self.fail(link, FailureReason::ConnectionLost(e.to_string()));
+                    return;
+                }
+            }
+        }
+        // Others keep queuing: let the writer thread carry on.
+        let spare = std::mem::take(&mut out.spare);
+        let buf = std::mem::replace(&mut out.pending, spare);
+        out.inflight = Some((buf, 0));
+        drop(out);
+        link.out_wake.notify_all();
+    }
+
+    fn writer_loop(&self, link: &Link<S>) {
+        loop {
+            let (buf, sent) = {
+                let mut out = lock(&link.out);
+                loop {
+                    if let Some(job) = out.inflight.take() {
+                        break job;
+                    }
+                    if out.drain_then_close && !out.flushing {
+                        if out.pending.is_empty() {
+                            drop(out);
+                            link.stream.shutdown_both();
+                            return;
+                        }
+                        out.flushing = true;
+                        let spare = std::mem::take(&mut out.spare);
+                        let buf = std::mem::replace(&mut out.pending, spare);
+                        break (buf, 0);
+                    }
+                    if out.closed && !out.drain_then_close {
+                        return;
+                    }
+                    out = link.out_wake.wait(out).unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            // A stalled peer: keep retrying until the link fails (a draining link gets one
+            // more write time-out, then gives up).
+            let keep_going = || !lock(&link.out).closed;
+            let result = send_blocking(link.fd, &buf[sent..], keep_going);
+            let mut out = lock(&link.out);
+            if let Err(e) = result {
+                out.flushing = false;
+                let draining = out.drain_then_close;
+                drop(out);
+                if draining {
+                    link.stream.shutdown_both();
+                    return;
+                }
+                self.fail(link, FailureReason::ConnectionLost(e.to_string()));
+                return;
+            }
+            if buf.capacity() <= SPARE_BUFFER_BYTES_MAX {
+                let mut buf = buf;
+                buf.clear();
+                out.spare = buf;
+            }
+            if out.pending.is_empty() {
+                out.flushing = false;
+                drop(out);
+                self.doorbell.ring();
+            } else {
+                let spare = std::mem::take(&mut out.spare);
+                let next = std::mem::replace(&mut out.pending, spare);
+                out.inflight = Some((next, 0));
+            }
+        }
+    }
+
+    fn remote_desc(&self, link: &Link<S>, region: RegionId) -> Result<RegionDesc> {
+        read(&link.remote_regions)
+            .get(&region)
+            .copied()
+            .ok_or(Error::UnknownRegion {
+                node: link.peer,
+                region,
+            })
+    }
+
+    fn check_write(desc: &RegionDesc, offset: usize, len: usize) -> Result<()> {
+        if len > WRITE_BYTES_MAX {
+            return Err(Error::TooLarge {
+                what: "write",
+                len,
+                max: WRITE_BYTES_MAX,
+            });
+        }
+        match offset.checked_add(len) {
+            Some(end) if end <= desc.len => Ok(()),
+            _ => Err(Error::OutOfBounds {
+                node: desc.node,
+                region: desc.region,
+                offset,
+                len,
+                region_len: desc.len,
+            }),
+        }
+    }
+
+    fn check_guard(desc: &RegionDesc, guard_offset: usize) -> Result<()> {
+        if guard_offset % WORD_BYTES != 0 {
+            return Err(Error::Misaligned {
+                offset: guard_offset,
+            });
+        }
+        Self::check_write(desc, guard_offset, WORD_BYTES)
+    }
+
+    /// One-sided write (see [`crate::Endpoint::write`]).
+    pub fn write(&self, peer: NodeId, region: RegionId, offset: usize, bytes: &[u8]) -> Result<()> {
+        let link = self.link(peer)?;
+        let desc = self.remote_desc(&link, region)?;
+        Self::check_write(&desc, offset, bytes.len())?;
+        if self.hooks.remote_write(peer, desc, offset, bytes, None)? == RemoteWrite::Done {
+            return Ok(());
+        }
+        self.enqueue(&link, FRAME_HEADER_BYTES + 12 + bytes.len(), false, |out| {
+            encode_write(out, region, offset, bytes)
+        })
+    }
+
+    /// Write, then release the guard (see [`crate::Endpoint::write_then_release`]).
+    pub fn write_then_release(
+        &self,
+        peer: NodeId,
+        region: RegionId,
+        offset: usize,
+        bytes: &[u8],
+        guard_offset: usize,
+        guard_value: u64,
+    ) -> Result<()> {
+        let link = self.link(peer)?;
+        let desc = self.remote_desc(&link, region)?;
+        Self::check_write(&desc, offset, bytes.len())?;
+        Self::check_guard(&desc, guard_offset)?;
+        let guard = Some((guard_offset, guard_value));
+        if self.hooks.remote_write(peer, desc, offset, bytes, guard)? == RemoteWrite::Done {
+            return Ok(());
+        }
+        let frame = FRAME_HEADER_BYTES + WRITE_RELEASE_FIXED_BYTES + bytes.len();
+        self.enqueue(&link, frame, false, |out| {
+            encode_write_release(out, region, offset, bytes, guard_offset, guard_value)
+        })
+    }
+
+    /// Two-sided send (see [`crate::Endpoint::send`]).
+    pub fn send(&self, peer: NodeId, imm: u32, bytes: &[u8]) -> Result<()> {
+        if bytes.len() > SEND_BYTES_MAX {
+            return Err(Error::TooLarge {
+                what: "send",
+                len: bytes.len(),
+                max: SEND_BYTES_MAX,
+            });
+        }
+        let link = self.link(peer)?;
+        self.enqueue(&link, FRAME_HEADER_BYTES + 4 + bytes.len(), false, |out| {
+            encode_send(out, imm, bytes)
+        })
+    }
+
+    /// The descriptor of `peer`'s region `id`.
+    pub fn remote_region(&self, peer: NodeId, id: RegionId) -> Option<RegionDesc> {
+        let link = self.link(peer).ok()?;
+        let desc = read(&link.remote_regions).get(&id).copied();
+        desc
+    }
+
+    // ----- regions ------------------------------------------------------------------
+
+    /// Registers and announces a region (see [`crate::Endpoint::register_region`]).
+    pub fn register_region(&self, id: RegionId, len_bytes: usize) -> Result<Region> {
+        self.check_open()?;
+        crate::check_region_len(len_bytes)?;
+        let mut local = write(&self.local);
+        if local.regions.contains_key(&id) {
+            return Err(Error::RegionExists { region: id });
+        }
+        if local.regions.len() >= REGIONS_PER_ENDPOINT_MAX {
+            return Err(Error::TooLarge {
+                what: "region table",
+                len: local.regions.len() + 1,
+                max: REGIONS_PER_ENDPOINT_MAX,
+            });
+        }
+        let (region, tag) = self
+            .hooks
+            .make_region(id, crate::round_up_to_words(len_bytes))?;
+        if tag.len() > REGION_TAG_BYTES_MAX {
+            return Err(Error::TooLarge {
+                what: "region tag",
+                len: tag.len(),
+                max: REGION_TAG_BYTES_MAX,
+            });
+        }
+        let entry = RegionEntry {
+            id,
+            len: region.len(),
+            tag,
+        };
+        local.withdrawn.remove(&id);
+        local
+            .regions
+            .insert(id, (region.clone(), entry.tag.clone()));
+        let links: Vec<Arc<Link<S>>> = read(&self.peers)
+            .values()
+            .filter_map(|s| match s {
+                Slot::Up(l) => Some(Arc::clone(l)),
+                _ => None,
+            })
+            .collect();
+        for link in links {
+            let _ = self.enqueue(&link, 0, true, |out| encode_region_announce(out, &entry));
+        }
+        Ok(region)
+    }
+
+    /// Withdraws a region (see [`crate::Endpoint::deregister_region`]).
+    pub fn deregister_region(&self, id: RegionId) -> Result<()> {
+        self.check_open()?;
+        let mut local = write(&self.local);
+        if local.regions.remove(&id).is_none() {
+            return Err(Error::UnknownRegion {
+                node: self.node,
+                region: id,
+            });
+        }
+        local.withdrawn.insert(id);
+        let links: Vec<Arc<Link<S>>> = read(&self.peers)
+            .values()
+            .filter_map(|s| match s {
+                Slot::Up(l) => Some(Arc::clone(l)),
+                _ => None,
+            })
+            .collect();
+        for link in links {
+            let _ = self.enqueue(&link, 0, true, |out| encode_region_withdraw(out, id));
+        }
+        drop(local);
+        self.hooks.region_dropped(id);
+        Ok(())
+    }
+
+    // ----- closing ------------------------------------------------------------------
+
+    /// Sends `Goodbye` to `link`, drains what is queued, then closes it.
+    fn say_goodbye(&self, link: &Link<S>) {
+        {
+            let mut out = lock(&link.out);
+            if !out.closed {
+                encode_goodbye(&mut out.pending);
+                out.drain_then_close = true;
+            }
+        }
+        link.out_wake.notify_all();
+        self.fail(link, FailureReason::LocalClose);
+    }
+
+    /// Closes the link to `peer` gracefully (see [`crate::Endpoint::disconnect`]).
+    pub fn disconnect(&self, peer: NodeId) -> Result<()> {
+        self.check_open()?;
+        let mut peers = write(&self.peers);
+        match peers.get(&peer) {
+            Some(Slot::Up(link)) => {
+                let link = Arc::clone(link);
+                drop(peers);
+                self.say_goodbye(&link);
+                Ok(())
+            }
+            Some(Slot::Pending { .. }) => {
+                peers.insert(peer, Slot::Failed(FailureReason::LocalClose));
+                Ok(())
+            }
+            Some(Slot::Failed(_)) => Ok(()),
+            None => Err(Error::NotConnected { peer }),
+        }
+    }
+
+    /// Closes every link and stops the hub's threads (see [`crate::Endpoint::close`]).
+    pub fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let links: Vec<Arc<Link<S>>> = write(&self.peers)
+            .values()
+            .filter_map(|s| match s {
+                Slot::Up(l) => Some(Arc::clone(l)),
+                _ => None,
+            })
+            .collect();
+        for link in links {
+            self.say_goodbye(&link);
+        }
+        self.events_space.notify_all();
+        self.doorbell.ring();
+    }
+
+    // ----- receiving ----------------------------------------------------------------
+
+    fn reader_loop(&self, link: &Arc<Link<S>>, mut reader: FrameReader, mut stream: S) {
+        let reason = loop {
+            match reader.step(&mut stream, |frame| self.apply(link, frame)) {
+                Ok(Step::Continue { applied }) => {
+                    link.last_heard_ms.store(self.now_ms(), Ordering::Release);
+                    if applied {
+                        self.doorbell.ring();
+                    }
+                }
+                Ok(Step::Goodbye) => break FailureReason::Closed,
+                Ok(Step::Eof) => break FailureReason::ConnectionLost("end of stream".into()),
+                Err(Error::Malformed { detail, .. }) => break FailureReason::Malformed(detail),
+                Err(Error::Closed) => break FailureReason::LocalClose,
+                Err(e) => break FailureReason::ConnectionLost(e.to_string()),
+            }
+        };
+        self.doorbell.ring();
+        if matches!(reason, FailureReason::Malformed(_)) {
+            tracing::warn!(node = self.node, peer = link.peer, %reason, "disconnecting peer");
+        }
+        self.fail(link, reason);
+    }
+
+    /// Applies one frame from `link`'s peer. `Ok(false)`: a Goodbye.
+    fn apply(&self, link: &Link<S>, frame: Frame<'_>) -> Result<bool> {
+        if link.failed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        match frame {
+            Frame::Write {
+                region,
+                offset,
+                bytes,
+            } => self.apply_write(link, region, offset, bytes, None)?,
+            Frame::WriteRelease {
+                region,
+                offset,
+                bytes,
+                guard_offset,
+                guard,
+            } => self.apply_write(link, region, offset, bytes, Some((guard_offset, guard)))?,
+            Frame::Send { imm, bytes } => {
+                let event = Event::Recv {
+                    peer: link.peer,
+                    imm,
+                    data: bytes.to_vec(),
+                };
+                if !self.push_data(link, event) {
+                    return Err(Error::Closed);
+                }
+            }
+            Frame::Probe => {}
+            Frame::Goodbye => return Ok(false),
+            Frame::RegionAnnounce(entry) => {
+                let desc = RegionDesc {
+                    node: link.peer,
+                    region: entry.id,
+                    len: entry.len,
+                };
+                {
+                    let mut remote = write(&link.remote_regions);
+                    if remote.len() >= REGIONS_PER_ENDPOINT_MAX && !remote.contains_key(&entry.id) {
+                        return Err(malformed(
+                            "peer announced more than REGIONS_PER_ENDPOINT_MAX regions",
+                        ));
+                    }
+                    self.hooks
+                        .remote_region_announced(link.peer, desc, &entry.tag)
+                        .map_err(malformed)?;
+                    remote.insert(entry.id, desc);
+                }
+                let event = Event::RegionAnnounced {
+                    peer: link.peer,
+                    region: desc,
+                };
+                if !self.push_data(link, event) {
+                    return Err(Error::Closed);
+                }
+            }
+            Frame::RegionWithdraw { id } => {
+                let known = write(&link.remote_regions).remove(&id).is_some();
+                if known {
+                    self.hooks.remote_region_withdrawn(link.peer, Some(id));
+                    let event = Event::RegionWithdrawn {
+                        peer: link.peer,
+                        region: id,
+                    };
+                    if !self.push_data(link, event) {
+                        return Err(Error::Closed);
+                    }
+                }
+            }
+            Frame::Hello(_) => return Err(malformed("hello after the handshake")),
+        }
+        Ok(true)
+    }
+
+    fn apply_write(
+        &self,
+        link: &Link<S>,
+        id: RegionId,
+        offset: usize,
+        bytes: &[u8],
+        guard: Option<(usize, u64)>,
+    ) -> Result<()> {
+        let local = read(&self.local);
+        let Some((region, _)) = local.regions.get(&id) else {
+            if local.withdrawn.contains(&id) {
+                return Ok(()); // raced with our withdrawal: dropped, as documented
+            }
+            return Err(malformed(format!("write to unknown region {id}")));
+        };
+        let bad = |what: &str| {
+            malformed(format!(
+                "{what} out of bounds of region {id} ({} bytes)",
+                region.len()
+            ))
+        };
+        if region.check_range(offset, bytes.len()).is_err() {
+            return Err(bad("write"));
+        }
+        if let Some((guard_offset, _)) = guard {
+            if guard_offset % WORD_BYTES != 0 {
+                return Err(malformed(format!("misaligned guard offset {guard_offset}")));
+            }
+            if region.check_range(guard_offset, WORD_BYTES).is_err() {
+                return Err(bad("guard"));
+            }
+        }
+        let region = region.clone();
+        drop(local);
+        self.hooks
+            .apply_write(link.peer, &region, offset, bytes, guard)
+    }
+}
+
+fn probe_loop<S: LinkStream>(hub: std::sync::Weak<Hub<S>>) {
+    loop {
+        let Some(h) = hub.upgrade() else { return };
+        if h.is_closed() {
+            return;
+        }
+        let interval = h.cfg.probe_interval();
+        let links: Vec<Arc<Link<S>>> = read(&h.peers)
+            .values()
+            .filter_map(|s| match s {
+                Slot::Up(l) => Some(Arc::clone(l)),
+                _ => None,
+            })
+            .collect();
+        let now = h.now_ms();
+        for link in links {
+            let idle = {
+                let out = lock(&link.out);
+                out.pending.is_empty() && !out.flushing
+            };
+            if idle {
+                let _ = h.enqueue(&link, 0, true, encode_probe);
+            }
+            let heard = link.last_heard_ms.load(Ordering::Acquire);
+            let silent_ms = now.saturating_sub(heard);
+            if silent_ms > h.cfg.probe_timeout_ms && !link.backpressured.load(Ordering::Acquire) {
+                h.fail(&link, FailureReason::ProbeTimeout { silent_ms });
+            }
+        }
+        drop(h);
+        std::thread::sleep(interval);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Receive buffer
+// ---------------------------------------------------------------------------------------
+
+enum Step {
+    Continue { applied: bool },
+    Goodbye,
+    Eof,
+}
+
+/// A reusable receive buffer: frames are decoded and applied straight from it.
+#[derive(Debug)]
+pub struct FrameReader {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl Default for FrameReader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FrameReader {
+    /// An empty reader.
+    pub fn new() -> Self {
+        FrameReader {
+            buf: vec![0; READ_BUFFER_BYTES],
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// Makes room for a frame of `needed` bytes starting at `start`, then reads once.
+    /// `Ok(0)`: end of stream.
+    fn fill<R: Read>(&mut self, stream: &mut R, needed: usize) -> Result<usize> {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        if self.start + needed.max(1) > self.buf.len() || self.end == self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            if needed > self.buf.len() {
+                // Bounded: `needed` comes from a header checked against FRAME_BODY_BYTES_MAX.
+                self.buf.resize(needed, 0);
+            }
+        }
+        loop {
+            match stream.read(&mut self.buf[self.end..]) {
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io("reading from a peer", e)),
+            }
+        }
+    }
+
+    /// Reads the handshake reply: `Some(hello)`, or `None` for a Goodbye.
+    fn next_owned_hello<R: Read>(&mut self, stream: &mut R) -> Result<Option<Hello>> {
+        loop {
+            match decode_frame(&self.buf[self.start..self.end])? {
+                Decoded::Frame(frame, used) => {
+                    self.start += used;
+                    return match frame {
+                        Frame::Hello(h) => Ok(Some(h)),
+                        Frame::Goodbye => Ok(None),
+                        _ => Err(malformed("expected hello")),
+                    };
+                }
+                Decoded::Incomplete { needed } => {
+                    if self.fill(stream, needed)? == 0 {
+                        return Err(Error::io(
+                            "handshake",
+                            io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed"),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies every whole frame buffered, then reads once.
+    fn step<R: Read>(
+        &mut self,
+        stream: &mut R,
+        mut apply: impl FnMut(Frame<'_>) -> Result<bool>,
+    ) -> Result<Step> {
+        let mut applied = false;
+        loop {
+            match decode_frame(&self.buf[self.start..self.end])? {
+                Decoded::Frame(frame, used) => {
+                    let goodbye = matches!(frame, Frame::Goodbye);
+                    let keep_going = apply(frame)?;
+                    self.start += used;
+                    if goodbye || !keep_going {
+                        return Ok(Step::Goodbye);
+                    }
+                    applied = true;
+                }
+                Decoded::Incomplete { needed } => {
+                    if applied {
+                        // Let the caller ring the doorbell before we may block.
+                        return Ok(Step::Continue { applied });
+                    }
+                    return match self.fill(stream, needed)? {
+                        0 => Ok(Step::Eof),
+                        _ => Ok(Step::Continue { applied: false }),
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// Decodes `bytes` as a stream of frames until they run out or do not decode; returns
+/// how many whole frames decoded. Never panics: the fuzz and property-test entry point.
+pub fn decode_all(bytes: &[u8]) -> usize {
+    let mut pos = 0;
+    let mut frames = 0;
+    while let Ok(Decoded::Frame(_, used)) = decode_frame(&bytes[pos..]) {
+        assert!(used >= FRAME_HEADER_BYTES, "every frame has a header");
+        pos += used;
+        frames += 1;
+    }
+    frames
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(encode: impl FnOnce(&mut Vec<u8>)) -> (Vec<u8>, usize) {
+        let mut out = Vec::new();
+        encode(&mut out);
+        let len = out.len();
+        (out, len)
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let hello = Hello {
+            node: 3,
+            target: 9,
+            incarnation: 77,
+            regions: vec![
+                RegionEntry {
+                    id: 1,
+                    len: 64,
+                    tag: vec![],
+                },
+                RegionEntry {
+                    id: 2,
+                    len: 8,
+                    tag: b"shm-name".to_vec(),
+                },
+            ],
+        };
+        let (buf, len) = roundtrip(|o| encode_hello(o, &hello));
+        assert_eq!(
+            decode_frame(&buf).unwrap(),
+            Decoded::Frame(Frame::Hello(hello.clone()), len)
+        );
+        let (buf, len) = roundtrip(|o| encode_write_release(o, 4, 16, b"abc", 8, 42));
+        assert_eq!(
+            decode_frame(&buf).unwrap(),
+            Decoded::Frame(
+                Frame::WriteRelease {
+                    region: 4,
+                    offset: 16,
+                    bytes: b"abc",
+                    guard_offset: 8,
+                    guard: 42
+                },
+                len
+            )
+        );
+        let (buf, len) = roundtrip(|o| encode_send(o, 5, b"hi"));
+        assert_eq!(
+            decode_frame(&buf).unwrap(),
+            Decoded::Frame(
+                Frame::Send {
+                    imm: 5,
+                    bytes: b"hi"
+                },
+                len
+            )
+        );
+        // Every strict prefix asks for more bytes.
+        for cut in 0..len {
+            assert!(matches!(
+                decode_frame(&buf[..cut]).unwrap(),
+                Decoded::Incomplete { .. }
+            ));
+        }
+    }
+
+    #[test]
+    fn oversize_and_unknown_frames_are_errors() {
+        let mut buf = ((FRAME_BODY_BYTES_MAX + 1) as u32).to_le_bytes().to_vec();
+        buf.push(KIND_WRITE);
+        assert!(decode_frame(&buf).is_err());
+        let buf = [0, 0, 0, 0, 99];
+        assert!(decode_frame(&buf).is_err());
+        let buf = [1, 0, 0, 0, KIND_PROBE, 0];
+        assert!(decode_frame(&buf).is_err());
+    }
+
+    proptest::proptest! {
+        /// Random bytes, and random corruptions of valid frames, never panic the decoder.
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let _ = decode_all(&bytes);
+        }
+
+        #[test]
+        fn corrupted_frames_never_panic(
+            flips in proptest::collection::vec((0usize..128, proptest::prelude::any::<u8>()), 1..8),
+        ) {
+            let mut buf = Vec::new();
+            encode_hello(&mut buf, &Hello { node: 1, target: 2, incarnation: 3, regions: vec![RegionEntry { id: 1, len: 8, tag: vec![1, 2] }] });
+            encode_write_release(&mut buf, 1, 0, b"12345678", 0, 1);
+            encode_region_announce(&mut buf, &RegionEntry { id: 7, len: 16, tag: vec![] });
+            let n = buf.len();
+            for (pos, byte) in flips {
+                buf[pos % n] = byte;
+            }
+            let _ = decode_all(&buf);
+        }
+    }
+}

@@ -13,8 +13,17 @@ use spindle_transport_rdma::{Endpoint, Event, FabricConfig, NodeId};
 /// Give-up bound for anything that should happen (never the thing asserted).
 pub const GIVE_UP: Duration = Duration::from_secs(60);
 
+/// Settings for tests: a long probe time-out, so a busy shared machine never fails a
+/// link by accident (the probe time-out has its own test).
+pub fn test_config() -> FabricConfig {
+    FabricConfig {
+        probe_timeout_ms: 20_000,
+        ..FabricConfig::default()
+    }
+}
+
 pub fn open(node: NodeId) -> Arc<TcpEndpoint> {
-    TcpEndpoint::open(node, "127.0.0.1:0", FabricConfig::default()).expect("open endpoint")
+    open_with(node, test_config())
 }
 
 pub fn open_with(node: NodeId, cfg: FabricConfig) -> Arc<TcpEndpoint> {

@@ -209,6 +209,34 @@ fn failures_surface_as_events() {
             }
         });
         assert!(b.peers().is_empty());
+        next_event(&a, "PeerFailed", |e| {
+            *e == Event::PeerFailed {
+                peer: 2,
+                reason: FailureReason::LocalClose,
+            }
+        });
+        assert!(matches!(
+            a.write(2, 0, 0, &[0; 8]),
+            Err(Error::NotConnected { .. })
+        ));
+        // The same pair links again after a failure, and the new link carries writes.
+        let row = a.register_region(4, 8).unwrap();
+        b.connect(1, &a.address()).unwrap();
+        next_event(&b, "PeerConnected", |e| {
+            *e == Event::PeerConnected { peer: 1 }
+        });
+        next_event(&a, "PeerConnected", |e| {
+            *e == Event::PeerConnected { peer: 2 }
+        });
+        b.write(1, 4, 0, &9u64.to_ne_bytes()).unwrap();
+        let start = Instant::now();
+        while row.load_u64(0) != 9 {
+            assert!(
+                start.elapsed() < DEADLINE,
+                "{provider}: write on the new link never landed"
+            );
+            a.wait(Duration::from_millis(10));
+        }
         // Dropping an endpoint (its process gone) is seen by the other side.
         let c = LibfabricEndpoint::open(3, provider, FabricConfig::default()).unwrap();
         connected(&b, &c);

@@ -543,6 +543,8 @@ enum Op {
         remote_addr: u64,
         rkey: u32,
         bytes: Vec<u8>,
+        /// Carry an immediate (the owner's doorbell rings); set on a write call's last chunk.
+        notify: bool,
     },
     Send {
         imm: u32,
@@ -1404,9 +1406,14 @@ impl Shared {
                 remote_addr,
                 rkey,
                 bytes,
+                notify,
             } => (
                 bytes,
-                ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
+                if *notify {
+                    ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
+                } else {
+                    ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE
+                },
                 WRITE_IMM,
                 Some((*remote_addr, *rkey)),
             ),
@@ -1504,6 +1511,7 @@ impl Shared {
                 remote_addr: mr.addr + at as u64,
                 rkey: mr.rkey,
                 bytes: bytes[pos..pos + take].to_vec(),
+                notify: pos + take == bytes.len(),
             });
             pos += take;
         }

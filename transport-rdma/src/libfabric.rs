@@ -1712,6 +1712,9 @@ impl Endpoint for LibfabricEndpoint {
 
     fn disconnect(&self, peer: NodeId) -> Result<()> {
         let shared = &self.shared;
+        if shared.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
         let mut state = lock(&shared.state);
         let Some(p) = state.peers.get(&peer) else {
             return Err(Error::NotConnected { peer });
@@ -1782,6 +1785,9 @@ impl Endpoint for LibfabricEndpoint {
 
     fn deregister_region(&self, id: RegionId) -> Result<()> {
         let shared = &self.shared;
+        if shared.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
         let mut state = lock(&shared.state);
         let reg = state.regions.remove(&id).ok_or(Error::UnknownRegion {
             node: shared.node,

@@ -431,11 +431,62 @@ pub fn encode_region_withdraw(out: &mut Vec<u8>, id: RegionId) {
     out.extend_from_slice(&id.to_le_bytes());
 }
 
+/// Longest fixed part of a frame that carries a payload (header + `WriteRelease` fields).
+const HEAD_BYTES_MAX: usize = FRAME_HEADER_BYTES + WRITE_RELEASE_FIXED_BYTES;
+
+/// The bytes of a frame that precede its payload, on the stack.
+struct Head {
+    bytes: [u8; HEAD_BYTES_MAX],
+    len: usize,
+}
+
+impl Head {
+    fn new(kind: u8, fixed: usize, payload: usize) -> Head {
+        let body = fixed + payload;
+        assert!(
+            body <= FRAME_BODY_BYTES_MAX && FRAME_HEADER_BYTES + fixed <= HEAD_BYTES_MAX,
+            "callers check sizes against the *_MAX bounds before encoding"
+        );
+        let mut head = Head {
+            bytes: [0; HEAD_BYTES_MAX],
+            len: 0,
+        };
+        head.put(&(body as u32).to_le_bytes());
+        head.put(&[kind]);
+        head
+    }
+    fn put(&mut self, b: &[u8]) {
+        self.bytes[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+    }
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+    /// The head of a `Write` (no guard) or `WriteRelease` frame.
+    fn write(region: RegionId, offset: usize, guard: Option<(usize, u64)>, payload: usize) -> Head {
+        let mut head = match guard {
+            None => Head::new(KIND_WRITE, 12, payload),
+            Some(_) => Head::new(KIND_WRITE_RELEASE, WRITE_RELEASE_FIXED_BYTES, payload),
+        };
+        head.put(&region.to_le_bytes());
+        head.put(&(offset as u64).to_le_bytes());
+        if let Some((guard_offset, guard)) = guard {
+            head.put(&(guard_offset as u64).to_le_bytes());
+            head.put(&guard.to_le_bytes());
+        }
+        head
+    }
+    /// The head of a `Send` frame.
+    fn send(imm: u32, payload: usize) -> Head {
+        let mut head = Head::new(KIND_SEND, 4, payload);
+        head.put(&imm.to_le_bytes());
+        head
+    }
+}
+
 /// Appends a `Write` frame (`bytes.len() <= WRITE_BYTES_MAX`, checked by the caller).
 pub fn encode_write(out: &mut Vec<u8>, region: RegionId, offset: usize, bytes: &[u8]) {
-    put_header(out, KIND_WRITE, 12 + bytes.len());
-    out.extend_from_slice(&region.to_le_bytes());
-    out.extend_from_slice(&(offset as u64).to_le_bytes());
+    out.extend_from_slice(Head::write(region, offset, None, bytes.len()).as_slice());
     out.extend_from_slice(bytes);
 }
 
@@ -448,22 +499,14 @@ pub fn encode_write_release(
     guard_offset: usize,
     guard: u64,
 ) {
-    put_header(
-        out,
-        KIND_WRITE_RELEASE,
-        WRITE_RELEASE_FIXED_BYTES + bytes.len(),
-    );
-    out.extend_from_slice(&region.to_le_bytes());
-    out.extend_from_slice(&(offset as u64).to_le_bytes());
-    out.extend_from_slice(&(guard_offset as u64).to_le_bytes());
-    out.extend_from_slice(&guard.to_le_bytes());
+    let head = Head::write(region, offset, Some((guard_offset, guard)), bytes.len());
+    out.extend_from_slice(head.as_slice());
     out.extend_from_slice(bytes);
 }
 
 /// Appends a `Send` frame.
 pub fn encode_send(out: &mut Vec<u8>, imm: u32, bytes: &[u8]) {
-    put_header(out, KIND_SEND, 4 + bytes.len());
-    out.extend_from_slice(&imm.to_le_bytes());
+    out.extend_from_slice(Head::send(imm, bytes.len()).as_slice());
     out.extend_from_slice(bytes);
 }
 
@@ -545,7 +588,8 @@ pub trait LinkHooks: Send + Sync + 'static {
     fn region_dropped(&self, _id: RegionId) {}
 
     /// A peer announced a region (in its `Hello` or later). An error disconnects the peer
-    /// as malformed. Default: nothing to do.
+    /// as malformed. After a peer restarts, its new link announces ids the old link had
+    /// announced: the new announcement replaces the old one. Default: nothing to do.
     fn remote_region_announced(
         &self,
         _peer: NodeId,
@@ -631,6 +675,49 @@ fn send_nonblocking(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     Ok(sent)
 }
 
+/// Sends as much of `head` then `payload` as the socket takes without blocking, in one
+/// `sendmsg` where possible; `Ok(n)` with `n` short of both lengths means the socket is
+/// full.
+fn send_two_nonblocking(fd: RawFd, head: &[u8], payload: &[u8]) -> io::Result<usize> {
+    let total = head.len() + payload.len();
+    let mut sent = 0;
+    while sent < total {
+        let (a, b) = if sent < head.len() {
+            (&head[sent..], payload)
+        } else {
+            (&payload[sent - head.len()..], &[][..])
+        };
+        let mut iov = [
+            libc::iovec {
+                iov_base: a.as_ptr() as *mut libc::c_void,
+                iov_len: a.len(),
+            },
+            libc::iovec {
+                iov_base: b.as_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            },
+        ];
+        // SAFETY: an all-zero msghdr is valid (no name, no control data).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = if b.is_empty() { 1 } else { 2 };
+        // SAFETY: `msg` points at `iov`, whose entries describe the live slices `a` and
+        // `b` (the kernel only reads them); all outlive the call. `fd` is the link's socket.
+        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            sent += n as usize;
+            continue;
+        }
+        let err = io::Error::last_os_error();
+        match err.kind() {
+            io::ErrorKind::WouldBlock => return Ok(sent),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(err),
+        }
+    }
+    Ok(sent)
+}
+
 /// Sends all of `buf`, blocking (up to the socket's write time-out per call, then
 /// retrying while `keep_going` says so).
 fn send_blocking(fd: RawFd, buf: &[u8], keep_going: impl Fn() -> bool) -> io::Result<()> {
@@ -674,6 +761,10 @@ const SPARE_BUFFER_BYTES_MAX: usize = 4 << 20;
 /// Rounds of "send what others queued meanwhile" one caller does before handing the
 /// rest to the link's writer thread.
 const CALLER_FLUSH_ROUNDS_MAX: usize = 4;
+/// Payloads at least this large skip the outbound buffer when the link is idle.
+const DIRECT_SEND_BYTES_MIN: usize = 16 << 10;
+/// How often a rejected initiator checks whether the peer's own link has arrived.
+const REJECTED_POLL: Duration = Duration::from_millis(5);
 /// How long a reader blocked on a full event queue sleeps between checks for failure.
 const BACKPRESSURE_RECHECK: Duration = Duration::from_millis(50);
 
@@ -1053,19 +1144,34 @@ impl<S: LinkStream> Hub<S> {
             let mut reader = FrameReader::new();
             let reply = reader.next_owned_hello(&mut stream)?;
             let Some(reply) = reply else {
-                // Rejected (Goodbye): the peer keeps its own connection to us.
-                return Ok(None);
+                // Rejected (Goodbye): the peer keeps its own connection to us, which
+                // replaces our attempt; give up on the peer if it never comes.
+                let deadline = Instant::now() + Duration::from_millis(self.cfg.connect_timeout_ms);
+                while Instant::now() < deadline && !self.is_closed() {
+                    let pending = matches!(
+                        read(&self.peers).get(&peer),
+                        Some(Slot::Pending { attempt: a }) if *a == attempt
+                    );
+                    if !pending {
+                        return Ok(None);
+                    }
+                    std::thread::sleep(REJECTED_POLL);
+                }
+                return Err(Error::io(
+                    "handshake",
+                    io::Error::new(
+                        io::ErrorKind::ConnectionRefused,
+                        "peer refused our link and did not link back",
+                    ),
+                ));
             };
             self.check_hello(&reply, Some(peer))?;
             stream
                 .set_read_timeout_ms(None)
                 .map_err(|e| Error::io("clearing the read time-out", e))?;
-            let link = self.new_link(
-                stream
-                    .try_clone_stream()
-                    .map_err(|e| Error::io("cloning a stream", e))?,
-                &reply,
-            )?;
+            let clone = stream
+                .try_clone_stream()
+                .map_err(|e| Error::io("cloning a stream", e))?;
             // Install, unless another link won meanwhile.
             let local = read(&self.local);
             let mut peers = write(&self.peers);
@@ -1080,6 +1186,7 @@ impl<S: LinkStream> Hub<S> {
                 stream.shutdown_both();
                 return Ok(None);
             }
+            let link = self.new_link(clone, &reply)?;
             // Regions that changed between our Hello and now.
             {
                 let mut out = lock(&link.out);
@@ -1227,15 +1334,21 @@ impl<S: LinkStream> Hub<S> {
         if link.failed.swap(true, Ordering::AcqRel) {
             return;
         }
-        {
+        let current = {
             let mut peers = write(&self.peers);
-            if let Some(Slot::Up(current)) = peers.get(&link.peer) {
-                if std::ptr::eq(Arc::as_ptr(current), link) {
+            match peers.get(&link.peer) {
+                Some(Slot::Up(current)) if std::ptr::eq(Arc::as_ptr(current), link) => {
                     peers.insert(link.peer, Slot::Failed(reason.clone()));
+                    true
                 }
+                _ => false,
             }
+        };
+        if current {
+            // Not for a link already replaced by a newer one (peer restart): the hooks
+            // hold the newer link's regions by then.
+            self.hooks.remote_region_withdrawn(link.peer, None);
         }
-        self.hooks.remote_region_withdrawn(link.peer, None);
         {
             let mut out = lock(&link.out);
             out.closed = true;
@@ -1282,6 +1395,77 @@ impl<S: LinkStream> Hub<S> {
             }
         }
         self.try_flush(link);
+        Ok(())
+    }
+
+    /// Queues a frame made of `head` and `payload`. A large payload meeting an idle link
+    /// goes to the socket straight from the caller's slice (no copy into the queue);
+    /// otherwise as [`Hub::enqueue`].
+    fn enqueue_payload(&self, link: &Link<S>, head: &[u8], payload: &[u8]) -> Result<()> {
+        let frame_bytes = head.len() + payload.len();
+        if payload.len() < DIRECT_SEND_BYTES_MIN {
+            return self.enqueue(link, frame_bytes, false, |out| {
+                out.extend_from_slice(head);
+                out.extend_from_slice(payload);
+            });
+        }
+        {
+            let mut out = lock(&link.out);
+            if link.failed.load(Ordering::Acquire) || out.closed {
+                drop(out);
+                return Err(self
+                    .link(link.peer)
+                    .err()
+                    .unwrap_or(Error::NotConnected { peer: link.peer }));
+            }
+            if out.queued_bytes() + frame_bytes > self.cfg.outbound_bytes_max {
+                return Err(Error::QueueFull { peer: link.peer });
+            }
+            if out.flushing || !out.pending.is_empty() {
+                out.pending.extend_from_slice(head);
+                out.pending.extend_from_slice(payload);
+                let idle = !out.flushing;
+                drop(out);
+                if idle {
+                    self.try_flush(link);
+                }
+                return Ok(());
+            }
+            out.flushing = true;
+        }
+        let result = send_two_nonblocking(link.fd, head, payload);
+        let mut out = lock(&link.out);
+        match result {
+            Ok(n) if n == frame_bytes => {
+                out.flushing = false;
+                let more = !out.pending.is_empty();
+                drop(out);
+                link.out_wake.notify_all();
+                if more {
+                    self.try_flush(link);
+                }
+            }
+            Ok(n) => {
+                // The socket is full: the writer thread sends the rest, from a copy.
+                let mut rest = std::mem::take(&mut out.spare);
+                rest.clear();
+                if n < head.len() {
+                    rest.extend_from_slice(&head[n..]);
+                    rest.extend_from_slice(payload);
+                } else {
+                    rest.extend_from_slice(&payload[n - head.len()..]);
+                }
+                out.inflight = Some((rest, 0));
+                drop(out);
+                link.out_wake.notify_all();
+            }
+            Err(e) => {
+                out.flushing = false;
+                drop(out);
+                link.out_wake.notify_all();
+                self.fail(link, FailureReason::ConnectionLost(e.to_string()));
+            }
+        }
         Ok(())
     }
 
@@ -1443,9 +1627,8 @@ impl<S: LinkStream> Hub<S> {
         if self.hooks.remote_write(peer, desc, offset, bytes, None)? == RemoteWrite::Done {
             return Ok(());
         }
-        self.enqueue(&link, FRAME_HEADER_BYTES + 12 + bytes.len(), false, |out| {
-            encode_write(out, region, offset, bytes)
-        })
+        let head = Head::write(region, offset, None, bytes.len());
+        self.enqueue_payload(&link, head.as_slice(), bytes)
     }
 
     /// Write, then release the guard (see [`crate::Endpoint::write_then_release`]).
@@ -1466,10 +1649,8 @@ impl<S: LinkStream> Hub<S> {
         if self.hooks.remote_write(peer, desc, offset, bytes, guard)? == RemoteWrite::Done {
             return Ok(());
         }
-        let frame = FRAME_HEADER_BYTES + WRITE_RELEASE_FIXED_BYTES + bytes.len();
-        self.enqueue(&link, frame, false, |out| {
-            encode_write_release(out, region, offset, bytes, guard_offset, guard_value)
-        })
+        let head = Head::write(region, offset, guard, bytes.len());
+        self.enqueue_payload(&link, head.as_slice(), bytes)
     }
 
     /// Two-sided send (see [`crate::Endpoint::send`]).
@@ -1482,9 +1663,8 @@ impl<S: LinkStream> Hub<S> {
             });
         }
         let link = self.link(peer)?;
-        self.enqueue(&link, FRAME_HEADER_BYTES + 4 + bytes.len(), false, |out| {
-            encode_send(out, imm, bytes)
-        })
+        let head = Head::send(imm, bytes.len());
+        self.enqueue_payload(&link, head.as_slice(), bytes)
     }
 
     /// The descriptor of `peer`'s region `id`.

@@ -1,1 +1,768 @@
-//! The shm backend: same-host processes map each other's regions.
+//! The shm backend: processes on one host map each other's regions.
+//!
+//! ## Regions
+//!
+//! Every local region is an anonymous `memfd_create` file mapped `MAP_SHARED`; the owner
+//! wraps its mapping in a [`Region`]. Nothing is ever created in a file system, so a
+//! crashed process leaves no files behind: the memory goes away with the last mapping.
+//!
+//! A peer reaches the region through the tag the link layer carries in the region
+//! announcement: the owner's pid, the memfd's descriptor number and inode, and the mapping
+//! length. The peer opens `/proc/<pid>/fd/<fd>` (allowed for processes of the same user:
+//! it needs only ptrace *read* access, which Yama does not restrict), checks that the inode
+//! is the announced one (a closed and reused descriptor number is detected, never mapped)
+//! and maps the file itself. This replaces `SCM_RIGHTS` descriptor passing, which would
+//! need ancillary data on the shared stream link ([`crate::link`]) that its `Read`/`Write`
+//! streams do not carry; the crash behaviour (no files left) is the same.
+//!
+//! ## One-sided writes
+//!
+//! [`Endpoint::write`] copies straight into the peer's mapping on the caller's thread,
+//! with the target CPU taking no part: the copy goes through [`Region::write_bytes`] on a
+//! [`Region`] wrapping the *remote* mapping, so words are stored atomically after a
+//! release fence, and the guard of [`Endpoint::write_then_release`] is a release store.
+//! Writes to one peer are serialised by a per-peer lock, so the peer sees them in issue
+//! order (FIFO) even when several local threads write to it.
+//!
+//! ## Doorbell
+//!
+//! Each endpoint has a one-page control memfd, announced with its regions, holding a
+//! 32-bit sequence word and a "sleeping" flag. A writer bumps the sequence after each write
+//! and calls `FUTEX_WAKE` (shared, not private: the word lives in a mapping shared between
+//! processes) only when the owner's bell thread flagged itself asleep, so a busy owner
+//! costs writers one atomic add and one load. The bell thread parks in `FUTEX_WAIT` and
+//! rings the hub's [`crate::Doorbell`], the one place [`Endpoint::wait`] parks on (events
+//! and drained queues ring it too). A futex was chosen over an eventfd because a write to
+//! a busy owner then needs no syscall at all, where an eventfd write always is one.
+//!
+//! ## Control path and failures
+//!
+//! Two-sided sends, region announcements and withdrawals, probes and failure detection run
+//! over one Unix stream socket per peer (the shared link, [`crate::link`]); the listening
+//! socket is in the abstract namespace (`@spindle-<namespace>-<node>`), so it too leaves no
+//! file. A peer process that dies closes its sockets ([`FailureReason::ConnectionLost`]);
+//! a stopped one stops answering probes ([`FailureReason::ProbeTimeout`]).
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use spindle_transport_rdma::{shm::ShmEndpoint, Endpoint, FabricConfig};
+//!
+//! let ns = format!("doc-{}", std::process::id());
+//! let a = ShmEndpoint::open(1, &ns, FabricConfig::default())?;
+//! let b = ShmEndpoint::open(2, &ns, FabricConfig::default())?;
+//! let row = b.register_region(7, 64)?;
+//! a.connect(2, &b.address())?;
+//! let deadline = Instant::now() + Duration::from_secs(30);
+//! while a.remote_region(2, 7).is_none() {
+//!     assert!(Instant::now() < deadline, "link never came up");
+//!     a.wait(Duration::from_millis(50));
+//! }
+//! a.write_then_release(2, 7, 8, b"payload", 0, 1)?;
+//! assert_eq!(row.load_u64(0), 1); // the copy is done when write returns
+//! assert_eq!(row.to_vec(8, 7)?, b"payload");
+//! # Ok::<(), spindle_transport_rdma::Error>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use crate::link::{Hub, LinkHooks, RemoteWrite};
+use crate::{
+    Endpoint, Error, Event, FabricConfig, FailureReason, NodeId, Region, RegionDesc, RegionId,
+    Result, REGION_BYTES_MAX,
+};
+
+/// Longest namespace string accepted by [`ShmEndpoint::open`], in bytes (the abstract
+/// socket name must fit in `sockaddr_un`).
+pub const NAMESPACE_BYTES_MAX: usize = 64;
+/// Most inbound connections that may be in their handshake at once.
+pub const HANDSHAKES_MAX: usize = 64;
+
+/// Page size assumed for mapping lengths (mappings are rounded up to it).
+const PAGE_BYTES: usize = 4096;
+/// Magic first word of a control page.
+const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"SPNDLSHM");
+/// Byte offset of the futex sequence word in the control page.
+const CONTROL_SEQ_OFFSET: usize = 8;
+/// Byte offset of the "owner is parked" flag in the control page.
+const CONTROL_SLEEPING_OFFSET: usize = 12;
+/// Version of the region tag layout.
+const TAG_VERSION: u32 = 1;
+/// Bytes of an encoded region tag.
+const TAG_BYTES: usize = 4 + 4 + 4 + 8 + 8 + 4 + 8;
+/// How long the bell thread parks before checking whether the endpoint closed.
+const BELL_PARK: Duration = Duration::from_millis(200);
+
+// ---------------------------------------------------------------------------------------
+// Mappings
+// ---------------------------------------------------------------------------------------
+
+/// A `MAP_SHARED` read-write mapping of a memfd, unmapped on drop.
+#[derive(Debug)]
+struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; this process only accesses it through
+// atomic operations (Region, the control words), which are safe from any thread.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps `len` bytes (a non-zero multiple of the page size) of `file`.
+    fn map(file: &File, len: usize) -> Result<Mapping> {
+        // SAFETY: a fresh mapping chosen by the kernel (addr null) of a file descriptor we
+        // own; it aliases no Rust object. Errors are checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(Error::io(
+                "mapping shared memory",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| {
+            Error::io(
+                "mapping shared memory",
+                std::io::Error::other("null mapping"),
+            )
+        })?;
+        Ok(Mapping { ptr, len })
+    }
+
+    /// The 32-bit atomic at `offset` (4-aligned, inside the mapping).
+    fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
+        assert!(
+            offset % 4 == 0 && offset + 4 <= self.len,
+            "control word offsets are constants inside the first page"
+        );
+        // SAFETY: aligned (page-aligned base, 4-aligned offset) and inside the mapping,
+        // which lives as long as `&self`; all access to it is atomic.
+        unsafe { &*self.ptr.as_ptr().add(offset).cast::<AtomicU32>() }
+    }
+
+    fn magic(&self) -> u64 {
+        // SAFETY: offset 0 of a page-aligned mapping of at least one page; atomic access.
+        unsafe { &*self.ptr.as_ptr().cast::<std::sync::atomic::AtomicU64>() }
+            .load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned; no reference into the
+        // mapping outlives `self` (Regions hold the Mapping as their backing).
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+fn map_len_for(len: usize) -> usize {
+    len.max(1).div_ceil(PAGE_BYTES) * PAGE_BYTES
+}
+
+/// Creates a zeroed memfd of `len` bytes.
+fn memfd(name: &str, len: usize) -> Result<File> {
+    let cname = CString::new(name).map_err(|_| Error::Config("memfd name has a NUL".into()))?;
+    // SAFETY: `cname` is a valid NUL-terminated string for the duration of the call.
+    let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(Error::io("memfd_create", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
+    let file = unsafe { File::from_raw_fd(fd) };
+    file.set_len(len as u64)
+        .map_err(|e| Error::io("sizing a memfd", e))?;
+    Ok(file)
+}
+
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `word` is a valid, aligned 32-bit word in a shared mapping that outlives the
+    // call; FUTEX_WAIT (without the private flag, since other processes wake it) only
+    // reads it. Spurious returns (EINTR, EAGAIN, ETIMEDOUT) are fine: callers re-check.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: `word` is a valid aligned 32-bit word of a live shared mapping; FUTEX_WAKE
+    // does not access memory beyond looking up waiters on that address.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Region tags
+// ---------------------------------------------------------------------------------------
+
+/// How a peer finds a region's memory: carried as the link layer's region tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tag {
+    pid: u32,
+    fd: i32,
+    ino: u64,
+    map_len: u64,
+    control_fd: i32,
+    control_ino: u64,
+}
+
+impl Tag {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(TAG_BYTES);
+        out.extend_from_slice(&TAG_VERSION.to_le_bytes());
+        out.extend_from_slice(&self.pid.to_le_bytes());
+        out.extend_from_slice(&self.fd.to_le_bytes());
+        out.extend_from_slice(&self.ino.to_le_bytes());
+        out.extend_from_slice(&self.map_len.to_le_bytes());
+        out.extend_from_slice(&self.control_fd.to_le_bytes());
+        out.extend_from_slice(&self.control_ino.to_le_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> std::result::Result<Tag, String> {
+        if bytes.len() != TAG_BYTES {
+            return Err(format!(
+                "shm region tag of {} bytes, expected {TAG_BYTES}",
+                bytes.len()
+            ));
+        }
+        let u32_at =
+            |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default());
+        let u64_at =
+            |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
+        if u32_at(0) != TAG_VERSION {
+            return Err(format!("shm region tag version {}", u32_at(0)));
+        }
+        Ok(Tag {
+            pid: u32_at(4),
+            fd: u32_at(8) as i32,
+            ino: u64_at(12),
+            map_len: u64_at(20),
+            control_fd: u32_at(28) as i32,
+            control_ino: u64_at(32),
+        })
+    }
+}
+
+/// Opens the memfd `fd` of process `pid` and maps it, if it still is inode `ino`.
+/// `Ok(None)`: the descriptor is gone or was reused (the owner withdrew the region
+/// meanwhile; its withdrawal follows on the link).
+fn map_remote(pid: u32, fd: i32, ino: u64, map_len: usize) -> Result<Option<Mapping>> {
+    let path = format!("/proc/{pid}/fd/{fd}");
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(format!("opening {path}"), e)),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::io(format!("stat {path}"), e))?;
+    if meta.ino() != ino || meta.len() < map_len as u64 {
+        return Ok(None);
+    }
+    Mapping::map(&file, map_len).map(Some)
+}
+
+// ---------------------------------------------------------------------------------------
+// Hooks
+// ---------------------------------------------------------------------------------------
+
+/// What this endpoint mapped of one peer.
+#[derive(Debug)]
+struct PeerMaps {
+    control: Arc<Mapping>,
+    control_ino: u64,
+    regions: BTreeMap<RegionId, Region>,
+    /// Serialises writes to this peer: issue order is apply order.
+    order: Arc<Mutex<()>>,
+}
+
+#[derive(Debug)]
+struct ShmHooks {
+    node: NodeId,
+    pid: u32,
+    control_file: File,
+    control_ino: u64,
+    /// Local regions' memfds, kept open so that peers can open them through /proc.
+    local: Mutex<BTreeMap<RegionId, File>>,
+    remote: RwLock<BTreeMap<NodeId, PeerMaps>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl LinkHooks for ShmHooks {
+    fn make_region(&self, id: RegionId, len: usize) -> Result<(Region, Vec<u8>)> {
+        let map_len = map_len_for(len);
+        let file = memfd(&format!("spindle-{}-{id}", self.node), map_len)?;
+        let ino = file
+            .metadata()
+            .map_err(|e| Error::io("stat of a memfd", e))?
+            .ino();
+        let mapping = Mapping::map(&file, map_len)?;
+        let ptr = mapping.ptr;
+        // SAFETY: `ptr` is page aligned and valid for `map_len >= len` bytes while the
+        // mapping (the backing) lives; `len` is whole words (the hub rounds it); this
+        // process accesses the memory only through Region's atomics and peers write it
+        // only with word-atomic stores (Region::write_bytes on their own mapping).
+        let region = unsafe { Region::from_raw(id, ptr, len, Box::new(mapping)) };
+        let tag = Tag {
+            pid: self.pid,
+            fd: file.as_raw_fd(),
+            ino,
+            map_len: map_len as u64,
+            control_fd: self.control_file.as_raw_fd(),
+            control_ino: self.control_ino,
+        };
+        lock(&self.local).insert(id, file);
+        Ok((region, tag.encode()))
+    }
+
+    fn region_dropped(&self, id: RegionId) {
+        lock(&self.local).remove(&id);
+    }
+
+    fn remote_region_announced(
+        &self,
+        peer: NodeId,
+        desc: RegionDesc,
+        tag: &[u8],
+    ) -> std::result::Result<(), String> {
+        let tag = Tag::decode(tag)?;
+        let map_len = usize::try_from(tag.map_len).map_err(|_| "map_len overflows")?;
+        if map_len % PAGE_BYTES != 0
+            || map_len < desc.len
+            || map_len > map_len_for(REGION_BYTES_MAX)
+            || desc.len % crate::WORD_BYTES != 0
+        {
+            return Err(format!(
+                "shm region {} of {} bytes announced with a mapping of {map_len} bytes",
+                desc.region, desc.len
+            ));
+        }
+        let mut remote = self.remote.write().unwrap_or_else(|p| p.into_inner());
+        let need_control = remote
+            .get(&peer)
+            .is_none_or(|maps| maps.control_ino != tag.control_ino);
+        if need_control {
+            let Some(control) = map_remote(tag.pid, tag.control_fd, tag.control_ino, PAGE_BYTES)
+                .map_err(|e| e.to_string())?
+            else {
+                return Ok(()); // peer is going away; its link fails next
+            };
+            if control.magic() != CONTROL_MAGIC {
+                return Err("shm control page has a bad magic word".into());
+            }
+            remote.insert(
+                peer,
+                PeerMaps {
+                    control: Arc::new(control),
+                    control_ino: tag.control_ino,
+                    regions: BTreeMap::new(),
+                    order: Arc::new(Mutex::new(())),
+                },
+            );
+        }
+        let Some(maps) = remote.get_mut(&peer) else {
+            return Ok(());
+        };
+        match map_remote(tag.pid, tag.fd, tag.ino, map_len).map_err(|e| e.to_string())? {
+            Some(mapping) => {
+                let ptr = mapping.ptr;
+                // SAFETY: page aligned, valid for `map_len >= desc.len` bytes while the
+                // mapping lives (it is the backing); accessed only through Region's
+                // atomics here, and word-atomically by its owner.
+                let region =
+                    unsafe { Region::from_raw(desc.region, ptr, desc.len, Box::new(mapping)) };
+                maps.regions.insert(desc.region, region);
+            }
+            None => {
+                // Withdrawn before we got to it: writes to it fail with UnknownRegion
+                // until its withdrawal arrives.
+                maps.regions.remove(&desc.region);
+            }
+        }
+        Ok(())
+    }
+
+    fn remote_region_withdrawn(&self, peer: NodeId, id: Option<RegionId>) {
+        let mut remote = self.remote.write().unwrap_or_else(|p| p.into_inner());
+        match id {
+            Some(id) => {
+                if let Some(maps) = remote.get_mut(&peer) {
+                    maps.regions.remove(&id);
+                }
+            }
+            None => {
+                remote.remove(&peer);
+            }
+        }
+    }
+
+    fn remote_write(
+        &self,
+        peer: NodeId,
+        desc: RegionDesc,
+        offset: usize,
+        bytes: &[u8],
+        guard: Option<(usize, u64)>,
+    ) -> Result<RemoteWrite> {
+        let (region, control, order) = {
+            let remote = self.remote.read().unwrap_or_else(|p| p.into_inner());
+            let maps = remote.get(&peer);
+            match maps.and_then(|m| m.regions.get(&desc.region).map(|r| (m, r))) {
+                Some((maps, region)) => (
+                    region.clone(),
+                    Arc::clone(&maps.control),
+                    Arc::clone(&maps.order),
+                ),
+                None => {
+                    return Err(Error::UnknownRegion {
+                        node: peer,
+                        region: desc.region,
+                    })
+                }
+            }
+        };
+        {
+            let _in_order = lock(&order);
+            region.write_bytes(offset, bytes)?;
+            if let Some((guard_offset, value)) = guard {
+                region.check_range(guard_offset, crate::WORD_BYTES)?;
+                region.store_u64(guard_offset, value);
+            }
+        }
+        // Ring the owner's bell: SeqCst pairs with the bell thread's flag store and
+        // re-check, so either it sees the new sequence or we see it asleep.
+        control
+            .atomic_u32(CONTROL_SEQ_OFFSET)
+            .fetch_add(1, Ordering::SeqCst);
+        if control
+            .atomic_u32(CONTROL_SLEEPING_OFFSET)
+            .load(Ordering::SeqCst)
+            != 0
+        {
+            futex_wake(control.atomic_u32(CONTROL_SEQ_OFFSET));
+        }
+        Ok(RemoteWrite::Done)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The endpoint
+// ---------------------------------------------------------------------------------------
+
+/// A shared-memory endpoint. Create it with [`ShmEndpoint::open`]; use it through
+/// [`Endpoint`].
+#[derive(Debug)]
+pub struct ShmEndpoint {
+    hub: Arc<Hub<UnixStream>>,
+    name: String,
+    control: Arc<Mapping>,
+    bell_stop: Arc<AtomicBool>,
+}
+
+impl ShmEndpoint {
+    /// Opens an endpoint for `node`, listening on the abstract Unix socket
+    /// `@spindle-<namespace>-<node>` ([`Endpoint::address`]). `namespace` isolates
+    /// independent groups on one host (a unique string per test run); at most
+    /// [`NAMESPACE_BYTES_MAX`] bytes, no NUL.
+    pub fn open(node: NodeId, namespace: &str, cfg: FabricConfig) -> Result<Arc<ShmEndpoint>> {
+        if namespace.len() > NAMESPACE_BYTES_MAX || namespace.contains('\0') {
+            return Err(Error::Config(format!(
+                "shm namespace must be at most {NAMESPACE_BYTES_MAX} bytes without NUL"
+            )));
+        }
+        cfg.validate()?;
+        let name = format!("@spindle-{namespace}-{node}");
+        let addr = parse_address(&name)?;
+        let listener = UnixListener::bind_addr(&addr).map_err(|e| Error::BadAddress {
+            addr: name.clone(),
+            detail: e.to_string(),
+        })?;
+
+        let control_file = memfd(&format!("spindle-{node}-control"), PAGE_BYTES)?;
+        let control_ino = control_file
+            .metadata()
+            .map_err(|e| Error::io("stat of a memfd", e))?
+            .ino();
+        let control = Arc::new(Mapping::map(&control_file, PAGE_BYTES)?);
+        // SAFETY: offset 0 of the fresh page-aligned page; atomic access only.
+        unsafe { &*control.ptr.as_ptr().cast::<std::sync::atomic::AtomicU64>() }
+            .store(CONTROL_MAGIC, Ordering::Release);
+
+        let hooks = Arc::new(ShmHooks {
+            node,
+            pid: std::process::id(),
+            control_file,
+            control_ino,
+            local: Mutex::new(BTreeMap::new()),
+            remote: RwLock::new(BTreeMap::new()),
+        });
+        let hub = Hub::new(node, cfg, hooks)?;
+
+        let bell_stop = Arc::new(AtomicBool::new(false));
+        {
+            let hub = Arc::downgrade(&hub);
+            let control = Arc::clone(&control);
+            let stop = Arc::clone(&bell_stop);
+            std::thread::Builder::new()
+                .name(format!("spindle-bell-{node}"))
+                .spawn(move || bell_loop(hub, control, stop))
+                .map_err(|e| Error::io("spawning the bell thread", e))?;
+        }
+        let accept_hub = Arc::clone(&hub);
+        std::thread::Builder::new()
+            .name(format!("spindle-accept-{node}"))
+            .spawn(move || accept_loop(accept_hub, listener))
+            .map_err(|e| Error::io("spawning the accept thread", e))?;
+        Ok(Arc::new(ShmEndpoint {
+            hub,
+            name,
+            control,
+            bell_stop,
+        }))
+    }
+}
+
+/// Parks on the control page's futex and rings the hub's doorbell when a peer's write
+/// bumped the sequence.
+fn bell_loop(hub: Weak<Hub<UnixStream>>, control: Arc<Mapping>, stop: Arc<AtomicBool>) {
+    let seq = control.atomic_u32(CONTROL_SEQ_OFFSET);
+    let sleeping = control.atomic_u32(CONTROL_SLEEPING_OFFSET);
+    let mut seen = seq.load(Ordering::Acquire);
+    while !stop.load(Ordering::Acquire) {
+        let now = seq.load(Ordering::Acquire);
+        if now != seen {
+            seen = now;
+            let Some(h) = hub.upgrade() else { return };
+            h.doorbell().ring();
+            continue;
+        }
+        sleeping.store(1, Ordering::SeqCst);
+        if seq.load(Ordering::SeqCst) == seen && !stop.load(Ordering::Acquire) {
+            futex_wait(seq, seen, BELL_PARK);
+        }
+        sleeping.store(0, Ordering::SeqCst);
+    }
+}
+
+fn accept_loop(hub: Arc<Hub<UnixStream>>, listener: UnixListener) {
+    let in_handshake = Arc::new(AtomicUsize::new(0));
+    for stream in listener.incoming() {
+        if hub.is_closed() {
+            return;
+        }
+        let Ok(stream) = stream else {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        if in_handshake.fetch_add(1, Ordering::AcqRel) >= HANDSHAKES_MAX {
+            in_handshake.fetch_sub(1, Ordering::AcqRel);
+            continue;
+        }
+        let h = Arc::clone(&hub);
+        let counter = Arc::clone(&in_handshake);
+        let spawned = std::thread::Builder::new()
+            .name(format!("spindle-r{}", hub.node()))
+            .spawn(move || {
+                let guard = HandshakeGuard(counter);
+                h.run_acceptor_then(stream, move || drop(guard));
+            });
+        if spawned.is_err() {
+            in_handshake.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+struct HandshakeGuard(Arc<AtomicUsize>);
+
+impl Drop for HandshakeGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// `@name` is an abstract socket name; anything else a file-system path.
+fn parse_address(address: &str) -> Result<SocketAddr> {
+    let bad = |detail: String| Error::BadAddress {
+        addr: address.to_owned(),
+        detail,
+    };
+    match address.strip_prefix('@') {
+        Some(name) if !name.is_empty() => {
+            SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| bad(e.to_string()))
+        }
+        Some(_) => Err(bad("empty abstract name".into())),
+        None if address.is_empty() => Err(bad("empty address".into())),
+        None => SocketAddr::from_pathname(address).map_err(|e| bad(e.to_string())),
+    }
+}
+
+impl Endpoint for ShmEndpoint {
+    fn node(&self) -> NodeId {
+        self.hub.node()
+    }
+
+    fn address(&self) -> String {
+        self.name.clone()
+    }
+
+    fn connect(&self, peer: NodeId, address: &str) -> Result<()> {
+        let addr = parse_address(address)?;
+        let Some(attempt) = self.hub.begin_connect(peer)? else {
+            return Ok(());
+        };
+        let hub = Arc::clone(&self.hub);
+        let shown = address.to_owned();
+        let spawned = std::thread::Builder::new()
+            .name(format!("spindle-r{}-{}", hub.node(), peer))
+            .spawn(move || match UnixStream::connect_addr(&addr) {
+                Ok(stream) => hub.run_initiator(peer, attempt, stream),
+                Err(e) => hub.attempt_failed(
+                    peer,
+                    attempt,
+                    FailureReason::ConnectionLost(format!("connecting to {shown}: {e}")),
+                ),
+            });
+        if let Err(e) = spawned {
+            self.hub
+                .attempt_failed(peer, attempt, FailureReason::ConnectionLost(e.to_string()));
+            return Err(Error::io("spawning a connect thread", e));
+        }
+        Ok(())
+    }
+
+    fn disconnect(&self, peer: NodeId) -> Result<()> {
+        self.hub.disconnect(peer)
+    }
+
+    fn peers(&self) -> Vec<NodeId> {
+        self.hub.peers()
+    }
+
+    fn register_region(&self, id: RegionId, len_bytes: usize) -> Result<Region> {
+        self.hub.register_region(id, len_bytes)
+    }
+
+    fn deregister_region(&self, id: RegionId) -> Result<()> {
+        self.hub.deregister_region(id)
+    }
+
+    fn remote_region(&self, peer: NodeId, id: RegionId) -> Option<RegionDesc> {
+        self.hub.remote_region(peer, id)
+    }
+
+    fn write(&self, peer: NodeId, region: RegionId, offset: usize, bytes: &[u8]) -> Result<()> {
+        self.hub.write(peer, region, offset, bytes)
+    }
+
+    fn write_then_release(
+        &self,
+        peer: NodeId,
+        region: RegionId,
+        offset: usize,
+        bytes: &[u8],
+        guard_offset: usize,
+        guard_value: u64,
+    ) -> Result<()> {
+        self.hub
+            .write_then_release(peer, region, offset, bytes, guard_offset, guard_value)
+    }
+
+    fn send(&self, peer: NodeId, imm: u32, bytes: &[u8]) -> Result<()> {
+        self.hub.send(peer, imm, bytes)
+    }
+
+    fn poll_event(&self) -> Option<Event> {
+        self.hub.poll_event()
+    }
+
+    fn wait(&self, timeout: Duration) -> bool {
+        self.hub.wait(timeout)
+    }
+
+    fn close(&self) {
+        if self.hub.is_closed() {
+            return;
+        }
+        self.hub.close();
+        self.bell_stop.store(true, Ordering::Release);
+        futex_wake(self.control.atomic_u32(CONTROL_SEQ_OFFSET));
+        // Wake the accept thread so it sees the hub closed and exits.
+        if let Ok(addr) = parse_address(&self.name) {
+            let _ = UnixStream::connect_addr(&addr);
+        }
+    }
+}
+
+impl Drop for ShmEndpoint {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_round_trip_and_reject_garbage() {
+        let tag = Tag {
+            pid: 42,
+            fd: 7,
+            ino: 99,
+            map_len: 8192,
+            control_fd: 8,
+            control_ino: 100,
+        };
+        assert_eq!(Tag::decode(&tag.encode()), Ok(tag));
+        assert!(Tag::decode(&[]).is_err());
+        assert!(Tag::decode(&[0xFF; TAG_BYTES]).is_err());
+        assert!(Tag::decode(&tag.encode()[1..]).is_err());
+    }
+
+    #[test]
+    fn addresses_parse_or_error() {
+        assert!(parse_address("@spindle-x-1").is_ok());
+        assert!(parse_address("@").is_err());
+        assert!(parse_address("").is_err());
+    }
+}

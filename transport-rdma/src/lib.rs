@@ -56,6 +56,7 @@
 use std::fmt;
 use std::time::Duration;
 
+mod backend;
 pub mod conformance;
 mod doorbell;
 mod error;
@@ -69,6 +70,7 @@ pub mod tcp;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
+pub use backend::{backend_names, open_backend};
 pub use doorbell::Doorbell;
 pub use error::{Error, FailureReason, Result};
 pub use region::{check_region_len, round_up_to_words, Region, WORD_BYTES};

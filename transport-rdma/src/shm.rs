@@ -378,9 +378,10 @@ impl LinkHooks for ShmHooks {
             ));
         }
         let mut remote = self.remote.write().unwrap_or_else(|p| p.into_inner());
-        let need_control = remote
-            .get(&peer)
-            .is_none_or(|maps| maps.control_ino != tag.control_ino);
+        let need_control = !matches!(
+            remote.get(&peer),
+            Some(maps) if maps.control_ino == tag.control_ino
+        );
         if need_control {
             let Some(control) = map_remote(tag.pid, tag.control_fd, tag.control_ino, PAGE_BYTES)
                 .map_err(|e| e.to_string())?

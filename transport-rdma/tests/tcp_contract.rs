@@ -67,8 +67,8 @@ fn words_are_never_torn_and_guard_publishes_payload() {
         thread::spawn(move || {
             let mut payload = vec![0u8; 8 * WORDS];
             for k in 1..=ROUNDS {
-                // Every byte of every word is (k % 251); words also start unaligned by
-                // one byte in odd rounds (merge path), covering the word-atomic apply.
+                // Every byte of every word is (k % 251): a reader that sees a word mixing
+                // two rounds' bytes saw a torn word.
                 let byte = (k % 251) as u8;
                 payload.iter_mut().for_each(|x| *x = byte);
                 a.write_then_release(4, 9, 8, &payload, 0, k).unwrap();

@@ -274,3 +274,52 @@ proptest::proptest! {
         proptest::prop_assert!(n >= whole, "{n} frames decoded, {whole} were intact");
     }
 }
+
+#[test]
+fn a_full_event_queue_pauses_the_peer_without_loss_or_false_timeout() {
+    use spindle_transport_rdma::EVENT_QUEUE_MAX;
+    let sends = EVENT_QUEUE_MAX as u32 + 5_000;
+    let a = open(91);
+    // b times peers out quickly: its reader, parked on the full queue, must not count
+    // the pause as the peer's silence.
+    let b = open_with(
+        92,
+        FabricConfig {
+            probe_interval_ms: 10,
+            probe_timeout_ms: 1_000,
+            ..FabricConfig::default()
+        },
+    );
+    link(&a, &b);
+    let sender = {
+        let a = Arc::clone(&a);
+        thread::spawn(move || {
+            for i in 0..sends {
+                loop {
+                    match a.send(92, i, &i.to_le_bytes()) {
+                        Ok(()) => break,
+                        Err(Error::QueueFull { .. }) => {
+                            a.wait(Duration::from_millis(5));
+                        }
+                        Err(e) => panic!("send {i}: {e}"),
+                    }
+                }
+            }
+        })
+    };
+    sender.join().unwrap();
+    // Let b sit on a full queue for longer than its probe time-out.
+    thread::sleep(Duration::from_millis(2_500));
+    for i in 0..sends {
+        match next_event(&*b) {
+            Event::Recv { peer, imm, data } => {
+                assert_eq!((peer, imm), (91, i));
+                assert_eq!(data, i.to_le_bytes());
+            }
+            other => panic!("event {i}: unexpected {other:?}"),
+        }
+    }
+    assert_eq!(b.peers(), vec![91]);
+    assert_eq!(a.peers(), vec![92]);
+    assert_eq!(a.poll_event(), None);
+}

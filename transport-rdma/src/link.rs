@@ -484,13 +484,15 @@ impl Head {
     }
 }
 
-/// Appends a `Write` frame (`bytes.len() <= WRITE_BYTES_MAX`, checked by the caller).
+/// Appends a `Write` frame (for tests; the hub builds frame heads on the stack).
+#[cfg(test)]
 pub fn encode_write(out: &mut Vec<u8>, region: RegionId, offset: usize, bytes: &[u8]) {
     out.extend_from_slice(Head::write(region, offset, None, bytes.len()).as_slice());
     out.extend_from_slice(bytes);
 }
 
-/// Appends a `WriteRelease` frame.
+/// Appends a `WriteRelease` frame (for tests; the hub builds frame heads on the stack).
+#[cfg(test)]
 pub fn encode_write_release(
     out: &mut Vec<u8>,
     region: RegionId,
@@ -504,7 +506,8 @@ pub fn encode_write_release(
     out.extend_from_slice(bytes);
 }
 
-/// Appends a `Send` frame.
+/// Appends a `Send` frame (for tests; the hub builds frame heads on the stack).
+#[cfg(test)]
 pub fn encode_send(out: &mut Vec<u8>, imm: u32, bytes: &[u8]) {
     out.extend_from_slice(Head::send(imm, bytes.len()).as_slice());
     out.extend_from_slice(bytes);
@@ -2152,6 +2155,18 @@ mod tests {
                     bytes: b"abc",
                     guard_offset: 8,
                     guard: 42
+                },
+                len
+            )
+        );
+        let (buf, len) = roundtrip(|o| encode_write(o, 3, 1 << 40, b"xyz"));
+        assert_eq!(
+            decode_frame(&buf).unwrap(),
+            Decoded::Frame(
+                Frame::Write {
+                    region: 3,
+                    offset: 1 << 40,
+                    bytes: b"xyz"
                 },
                 len
             )

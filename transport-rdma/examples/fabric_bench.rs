@@ -151,9 +151,11 @@ fn retry(
     }
 }
 
-/// Spins this many times on a guard before parking on the doorbell: on a machine with
-/// fewer cores than busy threads, spinning forever starves the backend's own threads.
-const SPINS_BEFORE_PARK: u64 = 2_000;
+/// How long a guard is spun on before parking on the doorbell: long enough that a
+/// ping-pong partner is still spinning when the answer lands (a futex wake costs tens of
+/// microseconds), short enough that on a machine with fewer cores than busy threads the
+/// backend's own threads get the CPU.
+const SPIN_BEFORE_PARK: Duration = Duration::from_micros(100);
 
 /// Waits until the word at `offset` of `region` reaches `value` (or beyond): spins a
 /// little, then parks on the endpoint's doorbell.
@@ -169,7 +171,7 @@ fn spin_until(
     let mut last = region.load_u64(offset);
     while last < value {
         spins += 1;
-        if spins % SPINS_BEFORE_PARK == 0 {
+        if spins % 64 == 0 && since.elapsed() > SPIN_BEFORE_PARK {
             ep.wait(Duration::from_millis(1));
         }
         if spins % 256 == 0 {
@@ -314,7 +316,7 @@ fn target_main(args: &Args, initiator_addr: &str) -> Result<(), BoxError> {
             continue;
         }
         idle_spins += 1;
-        if idle_spins % SPINS_BEFORE_PARK == 0 {
+        if idle_spins % 64 == 0 && since.elapsed() > SPIN_BEFORE_PARK {
             ep.wait(Duration::from_millis(1));
         }
         if idle_spins % 1024 == 0 {

@@ -95,6 +95,11 @@ pub const FRAME_BODY_BYTES_MAX: usize = {
     max
 };
 const _: () = assert!(FRAME_BODY_BYTES_MAX <= u32::MAX as usize);
+/// Largest whole `Hello` frame (a full region table with the longest tags).
+const HELLO_FRAME_BYTES_MAX: usize = FRAME_HEADER_BYTES
+    + HELLO_FIXED_BYTES
+    + REGIONS_PER_ENDPOINT_MAX * (REGION_ENTRY_FIXED_BYTES + REGION_TAG_BYTES_MAX);
+const _: () = assert!(HELLO_FRAME_BYTES_MAX <= FRAME_HEADER_BYTES + FRAME_BODY_BYTES_MAX);
 
 const KIND_HELLO: u8 = 1;
 const KIND_REGION_ANNOUNCE: u8 = 2;
@@ -2053,6 +2058,17 @@ impl FrameReader {
                     };
                 }
                 Decoded::Incomplete { needed } => {
+                    // Before the handshake the peer is unknown: only a Hello (or a
+                    // Goodbye) of a Hello's size may make us buffer.
+                    if self.end - self.start >= FRAME_HEADER_BYTES {
+                        let kind = self.buf[self.start + 4];
+                        if kind != KIND_HELLO && kind != KIND_GOODBYE {
+                            return Err(malformed("expected hello"));
+                        }
+                    }
+                    if needed > HELLO_FRAME_BYTES_MAX {
+                        return Err(malformed(format!("hello of {needed} bytes")));
+                    }
                     if self.fill(stream, needed)? == 0 {
                         return Err(Error::io(
                             "handshake",

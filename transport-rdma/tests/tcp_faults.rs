@@ -323,3 +323,28 @@ fn a_full_event_queue_pauses_the_peer_without_loss_or_false_timeout() {
     assert_eq!(a.peers(), vec![92]);
     assert_eq!(a.poll_event(), None);
 }
+
+#[test]
+fn a_hello_for_another_node_or_a_data_frame_first_is_refused() {
+    use std::io::Read;
+    let (a, b) = (open(101), open(102));
+    let rb = b.register_region(1, 8).unwrap();
+    link(&a, &b);
+    for first in [
+        hello(103, 999, &[]), // meant for node 999
+        hello(101, 101, &[]), // claims our own id
+        write_frame(1, 0, &[1; 8]),
+        probe_frame(),
+    ] {
+        let mut s = std::net::TcpStream::connect(a.address()).unwrap();
+        s.set_read_timeout(Some(GIVE_UP)).unwrap();
+        s.write_all(&first).unwrap();
+        // The endpoint closes the stream without replying.
+        let mut reply = Vec::new();
+        let _ = s.read_to_end(&mut reply);
+        assert!(reply.is_empty(), "replied {reply:?} to {first:?}");
+    }
+    still_works(&a, &b, &rb, 7);
+    assert_eq!(a.poll_event(), None);
+    assert_eq!(a.peers(), vec![102]);
+}

@@ -67,6 +67,8 @@ pub struct Struct {
 pub struct Enum {
     pub name: Scoped,
     pub enumerators: Vec<(String, u32)>,
+    /// Where each enumerator is declared.
+    pub positions: Vec<Pos>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -446,9 +446,9 @@ impl Gen<'_> {
         let name = camel(e.name.last().map(String::as_str).unwrap_or(""));
         let idl = join(&e.name);
         let mut seen = HashSet::new();
-        for (n, _) in &e.enumerators {
+        for (k, (n, _)) in e.enumerators.iter().enumerate() {
             if !seen.insert(camel(n)) {
-                let pos = self.def_pos(&e.name);
+                let pos = e.positions.get(k).copied().unwrap_or_default();
                 return Err(self.err(
                     pos,
                     format!("enumerators of `{idl}` collide as Rust name `{}`", camel(n)),
@@ -520,10 +520,6 @@ impl Gen<'_> {
         self.line(&format!("{T}::cdr::deserialize_{kind}(d)"));
         self.line("}");
         self.line("}");
-    }
-
-    fn def_pos(&self, _name: &[String]) -> Pos {
-        Pos::default()
     }
 
     // ---- bounds, sizes ------------------------------------------------------------------

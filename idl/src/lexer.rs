@@ -317,7 +317,13 @@ impl Lexer<'_> {
                 .map(TokKind::Int)
                 .map_err(|_| bad());
         }
-        s.parse::<u128>().map(TokKind::Int).map_err(|_| bad())
+        if s.chars().all(|c| c.is_ascii_digit()) {
+            return s
+                .parse::<u128>()
+                .map(TokKind::Int)
+                .map_err(|_| self.err(pos, format!("integer literal `{s}` is too large")));
+        }
+        Err(bad())
     }
 
     fn escape(&mut self, pos: Pos) -> Result<char> {

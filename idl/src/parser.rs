@@ -397,7 +397,7 @@ impl Parser<'_> {
             self.i += 1;
             let (name, pos) = match self.peek() {
                 // `@default` is a keyword used as an annotation name.
-                Some(TokKind::Ident(s)) => {
+                Some(TokKind::Ident(s)) if s == "default" || !KEYWORDS.contains(&s.as_str()) => {
                     let s = s.clone();
                     let pos = self.pos();
                     self.i += 1;
@@ -829,6 +829,7 @@ impl Parser<'_> {
         let full = self.declare(&name, pos, Sym::Enum)?;
         self.expect_punct("{", "to open the enum")?;
         let mut enumerators: Vec<(String, u32)> = Vec::new();
+        let mut positions = Vec::new();
         let mut next = 0u64;
         loop {
             let ann = self.annotations()?;
@@ -860,6 +861,7 @@ impl Parser<'_> {
                 .symbols
                 .insert(join(&inner), Sym::Enumerator(full.clone(), v));
             enumerators.push((e, v));
+            positions.push(epos);
             if self.eat_punct(",") {
                 if self.is_punct("}") {
                     break;
@@ -873,6 +875,7 @@ impl Parser<'_> {
         let e = Enum {
             name: full.clone(),
             enumerators,
+            positions,
         };
         self.spec.enums.insert(join(&full), e.clone());
         items.push(Item::Enum(e));

@@ -761,6 +761,21 @@ mod tests {
     }
 
     #[test]
+    fn remote_maps_check_the_inode() {
+        let file = memfd("spindle-test", PAGE_BYTES).unwrap();
+        let ino = file.metadata().unwrap().ino();
+        let pid = std::process::id();
+        let fd = file.as_raw_fd();
+        let mapped = map_remote(pid, fd, ino, PAGE_BYTES).unwrap();
+        assert!(mapped.is_some(), "own memfd maps through /proc");
+        assert!(map_remote(pid, fd, ino + 1, PAGE_BYTES).unwrap().is_none());
+        assert!(map_remote(pid, fd, ino, 2 * PAGE_BYTES).unwrap().is_none());
+        assert!(map_remote(pid, i32::MAX, ino, PAGE_BYTES)
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
     fn addresses_parse_or_error() {
         assert!(parse_address("@spindle-x-1").is_ok());
         assert!(parse_address("@").is_err());

@@ -189,6 +189,24 @@ fn withdrawn_region_rejects_writes_and_close_is_reported() {
 }
 
 #[test]
+fn empty_and_odd_sized_regions() {
+    let (a, b) = pair("sizes");
+    let empty = b.register_region(1, 0).unwrap();
+    let odd = b.register_region(2, 4097).unwrap();
+    assert_eq!((empty.len(), odd.len()), (0, 4104));
+    announced(&a, 2, 1);
+    announced(&a, 2, 2);
+    a.write(2, 1, 0, b"").unwrap();
+    assert!(matches!(
+        a.write(2, 1, 0, b"x"),
+        Err(Error::OutOfBounds { .. })
+    ));
+    a.write_then_release(2, 2, 4093, b"end", 4096, 5).unwrap();
+    assert_eq!(odd.load_u64(4096), 5);
+    assert_eq!(odd.to_vec(4093, 3).unwrap(), b"end");
+}
+
+#[test]
 fn bad_namespaces_and_addresses_are_errors() {
     assert!(ShmEndpoint::open(1, &"x".repeat(65), FabricConfig::default()).is_err());
     assert!(ShmEndpoint::open(1, "nul\0", FabricConfig::default()).is_err());

@@ -111,22 +111,48 @@ fn spawn_child(test: &str) -> Peer {
     let ns = format!("p-{}-{test}", std::process::id());
     let ep = ShmEndpoint::open(PARENT, &ns, cfg()).unwrap();
     let row = ep.register_region(REGION, REGION_BYTES).unwrap();
-    let child = Command::new(std::env::current_exe().unwrap())
+    let child = start_child(&ns);
+    let peer = Peer { child, ep, row };
+    linked(&peer.ep);
+    peer
+}
+
+fn start_child(ns: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
         .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
-        .env("SPINDLE_SHM_CHILD", &ns)
+        .env("SPINDLE_SHM_CHILD", ns)
         .stdout(Stdio::null())
         .spawn()
-        .unwrap();
-    let peer = Peer { child, ep, row };
+        .unwrap()
+}
+
+/// Waits until the child's region is known (the link is up).
+fn linked(ep: &ShmEndpoint) {
     let deadline = Instant::now() + GIVE_UP;
-    while peer.ep.remote_region(CHILD, REGION).is_none() {
+    while ep.remote_region(CHILD, REGION).is_none() {
         assert!(Instant::now() < deadline, "child never connected");
-        peer.ep.wait(Duration::from_millis(50));
-        while let Some(ev) = peer.ep.poll_event() {
+        ep.wait(Duration::from_millis(50));
+        while let Some(ev) = ep.poll_event() {
             assert!(!matches!(ev, Event::PeerFailed { .. }), "{ev:?}");
         }
     }
-    peer
+}
+
+/// A one-sided write into the child's region, read back by the child after the guard.
+fn echo_round_trip(ep: &ShmEndpoint, payload: &[u8]) {
+    ep.write_then_release(CHILD, REGION, 8, payload, 0, 1)
+        .unwrap();
+    ep.send(CHILD, IMM_ECHO, &(payload.len() as u64).to_le_bytes())
+        .unwrap();
+    let ev = expect_event(ep, "echo", |e| matches!(e, Event::Recv { .. }));
+    assert_eq!(
+        ev,
+        Event::Recv {
+            peer: CHILD,
+            imm: IMM_ECHOED,
+            data: payload.to_vec()
+        }
+    );
 }
 
 fn expect_event(ep: &ShmEndpoint, what: &str, pred: impl Fn(&Event) -> bool) -> Event {
@@ -241,4 +267,20 @@ fn sigstopped_peer_fails_by_probe_timeout() {
         matches!(reason, FailureReason::ProbeTimeout { .. }),
         "{reason:?}"
     );
+}
+
+/// A peer that crashed and restarted under the same node id is linked again, and the
+/// parent's writes land in the new process's memory, not the dead one's.
+#[test]
+fn restarted_peer_is_mapped_afresh() {
+    let mut p = spawn_child("restart");
+    echo_round_trip(&p.ep, b"first life");
+    p.child.kill().unwrap();
+    p.child.wait().unwrap();
+    expect_event(&p.ep, "failure", |e| {
+        matches!(e, Event::PeerFailed { peer: CHILD, .. })
+    });
+    p.child = start_child(&format!("p-{}-restart", std::process::id()));
+    linked(&p.ep);
+    echo_round_trip(&p.ep, b"second life, longer");
 }

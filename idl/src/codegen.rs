@@ -560,7 +560,7 @@ impl Gen<'_> {
             }
             Type::Sequence(_, None) => false,
             Type::Array(i, dims) => {
-                let n: u64 = dims.iter().product();
+                let n: u64 = dims.iter().fold(1u64, |a, d| a.saturating_mul(*d));
                 (prim_size(&i).is_some()
                     || self.is_kind(&i, |s| matches!(s, Sym::Enum))
                     || n <= SIZE_LOOP_MAX)
@@ -597,7 +597,7 @@ impl Gen<'_> {
                 )
             }
             Type::Array(i, dims) => {
-                let n: u64 = dims.iter().product();
+                let n: u64 = dims.iter().fold(1u64, |a, d| a.saturating_mul(*d));
                 let ie = expand(self.spec, i);
                 let k = prim_size(&ie)
                     .or_else(|| self.is_kind(&ie, |s| matches!(s, Sym::Enum)).then_some(4));

@@ -11,6 +11,8 @@ pub const INCLUDE_DEPTH_MAX: usize = 64;
 pub const MACRO_DEPTH_MAX: usize = 32;
 /// Deepest `#if` nesting.
 pub const CONDITIONAL_DEPTH_MAX: usize = 256;
+/// Most tokens one compilation may produce after macro expansion and includes.
+pub const TOKENS_MAX: usize = 1 << 22;
 /// Largest source file read.
 pub const SOURCE_LEN_MAX: usize = 64 * 1024 * 1024;
 
@@ -530,7 +532,14 @@ impl<'a> Preprocessor<'a> {
                 TokKind::Ident(name) if self.macros.contains_key(name) => {
                     self.expand(&tok, 0, out)?;
                 }
-                _ => out.push(tok),
+                _ => {
+                    if out.len() >= TOKENS_MAX {
+                        return Err(self
+                            .sources
+                            .error(tok.pos, format!("more than {TOKENS_MAX} tokens")));
+                    }
+                    out.push(tok)
+                }
             }
         }
         if let Some(c) = conds.last() {
@@ -554,6 +563,12 @@ impl<'a> Preprocessor<'a> {
             out.push(tok.clone());
             return Ok(());
         };
+        if out.len() >= TOKENS_MAX {
+            return Err(self.sources.error(
+                tok.pos,
+                format!("more than {TOKENS_MAX} tokens after expanding `{name}`"),
+            ));
+        }
         if depth >= MACRO_DEPTH_MAX {
             return Err(self.sources.error(
                 tok.pos,

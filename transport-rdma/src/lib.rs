@@ -167,7 +167,10 @@ impl Default for FabricConfig {
     fn default() -> Self {
         FabricConfig {
             probe_interval_ms: 20,
-            probe_timeout_ms: 500,
+            // A crashed process is detected at once by its broken connection; the probe
+            // time-out only catches peers that hang. 500 ms suspected healthy peers on a
+            // loaded 2-core machine running debug builds (a descheduled sender mid-frame).
+            probe_timeout_ms: 2_000,
             outbound_bytes_max: 64 << 20,
             connect_timeout_ms: 5_000,
         }

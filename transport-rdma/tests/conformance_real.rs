@@ -1,0 +1,80 @@
+//! The shared conformance suite on the real backends: endpoints as threads of this process,
+//! then with the writing half in another process that is finally killed with SIGKILL.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+
+use spindle_transport_rdma::conformance::{self, Harness};
+use spindle_transport_rdma::{open_backend, Endpoint, FabricConfig, NodeId};
+
+struct Real(&'static str);
+
+impl Harness for Real {
+    fn name(&self) -> String {
+        self.0.to_string()
+    }
+    fn open(&mut self, node: NodeId, cfg: FabricConfig) -> Arc<dyn Endpoint> {
+        open_backend(self.0, node, cfg).unwrap_or_else(|e| panic!("{}: open: {e}", self.0))
+    }
+}
+
+fn spawn_peer(backend: &'static str) -> impl FnMut(&str, NodeId) -> Child {
+    move |address, target| {
+        Command::new(env!("CARGO_BIN_EXE_spindle-fabric-peer"))
+            .args([
+                "--backend",
+                backend,
+                "--node",
+                &(target + 10_000).to_string(),
+            ])
+            .args(["--target", &target.to_string(), "--address", address])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn spindle-fabric-peer")
+    }
+}
+
+#[test]
+fn tcp_conforms_in_process() {
+    conformance::run_all(&mut Real("tcp"));
+}
+
+#[test]
+fn tcp_conforms_across_processes() {
+    conformance::run_cross_process(&mut Real("tcp"), spawn_peer("tcp"));
+}
+
+#[test]
+fn shm_conforms_in_process() {
+    conformance::run_all(&mut Real("shm"));
+}
+
+#[test]
+fn shm_conforms_across_processes() {
+    conformance::run_cross_process(&mut Real("shm"), spawn_peer("shm"));
+}
+
+#[cfg(feature = "libfabric")]
+mod libfabric {
+    use super::*;
+
+    #[test]
+    fn libfabric_tcp_conforms_in_process() {
+        conformance::run_all(&mut Real("libfabric-tcp"));
+    }
+
+    #[test]
+    fn libfabric_tcp_conforms_across_processes() {
+        conformance::run_cross_process(&mut Real("libfabric-tcp"), spawn_peer("libfabric-tcp"));
+    }
+
+    #[test]
+    fn libfabric_shm_conforms_in_process() {
+        conformance::run_all(&mut Real("libfabric-shm"));
+    }
+
+    #[test]
+    fn libfabric_shm_conforms_across_processes() {
+        conformance::run_cross_process(&mut Real("libfabric-shm"), spawn_peer("libfabric-shm"));
+    }
+}

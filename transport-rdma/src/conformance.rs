@@ -786,6 +786,9 @@ pub fn check_links_and_regions(h: &mut dyn Harness) {
     }
 }
 
+/// One rejected operation of [`check_bounds`]: what, its result, the error it must give.
+type BoundsCase = (&'static str, Result<(), Error>, fn(&Error) -> bool);
+
 /// Oversize, out-of-bounds, misaligned, unknown and unconnected operations are errors of
 /// the right kind, never panics; the link keeps working afterwards.
 pub fn check_bounds(h: &mut dyn Harness) {
@@ -806,7 +809,7 @@ pub fn check_bounds(h: &mut dyn Harness) {
     );
     link(h, &mut a, &mut b, &[1]);
     let len = region.len();
-    let cases: Vec<(&str, Result<(), Error>, fn(&Error) -> bool)> = vec![
+    let cases: Vec<BoundsCase> = vec![
         (
             "write past the end",
             a.ep.write(idb, 1, len - 4, &[0; 8]),
@@ -934,7 +937,7 @@ pub fn check_failures(h: &mut dyn Harness) {
         "{name}: write to a closed peer must fail"
     );
     assert!(
-        matches!(b.ep.write(a.id(), 1, 0, &[0; 8]), Err(_)),
+        b.ep.write(a.id(), 1, 0, &[0; 8]).is_err(),
         "{name}: a closed endpoint must refuse writes"
     );
     // Only once.

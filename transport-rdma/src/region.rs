@@ -128,11 +128,6 @@ impl Region {
         self.inner.words == 0
     }
 
-    /// Base address, for backends that register the memory with hardware.
-    pub(crate) fn as_ptr(&self) -> *mut u8 {
-        self.inner.ptr.as_ptr().cast()
-    }
-
     fn word(&self, index: usize) -> &AtomicU64 {
         assert!(
             index < self.inner.words,

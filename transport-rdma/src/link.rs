@@ -811,8 +811,9 @@ struct Link<S: LinkStream> {
     remote_regions: RwLock<BTreeMap<RegionId, RegionDesc>>,
     /// Hub clock (ms) when bytes last arrived.
     last_heard_ms: AtomicU64,
-    /// The reader is waiting for room in the event queue: silence is ours, not theirs.
-    backpressured: AtomicBool,
+    /// The reader is blocked reading the socket: only then does silence count against
+    /// the peer (not while it applies frames or waits for event-queue room).
+    waiting: AtomicBool,
     failed: AtomicBool,
 }
 
@@ -948,15 +949,11 @@ impl<S: LinkStream> Hub<S> {
             if link.failed.load(Ordering::Acquire) || self.is_closed() {
                 return false;
             }
-            link.backpressured.store(true, Ordering::Release);
             q = self
                 .events_space
                 .wait_timeout(q, BACKPRESSURE_RECHECK)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
-        }
-        if link.backpressured.swap(false, Ordering::AcqRel) {
-            link.last_heard_ms.store(self.now_ms(), Ordering::Release);
         }
         q.push_back(event);
         drop(q);
@@ -1114,7 +1111,7 @@ impl<S: LinkStream> Hub<S> {
             out_wake: Condvar::new(),
             remote_regions: RwLock::new(remote),
             last_heard_ms: AtomicU64::new(now),
-            backpressured: AtomicBool::new(false),
+            waiting: AtomicBool::new(false),
             failed: AtomicBool::new(false),
         }))
     }
@@ -1815,15 +1812,23 @@ impl<S: LinkStream> Hub<S> {
 
     fn reader_loop(&self, link: &Arc<Link<S>>, mut reader: FrameReader, mut stream: S) {
         let reason = loop {
-            match reader.step(&mut stream, |frame| self.apply(link, frame)) {
-                Ok(Step::Continue { applied }) => {
+            match reader.step(|frame| self.apply(link, frame)) {
+                Ok(Step::Applied) => self.doorbell.ring(),
+                Ok(Step::NeedRead { needed }) => {
+                    // Silence is judged only while we wait on the socket: time spent
+                    // applying a large frame or waiting for event-queue room is ours.
                     link.last_heard_ms.store(self.now_ms(), Ordering::Release);
-                    if applied {
-                        self.doorbell.ring();
+                    link.waiting.store(true, Ordering::Release);
+                    let got = reader.fill(&mut stream, needed);
+                    link.waiting.store(false, Ordering::Release);
+                    link.last_heard_ms.store(self.now_ms(), Ordering::Release);
+                    match got {
+                        Ok(0) => break FailureReason::ConnectionLost("end of stream".into()),
+                        Ok(_) => {}
+                        Err(e) => break FailureReason::ConnectionLost(e.to_string()),
                     }
                 }
                 Ok(Step::Goodbye) => break FailureReason::Closed,
-                Ok(Step::Eof) => break FailureReason::ConnectionLost("end of stream".into()),
                 Err(Error::Malformed { detail, .. }) => break FailureReason::Malformed(detail),
                 Err(Error::Closed) => break FailureReason::LocalClose,
                 Err(e) => break FailureReason::ConnectionLost(e.to_string()),
@@ -1963,7 +1968,6 @@ fn probe_loop<S: LinkStream>(hub: std::sync::Weak<Hub<S>>) {
                 _ => None,
             })
             .collect();
-        let now = h.now_ms();
         for link in links {
             let idle = {
                 let out = lock(&link.out);
@@ -1972,9 +1976,12 @@ fn probe_loop<S: LinkStream>(hub: std::sync::Weak<Hub<S>>) {
             if idle {
                 let _ = h.enqueue(&link, 0, true, encode_probe);
             }
+            // `waiting` first: its release store follows the `last_heard_ms` store made
+            // when the read began, so a reader seen waiting has a fresh `last_heard_ms`.
+            let waiting = link.waiting.load(Ordering::Acquire);
             let heard = link.last_heard_ms.load(Ordering::Acquire);
-            let silent_ms = now.saturating_sub(heard);
-            if silent_ms > h.cfg.probe_timeout_ms && !link.backpressured.load(Ordering::Acquire) {
+            let silent_ms = h.now_ms().saturating_sub(heard);
+            if waiting && silent_ms > h.cfg.probe_timeout_ms {
                 h.fail(&link, FailureReason::ProbeTimeout { silent_ms });
             }
         }
@@ -1988,9 +1995,12 @@ fn probe_loop<S: LinkStream>(hub: std::sync::Weak<Hub<S>>) {
 // ---------------------------------------------------------------------------------------
 
 enum Step {
-    Continue { applied: bool },
+    /// Frames were applied; the buffer holds no further whole frame.
+    Applied,
+    /// Nothing buffered to apply: read until the buffer holds `needed` bytes.
+    NeedRead { needed: usize },
+    /// The peer said goodbye.
     Goodbye,
-    Eof,
 }
 
 /// A reusable receive buffer: frames are decoded and applied straight from it.
@@ -2080,12 +2090,9 @@ impl FrameReader {
         }
     }
 
-    /// Applies every whole frame buffered, then reads once.
-    fn step<R: Read>(
-        &mut self,
-        stream: &mut R,
-        mut apply: impl FnMut(Frame<'_>) -> Result<bool>,
-    ) -> Result<Step> {
+    /// Applies every whole frame buffered; says whether any was applied or more bytes
+    /// are needed (read them with [`FrameReader::fill`]).
+    fn step(&mut self, mut apply: impl FnMut(Frame<'_>) -> Result<bool>) -> Result<Step> {
         let mut applied = false;
         loop {
             match decode_frame(&self.buf[self.start..self.end])? {
@@ -2098,16 +2105,9 @@ impl FrameReader {
                     }
                     applied = true;
                 }
-                Decoded::Incomplete { needed } => {
-                    if applied {
-                        // Let the caller ring the doorbell before we may block.
-                        return Ok(Step::Continue { applied });
-                    }
-                    return match self.fill(stream, needed)? {
-                        0 => Ok(Step::Eof),
-                        _ => Ok(Step::Continue { applied: false }),
-                    };
-                }
+                // Let the caller ring the doorbell before it may block in a read.
+                Decoded::Incomplete { .. } if applied => return Ok(Step::Applied),
+                Decoded::Incomplete { needed } => return Ok(Step::NeedRead { needed }),
             }
         }
     }

@@ -150,12 +150,16 @@ fn merge(items: &[Item]) -> Vec<Item> {
 fn indent(lines: &[String]) -> String {
     let mut out = String::new();
     let mut depth: usize = 0;
+    let mut prev_open = true;
     for l in lines {
         let l = l.trim();
         if l.is_empty() {
-            out.push('\n');
+            if !prev_open {
+                out.push('\n');
+            }
             continue;
         }
+        prev_open = l.ends_with('{');
         let (opens, closes_first, net) = brackets(l);
         let _ = opens;
         let d = depth.saturating_sub(closes_first);
@@ -490,7 +494,7 @@ impl Gen<'_> {
         self.line("");
         self.line(&format!("impl {T}::cdr::CheckBounds for {name} {{"));
         self.line(&format!("fn check_bounds(&self) -> {T}::Result<()> {{"));
-        self.line("Ok(())");
+        self.line("::std::result::Result::Ok(())");
         self.line("}");
         self.line("}");
         self.line("");
@@ -805,7 +809,7 @@ impl Gen<'_> {
         for l in body {
             self.line(&l);
         }
-        self.line("Ok(())");
+        self.line("::std::result::Result::Ok(())");
         self.line("}");
         self.line("}");
 
@@ -815,16 +819,14 @@ impl Gen<'_> {
         self.line(&format!("const TYPE_NAME: &'static str = \"{idl}\";"));
         self.line(&format!("const HAS_KEY: bool = {};", !keys.is_empty()));
         if bounded {
-            self.line("const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =");
-            self.line(&format!("::std::option::Option::Some({name}::max_size_from({T}::cdr::MaxSize::start()).encoded());"));
+            self.line(&format!("const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some({name}::max_size_from({T}::cdr::MaxSize::start()).encoded());"));
         } else {
             self.line("const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::None;");
         }
         if keys.is_empty() {
             self.line("const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);");
         } else if key_bounded {
-            self.line("const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =");
-            self.line(&format!("::std::option::Option::Some({name}::key_max_size_from({T}::cdr::MaxSize::start()).size());"));
+            self.line(&format!("const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some({name}::key_max_size_from({T}::cdr::MaxSize::start()).size());"));
         } else {
             self.line("const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::None;");
         }
@@ -837,14 +839,14 @@ impl Gen<'_> {
         self.line(&format!("fn decode(bytes: &[u8]) -> {T}::Result<Self> {{"));
         self.line(&format!("let v: Self = {T}::cdr::decode(bytes)?;"));
         self.line(&format!("{T}::cdr::CheckBounds::check_bounds(&v)?;"));
-        self.line("Ok(v)");
+        self.line("::std::result::Result::Ok(v)");
         self.line("}");
         self.line("");
         if key_paths.is_empty() {
             self.line(&format!(
                 "fn encode_key_be(&self, _out: &mut ::std::vec::Vec<u8>) -> {T}::Result<()> {{"
             ));
-            self.line("Ok(())");
+            self.line("::std::result::Result::Ok(())");
         } else {
             self.line(&format!(
                 "fn encode_key_be(&self, out: &mut ::std::vec::Vec<u8>) -> {T}::Result<()> {{"
@@ -1038,7 +1040,9 @@ impl Gen<'_> {
             }
         }
         if unselected {
-            self.line(&format!("{name}::{unsel}(_) => Ok(()),"));
+            self.line(&format!(
+                "{name}::{unsel}(_) => ::std::result::Result::Ok(()),"
+            ));
         }
         self.line("}");
         self.line("}");
@@ -1048,7 +1052,7 @@ impl Gen<'_> {
         self.line(&format!("discriminator: {dt},"));
         self.line("seq: &mut A,");
         self.line(") -> ::std::result::Result<Self, A::Error> {");
-        self.line("Ok(match discriminator {");
+        self.line("let v = match discriminator {");
         let mut default_branch = None;
         for b in &u.branches {
             let v = camel(&b.member.name);
@@ -1075,7 +1079,8 @@ impl Gen<'_> {
         } else if unselected {
             self.line(&format!("d => {name}::{unsel}(d),"));
         }
-        self.line("})");
+        self.line("};");
+        self.line("::std::result::Result::Ok(v)");
         self.line("}");
         self.line("}");
         self.serde_impls(&name, "union");
@@ -1115,7 +1120,7 @@ impl Gen<'_> {
                     };
                     guard.push(format!("if {cond} {{"));
                     guard.push(format!(
-                        "return Err({T}::Error::InvalidValue {{ field: \"{idl}\", detail: format!(\"discriminator {{d:?}} does not select {}\") }});",
+                        "return ::std::result::Result::Err({T}::Error::InvalidValue {{ field: \"{idl}\", detail: format!(\"discriminator {{d:?}} does not select {}\") }});",
                         what.replace('{', "{{").replace('}', "}}")
                     ));
                     guard.push("}".into());
@@ -1133,7 +1138,7 @@ impl Gen<'_> {
             arms.push(format!("{name}::{unsel}(d) => {{"));
             arms.push(format!("if matches!(*d, {all_pat}) {{"));
             arms.push(format!(
-                "return Err({T}::Error::InvalidValue {{ field: \"{idl}\", detail: format!(\"discriminator {{d:?}} selects a member, but no member is given\") }});"
+                "return ::std::result::Result::Err({T}::Error::InvalidValue {{ field: \"{idl}\", detail: format!(\"discriminator {{d:?}} selects a member, but no member is given\") }});"
             ));
             arms.push("}".into());
             arms.push("}".into());
@@ -1145,7 +1150,7 @@ impl Gen<'_> {
             self.line(&a);
         }
         self.line("}");
-        self.line("Ok(())");
+        self.line("::std::result::Result::Ok(())");
         self.line("}");
         self.line("}");
 

@@ -131,6 +131,9 @@ fn missing_input_file_is_an_error() {
 
 #[test]
 fn builder_writes_one_file_per_idl_file() {
+    if update() {
+        return; // the golden files are being rewritten concurrently
+    }
     let out = std::env::temp_dir().join(format!("spindle-idl-out-{}", std::process::id()));
     spindle_idl::Builder::new()
         .out_dir(&out)
@@ -165,6 +168,9 @@ fn builder_without_out_dir_is_an_error() {
 
 #[test]
 fn spindle_idlc_compiles_the_avionics_model() {
+    if update() {
+        return; // the golden files are being rewritten concurrently
+    }
     let out = std::env::temp_dir().join(format!("spindle-idlc-ok-{}", std::process::id()));
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_spindle-idlc"))
         .args(["../topics/idl/avionics.idl", "--out"])

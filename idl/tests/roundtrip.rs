@@ -15,6 +15,11 @@ mod gen_example {
 }
 
 #[allow(dead_code)]
+mod gen_shadowing {
+    include!("corpus/valid/shadowing.rs");
+}
+
+#[allow(dead_code)]
 mod gen_avionics {
     include!("corpus/external/avionics.rs");
 }
@@ -653,6 +658,27 @@ proptest! {
             fault_codes: health.5,
         })?;
     }
+}
+
+#[test]
+fn names_shadowing_the_prelude_work() {
+    use gen_shadowing::std as s;
+    let v = s::serde::Serialize {
+        e: s::Err::Ok(s::Result {
+            ok: s::Ok { r#match: -3 },
+            err: s::Vec { r#type: 9 },
+        }),
+        s: s::Choice::Some,
+    };
+    round_trip(&v).unwrap_or_else(|e| panic!("{e}"));
+    let t = gen_shadowing::spindle_topics::TopicType {
+        self_: s::String { self_: 5 },
+    };
+    round_trip(&t).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        <gen_shadowing::spindle_topics::TopicType as TopicType>::TYPE_NAME,
+        "spindle_topics::TopicType"
+    );
 }
 
 #[test]

@@ -2,7 +2,6 @@
 
 /// IDL `module Avionics`.
 pub mod avionics {
-
     /// IDL `const unsigned long CALLSIGN_MAX`.
     pub const CALLSIGN_MAX: u32 = 8;
 
@@ -90,7 +89,7 @@ pub mod avionics {
 
     impl ::spindle_topics::cdr::CheckBounds for AltitudeReference {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -158,7 +157,7 @@ pub mod avionics {
 
     impl ::spindle_topics::cdr::CheckBounds for FlightPhase {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -217,7 +216,7 @@ pub mod avionics {
 
     impl ::spindle_topics::cdr::CheckBounds for WaypointKind {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -273,7 +272,7 @@ pub mod avionics {
 
     impl ::spindle_topics::cdr::CheckBounds for ConstraintKind {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -329,7 +328,7 @@ pub mod avionics {
 
     impl ::spindle_topics::cdr::CheckBounds for TrackSource {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -385,7 +384,7 @@ pub mod avionics {
 
     impl ::spindle_topics::cdr::CheckBounds for HealthStatus {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -428,7 +427,7 @@ pub mod avionics {
                 Constraint::AltitudeM(v) => t.serialize_element(v),
                 Constraint::SpeedMps(v) => t.serialize_element(v),
                 Constraint::EtaNs(v) => t.serialize_element(v),
-                Constraint::Unselected(_) => Ok(()),
+                Constraint::Unselected(_) => ::std::result::Result::Ok(()),
             }
         }
 
@@ -437,12 +436,13 @@ pub mod avionics {
             discriminator: ConstraintKind,
             seq: &mut A,
         ) -> ::std::result::Result<Self, A::Error> {
-            Ok(match discriminator {
-                    ConstraintKind::Altitude => Constraint::AltitudeM(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-                    ConstraintKind::Speed => Constraint::SpeedMps(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-                    ConstraintKind::TimeOfArrival => Constraint::EtaNs(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-                    d => Constraint::Unselected(d),
-            })
+            let v = match discriminator {
+                ConstraintKind::Altitude => Constraint::AltitudeM(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+                ConstraintKind::Speed => Constraint::SpeedMps(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+                ConstraintKind::TimeOfArrival => Constraint::EtaNs(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+                d => Constraint::Unselected(d),
+            };
+            ::std::result::Result::Ok(v)
         }
     }
 
@@ -470,11 +470,11 @@ pub mod avionics {
                 }
                 Constraint::Unselected(d) => {
                     if matches!(*d, ConstraintKind::Altitude | ConstraintKind::Speed | ConstraintKind::TimeOfArrival) {
-                        return Err(::spindle_topics::Error::InvalidValue { field: "Avionics::Constraint", detail: format!("discriminator {d:?} selects a member, but no member is given") });
+                        return ::std::result::Result::Err(::spindle_topics::Error::InvalidValue { field: "Avionics::Constraint", detail: format!("discriminator {d:?} selects a member, but no member is given") });
                     }
                 }
             }
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -526,11 +526,12 @@ pub mod avionics {
             discriminator: i16,
             seq: &mut A,
         ) -> ::std::result::Result<Self, A::Error> {
-            Ok(match discriminator {
-                    1 => TrackIdentity::IcaoAddress(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-                    2 | 3 => TrackIdentity::Callsign(discriminator, ::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-                    d => TrackIdentity::ModeACode(d, ::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-            })
+            let v = match discriminator {
+                1 => TrackIdentity::IcaoAddress(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+                2 | 3 => TrackIdentity::Callsign(discriminator, ::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+                d => TrackIdentity::ModeACode(d, ::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+            };
+            ::std::result::Result::Ok(v)
         }
     }
 
@@ -554,17 +555,17 @@ pub mod avionics {
                 }
                 TrackIdentity::Callsign(d, v) => {
                     if !matches!(*d, 2 | 3) {
-                        return Err(::spindle_topics::Error::InvalidValue { field: "Avionics::TrackIdentity", detail: format!("discriminator {d:?} does not select `callsign`") });
+                        return ::std::result::Result::Err(::spindle_topics::Error::InvalidValue { field: "Avionics::TrackIdentity", detail: format!("discriminator {d:?} does not select `callsign`") });
                     }
                     ::spindle_topics::cdr::check_len("Avionics::TrackIdentity::callsign", v.len(), 8)?;
                 }
                 TrackIdentity::ModeACode(d, _) => {
                     if matches!(*d, 1 | 2 | 3) {
-                        return Err(::spindle_topics::Error::InvalidValue { field: "Avionics::TrackIdentity", detail: format!("discriminator {d:?} does not select the default branch") });
+                        return ::std::result::Result::Err(::spindle_topics::Error::InvalidValue { field: "Avionics::TrackIdentity", detail: format!("discriminator {d:?} does not select the default branch") });
                     }
                 }
             }
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -608,15 +609,14 @@ pub mod avionics {
 
     impl ::spindle_topics::cdr::CheckBounds for GeoPoint {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
     impl ::spindle_topics::TopicType for GeoPoint {
         const TYPE_NAME: &'static str = "Avionics::GeoPoint";
         const HAS_KEY: bool = false;
-        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(GeoPoint::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
+        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(GeoPoint::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
@@ -627,11 +627,11 @@ pub mod avionics {
         fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
             let v: Self = ::spindle_topics::cdr::decode(bytes)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-            Ok(v)
+            ::std::result::Result::Ok(v)
         }
 
         fn encode_key_be(&self, _out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -672,15 +672,14 @@ pub mod avionics {
             ::spindle_topics::cdr::check_len("Avionics::Waypoint::name", self.name.len(), 5)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&self.position)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&self.constraint)?;
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
     impl ::spindle_topics::TopicType for Waypoint {
         const TYPE_NAME: &'static str = "Avionics::Waypoint";
         const HAS_KEY: bool = false;
-        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(Waypoint::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
+        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Waypoint::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
@@ -691,11 +690,11 @@ pub mod avionics {
         fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
             let v: Self = ::spindle_topics::cdr::decode(bytes)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-            Ok(v)
+            ::std::result::Result::Ok(v)
         }
 
         fn encode_key_be(&self, _out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -757,17 +756,15 @@ pub mod avionics {
 
     impl ::spindle_topics::cdr::CheckBounds for AirData {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
     impl ::spindle_topics::TopicType for AirData {
         const TYPE_NAME: &'static str = "Avionics::AirData";
         const HAS_KEY: bool = true;
-        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(AirData::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
-        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(AirData::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
+        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(AirData::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
+        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(AirData::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -777,7 +774,7 @@ pub mod avionics {
         fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
             let v: Self = ::spindle_topics::cdr::decode(bytes)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-            Ok(v)
+            ::std::result::Result::Ok(v)
         }
 
         fn encode_key_be(&self, out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
@@ -828,17 +825,15 @@ pub mod avionics {
 
     impl ::spindle_topics::cdr::CheckBounds for Attitude {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
     impl ::spindle_topics::TopicType for Attitude {
         const TYPE_NAME: &'static str = "Avionics::Attitude";
         const HAS_KEY: bool = true;
-        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(Attitude::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
-        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(Attitude::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
+        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Attitude::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
+        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Attitude::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -848,7 +843,7 @@ pub mod avionics {
         fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
             let v: Self = ::spindle_topics::cdr::decode(bytes)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-            Ok(v)
+            ::std::result::Result::Ok(v)
         }
 
         fn encode_key_be(&self, out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
@@ -904,17 +899,15 @@ pub mod avionics {
     impl ::spindle_topics::cdr::CheckBounds for NavigationPosition {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(&self.position)?;
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
     impl ::spindle_topics::TopicType for NavigationPosition {
         const TYPE_NAME: &'static str = "Avionics::NavigationPosition";
         const HAS_KEY: bool = true;
-        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(NavigationPosition::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
-        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(NavigationPosition::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
+        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(NavigationPosition::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
+        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(NavigationPosition::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -924,7 +917,7 @@ pub mod avionics {
         fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
             let v: Self = ::spindle_topics::cdr::decode(bytes)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-            Ok(v)
+            ::std::result::Result::Ok(v)
         }
 
         fn encode_key_be(&self, out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
@@ -992,17 +985,15 @@ pub mod avionics {
             for e0 in self.route.iter() {
                 ::spindle_topics::cdr::CheckBounds::check_bounds(e0)?;
             }
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
     impl ::spindle_topics::TopicType for FlightPlan {
         const TYPE_NAME: &'static str = "Avionics::FlightPlan";
         const HAS_KEY: bool = true;
-        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(FlightPlan::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
-        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(FlightPlan::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
+        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(FlightPlan::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
+        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(FlightPlan::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -1012,7 +1003,7 @@ pub mod avionics {
         fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
             let v: Self = ::spindle_topics::cdr::decode(bytes)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-            Ok(v)
+            ::std::result::Result::Ok(v)
         }
 
         fn encode_key_be(&self, out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
@@ -1083,17 +1074,15 @@ pub mod avionics {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(&self.identity)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&self.position)?;
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
     impl ::spindle_topics::TopicType for TrackReport {
         const TYPE_NAME: &'static str = "Avionics::TrackReport";
         const HAS_KEY: bool = true;
-        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(TrackReport::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
-        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(TrackReport::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
+        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(TrackReport::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
+        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(TrackReport::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -1103,7 +1092,7 @@ pub mod avionics {
         fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
             let v: Self = ::spindle_topics::cdr::decode(bytes)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-            Ok(v)
+            ::std::result::Result::Ok(v)
         }
 
         fn encode_key_be(&self, out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
@@ -1133,7 +1122,6 @@ pub mod avionics {
     }
 
     impl HealthHeartbeat {
-
         /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
         pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
             // self.aircraft_id
@@ -1147,7 +1135,7 @@ pub mod avionics {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
             ::spindle_topics::cdr::check_len("Avionics::HealthHeartbeat::subsystem", self.subsystem.len(), 16)?;
             ::spindle_topics::cdr::check_len("Avionics::HealthHeartbeat::detail", self.detail.len(), 64)?;
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -1155,8 +1143,7 @@ pub mod avionics {
         const TYPE_NAME: &'static str = "Avionics::HealthHeartbeat";
         const HAS_KEY: bool = true;
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::None;
-        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(HealthHeartbeat::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
+        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(HealthHeartbeat::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -1166,7 +1153,7 @@ pub mod avionics {
         fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
             let v: Self = ::spindle_topics::cdr::decode(bytes)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-            Ok(v)
+            ::std::result::Result::Ok(v)
         }
 
         fn encode_key_be(&self, out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {

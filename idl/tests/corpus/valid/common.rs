@@ -2,7 +2,6 @@
 
 /// IDL `module Common`.
 pub mod common {
-
     /// IDL `const long NAME_MAX`.
     pub const NAME_MAX: i32 = 12;
 
@@ -32,15 +31,14 @@ pub mod common {
 
     impl ::spindle_topics::cdr::CheckBounds for Stamp {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
     impl ::spindle_topics::TopicType for Stamp {
         const TYPE_NAME: &'static str = "Common::Stamp";
         const HAS_KEY: bool = false;
-        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(Stamp::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
+        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Stamp::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
@@ -51,11 +49,11 @@ pub mod common {
         fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
             let v: Self = ::spindle_topics::cdr::decode(bytes)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-            Ok(v)
+            ::std::result::Result::Ok(v)
         }
 
         fn encode_key_be(&self, _out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 }

@@ -2,7 +2,6 @@
 
 /// IDL `module Common`.
 pub mod common {
-
     /// IDL `const long NAME_MAX`.
     pub const NAME_MAX: i32 = 12;
 
@@ -32,15 +31,14 @@ pub mod common {
 
     impl ::spindle_topics::cdr::CheckBounds for Stamp {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
     impl ::spindle_topics::TopicType for Stamp {
         const TYPE_NAME: &'static str = "Common::Stamp";
         const HAS_KEY: bool = false;
-        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(Stamp::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
+        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Stamp::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
@@ -51,18 +49,17 @@ pub mod common {
         fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
             let v: Self = ::spindle_topics::cdr::decode(bytes)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-            Ok(v)
+            ::std::result::Result::Ok(v)
         }
 
         fn encode_key_be(&self, _out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 }
 
 /// IDL `module Everything`.
 pub mod everything {
-
     /// IDL `const short SHIFTED`.
     pub const SHIFTED: i16 = 19;
 
@@ -135,7 +132,7 @@ pub mod everything {
 
     impl ::spindle_topics::cdr::CheckBounds for Color {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -191,7 +188,7 @@ pub mod everything {
 
     impl ::spindle_topics::cdr::CheckBounds for Level {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -213,7 +210,6 @@ pub mod everything {
 
     /// IDL `module Inner`.
     pub mod inner {
-
         /// IDL `struct Everything::Inner::Point`.
         #[derive(Debug, Clone, PartialEq, ::serde::Serialize, ::serde::Deserialize)]
         pub struct Point {
@@ -240,15 +236,14 @@ pub mod everything {
 
         impl ::spindle_topics::cdr::CheckBounds for Point {
             fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-                Ok(())
+                ::std::result::Result::Ok(())
             }
         }
 
         impl ::spindle_topics::TopicType for Point {
             const TYPE_NAME: &'static str = "Everything::Inner::Point";
             const HAS_KEY: bool = false;
-            const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-            ::std::option::Option::Some(Point::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
+            const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Point::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
             const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
 
             fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
@@ -259,11 +254,11 @@ pub mod everything {
             fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
                 let v: Self = ::spindle_topics::cdr::decode(bytes)?;
                 ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-                Ok(v)
+                ::std::result::Result::Ok(v)
             }
 
             fn encode_key_be(&self, _out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
-                Ok(())
+                ::std::result::Result::Ok(())
             }
         }
 
@@ -300,17 +295,15 @@ pub mod everything {
 
         impl ::spindle_topics::cdr::CheckBounds for Keyed {
             fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-                Ok(())
+                ::std::result::Result::Ok(())
             }
         }
 
         impl ::spindle_topics::TopicType for Keyed {
             const TYPE_NAME: &'static str = "Everything::Inner::Keyed";
             const HAS_KEY: bool = true;
-            const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-            ::std::option::Option::Some(Keyed::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
-            const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-            ::std::option::Option::Some(Keyed::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
+            const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Keyed::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
+            const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Keyed::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
 
             fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
                 ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -320,7 +313,7 @@ pub mod everything {
             fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
                 let v: Self = ::spindle_topics::cdr::decode(bytes)?;
                 ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-                Ok(v)
+                ::std::result::Result::Ok(v)
             }
 
             fn encode_key_be(&self, out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
@@ -370,12 +363,13 @@ pub mod everything {
             discriminator: i16,
             seq: &mut A,
         ) -> ::std::result::Result<Self, A::Error> {
-            Ok(match discriminator {
-                    1 => ByShort::Count(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-                    2 | 3 => ByShort::Level(discriminator, ::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-                    -4 => ByShort::Note(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-                    d => ByShort::Raw(d, ::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-            })
+            let v = match discriminator {
+                1 => ByShort::Count(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+                2 | 3 => ByShort::Level(discriminator, ::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+                -4 => ByShort::Note(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+                d => ByShort::Raw(d, ::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+            };
+            ::std::result::Result::Ok(v)
         }
     }
 
@@ -399,7 +393,7 @@ pub mod everything {
                 }
                 ByShort::Level(d, _) => {
                     if !matches!(*d, 2 | 3) {
-                        return Err(::spindle_topics::Error::InvalidValue { field: "Everything::ByShort", detail: format!("discriminator {d:?} does not select `level`") });
+                        return ::std::result::Result::Err(::spindle_topics::Error::InvalidValue { field: "Everything::ByShort", detail: format!("discriminator {d:?} does not select `level`") });
                     }
                 }
                 ByShort::Note(v) => {
@@ -407,11 +401,11 @@ pub mod everything {
                 }
                 ByShort::Raw(d, _) => {
                     if matches!(*d, 1 | 2 | 3 | -4) {
-                        return Err(::spindle_topics::Error::InvalidValue { field: "Everything::ByShort", detail: format!("discriminator {d:?} does not select the default branch") });
+                        return ::std::result::Result::Err(::spindle_topics::Error::InvalidValue { field: "Everything::ByShort", detail: format!("discriminator {d:?} does not select the default branch") });
                     }
                 }
             }
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -454,7 +448,7 @@ pub mod everything {
             match self {
                 ByEnum::RedPoint(v) => t.serialize_element(v),
                 ByEnum::Greens(v) => t.serialize_element(v),
-                ByEnum::Unselected(_) => Ok(()),
+                ByEnum::Unselected(_) => ::std::result::Result::Ok(()),
             }
         }
 
@@ -463,11 +457,12 @@ pub mod everything {
             discriminator: Color,
             seq: &mut A,
         ) -> ::std::result::Result<Self, A::Error> {
-            Ok(match discriminator {
-                    Color::Red => ByEnum::RedPoint(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-                    Color::Green => ByEnum::Greens(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-                    d => ByEnum::Unselected(d),
-            })
+            let v = match discriminator {
+                Color::Red => ByEnum::RedPoint(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+                Color::Green => ByEnum::Greens(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+                d => ByEnum::Unselected(d),
+            };
+            ::std::result::Result::Ok(v)
         }
     }
 
@@ -495,11 +490,11 @@ pub mod everything {
                 }
                 ByEnum::Unselected(d) => {
                     if matches!(*d, Color::Red | Color::Green) {
-                        return Err(::spindle_topics::Error::InvalidValue { field: "Everything::ByEnum", detail: format!("discriminator {d:?} selects a member, but no member is given") });
+                        return ::std::result::Result::Err(::spindle_topics::Error::InvalidValue { field: "Everything::ByEnum", detail: format!("discriminator {d:?} selects a member, but no member is given") });
                     }
                 }
             }
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -541,7 +536,7 @@ pub mod everything {
             match self {
                 ByChar::Letter(v) => t.serialize_element(v),
                 ByChar::Wide(v) => t.serialize_element(v),
-                ByChar::Unselected(_) => Ok(()),
+                ByChar::Unselected(_) => ::std::result::Result::Ok(()),
             }
         }
 
@@ -550,11 +545,12 @@ pub mod everything {
             discriminator: char,
             seq: &mut A,
         ) -> ::std::result::Result<Self, A::Error> {
-            Ok(match discriminator {
-                    'a' => ByChar::Letter(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-                    'b' => ByChar::Wide(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-                    d => ByChar::Unselected(d),
-            })
+            let v = match discriminator {
+                'a' => ByChar::Letter(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+                'b' => ByChar::Wide(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+                d => ByChar::Unselected(d),
+            };
+            ::std::result::Result::Ok(v)
         }
     }
 
@@ -580,11 +576,11 @@ pub mod everything {
                 }
                 ByChar::Unselected(d) => {
                     if matches!(*d, 'a' | 'b') {
-                        return Err(::spindle_topics::Error::InvalidValue { field: "Everything::ByChar", detail: format!("discriminator {d:?} selects a member, but no member is given") });
+                        return ::std::result::Result::Err(::spindle_topics::Error::InvalidValue { field: "Everything::ByChar", detail: format!("discriminator {d:?} selects a member, but no member is given") });
                     }
                 }
             }
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -631,10 +627,11 @@ pub mod everything {
             discriminator: bool,
             seq: &mut A,
         ) -> ::std::result::Result<Self, A::Error> {
-            Ok(match discriminator {
-                    true => ByBool::Yes(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-                    false => ByBool::No(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-            })
+            let v = match discriminator {
+                true => ByBool::Yes(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+                false => ByBool::No(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+            };
+            ::std::result::Result::Ok(v)
         }
     }
 
@@ -660,7 +657,7 @@ pub mod everything {
                     ::spindle_topics::cdr::check_len("Everything::ByBool::no", v.len(), 3)?;
                 }
             }
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -706,10 +703,11 @@ pub mod everything {
             discriminator: u8,
             seq: &mut A,
         ) -> ::std::result::Result<Self, A::Error> {
-            Ok(match discriminator {
-                    0 => ByOctet::NothingMuch(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-                    d => ByOctet::Grid(d, ::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-            })
+            let v = match discriminator {
+                0 => ByOctet::NothingMuch(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+                d => ByOctet::Grid(d, ::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+            };
+            ::std::result::Result::Ok(v)
         }
     }
 
@@ -733,11 +731,11 @@ pub mod everything {
                 }
                 ByOctet::Grid(d, _) => {
                     if matches!(*d, 0) {
-                        return Err(::spindle_topics::Error::InvalidValue { field: "Everything::ByOctet", detail: format!("discriminator {d:?} does not select the default branch") });
+                        return ::std::result::Result::Err(::spindle_topics::Error::InvalidValue { field: "Everything::ByOctet", detail: format!("discriminator {d:?} does not select the default branch") });
                     }
                 }
             }
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -760,7 +758,6 @@ pub mod everything {
     }
 
     impl Node {
-
         /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
         pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
             s
@@ -772,7 +769,7 @@ pub mod everything {
             for e0 in self.children.iter() {
                 ::spindle_topics::cdr::CheckBounds::check_bounds(e0)?;
             }
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -790,11 +787,11 @@ pub mod everything {
         fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
             let v: Self = ::spindle_topics::cdr::decode(bytes)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-            Ok(v)
+            ::std::result::Result::Ok(v)
         }
 
         fn encode_key_be(&self, _out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -808,7 +805,6 @@ pub mod everything {
     }
 
     impl Base {
-
         /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
         pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
             // self.id
@@ -818,7 +814,7 @@ pub mod everything {
 
     impl ::spindle_topics::cdr::CheckBounds for Base {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -826,8 +822,7 @@ pub mod everything {
         const TYPE_NAME: &'static str = "Everything::Base";
         const HAS_KEY: bool = true;
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::None;
-        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(Base::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
+        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Base::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -837,7 +832,7 @@ pub mod everything {
         fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
             let v: Self = ::spindle_topics::cdr::decode(bytes)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-            Ok(v)
+            ::std::result::Result::Ok(v)
         }
 
         fn encode_key_be(&self, out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
@@ -960,7 +955,6 @@ pub mod everything {
     }
 
     impl Everything {
-
         /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
         pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
             // self.id
@@ -1006,7 +1000,7 @@ pub mod everything {
             if let ::std::option::Option::Some(v) = &self.maybe_point {
                 ::spindle_topics::cdr::CheckBounds::check_bounds(v)?;
             }
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -1014,8 +1008,7 @@ pub mod everything {
         const TYPE_NAME: &'static str = "Everything::Everything";
         const HAS_KEY: bool = true;
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::None;
-        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(Everything::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
+        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Everything::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -1025,7 +1018,7 @@ pub mod everything {
         fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
             let v: Self = ::spindle_topics::cdr::decode(bytes)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-            Ok(v)
+            ::std::result::Result::Ok(v)
         }
 
         fn encode_key_be(&self, out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
@@ -1092,17 +1085,15 @@ pub mod everything {
                 ::spindle_topics::cdr::CheckBounds::check_bounds(e0)?;
             }
             ::spindle_topics::cdr::CheckBounds::check_bounds(&self.reading)?;
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
     impl ::spindle_topics::TopicType for Bounded {
         const TYPE_NAME: &'static str = "Everything::Bounded";
         const HAS_KEY: bool = true;
-        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(Bounded::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
-        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(Bounded::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
+        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Bounded::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
+        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Bounded::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -1112,7 +1103,7 @@ pub mod everything {
         fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
             let v: Self = ::spindle_topics::cdr::decode(bytes)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-            Ok(v)
+            ::std::result::Result::Ok(v)
         }
 
         fn encode_key_be(&self, out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
@@ -1142,15 +1133,14 @@ pub mod everything {
 
     impl ::spindle_topics::cdr::CheckBounds for Reopened {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
     impl ::spindle_topics::TopicType for Reopened {
         const TYPE_NAME: &'static str = "Everything::Reopened";
         const HAS_KEY: bool = false;
-        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(Reopened::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
+        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Reopened::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
@@ -1161,11 +1151,11 @@ pub mod everything {
         fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
             let v: Self = ::spindle_topics::cdr::decode(bytes)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-            Ok(v)
+            ::std::result::Result::Ok(v)
         }
 
         fn encode_key_be(&self, _out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 }

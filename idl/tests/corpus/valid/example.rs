@@ -2,7 +2,6 @@
 
 /// IDL `module Example`.
 pub mod example {
-
     /// IDL `enum Example::Color` (32-bit on the wire).
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
     #[repr(u32)]
@@ -45,7 +44,7 @@ pub mod example {
 
     impl ::spindle_topics::cdr::CheckBounds for Color {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -100,12 +99,13 @@ pub mod example {
             discriminator: i16,
             seq: &mut A,
         ) -> ::std::result::Result<Self, A::Error> {
-            Ok(match discriminator {
-                    1 => Reading::Count(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-                    2 | 3 => Reading::Level(discriminator, ::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-                    4 => Reading::Note(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-                    d => Reading::Raw(d, ::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
-            })
+            let v = match discriminator {
+                1 => Reading::Count(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+                2 | 3 => Reading::Level(discriminator, ::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+                4 => Reading::Note(::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+                d => Reading::Raw(d, ::spindle_topics::cdr::union_member(seq, Self::IDL_NAME)?),
+            };
+            ::std::result::Result::Ok(v)
         }
     }
 
@@ -129,7 +129,7 @@ pub mod example {
                 }
                 Reading::Level(d, _) => {
                     if !matches!(*d, 2 | 3) {
-                        return Err(::spindle_topics::Error::InvalidValue { field: "Example::Reading", detail: format!("discriminator {d:?} does not select `level`") });
+                        return ::std::result::Result::Err(::spindle_topics::Error::InvalidValue { field: "Example::Reading", detail: format!("discriminator {d:?} does not select `level`") });
                     }
                 }
                 Reading::Note(v) => {
@@ -137,11 +137,11 @@ pub mod example {
                 }
                 Reading::Raw(d, _) => {
                     if matches!(*d, 1 | 2 | 3 | 4) {
-                        return Err(::spindle_topics::Error::InvalidValue { field: "Example::Reading", detail: format!("discriminator {d:?} does not select the default branch") });
+                        return ::std::result::Result::Err(::spindle_topics::Error::InvalidValue { field: "Example::Reading", detail: format!("discriminator {d:?} does not select the default branch") });
                     }
                 }
             }
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -182,15 +182,14 @@ pub mod example {
 
     impl ::spindle_topics::cdr::CheckBounds for Point {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
     impl ::spindle_topics::TopicType for Point {
         const TYPE_NAME: &'static str = "Example::Point";
         const HAS_KEY: bool = false;
-        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(Point::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
+        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Point::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
@@ -201,11 +200,11 @@ pub mod example {
         fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
             let v: Self = ::spindle_topics::cdr::decode(bytes)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-            Ok(v)
+            ::std::result::Result::Ok(v)
         }
 
         fn encode_key_be(&self, _out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
@@ -283,17 +282,15 @@ pub mod example {
                 ::spindle_topics::cdr::CheckBounds::check_bounds(e0)?;
             }
             ::spindle_topics::cdr::CheckBounds::check_bounds(&self.reading)?;
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
     impl ::spindle_topics::TopicType for Sample {
         const TYPE_NAME: &'static str = "Example::Sample";
         const HAS_KEY: bool = true;
-        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(Sample::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
-        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(Sample::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
+        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Sample::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
+        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Sample::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -303,7 +300,7 @@ pub mod example {
         fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
             let v: Self = ::spindle_topics::cdr::decode(bytes)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-            Ok(v)
+            ::std::result::Result::Ok(v)
         }
 
         fn encode_key_be(&self, out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
@@ -364,15 +361,14 @@ pub mod example {
             if let ::std::option::Option::Some(v) = &self.b {
                 ::spindle_topics::cdr::check_len("Example::Extras::b", v.len(), 4)?;
             }
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 
     impl ::spindle_topics::TopicType for Extras {
         const TYPE_NAME: &'static str = "Example::Extras";
         const HAS_KEY: bool = false;
-        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> =
-        ::std::option::Option::Some(Extras::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
+        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Extras::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
@@ -383,11 +379,11 @@ pub mod example {
         fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
             let v: Self = ::spindle_topics::cdr::decode(bytes)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
-            Ok(v)
+            ::std::result::Result::Ok(v)
         }
 
         fn encode_key_be(&self, _out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
-            Ok(())
+            ::std::result::Result::Ok(())
         }
     }
 }

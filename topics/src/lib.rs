@@ -100,9 +100,21 @@
 //! with 8-byte members after a shorter one.)
 #![deny(missing_docs)]
 
+// Generated code names this crate by its path, as any other crate using it would.
+extern crate self as spindle_topics;
+
 pub mod builtin;
 pub mod cdr;
 mod error;
+
+mod generated {
+    //! `idl/avionics.idl`, compiled by `build.rs` with `spindle-idl`.
+    include!(concat!(env!("OUT_DIR"), "/avionics.rs"));
+}
+/// The avionics data model of `topics/idl/avionics.idl` (module `Avionics`), generated at
+/// build time: air data, attitude, navigation position, flight plan with waypoints, track
+/// reports and health heartbeats, keyed by aircraft, track or subsystem.
+pub use generated::avionics;
 
 pub use builtin::{KeyedString, Sequence};
 pub use error::{Error, Result};

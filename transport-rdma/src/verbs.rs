@@ -1490,10 +1490,8 @@ impl Shared {
             .remote
             .get(&region)
             .ok_or(Error::UnknownRegion { node: peer, region })?;
-        if !offset
-            .checked_add(bytes.len())
-            .is_some_and(|end| end <= mr.len)
-        {
+        let fits = matches!(offset.checked_add(bytes.len()), Some(end) if end <= mr.len);
+        if !fits {
             return Err(Error::OutOfBounds {
                 node: peer,
                 region,

@@ -179,7 +179,7 @@ fn avionics_sample(name: &str) -> Option<Ours> {
             timestamp_ns: 1_700_000_000_200_000_000,
             roll_rad: 0.0523,
             pitch_rad: -0.0174,
-            heading_rad: 3.1416,
+            heading_rad: 2.7925,
             body_rates_radps: [0.01, -0.02, 0.125],
         }),
         "navigation_position" => ours(&av::NavigationPosition {

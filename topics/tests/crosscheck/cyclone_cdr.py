@@ -311,7 +311,7 @@ SAMPLES = [
         static_air_temperature_k=218.15, altitude_reference=AltitudeReference.GEOMETRIC)),
     ("attitude", Attitude(
         aircraft_id=0x4B1805, timestamp_ns=1_700_000_000_200_000_000,
-        roll_rad=0.0523, pitch_rad=-0.0174, heading_rad=3.1416,
+        roll_rad=0.0523, pitch_rad=-0.0174, heading_rad=2.7925,
         body_rates_radps=[0.01, -0.02, 0.125])),
     ("navigation_position", NavigationPosition(
         aircraft_id=0x4B1805, timestamp_ns=1_700_000_000_300_000_000, position=GEO,

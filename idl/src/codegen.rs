@@ -744,7 +744,7 @@ impl Gen<'_> {
 
         // Sizes.
         let bounded = self.is_bounded(&Type::Named(s.name.clone()));
-        let key_bounded = keys.iter().all(|k| !k.optional) && {
+        let key_bounded = !keys.is_empty() && {
             let kp = self.key_paths(&members, "self");
             kp.iter().all(|(_, t)| self.is_bounded(t))
         };
@@ -1129,6 +1129,12 @@ impl Gen<'_> {
                 arms.push(format!("{name}::{v}({db}, {vb}) => {{"));
             } else {
                 arms.push(format!("{name}::{v}({vb}) => {{"));
+            }
+            if guard.is_empty() && inner.is_empty() {
+                if let Some(last) = arms.last_mut() {
+                    last.push('}');
+                }
+                continue;
             }
             arms.extend(guard);
             arms.extend(inner);

@@ -462,12 +462,9 @@ pub mod avionics {
         #[allow(clippy::manual_range_patterns)]
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
             match self {
-                Constraint::AltitudeM(_) => {
-                }
-                Constraint::SpeedMps(_) => {
-                }
-                Constraint::EtaNs(_) => {
-                }
+                Constraint::AltitudeM(_) => {}
+                Constraint::SpeedMps(_) => {}
+                Constraint::EtaNs(_) => {}
                 Constraint::Unselected(d) => {
                     if matches!(*d, ConstraintKind::Altitude | ConstraintKind::Speed | ConstraintKind::TimeOfArrival) {
                         return ::std::result::Result::Err(::spindle_topics::Error::InvalidValue { field: "Avionics::Constraint", detail: format!("discriminator {d:?} selects a member, but no member is given") });
@@ -551,8 +548,7 @@ pub mod avionics {
         #[allow(clippy::manual_range_patterns)]
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
             match self {
-                TrackIdentity::IcaoAddress(_) => {
-                }
+                TrackIdentity::IcaoAddress(_) => {}
                 TrackIdentity::Callsign(d, v) => {
                     if !matches!(*d, 2 | 3) {
                         return ::std::result::Result::Err(::spindle_topics::Error::InvalidValue { field: "Avionics::TrackIdentity", detail: format!("discriminator {d:?} does not select `callsign`") });
@@ -599,11 +595,6 @@ pub mod avionics {
             let s = s.primitive(8);
             // altitude_m
             s.primitive(4)
-        }
-
-        /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
-        pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
-            s
         }
     }
 
@@ -659,11 +650,6 @@ pub mod avionics {
             let s = GeoPoint::max_size_from(s);
             // constraint
             Constraint::max_size_from(s)
-        }
-
-        /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
-        pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
-            s
         }
     }
 

@@ -22,11 +22,6 @@ pub mod common {
             // nanosec
             s.primitive(4)
         }
-
-        /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
-        pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
-            s
-        }
     }
 
     impl ::spindle_topics::cdr::CheckBounds for Stamp {

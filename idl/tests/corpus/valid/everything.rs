@@ -22,11 +22,6 @@ pub mod common {
             // nanosec
             s.primitive(4)
         }
-
-        /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
-        pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
-            s
-        }
     }
 
     impl ::spindle_topics::cdr::CheckBounds for Stamp {
@@ -227,11 +222,6 @@ pub mod everything {
                 // y
                 s.primitive(8)
             }
-
-            /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
-            pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
-                s
-            }
         }
 
         impl ::spindle_topics::cdr::CheckBounds for Point {
@@ -389,8 +379,7 @@ pub mod everything {
         #[allow(clippy::manual_range_patterns)]
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
             match self {
-                ByShort::Count(_) => {
-                }
+                ByShort::Count(_) => {}
                 ByShort::Level(d, _) => {
                     if !matches!(*d, 2 | 3) {
                         return ::std::result::Result::Err(::spindle_topics::Error::InvalidValue { field: "Everything::ByShort", detail: format!("discriminator {d:?} does not select `level`") });
@@ -570,10 +559,8 @@ pub mod everything {
         #[allow(clippy::manual_range_patterns)]
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
             match self {
-                ByChar::Letter(_) => {
-                }
-                ByChar::Wide(_) => {
-                }
+                ByChar::Letter(_) => {}
+                ByChar::Wide(_) => {}
                 ByChar::Unselected(d) => {
                     if matches!(*d, 'a' | 'b') {
                         return ::std::result::Result::Err(::spindle_topics::Error::InvalidValue { field: "Everything::ByChar", detail: format!("discriminator {d:?} selects a member, but no member is given") });
@@ -651,8 +638,7 @@ pub mod everything {
         #[allow(clippy::manual_range_patterns)]
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
             match self {
-                ByBool::Yes(_) => {
-                }
+                ByBool::Yes(_) => {}
                 ByBool::No(v) => {
                     ::spindle_topics::cdr::check_len("Everything::ByBool::no", v.len(), 3)?;
                 }
@@ -727,8 +713,7 @@ pub mod everything {
         #[allow(clippy::manual_range_patterns)]
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
             match self {
-                ByOctet::NothingMuch(_) => {
-                }
+                ByOctet::NothingMuch(_) => {}
                 ByOctet::Grid(d, _) => {
                     if matches!(*d, 0) {
                         return ::std::result::Result::Err(::spindle_topics::Error::InvalidValue { field: "Everything::ByOctet", detail: format!("discriminator {d:?} does not select the default branch") });
@@ -755,13 +740,6 @@ pub mod everything {
         pub value: i32,
         /// IDL `sequence<Everything::Node> children`
         pub children: ::std::vec::Vec<Node>,
-    }
-
-    impl Node {
-        /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
-        pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
-            s
-        }
     }
 
     impl ::spindle_topics::cdr::CheckBounds for Node {
@@ -1123,11 +1101,6 @@ pub mod everything {
         pub const fn max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
             // c
             Color::max_size_from(s)
-        }
-
-        /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
-        pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
-            s
         }
     }
 

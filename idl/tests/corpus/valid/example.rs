@@ -125,8 +125,7 @@ pub mod example {
         #[allow(clippy::manual_range_patterns)]
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
             match self {
-                Reading::Count(_) => {
-                }
+                Reading::Count(_) => {}
                 Reading::Level(d, _) => {
                     if !matches!(*d, 2 | 3) {
                         return ::std::result::Result::Err(::spindle_topics::Error::InvalidValue { field: "Example::Reading", detail: format!("discriminator {d:?} does not select `level`") });
@@ -172,11 +171,6 @@ pub mod example {
             let s = s.primitive(2);
             // y
             s.primitive(8)
-        }
-
-        /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
-        pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
-            s
         }
     }
 
@@ -348,11 +342,6 @@ pub mod example {
             let s = s.optional(::spindle_topics::cdr::MaxSize::start().primitive(8).size());
             // tail
             s.primitive(1)
-        }
-
-        /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
-        pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
-            s
         }
     }
 

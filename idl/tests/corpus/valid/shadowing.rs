@@ -15,11 +15,6 @@ pub mod std {
             // self
             s.primitive(4)
         }
-
-        /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
-        pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
-            s
-        }
     }
 
     impl ::spindle_topics::cdr::CheckBounds for String {
@@ -62,11 +57,6 @@ pub mod std {
         pub const fn max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
             // type
             s.primitive(1)
-        }
-
-        /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
-        pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
-            s
         }
     }
 
@@ -111,11 +101,6 @@ pub mod std {
             // some
             String::max_size_from(s)
         }
-
-        /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
-        pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
-            s
-        }
     }
 
     impl ::spindle_topics::cdr::CheckBounds for Option {
@@ -159,11 +144,6 @@ pub mod std {
         pub const fn max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
             // match
             s.primitive(2)
-        }
-
-        /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
-        pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
-            s
         }
     }
 
@@ -211,11 +191,6 @@ pub mod std {
             let s = Ok::max_size_from(s);
             // err
             Vec::max_size_from(s)
-        }
-
-        /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
-        pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
-            s
         }
     }
 
@@ -394,11 +369,6 @@ pub mod std {
                 let s = super::Err::max_size_from(s);
                 // s
                 super::Choice::max_size_from(s)
-            }
-
-            /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
-            pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
-                s
             }
         }
 

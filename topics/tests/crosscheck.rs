@@ -351,6 +351,226 @@ fn sample() -> impl Strategy<Value = Sample> {
         )
 }
 
+fn finite_f32() -> impl Strategy<Value = f32> {
+    any::<f32>().prop_filter("finite (NaN has many encodings)", |f| f.is_finite())
+}
+
+fn geo_point() -> impl Strategy<Value = av::GeoPoint> {
+    (finite_f64(), finite_f64(), finite_f32()).prop_map(|(la, lo, al)| av::GeoPoint {
+        latitude_deg: la,
+        longitude_deg: lo,
+        altitude_m: al,
+    })
+}
+
+fn vector3() -> impl Strategy<Value = [f32; 3]> {
+    proptest::array::uniform3(finite_f32())
+}
+
+fn waypoint() -> impl Strategy<Value = av::Waypoint> {
+    let kind = prop_oneof![
+        Just(av::WaypointKind::Fix),
+        Just(av::WaypointKind::Vor),
+        Just(av::WaypointKind::Ndb),
+        Just(av::WaypointKind::Airport),
+        Just(av::WaypointKind::UserDefined),
+    ];
+    let constraint = prop_oneof![
+        finite_f32().prop_map(av::Constraint::AltitudeM),
+        finite_f32().prop_map(av::Constraint::SpeedMps),
+        any::<u64>().prop_map(av::Constraint::EtaNs),
+        Just(av::Constraint::Unselected(av::ConstraintKind::NoConstraint)),
+    ];
+    ("[A-Z0-9]{0,5}", kind, geo_point(), constraint).prop_map(
+        |(name, kind, position, constraint)| av::Waypoint {
+            name,
+            kind,
+            position,
+            constraint,
+        },
+    )
+}
+
+/// Every avionics topic type, encoded by us: (registered type name, our view).
+fn avionics_cases(runner: &mut TestRunner) -> Vec<(&'static str, Ours)> {
+    let mut cases: Vec<(&'static str, Ours)> = Vec::new();
+    let air_data = (
+        any::<u32>(),
+        any::<u64>(),
+        proptest::array::uniform6(finite_f32()),
+        0u32..3,
+    )
+        .prop_map(|(id, t, f, r)| av::AirData {
+            aircraft_id: id,
+            timestamp_ns: t,
+            indicated_airspeed_mps: f[0],
+            true_airspeed_mps: f[1],
+            mach: f[2],
+            pressure_altitude_m: f[3],
+            vertical_speed_mps: f[4],
+            static_air_temperature_k: f[5],
+            altitude_reference: [
+                av::AltitudeReference::Barometric,
+                av::AltitudeReference::Geometric,
+                av::AltitudeReference::Radio,
+            ][r as usize],
+        });
+    for v in generate(air_data, runner) {
+        cases.push((av::AirData::TYPE_NAME, ours(&v)));
+    }
+    let attitude = (
+        any::<u32>(),
+        any::<u64>(),
+        proptest::array::uniform3(finite_f64()),
+        vector3(),
+    )
+        .prop_map(|(id, t, a, r)| av::Attitude {
+            aircraft_id: id,
+            timestamp_ns: t,
+            roll_rad: a[0],
+            pitch_rad: a[1],
+            heading_rad: a[2],
+            body_rates_radps: r,
+        });
+    for v in generate(attitude, runner) {
+        cases.push((av::Attitude::TYPE_NAME, ours(&v)));
+    }
+    let phases = [
+        av::FlightPhase::Preflight,
+        av::FlightPhase::Taxi,
+        av::FlightPhase::Takeoff,
+        av::FlightPhase::Climb,
+        av::FlightPhase::Cruise,
+        av::FlightPhase::Descent,
+        av::FlightPhase::Approach,
+        av::FlightPhase::Landing,
+    ];
+    let nav = (
+        any::<u32>(),
+        any::<u64>(),
+        geo_point(),
+        vector3(),
+        finite_f32(),
+        any::<bool>(),
+        0usize..8,
+    )
+        .prop_map(
+            move |(id, t, position, v, acc, ok, phase)| av::NavigationPosition {
+                aircraft_id: id,
+                timestamp_ns: t,
+                position,
+                velocity_ned_mps: v,
+                horizontal_accuracy_m: acc,
+                gnss_valid: ok,
+                phase: phases[phase],
+            },
+        );
+    for v in generate(nav, runner) {
+        cases.push((av::NavigationPosition::TYPE_NAME, ours(&v)));
+    }
+    let plan = (
+        any::<u32>(),
+        "[A-Z0-9]{0,8}",
+        "[A-Z]{0,4}",
+        "[A-Z]{0,4}",
+        any::<u16>(),
+        proptest::collection::vec(waypoint(), 0..=6),
+    )
+        .prop_map(
+            |(id, callsign, origin, destination, revision, route)| av::FlightPlan {
+                aircraft_id: id,
+                callsign,
+                origin,
+                destination,
+                revision,
+                route,
+            },
+        );
+    for v in generate(plan, runner) {
+        cases.push((av::FlightPlan::TYPE_NAME, ours(&v)));
+    }
+    let sources = [
+        av::TrackSource::PrimaryRadar,
+        av::TrackSource::SecondaryRadar,
+        av::TrackSource::Adsb,
+        av::TrackSource::Fused,
+    ];
+    let identity = prop_oneof![
+        any::<u32>().prop_map(av::TrackIdentity::IcaoAddress),
+        (2i16..=3, "[A-Z0-9]{0,8}").prop_map(|(d, c)| av::TrackIdentity::Callsign(d, c)),
+        (
+            any::<i16>().prop_filter("named label", |d| !(1..=3).contains(d)),
+            any::<u16>()
+        )
+            .prop_map(|(d, c)| av::TrackIdentity::ModeACode(d, c)),
+    ];
+    let track = (
+        (
+            any::<u16>(),
+            any::<u32>(),
+            any::<u64>(),
+            0usize..4,
+            identity,
+        ),
+        (
+            geo_point(),
+            vector3(),
+            proptest::array::uniform3(vector3()),
+            any::<u8>(),
+            any::<i64>(),
+        ),
+    )
+        .prop_map(
+            move |((sensor, track, t, source, identity), (p, v, cov, q, off))| av::TrackReport {
+                sensor_id: sensor,
+                track_id: track,
+                timestamp_ns: t,
+                source: sources[source],
+                identity,
+                position: p,
+                velocity_ned_mps: v,
+                position_covariance_m2: cov,
+                quality: q,
+                clock_offset_ns: off,
+            },
+        );
+    for v in generate(track, runner) {
+        cases.push((av::TrackReport::TYPE_NAME, ours(&v)));
+    }
+    let statuses = [
+        av::HealthStatus::Nominal,
+        av::HealthStatus::Degraded,
+        av::HealthStatus::Failed,
+        av::HealthStatus::Offline,
+    ];
+    let heartbeat = (
+        any::<u32>(),
+        "[ -~]{0,16}",
+        any::<u32>(),
+        0usize..4,
+        proptest::char::range(' ', '~'),
+        any::<i16>(),
+        "[ -~]{0,64}",
+        proptest::collection::vec(any::<u32>(), 0..10),
+    )
+        .prop_map(
+            move |(id, subsystem, n, status, code, temp, detail, faults)| av::HealthHeartbeat {
+                aircraft_id: id,
+                subsystem,
+                sequence_number: n,
+                status: statuses[status],
+                severity_code: code,
+                temperature_c: temp,
+                detail,
+                fault_codes: faults,
+            },
+        );
+    for v in generate(heartbeat, runner) {
+        cases.push((av::HealthHeartbeat::TYPE_NAME, ours(&v)));
+    }
+    cases
+}
+
 fn generate<S: Strategy>(s: S, runner: &mut TestRunner) -> Vec<S::Value> {
     (0..RANDOM_SAMPLES_PER_TYPE)
         .map(|_| s.new_tree(runner).unwrap().current())
@@ -398,6 +618,7 @@ fn random_samples_survive_cyclone_decode_and_reencode() {
     for payload in generate(proptest::collection::vec(any::<u8>(), 0..300), &mut runner) {
         cases.push((Sequence::TYPE_NAME, ours(&Sequence { payload })));
     }
+    cases.extend(avionics_cases(&mut runner));
 
     let mut input = String::new();
     for (name, o) in &cases {

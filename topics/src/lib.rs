@@ -65,6 +65,50 @@
 //! # }
 //! ```
 //!
+//! ## The avionics model
+//!
+//! `topics/idl/avionics.idl` is compiled at build time by `build.rs` with `spindle-idl`
+//! into [`avionics`]; its types are used like any other:
+//!
+//! ```
+//! use spindle_topics::avionics::{AirData, AltitudeReference, HealthHeartbeat, HealthStatus};
+//! use spindle_topics::{Endianness, TopicType};
+//!
+//! let air = AirData {
+//!     aircraft_id: 0x4B1805,
+//!     timestamp_ns: 1_700_000_000_000_000_000,
+//!     indicated_airspeed_mps: 128.5,
+//!     true_airspeed_mps: 231.25,
+//!     mach: 0.78,
+//!     pressure_altitude_m: 10668.0,
+//!     vertical_speed_mps: -2.5,
+//!     static_air_temperature_k: 218.15,
+//!     altitude_reference: AltitudeReference::Geometric,
+//! };
+//! assert_eq!(AirData::TYPE_NAME, "Avionics::AirData");
+//! assert_eq!(AirData::MAX_SERIALIZED_SIZE, Some(4 + 44)); // every member is bounded
+//! let bytes = air.encode(Endianness::Little).unwrap();
+//! assert_eq!(AirData::decode(&bytes).unwrap(), air);
+//! // The key (aircraft_id, 4 bytes) fits in 16 bytes: the key hash is the key itself.
+//! assert_eq!(&air.key_hash().unwrap().0[..4], &[0x00, 0x4B, 0x18, 0x05]);
+//!
+//! // A bounded string longer than its IDL bound is refused.
+//! let hb = HealthHeartbeat {
+//!     aircraft_id: 1,
+//!     subsystem: "a subsystem name longer than 16".into(),
+//!     sequence_number: 0,
+//!     status: HealthStatus::Nominal,
+//!     severity_code: 'I',
+//!     temperature_c: 20,
+//!     detail: String::new(),
+//!     fault_codes: vec![],
+//! };
+//! assert!(matches!(
+//!     hb.encode(Endianness::Big),
+//!     Err(spindle_topics::Error::BoundExceeded { max: 16, .. })
+//! ));
+//! ```
+//!
 //! ## How IDL maps to Rust (what `spindle-idl` generates)
 //!
 //! | IDL | Rust | notes |

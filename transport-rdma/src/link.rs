@@ -1269,8 +1269,26 @@ impl<S: LinkStream> Hub<S> {
                 .set_read_timeout_ms(None)
                 .map_err(|e| Error::io("clearing the read time-out", e))?;
             let peer = hello.node;
-            let local = read(&self.local);
-            let mut peers = write(&self.peers);
+            let stale_deadline =
+                Instant::now() + Duration::from_millis(self.cfg.connect_timeout_ms / 2);
+            let (local, mut peers) = loop {
+                let local = read(&self.local);
+                let peers = write(&self.peers);
+                // A live link to the same incarnation is either a duplicate from a
+                // simultaneous connect (rejected below) or a link the peer already closed
+                // and whose Goodbye or end of stream we have not processed yet (the peer
+                // reconnecting right after a disconnect): give it a moment to fail.
+                let same = matches!(
+                    peers.get(&peer),
+                    Some(Slot::Up(link)) if link.incarnation == hello.incarnation
+                );
+                if !same || Instant::now() >= stale_deadline || self.is_closed() {
+                    break (local, peers);
+                }
+                drop(peers);
+                drop(local);
+                std::thread::sleep(REJECTED_POLL);
+            };
             let mut old = None;
             let accept = match peers.get(&peer) {
                 None | Some(Slot::Failed(_)) => {

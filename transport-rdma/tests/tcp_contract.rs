@@ -302,3 +302,34 @@ fn large_writes_are_applied_whole() {
         Err(Error::TooLarge { .. })
     ));
 }
+
+#[test]
+fn a_pair_relinks_right_after_a_disconnect() {
+    let (a, b) = (open(201), open(202));
+    let rb = b.register_region(1, 8).unwrap();
+    let ra = a.register_region(1, 8).unwrap();
+    link(&a, &b);
+    for round in 1..=10u64 {
+        // Alternate who disconnects and who dials again, with no pause in between.
+        let (x, y) = if round % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        x.disconnect(y.node()).unwrap();
+        x.connect(y.node(), &y.address()).unwrap();
+        for (ep, peer) in [(x, y.node()), (y, x.node())] {
+            event_where(&**ep, "relink", |e| match e {
+                Event::PeerConnected { peer: p } => *p == peer,
+                Event::PeerFailed { reason, .. } => {
+                    assert!(
+                        matches!(reason, FailureReason::LocalClose | FailureReason::Closed),
+                        "round {round}: {reason:?}"
+                    );
+                    false
+                }
+                _ => false,
+            });
+        }
+        a.write(202, 1, 0, &round.to_le_bytes()).unwrap();
+        b.write(201, 1, 0, &round.to_le_bytes()).unwrap();
+        wait_until(&*b, "write a->b", || rb.load_u64(0) == round);
+        wait_until(&*a, "write b->a", || ra.load_u64(0) == round);
+    }
+}

@@ -132,6 +132,11 @@ const KIND_WITHDRAW: u8 = 4;
 const KIND_READY: u8 = 5;
 const KIND_PROBE: u8 = 6;
 const KIND_BYE: u8 = 7;
+/// The acceptor keeps its own link (tie-break of a simultaneous connect, or a link that is
+/// already up): the dialer waits for that link instead of reporting a failure.
+const KIND_REJECT: u8 = 8;
+/// Dial outcome for a [`KIND_REJECT`] answer.
+const REJECTED: &str = "the peer kept its own link";
 
 /// The libfabric return code as an [`Error`].
 fn fi_error(context: &str, ret: i64) -> Error {
@@ -999,6 +1004,7 @@ impl Shared {
                 },
             };
             if !accept || state.peers.len() >= PEERS_MAX && !state.peers.contains_key(&peer) {
+                let _ = stream.write_all(&frame(KIND_REJECT, &[]));
                 return;
             }
             if stream
@@ -1035,10 +1041,15 @@ impl Shared {
                     Some((node, _)) => Err(format!("node {node} answered, not {peer}")),
                     None => Err("malformed hello".into()),
                 },
+                Some((KIND_REJECT, _)) => Err(REJECTED.into()),
                 Some(_) => Err("unexpected side-channel frame".into()),
                 None => Err("timed out waiting for the peer".into()),
             }
         })();
+        if matches!(&result, Err(why) if why == REJECTED) {
+            self.await_peer_link(peer, link, timeout);
+            return;
+        }
         let mut state = lock(&self.state);
         let still_ours = state
             .peers
@@ -1059,6 +1070,30 @@ impl Shared {
             }
             // Superseded by the peer's own dial: nothing to report.
             Err(_) => {}
+        }
+    }
+
+    /// Our dial to `peer` was rejected because the peer keeps (or is setting up) the link it
+    /// dialed itself: wait for that link to replace our dial; report a failure only if it
+    /// never comes.
+    fn await_peer_link(&self, peer: NodeId, link: u64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut state = lock(&self.state);
+            let still_ours = state
+                .peers
+                .get(&peer)
+                .is_some_and(|p| p.link == link && p.state == LinkState::Dialing);
+            if !still_ours || self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            if Instant::now() >= deadline {
+                let why = format!("{REJECTED}, and it never linked back");
+                self.fail_peer(&mut state, peer, link, FailureReason::ConnectionLost(why));
+                return;
+            }
+            drop(state);
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 

@@ -111,6 +111,11 @@ const KIND_WITHDRAW: u8 = 4;
 const KIND_READY: u8 = 5;
 const KIND_PROBE: u8 = 6;
 const KIND_BYE: u8 = 7;
+/// The acceptor keeps its own link (tie-break of a simultaneous connect, or a link that is
+/// already up): the dialer waits for that link instead of reporting a failure.
+const KIND_REJECT: u8 = 8;
+/// Dial outcome for a [`KIND_REJECT`] answer.
+const REJECTED: &str = "the peer kept its own link";
 
 fn os_error(context: &str, errno: i32) -> Error {
     Error::io(
@@ -923,10 +928,13 @@ impl Shared {
                     LinkState::Dialing => peer < self.node,
                 },
             };
-            if !accept
-                || stream
-                    .write_all(&frame(KIND_HELLO_ACK, &hello_payload(self.node, qp.info())))
-                    .is_err()
+            if !accept {
+                let _ = stream.write_all(&frame(KIND_REJECT, &[]));
+                return;
+            }
+            if stream
+                .write_all(&frame(KIND_HELLO_ACK, &hello_payload(self.node, qp.info())))
+                .is_err()
             {
                 return;
             }
@@ -959,10 +967,15 @@ impl Shared {
                     Some((node, _)) => Err(format!("node {node} answered, not {peer}")),
                     None => Err("malformed hello".into()),
                 },
+                Some((KIND_REJECT, _)) => Err(REJECTED.into()),
                 Some(_) => Err("unexpected side-channel frame".into()),
                 None => Err("timed out waiting for the peer".into()),
             }
         })();
+        if matches!(&result, Err(why) if why == REJECTED) {
+            self.await_peer_link(peer, link, timeout);
+            return;
+        }
         let mut state = lock(&self.state);
         let still_ours = state
             .peers
@@ -982,6 +995,30 @@ impl Shared {
                 self.fail_peer(&mut state, peer, link, FailureReason::ConnectionLost(why));
             }
             Err(_) => {}
+        }
+    }
+
+    /// Our dial to `peer` was rejected because the peer keeps (or is setting up) the link it
+    /// dialed itself: wait for that link to replace our dial; report a failure only if it
+    /// never comes.
+    fn await_peer_link(&self, peer: NodeId, link: u64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut state = lock(&self.state);
+            let still_ours = state
+                .peers
+                .get(&peer)
+                .is_some_and(|p| p.link == link && p.state == LinkState::Dialing);
+            if !still_ours || self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            if Instant::now() >= deadline {
+                let why = format!("{REJECTED}, and it never linked back");
+                self.fail_peer(&mut state, peer, link, FailureReason::ConnectionLost(why));
+                return;
+            }
+            drop(state);
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 

@@ -366,7 +366,7 @@ impl Gen<'_> {
                 if dims.iter().skip(1).any(|d| *d > SERDE_ARRAY_MAX) || (long_outer && !top) {
                     return Err(self.err(
                         pos,
-                        format!("arrays longer than {SERDE_ARRAY_MAX} are supported only as the outermost dimension of a struct member"),
+                        format!("arrays longer than {SERDE_ARRAY_MAX} are supported only as the outermost dimension of a plain struct member (not @optional, not in a union or sequence)"),
                     ));
                 }
                 self.check_arrays(&inner, pos, false)?;

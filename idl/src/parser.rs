@@ -1067,11 +1067,17 @@ impl Parser<'_> {
             Type::U32 => range(0, i128::from(u32::MAX), "unsigned long"),
             Type::I64 => range(i128::from(i64::MIN), i128::from(i64::MAX), "long long"),
             Type::U64 => range(0, i128::from(u64::MAX), "unsigned long long"),
-            Type::F32 | Type::F64 => match v {
-                Value::Float(f) => Ok(Value::Float(f)),
-                Value::Int(x) => Ok(Value::Float(x as f64)),
-                _ => Err(self.err_at(pos, format!("{what} must be a number"))),
-            },
+            Type::F32 | Type::F64 => {
+                let f = match v {
+                    Value::Float(f) => f,
+                    Value::Int(x) => x as f64,
+                    _ => return Err(self.err_at(pos, format!("{what} must be a number"))),
+                };
+                if matches!(ty, Type::F32) && f.abs() > f64::from(f32::MAX) {
+                    return Err(self.err_at(pos, format!("{what} value {f} does not fit in float")));
+                }
+                Ok(Value::Float(f))
+            }
             Type::Char => match v {
                 Value::Char(c) if c.is_ascii() => Ok(Value::Char(c)),
                 Value::Char(c) => {
@@ -1223,6 +1229,9 @@ impl Parser<'_> {
             }
             Some(TokKind::Float(f)) => {
                 self.i += 1;
+                if !f.is_finite() {
+                    return Err(self.err_at(pos, "floating-point literal out of range"));
+                }
                 Ok(Value::Float(f))
             }
             Some(TokKind::Fixed) => Err(self.err_at(

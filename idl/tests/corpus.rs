@@ -203,3 +203,22 @@ fn spindle_idlc_reports_a_bad_file_with_a_caret_and_exit_code_1() {
     );
     std::fs::remove_dir_all(&out).ok();
 }
+
+#[test]
+fn includes_nested_too_deeply_are_an_error() {
+    let dir = std::env::temp_dir().join(format!("spindle-idl-deep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for i in 0..100 {
+        std::fs::write(
+            dir.join(format!("f{i}.idl")),
+            format!("#include \"f{}.idl\"\n", i + 1),
+        )
+        .expect("write");
+    }
+    let err = spindle_idl::generate_file(&dir.join("f0.idl"), &[] as &[&str]).unwrap_err();
+    assert!(
+        err.to_string().contains("includes are nested too deeply"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -101,6 +101,15 @@ const TAG_VERSION: u32 = 1;
 const TAG_BYTES: usize = 4 + 4 + 4 + 8 + 8 + 4 + 8;
 /// How long the bell thread parks before checking whether the endpoint closed.
 const BELL_PARK: Duration = Duration::from_millis(200);
+/// Longest abstract socket name: `sun_path` (108 bytes) less the leading NUL.
+const SOCKET_NAME_BYTES_MAX: usize = 107;
+
+// The control words lie inside the control page, 4-aligned for the futex.
+const _: () = assert!(CONTROL_SLEEPING_OFFSET + 4 <= PAGE_BYTES && CONTROL_SEQ_OFFSET % 4 == 0);
+// A tag fits the link layer's bound on region tags.
+const _: () = assert!(TAG_BYTES <= crate::link::REGION_TAG_BYTES_MAX);
+// "spindle-<namespace>-<node id, at most 10 digits>" fits an abstract socket name.
+const _: () = assert!("spindle-".len() + NAMESPACE_BYTES_MAX + 1 + 10 <= SOCKET_NAME_BYTES_MAX);
 
 // ---------------------------------------------------------------------------------------
 // Mappings

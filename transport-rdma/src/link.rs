@@ -8,11 +8,11 @@
 //! - [`Hub::new`] with a [`LinkHooks`] implementation (the defaults give tcp behaviour);
 //! - an accepted stream goes to [`Hub::run_acceptor`] (on a thread of its own: it performs
 //!   the handshake, then becomes that peer's reader thread);
-//! - [`Endpoint::connect`] becomes [`Hub::begin_connect`] (dedups attempts; returns an
+//! - [`crate::Endpoint::connect`] becomes [`Hub::begin_connect`] (dedups attempts; returns an
 //!   attempt id or `None` when a link exists or is being made), then the backend dials on
 //!   a thread and calls [`Hub::run_initiator`] with the stream, or
 //!   [`Hub::attempt_failed`] if dialing fails;
-//! - every other [`Endpoint`] method delegates to the hub method of the same name.
+//! - every other [`crate::Endpoint`] method delegates to the hub method of the same name.
 //!
 //! ## Wire format
 //!
@@ -28,8 +28,10 @@
 //! with no link (or a failed one) it accepts; with its own attempt to the same peer in
 //! flight it accepts only if the initiator has the lower node id (the connection
 //! initiated by the lower node id is the one kept, on both sides); with a live link to
-//! the same incarnation it rejects; with a live link to an older incarnation (the peer
-//! restarted) it fails the old link and accepts. Accepting means replying with its own
+//! the same incarnation it rejects (after giving that link up to half the connect
+//! time-out to fail: the peer may be re-dialing right after closing it, its Goodbye still
+//! in flight); with a live link to an older incarnation (the peer restarted) it fails the
+//! old link and accepts. Accepting means replying with its own
 //! `Hello`; rejecting means `Goodbye`. Both sides report [`Event::PeerConnected`] once the
 //! link is installed, with the peer's regions already known.
 //!
@@ -40,13 +42,23 @@
 //! the socket would block. Writers encode frames into the link's outbound buffer and the
 //! first caller to find the socket free sends the whole buffer with one non-blocking
 //! syscall (opportunistic batching: frames queued meanwhile by other threads go out in
-//! the next syscall). When the socket is full the buffer is handed to the writer thread;
+//! the next syscall); a payload of 16 KiB or more meeting an idle link goes out straight
+//! from the caller's slice (`sendmsg`, no copy). When the socket is full the buffer is
+//! handed to the writer thread;
 //! callers keep queuing up to [`FabricConfig::outbound_bytes_max`] bytes, then get
 //! [`Error::QueueFull`] for that peer only. Events go into a queue bounded by
 //! [`EVENT_QUEUE_MAX`]; when it is full the reader stops reading from its peer
-//! (backpressure, never loss), and a peer that is waited for this way is not declared
-//! silent. A probe thread sends `Probe` every [`FabricConfig::probe_interval_ms`] on each
-//! idle link and fails links silent for [`FabricConfig::probe_timeout_ms`].
+//! (backpressure, never loss). A peer counts as silent only while its reader is blocked
+//! on the socket, never while it applies a large frame or waits for event-queue room.
+//! A probe thread sends `Probe` every [`FabricConfig::probe_interval_ms`] on each idle
+//! link and fails links silent for [`FabricConfig::probe_timeout_ms`].
+//!
+//! ## Lock order
+//!
+//! `local` (regions) before `peers` before a link's `out`; the event queue's lock is
+//! taken alone. [`Hub`] never calls [`LinkHooks`] with `out` or the event queue held
+//! (hooks may be called with `local`, `peers` or a link's remote-region table held: they
+//! must not call back into the hub).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::{self, Read, Write};

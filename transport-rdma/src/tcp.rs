@@ -1,7 +1,7 @@
 //! The tcp backend: one-sided writes emulated over one stream per peer.
 //!
 //! Each peer link is one TCP connection (`TCP_NODELAY`) carrying the frames of the shared
-//! stream link ([`crate::link`]): a one-sided write is a `Write` frame that the peer's
+//! stream link (`src/link.rs`): a one-sided write is a `Write` frame that the peer's
 //! reader thread applies to the target [`Region`] in arrival order, word-atomically, so
 //! the FIFO and guard properties of the contract hold. Writes go out on the caller's
 //! thread when the socket is free, and frames queued meanwhile by other threads go out

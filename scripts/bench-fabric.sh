@@ -2,7 +2,9 @@
 # Fabric benchmark: tcp and shm one-sided writes at 64 B, 1 KiB, 64 KiB and 1 MiB, with the
 # same-run references iperf3 (single stream, loopback) and memcpy. Prints one JSON line per
 # measurement and a Markdown table for docs/benchmarks.md.
-#   bash scripts/bench-fabric.sh [--seconds S] [--backends "tcp shm"] [--sizes "64 1024 ..."]
+#   bash scripts/bench-fabric.sh [--seconds S] [--backends "tcp shm libfabric-tcp libfabric-shm"] [--sizes "64 1024 ..."]
+# libfabric-* backends build the bench with the libfabric feature (scripts/setup-rdma.sh
+# installs what that needs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=4
@@ -17,8 +19,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 command -v iperf3 >/dev/null || bash scripts/setup.sh
-cargo build --release -q -p spindle-transport-rdma --example fabric_bench
-bench=target/release/examples/fabric_bench
+features=()
+case " $backends " in
+  *" libfabric-"*) bash scripts/setup-rdma.sh >/dev/null; features=(--features libfabric) ;;
+esac
+cargo build --release -q -p spindle-transport-rdma --example fabric_bench "${features[@]}"
+bench="${CARGO_TARGET_DIR:-target}/release/examples/fabric_bench"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 

@@ -20,6 +20,7 @@
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,6 +63,9 @@ struct Args {
     /// Total measuring time in seconds (half throughput, half latency).
     #[arg(long, default_value_t = 4.0)]
     seconds: f64,
+    /// Microseconds a guard is spun on before parking on the doorbell.
+    #[arg(long, default_value_t = SPIN_BEFORE_PARK_US_DEFAULT)]
+    spin_us: u64,
     /// Internal: play the target side, connecting to this initiator address.
     #[arg(long, hide = true)]
     target_of: Option<String>,
@@ -69,6 +73,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
+    SPIN_BEFORE_PARK_US.store(args.spin_us, Ordering::Relaxed);
     let result = if let Some(reference) = &args.reference {
         reference_run(reference, &args)
     } else if let Some(initiator) = &args.target_of {
@@ -155,7 +160,13 @@ fn retry(
 /// ping-pong partner is still spinning when the answer lands (a futex wake costs tens of
 /// microseconds), short enough that on a machine with fewer cores than busy threads the
 /// backend's own threads get the CPU.
-const SPIN_BEFORE_PARK: Duration = Duration::from_micros(100);
+const SPIN_BEFORE_PARK_US_DEFAULT: u64 = 100;
+/// The spin budget of this run (`--spin-us`), set once in `main`.
+static SPIN_BEFORE_PARK_US: AtomicU64 = AtomicU64::new(SPIN_BEFORE_PARK_US_DEFAULT);
+
+fn spin_before_park() -> Duration {
+    Duration::from_micros(SPIN_BEFORE_PARK_US.load(Ordering::Relaxed))
+}
 
 /// Waits until the word at `offset` of `region` reaches `value` (or beyond): spins a
 /// little, then parks on the endpoint's doorbell.
@@ -171,7 +182,7 @@ fn spin_until(
     let mut last = region.load_u64(offset);
     while last < value {
         spins += 1;
-        if spins % 64 == 0 && since.elapsed() > SPIN_BEFORE_PARK {
+        if spins % 64 == 0 && since.elapsed() > spin_before_park() {
             ep.wait(Duration::from_millis(1));
         }
         if spins % 256 == 0 {
@@ -316,7 +327,7 @@ fn target_main(args: &Args, initiator_addr: &str) -> Result<(), BoxError> {
             continue;
         }
         idle_spins += 1;
-        if idle_spins % 64 == 0 && since.elapsed() > SPIN_BEFORE_PARK {
+        if idle_spins % 64 == 0 && since.elapsed() > spin_before_park() {
             ep.wait(Duration::from_millis(1));
         }
         if idle_spins % 1024 == 0 {
@@ -342,6 +353,7 @@ fn initiator_main(args: &Args) -> Result<(), BoxError> {
     let exe = std::env::current_exe()?;
     let mut child = Command::new(exe)
         .args(["--backend", &args.backend, "--size", &args.size.to_string()])
+        .args(["--spin-us", &args.spin_us.to_string()])
         .args(
             args.provider
                 .iter()

@@ -34,12 +34,12 @@ fn cfg() -> FabricConfig {
     }
 }
 
-/// The child's role; a no-op unless run as a child by `spawn_child`.
+/// The child's role, run by `spawn_child` with `--ignored`.
 #[test]
+#[ignore = "the child process, run by spawn_child with --ignored"]
 fn child_entry() {
-    let Ok(ns) = std::env::var("SPINDLE_SHM_CHILD") else {
-        return;
-    };
+    let ns = std::env::var("SPINDLE_SHM_CHILD")
+        .unwrap_or_else(|_| panic!("child_entry runs only as a child, with SPINDLE_SHM_CHILD set"));
     let ep = ShmEndpoint::open(CHILD, &ns, cfg()).expect("child endpoint");
     let row = ep
         .register_region(REGION, REGION_BYTES)
@@ -119,7 +119,13 @@ fn spawn_child(test: &str) -> Peer {
 
 fn start_child(ns: &str) -> Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            "child_entry",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("SPINDLE_SHM_CHILD", ns)
         .stdout(Stdio::null())
         .spawn()

@@ -1,1 +1,0 @@
-//! The deterministic in-process simulator backend.

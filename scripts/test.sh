@@ -11,4 +11,5 @@ bash topics/tests/crosscheck/setup.sh
 export SPINDLE_CROSSCHECK_REQUIRED=1
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --locked
 cargo test --workspace --all-features --locked

@@ -6,6 +6,6 @@
 //! null-sends, in-place sends), epoch termination with ragged trim, persistence and restart.
 //!
 //! The engine is a sans-IO state machine per node, driven by a thin runtime over a
-//! [`spindle_transport_rdma`] fabric. It is built by issues 4 and 5; for now the crate only
+//! `spindle-transport-rdma` fabric. It is built by issues 4 and 5; for now the crate only
 //! marks its place in the workspace.
 #![deny(missing_docs)]

@@ -26,7 +26,10 @@ impl Doorbell {
     pub fn ring(&self) {
         if !self.rung.swap(true, Ordering::AcqRel) && self.sleepers.load(Ordering::Acquire) > 0 {
             // Taking the lock orders this notify after a sleeper's check of `rung`.
-            let _guard = self.lock.lock().unwrap_or_else(|poison| poison.into_inner());
+            let _guard = self
+                .lock
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner());
             self.wake.notify_all();
         }
     }
@@ -38,7 +41,10 @@ impl Doorbell {
             return true;
         }
         self.sleepers.fetch_add(1, Ordering::AcqRel);
-        let guard = self.lock.lock().unwrap_or_else(|poison| poison.into_inner());
+        let guard = self
+            .lock
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         let (_guard, _) = self
             .wake
             .wait_timeout_while(guard, timeout, |_| !self.rung.load(Ordering::Acquire))

@@ -157,7 +157,10 @@ pub enum Error {
 impl Error {
     /// Wraps an I/O error with what the fabric was doing when it happened.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Io { context: context.into(), source }
+        Error::Io {
+            context: context.into(),
+            source,
+        }
     }
 }
 

@@ -66,7 +66,7 @@ pub fn round_up_to_words(len_bytes: usize) -> usize {
 impl Region {
     /// Allocates a zeroed region of at least `len_bytes` bytes on the heap (rounded up to
     /// whole words). Backends whose peers cannot reach the local heap (shm) build regions
-    /// with [`Region::from_raw`] instead.
+    /// over their own mappings instead.
     pub fn new_heap(id: RegionId, len_bytes: usize) -> Result<Region> {
         check_region_len(len_bytes)?;
         let words = round_up_to_words(len_bytes) / WORD_BYTES;

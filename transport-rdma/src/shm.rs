@@ -12,7 +12,7 @@
 //! it needs only ptrace *read* access, which Yama does not restrict), checks that the inode
 //! is the announced one (a closed and reused descriptor number is detected, never mapped)
 //! and maps the file itself. This replaces `SCM_RIGHTS` descriptor passing, which would
-//! need ancillary data on the shared stream link ([`crate::link`]) that its `Read`/`Write`
+//! need ancillary data on the shared stream link (`link.rs`) that its `Read`/`Write`
 //! streams do not carry; the crash behaviour (no files left) is the same.
 //!
 //! ## One-sided writes
@@ -38,7 +38,7 @@
 //! ## Control path and failures
 //!
 //! Two-sided sends, region announcements and withdrawals, probes and failure detection run
-//! over one Unix stream socket per peer (the shared link, [`crate::link`]); the listening
+//! over one Unix stream socket per peer (the shared link, `link.rs`); the listening
 //! socket is in the abstract namespace (`@spindle-<namespace>-<node>`), so it too leaves no
 //! file. A peer process that dies closes its sockets ([`FailureReason::ConnectionLost`]);
 //! a stopped one stops answering probes ([`FailureReason::ProbeTimeout`]).

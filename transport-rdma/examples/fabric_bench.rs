@@ -381,10 +381,30 @@ fn initiator_main(args: &Args) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// The sim backend runs in virtual time inside one process; its cost is measured by the
-/// simulator's own tests, not here.
-fn sim_run(_args: &Args) -> Result<(), BoxError> {
-    Err("fabric_bench measures real processes: use --backend tcp or shm".into())
+/// Both endpoints in one simulated world, driven from this thread. Throughput and latency
+/// are wall-clock figures of the simulator itself (its cost), not of a network.
+fn sim_run(args: &Args) -> Result<(), BoxError> {
+    check_size(args)?;
+    use spindle_transport_rdma::sim::{SimConfig, SimWorld};
+    let world = SimWorld::new(0x5eed, SimConfig::default());
+    let a = world.endpoint(INITIATOR);
+    let b = world.endpoint(TARGET);
+    let ra = a.register_region(DATA_REGION, PAYLOAD + args.size)?;
+    let rb = b.register_region(DATA_REGION, PAYLOAD + args.size)?;
+    a.connect(TARGET, &b.address())?;
+    let mut target = Target::new(args.size);
+    let b_dyn: Arc<dyn Endpoint> = b.clone();
+    let mut pump = || {
+        world.run_until_idle(1 << 20);
+        while b_dyn.poll_event().is_some() {}
+        // The target's echo is part of the world's progress.
+        let _ = target.step(&*b_dyn, &rb);
+        world.run_until_idle(1 << 20);
+    };
+    await_peer(&*a, TARGET, &mut pump)?;
+    let figures = initiator_work(&*a, &ra, args, &mut pump)?;
+    report(args, &figures);
+    Ok(())
 }
 
 fn percentile_us(sorted_ns: &[u64], p: f64) -> f64 {

@@ -1565,7 +1565,10 @@ impl<S: LinkStream> Hub<S> {
                     if let Some(job) = out.inflight.take() {
                         break job;
                     }
-                    if out.drain_then_close && !out.flushing {
+                    // Drain only once `fail` has marked the link (`closed`): shutting the
+                    // stream down earlier would let our own reader see the end of stream
+                    // and report it before the local close.
+                    if out.drain_then_close && out.closed && !out.flushing {
                         if out.pending.is_empty() {
                             drop(out);
                             link.stream.shutdown_both();

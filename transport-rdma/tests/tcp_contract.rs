@@ -304,9 +304,6 @@ fn large_writes_are_applied_whole() {
 }
 
 #[test]
-#[ignore = "known race (open bug): in about 1 run of 4 the node that disconnects and \
-            re-dials at once gets an extra PeerFailed(ConnectionLost \"end of stream\") \
-            before the new link settles; run with --ignored to reproduce"]
 fn a_pair_relinks_right_after_a_disconnect() {
     let (a, b) = (open(201), open(202));
     let rb = b.register_region(1, 8).unwrap();

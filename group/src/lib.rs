@@ -1,11 +1,90 @@
 //! # spindle-group — the Derecho engine
 //!
-//! This crate will hold the atomic-multicast engine of Spindle DDS (DESIGN §3): views and
-//! membership, the shared state table (SST), small-message multicast (SMC), RDMC for large
-//! messages, ordered delivery with the Spindle techniques (opportunistic batching,
-//! null-sends, in-place sends), epoch termination with ragged trim, persistence and restart.
+//! The atomic-multicast engine of Spindle DDS (DESIGN §3). Members of a subgroup multicast
+//! small messages to each other through the SST and SMC over one-sided writes, and
+//! deliver them in one total order (atomic mode) or on receipt (unordered mode), with the
+//! Spindle techniques: opportunistic batching of sends, receives, deliveries and
+//! acknowledgements; null-sends; in-place message construction; writes posted without
+//! holding locks; a batched delivery upcall.
 //!
-//! The engine is a sans-IO state machine per node, driven by a thin runtime over a
-//! `spindle-transport-rdma` fabric. It is built by issues 4 and 5; for now the crate only
-//! marks its place in the workspace.
+//! * [`Engine`] is the sans-IO core of one node: no thread, socket or clock inside.
+//! * [`runtime`] drives an engine over a real fabric with one predicate thread per node.
+//! * [`layout`] holds views, subgroup layouts and the SST byte geometry.
+//!
+//! ## Three nodes, one subgroup, driven by hand
+//!
+//! Here the "fabric" is a loop that copies each push into the peer's region — exactly
+//! what a one-sided write does — so the whole protocol runs in one thread.
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use spindle_group::{DeliveryMode, Engine, EngineConfig, Layout, SubgroupSpec, View};
+//! use spindle_transport_rdma::Region;
+//!
+//! let view = View { vid: 1, members: vec![1, 2, 3] };
+//! let layout = Layout {
+//!     subgroups: vec![SubgroupSpec {
+//!         id: 0,
+//!         members: vec![1, 2, 3],
+//!         senders: vec![1, 2, 3],
+//!         mode: DeliveryMode::Atomic,
+//!         window_slots: 16,
+//!         slot_payload_bytes: 64,
+//!     }],
+//! };
+//! let mut regions = BTreeMap::new();
+//! let mut engines = Vec::new();
+//! for node in [1, 2, 3] {
+//!     let engine = Engine::new(node, view.clone(), layout.clone(), EngineConfig::default(),
+//!         |id, len| {
+//!             let r = Region::new_heap(id, len)?;
+//!             regions.insert(node, r.clone());
+//!             Ok(r)
+//!         })?;
+//!     engines.push(engine);
+//! }
+//! engines[0].sender(0)?.try_send(b"hello")?;
+//! engines[2].sender(0)?.try_send(b"world")?;
+//!
+//! let mut delivered: BTreeMap<u32, Vec<Vec<u8>>> = BTreeMap::new();
+//! let mut scratch = Vec::new();
+//! for _ in 0..20 {
+//!     for e in &mut engines {
+//!         e.step();
+//!         e.drain_pushes(&mut scratch, |push, bytes| {
+//!             let peer = &regions[&push.peer];
+//!             peer.write_bytes(push.offset, bytes)?;
+//!             if let Some((at, value)) = push.guard {
+//!                 peer.store_u64(at, value);
+//!             }
+//!             Ok(())
+//!         });
+//!         while let Some(batch) = e.poll_delivery() {
+//!             for m in batch.iter() {
+//!                 delivered.entry(e.node()).or_default().push(m.payload.to_vec());
+//!             }
+//!         }
+//!     }
+//! }
+//! // Node 2 sent nothing: its null let "world" (sender rank 2) follow "hello" at once.
+//! for node in [1, 2, 3] {
+//!     assert_eq!(delivered[&node], vec![b"hello".to_vec(), b"world".to_vec()]);
+//! }
+//! # Ok::<(), spindle_group::Error>(())
+//! ```
 #![deny(missing_docs)]
+
+mod engine;
+mod error;
+pub mod layout;
+pub mod runtime;
+mod smc;
+
+pub use engine::{
+    DeliveryBatch, Engine, EngineConfig, EngineEvent, EngineStats, Message, Push, Techniques,
+    DELIVERY_BATCH_MAX, DELIVERY_QUEUE_MAX, EVENT_QUEUE_MAX, PUSH_BYTES_MAX, PUSH_QUEUE_MAX,
+    RECEIVE_BATCH_MAX, SEND_BATCH_MAX,
+};
+pub use error::{Error, Result};
+pub use layout::{DeliveryMode, Layout, SubgroupId, SubgroupSpec, View};
+pub use smc::{Loan, Sender};

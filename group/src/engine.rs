@@ -1,0 +1,922 @@
+//! The sans-IO engine of one node: SST, SMC and ordered delivery for a fixed view.
+//!
+//! The engine owns no thread, socket or clock. It reads its SST regions (local memory the
+//! fabric writes into), and each [`Engine::step`] evaluates the three predicates of every
+//! subgroup once — send, receive (with null-sends), delivery — and queues what they decide:
+//! pushes (one-sided writes of just the changed bytes to just the members that read them),
+//! delivery batches and events. A driver takes them out with [`Engine::drain_pushes`],
+//! [`Engine::poll_delivery`] and [`Engine::poll_event`]: the runtime does so over a real
+//! fabric ([`crate::runtime`]), tests over the simulator.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES};
+
+use crate::error::{Error, Result};
+use crate::layout::{
+    sst_region_id, DeliveryMode, Geometry, Layout, SubgroupId, SubgroupSpec, View, NULL_LEN,
+    SLOT_HEADER_BYTES,
+};
+use crate::smc::{Ring, Sender};
+
+/// Most messages one receive predicate takes from one sender in one step (batching bound;
+/// also what keeps one busy subgroup from starving the others).
+pub const RECEIVE_BATCH_MAX: u64 = 1024;
+/// Most messages one delivery predicate delivers in one step.
+pub const DELIVERY_BATCH_MAX: u64 = 1024;
+/// Most messages of the node's own ring one send predicate pushes in one step.
+pub const SEND_BATCH_MAX: u64 = 1024;
+/// Largest single push of ring slots, in bytes (a batch is split into chunks this size,
+/// each with its own guard).
+pub const PUSH_BYTES_MAX: usize = 1 << 20;
+/// Pushes queued and not yet drained above which the send predicate waits (the fabric
+/// is behind).
+pub const PUSH_QUEUE_MAX: usize = 4096;
+/// Delivery batches queued and not yet polled above which delivery waits.
+pub const DELIVERY_QUEUE_MAX: usize = 1024;
+/// Events queued and not yet polled (further ones are dropped after this many, with the
+/// count kept in [`EngineStats::events_dropped`]).
+pub const EVENT_QUEUE_MAX: usize = 1024;
+
+/// The Spindle techniques (Spindle III), each switchable so its effect can be measured.
+/// [`Techniques::default`] turns them all on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Techniques {
+    /// The send predicate pushes every committed slot in one write (two on wrap-around);
+    /// off: one write per message.
+    pub batch_sends: bool,
+    /// The receive predicate takes every new message of a sender; off: one per step.
+    pub batch_receives: bool,
+    /// The delivery predicate delivers every stable message; off: one per step.
+    pub batch_deliveries: bool,
+    /// The control row is pushed once per step, just the changed words; off: once per
+    /// received and per delivered message.
+    pub batch_acks: bool,
+    /// The receive predicate sends nulls for this node's turns that precede a received
+    /// message (Spindle III-B); atomic mode only.
+    pub null_sends: bool,
+    /// Application commits never wait for the predicate thread's writes; off: a lock shared
+    /// by commits and the posting of writes (Derecho's baseline).
+    pub early_lock_release: bool,
+    /// One upcall per batch of deliveries; off: one per message.
+    pub batched_upcall: bool,
+}
+
+impl Default for Techniques {
+    fn default() -> Self {
+        Techniques::all()
+    }
+}
+
+impl Techniques {
+    /// Every technique on.
+    pub fn all() -> Techniques {
+        Techniques {
+            batch_sends: true,
+            batch_receives: true,
+            batch_deliveries: true,
+            batch_acks: true,
+            null_sends: true,
+            early_lock_release: true,
+            batched_upcall: true,
+        }
+    }
+
+    /// Every technique off (the baseline the Spindle paper starts from).
+    pub fn none() -> Techniques {
+        Techniques {
+            batch_sends: false,
+            batch_receives: false,
+            batch_deliveries: false,
+            batch_acks: false,
+            null_sends: false,
+            early_lock_release: false,
+            batched_upcall: false,
+        }
+    }
+
+    /// All four batching techniques set to `on`, the others unchanged.
+    pub fn with_batching(mut self, on: bool) -> Techniques {
+        self.batch_sends = on;
+        self.batch_receives = on;
+        self.batch_deliveries = on;
+        self.batch_acks = on;
+        self
+    }
+}
+
+/// Engine settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Which Spindle techniques are on.
+    pub techniques: Techniques,
+}
+
+/// A one-sided write the engine wants posted: bytes `offset..offset + len` of the node's
+/// own copy of region `region`, written at the same offset of `peer`'s copy; then, if
+/// `guard` is set, the word at the guard offset stored with release semantics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Push {
+    /// The member to write to.
+    pub peer: NodeId,
+    /// The SST region.
+    pub region: RegionId,
+    /// Where the bytes start.
+    pub offset: usize,
+    /// How many bytes.
+    pub len: usize,
+    /// `(guard_offset, guard_value)`: published after the bytes.
+    pub guard: Option<(usize, u64)>,
+}
+
+/// One delivered message, borrowed from its [`DeliveryBatch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Message<'a> {
+    /// Position in the subgroup's delivery order (round-robin: `seq * senders + rank`).
+    pub global_index: u64,
+    /// The sender's node id.
+    pub sender: NodeId,
+    /// The sender's rank among the subgroup's senders.
+    pub sender_rank: u32,
+    /// The sender's sequence number for this message.
+    pub sender_seq: u64,
+    /// The payload.
+    pub payload: &'a [u8],
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    global_index: u64,
+    sender_rank: u32,
+    sender_seq: u64,
+    start: usize,
+    len: usize,
+}
+
+/// Messages delivered together in one subgroup, in delivery order (the batched upcall).
+#[derive(Debug, Clone)]
+pub struct DeliveryBatch {
+    subgroup: SubgroupId,
+    senders: Arc<[NodeId]>,
+    metas: Vec<Meta>,
+    payload: Vec<u8>,
+}
+
+impl DeliveryBatch {
+    /// The subgroup.
+    pub fn subgroup(&self) -> SubgroupId {
+        self.subgroup
+    }
+
+    /// Messages in the batch.
+    pub fn len(&self) -> usize {
+        self.metas.len()
+    }
+
+    /// True if the batch holds no message.
+    pub fn is_empty(&self) -> bool {
+        self.metas.is_empty()
+    }
+
+    /// The messages, in delivery order.
+    pub fn iter(&self) -> impl Iterator<Item = Message<'_>> + '_ {
+        self.metas.iter().map(|m| Message {
+            global_index: m.global_index,
+            sender: self.senders[m.sender_rank as usize],
+            sender_rank: m.sender_rank,
+            sender_seq: m.sender_seq,
+            payload: &self.payload[m.start..m.start + m.len],
+        })
+    }
+}
+
+/// Something the engine reports besides deliveries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineEvent {
+    /// A member's bytes in the SST break the protocol (a slot header out of sequence, a
+    /// length beyond the slot, a sender running past the window). The subgroup stops
+    /// delivering; the next view change removes the member.
+    PeerMisbehaved {
+        /// The subgroup.
+        subgroup: SubgroupId,
+        /// The member whose row or ring is wrong.
+        peer: NodeId,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A subgroup stopped sending and delivering because a member failed (it waits for
+    /// the next view, a later issue).
+    Wedged {
+        /// The subgroup.
+        subgroup: SubgroupId,
+        /// The member that failed.
+        peer: NodeId,
+    },
+}
+
+/// Counters of what the engine did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Calls of [`Engine::step`].
+    pub steps: u64,
+    /// Pushes queued (writes to post).
+    pub pushes: u64,
+    /// Application messages delivered.
+    pub delivered: u64,
+    /// Null messages delivered (skipped, not upcalled).
+    pub nulls_delivered: u64,
+    /// Null messages this node sent.
+    pub nulls_sent: u64,
+    /// Delivery batches queued.
+    pub delivery_batches: u64,
+    /// Events dropped because the event queue was full.
+    pub events_dropped: u64,
+}
+
+/// Why a subgroup no longer runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Halt {
+    Running,
+    Stopped,
+}
+
+struct SubgroupState {
+    spec: SubgroupSpec,
+    geom: Geometry,
+    region_id: RegionId,
+    region: Region,
+    my_rank: usize,
+    ring: Option<Arc<Ring>>,
+    senders: Arc<[NodeId]>,
+    /// Other members: every push goes to each of them.
+    peers: Vec<NodeId>,
+    /// Messages received from each sender (mirror of this node's `received_num` words).
+    received: Vec<u64>,
+    /// Messages delivered (atomic: the global count; unordered: the total).
+    delivered: u64,
+    /// This node's own ring: committed and pushed frontiers.
+    committed: u64,
+    pushed: u64,
+    /// Words of this node's control row changed since the last push (inclusive range).
+    ctrl_dirty: Option<(usize, usize)>,
+    /// A delivery batch of this subgroup is open at the back of the queue (this step).
+    batch_open: bool,
+    halt: Halt,
+}
+
+/// The engine of one node for one view. See the module docs.
+pub struct Engine {
+    node: NodeId,
+    view: View,
+    techniques: Techniques,
+    subgroups: Vec<SubgroupState>,
+    next_start: usize,
+    pushes: VecDeque<Push>,
+    deliveries: VecDeque<DeliveryBatch>,
+    events: VecDeque<EngineEvent>,
+    stats: EngineStats,
+    post_lock: Option<Arc<Mutex<()>>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("node", &self.node)
+            .field("vid", &self.view.vid)
+            .field("subgroups", &self.subgroups.len())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// The engine of `node` in `view` with `layout`. `register` allocates each SST region
+    /// this node takes part in (the runtime registers it with the fabric; tests may use
+    /// [`Region::new_heap`]).
+    pub fn new(
+        node: NodeId,
+        view: View,
+        layout: Layout,
+        config: EngineConfig,
+        mut register: impl FnMut(RegionId, usize) -> Result<Region>,
+    ) -> Result<Engine> {
+        layout.validate(&view)?;
+        if !view.members.contains(&node) {
+            return Err(Error::Config(format!(
+                "node {node} is not a member of view {}",
+                view.vid
+            )));
+        }
+        let techniques = config.techniques;
+        let post_lock = (!techniques.early_lock_release).then(|| Arc::new(Mutex::new(())));
+        let mut subgroups = Vec::new();
+        for (index, spec) in layout.subgroups.into_iter().enumerate() {
+            let Some(my_rank) = spec.members.iter().position(|m| *m == node) else {
+                continue;
+            };
+            let geom = Geometry::new(&spec)?;
+            let region_id = sst_region_id(view.vid, index);
+            let region = register(region_id, geom.region_bytes)?;
+            if region.len() < geom.region_bytes {
+                return Err(Error::Config(format!(
+                    "region {region_id} has {} bytes, subgroup {} needs {}",
+                    region.len(),
+                    spec.id,
+                    geom.region_bytes
+                )));
+            }
+            let ring = spec.senders.iter().position(|s| *s == node).map(|rank| {
+                Arc::new(Ring::new(
+                    spec.id,
+                    node,
+                    region.clone(),
+                    geom.clone(),
+                    spec.mode,
+                    rank,
+                    post_lock.clone(),
+                ))
+            });
+            subgroups.push(SubgroupState {
+                peers: spec.members.iter().copied().filter(|m| *m != node).collect(),
+                senders: spec.senders.clone().into(),
+                received: vec![0; spec.senders.len()],
+                delivered: 0,
+                committed: 0,
+                pushed: 0,
+                ctrl_dirty: None,
+                batch_open: false,
+                halt: Halt::Running,
+                ring,
+                my_rank,
+                region_id,
+                region,
+                geom,
+                spec,
+            });
+        }
+        Ok(Engine {
+            node,
+            view,
+            techniques,
+            subgroups,
+            next_start: 0,
+            pushes: VecDeque::new(),
+            deliveries: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: EngineStats::default(),
+            post_lock,
+        })
+    }
+
+    // ----- getters ------------------------------------------------------------------
+
+    /// This node.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The view the engine runs in.
+    pub fn view(&self) -> &View {
+        &self.view
+    }
+
+    /// What the engine did so far.
+    pub fn stats(&self) -> EngineStats {
+        self.stats
+    }
+
+    /// The subgroups this node is a member of, with their SST region ids and the other
+    /// members that write into them (a driver waits until each peer's region is known).
+    pub fn regions(&self) -> Vec<(SubgroupId, RegionId, Vec<NodeId>)> {
+        self.subgroups
+            .iter()
+            .map(|s| (s.spec.id, s.region_id, s.peers.clone()))
+            .collect()
+    }
+
+    /// The lock that posting writes must hold when early lock release is off (`None` when
+    /// it is on).
+    pub fn post_lock(&self) -> Option<Arc<Mutex<()>>> {
+        self.post_lock.clone()
+    }
+
+    fn state(&self, subgroup: SubgroupId) -> Result<&SubgroupState> {
+        self.subgroups
+            .iter()
+            .find(|s| s.spec.id == subgroup)
+            .ok_or(Error::UnknownSubgroup { subgroup })
+    }
+
+    /// A handle for sending in `subgroup`.
+    pub fn sender(&self, subgroup: SubgroupId) -> Result<Sender> {
+        let s = self.state(subgroup)?;
+        let ring = s.ring.as_ref().ok_or(Error::NotASender {
+            subgroup,
+            node: self.node,
+        })?;
+        Ok(Sender {
+            ring: Arc::clone(ring),
+        })
+    }
+
+    /// Registers `wake` to be called after every commit on this node's rings (the runtime
+    /// unparks its predicate thread with it).
+    pub fn set_waker(&self, wake: impl Fn() + Send + Sync + Clone + 'static) {
+        for s in &self.subgroups {
+            if let Some(ring) = &s.ring {
+                ring.set_waker(Box::new(wake.clone()));
+            }
+        }
+    }
+
+    /// Messages this node has received from sender `sender_rank` of `subgroup`.
+    pub fn received_num(&self, subgroup: SubgroupId, sender_rank: usize) -> Result<u64> {
+        let s = self.state(subgroup)?;
+        s.received
+            .get(sender_rank)
+            .copied()
+            .ok_or(Error::UnknownSubgroup { subgroup })
+    }
+
+    /// Messages (nulls included) this node has delivered in `subgroup`.
+    pub fn delivered_num(&self, subgroup: SubgroupId) -> Result<u64> {
+        Ok(self.state(subgroup)?.delivered)
+    }
+
+    /// True if no push, delivery or event is waiting to be taken out.
+    pub fn is_drained(&self) -> bool {
+        self.pushes.is_empty() && self.deliveries.is_empty() && self.events.is_empty()
+    }
+
+    // ----- inputs -------------------------------------------------------------------
+
+    /// A member failed (the fabric reported it): every subgroup it belongs to wedges —
+    /// stops sending and delivering — until the next view (Derecho 3.6, a later issue).
+    pub fn handle_peer_failed(&mut self, peer: NodeId) {
+        for i in 0..self.subgroups.len() {
+            let s = &mut self.subgroups[i];
+            if s.halt == Halt::Running && s.peers.contains(&peer) {
+                s.halt = Halt::Stopped;
+                if let Some(ring) = &s.ring {
+                    ring.stopped.store(true, std::sync::atomic::Ordering::Release);
+                }
+                let subgroup = s.spec.id;
+                self.event(EngineEvent::Wedged { subgroup, peer });
+            }
+        }
+    }
+
+    // ----- the predicates -----------------------------------------------------------
+
+    /// Evaluates every subgroup's predicates once, starting from a different subgroup each
+    /// time (fairness). Returns true if anything happened (a driver spins while it does).
+    pub fn step(&mut self) -> bool {
+        self.stats.steps += 1;
+        let n = self.subgroups.len();
+        if n == 0 {
+            return false;
+        }
+        let start = self.next_start;
+        self.next_start = (start + 1) % n;
+        let mut work = false;
+        for j in 0..n {
+            work |= self.step_subgroup((start + j) % n);
+        }
+        work
+    }
+
+    fn step_subgroup(&mut self, i: usize) -> bool {
+        if self.subgroups[i].halt != Halt::Running {
+            return false;
+        }
+        let mut work = self.send_predicate(i);
+        let (received, max_global) = match self.receive_predicate(i) {
+            Ok(r) => r,
+            Err((peer, detail)) => {
+                self.misbehaved(i, peer, detail);
+                return true;
+            }
+        };
+        work |= received;
+        if let Some(g) = max_global {
+            if self.null_send(i, g) {
+                work = true;
+                self.send_predicate(i);
+            }
+        }
+        match self.delivery_predicate(i) {
+            Ok(delivered) => work |= delivered,
+            Err((peer, detail)) => {
+                self.misbehaved(i, peer, detail);
+                return true;
+            }
+        }
+        work |= self.flush_ctrl(i);
+        work
+    }
+
+    /// Send predicate: advance over committed slots of this node's ring and push them.
+    fn send_predicate(&mut self, i: usize) -> bool {
+        let batch = self.techniques.batch_sends;
+        if self.pushes.len() >= PUSH_QUEUE_MAX {
+            return false;
+        }
+        let s = &mut self.subgroups[i];
+        let Some(ring) = s.ring.clone() else {
+            return false;
+        };
+        let committed = ring.advance_committed(s.committed, SEND_BATCH_MAX);
+        if committed == s.committed && s.pushed == committed {
+            return false;
+        }
+        let rank = ring.sender_rank;
+        if committed > s.committed {
+            let old = s.committed;
+            s.committed = committed;
+            // Own messages count as received at commit.
+            s.received[rank] = committed;
+            let my_rank = s.my_rank;
+            s.region
+                .store_u64(s.geom.received_num(my_rank, rank), committed);
+            self.note_ctrl(i, rank);
+            if self.subgroups[i].spec.mode == DeliveryMode::Unordered {
+                for k in old..committed {
+                    self.deliver_one(i, rank, k);
+                }
+                self.finish_deliveries(i);
+            }
+        }
+        let s = &mut self.subgroups[i];
+        let w = s.geom.window_slots as u64;
+        let slots_per_chunk = if batch {
+            (PUSH_BYTES_MAX / s.geom.slot_bytes).max(1) as u64
+        } else {
+            1
+        };
+        while s.pushed < s.committed {
+            let first = s.pushed;
+            let wrap = w - first % w;
+            let n = (s.committed - first).min(wrap).min(slots_per_chunk);
+            let last = first + n - 1;
+            let offset = s.geom.slot(rank, first);
+            // The last slot is pushed only up to its payload's end.
+            let last_len = s.region.load_u64(s.geom.slot(rank, last) + WORD_BYTES);
+            let last_payload = if last_len == NULL_LEN {
+                0
+            } else {
+                spindle_transport_rdma::round_up_to_words(last_len as usize)
+            };
+            let len = (n as usize - 1) * s.geom.slot_bytes + SLOT_HEADER_BYTES + last_payload;
+            let guard = Some((s.geom.ring(rank), first + n));
+            for peer in &s.peers {
+                self.pushes.push_back(Push {
+                    peer: *peer,
+                    region: s.region_id,
+                    offset,
+                    len,
+                    guard,
+                });
+                self.stats.pushes += 1;
+            }
+            s.pushed = first + n;
+        }
+        true
+    }
+
+    /// Receive predicate: take new messages from every other sender's ring. Returns
+    /// whether any arrived and the highest global index among them; `Err` names a member
+    /// whose ring breaks the protocol.
+    #[allow(clippy::type_complexity)]
+    fn receive_predicate(
+        &mut self,
+        i: usize,
+    ) -> std::result::Result<(bool, Option<u64>), (NodeId, String)> {
+        let batch = if self.techniques.batch_receives {
+            RECEIVE_BATCH_MAX
+        } else {
+            1
+        };
+        let mode = self.subgroups[i].spec.mode;
+        let own = self.subgroups[i].ring.as_ref().map(|r| r.sender_rank);
+        let senders = self.subgroups[i].geom.senders;
+        let mut any = false;
+        let mut max_global = None;
+        for rank in 0..senders {
+            if Some(rank) == own {
+                continue;
+            }
+            let s = &self.subgroups[i];
+            let g = &s.geom;
+            let sender = s.senders[rank];
+            let published = s.region.load_u64(g.ring(rank));
+            let have = s.received[rank];
+            if published <= have {
+                continue;
+            }
+            let consumed = match mode {
+                DeliveryMode::Atomic => g.messages_before(rank, s.delivered),
+                DeliveryMode::Unordered => have,
+            };
+            if published > consumed + g.window_slots as u64 {
+                return Err((
+                    sender,
+                    format!(
+                        "published {published} messages with only {consumed} consumed here \
+                         and a window of {}",
+                        g.window_slots
+                    ),
+                ));
+            }
+            let upto = published.min(have + batch);
+            for k in have..upto {
+                let slot = g.slot(rank, k);
+                let tag = s.region.load_u64(slot);
+                if tag != k + 1 {
+                    return Err((sender, format!("slot of message {k} is tagged {tag}")));
+                }
+                let len = s.region.load_u64(slot + WORD_BYTES);
+                if len != NULL_LEN && len > g.slot_payload_bytes as u64 {
+                    return Err((
+                        sender,
+                        format!(
+                            "message {k} claims {len} bytes, the slot holds {}",
+                            g.slot_payload_bytes
+                        ),
+                    ));
+                }
+            }
+            if mode == DeliveryMode::Unordered {
+                for k in have..upto {
+                    self.deliver_one(i, rank, k);
+                }
+            }
+            let s = &mut self.subgroups[i];
+            s.received[rank] = upto;
+            let my_rank = s.my_rank;
+            s.region
+                .store_u64(s.geom.received_num(my_rank, rank), upto);
+            let global = s.geom.global_index(rank, upto - 1);
+            max_global = Some(max_global.map_or(global, |m: u64| m.max(global)));
+            any = true;
+            if self.techniques.batch_acks {
+                self.note_ctrl(i, rank);
+            } else {
+                for _ in have..upto {
+                    self.note_ctrl(i, rank);
+                }
+            }
+        }
+        if mode == DeliveryMode::Unordered {
+            self.finish_deliveries(i);
+        }
+        Ok((any, max_global))
+    }
+
+    /// Null-send (Spindle III-B): if this node's next turn precedes a message it just
+    /// received, fill its turns up to that message with nulls. Returns true if it sent any.
+    fn null_send(&mut self, i: usize, received_global: u64) -> bool {
+        let s = &self.subgroups[i];
+        if !self.techniques.null_sends || s.spec.mode != DeliveryMode::Atomic {
+            return false;
+        }
+        let Some(ring) = &s.ring else {
+            return false;
+        };
+        let target = s.geom.messages_before(ring.sender_rank, received_global);
+        let have = ring.reserved();
+        if target <= have {
+            return false;
+        }
+        let sent = ring.reserve_nulls(target - have);
+        self.stats.nulls_sent += sent;
+        sent > 0
+    }
+
+    /// Delivery predicate (atomic mode): deliver, in round-robin order, every message all
+    /// members have received.
+    fn delivery_predicate(&mut self, i: usize) -> std::result::Result<bool, (NodeId, String)> {
+        let s = &self.subgroups[i];
+        if s.spec.mode != DeliveryMode::Atomic {
+            return Ok(false);
+        }
+        let g = &s.geom;
+        let senders = g.senders as u64;
+        // Stability: the minimum over members of received_num, per sender.
+        let mut stable = s.received.clone();
+        for m in (0..g.members).filter(|m| *m != s.my_rank) {
+            for (rank, v) in stable.iter_mut().enumerate() {
+                *v = (*v).min(s.region.load_u64(g.received_num(m, rank)));
+            }
+        }
+        let bound = if self.techniques.batch_deliveries {
+            DELIVERY_BATCH_MAX
+        } else {
+            1
+        };
+        if self.deliveries.len() >= DELIVERY_QUEUE_MAX {
+            return Ok(false);
+        }
+        let start = s.delivered;
+        let mut d = start;
+        while d - start < bound {
+            let rank = (d % senders) as usize;
+            let k = d / senders;
+            if k >= stable[rank] {
+                break;
+            }
+            // Invariant: a message is delivered only after this node received it (its own
+            // received_num is part of the minimum).
+            assert!(
+                k < self.subgroups[i].received[rank],
+                "delivering message {k} of sender {rank} before receiving it"
+            );
+            let slot = self.subgroups[i].geom.slot(rank, k);
+            let len = self.subgroups[i].region.load_u64(slot + WORD_BYTES);
+            if len != NULL_LEN && len > self.subgroups[i].geom.slot_payload_bytes as u64 {
+                let sender = self.subgroups[i].senders[rank];
+                return Err((sender, format!("message {k} was overwritten before delivery")));
+            }
+            self.deliver_one(i, rank, k);
+            d += 1;
+            if !self.techniques.batch_acks {
+                // One ack per delivered message (the unbatched baseline).
+                self.finish_deliveries(i);
+            }
+        }
+        if d == start {
+            return Ok(false);
+        }
+        self.finish_deliveries(i);
+        Ok(true)
+    }
+
+    /// Appends message `k` of sender `rank` to the subgroup's open delivery batch.
+    fn deliver_one(&mut self, i: usize, rank: usize, k: u64) {
+        let s = &mut self.subgroups[i];
+        let slot = s.geom.slot(rank, k);
+        let len = s.region.load_u64(slot + WORD_BYTES);
+        s.delivered += 1;
+        if len == NULL_LEN {
+            self.stats.nulls_delivered += 1;
+            return;
+        }
+        self.stats.delivered += 1;
+        let global_index = s.geom.global_index(rank, k);
+        let len = len as usize;
+        if !(self.techniques.batched_upcall && s.batch_open) {
+            self.deliveries.push_back(DeliveryBatch {
+                subgroup: s.spec.id,
+                senders: Arc::clone(&s.senders),
+                metas: Vec::new(),
+                payload: Vec::new(),
+            });
+            s.batch_open = true;
+            self.stats.delivery_batches += 1;
+        }
+        let batch = self.deliveries.back_mut().expect("a batch was just ensured");
+        let start = batch.payload.len();
+        batch.payload.resize(start + len, 0);
+        // The length was checked against the slot at receipt and before delivery.
+        if s
+            .region
+            .read_bytes(slot + SLOT_HEADER_BYTES, &mut batch.payload[start..])
+            .is_err()
+        {
+            batch.payload.truncate(start);
+            return;
+        }
+        batch.metas.push(Meta {
+            global_index,
+            sender_rank: rank as u32,
+            sender_seq: k,
+            start,
+            len,
+        });
+    }
+
+    /// Closes this step's delivery batch and records the delivered count in the row.
+    fn finish_deliveries(&mut self, i: usize) {
+        let s = &mut self.subgroups[i];
+        s.batch_open = false;
+        let word = s.geom.senders;
+        let my_rank = s.my_rank;
+        let d = s.delivered;
+        if s.region.load_u64(s.geom.delivered_num(my_rank)) != d {
+            s.region.store_u64(s.geom.delivered_num(my_rank), d);
+            self.note_ctrl(i, word);
+        }
+    }
+
+    /// Word `word` of this node's control row changed: push it now (acks unbatched) or
+    /// at the end of the step (batched).
+    fn note_ctrl(&mut self, i: usize, word: usize) {
+        let s = &mut self.subgroups[i];
+        s.ctrl_dirty = Some(match s.ctrl_dirty {
+            None => (word, word),
+            Some((lo, hi)) => (lo.min(word), hi.max(word)),
+        });
+        if !self.techniques.batch_acks {
+            self.flush_ctrl(i);
+        }
+    }
+
+    /// Pushes the changed words of this node's control row to the other members.
+    fn flush_ctrl(&mut self, i: usize) -> bool {
+        let s = &mut self.subgroups[i];
+        let Some((lo, hi)) = s.ctrl_dirty.take() else {
+            return false;
+        };
+        let offset = s.geom.ctrl_row(s.my_rank) + lo * WORD_BYTES;
+        let len = (hi - lo + 1) * WORD_BYTES;
+        for peer in &s.peers {
+            self.pushes.push_back(Push {
+                peer: *peer,
+                region: s.region_id,
+                offset,
+                len,
+                guard: None,
+            });
+            self.stats.pushes += 1;
+        }
+        true
+    }
+
+    fn misbehaved(&mut self, i: usize, peer: NodeId, detail: String) {
+        let s = &mut self.subgroups[i];
+        s.halt = Halt::Stopped;
+        if let Some(ring) = &s.ring {
+            ring.stopped.store(true, std::sync::atomic::Ordering::Release);
+        }
+        let subgroup = s.spec.id;
+        tracing::warn!(node = self.node, subgroup, peer, %detail, "peer broke the protocol");
+        self.event(EngineEvent::PeerMisbehaved {
+            subgroup,
+            peer,
+            detail,
+        });
+    }
+
+    fn event(&mut self, e: EngineEvent) {
+        if self.events.len() >= EVENT_QUEUE_MAX {
+            self.stats.events_dropped += 1;
+        } else {
+            self.events.push_back(e);
+        }
+    }
+
+    // ----- outputs ------------------------------------------------------------------
+
+    /// Posts queued pushes in order: `post(push, bytes)` gets each push with the bytes to
+    /// write, read from this node's region. When `post` fails with
+    /// [`spindle_transport_rdma::Error::QueueFull`] the push stays queued (with everything
+    /// after it) for the next call; any other error drops that peer's queued pushes and
+    /// wedges its subgroups. Returns how many pushes were posted.
+    pub fn drain_pushes(
+        &mut self,
+        scratch: &mut Vec<u8>,
+        mut post: impl FnMut(&Push, &[u8]) -> spindle_transport_rdma::Result<()>,
+    ) -> usize {
+        let post_lock = self.post_lock.clone();
+        let held = post_lock
+            .as_ref()
+            .map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut posted = 0;
+        while let Some(push) = self.pushes.front().copied() {
+            let Some(s) = self.subgroups.iter().find(|s| s.region_id == push.region) else {
+                self.pushes.pop_front();
+                continue;
+            };
+            scratch.resize(push.len, 0);
+            if s.region.read_bytes(push.offset, &mut scratch[..]).is_err() {
+                self.pushes.pop_front();
+                continue;
+            }
+            match post(&push, &scratch[..]) {
+                Ok(()) => {
+                    self.pushes.pop_front();
+                    posted += 1;
+                }
+                Err(spindle_transport_rdma::Error::QueueFull { .. }) => break,
+                Err(e) => {
+                    tracing::debug!(node = self.node, peer = push.peer, error = %e, "push failed");
+                    self.pushes.retain(|p| p.peer != push.peer);
+                    drop(held);
+                    self.handle_peer_failed(push.peer);
+                    return posted;
+                }
+            }
+        }
+        posted
+    }
+
+    /// The next batch of delivered messages, in delivery order.
+    pub fn poll_delivery(&mut self) -> Option<DeliveryBatch> {
+        self.deliveries.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<EngineEvent> {
+        self.events.pop_front()
+    }
+}

@@ -1,0 +1,52 @@
+//! The crate's one error type.
+
+use spindle_transport_rdma::NodeId;
+
+use crate::SubgroupId;
+
+/// Everything that can go wrong in the engine. Each variant says what the caller can do.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A view, layout or engine setting is invalid; the text names the field and the
+    /// bound it breaks. Fix the configuration.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The subgroup is not in the layout, or this node is not one of its members.
+    #[error("subgroup {subgroup} is unknown on this node")]
+    UnknownSubgroup {
+        /// The subgroup.
+        subgroup: SubgroupId,
+    },
+    /// This node is a member but not a sender of the subgroup.
+    #[error("node {node} is not a sender of subgroup {subgroup}")]
+    NotASender {
+        /// The subgroup.
+        subgroup: SubgroupId,
+        /// This node.
+        node: NodeId,
+    },
+    /// Every slot of the send window holds a message some member has not delivered yet;
+    /// retry after the engine made progress (flow control, never loss).
+    #[error("send window of subgroup {subgroup} is full")]
+    WindowFull {
+        /// The subgroup.
+        subgroup: SubgroupId,
+    },
+    /// The message does not fit in one slot of the subgroup.
+    #[error("message of {len} bytes exceeds the slot payload of {max} bytes")]
+    PayloadTooLarge {
+        /// The message length.
+        len: usize,
+        /// The subgroup's `slot_payload_bytes`.
+        max: usize,
+    },
+    /// The engine has stopped (a peer broke the protocol or the node shut down).
+    #[error("the engine has stopped")]
+    Stopped,
+    /// The fabric refused an operation.
+    #[error("fabric: {0}")]
+    Fabric(#[from] spindle_transport_rdma::Error),
+}
+
+/// The crate's result type.
+pub type Result<T> = std::result::Result<T, Error>;

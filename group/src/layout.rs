@@ -1,0 +1,318 @@
+//! Views, subgroup layouts, and the byte geometry of each subgroup's SST region.
+//!
+//! Every member computes the same [`Geometry`] from the same [`View`] and [`SubgroupSpec`],
+//! so a row written at an offset on one node lands at the same offset on every other.
+
+use std::collections::BTreeSet;
+
+use spindle_transport_rdma::{round_up_to_words, NodeId, RegionId, REGION_BYTES_MAX, WORD_BYTES};
+
+use crate::error::{Error, Result};
+
+/// A subgroup's id, unique within a layout.
+pub type SubgroupId = u32;
+
+/// Most members in one view.
+pub const VIEW_MEMBERS_MAX: usize = 256;
+/// Most subgroups in one layout.
+pub const SUBGROUPS_MAX: usize = 1024;
+/// Most members of one subgroup.
+pub const SUBGROUP_MEMBERS_MAX: usize = 64;
+/// Most slots in one sender's ring.
+pub const WINDOW_SLOTS_MAX: usize = 4096;
+/// Largest slot payload (larger messages go by RDMC, a later issue).
+pub const SLOT_PAYLOAD_BYTES_MAX: usize = 64 << 10;
+/// Bytes of the header in front of every slot's payload: the message's index + 1, then
+/// its length (or [`NULL_LEN`]).
+pub const SLOT_HEADER_BYTES: usize = 2 * WORD_BYTES;
+/// The length word of a null message's slot.
+pub const NULL_LEN: u64 = u64::MAX;
+/// Bytes reserved at the head of each sender's ring for its `published_num` guard (a
+/// cache line, so the guard never shares a line with a slot).
+pub const RING_HEADER_BYTES: usize = 64;
+/// Control rows are padded to this many bytes (a cache line).
+pub const CTRL_ROW_ALIGN_BYTES: usize = 64;
+
+/// How a subgroup orders deliveries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeliveryMode {
+    /// One total order (round-robin over senders); a message is delivered once every member
+    /// has received it and all earlier messages are delivered.
+    Atomic,
+    /// Delivered on receipt; each sender's order is kept, nothing more.
+    Unordered,
+}
+
+/// A membership view: an id and the members, in rank order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct View {
+    /// The view id; grows by one with every view change.
+    pub vid: u32,
+    /// The members' node ids; a member's rank is its index here.
+    pub members: Vec<NodeId>,
+}
+
+impl View {
+    /// Checks the member list: not empty, no duplicates, within [`VIEW_MEMBERS_MAX`].
+    pub fn validate(&self) -> Result<()> {
+        if self.members.is_empty() || self.members.len() > VIEW_MEMBERS_MAX {
+            return Err(Error::Config(format!(
+                "view {}: {} members, must be 1..={VIEW_MEMBERS_MAX}",
+                self.vid,
+                self.members.len()
+            )));
+        }
+        let unique: BTreeSet<_> = self.members.iter().collect();
+        if unique.len() != self.members.len() {
+            return Err(Error::Config(format!(
+                "view {}: a node appears twice in {:?}",
+                self.vid, self.members
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// One subgroup of a layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubgroupSpec {
+    /// The subgroup's id.
+    pub id: SubgroupId,
+    /// Its members, in subgroup rank order; all must be in the view.
+    pub members: Vec<NodeId>,
+    /// The members that send, in sender rank order (round-robin order).
+    pub senders: Vec<NodeId>,
+    /// Atomic or unordered delivery.
+    pub mode: DeliveryMode,
+    /// Slots in each sender's ring (`window_size`).
+    pub window_slots: usize,
+    /// Largest message payload, in bytes.
+    pub slot_payload_bytes: usize,
+}
+
+/// The subgroups of a view, computed the same way by every member.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Layout {
+    /// The subgroups.
+    pub subgroups: Vec<SubgroupSpec>,
+}
+
+impl Layout {
+    /// Checks every subgroup against the view and the bounds of this module.
+    pub fn validate(&self, view: &View) -> Result<()> {
+        view.validate()?;
+        if self.subgroups.len() > SUBGROUPS_MAX {
+            return Err(Error::Config(format!(
+                "{} subgroups, at most {SUBGROUPS_MAX}",
+                self.subgroups.len()
+            )));
+        }
+        let mut ids = BTreeSet::new();
+        for sg in &self.subgroups {
+            if !ids.insert(sg.id) {
+                return Err(Error::Config(format!("subgroup id {} appears twice", sg.id)));
+            }
+            Geometry::new(sg)?;
+            if let Some(m) = sg.members.iter().find(|m| !view.members.contains(m)) {
+                return Err(Error::Config(format!(
+                    "subgroup {}: member {m} is not in view {}",
+                    sg.id, view.vid
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Byte offsets of one subgroup's SST region. Every member's copy has the same layout:
+/// one control row per member (`received_num` per sender, then `delivered_num`), then one
+/// ring per sender (its `published_num` guard, then `window_slots` slots).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Geometry {
+    /// Members of the subgroup.
+    pub members: usize,
+    /// Senders of the subgroup.
+    pub senders: usize,
+    /// Slots per ring.
+    pub window_slots: usize,
+    /// Largest payload.
+    pub slot_payload_bytes: usize,
+    /// Bytes of one control row.
+    pub ctrl_row_bytes: usize,
+    /// Bytes of one slot, header included.
+    pub slot_bytes: usize,
+    /// Bytes of one ring, header included.
+    pub ring_bytes: usize,
+    /// Bytes of the whole region.
+    pub region_bytes: usize,
+}
+
+impl Geometry {
+    /// The geometry of `spec`, after checking it (members, senders, bounds).
+    pub fn new(spec: &SubgroupSpec) -> Result<Geometry> {
+        let id = spec.id;
+        let bad = |what: String| Err(Error::Config(format!("subgroup {id}: {what}")));
+        if spec.members.is_empty() || spec.members.len() > SUBGROUP_MEMBERS_MAX {
+            return bad(format!(
+                "{} members, must be 1..={SUBGROUP_MEMBERS_MAX}",
+                spec.members.len()
+            ));
+        }
+        let members: BTreeSet<_> = spec.members.iter().collect();
+        if members.len() != spec.members.len() {
+            return bad("a member appears twice".into());
+        }
+        if spec.senders.is_empty() {
+            return bad("no senders".into());
+        }
+        let senders: BTreeSet<_> = spec.senders.iter().collect();
+        if senders.len() != spec.senders.len() {
+            return bad("a sender appears twice".into());
+        }
+        if let Some(s) = spec.senders.iter().find(|s| !members.contains(s)) {
+            return bad(format!("sender {s} is not a member"));
+        }
+        if spec.window_slots == 0 || spec.window_slots > WINDOW_SLOTS_MAX {
+            return bad(format!(
+                "window_slots {} must be 1..={WINDOW_SLOTS_MAX}",
+                spec.window_slots
+            ));
+        }
+        if spec.slot_payload_bytes > SLOT_PAYLOAD_BYTES_MAX {
+            return bad(format!(
+                "slot_payload_bytes {} exceeds {SLOT_PAYLOAD_BYTES_MAX}",
+                spec.slot_payload_bytes
+            ));
+        }
+        let ctrl_row_bytes = ((spec.senders.len() + 1) * WORD_BYTES)
+            .div_ceil(CTRL_ROW_ALIGN_BYTES)
+            * CTRL_ROW_ALIGN_BYTES;
+        let slot_bytes = SLOT_HEADER_BYTES + round_up_to_words(spec.slot_payload_bytes);
+        let ring_bytes = RING_HEADER_BYTES + spec.window_slots * slot_bytes;
+        let region_bytes = spec.members.len() * ctrl_row_bytes + spec.senders.len() * ring_bytes;
+        if region_bytes > REGION_BYTES_MAX {
+            return bad(format!(
+                "its SST region would take {region_bytes} bytes, more than {REGION_BYTES_MAX}"
+            ));
+        }
+        Ok(Geometry {
+            members: spec.members.len(),
+            senders: spec.senders.len(),
+            window_slots: spec.window_slots,
+            slot_payload_bytes: spec.slot_payload_bytes,
+            ctrl_row_bytes,
+            slot_bytes,
+            ring_bytes,
+            region_bytes,
+        })
+    }
+
+    /// Offset of member `rank`'s control row.
+    pub fn ctrl_row(&self, rank: usize) -> usize {
+        rank * self.ctrl_row_bytes
+    }
+
+    /// Offset of member `rank`'s `received_num` for sender `sender_rank`.
+    pub fn received_num(&self, rank: usize, sender_rank: usize) -> usize {
+        self.ctrl_row(rank) + sender_rank * WORD_BYTES
+    }
+
+    /// Offset of member `rank`'s `delivered_num`.
+    pub fn delivered_num(&self, rank: usize) -> usize {
+        self.ctrl_row(rank) + self.senders * WORD_BYTES
+    }
+
+    /// Offset of sender `sender_rank`'s ring (its `published_num` guard).
+    pub fn ring(&self, sender_rank: usize) -> usize {
+        self.members * self.ctrl_row_bytes + sender_rank * self.ring_bytes
+    }
+
+    /// Offset of the slot holding message `index` of sender `sender_rank`.
+    pub fn slot(&self, sender_rank: usize, index: u64) -> usize {
+        self.ring(sender_rank)
+            + RING_HEADER_BYTES
+            + (index % self.window_slots as u64) as usize * self.slot_bytes
+    }
+
+    /// The global index of message `index` of sender `sender_rank` (round-robin order).
+    pub fn global_index(&self, sender_rank: usize, index: u64) -> u64 {
+        index * self.senders as u64 + sender_rank as u64
+    }
+
+    /// How many messages of sender `sender_rank` have a global index below `global`.
+    pub fn messages_before(&self, sender_rank: usize, global: u64) -> u64 {
+        let s = self.senders as u64;
+        let r = sender_rank as u64;
+        if global <= r {
+            0
+        } else {
+            (global - r).div_ceil(s)
+        }
+    }
+}
+
+/// The region id of the SST region of the subgroup at position `index` of the layout in
+/// view `vid` (distinct across consecutive views, so a new view's regions can be registered
+/// while the old ones drain).
+pub fn sst_region_id(vid: u32, index: usize) -> RegionId {
+    const _: () = assert!(SUBGROUPS_MAX <= 1 << 12, "the index takes the low 12 bits");
+    ((vid & 0xF_FFFF) << 12) | index as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(senders: usize) -> SubgroupSpec {
+        SubgroupSpec {
+            id: 7,
+            members: vec![1, 2, 3],
+            senders: vec![1, 2, 3][..senders].to_vec(),
+            mode: DeliveryMode::Atomic,
+            window_slots: 4,
+            slot_payload_bytes: 13,
+        }
+    }
+
+    #[test]
+    fn geometry_offsets_do_not_overlap() {
+        let g = Geometry::new(&spec(3)).unwrap();
+        assert_eq!(g.slot_bytes, 16 + 16);
+        assert_eq!(g.ctrl_row_bytes, 64);
+        assert!(g.delivered_num(2) + 8 <= g.ring(0));
+        assert_eq!(g.slot(0, 0), g.ring(0) + 64);
+        assert_eq!(g.slot(0, 4), g.slot(0, 0), "the ring wraps");
+        assert!(g.slot(0, 3) + g.slot_bytes <= g.ring(1));
+        assert_eq!(g.ring(2) + g.ring_bytes, g.region_bytes);
+    }
+
+    #[test]
+    fn round_robin_counts() {
+        let g = Geometry::new(&spec(3)).unwrap();
+        assert_eq!(g.global_index(2, 1), 5);
+        // Globals 0..6 hold messages 0 and 1 of each sender.
+        for r in 0..3 {
+            assert_eq!(g.messages_before(r, 6), 2);
+        }
+        assert_eq!(g.messages_before(2, 5), 1);
+        assert_eq!(g.messages_before(0, 0), 0);
+        assert_eq!(g.messages_before(1, 1), 0);
+        assert_eq!(g.messages_before(1, 2), 1);
+    }
+
+    #[test]
+    fn bad_specs_are_errors() {
+        let mut s = spec(2);
+        s.senders = vec![9];
+        assert!(matches!(Geometry::new(&s), Err(Error::Config(m)) if m.contains("sender 9")));
+        let mut s = spec(2);
+        s.window_slots = 0;
+        assert!(Geometry::new(&s).is_err());
+        let mut s = spec(2);
+        s.members = vec![1, 1];
+        assert!(Geometry::new(&s).is_err());
+        let view = View { vid: 1, members: vec![1, 2] };
+        let layout = Layout { subgroups: vec![spec(1)] };
+        assert!(matches!(layout.validate(&view), Err(Error::Config(m)) if m.contains("member 3")));
+    }
+}

@@ -1,0 +1,1 @@
+//! Runtime (placeholder being written).

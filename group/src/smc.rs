@@ -1,0 +1,334 @@
+//! SMC, the sender's side: a ring of `window_slots` slots in the sender's own SST region,
+//! loaned to application threads for in-place construction (Spindle III-A).
+//!
+//! Application threads and the predicate thread share a ring without a lock: a slot index
+//! is reserved by a compare-and-swap on `reserved`, filled in place, and marked ready in
+//! `ready`; the predicate thread advances the committed frontier over ready slots and
+//! pushes them. The receive predicate reserves slots the same way for null messages, so
+//! nulls and application messages interleave in one sender order.
+
+use std::fmt;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use spindle_transport_rdma::{NodeId, Region, WORD_BYTES};
+
+use crate::error::{Error, Result};
+use crate::layout::{DeliveryMode, Geometry, SubgroupId, NULL_LEN, SLOT_HEADER_BYTES};
+
+/// What wakes the predicate thread after a commit (set by the runtime).
+pub(crate) type Waker = Box<dyn Fn() + Send + Sync>;
+
+/// The ring shared by a sender's application threads and the predicate thread.
+pub(crate) struct Ring {
+    pub(crate) subgroup: SubgroupId,
+    pub(crate) node: NodeId,
+    pub(crate) region: Region,
+    pub(crate) geom: Geometry,
+    pub(crate) mode: DeliveryMode,
+    pub(crate) sender_rank: usize,
+    /// Next message index to hand out.
+    reserved: AtomicU64,
+    /// `ready[k % window_slots] == k + 1` once message `k` is filled and committed.
+    ready: Box<[AtomicU64]>,
+    /// Indices below this are known free (refreshed from the members' counters).
+    limit: AtomicU64,
+    /// Set when the engine stops (application sends then fail).
+    pub(crate) stopped: AtomicBool,
+    waker: OnceLock<Waker>,
+    /// Held by the runtime while it posts writes when the early-lock-release technique is
+    /// off (the Derecho baseline); commits then take it too.
+    pub(crate) post_lock: Option<Arc<Mutex<()>>>,
+}
+
+impl fmt::Debug for Ring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ring")
+            .field("subgroup", &self.subgroup)
+            .field("node", &self.node)
+            .field("sender_rank", &self.sender_rank)
+            .field("reserved", &self.reserved.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Ring {
+    pub(crate) fn new(
+        subgroup: SubgroupId,
+        node: NodeId,
+        region: Region,
+        geom: Geometry,
+        mode: DeliveryMode,
+        sender_rank: usize,
+        post_lock: Option<Arc<Mutex<()>>>,
+    ) -> Ring {
+        let ready = (0..geom.window_slots).map(|_| AtomicU64::new(0)).collect();
+        let limit = AtomicU64::new(geom.window_slots as u64);
+        Ring {
+            subgroup,
+            node,
+            region,
+            geom,
+            mode,
+            sender_rank,
+            reserved: AtomicU64::new(0),
+            ready,
+            limit,
+            stopped: AtomicBool::new(false),
+            waker: OnceLock::new(),
+            post_lock,
+        }
+    }
+
+    pub(crate) fn set_waker(&self, waker: Waker) {
+        let _ = self.waker.set(waker);
+    }
+
+    /// Messages reserved so far (sent, being built, or nulls).
+    pub(crate) fn reserved(&self) -> u64 {
+        self.reserved.load(Ordering::Acquire)
+    }
+
+    /// Recomputes which indices are free: index `k` may be reused once message `k - w` is
+    /// consumed by every member (delivered in atomic mode, received in unordered mode).
+    fn refresh_limit(&self) -> u64 {
+        let g = &self.geom;
+        let consumed = (0..g.members)
+            .map(|m| match self.mode {
+                DeliveryMode::Atomic => {
+                    g.messages_before(self.sender_rank, self.region.load_u64(g.delivered_num(m)))
+                }
+                DeliveryMode::Unordered => {
+                    self.region.load_u64(g.received_num(m, self.sender_rank))
+                }
+            })
+            .min()
+            .unwrap_or(0);
+        let limit = consumed + g.window_slots as u64;
+        self.limit.fetch_max(limit, Ordering::AcqRel).max(limit)
+    }
+
+    /// Reserves up to `want` consecutive indices; returns the first and how many.
+    fn reserve(&self, want: u64) -> (u64, u64) {
+        let mut cur = self.reserved.load(Ordering::Acquire);
+        loop {
+            let mut limit = self.limit.load(Ordering::Acquire);
+            if cur + want > limit {
+                limit = self.refresh_limit();
+            }
+            let n = want.min(limit.saturating_sub(cur));
+            if n == 0 {
+                return (cur, 0);
+            }
+            match self
+                .reserved
+                .compare_exchange_weak(cur, cur + n, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return (cur, n),
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Writes slot `index`'s header and marks it ready.
+    fn publish(&self, index: u64, len: u64) {
+        let slot = self.geom.slot(self.sender_rank, index);
+        self.region.store_u64(slot + WORD_BYTES, len);
+        self.region.store_u64(slot, index + 1);
+        // Release: the predicate thread's acquire of the tag sees the payload and header.
+        self.ready[(index % self.geom.window_slots as u64) as usize]
+            .store(index + 1, Ordering::Release);
+    }
+
+    fn wake(&self) {
+        if let Some(w) = self.waker.get() {
+            w();
+        }
+    }
+
+    /// Reserves up to `count` null messages (fewer if the window is short); returns how
+    /// many were reserved. Called by the predicate thread only.
+    pub(crate) fn reserve_nulls(&self, count: u64) -> u64 {
+        let (first, n) = self.reserve(count);
+        for k in first..first + n {
+            self.publish(k, NULL_LEN);
+        }
+        n
+    }
+
+    /// Advances the committed frontier from `committed` over ready slots, up to `max`
+    /// messages; returns the new frontier.
+    pub(crate) fn advance_committed(&self, committed: u64, max: u64) -> u64 {
+        let w = self.geom.window_slots as u64;
+        let mut c = committed;
+        while c - committed < max && self.ready[(c % w) as usize].load(Ordering::Acquire) == c + 1
+        {
+            c += 1;
+        }
+        c
+    }
+}
+
+/// An application's handle for sending in one subgroup. Cheap to clone; clones may send
+/// from several threads at once (each message gets its own slot; one thread's messages
+/// keep their order).
+///
+/// ```
+/// # use spindle_group::{Engine, EngineConfig, View, Layout, SubgroupSpec, DeliveryMode};
+/// # use spindle_transport_rdma::Region;
+/// # let view = View { vid: 1, members: vec![1] };
+/// # let spec = SubgroupSpec { id: 0, members: vec![1], senders: vec![1],
+/// #     mode: DeliveryMode::Atomic, window_slots: 8, slot_payload_bytes: 64 };
+/// # let layout = Layout { subgroups: vec![spec] };
+/// # let mut engine = Engine::new(1, view, layout, EngineConfig::default(),
+/// #     |id, len| Ok(Region::new_heap(id, len)?))?;
+/// use std::io::Write;
+/// let sender = engine.sender(0)?;
+/// let mut loan = sender.try_loan()?;   // a slot of the ring, in place
+/// write!(loan, "temperature={}", 21)?; // built directly in the slot
+/// let seq = loan.commit();             // the predicate thread pushes it
+/// assert_eq!(seq, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Sender {
+    pub(crate) ring: Arc<Ring>,
+}
+
+impl Sender {
+    /// The subgroup this handle sends in.
+    pub fn subgroup(&self) -> SubgroupId {
+        self.ring.subgroup
+    }
+
+    /// The largest payload one message may carry.
+    pub fn payload_bytes_max(&self) -> usize {
+        self.ring.geom.slot_payload_bytes
+    }
+
+    /// Borrows the next slot. [`Error::WindowFull`] when every slot holds a message some
+    /// member has not consumed yet (retry later; nothing is lost).
+    pub fn try_loan(&self) -> Result<Loan> {
+        if self.ring.stopped.load(Ordering::Acquire) {
+            return Err(Error::Stopped);
+        }
+        let (index, n) = self.ring.reserve(1);
+        if n == 0 {
+            return Err(Error::WindowFull {
+                subgroup: self.ring.subgroup,
+            });
+        }
+        Ok(Loan {
+            ring: Arc::clone(&self.ring),
+            index,
+            len: 0,
+            done: false,
+        })
+    }
+
+    /// Sends `payload` as one message (a loan, a copy, a commit); returns its sender
+    /// sequence number.
+    pub fn try_send(&self, payload: &[u8]) -> Result<u64> {
+        let max = self.payload_bytes_max();
+        if payload.len() > max {
+            return Err(Error::PayloadTooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        let mut loan = self.try_loan()?;
+        loan.write_at(0, payload)?;
+        Ok(loan.commit())
+    }
+}
+
+/// A loaned slot: write the message into it, then [`Loan::commit`]. Dropping a loan
+/// without committing sends a null in its place, so the sender's order stays gap-free.
+#[derive(Debug)]
+pub struct Loan {
+    ring: Arc<Ring>,
+    index: u64,
+    len: usize,
+    done: bool,
+}
+
+impl Loan {
+    /// The message's sender sequence number.
+    pub fn seq(&self) -> u64 {
+        self.index
+    }
+
+    /// Bytes written so far (the message length at commit).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True if nothing was written yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Writes `bytes` at `offset` of the payload; the message length becomes at least
+    /// `offset + bytes.len()`.
+    pub fn write_at(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
+        let max = self.ring.geom.slot_payload_bytes;
+        let end = offset.saturating_add(bytes.len());
+        if end > max {
+            return Err(Error::PayloadTooLarge { len: end, max });
+        }
+        let slot = self.ring.geom.slot(self.ring.sender_rank, self.index);
+        self.ring
+            .region
+            .write_bytes(slot + SLOT_HEADER_BYTES + offset, bytes)?;
+        self.len = self.len.max(end);
+        Ok(())
+    }
+
+    /// Publishes the message; returns its sender sequence number.
+    pub fn commit(mut self) -> u64 {
+        self.finish(self.len as u64);
+        self.index
+    }
+
+    fn finish(&mut self, len: u64) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let guard = self
+            .ring
+            .post_lock
+            .as_ref()
+            .map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
+        self.ring.publish(self.index, len);
+        drop(guard);
+        self.ring.wake();
+    }
+}
+
+impl io::Write for Loan {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let room = self.ring.geom.slot_payload_bytes - self.len;
+        let n = buf.len().min(room);
+        if n == 0 && !buf.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "message exceeds the slot payload",
+            ));
+        }
+        let at = self.len;
+        self.write_at(at, &buf[..n]).map_err(io::Error::other)?;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for Loan {
+    fn drop(&mut self) {
+        self.finish(NULL_LEN);
+    }
+}

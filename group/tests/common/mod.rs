@@ -1,0 +1,333 @@
+//! A deterministic harness: engines of several nodes over one simulated fabric, driven
+//! from one thread, with a checker that watches every delivery.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use spindle_group::{
+    DeliveryMode, Engine, EngineConfig, Error, Layout, SubgroupId, SubgroupSpec, Techniques, View,
+};
+use spindle_transport_rdma::sim::{SimConfig, SimEndpoint, SimWorld};
+use spindle_transport_rdma::{Endpoint, Event, NodeId};
+
+/// What one node delivered in one subgroup: `(global_index, sender_rank, sender_seq)`.
+pub type Delivered = Vec<(u64, u32, u64)>;
+
+/// A payload that names its message, padded to `len` with a pattern derived from it (so
+/// a corrupted or invented message is caught).
+pub fn payload(subgroup: SubgroupId, sender: NodeId, seq: u64, len: usize) -> Vec<u8> {
+    let mut p = Vec::with_capacity(len.max(20));
+    p.extend_from_slice(&subgroup.to_le_bytes());
+    p.extend_from_slice(&sender.to_le_bytes());
+    p.extend_from_slice(&seq.to_le_bytes());
+    p.extend_from_slice(&(len as u32).to_le_bytes());
+    let mut x = (u64::from(subgroup) << 40) ^ (u64::from(sender) << 32) ^ seq;
+    while p.len() < len {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        p.push((x >> 56) as u8);
+    }
+    p.truncate(len.max(20));
+    p
+}
+
+/// Message sizes used by the harness: at least the 20-byte name.
+pub const PAYLOAD_BYTES_MIN: usize = 20;
+
+pub struct Sim {
+    pub seed: u64,
+    pub world: SimWorld,
+    pub eps: BTreeMap<NodeId, Arc<SimEndpoint>>,
+    pub engines: BTreeMap<NodeId, Engine>,
+    pub layout: Layout,
+    pub delivered: BTreeMap<(NodeId, SubgroupId), Delivered>,
+    /// Messages each (subgroup, sender) has sent: their lengths, by sender seq (nulls
+    /// take seqs too, so there are gaps).
+    pub sent: BTreeMap<(SubgroupId, NodeId), BTreeMap<u64, usize>>,
+    scratch: Vec<u8>,
+    pub rng: ChaCha8Rng,
+}
+
+impl Sim {
+    pub fn new(seed: u64, nodes: &[NodeId], layout: Layout, techniques: Techniques) -> Sim {
+        let cfg = SimConfig {
+            link_delay_min_us: 1,
+            link_delay_max_us: 1 + seed % 400,
+            ..SimConfig::default()
+        };
+        let world = SimWorld::new(seed, cfg);
+        let view = View {
+            vid: 1,
+            members: nodes.to_vec(),
+        };
+        let mut eps = BTreeMap::new();
+        let mut engines = BTreeMap::new();
+        for &n in nodes {
+            let ep = world.endpoint(n);
+            let engine = Engine::new(
+                n,
+                view.clone(),
+                layout.clone(),
+                EngineConfig { techniques },
+                |id, len| Ok(ep.register_region(id, len)?),
+            )
+            .unwrap_or_else(|e| panic!("seed {seed}: engine {n}: {e}"));
+            eps.insert(n, ep);
+            engines.insert(n, engine);
+        }
+        for &a in nodes {
+            for &b in nodes.iter().filter(|b| **b > a) {
+                eps[&a].connect(b, &eps[&b].address()).unwrap();
+            }
+        }
+        world.run_until_idle(100_000);
+        for (n, ep) in &eps {
+            let mut connected = 0;
+            while let Some(e) = ep.poll_event() {
+                if matches!(e, Event::PeerConnected { .. }) {
+                    connected += 1;
+                }
+            }
+            assert_eq!(connected, nodes.len() - 1, "seed {seed}: node {n} links");
+        }
+        Sim {
+            seed,
+            world,
+            eps,
+            engines,
+            layout,
+            delivered: BTreeMap::new(),
+            sent: BTreeMap::new(),
+            scratch: Vec::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5EED),
+        }
+    }
+
+    pub fn spec(&self, subgroup: SubgroupId) -> &SubgroupSpec {
+        self.layout
+            .subgroups
+            .iter()
+            .find(|s| s.id == subgroup)
+            .expect("subgroup in layout")
+    }
+
+    /// Tries to send one message of `len` bytes; false if the window is full.
+    pub fn send(&mut self, node: NodeId, subgroup: SubgroupId, len: usize) -> bool {
+        let seed = self.seed;
+        let sender = self.engines[&node].sender(subgroup).unwrap();
+        match sender.try_loan() {
+            Ok(mut loan) => {
+                let seq = loan.seq();
+                let bytes = payload(subgroup, node, seq, len);
+                loan.write_at(0, &bytes).unwrap();
+                assert_eq!(loan.commit(), seq, "seed {seed}: sender seq");
+                self.sent.entry((subgroup, node)).or_default().insert(seq, bytes.len());
+                true
+            }
+            Err(Error::WindowFull { .. }) => false,
+            Err(e) => panic!("seed {seed}: send: {e}"),
+        }
+    }
+
+    /// One round: every engine steps and posts its pushes; every delivery is checked; then
+    /// the simulated fabric advances by a seeded amount.
+    pub fn round(&mut self) -> bool {
+        let seed = self.seed;
+        let mut work = false;
+        let nodes: Vec<NodeId> = self.engines.keys().copied().collect();
+        for n in &nodes {
+            let engine = self.engines.get_mut(n).expect("engine");
+            work |= engine.step();
+            let ep = &self.eps[n];
+            let posted = engine.drain_pushes(&mut self.scratch, |p, bytes| match p.guard {
+                Some((at, value)) => ep.write_then_release(p.peer, p.region, p.offset, bytes, at, value),
+                None => ep.write(p.peer, p.region, p.offset, bytes),
+            });
+            work |= posted > 0;
+            while let Some(e) = engine.poll_event() {
+                panic!("seed {seed}: node {n}: unexpected engine event {e:?}");
+            }
+            let mut batches = Vec::new();
+            while let Some(b) = engine.poll_delivery() {
+                batches.push(b);
+            }
+            for b in batches {
+                for m in b.iter() {
+                    self.check_delivery(*n, b.subgroup(), m);
+                }
+            }
+        }
+        let dt = self.rng.gen_range(0..200);
+        self.world.run_for(dt);
+        work
+    }
+
+    fn check_delivery(&mut self, node: NodeId, subgroup: SubgroupId, m: spindle_group::Message<'_>) {
+        let seed = self.seed;
+        let spec = self.spec(subgroup).clone();
+        let sender = spec.senders[m.sender_rank as usize];
+        assert_eq!(m.sender, sender, "seed {seed}: sender id");
+        let lens = self.sent.get(&(subgroup, sender));
+        let len = lens.and_then(|l| l.get(&m.sender_seq)).unwrap_or_else(|| {
+            panic!(
+                "seed {seed}: node {node} delivered message {} of {sender} in {subgroup}, \
+                 never sent (invented)",
+                m.sender_seq
+            )
+        });
+        assert_eq!(
+            m.payload,
+            &payload(subgroup, sender, m.sender_seq, *len)[..],
+            "seed {seed}: node {node}: payload of {subgroup}/{sender}/{} corrupted",
+            m.sender_seq
+        );
+        assert_eq!(
+            m.global_index,
+            m.sender_seq * spec.senders.len() as u64 + u64::from(m.sender_rank),
+            "seed {seed}: global index is round-robin"
+        );
+        if spec.mode == DeliveryMode::Atomic {
+            // Stability: every member has received the message before anyone delivers it.
+            for member in &spec.members {
+                let r = self.engines[member]
+                    .received_num(subgroup, m.sender_rank as usize)
+                    .unwrap();
+                assert!(
+                    r > m.sender_seq,
+                    "seed {seed}: node {node} delivered {subgroup}/{sender}/{} before node \
+                     {member} received it",
+                    m.sender_seq
+                );
+            }
+        }
+        let log = self.delivered.entry((node, subgroup)).or_default();
+        if let Some(&(last_g, _, _)) = log.last() {
+            if spec.mode == DeliveryMode::Atomic {
+                assert!(m.global_index > last_g, "seed {seed}: global order goes back");
+            }
+        }
+        log.push((m.global_index, m.sender_rank, m.sender_seq));
+    }
+
+    /// Total messages sent in `subgroup`.
+    pub fn sent_in(&self, subgroup: SubgroupId) -> usize {
+        self.sent
+            .iter()
+            .filter(|((s, _), _)| *s == subgroup)
+            .map(|(_, v)| v.len())
+            .sum()
+    }
+
+    /// Rounds until every member delivered everything sent; panics (with the seed) if
+    /// that takes more than `rounds_max` rounds.
+    pub fn settle(&mut self, rounds_max: usize) {
+        for _ in 0..rounds_max {
+            self.round();
+            if self.all_delivered() {
+                return;
+            }
+        }
+        let state: Vec<_> = self
+            .delivered
+            .iter()
+            .map(|(k, v)| (*k, v.len()))
+            .collect();
+        panic!(
+            "seed {}: not everything delivered after {rounds_max} rounds: {state:?}",
+            self.seed
+        );
+    }
+
+    pub fn all_delivered(&self) -> bool {
+        self.layout.subgroups.iter().all(|spec| {
+            let want = self.sent_in(spec.id);
+            spec.members.iter().all(|m| {
+                self.delivered
+                    .get(&(*m, spec.id))
+                    .map_or(0, |v| v.len())
+                    == want
+            })
+        })
+    }
+
+    /// The end-of-run checks: one sequence per subgroup (atomic), sender order kept, no
+    /// gaps, no duplicates.
+    pub fn check_final(&self) {
+        let seed = self.seed;
+        for spec in &self.layout.subgroups {
+            let reference = self.delivered.get(&(spec.members[0], spec.id));
+            for m in &spec.members {
+                let log = self.delivered.get(&(*m, spec.id)).cloned().unwrap_or_default();
+                if spec.mode == DeliveryMode::Atomic {
+                    assert_eq!(
+                        Some(&log),
+                        reference.or(Some(&Vec::new())),
+                        "seed {seed}: node {m} delivered another sequence in subgroup {}",
+                        spec.id
+                    );
+                }
+                for (rank, s) in spec.senders.iter().enumerate() {
+                    let seqs: Vec<u64> = log
+                        .iter()
+                        .filter(|(_, r, _)| *r as usize == rank)
+                        .map(|(_, _, q)| *q)
+                        .collect();
+                    let want: Vec<u64> = self
+                        .sent
+                        .get(&(spec.id, *s))
+                        .map(|v| v.keys().copied().collect())
+                        .unwrap_or_default();
+                    assert_eq!(
+                        seqs,
+                        want,
+                        "seed {seed}: node {m}, subgroup {}: messages of sender {s} out of \
+                         order, duplicated or missing",
+                        spec.id
+                    );
+                }
+            }
+        }
+    }
+
+    /// Quiescence: with nobody sending and everything delivered, the engines post no more
+    /// writes and send no nulls.
+    pub fn check_quiescent(&mut self) {
+        let seed = self.seed;
+        // Let the last acknowledgements land.
+        for _ in 0..50 {
+            self.round();
+        }
+        let before: Vec<_> = self.engines.values().map(|e| e.stats()).collect();
+        for _ in 0..200 {
+            self.round();
+        }
+        let after: Vec<_> = self.engines.values().map(|e| e.stats()).collect();
+        for (b, a) in before.iter().zip(&after) {
+            assert_eq!(a.pushes, b.pushes, "seed {seed}: writes after quiescence");
+            assert_eq!(a.nulls_sent, b.nulls_sent, "seed {seed}: nulls after quiescence");
+        }
+    }
+}
+
+/// Three nodes, three overlapping subgroups: all of {1,2,3} atomic with every member
+/// sending; {2,3} atomic with one sender; {1,3} unordered with both sending.
+pub fn overlapping_layout(window_slots: usize, slot_payload_bytes: usize) -> Layout {
+    let sg = |id, members: Vec<NodeId>, senders: Vec<NodeId>, mode| SubgroupSpec {
+        id,
+        members,
+        senders,
+        mode,
+        window_slots,
+        slot_payload_bytes,
+    };
+    Layout {
+        subgroups: vec![
+            sg(10, vec![1, 2, 3], vec![1, 2, 3], DeliveryMode::Atomic),
+            sg(20, vec![2, 3], vec![3], DeliveryMode::Atomic),
+            sg(30, vec![1, 3], vec![1, 3], DeliveryMode::Unordered),
+        ],
+    }
+}

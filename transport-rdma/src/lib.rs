@@ -276,6 +276,12 @@ pub trait Endpoint: Send + Sync + fmt::Debug {
     /// its clock only moves when the simulation is stepped.)
     fn wait(&self, timeout: Duration) -> bool;
 
+    /// Rings the endpoint's doorbell: a thread parked in [`Endpoint::wait`] returns at
+    /// once (the engine's application threads wake the predicate thread with it after a
+    /// commit). The default does nothing, so a caller of a backend that does not override
+    /// it relies on its `wait` time-out.
+    fn wake(&self) {}
+
     /// Closes every link gracefully and releases the endpoint's resources; later calls
     /// fail with [`Error::Closed`].
     fn close(&self);

@@ -729,6 +729,10 @@ impl Endpoint for ShmEndpoint {
         self.hub.wait(timeout)
     }
 
+    fn wake(&self) {
+        self.hub.doorbell().ring();
+    }
+
     fn close(&self) {
         if self.hub.is_closed() {
             return;

@@ -338,7 +338,12 @@ impl Engine {
                 ))
             });
             subgroups.push(SubgroupState {
-                peers: spec.members.iter().copied().filter(|m| *m != node).collect(),
+                peers: spec
+                    .members
+                    .iter()
+                    .copied()
+                    .filter(|m| *m != node)
+                    .collect(),
                 senders: spec.senders.clone().into(),
                 received: vec![0; spec.senders.len()],
                 delivered: 0,
@@ -459,7 +464,8 @@ impl Engine {
             if s.halt == Halt::Running && s.peers.contains(&peer) {
                 s.halt = Halt::Stopped;
                 if let Some(ring) = &s.ring {
-                    ring.stopped.store(true, std::sync::atomic::Ordering::Release);
+                    ring.stopped
+                        .store(true, std::sync::atomic::Ordering::Release);
                 }
                 let subgroup = s.spec.id;
                 self.event(EngineEvent::Wedged { subgroup, peer });
@@ -654,8 +660,7 @@ impl Engine {
             let s = &mut self.subgroups[i];
             s.received[rank] = upto;
             let my_rank = s.my_rank;
-            s.region
-                .store_u64(s.geom.received_num(my_rank, rank), upto);
+            s.region.store_u64(s.geom.received_num(my_rank, rank), upto);
             let global = s.geom.global_index(rank, upto - 1);
             max_global = Some(max_global.map_or(global, |m: u64| m.max(global)));
             any = true;
@@ -735,7 +740,10 @@ impl Engine {
             let len = self.subgroups[i].region.load_u64(slot + WORD_BYTES);
             if len != NULL_LEN && len > self.subgroups[i].geom.slot_payload_bytes as u64 {
                 let sender = self.subgroups[i].senders[rank];
-                return Err((sender, format!("message {k} was overwritten before delivery")));
+                return Err((
+                    sender,
+                    format!("message {k} was overwritten before delivery"),
+                ));
             }
             self.deliver_one(i, rank, k);
             d += 1;
@@ -774,12 +782,14 @@ impl Engine {
             s.batch_open = true;
             self.stats.delivery_batches += 1;
         }
-        let batch = self.deliveries.back_mut().expect("a batch was just ensured");
+        let batch = self
+            .deliveries
+            .back_mut()
+            .expect("a batch was just ensured");
         let start = batch.payload.len();
         batch.payload.resize(start + len, 0);
         // The length was checked against the slot at receipt and before delivery.
-        if s
-            .region
+        if s.region
             .read_bytes(slot + SLOT_HEADER_BYTES, &mut batch.payload[start..])
             .is_err()
         {
@@ -846,7 +856,8 @@ impl Engine {
         let s = &mut self.subgroups[i];
         s.halt = Halt::Stopped;
         if let Some(ring) = &s.ring {
-            ring.stopped.store(true, std::sync::atomic::Ordering::Release);
+            ring.stopped
+                .store(true, std::sync::atomic::Ordering::Release);
         }
         let subgroup = s.spec.id;
         tracing::warn!(node = self.node, subgroup, peer, %detail, "peer broke the protocol");

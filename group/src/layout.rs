@@ -110,7 +110,10 @@ impl Layout {
         let mut ids = BTreeSet::new();
         for sg in &self.subgroups {
             if !ids.insert(sg.id) {
-                return Err(Error::Config(format!("subgroup id {} appears twice", sg.id)));
+                return Err(Error::Config(format!(
+                    "subgroup id {} appears twice",
+                    sg.id
+                )));
             }
             Geometry::new(sg)?;
             if let Some(m) = sg.members.iter().find(|m| !view.members.contains(m)) {
@@ -184,8 +187,7 @@ impl Geometry {
                 spec.slot_payload_bytes
             ));
         }
-        let ctrl_row_bytes = ((spec.senders.len() + 1) * WORD_BYTES)
-            .div_ceil(CTRL_ROW_ALIGN_BYTES)
+        let ctrl_row_bytes = ((spec.senders.len() + 1) * WORD_BYTES).div_ceil(CTRL_ROW_ALIGN_BYTES)
             * CTRL_ROW_ALIGN_BYTES;
         let slot_bytes = SLOT_HEADER_BYTES + round_up_to_words(spec.slot_payload_bytes);
         let ring_bytes = RING_HEADER_BYTES + spec.window_slots * slot_bytes;
@@ -311,8 +313,13 @@ mod tests {
         let mut s = spec(2);
         s.members = vec![1, 1];
         assert!(Geometry::new(&s).is_err());
-        let view = View { vid: 1, members: vec![1, 2] };
-        let layout = Layout { subgroups: vec![spec(1)] };
+        let view = View {
+            vid: 1,
+            members: vec![1, 2],
+        };
+        let layout = Layout {
+            subgroups: vec![spec(1)],
+        };
         assert!(matches!(layout.validate(&view), Err(Error::Config(m)) if m.contains("member 3")));
     }
 }

@@ -10,6 +10,7 @@
 //! * [`Engine`] is the sans-IO core of one node: no thread, socket or clock inside.
 //! * [`runtime`] drives an engine over a real fabric with one predicate thread per node.
 //! * [`layout`] holds views, subgroup layouts and the SST byte geometry.
+//! * [`workload`] is Derecho's `bandwidth_test` / `latency_test`, ported.
 //!
 //! ## Three nodes, one subgroup, driven by hand
 //!
@@ -79,6 +80,7 @@ mod error;
 pub mod layout;
 pub mod runtime;
 mod smc;
+pub mod workload;
 
 pub use engine::{
     DeliveryBatch, Engine, EngineConfig, EngineEvent, EngineStats, Message, Push, Techniques,

@@ -121,10 +121,12 @@ impl Ring {
             if n == 0 {
                 return (cur, 0);
             }
-            match self
-                .reserved
-                .compare_exchange_weak(cur, cur + n, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match self.reserved.compare_exchange_weak(
+                cur,
+                cur + n,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return (cur, n),
                 Err(now) => cur = now,
             }
@@ -162,8 +164,7 @@ impl Ring {
     pub(crate) fn advance_committed(&self, committed: u64, max: u64) -> u64 {
         let w = self.geom.window_slots as u64;
         let mut c = committed;
-        while c - committed < max && self.ready[(c % w) as usize].load(Ordering::Acquire) == c + 1
-        {
+        while c - committed < max && self.ready[(c % w) as usize].load(Ordering::Acquire) == c + 1 {
             c += 1;
         }
         c

@@ -45,7 +45,7 @@ fn swarm(seed: u64, techniques: Techniques) -> Sim {
         assert!(rounds < ROUNDS_MAX, "seed {seed}: sending did not finish");
         for p in plan.iter_mut() {
             // Each sender is active in a seeded share of rounds, so some lag behind.
-            if p.2 == 0 || sim.rng.gen_range(0..100) >= 20 + (p.1 as u32 * 17 + seed as u32) % 70 {
+            if p.2 == 0 || sim.rng.gen_range(0..100) >= 20 + (p.1 * 17 + seed as u32) % 70 {
                 continue;
             }
             let burst = sim.rng.gen_range(1..=6).min(p.2);
@@ -110,7 +110,12 @@ fn one_subgroup(senders: Vec<u32>, window_slots: usize) -> Layout {
 #[test]
 fn nulls_let_a_lone_sender_through_and_stop_with_it() {
     for seed in 1..=8 {
-        let mut sim = Sim::new(seed, &[1, 2, 3], one_subgroup(vec![1, 2, 3], 8), Techniques::all());
+        let mut sim = Sim::new(
+            seed,
+            &[1, 2, 3],
+            one_subgroup(vec![1, 2, 3], 8),
+            Techniques::all(),
+        );
         // Only node 3 (last in round-robin order) sends: nodes 1 and 2 must fill their
         // turns with nulls or nothing is ever delivered past their first turn.
         let mut sent = 0;
@@ -125,9 +130,16 @@ fn nulls_let_a_lone_sender_through_and_stop_with_it() {
         sim.check_quiescent();
         for n in [1, 2] {
             let nulls = sim.engines[&n].stats().nulls_sent;
-            assert!(nulls >= 40, "seed {seed}: node {n} sent {nulls} nulls for 40 turns");
+            assert!(
+                nulls >= 40,
+                "seed {seed}: node {n} sent {nulls} nulls for 40 turns"
+            );
         }
-        assert_eq!(sim.engines[&3].stats().nulls_sent, 0, "seed {seed}: the sender sent nulls");
+        assert_eq!(
+            sim.engines[&3].stats().nulls_sent,
+            0,
+            "seed {seed}: the sender sent nulls"
+        );
     }
 }
 
@@ -165,27 +177,43 @@ fn without_nulls_an_idle_sender_blocks_delivery() {
 #[test]
 fn a_full_window_is_flow_control_not_loss() {
     let seed = 9;
-    let mut sim = Sim::new(seed, &[1, 2, 3], one_subgroup(vec![1], 4), Techniques::all());
+    let mut sim = Sim::new(
+        seed,
+        &[1, 2, 3],
+        one_subgroup(vec![1], 4),
+        Techniques::all(),
+    );
     let sender = sim.engines[&1].sender(1).unwrap();
     let mut sent = 0;
     while sim.send(1, 1, 30) {
         sent += 1;
     }
     assert_eq!(sent, 4, "seed {seed}: the window holds 4 messages");
-    assert!(matches!(sender.try_send(b"x"), Err(Error::WindowFull { subgroup: 1 })));
+    assert!(matches!(
+        sender.try_send(b"x"),
+        Err(Error::WindowFull { subgroup: 1 })
+    ));
     for _ in 0..40 {
         while sim.send(1, 1, 30) {}
         sim.round();
     }
     sim.settle(ROUNDS_MAX);
     sim.check_final();
-    assert!(sim.sent_in(1) > 8, "seed {seed}: slots were reused after delivery");
+    assert!(
+        sim.sent_in(1) > 8,
+        "seed {seed}: slots were reused after delivery"
+    );
 }
 
 #[test]
 fn a_dropped_loan_becomes_a_null() {
     let seed = 11;
-    let mut sim = Sim::new(seed, &[1, 2, 3], one_subgroup(vec![1, 2], 8), Techniques::all());
+    let mut sim = Sim::new(
+        seed,
+        &[1, 2, 3],
+        one_subgroup(vec![1, 2], 8),
+        Techniques::all(),
+    );
     let sender = sim.engines[&1].sender(1).unwrap();
     {
         let mut loan = sender.try_loan().unwrap();

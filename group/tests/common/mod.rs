@@ -27,7 +27,9 @@ pub fn payload(subgroup: SubgroupId, sender: NodeId, seq: u64, len: usize) -> Ve
     p.extend_from_slice(&(len as u32).to_le_bytes());
     let mut x = (u64::from(subgroup) << 40) ^ (u64::from(sender) << 32) ^ seq;
     while p.len() < len {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         p.push((x >> 56) as u8);
     }
     p.truncate(len.max(20));
@@ -124,7 +126,10 @@ impl Sim {
                 let bytes = payload(subgroup, node, seq, len);
                 loan.write_at(0, &bytes).unwrap();
                 assert_eq!(loan.commit(), seq, "seed {seed}: sender seq");
-                self.sent.entry((subgroup, node)).or_default().insert(seq, bytes.len());
+                self.sent
+                    .entry((subgroup, node))
+                    .or_default()
+                    .insert(seq, bytes.len());
                 true
             }
             Err(Error::WindowFull { .. }) => false,
@@ -143,11 +148,13 @@ impl Sim {
             work |= engine.step();
             let ep = &self.eps[n];
             let posted = engine.drain_pushes(&mut self.scratch, |p, bytes| match p.guard {
-                Some((at, value)) => ep.write_then_release(p.peer, p.region, p.offset, bytes, at, value),
+                Some((at, value)) => {
+                    ep.write_then_release(p.peer, p.region, p.offset, bytes, at, value)
+                }
                 None => ep.write(p.peer, p.region, p.offset, bytes),
             });
             work |= posted > 0;
-            while let Some(e) = engine.poll_event() {
+            if let Some(e) = engine.poll_event() {
                 panic!("seed {seed}: node {n}: unexpected engine event {e:?}");
             }
             let mut batches = Vec::new();
@@ -165,7 +172,12 @@ impl Sim {
         work
     }
 
-    fn check_delivery(&mut self, node: NodeId, subgroup: SubgroupId, m: spindle_group::Message<'_>) {
+    fn check_delivery(
+        &mut self,
+        node: NodeId,
+        subgroup: SubgroupId,
+        m: spindle_group::Message<'_>,
+    ) {
         let seed = self.seed;
         let spec = self.spec(subgroup).clone();
         let sender = spec.senders[m.sender_rank as usize];
@@ -206,7 +218,10 @@ impl Sim {
         let log = self.delivered.entry((node, subgroup)).or_default();
         if let Some(&(last_g, _, _)) = log.last() {
             if spec.mode == DeliveryMode::Atomic {
-                assert!(m.global_index > last_g, "seed {seed}: global order goes back");
+                assert!(
+                    m.global_index > last_g,
+                    "seed {seed}: global order goes back"
+                );
             }
         }
         log.push((m.global_index, m.sender_rank, m.sender_seq));
@@ -230,11 +245,7 @@ impl Sim {
                 return;
             }
         }
-        let state: Vec<_> = self
-            .delivered
-            .iter()
-            .map(|(k, v)| (*k, v.len()))
-            .collect();
+        let state: Vec<_> = self.delivered.iter().map(|(k, v)| (*k, v.len())).collect();
         panic!(
             "seed {}: not everything delivered after {rounds_max} rounds: {state:?}",
             self.seed
@@ -244,12 +255,9 @@ impl Sim {
     pub fn all_delivered(&self) -> bool {
         self.layout.subgroups.iter().all(|spec| {
             let want = self.sent_in(spec.id);
-            spec.members.iter().all(|m| {
-                self.delivered
-                    .get(&(*m, spec.id))
-                    .map_or(0, |v| v.len())
-                    == want
-            })
+            spec.members
+                .iter()
+                .all(|m| self.delivered.get(&(*m, spec.id)).map_or(0, |v| v.len()) == want)
         })
     }
 
@@ -260,7 +268,11 @@ impl Sim {
         for spec in &self.layout.subgroups {
             let reference = self.delivered.get(&(spec.members[0], spec.id));
             for m in &spec.members {
-                let log = self.delivered.get(&(*m, spec.id)).cloned().unwrap_or_default();
+                let log = self
+                    .delivered
+                    .get(&(*m, spec.id))
+                    .cloned()
+                    .unwrap_or_default();
                 if spec.mode == DeliveryMode::Atomic {
                     assert_eq!(
                         Some(&log),
@@ -281,8 +293,7 @@ impl Sim {
                         .map(|v| v.keys().copied().collect())
                         .unwrap_or_default();
                     assert_eq!(
-                        seqs,
-                        want,
+                        seqs, want,
                         "seed {seed}: node {m}, subgroup {}: messages of sender {s} out of \
                          order, duplicated or missing",
                         spec.id
@@ -307,7 +318,10 @@ impl Sim {
         let after: Vec<_> = self.engines.values().map(|e| e.stats()).collect();
         for (b, a) in before.iter().zip(&after) {
             assert_eq!(a.pushes, b.pushes, "seed {seed}: writes after quiescence");
-            assert_eq!(a.nulls_sent, b.nulls_sent, "seed {seed}: nulls after quiescence");
+            assert_eq!(
+                a.nulls_sent, b.nulls_sent,
+                "seed {seed}: nulls after quiescence"
+            );
         }
     }
 }

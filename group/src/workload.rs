@@ -1,0 +1,778 @@
+//! Derecho's `bandwidth_test` and `latency_test` workloads, ported (DESIGN §8).
+//!
+//! `N` nodes form one view; every node is a member of subgroup 0 (and, with
+//! `--layout overlapping`, nodes `2..=N` also form subgroup 1). All, half or one of the
+//! members send `--messages` messages of `--size` bytes each; every node waits until it
+//! has delivered everything. With `tcp` and `shm` the nodes are separate processes: node 1
+//! (this process) starts the others as children of the same executable, hands out the
+//! addresses, and collects their results; with `sim` the nodes are engines in one thread
+//! over the deterministic simulator.
+//!
+//! The last line printed is one JSON object with at least
+//! `{"backend","nodes","senders","size","mode","msgs_per_s","bytes_per_s","lat_p50_us","lat_p99_us"}`.
+//! `msgs_per_s` is the mean over nodes of messages delivered per second; latency is from a
+//! sender's commit to its own delivery of the message (in atomic mode: once every member
+//! has it). With `--log DIR` each node writes `DIR/node-<id>.log`, one line per delivered
+//! message: `<subgroup> <global_index> <sender_rank> <sender_seq> <size>`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+use spindle_transport_rdma::{open_backend, Endpoint, FabricConfig, NodeId};
+
+use crate::engine::{EngineConfig, Techniques};
+use crate::layout::{DeliveryMode, Layout, SubgroupSpec, View};
+use crate::runtime::{Node, NodeConfig};
+use crate::Error;
+
+/// Most nodes a workload run may start.
+pub const WORKLOAD_NODES_MAX: usize = 16;
+/// Most messages per sender in one run.
+pub const WORKLOAD_MESSAGES_MAX: u64 = 100_000_000;
+/// Most latency samples a node keeps (every k-th message is sampled beyond this).
+pub const LATENCY_SAMPLES_MAX: usize = 100_000;
+
+/// Which members send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Senders {
+    /// Every member.
+    All,
+    /// The first half of the members (rounded up).
+    Half,
+    /// The first member only.
+    One,
+}
+
+/// Which subgroups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LayoutKind {
+    /// One subgroup of every node.
+    Single,
+    /// Subgroup 0 of every node and subgroup 1 of nodes `2..=N`.
+    Overlapping,
+}
+
+/// Delivery mode on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Total order.
+    Atomic,
+    /// On receipt.
+    Unordered,
+}
+
+/// The workload's command line (shared by `bandwidth_test`, `latency_test` and
+/// `spindle-group-perf`).
+#[derive(Debug, Clone, Parser)]
+#[command(about = "Spindle DDS multicast workloads (Derecho's bandwidth_test / latency_test)")]
+pub struct Args {
+    /// Fabric: sim, tcp or shm.
+    #[arg(long, default_value = "shm")]
+    pub backend: String,
+    /// Nodes in the view.
+    #[arg(long, default_value_t = 2)]
+    pub nodes: usize,
+    /// Which members send.
+    #[arg(long, value_enum, default_value = "all")]
+    pub senders: Senders,
+    /// Payload bytes per message.
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
+    /// Messages per sender.
+    #[arg(long, default_value_t = 100_000)]
+    pub messages: u64,
+    /// Delivery mode.
+    #[arg(long, value_enum, default_value = "atomic")]
+    pub mode: Mode,
+    /// Subgroup layout.
+    #[arg(long, value_enum, default_value = "single")]
+    pub layout: LayoutKind,
+    /// Slots per sender ring.
+    #[arg(long, default_value_t = 256)]
+    pub window: usize,
+    /// Latency mode: each sender keeps one message in flight (`latency_test`).
+    #[arg(long)]
+    pub latency: bool,
+    /// Turn the four batching techniques off.
+    #[arg(long)]
+    pub no_batching: bool,
+    /// Turn null-sends off.
+    #[arg(long)]
+    pub no_nulls: bool,
+    /// Turn early lock release off (commits share a lock with the posting of writes).
+    #[arg(long)]
+    pub no_early_lock_release: bool,
+    /// One upcall per message instead of per batch.
+    #[arg(long)]
+    pub no_batched_upcall: bool,
+    /// Write each node's delivered sequence to `DIR/node-<id>.log`.
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+    /// Give up (with an error) after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    pub timeout_s: u64,
+    /// Internal: run as child node ID of a multi-process run.
+    #[arg(long, hide = true)]
+    pub child_id: Option<NodeId>,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What one node measured.
+#[derive(Debug, Clone, Default)]
+struct NodeResult {
+    node: NodeId,
+    delivered: u64,
+    elapsed_s: f64,
+    latencies_us: Vec<f64>,
+    nulls_sent: u64,
+    pushes: u64,
+}
+
+impl NodeResult {
+    fn to_line(&self) -> String {
+        let lats: Vec<String> = self
+            .latencies_us
+            .iter()
+            .map(|l| format!("{l:.3}"))
+            .collect();
+        format!(
+            "{} {} {} {} {} {}",
+            self.node,
+            self.delivered,
+            self.elapsed_s,
+            self.nulls_sent,
+            self.pushes,
+            if lats.is_empty() {
+                "-".to_string()
+            } else {
+                lats.join(",")
+            }
+        )
+    }
+
+    fn from_line(line: &str) -> Result<NodeResult, BoxError> {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() != 6 {
+            return Err(format!("bad result line from a child: {line:?}").into());
+        }
+        let latencies_us = if f[5] == "-" {
+            Vec::new()
+        } else {
+            f[5].split(',').map(str::parse).collect::<Result<_, _>>()?
+        };
+        Ok(NodeResult {
+            node: f[0].parse()?,
+            delivered: f[1].parse()?,
+            elapsed_s: f[2].parse()?,
+            nulls_sent: f[3].parse()?,
+            pushes: f[4].parse()?,
+            latencies_us,
+        })
+    }
+}
+
+impl Args {
+    fn check(&self) -> Result<(), BoxError> {
+        if !(1..=WORKLOAD_NODES_MAX).contains(&self.nodes) {
+            return Err(format!("--nodes must be 1..={WORKLOAD_NODES_MAX}").into());
+        }
+        if self.messages == 0 || self.messages > WORKLOAD_MESSAGES_MAX {
+            return Err(format!("--messages must be 1..={WORKLOAD_MESSAGES_MAX}").into());
+        }
+        if self.size < 8 {
+            return Err("--size must be at least 8 bytes (the message carries its seq)".into());
+        }
+        if !["sim", "tcp", "shm"].contains(&self.backend.as_str()) {
+            return Err(format!("--backend {}: expected sim, tcp or shm", self.backend).into());
+        }
+        Ok(())
+    }
+
+    fn techniques(&self) -> Techniques {
+        Techniques {
+            null_sends: !self.no_nulls,
+            early_lock_release: !self.no_early_lock_release,
+            batched_upcall: !self.no_batched_upcall,
+            ..Techniques::all()
+        }
+        .with_batching(!self.no_batching)
+    }
+
+    fn members(&self) -> Vec<NodeId> {
+        (1..=self.nodes as NodeId).collect()
+    }
+
+    /// The layout every node computes from the arguments.
+    pub fn layout(&self) -> Layout {
+        let pick = |members: &[NodeId]| -> Vec<NodeId> {
+            let n = match self.senders {
+                Senders::All => members.len(),
+                Senders::Half => members.len().div_ceil(2),
+                Senders::One => 1,
+            };
+            members[..n].to_vec()
+        };
+        let mode = match self.mode {
+            Mode::Atomic => DeliveryMode::Atomic,
+            Mode::Unordered => DeliveryMode::Unordered,
+        };
+        let spec = |id, members: Vec<NodeId>| SubgroupSpec {
+            id,
+            senders: pick(&members),
+            members,
+            mode,
+            window_slots: self.window,
+            slot_payload_bytes: self.size,
+        };
+        let all = self.members();
+        let mut subgroups = vec![spec(0, all.clone())];
+        if self.layout == LayoutKind::Overlapping && all.len() > 1 {
+            subgroups.push(spec(1, all[1..].to_vec()));
+        }
+        Layout { subgroups }
+    }
+
+    fn senders_label(&self) -> &'static str {
+        match self.senders {
+            Senders::All => "all",
+            Senders::Half => "half",
+            Senders::One => "one",
+        }
+    }
+}
+
+/// Runs the workload the arguments describe; prints the JSON line (node 1) or the result
+/// line (a child). The entry point of the examples and of `spindle-group-perf`.
+pub fn main_with(args: Args) {
+    let result = args.check().and_then(|()| {
+        if let Some(id) = args.child_id {
+            child_main(&args, id)
+        } else if args.backend == "sim" {
+            sim_main(&args)
+        } else {
+            parent_main(&args)
+        }
+    });
+    if let Err(e) = result {
+        eprintln!("spindle-group workload: {e}");
+        std::process::exit(1);
+    }
+}
+
+// ----- one node over a real fabric ---------------------------------------------------
+
+/// Runs node `me` over `ep` to the end of the workload.
+fn run_node(
+    args: &Args,
+    ep: Arc<dyn Endpoint>,
+    peers: BTreeMap<NodeId, String>,
+) -> Result<NodeResult, BoxError> {
+    let me = ep.node();
+    let layout = args.layout();
+    let view = View {
+        vid: 1,
+        members: args.members(),
+    };
+    let expected: u64 = layout
+        .subgroups
+        .iter()
+        .filter(|s| s.members.contains(&me))
+        .map(|s| s.senders.len() as u64 * args.messages)
+        .sum();
+    let mut cfg = NodeConfig::new(view, layout.clone(), peers);
+    cfg.engine = EngineConfig {
+        techniques: args.techniques(),
+    };
+    let delivered = Arc::new(AtomicU64::new(0));
+    let done_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    // Commit instants of this node's own messages, by (subgroup, seq), for latency.
+    let in_flight: Arc<Mutex<BTreeMap<(u32, u64), Instant>>> = Arc::default();
+    let own_delivered = Arc::new(AtomicU64::new(0));
+    let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let mut log = match &args.log {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            Some(BufWriter::new(std::fs::File::create(
+                dir.join(format!("node-{me}.log")),
+            )?))
+        }
+        None => None,
+    };
+    let log_error: Arc<Mutex<Option<String>>> = Arc::default();
+    let upcall = {
+        let delivered = Arc::clone(&delivered);
+        let done_at = Arc::clone(&done_at);
+        let in_flight = Arc::clone(&in_flight);
+        let own_delivered = Arc::clone(&own_delivered);
+        let latencies = Arc::clone(&latencies);
+        let log_error = Arc::clone(&log_error);
+        move |batch: &crate::DeliveryBatch| {
+            let now = Instant::now();
+            let mut line = String::new();
+            for m in batch.iter() {
+                if m.sender == me {
+                    if let Some(t) = in_flight
+                        .lock()
+                        .map_or(None, |mut f| f.remove(&(batch.subgroup(), m.sender_seq)))
+                    {
+                        let mut l = latencies.lock().unwrap_or_else(|p| p.into_inner());
+                        if l.len() < LATENCY_SAMPLES_MAX {
+                            l.push(now.duration_since(t).as_secs_f64() * 1e6);
+                        }
+                    }
+                    own_delivered.fetch_add(1, Ordering::Release);
+                }
+                if let Some(w) = log.as_mut() {
+                    line.clear();
+                    let _ = writeln!(
+                        line,
+                        "{} {} {} {} {}",
+                        batch.subgroup(),
+                        m.global_index,
+                        m.sender_rank,
+                        m.sender_seq,
+                        m.payload.len()
+                    );
+                    if let Err(e) = w.write_all(line.as_bytes()) {
+                        *log_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                    }
+                }
+            }
+            let total =
+                delivered.fetch_add(batch.len() as u64, Ordering::AcqRel) + batch.len() as u64;
+            if total >= expected {
+                if let Some(w) = log.as_mut() {
+                    if let Err(e) = w.flush() {
+                        *log_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                    }
+                }
+                done_at
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(now);
+            }
+        }
+    };
+    let node = Node::start(Arc::clone(&ep), cfg, upcall)?;
+    let deadline = Instant::now() + Duration::from_secs(args.timeout_s);
+    let start = Instant::now();
+    let failed = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for spec in layout.subgroups.iter().filter(|s| s.senders.contains(&me)) {
+        let sender = node.sender(spec.id)?;
+        let in_flight = Arc::clone(&in_flight);
+        let own_delivered = Arc::clone(&own_delivered);
+        let failed = Arc::clone(&failed);
+        let (messages, size, latency) = (args.messages, args.size, args.latency);
+        let subgroup = spec.id;
+        threads.push(std::thread::spawn(move || -> Result<(), String> {
+            let payload = vec![0xA5u8; size];
+            let mut sent = 0u64;
+            while sent < messages {
+                if Instant::now() > deadline || failed.load(Ordering::Acquire) {
+                    return Err(format!(
+                        "subgroup {subgroup}: sent only {sent} of {messages}"
+                    ));
+                }
+                match sender.try_loan() {
+                    Ok(mut loan) => {
+                        let seq = loan.seq();
+                        loan.write_at(0, &payload).map_err(|e| e.to_string())?;
+                        loan.write_at(0, &seq.to_le_bytes())
+                            .map_err(|e| e.to_string())?;
+                        in_flight
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert((subgroup, seq), Instant::now());
+                        loan.commit();
+                        sent += 1;
+                        if latency {
+                            while own_delivered.load(Ordering::Acquire) < sent {
+                                if Instant::now() > deadline {
+                                    return Err("latency test: a message never came back".into());
+                                }
+                                std::hint::spin_loop();
+                            }
+                        }
+                    }
+                    Err(Error::WindowFull { .. }) => std::thread::yield_now(),
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            Ok(())
+        }));
+    }
+    let mut errors = Vec::new();
+    for t in threads {
+        match t.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => errors.push(e),
+            Err(_) => errors.push("a sender thread panicked".into()),
+        }
+    }
+    while delivered.load(Ordering::Acquire) < expected && errors.is_empty() {
+        if let Some(e) = node.poll_event() {
+            failed.store(true, Ordering::Release);
+            errors.push(format!("{e:?}"));
+            break;
+        }
+        if Instant::now() > deadline {
+            errors.push(format!(
+                "node {me}: delivered {} of {expected} in {} s",
+                delivered.load(Ordering::Acquire),
+                args.timeout_s
+            ));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if let Some(e) = log_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        errors.push(format!("writing the log: {e}"));
+    }
+    let stats = node.stop();
+    if !errors.is_empty() {
+        return Err(errors.join("; ").into());
+    }
+    let end = done_at
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(Instant::now);
+    let latencies_us = std::mem::take(&mut *latencies.lock().unwrap_or_else(|p| p.into_inner()));
+    Ok(NodeResult {
+        node: me,
+        delivered: delivered.load(Ordering::Acquire),
+        elapsed_s: end.duration_since(start).as_secs_f64(),
+        latencies_us,
+        nulls_sent: stats.nulls_sent,
+        pushes: stats.pushes,
+    })
+}
+
+fn open(args: &Args, node: NodeId) -> Result<Arc<dyn Endpoint>, BoxError> {
+    Ok(open_backend(&args.backend, node, FabricConfig::default())?)
+}
+
+struct Children {
+    procs: Vec<(
+        NodeId,
+        Child,
+        Option<ChildStdin>,
+        BufReader<std::process::ChildStdout>,
+    )>,
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for (_, child, stdin, _) in &mut self.procs {
+            drop(stdin.take());
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn read_line(r: &mut BufReader<std::process::ChildStdout>, what: &str) -> Result<String, BoxError> {
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        return Err(format!("a child exited before sending {what}").into());
+    }
+    Ok(line.trim_end().to_string())
+}
+
+fn parent_main(args: &Args) -> Result<(), BoxError> {
+    let ep = open(args, 1)?;
+    let exe = std::env::current_exe()?;
+    let passed: Vec<String> = std::env::args().skip(1).collect();
+    let mut children = Children { procs: Vec::new() };
+    for id in 2..=args.nodes as NodeId {
+        let mut child = Command::new(&exe)
+            .args(&passed)
+            .arg("--child-id")
+            .arg(id.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().ok_or("child stdout")?);
+        children.procs.push((id, child, stdin, stdout));
+    }
+    let mut addresses = BTreeMap::new();
+    addresses.insert(1, ep.address());
+    for (id, _, _, out) in &mut children.procs {
+        let line = read_line(out, "its address")?;
+        let addr = line
+            .strip_prefix("ADDR ")
+            .ok_or_else(|| format!("child {id}: expected ADDR, got {line:?}"))?;
+        addresses.insert(*id, addr.to_string());
+    }
+    let peers_line: String = addresses
+        .iter()
+        .map(|(id, a)| format!("{id}={a}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    for (_, _, stdin, _) in &mut children.procs {
+        let s = stdin.as_mut().ok_or("child stdin")?;
+        writeln!(s, "PEERS {peers_line}")?;
+        s.flush()?;
+    }
+    let mut peers = addresses.clone();
+    peers.remove(&1);
+    let mine = run_node(args, Arc::clone(&ep), peers)?;
+    let mut results = vec![mine];
+    for (id, _, _, out) in &mut children.procs {
+        let line = read_line(out, "its result")?;
+        let r = line
+            .strip_prefix("DONE ")
+            .ok_or_else(|| format!("child {id}: expected DONE, got {line:?}"))?;
+        results.push(NodeResult::from_line(r)?);
+    }
+    for (_, _, stdin, _) in &mut children.procs {
+        if let Some(s) = stdin.as_mut() {
+            let _ = writeln!(s, "EXIT");
+            let _ = s.flush();
+        }
+    }
+    for (id, child, stdin, _) in &mut children.procs {
+        drop(stdin.take());
+        let status = child.wait()?;
+        if !status.success() {
+            return Err(format!("child {id} exited with {status}").into());
+        }
+    }
+    children.procs.clear();
+    ep.close();
+    print_summary(args, &results);
+    Ok(())
+}
+
+fn child_main(args: &Args, id: NodeId) -> Result<(), BoxError> {
+    let ep = open(args, id)?;
+    let stdout = std::io::stdout();
+    println!("ADDR {}", ep.address());
+    stdout.lock().flush()?;
+    let stdin = std::io::stdin();
+    let mut line = String::new();
+    stdin.lock().read_line(&mut line)?;
+    let list = line
+        .trim_end()
+        .strip_prefix("PEERS ")
+        .ok_or_else(|| format!("expected PEERS, got {line:?}"))?;
+    let mut peers = BTreeMap::new();
+    for entry in list.split_whitespace() {
+        let (n, a) = entry.split_once('=').ok_or("bad PEERS entry")?;
+        let n: NodeId = n.parse()?;
+        if n != id {
+            peers.insert(n, a.to_string());
+        }
+    }
+    let result = run_node(args, Arc::clone(&ep), peers)?;
+    println!("DONE {}", result.to_line());
+    stdout.lock().flush()?;
+    // Stay linked until node 1 has every result: an early exit would look like a crash.
+    line.clear();
+    let _ = stdin.lock().read_line(&mut line);
+    ep.close();
+    Ok(())
+}
+
+// ----- all nodes in the simulator ----------------------------------------------------
+
+fn sim_main(args: &Args) -> Result<(), BoxError> {
+    use spindle_transport_rdma::sim::{SimConfig, SimWorld};
+    let world = SimWorld::new(1, SimConfig::default());
+    let layout = args.layout();
+    let view = View {
+        vid: 1,
+        members: args.members(),
+    };
+    let mut nodes = Vec::new();
+    for &n in &view.members {
+        let ep = world.endpoint(n);
+        let engine = crate::Engine::new(
+            n,
+            view.clone(),
+            layout.clone(),
+            EngineConfig {
+                techniques: args.techniques(),
+            },
+            |id, len| Ok(ep.register_region(id, len)?),
+        )?;
+        nodes.push((ep, engine));
+    }
+    for i in 0..nodes.len() {
+        for j in i + 1..nodes.len() {
+            let addr = nodes[j].0.address();
+            nodes[i].0.connect(nodes[j].0.node(), &addr)?;
+        }
+    }
+    world.run_until_idle(1_000_000);
+    let expected: Vec<u64> = nodes
+        .iter()
+        .map(|(ep, _)| {
+            layout
+                .subgroups
+                .iter()
+                .filter(|s| s.members.contains(&ep.node()))
+                .map(|s| s.senders.len() as u64 * args.messages)
+                .sum()
+        })
+        .collect();
+    let mut delivered = vec![0u64; nodes.len()];
+    let mut sent: BTreeMap<(NodeId, u32), u64> = BTreeMap::new();
+    let mut in_flight: BTreeMap<(NodeId, u32, u64), Instant> = BTreeMap::new();
+    let mut latencies = Vec::new();
+    let mut logs: Vec<Option<BufWriter<std::fs::File>>> = Vec::new();
+    for (ep, _) in &nodes {
+        logs.push(match &args.log {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)?;
+                Some(BufWriter::new(std::fs::File::create(
+                    dir.join(format!("node-{}.log", ep.node())),
+                )?))
+            }
+            None => None,
+        });
+    }
+    let payload = vec![0xA5u8; args.size];
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(args.timeout_s);
+    let mut scratch = Vec::new();
+    while delivered.iter().zip(&expected).any(|(d, e)| d < e) {
+        if Instant::now() > deadline {
+            return Err(format!("sim: delivered {delivered:?} of {expected:?}").into());
+        }
+        for (i, (ep, engine)) in nodes.iter_mut().enumerate() {
+            let me = ep.node();
+            for spec in layout.subgroups.iter().filter(|s| s.senders.contains(&me)) {
+                let count = sent.entry((me, spec.id)).or_default();
+                let own_pending = in_flight.keys().any(|(n, s, _)| *n == me && *s == spec.id);
+                if *count < args.messages && !(args.latency && own_pending) {
+                    let sender = engine.sender(spec.id)?;
+                    while *count < args.messages {
+                        match sender.try_loan() {
+                            Ok(mut loan) => {
+                                loan.write_at(0, &payload)?;
+                                in_flight.insert((me, spec.id, loan.seq()), Instant::now());
+                                loan.commit();
+                                *count += 1;
+                                if args.latency {
+                                    break;
+                                }
+                            }
+                            Err(Error::WindowFull { .. }) => break,
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                }
+            }
+            engine.step();
+            engine.drain_pushes(&mut scratch, |p, bytes| match p.guard {
+                Some((at, v)) => ep.write_then_release(p.peer, p.region, p.offset, bytes, at, v),
+                None => ep.write(p.peer, p.region, p.offset, bytes),
+            });
+            while let Some(batch) = engine.poll_delivery() {
+                let now = Instant::now();
+                for m in batch.iter() {
+                    if m.sender == me {
+                        if let Some(t) = in_flight.remove(&(me, batch.subgroup(), m.sender_seq)) {
+                            if latencies.len() < LATENCY_SAMPLES_MAX {
+                                latencies.push(now.duration_since(t).as_secs_f64() * 1e6);
+                            }
+                        }
+                    }
+                    if let Some(w) = logs[i].as_mut() {
+                        writeln!(
+                            w,
+                            "{} {} {} {} {}",
+                            batch.subgroup(),
+                            m.global_index,
+                            m.sender_rank,
+                            m.sender_seq,
+                            m.payload.len()
+                        )?;
+                    }
+                }
+                delivered[i] += batch.len() as u64;
+            }
+            if let Some(e) = engine.poll_event() {
+                return Err(format!("node {me}: {e:?}").into());
+            }
+        }
+        world.run_for(20);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    for w in logs.iter_mut().flatten() {
+        w.flush()?;
+    }
+    let results: Vec<NodeResult> = nodes
+        .iter()
+        .zip(&delivered)
+        .map(|((ep, engine), d)| NodeResult {
+            node: ep.node(),
+            delivered: *d,
+            elapsed_s: elapsed,
+            latencies_us: if ep.node() == 1 {
+                latencies.clone()
+            } else {
+                Vec::new()
+            },
+            nulls_sent: engine.stats().nulls_sent,
+            pushes: engine.stats().pushes,
+        })
+        .collect();
+    print_summary(args, &results);
+    Ok(())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn print_summary(args: &Args, results: &[NodeResult]) {
+    let rates: Vec<f64> = results
+        .iter()
+        .map(|r| r.delivered as f64 / r.elapsed_s.max(1e-9))
+        .collect();
+    let msgs_per_s = rates.iter().sum::<f64>() / rates.len().max(1) as f64;
+    let mut lats: Vec<f64> = results
+        .iter()
+        .flat_map(|r| r.latencies_us.iter().copied())
+        .collect();
+    lats.sort_by(f64::total_cmp);
+    let t = args.techniques();
+    let json = serde_json::json!({
+        "backend": args.backend,
+        "nodes": args.nodes,
+        "senders": args.senders_label(),
+        "size": args.size,
+        "mode": match args.mode { Mode::Atomic => "atomic", Mode::Unordered => "unordered" },
+        "layout": match args.layout { LayoutKind::Single => "single", LayoutKind::Overlapping => "overlapping" },
+        "latency_mode": args.latency,
+        "messages": args.messages,
+        "window": args.window,
+        "msgs_per_s": msgs_per_s.round(),
+        "bytes_per_s": (msgs_per_s * args.size as f64).round(),
+        "lat_p50_us": (percentile(&lats, 0.5) * 10.0).round() / 10.0,
+        "lat_p99_us": (percentile(&lats, 0.99) * 10.0).round() / 10.0,
+        "batching": t.batch_sends,
+        "null_sends": t.null_sends,
+        "early_lock_release": t.early_lock_release,
+        "batched_upcall": t.batched_upcall,
+        "nulls_sent": results.iter().map(|r| r.nulls_sent).sum::<u64>(),
+        "writes": results.iter().map(|r| r.pushes).sum::<u64>(),
+    });
+    println!("{json}");
+}

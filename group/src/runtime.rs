@@ -23,6 +23,12 @@ use crate::smc::Sender;
 pub const NODE_EVENTS_MAX: usize = 1024;
 /// Longest a parked predicate thread sleeps before it looks again on its own.
 pub const PARK_MS_MAX: u64 = 1_000;
+/// Busy rounds between two looks at the fabric's event queue.
+const EVENT_POLL_ROUNDS: u32 = 64;
+/// Busy rounds between two updates of the shared counters.
+const STATS_ROUNDS: u32 = 1024;
+/// Idle rounds between two readings of the clock.
+const CLOCK_ROUNDS: u32 = 16;
 
 /// How to run one node.
 #[derive(Debug, Clone)]
@@ -239,7 +245,10 @@ fn predicate_loop(
     let park = Duration::from_millis(cfg.park_ms);
     let mut scratch = Vec::new();
     let mut last_work = Instant::now();
+    let mut idle_rounds: u32 = 0;
+    let mut round: u32 = 0;
     while !shared.stop.load(Ordering::Acquire) {
+        round = round.wrapping_add(1);
         let mut work = engine.step();
         work |= engine.drain_pushes(&mut scratch, |p, bytes| match p.guard {
             Some((at, value)) => {
@@ -251,11 +260,14 @@ fn predicate_loop(
             upcall(&batch);
             work = true;
         }
-        while let Some(event) = ep.poll_event() {
-            if let Event::PeerFailed { peer, .. } = event {
-                engine.handle_peer_failed(peer);
+        // Fabric events are rare (failures): look every few rounds, and whenever idle.
+        if !work || round % EVENT_POLL_ROUNDS == 0 {
+            while let Some(event) = ep.poll_event() {
+                if let Event::PeerFailed { peer, .. } = event {
+                    engine.handle_peer_failed(peer);
+                }
+                work = true;
             }
-            work = true;
         }
         if let Some(event) = engine.poll_event() {
             let mut q = lock(&shared.events);
@@ -268,11 +280,22 @@ fn predicate_loop(
             }
         }
         if work {
-            *lock(&shared.stats) = engine.stats();
+            idle_rounds = 0;
+            if round % STATS_ROUNDS == 0 {
+                *lock(&shared.stats) = engine.stats();
+            }
+            continue;
+        }
+        idle_rounds += 1;
+        if idle_rounds == 1 {
             last_work = Instant::now();
-        } else if last_work.elapsed() < spin {
-            std::hint::spin_loop();
-        } else {
+            *lock(&shared.stats) = engine.stats();
+        }
+        // Idle: yield rather than spin hard (the application's threads may need this core;
+        // 2-core machines run several nodes), read the clock only now and then, and park
+        // once the spin budget is spent.
+        std::thread::yield_now();
+        if idle_rounds % CLOCK_ROUNDS == 0 && last_work.elapsed() >= spin {
             ep.wait(park);
         }
     }

@@ -105,7 +105,8 @@ impl Ring {
             })
             .min()
             .unwrap_or(0);
-        let limit = consumed + g.window_slots as u64;
+        // Peer-written counters: saturate rather than trust them not to overflow.
+        let limit = consumed.saturating_add(g.window_slots as u64);
         self.limit.fetch_max(limit, Ordering::AcqRel).max(limit)
     }
 

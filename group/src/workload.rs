@@ -187,8 +187,12 @@ impl Args {
         if self.messages == 0 || self.messages > WORKLOAD_MESSAGES_MAX {
             return Err(format!("--messages must be 1..={WORKLOAD_MESSAGES_MAX}").into());
         }
-        if self.size < 8 {
-            return Err("--size must be at least 8 bytes (the message carries its seq)".into());
+        if self.size == 0 || self.size > crate::layout::SLOT_PAYLOAD_BYTES_MAX {
+            return Err(format!(
+                "--size must be 1..={} bytes",
+                crate::layout::SLOT_PAYLOAD_BYTES_MAX
+            )
+            .into());
         }
         if !["sim", "tcp", "shm"].contains(&self.backend.as_str()) {
             return Err(format!("--backend {}: expected sim, tcp or shm", self.backend).into());
@@ -386,8 +390,10 @@ fn run_node(
                     Ok(mut loan) => {
                         let seq = loan.seq();
                         loan.write_at(0, &payload).map_err(|e| e.to_string())?;
-                        loan.write_at(0, &seq.to_le_bytes())
-                            .map_err(|e| e.to_string())?;
+                        if size >= 8 {
+                            loan.write_at(0, &seq.to_le_bytes())
+                                .map_err(|e| e.to_string())?;
+                        }
                         in_flight
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())

@@ -218,6 +218,10 @@ impl Endpoint for TcpEndpoint {
         self.hub.wait(timeout)
     }
 
+    fn wake(&self) {
+        self.hub.doorbell().ring();
+    }
+
     fn close(&self) {
         if self.hub.is_closed() {
             return;

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The reference for the multicast benchmark: Cyclone DDS's ddsperf, one publisher process
+# and one subscriber process, reliable, on loopback only, measured in the same run as ours.
+#   bash scripts/ddsperf-reference.sh [--size BYTES] [--seconds S] [--ping]
+# Prints ddsperf's own lines to stderr and, as its last line, one JSON object:
+#   {"reference":"ddsperf","size":N,"samples_per_s":N,"bytes_per_s":N,"seconds":S}
+# or with --ping (a ping/pong round trip):
+#   {"reference":"ddsperf-ping","size":N,"lat_p50_us":X,"lat_p99_us":X,"seconds":S}
+# Installs the Debian package cyclonedds-tools when ddsperf is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+size=1024
+seconds=10
+ping=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --size) size="$2"; shift 2 ;;
+    --seconds) seconds="$2"; shift 2 ;;
+    --ping) ping=1; shift ;;
+    *) echo "ddsperf-reference: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+case "$size$seconds" in *[!0-9]*) echo "ddsperf-reference: --size and --seconds take integers" >&2; exit 2 ;; esac
+if ! command -v ddsperf >/dev/null 2>&1; then
+  echo "ddsperf-reference: installing cyclonedds-tools" >&2
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends cyclonedds-tools >/dev/null
+fi
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Loopback only: no multicast, unicast discovery to 127.0.0.1, a domain id of our own.
+cat >"$work/cyclonedds.xml" <<'XML'
+<CycloneDDS><Domain id="any"><General><Interfaces><NetworkInterface name="lo"/></Interfaces>
+<AllowMulticast>false</AllowMulticast></General><Discovery><Peers><Peer address="127.0.0.1"/></Peers>
+<ParticipantIndex>auto</ParticipantIndex><MaxAutoParticipantIndex>20</MaxAutoParticipantIndex>
+</Discovery></Domain></CycloneDDS>
+XML
+export CYCLONEDDS_URI="file://$work/cyclonedds.xml"
+domain=$((50 + RANDOM % 150))
+
+if [ "$ping" = 1 ]; then
+  timeout $((seconds + 15)) ddsperf -i "$domain" -D $((seconds + 3)) pong >"$work/pong.out" 2>&1 &
+  pids+=($!)
+  sleep 1
+  timeout $((seconds + 15)) ddsperf -i "$domain" -D "$seconds" ping size "$size" >"$work/ping.out" 2>&1 || true
+  cat "$work/ping.out" >&2
+  # ping lines: "... mean 25.1us min 18.0us 50% 24.2us 90% 29.6us 99% 48.3us max ..."
+  python3 - "$work/ping.out" "$size" "$seconds" <<'PY'
+import json, re, sys
+lines = [l for l in open(sys.argv[1]) if " 50% " in l and " 99% " in l]
+if len(lines) < 3:
+    sys.exit("ddsperf-reference: too few ping lines from ddsperf")
+steady = lines[1:-1]
+def us(field, line):
+    m = re.search(r" %s ([0-9.]+)us" % re.escape(field), line)
+    return float(m.group(1)) if m else None
+p50 = sorted(us("50%", l) for l in steady)[len(steady) // 2]
+p99 = sorted(us("99%", l) for l in steady)[len(steady) // 2]
+print(json.dumps({"reference": "ddsperf-ping", "size": int(sys.argv[2]),
+                  "lat_p50_us": p50, "lat_p99_us": p99, "seconds": int(sys.argv[3])}))
+PY
+  exit 0
+fi
+
+timeout $((seconds + 15)) ddsperf -i "$domain" -D $((seconds + 3)) sub >"$work/sub.out" 2>&1 &
+sub=$!
+pids+=($sub)
+sleep 1
+timeout $((seconds + 15)) ddsperf -i "$domain" -D "$seconds" pub size "$size" >"$work/pub.out" 2>&1 || true
+wait "$sub" || true
+cat "$work/sub.out" >&2
+# sub lines: "[pid] T  size 1024 total N lost 0 delta N lost 0 rate 374.39 kS/s ..."
+python3 - "$work/sub.out" "$size" "$seconds" <<'PY'
+import json, re, sys
+rates = []
+for l in open(sys.argv[1]):
+    m = re.search(r"size (\d+) total \d+ lost (\d+) delta \d+ lost \d+ rate ([0-9.]+) kS/s", l)
+    if m:
+        rates.append(float(m.group(3)) * 1e3)
+# Skip the ramp-up second and the last two (the publisher stopping).
+steady = rates[1:-2]
+if len(steady) < 2:
+    sys.exit(f"ddsperf-reference: too few steady-state lines from ddsperf ({len(rates)} rate lines)")
+mean = sum(steady) / len(steady)
+size = int(sys.argv[2])
+print(json.dumps({"reference": "ddsperf", "size": size, "samples_per_s": round(mean),
+                  "bytes_per_s": round(mean * size), "seconds": int(sys.argv[3])}))
+PY

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The main job: the fabric benchmark on tcp, shm and libfabric (tcp;ofi_rxm, shm) at
-# 64 B, 1 KiB, 64 KiB and 1 MiB, next to iperf3 loopback and memcpy references measured in
-# the same run. Extra arguments go to scripts/bench-fabric.sh (e.g. --seconds 2).
+# The main job: the multicast benchmark (Derecho's bandwidth_test / latency_test over tcp
+# and shm, next to Cyclone DDS's ddsperf measured in the same run), then the fabric
+# benchmark on tcp, shm and libfabric (tcp;ofi_rxm, shm) next to iperf3 and memcpy.
+# Both install what they need (scripts/setup.sh, scripts/setup-rdma.sh, cyclonedds-tools).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec bash scripts/bench-fabric.sh --backends "tcp shm libfabric-tcp libfabric-shm" "$@"
+bash scripts/bench-group.sh
+exec bash scripts/bench-fabric.sh --backends "tcp shm libfabric-tcp libfabric-shm"

@@ -36,8 +36,11 @@ use crate::Error;
 pub const WORKLOAD_NODES_MAX: usize = 16;
 /// Most messages per sender in one run.
 pub const WORKLOAD_MESSAGES_MAX: u64 = 100_000_000;
-/// Most latency samples a node keeps (every k-th message is sampled beyond this).
+/// Most latency samples a node keeps.
 pub const LATENCY_SAMPLES_MAX: usize = 100_000;
+/// In bandwidth runs, one message in this many (by sender seq) is timed; latency runs time
+/// every message. Timing every message would make the harness, not the engine, the cost.
+pub const LATENCY_SAMPLE_EVERY: u64 = 64;
 
 /// Which members send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -318,15 +321,21 @@ fn run_node(
         let own_delivered = Arc::clone(&own_delivered);
         let latencies = Arc::clone(&latencies);
         let log_error = Arc::clone(&log_error);
+        let latency_mode = args.latency;
         move |batch: &crate::DeliveryBatch| {
             let now = Instant::now();
             let mut line = String::new();
             for m in batch.iter() {
                 if m.sender == me {
-                    if let Some(t) = in_flight
-                        .lock()
-                        .map_or(None, |mut f| f.remove(&(batch.subgroup(), m.sender_seq)))
-                    {
+                    let sampled = latency_mode || m.sender_seq % LATENCY_SAMPLE_EVERY == 0;
+                    let sent_at = if sampled {
+                        in_flight
+                            .lock()
+                            .map_or(None, |mut f| f.remove(&(batch.subgroup(), m.sender_seq)))
+                    } else {
+                        None
+                    };
+                    if let Some(t) = sent_at {
                         let mut l = latencies.lock().unwrap_or_else(|p| p.into_inner());
                         if l.len() < LATENCY_SAMPLES_MAX {
                             l.push(now.duration_since(t).as_secs_f64() * 1e6);
@@ -380,8 +389,12 @@ fn run_node(
         threads.push(std::thread::spawn(move || -> Result<(), String> {
             let payload = vec![0xA5u8; size];
             let mut sent = 0u64;
+            let mut tries: u64 = 0;
             while sent < messages {
-                if Instant::now() > deadline || failed.load(Ordering::Acquire) {
+                tries += 1;
+                if tries % 1024 == 0
+                    && (Instant::now() > deadline || failed.load(Ordering::Acquire))
+                {
                     return Err(format!(
                         "subgroup {subgroup}: sent only {sent} of {messages}"
                     ));
@@ -394,10 +407,12 @@ fn run_node(
                             loan.write_at(0, &seq.to_le_bytes())
                                 .map_err(|e| e.to_string())?;
                         }
-                        in_flight
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert((subgroup, seq), Instant::now());
+                        if latency || seq % LATENCY_SAMPLE_EVERY == 0 {
+                            in_flight
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .insert((subgroup, seq), Instant::now());
+                        }
                         loan.commit();
                         sent += 1;
                         if latency {

@@ -85,7 +85,10 @@ if ref:
     print(f"Cyclone DDS ddsperf 1 pub -> 1 sub, {ref['size']} B, loopback: {ref_rate:,.0f} samples/s")
 print()
 def vs(r):
-    return f"{r['msgs_per_s']/ref_rate:.2f}x" if ref_rate else "-"
+    # ddsperf was measured at one size: compare like with like only.
+    if not ref_rate or r["size"] != ref["size"]:
+        return "-"
+    return f"{r['msgs_per_s']/ref_rate:.2f}x"
 print("| backend | nodes | senders | mode | size (B) | msgs/s | MB/s | vs ddsperf | lat p50 (us) | lat p99 (us) |")
 print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|")
 for r in rows:

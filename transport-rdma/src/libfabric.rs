@@ -1930,6 +1930,10 @@ impl Endpoint for LibfabricEndpoint {
         self.shared.doorbell.wait(timeout)
     }
 
+    fn wake(&self) {
+        self.shared.doorbell.ring();
+    }
+
     fn close(&self) {
         let shared = &self.shared;
         {

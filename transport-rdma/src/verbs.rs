@@ -1790,6 +1790,10 @@ impl Endpoint for VerbsEndpoint {
         self.shared.doorbell.wait(timeout)
     }
 
+    fn wake(&self) {
+        self.shared.doorbell.ring();
+    }
+
     fn close(&self) {
         let shared = &self.shared;
         {

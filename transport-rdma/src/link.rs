@@ -776,13 +776,18 @@ fn write<T>(m: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 
 /// Initial receive buffer per link; it grows to the largest frame seen.
 const READ_BUFFER_BYTES: usize = 256 << 10;
-/// Outbound buffers larger than this are not kept for reuse after a burst.
-const SPARE_BUFFER_BYTES_MAX: usize = 4 << 20;
 /// Rounds of "send what others queued meanwhile" one caller does before handing the
 /// rest to the link's writer thread.
 const CALLER_FLUSH_ROUNDS_MAX: usize = 4;
 /// Payloads at least this large skip the outbound buffer when the link is idle.
 const DIRECT_SEND_BYTES_MIN: usize = 16 << 10;
+/// Writes larger than this go out as several `Write` frames of at most this many payload
+/// bytes, cut at region offsets that are multiples of it (so at word boundaries; the
+/// guard, if any, rides on the last). Frames this size fit the socket buffers and the
+/// reader's buffer, so large writes neither spill into a copied outbound buffer nor make
+/// the reader grow and re-read a megabyte before applying it. Applying a write frame by
+/// frame keeps the contract: words stay whole, order stays FIFO.
+const WRITE_FRAME_PAYLOAD_BYTES_MAX: usize = 64 << 10;
 /// How often a rejected initiator checks whether the peer's own link has arrived.
 const REJECTED_POLL: Duration = Duration::from_millis(5);
 /// How long a reader blocked on a full event queue sleeps between checks for failure.
@@ -797,7 +802,9 @@ struct Outbound {
     inflight: Option<(Vec<u8>, usize)>,
     /// Someone (a caller or the writer thread) is sending; others only append.
     flushing: bool,
-    /// An empty buffer kept for reuse.
+    /// An empty buffer kept for reuse (up to `outbound_bytes_max` of capacity: a buffer
+    /// freed after a burst comes back as fresh pages, and faulting them in cost more than
+    /// the copy into them).
     spare: Vec<u8>,
     /// The writer thread should exit (after draining, if `drain_then_close`).
     closed: bool,
@@ -820,6 +827,9 @@ struct Link<S: LinkStream> {
     fd: RawFd,
     out: Mutex<Outbound>,
     out_wake: Condvar,
+    /// Held while one write or send is queued, so the frames of a split write are never
+    /// interleaved with another caller's.
+    issue: Mutex<()>,
     remote_regions: RwLock<BTreeMap<RegionId, RegionDesc>>,
     /// Hub clock (ms) when bytes last arrived.
     last_heard_ms: AtomicU64,
@@ -1121,6 +1131,7 @@ impl<S: LinkStream> Hub<S> {
             fd,
             out: Mutex::new(Outbound::default()),
             out_wake: Condvar::new(),
+            issue: Mutex::new(()),
             remote_regions: RwLock::new(remote),
             last_heard_ms: AtomicU64::new(now),
             waiting: AtomicBool::new(false),
@@ -1436,10 +1447,19 @@ impl<S: LinkStream> Hub<S> {
     /// Queues a frame made of `head` and `payload`. A large payload meeting an idle link
     /// goes to the socket straight from the caller's slice (no copy into the queue);
     /// otherwise as [`Hub::enqueue`].
-    fn enqueue_payload(&self, link: &Link<S>, head: &[u8], payload: &[u8]) -> Result<()> {
+    /// `bounded`: subject to [`FabricConfig::outbound_bytes_max`] (the later frames of a
+    /// split write are not, so a write whose first frame was accepted is queued whole: the
+    /// queue may exceed the bound by at most one write).
+    fn enqueue_payload(
+        &self,
+        link: &Link<S>,
+        head: &[u8],
+        payload: &[u8],
+        bounded: bool,
+    ) -> Result<()> {
         let frame_bytes = head.len() + payload.len();
         if payload.len() < DIRECT_SEND_BYTES_MIN {
-            return self.enqueue(link, frame_bytes, false, |out| {
+            return self.enqueue(link, frame_bytes, !bounded, |out| {
                 out.extend_from_slice(head);
                 out.extend_from_slice(payload);
             });
@@ -1453,7 +1473,7 @@ impl<S: LinkStream> Hub<S> {
                     .err()
                     .unwrap_or(Error::NotConnected { peer: link.peer }));
             }
-            if out.queued_bytes() + frame_bytes > self.cfg.outbound_bytes_max {
+            if bounded && out.queued_bytes() + frame_bytes > self.cfg.outbound_bytes_max {
                 return Err(Error::QueueFull { peer: link.peer });
             }
             if out.flushing || !out.pending.is_empty() {
@@ -1520,7 +1540,7 @@ impl<S: LinkStream> Hub<S> {
             out = lock(&link.out);
             match result {
                 Ok(n) if n == buf.len() => {
-                    if buf.capacity() <= SPARE_BUFFER_BYTES_MAX {
+                    if buf.capacity() <= self.cfg.outbound_bytes_max {
                         let mut buf = buf;
                         buf.clear();
                         out.spare = buf;
@@ -1601,7 +1621,7 @@ impl<S: LinkStream> Hub<S> {
                 self.fail(link, FailureReason::ConnectionLost(e.to_string()));
                 return;
             }
-            if buf.capacity() <= SPARE_BUFFER_BYTES_MAX {
+            if buf.capacity() <= self.cfg.outbound_bytes_max {
                 let mut buf = buf;
                 buf.clear();
                 out.spare = buf;
@@ -1665,8 +1685,33 @@ impl<S: LinkStream> Hub<S> {
         if self.hooks.remote_write(peer, desc, offset, bytes, None)? == RemoteWrite::Done {
             return Ok(());
         }
-        let head = Head::write(region, offset, None, bytes.len());
-        self.enqueue_payload(&link, head.as_slice(), bytes)
+        self.enqueue_write(&link, region, offset, bytes, None)
+    }
+
+    /// Queues a write as one frame, or as several (see [`WRITE_FRAME_PAYLOAD_BYTES_MAX`]).
+    fn enqueue_write(
+        &self,
+        link: &Link<S>,
+        region: RegionId,
+        offset: usize,
+        bytes: &[u8],
+        guard: Option<(usize, u64)>,
+    ) -> Result<()> {
+        let _issue = lock(&link.issue);
+        let mut at = 0;
+        loop {
+            let abs = offset + at;
+            let frame_end =
+                (abs / WRITE_FRAME_PAYLOAD_BYTES_MAX + 1) * WRITE_FRAME_PAYLOAD_BYTES_MAX;
+            let n = (frame_end - abs).min(bytes.len() - at);
+            let last = at + n == bytes.len();
+            let head = Head::write(region, abs, if last { guard } else { None }, n);
+            self.enqueue_payload(link, head.as_slice(), &bytes[at..at + n], at == 0)?;
+            at += n;
+            if last {
+                return Ok(());
+            }
+        }
     }
 
     /// Write, then release the guard (see [`crate::Endpoint::write_then_release`]).
@@ -1687,8 +1732,7 @@ impl<S: LinkStream> Hub<S> {
         if self.hooks.remote_write(peer, desc, offset, bytes, guard)? == RemoteWrite::Done {
             return Ok(());
         }
-        let head = Head::write(region, offset, guard, bytes.len());
-        self.enqueue_payload(&link, head.as_slice(), bytes)
+        self.enqueue_write(&link, region, offset, bytes, guard)
     }
 
     /// Two-sided send (see [`crate::Endpoint::send`]).
@@ -1702,7 +1746,8 @@ impl<S: LinkStream> Hub<S> {
         }
         let link = self.link(peer)?;
         let head = Head::send(imm, bytes.len());
-        self.enqueue_payload(&link, head.as_slice(), bytes)
+        let _issue = lock(&link.issue);
+        self.enqueue_payload(&link, head.as_slice(), bytes, true)
     }
 
     /// The descriptor of `peer`'s region `id`.

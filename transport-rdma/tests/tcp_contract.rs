@@ -334,3 +334,25 @@ fn a_pair_relinks_right_after_a_disconnect() {
         wait_until(&*a, "write b->a", || ra.load_u64(0) == round);
     }
 }
+
+#[test]
+fn a_write_larger_than_a_frame_lands_whole_before_its_guard() {
+    // Larger than the link's frame payload (64 KiB), starting off a frame boundary, of a
+    // length that is not a whole number of words: the write goes out as several frames.
+    const LEN: usize = 200_003;
+    const AT: usize = 64 + 8;
+    let (a, b) = (open(211), open(212));
+    let region = b.register_region(3, AT + LEN + 8).unwrap();
+    link(&a, &b);
+    for round in 1..=3u64 {
+        let payload: Vec<u8> = (0..LEN).map(|i| (i as u64 * 31 + round) as u8).collect();
+        a.write_then_release(212, 3, AT, &payload, 0, round)
+            .unwrap();
+        wait_until(&*b, "guard", || region.load_u64(0) == round);
+        assert_eq!(
+            region.to_vec(AT, LEN).unwrap(),
+            payload,
+            "round {round}: the guard was visible before the whole payload"
+        );
+    }
+}

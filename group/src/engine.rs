@@ -497,7 +497,7 @@ impl Engine {
             return false;
         }
         let mut work = self.send_predicate(i);
-        let (received, max_global) = match self.receive_predicate(i) {
+        let received = match self.receive_predicate(i) {
             Ok(r) => r,
             Err((peer, detail)) => {
                 self.misbehaved(i, peer, detail);
@@ -505,11 +505,9 @@ impl Engine {
             }
         };
         work |= received;
-        if let Some(g) = max_global {
-            if self.null_send(i, g) {
-                work = true;
-                self.send_predicate(i);
-            }
+        if self.null_send(i) {
+            work = true;
+            self.send_predicate(i);
         }
         match self.delivery_predicate(i) {
             Ok(delivered) => work |= delivered,
@@ -591,13 +589,8 @@ impl Engine {
     }
 
     /// Receive predicate: take new messages from every other sender's ring. Returns
-    /// whether any arrived and the highest global index among them; `Err` names a member
-    /// whose ring breaks the protocol.
-    #[allow(clippy::type_complexity)]
-    fn receive_predicate(
-        &mut self,
-        i: usize,
-    ) -> std::result::Result<(bool, Option<u64>), (NodeId, String)> {
+    /// whether any arrived; `Err` names a member whose ring breaks the protocol.
+    fn receive_predicate(&mut self, i: usize) -> std::result::Result<bool, (NodeId, String)> {
         let batch = if self.techniques.batch_receives {
             RECEIVE_BATCH_MAX
         } else {
@@ -607,7 +600,6 @@ impl Engine {
         let own = self.subgroups[i].ring.as_ref().map(|r| r.sender_rank);
         let senders = self.subgroups[i].geom.senders;
         let mut any = false;
-        let mut max_global = None;
         for rank in 0..senders {
             if Some(rank) == own {
                 continue;
@@ -661,8 +653,6 @@ impl Engine {
             s.received[rank] = upto;
             let my_rank = s.my_rank;
             s.region.store_u64(s.geom.received_num(my_rank, rank), upto);
-            let global = s.geom.global_index(rank, upto - 1);
-            max_global = Some(max_global.map_or(global, |m: u64| m.max(global)));
             any = true;
             if self.techniques.batch_acks {
                 self.note_ctrl(i, rank);
@@ -675,12 +665,17 @@ impl Engine {
         if mode == DeliveryMode::Unordered {
             self.finish_deliveries(i);
         }
-        Ok((any, max_global))
+        Ok(any)
     }
 
-    /// Null-send (Spindle III-B): if this node's next turn precedes a message it just
-    /// received, fill its turns up to that message with nulls. Returns true if it sent any.
-    fn null_send(&mut self, i: usize, received_global: u64) -> bool {
+    /// Null-send (Spindle III-B): if this node's next turn precedes a message it has
+    /// received, fill its turns up to that message with nulls — unless an application
+    /// message of its own is being built or waits to be pushed (an active sender fills its
+    /// turns itself; a null would only push its message a round later). Evaluated from
+    /// the received counters every step, so a turn skipped while the application was busy
+    /// is filled once it is idle, and nothing is sent once every sender is caught up
+    /// (quiescence). Returns true if it sent any.
+    fn null_send(&mut self, i: usize) -> bool {
         let s = &self.subgroups[i];
         if !self.techniques.null_sends || s.spec.mode != DeliveryMode::Atomic {
             return false;
@@ -688,9 +683,17 @@ impl Engine {
         let Some(ring) = &s.ring else {
             return false;
         };
-        let target = s.geom.messages_before(ring.sender_rank, received_global);
+        let me = ring.sender_rank;
+        let Some(highest) = (0..s.geom.senders)
+            .filter(|r| *r != me && s.received[*r] > 0)
+            .map(|r| s.geom.global_index(r, s.received[r] - 1))
+            .max()
+        else {
+            return false;
+        };
+        let target = s.geom.messages_before(me, highest);
         let have = ring.reserved();
-        if target <= have {
+        if target <= have || have > s.committed {
             return false;
         }
         let sent = ring.reserve_nulls(target - have);

@@ -239,3 +239,45 @@ fn a_dropped_loan_becomes_a_null() {
         );
     }
 }
+
+#[test]
+fn a_sender_busy_building_a_message_fills_its_turns_once_idle() {
+    for seed in 1..=6 {
+        let mut sim = Sim::new(
+            seed,
+            &[1, 2, 3],
+            one_subgroup(vec![1, 2, 3], 16),
+            Techniques::all(),
+        );
+        // Node 1 is building a message (a loan held) while node 3 sends: node 1 must not
+        // push its own message back with nulls meanwhile.
+        let sender = sim.engines[&1].sender(1).unwrap();
+        let mut loan = sender.try_loan().unwrap();
+        for _ in 0..10 {
+            assert!(sim.send(3, 1, 24), "seed {seed}");
+            sim.round();
+        }
+        for _ in 0..200 {
+            sim.round();
+        }
+        assert_eq!(
+            sim.engines[&1].stats().nulls_sent,
+            0,
+            "seed {seed}: nulls while busy"
+        );
+        // It commits and falls idle: its remaining turns are filled with nulls, no new
+        // message from anyone is needed to trigger them.
+        let seq = loan.seq();
+        let bytes = common::payload(1, 1, seq, 24);
+        loan.write_at(0, &bytes).unwrap();
+        loan.commit();
+        sim.sent.entry((1, 1)).or_default().insert(seq, bytes.len());
+        sim.settle(ROUNDS_MAX);
+        sim.check_final();
+        sim.check_quiescent();
+        assert!(
+            sim.engines[&1].stats().nulls_sent >= 9,
+            "seed {seed}: turns filled"
+        );
+    }
+}

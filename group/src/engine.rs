@@ -130,6 +130,23 @@ pub struct Push {
     pub guard: Option<(usize, u64)>,
 }
 
+impl Push {
+    /// Posts this push on `endpoint` with `bytes` (what [`Engine::drain_pushes`] hands
+    /// out): a plain write, or a write then the guard's release.
+    pub fn post(
+        &self,
+        endpoint: &dyn spindle_transport_rdma::Endpoint,
+        bytes: &[u8],
+    ) -> spindle_transport_rdma::Result<()> {
+        match self.guard {
+            Some((at, value)) => {
+                endpoint.write_then_release(self.peer, self.region, self.offset, bytes, at, value)
+            }
+            None => endpoint.write(self.peer, self.region, self.offset, bytes),
+        }
+    }
+}
+
 /// One delivered message, borrowed from its [`DeliveryBatch`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Message<'a> {
@@ -143,6 +160,20 @@ pub struct Message<'a> {
     pub sender_seq: u64,
     /// The payload.
     pub payload: &'a [u8],
+}
+
+impl Message<'_> {
+    /// The message as one line of a delivery log (`--log` of the workloads):
+    /// `<subgroup> <global_index> <sender_rank> <sender_seq> <size>`, no newline.
+    pub fn log_line(&self, subgroup: SubgroupId) -> String {
+        format!(
+            "{subgroup} {} {} {} {}",
+            self.global_index,
+            self.sender_rank,
+            self.sender_seq,
+            self.payload.len()
+        )
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -263,6 +294,27 @@ struct SubgroupState {
     /// A delivery batch of this subgroup is open at the back of the queue (this step).
     batch_open: bool,
     halt: Halt,
+}
+
+/// Queues the same range of `s`'s region for every other member of the subgroup.
+fn push_to_peers(
+    pushes: &mut VecDeque<Push>,
+    stats: &mut EngineStats,
+    s: &SubgroupState,
+    offset: usize,
+    len: usize,
+    guard: Option<(usize, u64)>,
+) {
+    for peer in &s.peers {
+        pushes.push_back(Push {
+            peer: *peer,
+            region: s.region_id,
+            offset,
+            len,
+            guard,
+        });
+        stats.pushes += 1;
+    }
 }
 
 /// The engine of one node for one view. See the module docs.
@@ -573,16 +625,7 @@ impl Engine {
             };
             let len = (n as usize - 1) * s.geom.slot_bytes + SLOT_HEADER_BYTES + last_payload;
             let guard = Some((s.geom.ring(rank), first + n));
-            for peer in &s.peers {
-                self.pushes.push_back(Push {
-                    peer: *peer,
-                    region: s.region_id,
-                    offset,
-                    len,
-                    guard,
-                });
-                self.stats.pushes += 1;
-            }
+            push_to_peers(&mut self.pushes, &mut self.stats, s, offset, len, guard);
             s.pushed = first + n;
         }
         true
@@ -842,16 +885,7 @@ impl Engine {
         };
         let offset = s.geom.ctrl_row(s.my_rank) + lo * WORD_BYTES;
         let len = (hi - lo + 1) * WORD_BYTES;
-        for peer in &s.peers {
-            self.pushes.push_back(Push {
-                peer: *peer,
-                region: s.region_id,
-                offset,
-                len,
-                guard: None,
-            });
-            self.stats.pushes += 1;
-        }
+        push_to_peers(&mut self.pushes, &mut self.stats, s, offset, len, None);
         true
     }
 

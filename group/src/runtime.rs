@@ -250,12 +250,7 @@ fn predicate_loop(
     while !shared.stop.load(Ordering::Acquire) {
         round = round.wrapping_add(1);
         let mut work = engine.step();
-        work |= engine.drain_pushes(&mut scratch, |p, bytes| match p.guard {
-            Some((at, value)) => {
-                ep.write_then_release(p.peer, p.region, p.offset, bytes, at, value)
-            }
-            None => ep.write(p.peer, p.region, p.offset, bytes),
-        }) > 0;
+        work |= engine.drain_pushes(&mut scratch, |p, bytes| p.post(&*ep, bytes)) > 0;
         while let Some(batch) = engine.poll_delivery() {
             upcall(&batch);
             work = true;

@@ -16,7 +16,6 @@
 //! message: `<subgroup> <global_index> <sender_rank> <sender_seq> <size>`.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -345,15 +344,8 @@ fn run_node(
                 }
                 if let Some(w) = log.as_mut() {
                     line.clear();
-                    let _ = writeln!(
-                        line,
-                        "{} {} {} {} {}",
-                        batch.subgroup(),
-                        m.global_index,
-                        m.sender_rank,
-                        m.sender_seq,
-                        m.payload.len()
-                    );
+                    line.push_str(&m.log_line(batch.subgroup()));
+                    line.push('\n');
                     if let Err(e) = w.write_all(line.as_bytes()) {
                         *log_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
                     }
@@ -705,10 +697,7 @@ fn sim_main(args: &Args) -> Result<(), BoxError> {
                 }
             }
             engine.step();
-            engine.drain_pushes(&mut scratch, |p, bytes| match p.guard {
-                Some((at, v)) => ep.write_then_release(p.peer, p.region, p.offset, bytes, at, v),
-                None => ep.write(p.peer, p.region, p.offset, bytes),
-            });
+            engine.drain_pushes(&mut scratch, |p, bytes| p.post(&**ep, bytes));
             while let Some(batch) = engine.poll_delivery() {
                 let now = Instant::now();
                 for m in batch.iter() {
@@ -720,15 +709,7 @@ fn sim_main(args: &Args) -> Result<(), BoxError> {
                         }
                     }
                     if let Some(w) = logs[i].as_mut() {
-                        writeln!(
-                            w,
-                            "{} {} {} {} {}",
-                            batch.subgroup(),
-                            m.global_index,
-                            m.sender_rank,
-                            m.sender_seq,
-                            m.payload.len()
-                        )?;
+                        writeln!(w, "{}", m.log_line(batch.subgroup()))?;
                     }
                 }
                 delivered[i] += batch.len() as u64;

@@ -147,12 +147,7 @@ impl Sim {
             let engine = self.engines.get_mut(n).expect("engine");
             work |= engine.step();
             let ep = &self.eps[n];
-            let posted = engine.drain_pushes(&mut self.scratch, |p, bytes| match p.guard {
-                Some((at, value)) => {
-                    ep.write_then_release(p.peer, p.region, p.offset, bytes, at, value)
-                }
-                None => ep.write(p.peer, p.region, p.offset, bytes),
-            });
+            let posted = engine.drain_pushes(&mut self.scratch, |p, bytes| p.post(&**ep, bytes));
             work |= posted > 0;
             if let Some(e) = engine.poll_event() {
                 panic!("seed {seed}: node {n}: unexpected engine event {e:?}");

@@ -51,6 +51,10 @@ pub struct Sim {
     pub sent: BTreeMap<(SubgroupId, NodeId), BTreeMap<u64, usize>>,
     scratch: Vec<u8>,
     pub rng: ChaCha8Rng,
+    /// Nodes crashed by the test: their engines no longer run.
+    pub crashed: std::collections::BTreeSet<NodeId>,
+    /// Engine events seen (a test that crashes nodes expects them; others panic on one).
+    pub events: Vec<(NodeId, spindle_group::EngineEvent)>,
 }
 
 impl Sim {
@@ -105,6 +109,8 @@ impl Sim {
             sent: BTreeMap::new(),
             scratch: Vec::new(),
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5EED),
+            crashed: Default::default(),
+            events: Vec::new(),
         }
     }
 
@@ -133,6 +139,7 @@ impl Sim {
                 true
             }
             Err(Error::WindowFull { .. }) => false,
+            Err(Error::Stopped) if !self.crashed.is_empty() => false,
             Err(e) => panic!("seed {seed}: send: {e}"),
         }
     }
@@ -142,15 +149,29 @@ impl Sim {
     pub fn round(&mut self) -> bool {
         let seed = self.seed;
         let mut work = false;
-        let nodes: Vec<NodeId> = self.engines.keys().copied().collect();
+        let nodes: Vec<NodeId> = self
+            .engines
+            .keys()
+            .copied()
+            .filter(|n| !self.crashed.contains(n))
+            .collect();
         for n in &nodes {
             let engine = self.engines.get_mut(n).expect("engine");
-            work |= engine.step();
             let ep = &self.eps[n];
+            while let Some(event) = ep.poll_event() {
+                if let Event::PeerFailed { peer, .. } = event {
+                    engine.handle_peer_failed(peer);
+                }
+            }
+            work |= engine.step();
             let posted = engine.drain_pushes(&mut self.scratch, |p, bytes| p.post(&**ep, bytes));
             work |= posted > 0;
-            if let Some(e) = engine.poll_event() {
-                panic!("seed {seed}: node {n}: unexpected engine event {e:?}");
+            while let Some(e) = engine.poll_event() {
+                assert!(
+                    !self.crashed.is_empty(),
+                    "seed {seed}: node {n}: unexpected engine event {e:?}"
+                );
+                self.events.push((*n, e));
             }
             let mut batches = Vec::new();
             while let Some(b) = engine.poll_delivery() {

@@ -65,6 +65,8 @@ pub mod libfabric;
 pub(crate) mod link;
 mod region;
 pub mod shm;
+#[cfg(any(feature = "libfabric", feature = "verbs"))]
+mod side_channel;
 pub mod sim;
 pub mod tcp;
 #[cfg(feature = "verbs")]

@@ -59,14 +59,18 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::{CStr, CString};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::side_channel::{
+    frame, lock, u32_at, u64_at, FrameReader, KIND_BYE, KIND_HELLO, KIND_HELLO_ACK, KIND_PROBE,
+    KIND_READY, KIND_REGION, KIND_REJECT, KIND_WITHDRAW, REJECTED,
+};
 use crate::{
     check_region_len, Doorbell, Endpoint, Error, Event, FabricConfig, FailureReason, NodeId,
     Region, RegionDesc, RegionId, Result, EVENT_QUEUE_MAX, PEERS_MAX, REGIONS_PER_ENDPOINT_MAX,
@@ -102,8 +106,6 @@ pub const PEER_OPS_IN_FLIGHT_MAX: usize = 16;
 const CQ_BATCH_MAX: usize = 64;
 /// Completion queue depth.
 const CQ_ENTRIES_MAX: usize = 4096;
-/// Largest side-channel frame (names and region descriptors are small).
-const SIDE_FRAME_BYTES_MAX: usize = 4096;
 /// Largest libfabric endpoint name we accept from a peer.
 const FABRIC_NAME_BYTES_MAX: usize = 1024;
 /// How long the progress thread parks when it has nothing to do: most providers progress
@@ -123,20 +125,6 @@ const PAGE_BYTES: usize = 4096;
 // Chunks split at aligned offsets stay word-aligned.
 const _: () = assert!(CHUNK_BYTES_MAX % WORD_BYTES == 0);
 const _: () = assert!(SEND_BYTES_MAX <= u32::MAX as usize);
-
-// Side-channel frame kinds.
-const KIND_HELLO: u8 = 1;
-const KIND_HELLO_ACK: u8 = 2;
-const KIND_REGION: u8 = 3;
-const KIND_WITHDRAW: u8 = 4;
-const KIND_READY: u8 = 5;
-const KIND_PROBE: u8 = 6;
-const KIND_BYE: u8 = 7;
-/// The acceptor keeps its own link (tie-break of a simultaneous connect, or a link that is
-/// already up): the dialer waits for that link instead of reporting a failure.
-const KIND_REJECT: u8 = 8;
-/// Dial outcome for a [`KIND_REJECT`] answer.
-const REJECTED: &str = "the peer kept its own link";
 
 /// The libfabric return code as an [`Error`].
 fn fi_error(context: &str, ret: i64) -> Error {
@@ -731,18 +719,6 @@ impl LibfabricEndpoint {
     }
 }
 
-fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
-    state.lock().unwrap_or_else(|poison| poison.into_inner())
-}
-
-fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(5 + payload.len());
-    out.extend_from_slice(&(1 + payload.len() as u32).to_le_bytes());
-    out.push(kind);
-    out.extend_from_slice(payload);
-    out
-}
-
 fn region_frame(id: RegionId, reg: &Registered, virt_addr: bool, len: usize) -> Vec<u8> {
     let mut p = Vec::with_capacity(28);
     p.extend_from_slice(&id.to_le_bytes());
@@ -755,59 +731,6 @@ fn region_frame(id: RegionId, reg: &Registered, virt_addr: bool, len: usize) -> 
     p.extend_from_slice(&addr.to_le_bytes());
     p.extend_from_slice(&reg.key().to_le_bytes());
     frame(KIND_REGION, &p)
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
-}
-
-/// Accumulates side-channel bytes and cuts frames out of them.
-#[derive(Default)]
-struct FrameReader {
-    buf: Vec<u8>,
-}
-
-impl FrameReader {
-    /// The next frame: `Ok(Some)` a frame, `Ok(None)` a read time-out, `Err` a broken or
-    /// malformed stream.
-    fn next(
-        &mut self,
-        stream: &mut TcpStream,
-    ) -> std::result::Result<Option<(u8, Vec<u8>)>, String> {
-        loop {
-            if self.buf.len() >= 4 {
-                let len = u32_at(&self.buf, 0).unwrap_or(0) as usize;
-                if len == 0 || len > SIDE_FRAME_BYTES_MAX {
-                    return Err(format!("side-channel frame of {len} bytes"));
-                }
-                if self.buf.len() >= 4 + len {
-                    let kind = self.buf[4];
-                    let payload = self.buf[5..4 + len].to_vec();
-                    self.buf.drain(..4 + len);
-                    return Ok(Some((kind, payload)));
-                }
-            }
-            let mut tmp = [0u8; 4096];
-            match stream.read(&mut tmp) {
-                Ok(0) => return Err("side channel closed".into()),
-                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
-                Err(err)
-                    if matches!(
-                        err.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Ok(None)
-                }
-                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(err) => return Err(err.to_string()),
-            }
-        }
-    }
 }
 
 impl Shared {

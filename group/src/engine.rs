@@ -293,6 +293,9 @@ struct SubgroupState {
     ctrl_dirty: Option<(usize, usize)>,
     /// A delivery batch of this subgroup is open at the back of the queue (this step).
     batch_open: bool,
+    /// Per sender rank: how many of its first messages in this view are re-sends this node
+    /// already delivered in the previous view (unordered mode; counted, not upcalled).
+    skip: Vec<u64>,
     halt: Halt,
 }
 
@@ -317,6 +320,62 @@ fn push_to_peers(
     }
 }
 
+/// Posts the pushes of `queue` in order per peer (see [`Engine::drain_pushes`]); `region`
+/// finds the local region a push reads from. Stops scanning once `peers_total` peers are
+/// held. Returns how many were posted and the peers whose post failed for good (their
+/// pushes are dropped).
+pub(crate) fn drain_queue<'r>(
+    queue: &mut VecDeque<Push>,
+    scratch: &mut Vec<u8>,
+    peers_total: usize,
+    region: impl Fn(RegionId) -> Option<&'r Region>,
+    mut post: impl FnMut(&Push, &[u8]) -> spindle_transport_rdma::Result<()>,
+) -> (usize, Vec<NodeId>) {
+    let mut posted = 0;
+    let mut held: Vec<NodeId> = Vec::new();
+    let mut failed: Vec<NodeId> = Vec::new();
+    let mut kept = VecDeque::new();
+    while let Some(push) = queue.pop_front() {
+        if held.contains(&push.peer) {
+            kept.push_back(push);
+            if held.len() >= peers_total {
+                break;
+            }
+            continue;
+        }
+        if failed.contains(&push.peer) {
+            continue;
+        }
+        let Some(r) = region(push.region) else {
+            continue;
+        };
+        scratch.resize(push.len, 0);
+        if r.read_bytes(push.offset, &mut scratch[..]).is_err() {
+            continue;
+        }
+        match post(&push, &scratch[..]) {
+            Ok(()) => posted += 1,
+            Err(spindle_transport_rdma::Error::QueueFull { .. }) => {
+                held.push(push.peer);
+                kept.push_back(push);
+                if held.len() >= peers_total {
+                    break;
+                }
+            }
+            Err(_) => failed.push(push.peer),
+        }
+    }
+    // What was not scanned keeps its place behind what was held (no allocation when
+    // nothing was held, the common case).
+    if !failed.is_empty() {
+        queue.retain(|p| !failed.contains(&p.peer));
+    }
+    while let Some(p) = kept.pop_back() {
+        queue.push_front(p);
+    }
+    (posted, failed)
+}
+
 /// The engine of one node for one view. See the module docs.
 pub struct Engine {
     node: NodeId,
@@ -329,6 +388,7 @@ pub struct Engine {
     events: VecDeque<EngineEvent>,
     stats: EngineStats,
     post_lock: Option<Arc<Mutex<()>>>,
+    wedged: bool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -403,6 +463,7 @@ impl Engine {
                 pushed: 0,
                 ctrl_dirty: None,
                 batch_open: false,
+                skip: vec![0; spec.senders.len()],
                 halt: Halt::Running,
                 ring,
                 my_rank,
@@ -423,6 +484,7 @@ impl Engine {
             events: VecDeque::new(),
             stats: EngineStats::default(),
             post_lock,
+            wedged: false,
         })
     }
 
@@ -523,6 +585,144 @@ impl Engine {
                 self.event(EngineEvent::Wedged { subgroup, peer });
             }
         }
+    }
+
+    // ----- epoch termination (driven by the group layer, crate::group) -------------
+
+    /// Wedges every subgroup: no more sends, receipts or deliveries in this view (the
+    /// first step of epoch termination, Derecho 3.6). The received counters are frozen
+    /// from here on ([`Engine::received`]); application sends fail with
+    /// [`Error::Wedged`].
+    pub fn wedge(&mut self) {
+        self.wedged = true;
+        for s in &mut self.subgroups {
+            s.halt = Halt::Stopped;
+            if let Some(ring) = &s.ring {
+                ring.stopped.store(true, std::sync::atomic::Ordering::Release);
+            }
+        }
+    }
+
+    /// True once [`Engine::wedge`] ran.
+    pub fn is_wedged(&self) -> bool {
+        self.wedged
+    }
+
+    /// Messages received from each sender of `subgroup` (by sender rank); frozen once the
+    /// engine is wedged.
+    pub fn received(&self, subgroup: SubgroupId) -> Result<&[u64]> {
+        Ok(&self.state(subgroup)?.received)
+    }
+
+    /// Delivers, in order, every message of `subgroup` before its ragged trim. `cuts[r]`
+    /// is how many messages of sender rank `r` the trim keeps. Atomic mode delivers the
+    /// round-robin prefix the cuts allow; unordered mode delivers nothing more (its
+    /// messages went up on receipt). The trim comes from a peer's row, so a trim this node
+    /// cannot honour is an error, not a panic.
+    pub fn deliver_to_trim(&mut self, subgroup: SubgroupId, cuts: &[u64]) -> Result<()> {
+        let i = self
+            .subgroups
+            .iter()
+            .position(|s| s.spec.id == subgroup)
+            .ok_or(Error::UnknownSubgroup { subgroup })?;
+        let s = &self.subgroups[i];
+        if cuts.len() != s.geom.senders {
+            return Err(Error::Protocol(format!(
+                "trim of subgroup {subgroup} has {} cuts for {} senders",
+                cuts.len(),
+                s.geom.senders
+            )));
+        }
+        if s.spec.mode != DeliveryMode::Atomic {
+            return Ok(());
+        }
+        let n = s.geom.senders as u64;
+        let trim = cuts
+            .iter()
+            .enumerate()
+            .map(|(r, c)| c.saturating_mul(n).saturating_add(r as u64))
+            .min()
+            .unwrap_or(0);
+        let mut d = s.delivered;
+        while d < trim {
+            let s = &self.subgroups[i];
+            let rank = (d % n) as usize;
+            let k = d / n;
+            let slot = s.geom.slot(rank, k);
+            if k >= s.received[rank] || s.region.load_u64(slot) != k + 1 {
+                return Err(Error::Protocol(format!(
+                    "trim of subgroup {subgroup} keeps message {k} of sender rank {rank}, \
+                     which this node has not received"
+                )));
+            }
+            self.deliver_one(i, rank, k);
+            d += 1;
+        }
+        self.finish_deliveries(i);
+        Ok(())
+    }
+
+    /// This node's application messages in `subgroup` from sequence number `cut` on, in
+    /// order (nulls left out): what it re-sends in the next view. `None` while an
+    /// application thread still holds a loan on the ring (the view change waits for it).
+    pub fn messages_past_trim(&self, subgroup: SubgroupId, cut: u64) -> Result<Option<Vec<Vec<u8>>>> {
+        let s = self.state(subgroup)?;
+        let Some(ring) = &s.ring else {
+            return Ok(Some(Vec::new()));
+        };
+        let reserved = ring.reserved();
+        let committed = ring.advance_committed(s.committed, u64::MAX);
+        if committed < reserved {
+            return Ok(None);
+        }
+        let rank = ring.sender_rank;
+        let first = cut.max(committed.saturating_sub(s.geom.window_slots as u64));
+        let mut out = Vec::new();
+        for k in first..committed {
+            let slot = s.geom.slot(rank, k);
+            let len = s.region.load_u64(slot + WORD_BYTES);
+            if len == NULL_LEN {
+                continue;
+            }
+            out.push(s.region.to_vec(slot + SLOT_HEADER_BYTES, len as usize)?);
+        }
+        Ok(Some(out))
+    }
+
+    /// How many of sender rank `rank`'s messages in `subgroup`, from sequence number
+    /// `from` on, this node already holds for the application: application messages
+    /// (nulls left out) it received, plus re-sends it delivered in an earlier view and has
+    /// not received here yet (see [`Engine::skip_resent`]). After a trim at `from`, this
+    /// is how many of the sender's re-sends in the next view this node must skip.
+    pub fn messages_held_from(&self, subgroup: SubgroupId, rank: usize, from: u64) -> Result<u64> {
+        let s = self.state(subgroup)?;
+        let received = *s
+            .received
+            .get(rank)
+            .ok_or(Error::UnknownSubgroup { subgroup })?;
+        let first = from.max(received.saturating_sub(s.geom.window_slots as u64));
+        let app = (first..received)
+            .filter(|k| s.region.load_u64(s.geom.slot(rank, *k) + WORD_BYTES) != NULL_LEN)
+            .count() as u64;
+        // Re-sends are never nulls, so the skipped ones not received yet count whole.
+        Ok(app + s.skip[rank].saturating_sub(received))
+    }
+
+    /// The first `count` messages of `sender` in `subgroup` in this view are re-sends
+    /// this node already delivered in the previous view: they count as received and
+    /// delivered but are not handed up again (unordered mode; atomic mode never needs it,
+    /// nothing past the trim was delivered anywhere).
+    pub fn skip_resent(&mut self, subgroup: SubgroupId, sender: NodeId, count: u64) -> Result<()> {
+        let i = self
+            .subgroups
+            .iter()
+            .position(|s| s.spec.id == subgroup)
+            .ok_or(Error::UnknownSubgroup { subgroup })?;
+        let s = &mut self.subgroups[i];
+        if let Some(rank) = s.senders.iter().position(|x| *x == sender) {
+            s.skip[rank] = count;
+        }
+        Ok(())
     }
 
     // ----- the predicates -----------------------------------------------------------
@@ -811,6 +1011,10 @@ impl Engine {
         let slot = s.geom.slot(rank, k);
         let len = s.region.load_u64(slot + WORD_BYTES);
         s.delivered += 1;
+        if k < s.skip[rank] {
+            // A re-send of a message this node delivered in the previous view.
+            return;
+        }
         if len == NULL_LEN {
             self.stats.nulls_delivered += 1;
             return;
@@ -915,45 +1119,38 @@ impl Engine {
 
     // ----- outputs ------------------------------------------------------------------
 
-    /// Posts queued pushes in order: `post(push, bytes)` gets each push with the bytes to
-    /// write, read from this node's region. When `post` fails with
-    /// [`spindle_transport_rdma::Error::QueueFull`] the push stays queued (with everything
-    /// after it) for the next call; any other error drops that peer's queued pushes and
-    /// wedges its subgroups. Returns how many pushes were posted.
+    /// Posts queued pushes, in order per peer: `post(push, bytes)` gets each push with the
+    /// bytes to write, read from this node's region. When `post` fails with
+    /// [`spindle_transport_rdma::Error::QueueFull`] that peer's pushes stay queued, in
+    /// order, for the next call while other peers' pushes go on (a slow peer or one whose
+    /// region is not announced yet holds up only itself); any other error drops that
+    /// peer's queued pushes and wedges its subgroups. Returns how many pushes were posted.
     pub fn drain_pushes(
         &mut self,
         scratch: &mut Vec<u8>,
-        mut post: impl FnMut(&Push, &[u8]) -> spindle_transport_rdma::Result<()>,
+        post: impl FnMut(&Push, &[u8]) -> spindle_transport_rdma::Result<()>,
     ) -> usize {
         let post_lock = self.post_lock.clone();
         let held = post_lock
             .as_ref()
             .map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
-        let mut posted = 0;
-        while let Some(push) = self.pushes.front().copied() {
-            let Some(s) = self.subgroups.iter().find(|s| s.region_id == push.region) else {
-                self.pushes.pop_front();
-                continue;
-            };
-            scratch.resize(push.len, 0);
-            if s.region.read_bytes(push.offset, &mut scratch[..]).is_err() {
-                self.pushes.pop_front();
-                continue;
-            }
-            match post(&push, &scratch[..]) {
-                Ok(()) => {
-                    self.pushes.pop_front();
-                    posted += 1;
-                }
-                Err(spindle_transport_rdma::Error::QueueFull { .. }) => break,
-                Err(e) => {
-                    tracing::debug!(node = self.node, peer = push.peer, error = %e, "push failed");
-                    self.pushes.retain(|p| p.peer != push.peer);
-                    drop(held);
-                    self.handle_peer_failed(push.peer);
-                    return posted;
-                }
-            }
+        let subgroups = &self.subgroups;
+        let peers_total = subgroups
+            .iter()
+            .flat_map(|s| s.peers.iter())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        let (posted, failed) = drain_queue(
+            &mut self.pushes,
+            scratch,
+            peers_total,
+            |id| subgroups.iter().find(|s| s.region_id == id).map(|s| &s.region),
+            post,
+        );
+        drop(held);
+        for peer in failed {
+            tracing::debug!(node = self.node, peer, "push failed");
+            self.handle_peer_failed(peer);
         }
         posted
     }

@@ -43,6 +43,25 @@ pub enum Error {
     /// The engine has stopped (a peer broke the protocol or the node shut down).
     #[error("the engine has stopped")]
     Stopped,
+    /// The view is changing: this sender's view is wedged. Take a new [`crate::Sender`]
+    /// once the next view is installed; the group re-sends what the old view did not
+    /// deliver, so nothing committed is lost.
+    #[error("subgroup {subgroup} is wedged for a view change")]
+    Wedged {
+        /// The subgroup.
+        subgroup: SubgroupId,
+    },
+    /// The current view cannot give every subgroup its minimum members; sends wait for
+    /// more members to join.
+    #[error("the view is inadequate: {0}")]
+    Inadequate(String),
+    /// This node left the group or was shut down by it; the text says why (lost its
+    /// majority, removed from the view, left).
+    #[error("shut down: {0}")]
+    ShutDown(String),
+    /// A peer's bytes or message break the membership protocol; the text names what.
+    #[error("protocol: {0}")]
+    Protocol(String),
     /// The fabric refused an operation.
     #[error("fabric: {0}")]
     Fabric(#[from] spindle_transport_rdma::Error),

@@ -77,9 +77,12 @@
 
 mod engine;
 mod error;
+pub mod group;
 pub mod layout;
+pub mod membership;
 pub mod runtime;
 mod smc;
+pub mod swarm;
 pub mod workload;
 
 pub use engine::{
@@ -88,5 +91,6 @@ pub use engine::{
     RECEIVE_BATCH_MAX, SEND_BATCH_MAX,
 };
 pub use error::{Error, Result};
+pub use group::{Group, GroupConfig, GroupOutput, GroupStats, LayoutFn, ViewInstalled};
 pub use layout::{DeliveryMode, Layout, SubgroupId, SubgroupSpec, View};
 pub use smc::{Loan, Sender};

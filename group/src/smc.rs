@@ -213,7 +213,9 @@ impl Sender {
     /// member has not consumed yet (retry later; nothing is lost).
     pub fn try_loan(&self) -> Result<Loan> {
         if self.ring.stopped.load(Ordering::Acquire) {
-            return Err(Error::Stopped);
+            return Err(Error::Wedged {
+                subgroup: self.ring.subgroup,
+            });
         }
         let (index, n) = self.ring.reserve(1);
         if n == 0 {

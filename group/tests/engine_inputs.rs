@@ -113,7 +113,7 @@ fn a_slot_out_of_sequence_stops_the_subgroup() {
     expect_misbehaved(&events, "tagged 7");
     // The subgroup is stopped at node 2: its sends fail with a clear error.
     let sender = p.engines[&2].sender(5).unwrap();
-    assert!(matches!(sender.try_send(b"x"), Err(Error::Stopped)));
+    assert!(matches!(sender.try_send(b"x"), Err(Error::Wedged { .. })));
 }
 
 #[test]

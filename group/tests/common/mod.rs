@@ -139,7 +139,7 @@ impl Sim {
                 true
             }
             Err(Error::WindowFull { .. }) => false,
-            Err(Error::Stopped) if !self.crashed.is_empty() => false,
+            Err(Error::Wedged { .. }) if !self.crashed.is_empty() => false,
             Err(e) => panic!("seed {seed}: send: {e}"),
         }
     }

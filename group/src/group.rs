@@ -1,0 +1,1163 @@
+//! The group: one node's engine and membership across views — joins, leaves, failures,
+//! view changes with ragged trim, re-sends, state transfer (Derecho 3.5, 3.6, App. B).
+//!
+//! A [`Group`] holds the current view's [`Engine`] and [`Membership`]. Each
+//! [`Group::step`] reads the fabric's events, runs both, and when the membership decides
+//! on a trim it delivers up to the trim, computes the next view and its layout (the same
+//! deterministic [`LayoutFn`] on every member), registers the new view's regions, and
+//! re-sends in the new view, in sender order, this node's messages the trim cut off.
+//! Outputs come out, in order, from [`Group::poll`]: deliveries, installed views, requests
+//! for a snapshot of a subgroup's state (for a joiner) and states to install.
+//!
+//! Like the engine, the group owns no thread and no clock: the caller passes the fabric
+//! endpoint and the time to each call, so over the sim fabric a whole cluster runs
+//! deterministically in one thread; [`crate::runtime::GroupNode`] drives it over a real
+//! fabric.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use spindle_transport_rdma::{Endpoint, Event, NodeId, RegionId};
+
+use crate::engine::{DeliveryBatch, Engine, EngineConfig, EngineEvent, Push};
+use crate::error::{Error, Result};
+use crate::layout::{DeliveryMode, Layout, SubgroupId, View};
+use crate::membership::{Change, Membership, Outcome, Trim, ADDRESS_BYTES_MAX};
+use crate::smc::Sender;
+
+/// The immediate of every two-sided membership message (join, redirect, new view, state).
+pub const MEMBERSHIP_IMM: u32 = 0x5D5_0001;
+/// Largest subgroup state one transfer carries, in bytes.
+pub const STATE_BYTES_MAX: usize = spindle_transport_rdma::SEND_BYTES_MAX - 64;
+/// States kept that arrived before their view.
+pub const EARLY_STATES_MAX: usize = 64;
+/// Outputs kept for the caller before the group stops producing more.
+pub const OUTPUTS_MAX: usize = 65_536;
+
+const MSG_JOIN: u8 = 1;
+const MSG_REDIRECT: u8 = 2;
+const MSG_NEW_VIEW: u8 = 3;
+const MSG_STATE: u8 = 4;
+
+/// The deterministic layout function: the subgroups of a view, or why the view is
+/// inadequate (it cannot give every subgroup its minimum members; the group then waits
+/// for joins). Every member must use the same function.
+pub type LayoutFn = Arc<dyn Fn(&View) -> std::result::Result<Layout, String> + Send + Sync>;
+
+/// How a group runs.
+#[derive(Clone)]
+pub struct GroupConfig {
+    /// Engine settings.
+    pub engine: EngineConfig,
+    /// The layout function.
+    pub layout: LayoutFn,
+    /// A member whose row does not say `active` this long after a view was installed is
+    /// suspected (a joiner that never arrived, a member that never installed the view).
+    pub activation_timeout_us: u64,
+    /// How often a joiner repeats its request.
+    pub join_retry_us: u64,
+}
+
+impl std::fmt::Debug for GroupConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupConfig")
+            .field("engine", &self.engine)
+            .field("activation_timeout_us", &self.activation_timeout_us)
+            .field("join_retry_us", &self.join_retry_us)
+            .finish()
+    }
+}
+
+impl GroupConfig {
+    /// Defaults around `layout`: every technique on, 5 s activation time-out, 200 ms join
+    /// retry.
+    pub fn new(layout: LayoutFn) -> GroupConfig {
+        GroupConfig {
+            engine: EngineConfig::default(),
+            layout,
+            activation_timeout_us: 5_000_000,
+            join_retry_us: 200_000,
+        }
+    }
+}
+
+/// A view the group installed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewInstalled {
+    /// The view.
+    pub view: View,
+    /// Its subgroups, or `None` when the view is inadequate.
+    pub layout: Option<Layout>,
+    /// Why the view is inadequate, if it is.
+    pub inadequate: Option<String>,
+    /// Members new in this view.
+    pub joined: Vec<NodeId>,
+    /// Members of the previous view not in this one (failed, cut off or left).
+    pub departed: Vec<NodeId>,
+}
+
+/// What the group hands to the layer above, in order.
+#[derive(Debug)]
+pub enum GroupOutput {
+    /// Messages delivered in one subgroup.
+    Delivery(DeliveryBatch),
+    /// A new view is installed; deliveries after this belong to it.
+    ViewInstalled(ViewInstalled),
+    /// Snapshot this subgroup's state as of now (every delivery of the previous view
+    /// applied, none of the new one) and pass it to [`Group::provide_state`] for `joiner`.
+    StateRequested {
+        /// The subgroup.
+        subgroup: SubgroupId,
+        /// The member that enters it.
+        joiner: NodeId,
+    },
+    /// Install this state of the subgroup before applying any later delivery.
+    InstallState {
+        /// The subgroup.
+        subgroup: SubgroupId,
+        /// The state, as the giver's application snapshotted it.
+        state: Vec<u8>,
+    },
+    /// The node stopped; the text says why (lost its majority, removed, a transfer cut
+    /// off). The application should exit or rejoin as a new process.
+    ShutDown(String),
+    /// The node left the group as it asked.
+    Left,
+    /// Messages of this node that the last trim cut off and that the new view cannot
+    /// re-send, because this node is no longer a sender of the subgroup there; they are
+    /// handed back, in order, not lost silently (the application may send them elsewhere).
+    Undeliverable {
+        /// The subgroup.
+        subgroup: SubgroupId,
+        /// The payloads, in sender order.
+        payloads: Vec<Vec<u8>>,
+    },
+}
+
+/// Counters of what the group did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    /// Views installed (the first included).
+    pub views_installed: u64,
+    /// Messages re-sent in a new view after a trim cut them off.
+    pub resent: u64,
+}
+
+enum Phase {
+    Joining {
+        contacts: Vec<(NodeId, String)>,
+        next: usize,
+        next_attempt_us: u64,
+    },
+    Member,
+    Done,
+}
+
+struct Current {
+    view: View,
+    layout: Option<Layout>,
+    engine: Engine,
+    membership: Membership,
+    installed_us: u64,
+    awaiting_state: BTreeSet<SubgroupId>,
+    joiners: Vec<NodeId>,
+    /// The NEW_VIEW message for this view's joiners (kept by the member that sends it, so
+    /// a joiner asking again gets it again).
+    new_view_msg: Option<Vec<u8>>,
+}
+
+/// One node's membership in a group. See the module docs.
+pub struct Group {
+    me: NodeId,
+    address: String,
+    cfg: GroupConfig,
+    phase: Phase,
+    current: Option<Current>,
+    /// The previous view's membership, kept until its last pushes (trim echoes) are out.
+    retiring: Option<Membership>,
+    /// Regions of recent views, deregistered two views later.
+    old_regions: VecDeque<Vec<RegionId>>,
+    addresses: BTreeMap<NodeId, String>,
+    /// Per subgroup: the members holding its state.
+    holders: BTreeMap<SubgroupId, Vec<NodeId>>,
+    pending_resends: BTreeMap<SubgroupId, VecDeque<Vec<u8>>>,
+    /// Per (subgroup, sender): re-sends this node already delivered, for the next adequate
+    /// view's engine.
+    pending_skips: BTreeMap<(SubgroupId, NodeId), u64>,
+    /// The skips applied to the current view's engine: a joiner that takes this node's
+    /// state of a subgroup takes its skips with it (the state holds those messages).
+    current_skips: BTreeMap<(SubgroupId, NodeId), u64>,
+    pending_state_sends: Vec<(NodeId, Vec<u8>)>,
+    /// States that arrived before the view they belong to (a giver may be faster than the
+    /// member that sends NEW_VIEW): `(vid, subgroup, state)`.
+    early_states: VecDeque<(u32, SubgroupId, Vec<u8>)>,
+    outputs: VecDeque<GroupOutput>,
+    scratch: Vec<u8>,
+    stats: GroupStats,
+    waker: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group")
+            .field("me", &self.me)
+            .field("view", &self.current.as_ref().map(|c| &c.view))
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl Group {
+    fn empty(me: NodeId, address: String, cfg: GroupConfig, phase: Phase) -> Group {
+        Group {
+            me,
+            address,
+            cfg,
+            phase,
+            current: None,
+            retiring: None,
+            old_regions: VecDeque::new(),
+            addresses: BTreeMap::new(),
+            holders: BTreeMap::new(),
+            pending_resends: BTreeMap::new(),
+            pending_skips: BTreeMap::new(),
+            current_skips: BTreeMap::new(),
+            pending_state_sends: Vec::new(),
+            early_states: VecDeque::new(),
+            outputs: VecDeque::new(),
+            scratch: Vec::new(),
+            stats: GroupStats::default(),
+            waker: None,
+        }
+    }
+
+    /// Starts a group from its first view: every member calls this with the same `view`
+    /// and the members' fabric `addresses`.
+    pub fn bootstrap(
+        ep: &dyn Endpoint,
+        view: View,
+        addresses: BTreeMap<NodeId, String>,
+        cfg: GroupConfig,
+        now_us: u64,
+    ) -> Result<Group> {
+        let me = ep.node();
+        let mut g = Group::empty(me, ep.address(), cfg, Phase::Member);
+        if let Some(m) = view.members.iter().find(|m| !addresses.contains_key(m)) {
+            return Err(Error::Config(format!("no address for member {m}")));
+        }
+        g.addresses = addresses;
+        let plan = g.enter_view(ep, view.clone(), now_us)?;
+        debug_assert!(plan.is_empty(), "a first view transfers no state");
+        g.announce(view, Vec::new(), Vec::new());
+        Ok(g)
+    }
+
+    /// A node that joins an existing group through any of `contacts` (a member that is not
+    /// the leader redirects it to the leader).
+    pub fn join(ep: &dyn Endpoint, contacts: Vec<(NodeId, String)>, cfg: GroupConfig) -> Result<Group> {
+        if contacts.is_empty() {
+            return Err(Error::Config("a joiner needs at least one contact".into()));
+        }
+        let address = ep.address();
+        if address.len() > ADDRESS_BYTES_MAX {
+            return Err(Error::Config(format!(
+                "address {address:?} is longer than {ADDRESS_BYTES_MAX} bytes"
+            )));
+        }
+        Ok(Group::empty(
+            ep.node(),
+            address,
+            cfg,
+            Phase::Joining {
+                contacts,
+                next: 0,
+                next_attempt_us: 0,
+            },
+        ))
+    }
+
+    // ----- getters ------------------------------------------------------------------
+
+    /// This node.
+    pub fn node(&self) -> NodeId {
+        self.me
+    }
+
+    /// The current view, once this node is a member.
+    pub fn view(&self) -> Option<&View> {
+        self.current.as_ref().map(|c| &c.view)
+    }
+
+    /// The current layout (`None` while joining or when the view is inadequate).
+    pub fn layout(&self) -> Option<&Layout> {
+        self.current.as_ref().and_then(|c| c.layout.as_ref())
+    }
+
+    /// True once the node is a member with its state installed.
+    pub fn is_active(&self) -> bool {
+        matches!(self.phase, Phase::Member)
+            && self
+                .current
+                .as_ref()
+                .is_some_and(|c| c.awaiting_state.is_empty())
+    }
+
+    /// True once the node shut down or left.
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Done)
+    }
+
+    /// What the group did so far.
+    pub fn stats(&self) -> GroupStats {
+        self.stats
+    }
+
+    /// The current engine (its counters, received and delivered numbers).
+    pub fn engine(&self) -> Option<&Engine> {
+        self.current.as_ref().map(|c| &c.engine)
+    }
+
+    /// A handle for sending in `subgroup` in the current view. During a view change, and
+    /// while the previous view's re-sends are still going out, this is
+    /// [`Error::Wedged`]: retry after the next [`GroupOutput::ViewInstalled`].
+    pub fn sender(&self, subgroup: SubgroupId) -> Result<Sender> {
+        let Some(c) = &self.current else {
+            return Err(Error::Wedged { subgroup });
+        };
+        if matches!(self.phase, Phase::Done) {
+            return Err(Error::Stopped);
+        }
+        if c.layout.is_none() {
+            return Err(Error::Inadequate(format!("view {}", c.view.vid)));
+        }
+        if !c.awaiting_state.is_empty()
+            || c.engine.is_wedged()
+            || self
+                .pending_resends
+                .get(&subgroup)
+                .is_some_and(|q| !q.is_empty())
+        {
+            return Err(Error::Wedged { subgroup });
+        }
+        c.engine.sender(subgroup)
+    }
+
+    /// Registers `wake` to be called after every application commit (in this and later
+    /// views); the runtime unparks its thread with it.
+    pub fn set_waker(&mut self, wake: Arc<dyn Fn() + Send + Sync>) {
+        if let Some(c) = &self.current {
+            let w = Arc::clone(&wake);
+            c.engine.set_waker(move || w());
+        }
+        self.waker = Some(wake);
+    }
+
+    // ----- inputs -------------------------------------------------------------------
+
+    /// Leaves the group gracefully: the others remove this node in the next view;
+    /// [`GroupOutput::Left`] follows.
+    pub fn leave(&mut self) {
+        if let Some(c) = &mut self.current {
+            c.membership.leave();
+        }
+    }
+
+    /// The application's snapshot for a [`GroupOutput::StateRequested`]; it is sent to
+    /// `joiner` (retried until the link is up).
+    pub fn provide_state(&mut self, subgroup: SubgroupId, joiner: NodeId, state: &[u8]) -> Result<()> {
+        if state.len() > STATE_BYTES_MAX {
+            return Err(Error::Config(format!(
+                "state of subgroup {subgroup} has {} bytes, at most {STATE_BYTES_MAX}",
+                state.len()
+            )));
+        }
+        let Some(c) = &self.current else {
+            return Ok(());
+        };
+        let mut w = Writer::new(MSG_STATE);
+        w.u32(c.view.vid);
+        w.u32(subgroup);
+        let skips: Vec<(NodeId, u64)> = self
+            .current_skips
+            .iter()
+            .filter(|((sg, _), _)| *sg == subgroup)
+            .map(|((_, s), n)| (*s, *n))
+            .collect();
+        w.u16(skips.len() as u16);
+        for (sender, n) in skips {
+            w.u32(sender);
+            w.u64(n);
+        }
+        w.bytes(state);
+        self.pending_state_sends.push((joiner, w.0));
+        Ok(())
+    }
+
+    // ----- the loop -----------------------------------------------------------------
+
+    /// Reads the fabric's events, runs the engine and the membership protocol once,
+    /// installs a new view when one is decided, and posts what is queued. Returns true
+    /// if anything happened.
+    pub fn step(&mut self, ep: &dyn Endpoint, now_us: u64) -> bool {
+        let mut work = false;
+        while let Some(ev) = ep.poll_event() {
+            work = true;
+            self.fabric_event(ep, ev, now_us);
+        }
+        match self.phase {
+            Phase::Done => return work,
+            Phase::Joining { .. } => {
+                self.join_attempt(ep, now_us);
+                return work;
+            }
+            Phase::Member => {}
+        }
+        if self.outputs.len() >= OUTPUTS_MAX {
+            return work;
+        }
+        let me = self.me;
+        let Some(c) = self.current.as_mut() else {
+            return work;
+        };
+        let active = c.awaiting_state.is_empty();
+        if active && c.layout.is_some() {
+            work |= c.engine.step();
+        }
+        while let Some(e) = c.engine.poll_event() {
+            let (EngineEvent::Wedged { peer, .. } | EngineEvent::PeerMisbehaved { peer, .. }) = e;
+            c.membership.suspect(peer);
+        }
+        work |= c.membership.step();
+        if !active && c.membership.wants_wedge() {
+            self.shut_down(
+                ep,
+                "a view change began before this node's state transfer finished".into(),
+            );
+            return true;
+        }
+        if c.membership.wants_wedge() && !c.engine.is_wedged() {
+            c.engine.wedge();
+            let frozen = frozen_counters(c, me);
+            c.membership.set_frozen(frozen);
+            work |= c.membership.step();
+        }
+        if now_us.saturating_sub(c.installed_us) > self.cfg.activation_timeout_us {
+            for n in c.membership.inactive() {
+                if n != me {
+                    tracing::info!(node = me, peer = n, "never became active: suspected");
+                    c.membership.suspect(n);
+                }
+            }
+        }
+        match c.membership.outcome().cloned() {
+            Some(Outcome::Install(trim)) => match self.install(ep, trim, now_us) {
+                Ok(done) => work |= done,
+                Err(e) => {
+                    self.shut_down(ep, format!("installing the next view: {e}"));
+                    return true;
+                }
+            },
+            Some(Outcome::ShutDown(why)) => {
+                self.shut_down(ep, why);
+                return true;
+            }
+            Some(Outcome::Left) => {
+                self.finish(ep, GroupOutput::Left);
+                return true;
+            }
+            None => {}
+        }
+        work |= self.flush_resends();
+        work |= self.drain(ep);
+        work
+    }
+
+    /// The next output, in order.
+    pub fn poll(&mut self) -> Option<GroupOutput> {
+        if let Some(o) = self.outputs.pop_front() {
+            return Some(o);
+        }
+        let c = self.current.as_mut()?;
+        c.engine.poll_delivery().map(GroupOutput::Delivery)
+    }
+
+    // ----- internals ----------------------------------------------------------------
+
+    fn fabric_event(&mut self, ep: &dyn Endpoint, ev: Event, now_us: u64) {
+        match ev {
+            Event::PeerFailed { peer, .. } => {
+                if let Some(c) = &mut self.current {
+                    c.membership.suspect(peer);
+                }
+                if let Phase::Joining {
+                    contacts, next, ..
+                } = &mut self.phase
+                {
+                    if contacts.get(*next).is_some_and(|(c, _)| *c == peer) {
+                        *next = (*next + 1) % contacts.len();
+                    }
+                }
+            }
+            Event::PeerConnected { peer } => {
+                if let Phase::Joining {
+                    contacts,
+                    next_attempt_us,
+                    ..
+                } = &mut self.phase
+                {
+                    if contacts.iter().any(|(c, _)| *c == peer) {
+                        *next_attempt_us = now_us;
+                    }
+                }
+            }
+            Event::Recv { peer, imm, data } if imm == MEMBERSHIP_IMM => {
+                if let Err(e) = self.message(ep, peer, &data, now_us) {
+                    tracing::warn!(node = self.me, peer, error = %e, "bad membership message");
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn message(&mut self, ep: &dyn Endpoint, peer: NodeId, data: &[u8], now_us: u64) -> Result<()> {
+        let mut r = Reader::new(data);
+        match r.u8()? {
+            MSG_JOIN => {
+                let node = r.u32()?;
+                let address = r.str()?;
+                self.join_request(ep, node, address);
+            }
+            MSG_REDIRECT => {
+                let leader = r.u32()?;
+                let address = r.str()?;
+                if let Phase::Joining {
+                    contacts,
+                    next,
+                    next_attempt_us,
+                } = &mut self.phase
+                {
+                    contacts.retain(|(c, _)| *c != leader);
+                    contacts.insert(0, (leader, address.clone()));
+                    *next = 0;
+                    *next_attempt_us = now_us;
+                    let _ = ep.connect(leader, &address);
+                }
+            }
+            MSG_NEW_VIEW => {
+                if !matches!(self.phase, Phase::Joining { .. }) {
+                    return Ok(());
+                }
+                let vid = r.u32()?;
+                let n = r.u16()? as usize;
+                let mut members = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let id = r.u32()?;
+                    let a = r.str()?;
+                    members.push(id);
+                    self.addresses.insert(id, a);
+                }
+                let h = r.u16()? as usize;
+                let mut holders = BTreeMap::new();
+                for _ in 0..h {
+                    let sg = r.u32()?;
+                    let k = r.u16()? as usize;
+                    let mut ids = Vec::with_capacity(k);
+                    for _ in 0..k {
+                        ids.push(r.u32()?);
+                    }
+                    holders.insert(sg, ids);
+                }
+                let view = View { vid, members };
+                view.validate()?;
+                if !view.members.contains(&self.me) {
+                    return Err(Error::Protocol(format!(
+                        "NEW_VIEW {vid} from {peer} does not hold this node"
+                    )));
+                }
+                self.holders = holders;
+                self.phase = Phase::Member;
+                self.enter_view(ep, view.clone(), now_us)?;
+                self.announce(view, vec![self.me], Vec::new());
+                self.apply_early_states();
+            }
+            MSG_STATE => {
+                let vid = r.u32()?;
+                let sg = r.u32()?;
+                let state = r.rest().to_vec();
+                let current = self.current.as_ref().map_or(0, |c| c.view.vid);
+                if vid > current {
+                    if self.early_states.len() >= EARLY_STATES_MAX {
+                        self.early_states.pop_front();
+                    }
+                    self.early_states.push_back((vid, sg, state));
+                } else {
+                    self.install_state(vid, sg, state);
+                }
+            }
+            k => return Err(Error::Protocol(format!("unknown message kind {k} from {peer}"))),
+        }
+        Ok(())
+    }
+
+    /// A state for subgroup `sg` of view `vid` arrived: hand it up if this node waits
+    /// for it; the node becomes active once it has every state it waits for.
+    fn install_state(&mut self, vid: u32, sg: SubgroupId, body: Vec<u8>) {
+        let Some(c) = &mut self.current else {
+            return;
+        };
+        if c.view.vid == vid && c.awaiting_state.contains(&sg) {
+            let mut r = Reader::new(&body);
+            let parsed = (|| -> Result<(Vec<(NodeId, u64)>, Vec<u8>)> {
+                let n = r.u16()? as usize;
+                let mut skips = Vec::with_capacity(n);
+                for _ in 0..n {
+                    skips.push((r.u32()?, r.u64()?));
+                }
+                Ok((skips, r.rest().to_vec()))
+            })();
+            let (skips, state) = match parsed {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(node = self.me, subgroup = sg, error = %e, "bad state message");
+                    return;
+                }
+            };
+            for (sender, n) in skips {
+                let _ = c.engine.skip_resent(sg, sender, n);
+            }
+            c.awaiting_state.remove(&sg);
+            self.outputs.push_back(GroupOutput::InstallState {
+                subgroup: sg,
+                state,
+            });
+            if c.awaiting_state.is_empty() {
+                c.membership.set_active();
+            }
+        }
+    }
+
+    fn join_request(&mut self, ep: &dyn Endpoint, node: NodeId, address: String) {
+        if address.len() > ADDRESS_BYTES_MAX || !matches!(self.phase, Phase::Member) {
+            return;
+        }
+        let Some(c) = &mut self.current else {
+            return;
+        };
+        if c.joiners.contains(&node) {
+            if let Some(msg) = &c.new_view_msg {
+                let _ = ep.connect(node, &address);
+                let _ = ep.send(node, MEMBERSHIP_IMM, msg);
+            }
+            return;
+        }
+        match c.membership.leader() {
+            Some(l) if l == self.me => c.membership.request_join(node, address),
+            Some(l) => {
+                let mut w = Writer::new(MSG_REDIRECT);
+                w.u32(l);
+                w.str(self.addresses.get(&l).map_or("", |s| s.as_str()));
+                let _ = ep.send(node, MEMBERSHIP_IMM, &w.0);
+            }
+            None => {}
+        }
+    }
+
+    fn join_attempt(&mut self, ep: &dyn Endpoint, now_us: u64) {
+        let retry = self.cfg.join_retry_us;
+        let me = self.me;
+        let mut w = Writer::new(MSG_JOIN);
+        w.u32(me);
+        w.str(&self.address);
+        let Phase::Joining {
+            contacts,
+            next,
+            next_attempt_us,
+        } = &mut self.phase
+        else {
+            return;
+        };
+        if now_us < *next_attempt_us {
+            return;
+        }
+        *next_attempt_us = now_us + retry;
+        let (c, addr) = contacts[*next % contacts.len()].clone();
+        let _ = ep.connect(c, &addr);
+        if ep.send(c, MEMBERSHIP_IMM, &w.0).is_err() {
+            // Not linked yet: the PeerConnected event brings the next attempt forward.
+        }
+        *next = (*next + 1) % contacts.len();
+    }
+
+    /// Creates the engine and membership of `view`, links to its members, and returns
+    /// the state-transfer plan `(subgroup, giver, receiver)`.
+    fn enter_view(&mut self, ep: &dyn Endpoint, view: View, now_us: u64) -> Result<Vec<(SubgroupId, NodeId, NodeId)>> {
+        let me = self.me;
+        let layout = match (self.cfg.layout)(&view) {
+            Ok(l) => match l.validate(&view) {
+                Ok(()) => Ok(l),
+                Err(e) => Err(format!("the layout function's layout is invalid: {e}")),
+            },
+            Err(why) => Err(why),
+        };
+        let (plan, holders) = state_plan(layout.as_ref().ok(), &view, &self.holders);
+        self.holders = holders;
+        let awaiting: BTreeSet<SubgroupId> = plan
+            .iter()
+            .filter(|(_, _, r)| *r == me)
+            .map(|(sg, _, _)| *sg)
+            .collect();
+        let engine_layout = layout.clone().unwrap_or_default();
+        let membership = Membership::new(
+            me,
+            view.clone(),
+            engine_layout.clone(),
+            awaiting.is_empty(),
+            |id, len| Ok(ep.register_region(id, len)?),
+        )?;
+        let mut engine = Engine::new(me, view.clone(), engine_layout.clone(), self.cfg.engine.clone(), |id, len| {
+            Ok(ep.register_region(id, len)?)
+        })?;
+        if let Some(w) = &self.waker {
+            let w = Arc::clone(w);
+            engine.set_waker(move || w());
+        }
+        self.current_skips.clear();
+        if layout.is_ok() {
+            for ((sg, sender), count) in std::mem::take(&mut self.pending_skips) {
+                let _ = engine.skip_resent(sg, sender, count);
+                self.current_skips.insert((sg, sender), count);
+            }
+        }
+        for m in view.members.iter().filter(|m| **m != me) {
+            if let Some(a) = self.addresses.get(m) {
+                let _ = ep.connect(*m, a);
+            }
+        }
+        let mut regions: Vec<RegionId> = engine.regions().iter().map(|(_, r, _)| *r).collect();
+        regions.push(membership.region_id());
+        self.old_regions.push_back(regions);
+        while self.old_regions.len() > 3 {
+            for r in self.old_regions.pop_front().unwrap_or_default() {
+                let _ = ep.deregister_region(r);
+            }
+        }
+        self.current = Some(Current {
+            view,
+            layout: layout.as_ref().ok().cloned(),
+            engine,
+            membership,
+            installed_us: now_us,
+            awaiting_state: awaiting,
+            joiners: Vec::new(),
+            new_view_msg: None,
+        });
+        self.stats.views_installed += 1;
+        if let Err(why) = &layout {
+            tracing::info!(node = me, %why, "inadequate view");
+        }
+        Ok(plan)
+    }
+
+    /// States that arrived early for the view just announced.
+    fn apply_early_states(&mut self) {
+        let vid = self.current.as_ref().map_or(0, |c| c.view.vid);
+        let early: Vec<_> = std::mem::take(&mut self.early_states).into_iter().collect();
+        for (v, sg, state) in early {
+            if v == vid {
+                self.install_state(v, sg, state);
+            } else if v > vid {
+                self.early_states.push_back((v, sg, state));
+            }
+        }
+    }
+
+    fn announce(&mut self, view: View, joined: Vec<NodeId>, departed: Vec<NodeId>) {
+        let c = self.current.as_ref();
+        let layout = c.and_then(|c| c.layout.clone());
+        let inadequate = layout.is_none().then(|| {
+            (self.cfg.layout)(&view).err().unwrap_or_else(|| "invalid layout".into())
+        });
+        self.outputs.push_back(GroupOutput::ViewInstalled(ViewInstalled {
+            view,
+            layout,
+            inadequate,
+            joined,
+            departed,
+        }));
+    }
+
+    /// Acts on a trim a majority holds: re-sends, deliveries up to the trim, the next view.
+    /// Returns false while an application loan still holds the ring.
+    fn install(&mut self, ep: &dyn Endpoint, trim: Trim, now_us: u64) -> Result<bool> {
+        let me = self.me;
+        let Some(c) = self.current.as_mut() else {
+            return Ok(false);
+        };
+        let layout = c.layout.clone().unwrap_or_default();
+        let total: usize = layout.subgroups.iter().map(|s| s.senders.len()).sum();
+        if trim.cuts.len() != total {
+            return Err(Error::Protocol(format!(
+                "trim has {} cuts, the layout {total} senders",
+                trim.cuts.len()
+            )));
+        }
+        let removed_now: Vec<NodeId> = trim
+            .changes
+            .iter()
+            .filter_map(|ch| match ch {
+                Change::Remove(n) => Some(*n),
+                Change::Add { .. } => None,
+            })
+            .collect();
+        let mut resends = Vec::new();
+        let mut skips = Vec::new();
+        let mut base = 0;
+        for sg in &layout.subgroups {
+            let cuts = &trim.cuts[base..base + sg.senders.len()];
+            base += sg.senders.len();
+            if !sg.members.contains(&me) {
+                continue;
+            }
+            if let Some(r) = sg.senders.iter().position(|s| *s == me) {
+                match c.engine.messages_past_trim(sg.id, cuts[r])? {
+                    None => return Ok(false),
+                    Some(v) => resends.push((sg.id, v)),
+                }
+            }
+            if sg.mode == DeliveryMode::Unordered {
+                // Only senders that stay re-send; a removed sender's skip would wrongly
+                // hide the first messages of a later incarnation with the same id.
+                for (r, s) in sg.senders.iter().enumerate() {
+                    let n = c.engine.messages_held_from(sg.id, r, cuts[r])?;
+                    if n > 0 && !removed_now.contains(s) {
+                        skips.push(((sg.id, *s), n));
+                    }
+                }
+            }
+        }
+        let mut base = 0;
+        for sg in &layout.subgroups {
+            let cuts = &trim.cuts[base..base + sg.senders.len()];
+            base += sg.senders.len();
+            if sg.members.contains(&me) {
+                c.engine.deliver_to_trim(sg.id, cuts)?;
+            }
+        }
+        while let Some(b) = c.engine.poll_delivery() {
+            self.outputs.push_back(GroupOutput::Delivery(b));
+        }
+        // The next view: survivors in their order, then the joiners.
+        let mut removed = Vec::new();
+        let mut added = Vec::new();
+        for ch in &trim.changes {
+            match ch {
+                Change::Remove(n) => removed.push(*n),
+                Change::Add { node, address } => {
+                    if !added.contains(node) {
+                        added.push(*node);
+                        self.addresses.insert(*node, address.clone());
+                    }
+                }
+            }
+        }
+        let old = c.view.clone();
+        let mut members: Vec<NodeId> = old
+            .members
+            .iter()
+            .copied()
+            .filter(|m| !removed.contains(m))
+            .collect();
+        for a in &added {
+            if !members.contains(a) {
+                members.push(*a);
+            }
+        }
+        let departed: Vec<NodeId> = old
+            .members
+            .iter()
+            .copied()
+            .filter(|m| !members.contains(m) || added.contains(m))
+            .collect();
+        let carried: Vec<NodeId> = c
+            .membership
+            .suspected()
+            .into_iter()
+            .filter(|n| !removed.contains(n) && *n != me)
+            .collect();
+        let joins = c.membership.pending_joins().to_vec();
+        let view = View {
+            vid: old.vid + 1,
+            members,
+        };
+        tracing::info!(node = me, vid = view.vid, members = ?view.members, "installing view");
+        let holders_before = self.holders.clone();
+        let Some(prev) = self.current.take() else {
+            return Ok(false);
+        };
+        self.retiring = Some(prev.membership);
+        for (sg, msgs) in resends {
+            self.stats.resent += msgs.len() as u64;
+            self.pending_resends.entry(sg).or_default().extend(msgs);
+        }
+        self.pending_skips
+            .retain(|(_, s), _| !removed_now.contains(s));
+        self.pending_skips.extend(skips);
+        let plan = self.enter_view(ep, view.clone(), now_us)?;
+        let c = self.current.as_mut().expect("entered");
+        for n in carried {
+            c.membership.suspect(n);
+        }
+        for (n, a) in joins {
+            c.membership.request_join(n, a);
+        }
+        c.joiners = added.clone();
+        if !added.is_empty() && view.members.first() == Some(&me) {
+            let mut w = Writer::new(MSG_NEW_VIEW);
+            w.u32(view.vid);
+            w.u16(view.members.len() as u16);
+            for m in &view.members {
+                w.u32(*m);
+                w.str(self.addresses.get(m).map_or("", |s| s.as_str()));
+            }
+            w.u16(holders_before.len() as u16);
+            for (sg, ids) in &holders_before {
+                w.u32(*sg);
+                w.u16(ids.len() as u16);
+                for id in ids {
+                    w.u32(*id);
+                }
+            }
+            for a in &added {
+                let _ = ep.send(*a, MEMBERSHIP_IMM, &w.0);
+            }
+            c.new_view_msg = Some(w.0);
+        }
+        for r in &removed {
+            if !view.members.contains(r) {
+                let _ = ep.disconnect(*r);
+            }
+        }
+        self.announce(view, added, departed);
+        for (sg, giver, receiver) in plan {
+            if giver == me {
+                self.outputs.push_back(GroupOutput::StateRequested {
+                    subgroup: sg,
+                    joiner: receiver,
+                });
+            }
+        }
+        self.apply_early_states();
+        self.flush_resends();
+        Ok(true)
+    }
+
+    /// Puts re-sends into the current view's rings, in order, as the window allows.
+    fn flush_resends(&mut self) -> bool {
+        let Some(c) = &self.current else {
+            return false;
+        };
+        if c.layout.is_none() || !c.awaiting_state.is_empty() || c.engine.is_wedged() {
+            return false;
+        }
+        let mut work = false;
+        for (sg, q) in self.pending_resends.iter_mut() {
+            let Ok(sender) = c.engine.sender(*sg) else {
+                // Not a sender of this subgroup in this (adequate) view: hand them back.
+                self.outputs.push_back(GroupOutput::Undeliverable {
+                    subgroup: *sg,
+                    payloads: q.drain(..).collect(),
+                });
+                work = true;
+                continue;
+            };
+            while let Some(msg) = q.front() {
+                match sender.try_send(msg) {
+                    Ok(_) => {
+                        q.pop_front();
+                        work = true;
+                    }
+                    Err(Error::WindowFull { .. }) => break,
+                    Err(e) => {
+                        tracing::error!(node = self.me, subgroup = sg, error = %e,
+                            "a re-send does not fit the new view's subgroup; dropped");
+                        q.pop_front();
+                    }
+                }
+            }
+        }
+        self.pending_resends.retain(|_, q| !q.is_empty());
+        work
+    }
+
+    fn drain(&mut self, ep: &dyn Endpoint) -> bool {
+        let mut posted = 0;
+        let post = |p: &Push, bytes: &[u8]| {
+            if ep.remote_region(p.peer, p.region).is_none() {
+                // The peer has not installed this view (or the link is not up yet): hold.
+                return Err(spindle_transport_rdma::Error::QueueFull { peer: p.peer });
+            }
+            p.post(ep, bytes)
+        };
+        if let Some(r) = &mut self.retiring {
+            posted += r.drain_pushes(&mut self.scratch, post);
+        }
+        if let Some(c) = &mut self.current {
+            posted += c.membership.drain_pushes(&mut self.scratch, post);
+            posted += c.engine.drain_pushes(&mut self.scratch, post);
+        }
+        let mut sent = false;
+        self.pending_state_sends.retain(|(to, msg)| match ep.send(*to, MEMBERSHIP_IMM, msg) {
+            Ok(()) => {
+                sent = true;
+                false
+            }
+            Err(spindle_transport_rdma::Error::NotConnected { .. })
+            | Err(spindle_transport_rdma::Error::QueueFull { .. }) => true,
+            Err(_) => false,
+        });
+        posted > 0 || sent
+    }
+
+    fn shut_down(&mut self, ep: &dyn Endpoint, why: String) {
+        tracing::info!(node = self.me, %why, "group shut down");
+        self.finish(ep, GroupOutput::ShutDown(why));
+    }
+
+    fn finish(&mut self, ep: &dyn Endpoint, out: GroupOutput) {
+        if let Some(c) = &mut self.current {
+            c.engine.wedge();
+            for m in c.view.members.iter().filter(|m| **m != self.me) {
+                let _ = ep.disconnect(*m);
+            }
+        }
+        self.phase = Phase::Done;
+        self.outputs.push_back(out);
+    }
+}
+
+/// The engine's frozen `received_num` per subgroup and sender of the layout, in layout
+/// order (zeros where this node is not a member).
+fn frozen_counters(c: &Current, me: NodeId) -> Vec<u64> {
+    let mut out = Vec::new();
+    for sg in c.layout.iter().flat_map(|l| l.subgroups.iter()) {
+        match c.engine.received(sg.id) {
+            Ok(r) if sg.members.contains(&me) => out.extend_from_slice(r),
+            _ => out.extend(std::iter::repeat_n(0, sg.senders.len())),
+        }
+    }
+    out
+}
+
+/// Who ships which subgroup's state to whom when `view` (with `layout`, `None` if
+/// inadequate) follows a view whose state holders were `holders`: every member of a
+/// subgroup that does not hold its state gets it from the lowest-ranked holder still in
+/// the view. Returns the plan and the holders after it.
+#[allow(clippy::type_complexity)]
+pub fn state_plan(
+    layout: Option<&Layout>,
+    view: &View,
+    holders: &BTreeMap<SubgroupId, Vec<NodeId>>,
+) -> (Vec<(SubgroupId, NodeId, NodeId)>, BTreeMap<SubgroupId, Vec<NodeId>>) {
+    let mut next: BTreeMap<SubgroupId, Vec<NodeId>> = holders
+        .iter()
+        .map(|(sg, h)| {
+            (
+                *sg,
+                h.iter().copied().filter(|m| view.members.contains(m)).collect(),
+            )
+        })
+        .collect();
+    let mut plan = Vec::new();
+    let Some(layout) = layout else {
+        return (plan, next);
+    };
+    for sg in &layout.subgroups {
+        let h = next.get(&sg.id).cloned().unwrap_or_default();
+        if let Some(giver) = view.members.iter().find(|m| h.contains(m)) {
+            for m in sg.members.iter().filter(|m| !h.contains(m)) {
+                plan.push((sg.id, *giver, *m));
+            }
+        }
+        next.insert(sg.id, sg.members.clone());
+    }
+    (plan, next)
+}
+
+/// Builds a membership message.
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn new(kind: u8) -> Writer {
+        Writer(vec![kind])
+    }
+    fn u16(&mut self, v: u16) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn str(&mut self, s: &str) {
+        let b = &s.as_bytes()[..s.len().min(u16::MAX as usize)];
+        self.u16(b.len() as u16);
+        self.0.extend_from_slice(b);
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.0.extend_from_slice(b);
+    }
+}
+
+/// Reads a membership message from a peer: every read is bounds-checked.
+struct Reader<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(data: &'a [u8]) -> Reader<'a> {
+        Reader { data, at: 0 }
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self.at.checked_add(n).filter(|e| *e <= self.data.len()).ok_or_else(|| {
+            Error::Protocol(format!(
+                "message of {} bytes ends before byte {}",
+                self.data.len(),
+                self.at + n
+            ))
+        })?;
+        let s = &self.data[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self) -> Result<u32> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        let b = self.take(8)?;
+        let mut w = [0u8; 8];
+        w.copy_from_slice(b);
+        Ok(u64::from_le_bytes(w))
+    }
+    fn str(&mut self) -> Result<String> {
+        let n = self.u16()? as usize;
+        let b = self.take(n)?;
+        std::str::from_utf8(b)
+            .map(str::to_string)
+            .map_err(|_| Error::Protocol("address is not UTF-8".into()))
+    }
+    fn rest(&mut self) -> &'a [u8] {
+        let s = &self.data[self.at..];
+        self.at = self.data.len();
+        s
+    }
+}

@@ -1,0 +1,859 @@
+//! The view-change protocol of one view (Derecho Appendix B.1, B.3, B.5) as a sans-IO state
+//! machine over the view's top-level SST.
+//!
+//! Every member of a view owns one row of a membership region (one region per view, pushed
+//! to every other member). A row holds, each word written only by its owner:
+//!
+//! * `suspected` — a bitmap over the view's ranks; suspicions propagate: a member copies
+//!   the bits of every row it does not suspect itself.
+//! * `num_changes` + `changes` — the proposals (remove a member, add a joiner). Only the
+//!   leader (the lowest-ranked unsuspected member) appends; the others echo its list and
+//!   acknowledge it in `num_acked`; the leader commits (`num_committed`) once every
+//!   unsuspected member acknowledged.
+//! * `leader_ack` — the rank (+1) of the leader this member follows. A new leader acts only
+//!   after every unsuspected member follows it, so what they echoed before is visible to it.
+//! * `wedged` + `frozen` — set once the member's engine is wedged: its `received_num` per
+//!   subgroup and sender, frozen.
+//! * `trim_tag` + the trim — the ragged trim, computed by a leader from the frozen counters
+//!   once the committed changes cover every suspicion and every remaining member is wedged,
+//!   tagged with the leader's rank (+1), echoed by the others. A new leader adopts the
+//!   highest-tagged trim it finds. A member acts on a trim (delivers up to it and installs
+//!   the next view) once a majority of the view's rows carry it.
+//! * `active` — the member is running (a joiner sets it once its state arrived).
+//!
+//! Data is published before the word that gates it (`write_then_release`): the change
+//! entries before `num_changes`, the frozen counters before `wedged`, the trim before
+//! `trim_tag`; readers read the gate first, with acquire.
+//!
+//! A member that can no longer reach a majority of the view, or that the others suspect,
+//! shuts itself down: a minority never installs a view (no split brain).
+
+use std::collections::{BTreeSet, VecDeque};
+
+use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES};
+
+use crate::engine::{drain_queue, Push};
+use crate::error::{Error, Result};
+use crate::layout::{sst_region_id, DeliveryMode, Layout, View, SUBGROUPS_MAX};
+
+/// Most changes one view change carries (further ones go to the next view change).
+pub const CHANGES_MAX: usize = 32;
+/// Longest fabric address a joiner may have, in bytes.
+pub const ADDRESS_BYTES_MAX: usize = 64;
+/// Words of one change entry: `kind << 32 | node`, then the address.
+const CHANGE_WORDS: usize = 1 + ADDRESS_BYTES_MAX / WORD_BYTES;
+const KIND_REMOVE: u64 = 1;
+const KIND_ADD: u64 = 2;
+/// The layout index whose region id the membership region takes (beyond any subgroup).
+const MEMBERSHIP_INDEX: usize = (1 << 12) - 1;
+const _: () = assert!(SUBGROUPS_MAX < MEMBERSHIP_INDEX, "subgroup indices stay below it");
+
+/// The region id of view `vid`'s membership region.
+pub fn membership_region_id(vid: u32) -> RegionId {
+    sst_region_id(vid, MEMBERSHIP_INDEX)
+}
+
+/// One proposed change of membership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// The member leaves the group (failed, suspected, cut off, or leaving).
+    Remove(NodeId),
+    /// A joiner enters the group, reachable at `address`.
+    Add {
+        /// The joiner.
+        node: NodeId,
+        /// Its fabric address.
+        address: String,
+    },
+}
+
+/// A ragged trim: the changes the next view applies and, per subgroup and sender of the
+/// view's layout (in layout order), how many of the sender's messages survive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trim {
+    /// Rank + 1 of the leader that computed it.
+    pub tag: u64,
+    /// The committed changes, in order.
+    pub changes: Vec<Change>,
+    /// Per subgroup (layout order), per sender rank: messages kept.
+    pub cuts: Vec<u64>,
+}
+
+impl Trim {
+    /// True if the trim removes `node`.
+    pub fn removes(&self, node: NodeId) -> bool {
+        self.changes.contains(&Change::Remove(node))
+    }
+}
+
+/// What the protocol decided for this view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A majority holds this trim: deliver up to it and install the next view.
+    Install(Trim),
+    /// This node must stop; the text says why.
+    ShutDown(String),
+    /// This node asked to leave and the next view no longer has it.
+    Left,
+}
+
+/// Word indices within a row.
+#[derive(Debug, Clone)]
+struct RowGeometry {
+    suspected_words: usize,
+    frozen_words: usize,
+    row_bytes: usize,
+}
+
+impl RowGeometry {
+    fn new(members: usize, frozen_words: usize) -> RowGeometry {
+        let suspected_words = members.div_ceil(64);
+        let g = RowGeometry {
+            suspected_words,
+            frozen_words,
+            row_bytes: 0,
+        };
+        let words = g.trim_cuts() + frozen_words;
+        RowGeometry {
+            row_bytes: (words * WORD_BYTES).div_ceil(64) * 64,
+            ..g
+        }
+    }
+    fn num_changes(&self) -> usize {
+        self.suspected_words
+    }
+    fn num_acked(&self) -> usize {
+        self.suspected_words + 1
+    }
+    fn num_committed(&self) -> usize {
+        self.suspected_words + 2
+    }
+    fn leader_ack(&self) -> usize {
+        self.suspected_words + 3
+    }
+    fn active(&self) -> usize {
+        self.suspected_words + 4
+    }
+    fn wedged(&self) -> usize {
+        self.suspected_words + 5
+    }
+    fn trim_tag(&self) -> usize {
+        self.suspected_words + 6
+    }
+    fn changes(&self) -> usize {
+        self.suspected_words + 7
+    }
+    fn frozen(&self) -> usize {
+        self.changes() + CHANGES_MAX * CHANGE_WORDS
+    }
+    fn trim_num(&self) -> usize {
+        self.frozen() + self.frozen_words
+    }
+    fn trim_changes(&self) -> usize {
+        self.trim_num() + 1
+    }
+    fn trim_cuts(&self) -> usize {
+        self.trim_changes() + CHANGES_MAX * CHANGE_WORDS
+    }
+    /// Byte offset of word `w` of rank `rank`'s row.
+    fn at(&self, rank: usize, w: usize) -> usize {
+        rank * self.row_bytes + w * WORD_BYTES
+    }
+}
+
+/// Which parts of this node's row changed since the last push.
+#[derive(Debug, Default, Clone, Copy)]
+struct Dirty {
+    suspected: bool,
+    acks: bool,
+    changes: bool,
+    frozen: bool,
+    trim: bool,
+}
+
+/// The membership state machine of one node in one view. See the module docs.
+#[derive(Debug)]
+pub struct Membership {
+    view: View,
+    rank: usize,
+    layout: Layout,
+    geom: RowGeometry,
+    region_id: RegionId,
+    region: Region,
+    suspected: Vec<bool>,
+    leaving: bool,
+    changes: Vec<Change>,
+    num_acked: usize,
+    num_committed: usize,
+    leader_ack: u64,
+    active: bool,
+    wedge_wanted: bool,
+    frozen: Option<Vec<u64>>,
+    trim: Option<Trim>,
+    /// This node, as leader, has adopted the longest list and highest trim it found.
+    adopted: bool,
+    /// The leader this node echoes (follower side).
+    following: Option<usize>,
+    pending_joins: Vec<(NodeId, String)>,
+    pushes: VecDeque<Push>,
+    dirty: Dirty,
+    outcome: Option<Outcome>,
+    misbehaved: Vec<(NodeId, String)>,
+}
+
+impl Membership {
+    /// The membership of `me` in `view`, whose subgroups are `layout` (empty when the view
+    /// is inadequate). `register` allocates the view's membership region.
+    pub fn new(
+        me: NodeId,
+        view: View,
+        layout: Layout,
+        active: bool,
+        register: impl FnOnce(RegionId, usize) -> Result<Region>,
+    ) -> Result<Membership> {
+        view.validate()?;
+        let rank = view
+            .members
+            .iter()
+            .position(|m| *m == me)
+            .ok_or_else(|| Error::Config(format!("node {me} is not in view {}", view.vid)))?;
+        let frozen_words = layout.subgroups.iter().map(|s| s.senders.len()).sum();
+        let geom = RowGeometry::new(view.members.len(), frozen_words);
+        let region_id = membership_region_id(view.vid);
+        let region = register(region_id, geom.row_bytes * view.members.len())?;
+        let n = view.members.len();
+        let mut m = Membership {
+            rank,
+            layout,
+            geom,
+            region_id,
+            region,
+            suspected: vec![false; n],
+            leaving: false,
+            changes: Vec::new(),
+            num_acked: 0,
+            num_committed: 0,
+            leader_ack: 0,
+            active,
+            wedge_wanted: false,
+            frozen: None,
+            trim: None,
+            adopted: false,
+            following: None,
+            pending_joins: Vec::new(),
+            pushes: VecDeque::new(),
+            dirty: Dirty::default(),
+            outcome: None,
+            misbehaved: Vec::new(),
+            view,
+        };
+        m.dirty.acks = true;
+        Ok(m)
+    }
+
+    /// The view.
+    pub fn view(&self) -> &View {
+        &self.view
+    }
+
+    /// The membership region's id.
+    pub fn region_id(&self) -> RegionId {
+        self.region_id
+    }
+
+    /// The member this node currently takes as leader (the lowest-ranked it does not
+    /// suspect).
+    pub fn leader(&self) -> Option<NodeId> {
+        (0..self.view.members.len())
+            .find(|k| !self.suspected[*k])
+            .map(|k| self.view.members[k])
+    }
+
+    /// Members this node suspects.
+    pub fn suspected(&self) -> Vec<NodeId> {
+        self.ranks_where(|k| self.suspected[k])
+    }
+
+    fn ranks_where(&self, f: impl Fn(usize) -> bool) -> Vec<NodeId> {
+        (0..self.view.members.len())
+            .filter(|k| f(*k))
+            .map(|k| self.view.members[k])
+            .collect()
+    }
+
+    /// True once the protocol wants the engine wedged (a suspicion or a proposed change).
+    pub fn wants_wedge(&self) -> bool {
+        self.wedge_wanted
+    }
+
+    /// The decision, once there is one.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        self.outcome.as_ref()
+    }
+
+    /// Peers whose rows broke the protocol since the last call (they are suspected).
+    pub fn take_misbehaved(&mut self) -> Vec<(NodeId, String)> {
+        std::mem::take(&mut self.misbehaved)
+    }
+
+    /// Joins this node (as leader) still has to propose.
+    pub fn pending_joins(&self) -> &[(NodeId, String)] {
+        &self.pending_joins
+    }
+
+    /// Members whose rows do not say `active` yet.
+    pub fn inactive(&self) -> Vec<NodeId> {
+        let g = &self.geom;
+        self.ranks_where(|k| {
+            if k == self.rank {
+                !self.active
+            } else {
+                self.region.load_u64(g.at(k, g.active())) == 0
+            }
+        })
+    }
+
+    // ----- inputs -------------------------------------------------------------------
+
+    /// `node` is suspected (the fabric reported it failed, or it misbehaved). Its queued
+    /// pushes are dropped.
+    pub fn suspect(&mut self, node: NodeId) {
+        if let Some(k) = self.view.members.iter().position(|m| *m == node) {
+            if !self.suspected[k] {
+                self.suspected[k] = true;
+                self.dirty.suspected = true;
+                self.pushes.retain(|p| p.peer != node);
+            }
+        }
+    }
+
+    /// A joiner asked to enter the group (the leader proposes it once every member is
+    /// active).
+    pub fn request_join(&mut self, node: NodeId, address: String) {
+        if address.len() > ADDRESS_BYTES_MAX {
+            return;
+        }
+        self.pending_joins.retain(|(n, _)| *n != node);
+        self.pending_joins.push((node, address));
+    }
+
+    /// This node wants to leave: it suspects itself, so the others remove it; it follows
+    /// the protocol until a trim without it reaches a majority ([`Outcome::Left`]).
+    pub fn leave(&mut self) {
+        self.leaving = true;
+        self.suspected[self.rank] = true;
+        self.dirty.suspected = true;
+    }
+
+    /// The engine is wedged; `frozen` is its `received_num` per subgroup and sender of the
+    /// layout, in layout order (zeros for subgroups this node is not in).
+    pub fn set_frozen(&mut self, frozen: Vec<u64>) {
+        assert_eq!(
+            frozen.len(),
+            self.geom.frozen_words,
+            "one frozen counter per subgroup sender of the layout"
+        );
+        self.frozen = Some(frozen);
+        self.dirty.frozen = true;
+    }
+
+    /// This node runs (a joiner once its state is installed).
+    pub fn set_active(&mut self) {
+        if !self.active {
+            self.active = true;
+            self.dirty.acks = true;
+        }
+    }
+
+    // ----- the protocol -------------------------------------------------------------
+
+    fn peer(&self, rank: usize, w: usize) -> u64 {
+        self.region.load_u64(self.geom.at(rank, w))
+    }
+
+    fn bad(&mut self, rank: usize, what: String) {
+        let node = self.view.members[rank];
+        tracing::warn!(node = self.view.members[self.rank], peer = node, %what, "membership row");
+        self.misbehaved.push((node, what));
+        self.suspect(node);
+    }
+
+    fn shut_down(&mut self, why: String) {
+        tracing::info!(node = self.view.members[self.rank], %why, "shutting down");
+        self.outcome = Some(Outcome::ShutDown(why));
+    }
+
+    /// Evaluates the protocol once; returns true if anything changed.
+    pub fn step(&mut self) -> bool {
+        if self.outcome.is_some() {
+            return false;
+        }
+        let n = self.view.members.len();
+        let vid = self.view.vid;
+        let before = (self.suspected.clone(), self.changes.len(), self.num_committed);
+        // Suspicions propagate from every row this node does not suspect.
+        for k in 0..n {
+            if k == self.rank || self.suspected[k] {
+                continue;
+            }
+            for w in 0..self.geom.suspected_words {
+                let bits = self.peer(k, w);
+                for b in 0..64 {
+                    let j = w * 64 + b;
+                    if bits & (1 << b) != 0 && j < n && !self.suspected[j] {
+                        self.suspected[j] = true;
+                        self.dirty.suspected = true;
+                    }
+                }
+            }
+        }
+        if self.suspected[self.rank] && !self.leaving {
+            self.shut_down(format!(
+                "removed from view {vid}: other members suspect this node"
+            ));
+            return true;
+        }
+        let alive = self.suspected.iter().filter(|s| !**s).count() + usize::from(self.leaving);
+        if alive * 2 <= n {
+            self.shut_down(format!(
+                "lost the majority of view {vid}: {alive} of its {n} members reachable"
+            ));
+            return true;
+        }
+        let Some(leader) = (0..n).find(|k| !self.suspected[*k]) else {
+            self.shut_down(format!("every member of view {vid} is suspected"));
+            return true;
+        };
+        let changes_seen = !self.changes.is_empty()
+            || (leader != self.rank && self.peer(leader, self.geom.num_changes()) > 0);
+        if !self.wedge_wanted && (self.suspected.iter().any(|s| *s) || changes_seen) {
+            self.wedge_wanted = true;
+        }
+        if self.leader_ack != leader as u64 + 1 {
+            self.leader_ack = leader as u64 + 1;
+            self.dirty.acks = true;
+        }
+        if leader == self.rank {
+            self.lead();
+        } else {
+            self.follow(leader);
+        }
+        self.act();
+        let work = self.dirty.suspected
+            || self.dirty.acks
+            || self.dirty.changes
+            || self.dirty.frozen
+            || self.dirty.trim
+            || self.outcome.is_some()
+            || before != (self.suspected.clone(), self.changes.len(), self.num_committed);
+        self.flush();
+        work
+    }
+
+    fn unsuspected_others(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.view.members.len()).filter(move |k| *k != self.rank && !self.suspected[*k])
+    }
+
+    fn lead(&mut self) {
+        let me = self.rank as u64 + 1;
+        let g = self.geom.clone();
+        if self.unsuspected_others().any(|k| self.peer(k, g.leader_ack()) != me) {
+            return;
+        }
+        if !self.adopted {
+            self.adopted = true;
+            let me_rank = self.rank;
+            for k in (0..self.view.members.len()).filter(|k| *k != me_rank) {
+                let nk = self.peer(k, g.num_changes()) as usize;
+                if nk > self.changes.len() {
+                    if let Some(list) = self.read_changes(k, g.changes(), nk) {
+                        self.changes = list;
+                        self.dirty.changes = true;
+                    }
+                }
+                let tag = self.peer(k, g.trim_tag());
+                if tag > self.trim.as_ref().map_or(0, |t| t.tag) {
+                    if let Some(t) = self.read_trim(k, tag) {
+                        self.trim = Some(t);
+                        self.dirty.trim = true;
+                    }
+                }
+            }
+        }
+        if self.trim.is_none() {
+            for k in 0..self.view.members.len() {
+                let node = self.view.members[k];
+                if self.suspected[k]
+                    && !self.changes.contains(&Change::Remove(node))
+                    && self.changes.len() < CHANGES_MAX
+                {
+                    self.changes.push(Change::Remove(node));
+                    self.dirty.changes = true;
+                }
+            }
+            if self.inactive().is_empty() {
+                for (node, address) in self.pending_joins.clone() {
+                    let proposed = self
+                        .changes
+                        .iter()
+                        .any(|c| matches!(c, Change::Add { node: x, .. } if *x == node));
+                    let room = !self.view.members.contains(&node)
+                        || self.changes.contains(&Change::Remove(node));
+                    if !proposed && room && self.changes.len() < CHANGES_MAX {
+                        self.changes.push(Change::Add { node, address });
+                        self.dirty.changes = true;
+                        self.pending_joins.retain(|(x, _)| *x != node);
+                    }
+                }
+            }
+        }
+        if self.num_acked != self.changes.len() {
+            self.num_acked = self.changes.len();
+            self.dirty.acks = true;
+        }
+        let want = self.changes.len();
+        if self.num_committed < want
+            && self
+                .unsuspected_others()
+                .all(|k| self.peer(k, g.num_acked()) as usize >= want)
+        {
+            self.num_committed = want;
+            self.dirty.acks = true;
+        }
+        if self.trim.is_none() && self.num_committed > 0 {
+            self.compute_trim();
+        }
+    }
+
+    /// The leader's ragged trim, once the committed changes remove every suspected member
+    /// and every remaining member has published its frozen counters.
+    fn compute_trim(&mut self) {
+        let committed = &self.changes[..self.num_committed];
+        let removed: BTreeSet<NodeId> = committed
+            .iter()
+            .filter_map(|c| match c {
+                Change::Remove(n) => Some(*n),
+                Change::Add { .. } => None,
+            })
+            .collect();
+        let n = self.view.members.len();
+        if (0..n).any(|k| self.suspected[k] && !removed.contains(&self.view.members[k])) {
+            return;
+        }
+        let Some(own) = self.frozen.clone() else {
+            return;
+        };
+        let g = self.geom.clone();
+        let remaining: Vec<usize> = (0..n)
+            .filter(|k| !removed.contains(&self.view.members[*k]))
+            .collect();
+        if remaining
+            .iter()
+            .any(|k| *k != self.rank && self.peer(*k, g.wedged()) != 1)
+        {
+            return;
+        }
+        let mut cuts = Vec::with_capacity(g.frozen_words);
+        let mut base = 0;
+        for sg in &self.layout.subgroups {
+            let senders = sg.senders.len();
+            let mut c = vec![u64::MAX; senders];
+            let mut any = false;
+            for m in sg.members.iter().filter(|m| !removed.contains(m)) {
+                let Some(k) = self.view.members.iter().position(|x| x == m) else {
+                    continue;
+                };
+                any = true;
+                for (r, v) in c.iter_mut().enumerate() {
+                    let f = if k == self.rank {
+                        own[base + r]
+                    } else {
+                        self.peer(k, g.frozen() + base + r)
+                    };
+                    *v = (*v).min(f);
+                }
+            }
+            if !any {
+                c = vec![0; senders];
+            }
+            if sg.mode == DeliveryMode::Atomic {
+                // Cut at the first round-robin gap.
+                let s = senders as u64;
+                let trim = c
+                    .iter()
+                    .enumerate()
+                    .map(|(r, k)| k.saturating_mul(s).saturating_add(r as u64))
+                    .min()
+                    .unwrap_or(0);
+                for (r, v) in c.iter_mut().enumerate() {
+                    let r = r as u64;
+                    *v = if trim <= r { 0 } else { (trim - r).div_ceil(s) };
+                }
+            }
+            cuts.extend(c);
+            base += senders;
+        }
+        self.trim = Some(Trim {
+            tag: self.rank as u64 + 1,
+            changes: committed.to_vec(),
+            cuts,
+        });
+        self.dirty.trim = true;
+    }
+
+    fn follow(&mut self, leader: usize) {
+        let g = self.geom.clone();
+        let switched = self.following != Some(leader);
+        self.following = Some(leader);
+        let ln = self.peer(leader, g.num_changes()) as usize;
+        if ln > CHANGES_MAX {
+            self.bad(leader, format!("num_changes {ln} exceeds {CHANGES_MAX}"));
+            return;
+        }
+        if ln > self.changes.len() || (switched && ln == self.changes.len() && ln > 0) {
+            if let Some(list) = self.read_changes(leader, g.changes(), ln) {
+                if list != self.changes {
+                    self.changes = list;
+                    self.dirty.changes = true;
+                }
+            }
+        }
+        if self.num_acked != self.changes.len() {
+            self.num_acked = self.changes.len();
+            self.dirty.acks = true;
+        }
+        let lc = (self.peer(leader, g.num_committed()) as usize).min(self.num_acked);
+        if lc > self.num_committed {
+            self.num_committed = lc;
+            self.dirty.acks = true;
+        }
+        let tag = self.peer(leader, g.trim_tag());
+        if tag != 0 && self.trim.as_ref().map(|t| t.tag) != Some(tag) {
+            if let Some(t) = self.read_trim(leader, tag) {
+                self.trim = Some(t);
+                self.dirty.trim = true;
+            }
+        }
+    }
+
+    fn act(&mut self) {
+        let Some(trim) = self.trim.clone() else {
+            return;
+        };
+        if self.frozen.is_none() || self.outcome.is_some() {
+            return;
+        }
+        let g = &self.geom;
+        let n = self.view.members.len();
+        let holders = 1 + (0..n)
+            .filter(|k| *k != self.rank && self.peer(*k, g.trim_tag()) == trim.tag)
+            .count();
+        if holders * 2 <= n {
+            return;
+        }
+        let me = self.view.members[self.rank];
+        self.outcome = Some(if trim.removes(me) {
+            if self.leaving {
+                Outcome::Left
+            } else {
+                Outcome::ShutDown(format!(
+                    "removed from the group by the view after {}",
+                    self.view.vid
+                ))
+            }
+        } else {
+            Outcome::Install(trim)
+        });
+    }
+
+    // ----- rows ---------------------------------------------------------------------
+
+    fn read_changes(&mut self, rank: usize, at: usize, count: usize) -> Option<Vec<Change>> {
+        if count > CHANGES_MAX {
+            self.bad(rank, format!("{count} changes, at most {CHANGES_MAX}"));
+            return None;
+        }
+        let mut out = Vec::with_capacity(count);
+        for i in 0..count {
+            let base = self.geom.at(rank, at + i * CHANGE_WORDS);
+            match decode_change(&self.region, base) {
+                Ok(c) => out.push(c),
+                Err(e) => {
+                    self.bad(rank, format!("change {i}: {e}"));
+                    return None;
+                }
+            }
+        }
+        Some(out)
+    }
+
+    fn read_trim(&mut self, rank: usize, tag: u64) -> Option<Trim> {
+        let g = self.geom.clone();
+        if tag as usize > self.view.members.len() {
+            self.bad(rank, format!("trim tag {tag} names no rank"));
+            return None;
+        }
+        let count = self.peer(rank, g.trim_num()) as usize;
+        let changes = self.read_changes(rank, g.trim_changes(), count)?;
+        let cuts = (0..g.frozen_words)
+            .map(|i| self.peer(rank, g.trim_cuts() + i))
+            .collect();
+        Some(Trim { tag, changes, cuts })
+    }
+
+    fn store_changes(&self, at: usize, list: &[Change]) {
+        for (i, c) in list.iter().enumerate() {
+            encode_change(&self.region, self.geom.at(self.rank, at + i * CHANGE_WORDS), c);
+        }
+    }
+
+    /// Writes the dirty parts of this node's row and queues their pushes: data first,
+    /// then the word that gates it.
+    fn flush(&mut self) {
+        let d = std::mem::take(&mut self.dirty);
+        let g = self.geom.clone();
+        let peers: Vec<NodeId> = self
+            .unsuspected_others()
+            .map(|k| self.view.members[k])
+            .collect();
+        let mut out: Vec<(usize, usize, Option<(usize, u64)>)> = Vec::new();
+        let mut queue = |offset: usize, len: usize, guard: Option<(usize, u64)>| {
+            out.push((offset, len, guard));
+        };
+        let row = |w: usize| g.at(self.rank, w);
+        if d.changes {
+            self.store_changes(g.changes(), &self.changes);
+            let len = self.changes.len() * CHANGE_WORDS * WORD_BYTES;
+            let num = self.changes.len() as u64;
+            self.region.store_u64(row(g.num_changes()), num);
+            if len > 0 {
+                queue(row(g.changes()), len, Some((row(g.num_changes()), num)));
+            } else {
+                queue(row(g.num_changes()), WORD_BYTES, None);
+            }
+        }
+        if d.acks {
+            self.region.store_u64(row(g.num_acked()), self.num_acked as u64);
+            self.region
+                .store_u64(row(g.num_committed()), self.num_committed as u64);
+            self.region.store_u64(row(g.leader_ack()), self.leader_ack);
+            self.region
+                .store_u64(row(g.active()), u64::from(self.active));
+            queue(row(g.num_acked()), 4 * WORD_BYTES, None);
+        }
+        if d.suspected {
+            for w in 0..g.suspected_words {
+                let mut bits = 0u64;
+                for b in 0..64 {
+                    if self.suspected.get(w * 64 + b).copied().unwrap_or(false) {
+                        bits |= 1 << b;
+                    }
+                }
+                self.region.store_u64(row(w), bits);
+            }
+            queue(row(0), g.suspected_words * WORD_BYTES, None);
+        }
+        if d.frozen {
+            if let Some(f) = &self.frozen {
+                for (i, v) in f.iter().enumerate() {
+                    self.region.store_u64(row(g.frozen() + i), *v);
+                }
+            }
+            self.region.store_u64(row(g.wedged()), 1);
+            if g.frozen_words > 0 {
+                queue(
+                    row(g.frozen()),
+                    g.frozen_words * WORD_BYTES,
+                    Some((row(g.wedged()), 1)),
+                );
+            } else {
+                queue(row(g.wedged()), WORD_BYTES, None);
+            }
+        }
+        if d.trim {
+            if let Some(t) = &self.trim {
+                self.region
+                    .store_u64(row(g.trim_num()), t.changes.len() as u64);
+                self.store_changes(g.trim_changes(), &t.changes);
+                for (i, v) in t.cuts.iter().enumerate() {
+                    self.region.store_u64(row(g.trim_cuts() + i), *v);
+                }
+                self.region.store_u64(row(g.trim_tag()), t.tag);
+                let len = (g.trim_cuts() + g.frozen_words - g.trim_num()) * WORD_BYTES;
+                queue(row(g.trim_num()), len, Some((row(g.trim_tag()), t.tag)));
+            }
+        }
+        for (offset, len, guard) in out {
+            for &peer in &peers {
+                self.pushes.push_back(Push {
+                    peer,
+                    region: self.region_id,
+                    offset,
+                    len,
+                    guard,
+                });
+            }
+        }
+    }
+
+    /// Posts queued pushes (see [`crate::Engine::drain_pushes`]); a peer whose post fails
+    /// for good is suspected. Returns how many were posted.
+    pub fn drain_pushes(
+        &mut self,
+        scratch: &mut Vec<u8>,
+        post: impl FnMut(&Push, &[u8]) -> spindle_transport_rdma::Result<()>,
+    ) -> usize {
+        let region = &self.region;
+        let id = self.region_id;
+        let peers_total = self.view.members.len();
+        let (posted, failed) = drain_queue(
+            &mut self.pushes,
+            scratch,
+            peers_total,
+            |r| (r == id).then_some(region),
+            post,
+        );
+        for peer in failed {
+            self.suspect(peer);
+        }
+        posted
+    }
+
+    /// True if no push is waiting.
+    pub fn is_drained(&self) -> bool {
+        self.pushes.is_empty()
+    }
+}
+
+fn encode_change(region: &Region, at: usize, c: &Change) {
+    let (kind, node, address) = match c {
+        Change::Remove(n) => (KIND_REMOVE, *n, ""),
+        Change::Add { node, address } => (KIND_ADD, *node, address.as_str()),
+    };
+    region.store_u64(at, kind << 32 | u64::from(node));
+    let mut bytes = [0u8; ADDRESS_BYTES_MAX];
+    let a = address.as_bytes();
+    bytes[..a.len().min(ADDRESS_BYTES_MAX)].copy_from_slice(&a[..a.len().min(ADDRESS_BYTES_MAX)]);
+    // The address was checked against ADDRESS_BYTES_MAX when the join was requested.
+    let _ = region.write_bytes(at + WORD_BYTES, &bytes);
+}
+
+fn decode_change(region: &Region, at: usize) -> std::result::Result<Change, String> {
+    let w = region.load_u64(at);
+    let node = (w & 0xFFFF_FFFF) as NodeId;
+    match w >> 32 {
+        KIND_REMOVE => Ok(Change::Remove(node)),
+        KIND_ADD => {
+            let mut bytes = [0u8; ADDRESS_BYTES_MAX];
+            region
+                .read_bytes(at + WORD_BYTES, &mut bytes)
+                .map_err(|e| e.to_string())?;
+            let end = bytes.iter().position(|b| *b == 0).unwrap_or(ADDRESS_BYTES_MAX);
+            let address = std::str::from_utf8(&bytes[..end])
+                .map_err(|_| "address is not UTF-8".to_string())?
+                .to_string();
+            Ok(Change::Add { node, address })
+        }
+        k => Err(format!("unknown change kind {k}")),
+    }
+}

@@ -1,0 +1,1075 @@
+//! Swarm simulation of whole groups under faults, with a checker of virtual synchrony.
+//!
+//! A [`Cluster`] runs several [`Group`]s over one deterministic sim fabric in one thread,
+//! each with a small application that sends named messages, keeps the delivered sequence
+//! of every subgroup as its state (shipped to joiners by state transfer), and logs what it
+//! delivered in which view. A [`Scenario`] (a small builder) schedules faults — crashes,
+//! restarts that rejoin, partitions, pauses (a slow member), leaves — at rounds or when a
+//! view change is under way; [`run_seed`] draws a random scenario from a seed. Every run
+//! has a safety phase under faults and a liveness phase in which the faults heal, crashed
+//! nodes restart and rejoin, and the healed group must install one view and deliver
+//! everything its surviving senders sent.
+//!
+//! The [`Checker`] records violations (it never panics): view ids increase; one
+//! membership per view id (no split brain); each view holds a majority of the previous
+//! one; members that pass from view v to v+1 delivered the same messages in v in every
+//! atomic subgroup (virtual synchrony); one total order per atomic subgroup across views
+//! (every node's sequence is a prefix of the final one, so nothing past an agreed trim was
+//! ever delivered); no duplicates; each sender's order kept; payloads intact.
+//!
+//! ```
+//! use spindle_group::swarm::{run_seed, SwarmConfig};
+//! let report = run_seed(7, &SwarmConfig::default());
+//! assert!(report.violations.is_empty(), "{:?}", report.violations);
+//! assert!(report.liveness_failure.is_none());
+//! assert_eq!(report, run_seed(7, &SwarmConfig::default()), "same seed, same run");
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use spindle_transport_rdma::sim::{SimConfig, SimEndpoint, SimWorld};
+use spindle_transport_rdma::{Endpoint, FabricConfig, NodeId};
+
+use crate::engine::{EngineConfig, Techniques};
+use crate::error::Error;
+use crate::group::{Group, GroupConfig, GroupOutput, LayoutFn};
+use crate::layout::{DeliveryMode, Layout, SubgroupId, SubgroupSpec, View};
+
+/// A message's identity: origin node, its incarnation, and the origin's counter.
+pub type MsgId = (NodeId, u32, u64);
+
+/// The three subgroups of the swarm's layout.
+pub const SG_ALL: SubgroupId = 0;
+/// Members of rank 1 and up; the first two send (needs 2 members).
+pub const SG_TAIL: SubgroupId = 1;
+/// Every member, unordered; the first two send.
+pub const SG_UNORDERED: SubgroupId = 2;
+
+/// The swarm's deterministic layout function: [`SG_ALL`] (every member sends, atomic),
+/// [`SG_TAIL`] (ranks 1.., the first two send, atomic) and [`SG_UNORDERED`]; a view of
+/// fewer than 3 members is inadequate.
+pub fn swarm_layout(window_slots: usize) -> LayoutFn {
+    Arc::new(move |view: &View| {
+        let m = &view.members;
+        if m.len() < 3 {
+            return Err(format!(
+                "subgroup {SG_TAIL} needs 2 members besides rank 0; view {} has {}",
+                view.vid,
+                m.len()
+            ));
+        }
+        let sg = |id, members: Vec<NodeId>, senders: Vec<NodeId>, mode| SubgroupSpec {
+            id,
+            members,
+            senders,
+            mode,
+            window_slots,
+            slot_payload_bytes: 96,
+        };
+        Ok(Layout {
+            subgroups: vec![
+                sg(SG_ALL, m.clone(), m.clone(), DeliveryMode::Atomic),
+                sg(SG_TAIL, m[1..].to_vec(), m[1..3].to_vec(), DeliveryMode::Atomic),
+                sg(SG_UNORDERED, m.clone(), m[..2].to_vec(), DeliveryMode::Unordered),
+            ],
+        })
+    })
+}
+
+/// Rounds between two restarts of stopped nodes in the liveness phase.
+pub const LIVENESS_RESTART_ROUNDS: u64 = 4_000;
+
+/// A fault the scenario applies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// The node's process dies (its fabric endpoint with it).
+    Crash(Target),
+    /// A crashed or shut-down node starts again as a new incarnation and rejoins.
+    Restart(NodeId),
+    /// The fabric splits into these sides until [`Fault::Heal`].
+    Partition(Vec<Vec<NodeId>>),
+    /// Every partition heals.
+    Heal,
+    /// The node's traffic is held (a slow member) until [`Fault::Resume`].
+    Pause(NodeId),
+    /// A paused node's traffic flows again.
+    Resume(NodeId),
+    /// The node leaves the group gracefully.
+    Leave(NodeId),
+}
+
+/// Whom a fault hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// This node.
+    Node(NodeId),
+    /// The leader of the newest view a live node holds (its lowest-ranked member alive).
+    Leader,
+    /// A node that is joining right now (no fault if none is).
+    Joiner,
+}
+
+/// When a fault fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    /// At this round.
+    Round(u64),
+    /// At the first round, from this one on, in which some live node is wedged for a view
+    /// change.
+    ViewChangeFrom(u64),
+    /// At the first round, from this one on, in which some node is joining.
+    JoiningFrom(u64),
+}
+
+/// A scripted run: nodes, faults, and how long each phase lasts.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Seed of the fabric's delays and the applications' sends.
+    pub seed: u64,
+    /// Initial members (nodes 1..=nodes).
+    pub nodes: u32,
+    /// The faults, each with its trigger.
+    pub faults: Vec<(When, Fault)>,
+    /// Rounds of the safety phase (applications send; faults fire).
+    pub safety_rounds: u64,
+    /// Most rounds the liveness phase may take.
+    pub liveness_rounds_max: u64,
+    /// Percent chance that a node sends in a round.
+    pub send_percent: u32,
+    /// Send window of every subgroup.
+    pub window_slots: usize,
+    /// Whether the liveness phase restarts crashed and shut-down nodes.
+    pub restart_in_liveness: bool,
+    /// Apply every fault even when more than a minority would be impaired (scripted
+    /// scenarios that test minority shutdown); random seeds keep a majority.
+    pub unbounded_faults: bool,
+}
+
+impl Scenario {
+    /// A scenario of `nodes` initial members with no faults.
+    pub fn new(nodes: u32) -> Scenario {
+        Scenario {
+            seed: 1,
+            nodes,
+            faults: Vec::new(),
+            safety_rounds: 1_500,
+            liveness_rounds_max: 60_000,
+            send_percent: 30,
+            window_slots: 8,
+            restart_in_liveness: true,
+            unbounded_faults: false,
+        }
+    }
+
+    /// Applies every fault even when more than a minority would be impaired.
+    pub fn unbounded_faults(mut self) -> Scenario {
+        self.unbounded_faults = true;
+        self
+    }
+
+    /// Sets the seed.
+    pub fn seed(mut self, seed: u64) -> Scenario {
+        self.seed = seed;
+        self
+    }
+
+    /// Adds a fault.
+    pub fn at(mut self, when: When, fault: Fault) -> Scenario {
+        self.faults.push((when, fault));
+        self
+    }
+
+    /// Sets the safety phase's length.
+    pub fn safety_rounds(mut self, rounds: u64) -> Scenario {
+        self.safety_rounds = rounds;
+        self
+    }
+
+    /// Whether the liveness phase restarts crashed and shut-down nodes (default yes).
+    pub fn restart_in_liveness(mut self, on: bool) -> Scenario {
+        self.restart_in_liveness = on;
+        self
+    }
+
+    /// Runs the scenario.
+    pub fn run(&self) -> Report {
+        Cluster::new(self).run()
+    }
+}
+
+/// Settings of [`run_seed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SwarmConfig {
+    /// Smallest cluster.
+    pub nodes_min: u32,
+    /// Largest cluster.
+    pub nodes_max: u32,
+}
+
+impl Default for SwarmConfig {
+    fn default() -> Self {
+        SwarmConfig {
+            nodes_min: 3,
+            nodes_max: 7,
+        }
+    }
+}
+
+/// The scenario `run_seed` draws from `seed`: 3–7 nodes, and a seeded schedule of at
+/// most a minority of concurrent faults — crashes (of the leader, of a node mid view
+/// change, of a joiner), restarts, a minority partition, a pause, a leave.
+pub fn scenario_for_seed(seed: u64, cfg: &SwarmConfig) -> Scenario {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5CE7_A210);
+    let nodes = rng.gen_range(cfg.nodes_min..=cfg.nodes_max);
+    let mut s = Scenario::new(nodes).seed(seed);
+    s.send_percent = rng.gen_range(5..60);
+    s.window_slots = rng.gen_range(2..=16);
+    let minority = (nodes - 1) / 2;
+    let faults = rng.gen_range(0..=3);
+    let mut round = 100;
+    for _ in 0..faults {
+        round += rng.gen_range(50..400);
+        let node = rng.gen_range(1..=nodes);
+        let f = match rng.gen_range(0..8) {
+            0 => (When::Round(round), Fault::Crash(Target::Node(node))),
+            1 => (When::Round(round), Fault::Crash(Target::Leader)),
+            2 => (When::ViewChangeFrom(round), Fault::Crash(Target::Leader)),
+            3 => (When::Round(round), Fault::Pause(node)),
+            4 => (When::Round(round), Fault::Leave(node)),
+            5 if minority > 0 => {
+                let k = rng.gen_range(1..=minority);
+                let side: Vec<NodeId> = (1..=k).map(|i| (node + i - 1) % nodes + 1).collect();
+                let rest: Vec<NodeId> = (1..=nodes).filter(|n| !side.contains(n)).collect();
+                (When::Round(round), Fault::Partition(vec![side, rest]))
+            }
+            6 => (When::JoiningFrom(round), Fault::Crash(Target::Joiner)),
+            _ => (When::Round(round), Fault::Crash(Target::Node(node))),
+        };
+        s = s.at(f.0, f.1);
+        if matches!(s.faults.last(), Some((_, Fault::Pause(_)))) {
+            s = s.at(When::Round(round + rng.gen_range(5..300)), Fault::Resume(node));
+        }
+        if matches!(s.faults.last(), Some((_, Fault::Partition(_)))) {
+            s = s.at(When::Round(round + rng.gen_range(50..300)), Fault::Heal);
+        }
+        if rng.gen_bool(0.5) {
+            // A restart during the safety phase: the node rejoins under faults.
+            s = s.at(When::Round(round + rng.gen_range(20..200)), Fault::Restart(node));
+        }
+    }
+    s.safety_rounds = round + 300;
+    s
+}
+
+/// The outcome of one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// Initial members.
+    pub nodes: u32,
+    /// Safety violations found (empty when the run is correct).
+    pub violations: Vec<String>,
+    /// Why the liveness phase failed, if it did.
+    pub liveness_failure: Option<String>,
+    /// Views installed, summed over nodes.
+    pub views_installed: u64,
+    /// Application messages delivered, summed over nodes.
+    pub messages_delivered: u64,
+    /// Faults that fired.
+    pub faults_fired: usize,
+    /// Hash of the fabric trace and of every node's deliveries: equal for equal seeds.
+    pub trace_hash: u64,
+}
+
+/// Per node: its application and its group.
+struct NodeRun {
+    id: NodeId,
+    incarnation: u32,
+    ep: Arc<SimEndpoint>,
+    group: Option<Group>,
+    /// Per subgroup: the delivered sequence (the state; replaced at state transfer).
+    state: BTreeMap<SubgroupId, Vec<MsgId>>,
+    /// `(vid, subgroup) -> what was delivered in that view`.
+    per_view: BTreeMap<(u32, SubgroupId), Vec<MsgId>>,
+    views: Vec<View>,
+    /// Per view id: the subgroups this node was a member of.
+    subgroups_in: BTreeMap<u32, BTreeSet<SubgroupId>>,
+    counter: u64,
+    sent: Vec<(SubgroupId, MsgId)>,
+    /// The node's process is gone (crash) or stopped (shutdown / left).
+    down: bool,
+    crashed: bool,
+    left: bool,
+    /// Why the group stopped, if it did.
+    ended: Option<String>,
+}
+
+/// The cluster of one run. See the module docs.
+struct Cluster {
+    sc: Scenario,
+    world: SimWorld,
+    cfg: GroupConfig,
+    nodes: BTreeMap<NodeId, NodeRun>,
+    /// Node runs that ended (crashed or shut down), kept for the final checks.
+    past: Vec<NodeRun>,
+    checker: Checker,
+    rng: ChaCha8Rng,
+    round: u64,
+    fired: Vec<bool>,
+    paused: BTreeSet<NodeId>,
+    /// Nodes on the smaller sides of the active partition.
+    cut_off: BTreeSet<NodeId>,
+    delivered_total: u64,
+    delivery_hash: u64,
+    /// Print every non-delivery output (set by `SPINDLE_SWARM_DEBUG`).
+    debug: bool,
+}
+
+fn payload(id: MsgId, sg: SubgroupId, len: usize) -> Vec<u8> {
+    let mut p = Vec::with_capacity(len);
+    p.extend_from_slice(&id.0.to_le_bytes());
+    p.extend_from_slice(&id.1.to_le_bytes());
+    p.extend_from_slice(&id.2.to_le_bytes());
+    p.extend_from_slice(&sg.to_le_bytes());
+    let mut x = u64::from(id.0) << 40 ^ u64::from(id.1) << 32 ^ id.2 ^ u64::from(sg) << 56;
+    while p.len() < len {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        p.push((x >> 56) as u8);
+    }
+    p
+}
+
+fn parse_payload(p: &[u8]) -> Option<(MsgId, SubgroupId)> {
+    if p.len() < 20 {
+        return None;
+    }
+    let u32at = |i: usize| u32::from_le_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]);
+    let mut c = [0u8; 8];
+    c.copy_from_slice(&p[8..16]);
+    Some(((u32at(0), u32at(4), u64::from_le_bytes(c)), u32at(16)))
+}
+
+fn encode_state(list: &[MsgId]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(list.len() * 16);
+    for (n, i, c) in list {
+        out.extend_from_slice(&n.to_le_bytes());
+        out.extend_from_slice(&i.to_le_bytes());
+        out.extend_from_slice(&c.to_le_bytes());
+    }
+    out
+}
+
+fn decode_state(b: &[u8]) -> Option<Vec<MsgId>> {
+    if b.len() % 16 != 0 {
+        return None;
+    }
+    Some(
+        b.chunks_exact(16)
+            .map(|c| {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(&c[8..16]);
+                (
+                    u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                    u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+                    u64::from_le_bytes(w),
+                )
+            })
+            .collect(),
+    )
+}
+
+fn fnv(h: &mut u64, bytes: &[u8]) {
+    for b in bytes {
+        *h ^= u64::from(*b);
+        *h = h.wrapping_mul(0x100_0000_01b3);
+    }
+}
+
+impl Cluster {
+    fn new(sc: &Scenario) -> Cluster {
+        let seed = sc.seed;
+        let sim = SimConfig {
+            link_delay_min_us: 1,
+            link_delay_max_us: 1 + seed % 200,
+            failure_detection_us: 2_000,
+            fabric: FabricConfig {
+                probe_interval_ms: 5,
+                probe_timeout_ms: 20,
+                ..FabricConfig::default()
+            },
+        };
+        let world = SimWorld::new(seed, sim);
+        let techniques = if seed % 3 == 0 {
+            Techniques::all().with_batching(false)
+        } else {
+            Techniques::all()
+        };
+        let cfg = GroupConfig {
+            engine: EngineConfig { techniques },
+            layout: swarm_layout(sc.window_slots),
+            activation_timeout_us: 60_000,
+            join_retry_us: 3_000,
+        };
+        let ids: Vec<NodeId> = (1..=sc.nodes).collect();
+        let view = View {
+            vid: 1,
+            members: ids.clone(),
+        };
+        let mut nodes = BTreeMap::new();
+        let mut eps = Vec::new();
+        for &id in &ids {
+            eps.push(world.endpoint(id));
+        }
+        let addresses: BTreeMap<NodeId, String> =
+            ids.iter().zip(&eps).map(|(id, ep)| (*id, ep.address())).collect();
+        for (id, ep) in ids.iter().zip(eps) {
+            let group = Group::bootstrap(&*ep, view.clone(), addresses.clone(), cfg.clone(), 0)
+                .unwrap_or_else(|e| panic!("seed {seed}: bootstrap {id}: {e}"));
+            nodes.insert(
+                *id,
+                NodeRun {
+                    id: *id,
+                    incarnation: 0,
+                    ep,
+                    group: Some(group),
+                    state: BTreeMap::new(),
+                    per_view: BTreeMap::new(),
+                    views: Vec::new(),
+                    subgroups_in: BTreeMap::new(),
+                    counter: 0,
+                    sent: Vec::new(),
+                    down: false,
+                    crashed: false,
+                    left: false,
+                    ended: None,
+                },
+            );
+        }
+        Cluster {
+            fired: vec![false; sc.faults.len()],
+            sc: sc.clone(),
+            world,
+            cfg,
+            nodes,
+            past: Vec::new(),
+            checker: Checker::default(),
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0xA11CE),
+            round: 0,
+            paused: BTreeSet::new(),
+            cut_off: BTreeSet::new(),
+            delivered_total: 0,
+            delivery_hash: 0xcbf2_9ce4_8422_2325,
+            debug: std::env::var_os("SPINDLE_SWARM_DEBUG").is_some(),
+        }
+    }
+
+    fn run(mut self) -> Report {
+        let safety = self.sc.safety_rounds;
+        while self.round < safety {
+            self.faults();
+            self.sends();
+            self.round_once();
+        }
+        // Liveness: everything heals; crashed and shut-down nodes restart and rejoin (again
+        // every few thousand rounds, as a supervisor would restart a process that stopped).
+        self.world.clear_rules();
+        self.cut_off.clear();
+        for n in std::mem::take(&mut self.paused) {
+            self.world.resume(n);
+        }
+        let mut liveness_failure = None;
+        let mut settled = false;
+        for i in 0..self.sc.liveness_rounds_max {
+            if self.sc.restart_in_liveness && i % LIVENESS_RESTART_ROUNDS == 0 {
+                let down: Vec<NodeId> =
+                    self.nodes.values().filter(|n| n.down).map(|n| n.id).collect();
+                for id in down {
+                    self.restart(id);
+                }
+            }
+            self.round_once();
+            if self.round % 64 == 0 && self.settled() {
+                settled = true;
+                break;
+            }
+        }
+        if !settled {
+            liveness_failure = Some(self.liveness_state());
+        } else {
+            self.final_checks();
+        }
+        let views_installed = self
+            .nodes
+            .values()
+            .chain(&self.past)
+            .map(|n| n.views.len() as u64)
+            .sum();
+        let mut h = self.delivery_hash;
+        fnv(&mut h, &self.world.trace_hash().to_le_bytes());
+        Report {
+            seed: self.sc.seed,
+            nodes: self.sc.nodes,
+            violations: self.checker.violations,
+            liveness_failure,
+            views_installed,
+            messages_delivered: self.delivered_total,
+            faults_fired: self.fired.iter().filter(|f| **f).count(),
+            trace_hash: h,
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.world.now_us()
+    }
+
+    fn live(&self) -> impl Iterator<Item = &NodeRun> {
+        self.nodes.values().filter(|n| !n.down)
+    }
+
+    fn leader(&self) -> Option<NodeId> {
+        let newest = self
+            .live()
+            .filter_map(|n| n.group.as_ref().and_then(|g| g.view()).cloned())
+            .max_by_key(|v| v.vid)?;
+        newest
+            .members
+            .iter()
+            .copied()
+            .find(|m| self.nodes.get(m).is_some_and(|n| !n.down))
+    }
+
+    fn faults(&mut self) {
+        for i in 0..self.sc.faults.len() {
+            if self.fired[i] {
+                continue;
+            }
+            let (when, fault) = self.sc.faults[i].clone();
+            let due = match when {
+                When::Round(r) => self.round >= r,
+                When::ViewChangeFrom(r) => {
+                    self.round >= r
+                        && self.live().any(|n| {
+                            n.group
+                                .as_ref()
+                                .and_then(|g| g.engine())
+                                .is_some_and(|e| e.is_wedged())
+                        })
+                }
+                When::JoiningFrom(r) => {
+                    self.round >= r
+                        && self
+                            .live()
+                            .any(|n| n.group.as_ref().is_some_and(|g| !g.is_active()))
+                }
+            };
+            if !due {
+                continue;
+            }
+            self.fired[i] = true;
+            if self.debug {
+                eprintln!("round {} t={}us fault {fault:?}", self.round, self.world.now_us());
+            }
+            self.apply(fault);
+        }
+    }
+
+    /// Nodes that are down, paused, cut off or still joining: the faults never impair
+    /// more than a minority of the initial members at once (so a majority survives and
+    /// the liveness phase can succeed).
+    fn impaired(&self) -> BTreeSet<NodeId> {
+        self.nodes
+            .values()
+            .filter(|n| {
+                n.down
+                    || self.paused.contains(&n.id)
+                    || self.cut_off.contains(&n.id)
+                    || n.group.as_ref().is_some_and(|g| !g.is_active())
+            })
+            .map(|n| n.id)
+            .collect()
+    }
+
+    fn within_budget(&self, extra: &[NodeId]) -> bool {
+        let mut s = self.impaired();
+        s.extend(extra.iter().copied());
+        s.len() as u32 <= (self.sc.nodes - 1) / 2
+    }
+
+    fn apply(&mut self, fault: Fault) {
+        let hits: Vec<NodeId> = match &fault {
+            Fault::Crash(Target::Node(n)) | Fault::Pause(n) | Fault::Leave(n) => vec![*n],
+            Fault::Crash(Target::Leader) => self.leader().into_iter().collect(),
+            Fault::Partition(sides) => {
+                let largest = sides.iter().map(|s| s.len()).max().unwrap_or(0);
+                let mut skipped_largest = false;
+                let mut hit = Vec::new();
+                for s in sides {
+                    if s.len() == largest && !skipped_largest {
+                        skipped_largest = true;
+                    } else {
+                        hit.extend(s.iter().copied());
+                    }
+                }
+                hit
+            }
+            _ => Vec::new(),
+        };
+        if !self.sc.unbounded_faults && !self.within_budget(&hits) {
+            if self.debug {
+                eprintln!("round {}: fault skipped (budget)", self.round);
+            }
+            return;
+        }
+        match fault {
+            Fault::Crash(t) => {
+                let id = match t {
+                    Target::Node(n) => Some(n),
+                    Target::Leader => self.leader(),
+                    Target::Joiner => self
+                        .live()
+                        .find(|n| n.group.as_ref().is_some_and(|g| !g.is_active()))
+                        .map(|n| n.id),
+                };
+                if let Some(id) = id {
+                    self.crash(id);
+                }
+            }
+            Fault::Restart(id) => {
+                if self.nodes.get(&id).is_some_and(|n| n.down) {
+                    self.restart(id);
+                }
+            }
+            Fault::Partition(sides) => {
+                let refs: Vec<&[NodeId]> = sides.iter().map(|s| s.as_slice()).collect();
+                self.world.partition(&refs);
+                self.cut_off.extend(hits);
+            }
+            Fault::Heal => {
+                self.world.clear_rules();
+                self.cut_off.clear();
+            }
+            Fault::Pause(id) => {
+                if self.nodes.get(&id).is_some_and(|n| !n.down) {
+                    self.world.pause(id);
+                    self.paused.insert(id);
+                }
+            }
+            Fault::Resume(id) => {
+                self.world.resume(id);
+                self.paused.remove(&id);
+            }
+            Fault::Leave(id) => {
+                if let Some(g) = self.nodes.get_mut(&id).and_then(|n| n.group.as_mut()) {
+                    g.leave();
+                }
+            }
+        }
+    }
+
+    fn crash(&mut self, id: NodeId) {
+        if let Some(n) = self.nodes.get_mut(&id) {
+            if n.crashed {
+                return;
+            }
+            self.world.crash(id);
+            n.down = true;
+            n.crashed = true;
+            n.group = None;
+        }
+    }
+
+    fn restart(&mut self, id: NodeId) {
+        let Some(old) = self.nodes.remove(&id) else {
+            return;
+        };
+        let incarnation = old.incarnation + 1;
+        self.past.push(old);
+        let ep = self.world.restart(id);
+        let contacts: Vec<(NodeId, String)> = (1..=self.sc.nodes)
+            .filter(|n| *n != id)
+            .map(|n| (n, format!("sim:{n}")))
+            .collect();
+        let group = Group::join(&*ep, contacts, self.cfg.clone())
+            .unwrap_or_else(|e| panic!("seed {}: join {id}: {e}", self.sc.seed));
+        self.nodes.insert(
+            id,
+            NodeRun {
+                id,
+                incarnation,
+                ep,
+                group: Some(group),
+                state: BTreeMap::new(),
+                per_view: BTreeMap::new(),
+                views: Vec::new(),
+                subgroups_in: BTreeMap::new(),
+                counter: 0,
+                sent: Vec::new(),
+                down: false,
+                crashed: false,
+                left: false,
+                ended: None,
+            },
+        );
+    }
+
+    fn sends(&mut self) {
+        let pct = self.sc.send_percent;
+        let ids: Vec<NodeId> = self.live().map(|n| n.id).collect();
+        for id in ids {
+            if self.rng.gen_range(0..100) >= pct {
+                continue;
+            }
+            let sg = [SG_ALL, SG_TAIL, SG_UNORDERED][self.rng.gen_range(0..3)];
+            let len = self.rng.gen_range(20..=96);
+            let n = self.nodes.get_mut(&id).expect("live node");
+            let Some(g) = n.group.as_ref() else {
+                continue;
+            };
+            let sender = match g.sender(sg) {
+                Ok(s) => s,
+                Err(_) => continue,
+            };
+            let msg: MsgId = (id, n.incarnation, n.counter);
+            match sender.try_send(&payload(msg, sg, len)) {
+                Ok(_) => {
+                    n.counter += 1;
+                    n.sent.push((sg, msg));
+                }
+                Err(Error::WindowFull { .. } | Error::Wedged { .. }) => {}
+                Err(e) => self
+                    .checker
+                    .violation(format!("node {id}: send failed unexpectedly: {e}")),
+            }
+        }
+    }
+
+    fn round_once(&mut self) {
+        self.round += 1;
+        let now = self.now();
+        let ids: Vec<NodeId> = self.live().map(|n| n.id).collect();
+        for id in ids {
+            let n = self.nodes.get_mut(&id).expect("live node");
+            let Some(g) = n.group.as_mut() else {
+                continue;
+            };
+            g.step(&*n.ep, now);
+            let mut outs = Vec::new();
+            while let Some(o) = g.poll() {
+                outs.push(o);
+            }
+            for o in outs {
+                self.output(id, o);
+            }
+        }
+        let dt = self.rng.gen_range(0..150);
+        self.world.run_for(dt);
+    }
+
+    fn output(&mut self, id: NodeId, o: GroupOutput) {
+        if self.debug && !matches!(o, GroupOutput::Delivery(_)) {
+            eprintln!("round {} t={}us node {id}: {o:?}", self.round, self.world.now_us());
+        }
+        let n = self.nodes.get_mut(&id).expect("node");
+        match o {
+            GroupOutput::Delivery(b) => {
+                let vid = n.views.last().map_or(0, |v| v.vid);
+                let sg = b.subgroup();
+                for m in b.iter() {
+                    self.delivered_total += 1;
+                    let Some((msg, psg)) = parse_payload(m.payload) else {
+                        self.checker
+                            .violation(format!("node {id}: unreadable payload in {sg}"));
+                        continue;
+                    };
+                    if psg != sg || payload(msg, sg, m.payload.len()) != m.payload {
+                        self.checker.violation(format!(
+                            "node {id}: payload of {msg:?} corrupted or in the wrong subgroup"
+                        ));
+                    }
+                    let list = n.state.entry(sg).or_default();
+                    if list.contains(&msg) {
+                        self.checker.violation(format!(
+                            "node {id}: {msg:?} delivered twice in subgroup {sg} (view {vid})"
+                        ));
+                    }
+                    if let Some(prev) = list
+                        .iter()
+                        .rev()
+                        .find(|p| p.0 == msg.0 && p.1 == msg.1)
+                    {
+                        if prev.2 > msg.2 {
+                            self.checker.violation(format!(
+                                "node {id}: sender order broken in {sg}: {prev:?} before {msg:?}"
+                            ));
+                        }
+                    }
+                    list.push(msg);
+                    n.per_view.entry((vid, sg)).or_default().push(msg);
+                    fnv(&mut self.delivery_hash, &id.to_le_bytes());
+                    fnv(&mut self.delivery_hash, &msg.2.to_le_bytes());
+                }
+            }
+            GroupOutput::ViewInstalled(v) => {
+                if let Some(last) = n.views.last() {
+                    if v.view.vid <= last.vid {
+                        self.checker.violation(format!(
+                            "node {id}: view {} installed after view {}",
+                            v.view.vid, last.vid
+                        ));
+                    }
+                }
+                fnv(&mut self.delivery_hash, &v.view.vid.to_le_bytes());
+                n.views.push(v.view.clone());
+                let mine = v
+                    .layout
+                    .iter()
+                    .flat_map(|l| l.subgroups.iter())
+                    .filter(|s| s.members.contains(&id))
+                    .map(|s| s.id)
+                    .collect();
+                n.subgroups_in.insert(v.view.vid, mine);
+                self.checker.view(&v.view);
+            }
+            GroupOutput::StateRequested { subgroup, joiner } => {
+                let bytes = encode_state(n.state.get(&subgroup).map_or(&[][..], |v| v));
+                if let Some(g) = n.group.as_mut() {
+                    if let Err(e) = g.provide_state(subgroup, joiner, &bytes) {
+                        self.checker.violation(format!("node {id}: provide_state: {e}"));
+                    }
+                }
+            }
+            GroupOutput::InstallState { subgroup, state } => match decode_state(&state) {
+                Some(list) => {
+                    n.state.insert(subgroup, list);
+                }
+                None => self
+                    .checker
+                    .violation(format!("node {id}: state of {subgroup} unreadable")),
+            },
+            GroupOutput::ShutDown(why) => {
+                n.down = true;
+                n.group = None;
+                n.ended = Some(why);
+            }
+            GroupOutput::Undeliverable { subgroup, payloads } => {
+                // Handed back to the application: no longer expected anywhere.
+                for p in payloads {
+                    if let Some((msg, _)) = parse_payload(&p) {
+                        n.sent.retain(|(s, m)| !(*s == subgroup && *m == msg));
+                    }
+                }
+            }
+            GroupOutput::Left => {
+                n.down = true;
+                n.left = true;
+                n.group = None;
+            }
+        }
+    }
+
+    /// Liveness reached: every running node is an active member of one adequate view that
+    /// holds exactly the running nodes, and every message a running node sent is in every
+    /// member's state of that subgroup.
+    fn settled(&self) -> bool {
+        let running: Vec<&NodeRun> = self.live().collect();
+        if running.is_empty() {
+            return false;
+        }
+        let Some(view) = running[0].group.as_ref().and_then(|g| g.view()).cloned() else {
+            return false;
+        };
+        let ids: BTreeSet<NodeId> = running.iter().map(|n| n.id).collect();
+        if view.members.iter().copied().collect::<BTreeSet<_>>() != ids {
+            return false;
+        }
+        for n in &running {
+            let Some(g) = &n.group else {
+                return false;
+            };
+            if g.view() != Some(&view) || !g.is_active() || g.layout().is_none() {
+                return false;
+            }
+            if g.engine().is_some_and(|e| e.is_wedged()) {
+                return false;
+            }
+        }
+        let Some(layout) = running[0].group.as_ref().and_then(|g| g.layout()).cloned() else {
+            return false;
+        };
+        for sg in &layout.subgroups {
+            for sender in &running {
+                for (s, msg) in &sender.sent {
+                    if *s != sg.id {
+                        continue;
+                    }
+                    for m in sg.members.iter().filter_map(|m| self.nodes.get(m)) {
+                        if !m.state.get(&sg.id).is_some_and(|l| l.contains(msg)) {
+                            return false;
+                        }
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    fn liveness_state(&self) -> String {
+        let states: Vec<String> = self
+            .nodes
+            .values()
+            .map(|n| {
+                format!(
+                    "{}{}{}: {:?} active={} sent={}",
+                    n.id,
+                    if n.down { "(down)" } else { "" },
+                    n.ended.as_ref().map(|e| format!(" [{e}]")).unwrap_or_default(),
+                    n.group.as_ref().and_then(|g| g.view()).map(|v| (v.vid, v.members.clone())),
+                    n.group.as_ref().is_some_and(|g| g.is_active()),
+                    n.sent.len()
+                )
+            })
+            .collect();
+        let mut missing = Vec::new();
+        if let Some(layout) = self.live().find_map(|n| n.group.as_ref().and_then(|g| g.layout())) {
+            for sg in &layout.subgroups {
+                for sender in self.live() {
+                    for (s, msg) in sender.sent.iter().filter(|(s, _)| *s == sg.id) {
+                        for m in sg.members.iter().filter_map(|m| self.nodes.get(m)) {
+                            if !m.state.get(s).is_some_and(|l| l.contains(msg)) && missing.len() < 5 {
+                                missing.push(format!("{msg:?} of subgroup {s} at node {}", m.id));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        format!(
+            "no settled view after the liveness phase: {}; missing: {}",
+            states.join("; "),
+            missing.join(", ")
+        )
+    }
+
+    /// After liveness: virtual synchrony per view, and one order per atomic subgroup.
+    fn final_checks(&mut self) {
+        let all: Vec<&NodeRun> = self.nodes.values().chain(&self.past).collect();
+        // Virtual synchrony: members that passed from v to v+1 delivered the same in v.
+        let mut by_view: BTreeMap<(u32, SubgroupId), Vec<(NodeId, &Vec<MsgId>)>> = BTreeMap::new();
+        let empty = Vec::new();
+        let mut violations = Vec::new();
+        for n in &all {
+            for w in n.views.windows(2) {
+                let (v, next) = (&w[0], &w[1]);
+                if next.vid != v.vid + 1 {
+                    continue;
+                }
+                let Some(mine) = n.subgroups_in.get(&v.vid) else {
+                    continue;
+                };
+                for sg in [SG_ALL, SG_TAIL].into_iter().filter(|s| mine.contains(s)) {
+                    let list = n.per_view.get(&(v.vid, sg)).unwrap_or(&empty);
+                    by_view.entry((v.vid, sg)).or_default().push((n.id, list));
+                }
+            }
+        }
+        for ((vid, sg), lists) in &by_view {
+            if let Some((first, l0)) = lists.first() {
+                for (other, l) in &lists[1..] {
+                    if l != l0 {
+                        violations.push(format!(
+                            "virtual synchrony: in view {vid}, subgroup {sg}, nodes {first} and \
+                             {other} moved on after delivering {} and {} messages that differ",
+                            l0.len(),
+                            l.len()
+                        ));
+                    }
+                }
+            }
+        }
+        // One total order per atomic subgroup: every node's sequence is a prefix of the
+        // longest one.
+        for sg in [SG_ALL, SG_TAIL] {
+            let longest = all
+                .iter()
+                .filter_map(|n| n.state.get(&sg))
+                .max_by_key(|l| l.len())
+                .cloned()
+                .unwrap_or_default();
+            for n in &all {
+                if let Some(l) = n.state.get(&sg) {
+                    if longest[..l.len()] != l[..] {
+                        violations.push(format!(
+                            "total order: node {} (incarnation {}) delivered in subgroup {sg} a \
+                             sequence that is not a prefix of the longest",
+                            n.id, n.incarnation
+                        ));
+                    }
+                }
+            }
+        }
+        for v in violations {
+            self.checker.violation(v);
+        }
+    }
+}
+
+/// Collects safety violations as they are seen.
+#[derive(Debug, Default)]
+pub struct Checker {
+    /// What went wrong.
+    pub violations: Vec<String>,
+    views: BTreeMap<u32, Vec<NodeId>>,
+}
+
+impl Checker {
+    fn violation(&mut self, v: String) {
+        if self.violations.len() < 20 {
+            self.violations.push(v);
+        }
+    }
+
+    fn view(&mut self, view: &View) {
+        match self.views.get(&view.vid) {
+            Some(m) if *m != view.members => {
+                let v = format!(
+                    "split brain: view {} installed as {:?} and as {:?}",
+                    view.vid, m, view.members
+                );
+                self.violation(v);
+            }
+            Some(_) => {}
+            None => {
+                if let Some(prev) = self.views.get(&(view.vid.wrapping_sub(1))) {
+                    let kept = view.members.iter().filter(|m| prev.contains(m)).count();
+                    if kept * 2 <= prev.len() {
+                        let v = format!(
+                            "view {} {:?} holds no majority of view {} {:?}",
+                            view.vid,
+                            view.members,
+                            view.vid - 1,
+                            prev
+                        );
+                        self.violation(v);
+                    }
+                }
+                self.views.insert(view.vid, view.members.clone());
+            }
+        }
+    }
+}
+
+/// Runs the scenario drawn from `seed`.
+pub fn run_seed(seed: u64, cfg: &SwarmConfig) -> Report {
+    scenario_for_seed(seed, cfg).run()
+}
+
+/// The command that reruns one seed.
+pub fn reproduce_command(seed: u64) -> String {
+    format!("cargo run --release -p spindle-group --example swarm -- --start {seed} --seeds 1")
+}

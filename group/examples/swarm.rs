@@ -38,7 +38,11 @@ fn main() {
         }
         if !r.violations.is_empty() {
             violations += r.violations.len() as u64;
-            println!("seed {seed}: {} violations: {:?}", r.violations.len(), r.violations);
+            println!(
+                "seed {seed}: {} violations: {:?}",
+                r.violations.len(),
+                r.violations
+            );
         }
         if let Some(l) = &r.liveness_failure {
             liveness += 1;

@@ -598,7 +598,8 @@ impl Engine {
         for s in &mut self.subgroups {
             s.halt = Halt::Stopped;
             if let Some(ring) = &s.ring {
-                ring.stopped.store(true, std::sync::atomic::Ordering::Release);
+                ring.stopped
+                    .store(true, std::sync::atomic::Ordering::Release);
             }
         }
     }
@@ -665,7 +666,11 @@ impl Engine {
     /// This node's application messages in `subgroup` from sequence number `cut` on, in
     /// order (nulls left out): what it re-sends in the next view. `None` while an
     /// application thread still holds a loan on the ring (the view change waits for it).
-    pub fn messages_past_trim(&self, subgroup: SubgroupId, cut: u64) -> Result<Option<Vec<Vec<u8>>>> {
+    pub fn messages_past_trim(
+        &self,
+        subgroup: SubgroupId,
+        cut: u64,
+    ) -> Result<Option<Vec<Vec<u8>>>> {
         let s = self.state(subgroup)?;
         let Some(ring) = &s.ring else {
             return Ok(Some(Vec::new()));
@@ -1144,7 +1149,12 @@ impl Engine {
             &mut self.pushes,
             scratch,
             peers_total,
-            |id| subgroups.iter().find(|s| s.region_id == id).map(|s| &s.region),
+            |id| {
+                subgroups
+                    .iter()
+                    .find(|s| s.region_id == id)
+                    .map(|s| &s.region)
+            },
             post,
         );
         drop(held);

@@ -246,7 +246,7 @@ impl Group {
             return Err(Error::Config(format!("no address for member {m}")));
         }
         g.addresses = addresses;
-        let plan = g.enter_view(ep, view.clone(), now_us)?;
+        let plan = g.enter_view(ep, view.clone(), &[], now_us)?;
         debug_assert!(plan.is_empty(), "a first view transfers no state");
         g.announce(view, Vec::new(), Vec::new());
         Ok(g)
@@ -254,7 +254,11 @@ impl Group {
 
     /// A node that joins an existing group through any of `contacts` (a member that is not
     /// the leader redirects it to the leader).
-    pub fn join(ep: &dyn Endpoint, contacts: Vec<(NodeId, String)>, cfg: GroupConfig) -> Result<Group> {
+    pub fn join(
+        ep: &dyn Endpoint,
+        contacts: Vec<(NodeId, String)>,
+        cfg: GroupConfig,
+    ) -> Result<Group> {
         if contacts.is_empty() {
             return Err(Error::Config("a joiner needs at least one contact".into()));
         }
@@ -364,7 +368,12 @@ impl Group {
 
     /// The application's snapshot for a [`GroupOutput::StateRequested`]; it is sent to
     /// `joiner` (retried until the link is up).
-    pub fn provide_state(&mut self, subgroup: SubgroupId, joiner: NodeId, state: &[u8]) -> Result<()> {
+    pub fn provide_state(
+        &mut self,
+        subgroup: SubgroupId,
+        joiner: NodeId,
+        state: &[u8],
+    ) -> Result<()> {
         if state.len() > STATE_BYTES_MAX {
             return Err(Error::Config(format!(
                 "state of subgroup {subgroup} has {} bytes, at most {STATE_BYTES_MAX}",
@@ -489,10 +498,7 @@ impl Group {
                 if let Some(c) = &mut self.current {
                     c.membership.suspect(peer);
                 }
-                if let Phase::Joining {
-                    contacts, next, ..
-                } = &mut self.phase
-                {
+                if let Phase::Joining { contacts, next, .. } = &mut self.phase {
                     if contacts.get(*next).is_some_and(|(c, _)| *c == peer) {
                         *next = (*next + 1) % contacts.len();
                     }
@@ -576,7 +582,8 @@ impl Group {
                 }
                 self.holders = holders;
                 self.phase = Phase::Member;
-                self.enter_view(ep, view.clone(), now_us)?;
+                let me = [self.me];
+                self.enter_view(ep, view.clone(), &me, now_us)?;
                 self.announce(view, vec![self.me], Vec::new());
                 self.apply_early_states();
             }
@@ -594,7 +601,11 @@ impl Group {
                     self.install_state(vid, sg, state);
                 }
             }
-            k => return Err(Error::Protocol(format!("unknown message kind {k} from {peer}"))),
+            k => {
+                return Err(Error::Protocol(format!(
+                    "unknown message kind {k} from {peer}"
+                )))
+            }
         }
         Ok(())
     }
@@ -607,7 +618,8 @@ impl Group {
         };
         if c.view.vid == vid && c.awaiting_state.contains(&sg) {
             let mut r = Reader::new(&body);
-            let parsed = (|| -> Result<(Vec<(NodeId, u64)>, Vec<u8>)> {
+            type Skips = Vec<(NodeId, u64)>;
+            let parsed = (|| -> Result<(Skips, Vec<u8>)> {
                 let n = r.u16()? as usize;
                 let mut skips = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -690,7 +702,13 @@ impl Group {
 
     /// Creates the engine and membership of `view`, links to its members, and returns
     /// the state-transfer plan `(subgroup, giver, receiver)`.
-    fn enter_view(&mut self, ep: &dyn Endpoint, view: View, now_us: u64) -> Result<Vec<(SubgroupId, NodeId, NodeId)>> {
+    fn enter_view(
+        &mut self,
+        ep: &dyn Endpoint,
+        view: View,
+        joined: &[NodeId],
+        now_us: u64,
+    ) -> Result<Vec<(SubgroupId, NodeId, NodeId)>> {
         let me = self.me;
         let layout = match (self.cfg.layout)(&view) {
             Ok(l) => match l.validate(&view) {
@@ -699,7 +717,7 @@ impl Group {
             },
             Err(why) => Err(why),
         };
-        let (plan, holders) = state_plan(layout.as_ref().ok(), &view, &self.holders);
+        let (plan, holders) = state_plan(layout.as_ref().ok(), &view, &self.holders, joined);
         self.holders = holders;
         let awaiting: BTreeSet<SubgroupId> = plan
             .iter()
@@ -714,9 +732,13 @@ impl Group {
             awaiting.is_empty(),
             |id, len| Ok(ep.register_region(id, len)?),
         )?;
-        let mut engine = Engine::new(me, view.clone(), engine_layout.clone(), self.cfg.engine.clone(), |id, len| {
-            Ok(ep.register_region(id, len)?)
-        })?;
+        let mut engine = Engine::new(
+            me,
+            view.clone(),
+            engine_layout.clone(),
+            self.cfg.engine.clone(),
+            |id, len| Ok(ep.register_region(id, len)?),
+        )?;
         if let Some(w) = &self.waker {
             let w = Arc::clone(w);
             engine.set_waker(move || w());
@@ -775,15 +797,18 @@ impl Group {
         let c = self.current.as_ref();
         let layout = c.and_then(|c| c.layout.clone());
         let inadequate = layout.is_none().then(|| {
-            (self.cfg.layout)(&view).err().unwrap_or_else(|| "invalid layout".into())
+            (self.cfg.layout)(&view)
+                .err()
+                .unwrap_or_else(|| "invalid layout".into())
         });
-        self.outputs.push_back(GroupOutput::ViewInstalled(ViewInstalled {
-            view,
-            layout,
-            inadequate,
-            joined,
-            departed,
-        }));
+        self.outputs
+            .push_back(GroupOutput::ViewInstalled(ViewInstalled {
+                view,
+                layout,
+                inadequate,
+                joined,
+                departed,
+            }));
     }
 
     /// Acts on a trim a majority holds: re-sends, deliveries up to the trim, the next view.
@@ -902,7 +927,7 @@ impl Group {
         self.pending_skips
             .retain(|(_, s), _| !removed_now.contains(s));
         self.pending_skips.extend(skips);
-        let plan = self.enter_view(ep, view.clone(), now_us)?;
+        let plan = self.enter_view(ep, view.clone(), &added, now_us)?;
         let c = self.current.as_mut().expect("entered");
         for n in carried {
             c.membership.suspect(n);
@@ -919,12 +944,15 @@ impl Group {
                 w.u32(*m);
                 w.str(self.addresses.get(m).map_or("", |s| s.as_str()));
             }
+            // Joiners hold no state, even one that rejoins under the id of a member this
+            // change removed.
             w.u16(holders_before.len() as u16);
             for (sg, ids) in &holders_before {
+                let ids: Vec<NodeId> = ids.iter().copied().filter(|i| !added.contains(i)).collect();
                 w.u32(*sg);
                 w.u16(ids.len() as u16);
                 for id in ids {
-                    w.u32(*id);
+                    w.u32(id);
                 }
             }
             for a in &added {
@@ -1006,15 +1034,16 @@ impl Group {
             posted += c.engine.drain_pushes(&mut self.scratch, post);
         }
         let mut sent = false;
-        self.pending_state_sends.retain(|(to, msg)| match ep.send(*to, MEMBERSHIP_IMM, msg) {
-            Ok(()) => {
-                sent = true;
-                false
-            }
-            Err(spindle_transport_rdma::Error::NotConnected { .. })
-            | Err(spindle_transport_rdma::Error::QueueFull { .. }) => true,
-            Err(_) => false,
-        });
+        self.pending_state_sends
+            .retain(|(to, msg)| match ep.send(*to, MEMBERSHIP_IMM, msg) {
+                Ok(()) => {
+                    sent = true;
+                    false
+                }
+                Err(spindle_transport_rdma::Error::NotConnected { .. })
+                | Err(spindle_transport_rdma::Error::QueueFull { .. }) => true,
+                Err(_) => false,
+            });
         posted > 0 || sent
     }
 
@@ -1049,21 +1078,29 @@ fn frozen_counters(c: &Current, me: NodeId) -> Vec<u64> {
 }
 
 /// Who ships which subgroup's state to whom when `view` (with `layout`, `None` if
-/// inadequate) follows a view whose state holders were `holders`: every member of a
-/// subgroup that does not hold its state gets it from the lowest-ranked holder still in
-/// the view. Returns the plan and the holders after it.
+/// inadequate) follows a view whose state holders were `holders`, with `joined` new in
+/// `view` (a joiner holds nothing, even under the id of a member just removed): every
+/// member of a subgroup that does not hold its state gets it from the lowest-ranked holder
+/// still in the view. Returns the plan and the holders after it.
 #[allow(clippy::type_complexity)]
 pub fn state_plan(
     layout: Option<&Layout>,
     view: &View,
     holders: &BTreeMap<SubgroupId, Vec<NodeId>>,
-) -> (Vec<(SubgroupId, NodeId, NodeId)>, BTreeMap<SubgroupId, Vec<NodeId>>) {
+    joined: &[NodeId],
+) -> (
+    Vec<(SubgroupId, NodeId, NodeId)>,
+    BTreeMap<SubgroupId, Vec<NodeId>>,
+) {
     let mut next: BTreeMap<SubgroupId, Vec<NodeId>> = holders
         .iter()
         .map(|(sg, h)| {
             (
                 *sg,
-                h.iter().copied().filter(|m| view.members.contains(m)).collect(),
+                h.iter()
+                    .copied()
+                    .filter(|m| view.members.contains(m) && !joined.contains(m))
+                    .collect(),
             )
         })
         .collect();
@@ -1120,13 +1157,17 @@ impl<'a> Reader<'a> {
         Reader { data, at: 0 }
     }
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self.at.checked_add(n).filter(|e| *e <= self.data.len()).ok_or_else(|| {
-            Error::Protocol(format!(
-                "message of {} bytes ends before byte {}",
-                self.data.len(),
-                self.at + n
-            ))
-        })?;
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|e| *e <= self.data.len())
+            .ok_or_else(|| {
+                Error::Protocol(format!(
+                    "message of {} bytes ends before byte {}",
+                    self.data.len(),
+                    self.at + n
+                ))
+            })?;
         let s = &self.data[self.at..end];
         self.at = end;
         Ok(s)

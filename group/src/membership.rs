@@ -46,7 +46,10 @@ const KIND_REMOVE: u64 = 1;
 const KIND_ADD: u64 = 2;
 /// The layout index whose region id the membership region takes (beyond any subgroup).
 const MEMBERSHIP_INDEX: usize = (1 << 12) - 1;
-const _: () = assert!(SUBGROUPS_MAX < MEMBERSHIP_INDEX, "subgroup indices stay below it");
+const _: () = assert!(
+    SUBGROUPS_MAX < MEMBERSHIP_INDEX,
+    "subgroup indices stay below it"
+);
 
 /// The region id of view `vid`'s membership region.
 pub fn membership_region_id(vid: u32) -> RegionId {
@@ -390,7 +393,11 @@ impl Membership {
         }
         let n = self.view.members.len();
         let vid = self.view.vid;
-        let before = (self.suspected.clone(), self.changes.len(), self.num_committed);
+        let before = (
+            self.suspected.clone(),
+            self.changes.len(),
+            self.num_committed,
+        );
         // Suspicions propagate from every row this node does not suspect.
         for k in 0..n {
             if k == self.rank || self.suspected[k] {
@@ -414,6 +421,12 @@ impl Membership {
             return true;
         }
         let alive = self.suspected.iter().filter(|s| !**s).count() + usize::from(self.leaving);
+        if alive * 2 <= n && self.leaving {
+            // A leaver cut off from the rest (they installed the view without it and
+            // closed their links) is done: it wanted out.
+            self.outcome = Some(Outcome::Left);
+            return true;
+        }
         if alive * 2 <= n {
             self.shut_down(format!(
                 "lost the majority of view {vid}: {alive} of its {n} members reachable"
@@ -445,7 +458,12 @@ impl Membership {
             || self.dirty.frozen
             || self.dirty.trim
             || self.outcome.is_some()
-            || before != (self.suspected.clone(), self.changes.len(), self.num_committed);
+            || before
+                != (
+                    self.suspected.clone(),
+                    self.changes.len(),
+                    self.num_committed,
+                );
         self.flush();
         work
     }
@@ -457,7 +475,10 @@ impl Membership {
     fn lead(&mut self) {
         let me = self.rank as u64 + 1;
         let g = self.geom.clone();
-        if self.unsuspected_others().any(|k| self.peer(k, g.leader_ack()) != me) {
+        if self
+            .unsuspected_others()
+            .any(|k| self.peer(k, g.leader_ack()) != me)
+        {
             return;
         }
         if !self.adopted {
@@ -645,9 +666,10 @@ impl Membership {
         }
         let g = &self.geom;
         let n = self.view.members.len();
-        let holders = 1 + (0..n)
-            .filter(|k| *k != self.rank && self.peer(*k, g.trim_tag()) == trim.tag)
-            .count();
+        let holders = 1
+            + (0..n)
+                .filter(|k| *k != self.rank && self.peer(*k, g.trim_tag()) == trim.tag)
+                .count();
         if holders * 2 <= n {
             return;
         }
@@ -703,7 +725,11 @@ impl Membership {
 
     fn store_changes(&self, at: usize, list: &[Change]) {
         for (i, c) in list.iter().enumerate() {
-            encode_change(&self.region, self.geom.at(self.rank, at + i * CHANGE_WORDS), c);
+            encode_change(
+                &self.region,
+                self.geom.at(self.rank, at + i * CHANGE_WORDS),
+                c,
+            );
         }
     }
 
@@ -716,7 +742,8 @@ impl Membership {
             .unsuspected_others()
             .map(|k| self.view.members[k])
             .collect();
-        let mut out: Vec<(usize, usize, Option<(usize, u64)>)> = Vec::new();
+        type Section = (usize, usize, Option<(usize, u64)>);
+        let mut out: Vec<Section> = Vec::new();
         let mut queue = |offset: usize, len: usize, guard: Option<(usize, u64)>| {
             out.push((offset, len, guard));
         };
@@ -733,7 +760,8 @@ impl Membership {
             }
         }
         if d.acks {
-            self.region.store_u64(row(g.num_acked()), self.num_acked as u64);
+            self.region
+                .store_u64(row(g.num_acked()), self.num_acked as u64);
             self.region
                 .store_u64(row(g.num_committed()), self.num_committed as u64);
             self.region.store_u64(row(g.leader_ack()), self.leader_ack);
@@ -848,7 +876,10 @@ fn decode_change(region: &Region, at: usize) -> std::result::Result<Change, Stri
             region
                 .read_bytes(at + WORD_BYTES, &mut bytes)
                 .map_err(|e| e.to_string())?;
-            let end = bytes.iter().position(|b| *b == 0).unwrap_or(ADDRESS_BYTES_MAX);
+            let end = bytes
+                .iter()
+                .position(|b| *b == 0)
+                .unwrap_or(ADDRESS_BYTES_MAX);
             let address = std::str::from_utf8(&bytes[..end])
                 .map_err(|_| "address is not UTF-8".to_string())?
                 .to_string();

@@ -72,8 +72,18 @@ pub fn swarm_layout(window_slots: usize) -> LayoutFn {
         Ok(Layout {
             subgroups: vec![
                 sg(SG_ALL, m.clone(), m.clone(), DeliveryMode::Atomic),
-                sg(SG_TAIL, m[1..].to_vec(), m[1..3].to_vec(), DeliveryMode::Atomic),
-                sg(SG_UNORDERED, m.clone(), m[..2].to_vec(), DeliveryMode::Unordered),
+                sg(
+                    SG_TAIL,
+                    m[1..].to_vec(),
+                    m[1..3].to_vec(),
+                    DeliveryMode::Atomic,
+                ),
+                sg(
+                    SG_UNORDERED,
+                    m.clone(),
+                    m[..2].to_vec(),
+                    DeliveryMode::Unordered,
+                ),
             ],
         })
     })
@@ -250,14 +260,20 @@ pub fn scenario_for_seed(seed: u64, cfg: &SwarmConfig) -> Scenario {
         };
         s = s.at(f.0, f.1);
         if matches!(s.faults.last(), Some((_, Fault::Pause(_)))) {
-            s = s.at(When::Round(round + rng.gen_range(5..300)), Fault::Resume(node));
+            s = s.at(
+                When::Round(round + rng.gen_range(5..300)),
+                Fault::Resume(node),
+            );
         }
         if matches!(s.faults.last(), Some((_, Fault::Partition(_)))) {
             s = s.at(When::Round(round + rng.gen_range(50..300)), Fault::Heal);
         }
         if rng.gen_bool(0.5) {
             // A restart during the safety phase: the node rejoins under faults.
-            s = s.at(When::Round(round + rng.gen_range(20..200)), Fault::Restart(node));
+            s = s.at(
+                When::Round(round + rng.gen_range(20..200)),
+                Fault::Restart(node),
+            );
         }
     }
     s.safety_rounds = round + 300;
@@ -281,6 +297,10 @@ pub struct Report {
     pub messages_delivered: u64,
     /// Faults that fired.
     pub faults_fired: usize,
+    /// Every view installed: `(round, node, vid, members)`, in order.
+    pub views: Vec<(u64, NodeId, u32, Vec<NodeId>)>,
+    /// Every shutdown: `(round, node, why)`.
+    pub shutdowns: Vec<(u64, NodeId, String)>,
     /// Hash of the fabric trace and of every node's deliveries: equal for equal seeds.
     pub trace_hash: u64,
 }
@@ -323,10 +343,14 @@ struct Cluster {
     paused: BTreeSet<NodeId>,
     /// Nodes on the smaller sides of the active partition.
     cut_off: BTreeSet<NodeId>,
+    /// Nodes asked to leave.
+    leaving: BTreeSet<NodeId>,
     delivered_total: u64,
     delivery_hash: u64,
     /// Print every non-delivery output (set by `SPINDLE_SWARM_DEBUG`).
     debug: bool,
+    view_log: Vec<(u64, NodeId, u32, Vec<NodeId>)>,
+    shutdown_log: Vec<(u64, NodeId, String)>,
 }
 
 fn payload(id: MsgId, sg: SubgroupId, len: usize) -> Vec<u8> {
@@ -426,8 +450,11 @@ impl Cluster {
         for &id in &ids {
             eps.push(world.endpoint(id));
         }
-        let addresses: BTreeMap<NodeId, String> =
-            ids.iter().zip(&eps).map(|(id, ep)| (*id, ep.address())).collect();
+        let addresses: BTreeMap<NodeId, String> = ids
+            .iter()
+            .zip(&eps)
+            .map(|(id, ep)| (*id, ep.address()))
+            .collect();
         for (id, ep) in ids.iter().zip(eps) {
             let group = Group::bootstrap(&*ep, view.clone(), addresses.clone(), cfg.clone(), 0)
                 .unwrap_or_else(|e| panic!("seed {seed}: bootstrap {id}: {e}"));
@@ -463,9 +490,12 @@ impl Cluster {
             round: 0,
             paused: BTreeSet::new(),
             cut_off: BTreeSet::new(),
+            leaving: BTreeSet::new(),
             delivered_total: 0,
             delivery_hash: 0xcbf2_9ce4_8422_2325,
             debug: std::env::var_os("SPINDLE_SWARM_DEBUG").is_some(),
+            view_log: Vec::new(),
+            shutdown_log: Vec::new(),
         }
     }
 
@@ -487,8 +517,12 @@ impl Cluster {
         let mut settled = false;
         for i in 0..self.sc.liveness_rounds_max {
             if self.sc.restart_in_liveness && i % LIVENESS_RESTART_ROUNDS == 0 {
-                let down: Vec<NodeId> =
-                    self.nodes.values().filter(|n| n.down).map(|n| n.id).collect();
+                let down: Vec<NodeId> = self
+                    .nodes
+                    .values()
+                    .filter(|n| n.down)
+                    .map(|n| n.id)
+                    .collect();
                 for id in down {
                     self.restart(id);
                 }
@@ -520,6 +554,8 @@ impl Cluster {
             views_installed,
             messages_delivered: self.delivered_total,
             faults_fired: self.fired.iter().filter(|f| **f).count(),
+            views: self.view_log,
+            shutdowns: self.shutdown_log,
             trace_hash: h,
         }
     }
@@ -573,7 +609,11 @@ impl Cluster {
             }
             self.fired[i] = true;
             if self.debug {
-                eprintln!("round {} t={}us fault {fault:?}", self.round, self.world.now_us());
+                eprintln!(
+                    "round {} t={}us fault {fault:?}",
+                    self.round,
+                    self.world.now_us()
+                );
             }
             self.apply(fault);
         }
@@ -589,6 +629,7 @@ impl Cluster {
                 n.down
                     || self.paused.contains(&n.id)
                     || self.cut_off.contains(&n.id)
+                    || self.leaving.contains(&n.id)
                     || n.group.as_ref().is_some_and(|g| !g.is_active())
             })
             .map(|n| n.id)
@@ -665,6 +706,7 @@ impl Cluster {
                 self.paused.remove(&id);
             }
             Fault::Leave(id) => {
+                self.leaving.insert(id);
                 if let Some(g) = self.nodes.get_mut(&id).and_then(|n| n.group.as_mut()) {
                     g.leave();
                 }
@@ -689,6 +731,7 @@ impl Cluster {
             return;
         };
         let incarnation = old.incarnation + 1;
+        self.leaving.remove(&id);
         self.past.push(old);
         let ep = self.world.restart(id);
         let contacts: Vec<(NodeId, String)> = (1..=self.sc.nodes)
@@ -773,7 +816,11 @@ impl Cluster {
 
     fn output(&mut self, id: NodeId, o: GroupOutput) {
         if self.debug && !matches!(o, GroupOutput::Delivery(_)) {
-            eprintln!("round {} t={}us node {id}: {o:?}", self.round, self.world.now_us());
+            eprintln!(
+                "round {} t={}us node {id}: {o:?}",
+                self.round,
+                self.world.now_us()
+            );
         }
         let n = self.nodes.get_mut(&id).expect("node");
         match o {
@@ -798,11 +845,7 @@ impl Cluster {
                             "node {id}: {msg:?} delivered twice in subgroup {sg} (view {vid})"
                         ));
                     }
-                    if let Some(prev) = list
-                        .iter()
-                        .rev()
-                        .find(|p| p.0 == msg.0 && p.1 == msg.1)
-                    {
+                    if let Some(prev) = list.iter().rev().find(|p| p.0 == msg.0 && p.1 == msg.1) {
                         if prev.2 > msg.2 {
                             self.checker.violation(format!(
                                 "node {id}: sender order broken in {sg}: {prev:?} before {msg:?}"
@@ -825,6 +868,8 @@ impl Cluster {
                     }
                 }
                 fnv(&mut self.delivery_hash, &v.view.vid.to_le_bytes());
+                self.view_log
+                    .push((self.round, id, v.view.vid, v.view.members.clone()));
                 n.views.push(v.view.clone());
                 let mine = v
                     .layout
@@ -840,7 +885,8 @@ impl Cluster {
                 let bytes = encode_state(n.state.get(&subgroup).map_or(&[][..], |v| v));
                 if let Some(g) = n.group.as_mut() {
                     if let Err(e) = g.provide_state(subgroup, joiner, &bytes) {
-                        self.checker.violation(format!("node {id}: provide_state: {e}"));
+                        self.checker
+                            .violation(format!("node {id}: provide_state: {e}"));
                     }
                 }
             }
@@ -853,6 +899,7 @@ impl Cluster {
                     .violation(format!("node {id}: state of {subgroup} unreadable")),
             },
             GroupOutput::ShutDown(why) => {
+                self.shutdown_log.push((self.round, id, why.clone()));
                 n.down = true;
                 n.group = None;
                 n.ended = Some(why);
@@ -928,21 +975,39 @@ impl Cluster {
                     "{}{}{}: {:?} active={} sent={}",
                     n.id,
                     if n.down { "(down)" } else { "" },
-                    n.ended.as_ref().map(|e| format!(" [{e}]")).unwrap_or_default(),
-                    n.group.as_ref().and_then(|g| g.view()).map(|v| (v.vid, v.members.clone())),
+                    n.ended
+                        .as_ref()
+                        .map(|e| format!(" [{e}]"))
+                        .unwrap_or_default(),
+                    n.group
+                        .as_ref()
+                        .and_then(|g| g.view())
+                        .map(|v| (v.vid, v.members.clone())),
                     n.group.as_ref().is_some_and(|g| g.is_active()),
                     n.sent.len()
                 )
             })
             .collect();
         let mut missing = Vec::new();
-        if let Some(layout) = self.live().find_map(|n| n.group.as_ref().and_then(|g| g.layout())) {
+        if let Some(layout) = self
+            .live()
+            .find_map(|n| n.group.as_ref().and_then(|g| g.layout()))
+        {
             for sg in &layout.subgroups {
                 for sender in self.live() {
                     for (s, msg) in sender.sent.iter().filter(|(s, _)| *s == sg.id) {
                         for m in sg.members.iter().filter_map(|m| self.nodes.get(m)) {
-                            if !m.state.get(s).is_some_and(|l| l.contains(msg)) && missing.len() < 5 {
-                                missing.push(format!("{msg:?} of subgroup {s} at node {}", m.id));
+                            if !m.state.get(s).is_some_and(|l| l.contains(msg)) && missing.len() < 5
+                            {
+                                let holders: Vec<NodeId> = self
+                                    .live()
+                                    .filter(|x| x.state.get(s).is_some_and(|l| l.contains(msg)))
+                                    .map(|x| x.id)
+                                    .collect();
+                                missing.push(format!(
+                                    "{msg:?} of subgroup {s} at node {} (held by {holders:?})",
+                                    m.id
+                                ));
                             }
                         }
                     }
@@ -960,7 +1025,8 @@ impl Cluster {
     fn final_checks(&mut self) {
         let all: Vec<&NodeRun> = self.nodes.values().chain(&self.past).collect();
         // Virtual synchrony: members that passed from v to v+1 delivered the same in v.
-        let mut by_view: BTreeMap<(u32, SubgroupId), Vec<(NodeId, &Vec<MsgId>)>> = BTreeMap::new();
+        type Lists<'a> = Vec<(NodeId, &'a Vec<MsgId>)>;
+        let mut by_view: BTreeMap<(u32, SubgroupId), Lists<'_>> = BTreeMap::new();
         let empty = Vec::new();
         let mut violations = Vec::new();
         for n in &all {

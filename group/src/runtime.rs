@@ -1,4 +1,5 @@
-//! The runtime: drives one node's [`Engine`] over a real fabric with one predicate thread.
+//! The runtime: drives one node's [`Engine`] (a fixed view, [`Node`]) or [`Group`] (views
+//! that change, [`GroupNode`]) over a real fabric with one predicate thread.
 //!
 //! The thread loops `step`, posts the pushes, hands delivery batches to the application's
 //! upcall and feeds fabric failures back into the engine. It spins while there is work
@@ -16,6 +17,7 @@ use spindle_transport_rdma::{Endpoint, Event, NodeId};
 
 use crate::engine::{DeliveryBatch, Engine, EngineConfig, EngineEvent, EngineStats};
 use crate::error::{Error, Result};
+use crate::group::{Group, GroupOutput, ViewInstalled};
 use crate::layout::{Layout, SubgroupId, View};
 use crate::smc::Sender;
 
@@ -295,4 +297,253 @@ fn predicate_loop(
         }
     }
     *lock(&shared.stats) = engine.stats();
+}
+
+// ----- the group runtime ----------------------------------------------------------------
+
+/// What a [`GroupNode`] hands to the application, on its predicate thread, in order.
+pub trait Application: Send + 'static {
+    /// Messages delivered in one subgroup.
+    fn deliver(&mut self, batch: &DeliveryBatch);
+    /// A new view is installed; later deliveries belong to it.
+    fn view_installed(&mut self, _view: &ViewInstalled) {}
+    /// The state of `subgroup` now (every delivery so far applied), for a joiner.
+    fn snapshot(&mut self, _subgroup: SubgroupId) -> Vec<u8> {
+        Vec::new()
+    }
+    /// Replace the state of `subgroup` with `state` (this node joined it).
+    fn install(&mut self, _subgroup: SubgroupId, _state: &[u8]) {}
+    /// This node's messages the last view change could not re-send (it is no longer a
+    /// sender of the subgroup), handed back in order.
+    fn undeliverable(&mut self, _subgroup: SubgroupId, _payloads: Vec<Vec<u8>>) {}
+    /// The node stopped: shut down (`Some(why)`) or left (`None`).
+    fn stopped(&mut self, _why: Option<&str>) {}
+}
+
+#[derive(Default)]
+struct GroupShared {
+    stop: AtomicBool,
+    done: AtomicBool,
+    senders: Mutex<BTreeMap<SubgroupId, Sender>>,
+    view: Mutex<Option<View>>,
+    leave: AtomicBool,
+}
+
+/// A running group member: its [`Group`] on a predicate thread of its own, delivering to
+/// an [`Application`].
+pub struct GroupNode {
+    shared: Arc<GroupShared>,
+    endpoint: Arc<dyn Endpoint>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for GroupNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupNode")
+            .field("node", &self.endpoint.node())
+            .field("view", &*lock(&self.shared.view))
+            .finish()
+    }
+}
+
+impl GroupNode {
+    /// Starts the predicate thread for `group` (from [`Group::bootstrap`] or
+    /// [`Group::join`]) over `endpoint`.
+    pub fn start(
+        endpoint: Arc<dyn Endpoint>,
+        mut group: Group,
+        app: impl Application,
+        spin_before_park_us: u64,
+    ) -> Result<GroupNode> {
+        let shared = Arc::new(GroupShared::default());
+        {
+            let ep = Arc::clone(&endpoint);
+            group.set_waker(Arc::new(move || ep.wake()));
+        }
+        let thread = {
+            let shared = Arc::clone(&shared);
+            let ep = Arc::clone(&endpoint);
+            std::thread::Builder::new()
+                .name(format!("spindle-group-{}", endpoint.node()))
+                .spawn(move || group_loop(group, ep, &shared, app, spin_before_park_us))
+                .map_err(|e| Error::Config(format!("spawning the predicate thread: {e}")))?
+        };
+        Ok(GroupNode {
+            shared,
+            endpoint,
+            thread: Some(thread),
+        })
+    }
+
+    /// The current view, once installed.
+    pub fn view(&self) -> Option<View> {
+        lock(&self.shared.view).clone()
+    }
+
+    /// True once the node stopped (shut down or left).
+    pub fn is_done(&self) -> bool {
+        self.shared.done.load(Ordering::Acquire)
+    }
+
+    /// A handle for sending in `subgroup` in the current view; [`Error::Wedged`] during a
+    /// view change (retry, or use [`GroupNode::send`]).
+    pub fn sender(&self, subgroup: SubgroupId) -> Result<Sender> {
+        if self.is_done() {
+            return Err(Error::Stopped);
+        }
+        lock(&self.shared.senders)
+            .get(&subgroup)
+            .cloned()
+            .ok_or(Error::Wedged { subgroup })
+    }
+
+    /// Sends `payload` in `subgroup`, waiting through full windows and view changes until
+    /// `timeout` passes. Nothing committed is lost across a view change: the group
+    /// re-sends what the old view cut off.
+    pub fn send(&self, subgroup: SubgroupId, payload: &[u8], timeout: Duration) -> Result<u64> {
+        let deadline = Instant::now() + timeout;
+        let mut sender: Option<Sender> = None;
+        let mut tries: u32 = 0;
+        loop {
+            if sender.is_none() {
+                sender = self.sender(subgroup).ok();
+            }
+            let err = match &sender {
+                Some(s) => match s.try_send(payload) {
+                    Ok(seq) => return Ok(seq),
+                    Err(e @ (Error::WindowFull { .. } | Error::Wedged { .. })) => e,
+                    Err(e) => return Err(e),
+                },
+                None => Error::Wedged { subgroup },
+            };
+            if matches!(err, Error::Wedged { .. }) {
+                sender = None;
+            }
+            if self.is_done() {
+                return Err(Error::Stopped);
+            }
+            if Instant::now() >= deadline {
+                return Err(err);
+            }
+            tries = tries.wrapping_add(1);
+            if tries % 64 == 0 {
+                std::thread::sleep(Duration::from_micros(50));
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Asks to leave the group; the application's `stopped(None)` follows.
+    pub fn leave(&self) {
+        self.shared.leave.store(true, Ordering::Release);
+        self.endpoint.wake();
+    }
+
+    /// Stops the predicate thread (the endpoint stays open).
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.endpoint.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for GroupNode {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+fn group_loop(
+    mut group: Group,
+    ep: Arc<dyn Endpoint>,
+    shared: &GroupShared,
+    mut app: impl Application,
+    spin_before_park_us: u64,
+) {
+    let start = Instant::now();
+    let spin = Duration::from_micros(spin_before_park_us);
+    let mut last_work = Instant::now();
+    let mut idle_rounds: u32 = 0;
+    let mut refresh = true;
+    while !shared.stop.load(Ordering::Acquire) {
+        if shared.leave.swap(false, Ordering::AcqRel) {
+            group.leave();
+        }
+        let now_us = start.elapsed().as_micros() as u64;
+        let mut work = group.step(&*ep, now_us);
+        while let Some(out) = group.poll() {
+            work = true;
+            match out {
+                GroupOutput::Delivery(b) => app.deliver(&b),
+                GroupOutput::ViewInstalled(v) => {
+                    *lock(&shared.view) = Some(v.view.clone());
+                    lock(&shared.senders).clear();
+                    refresh = true;
+                    app.view_installed(&v);
+                }
+                GroupOutput::StateRequested { subgroup, joiner } => {
+                    let state = app.snapshot(subgroup);
+                    if let Err(e) = group.provide_state(subgroup, joiner, &state) {
+                        tracing::error!(subgroup, joiner, error = %e, "state transfer");
+                    }
+                }
+                GroupOutput::InstallState { subgroup, state } => {
+                    app.install(subgroup, &state);
+                    refresh = true;
+                }
+                GroupOutput::Undeliverable { subgroup, payloads } => {
+                    app.undeliverable(subgroup, payloads)
+                }
+                GroupOutput::ShutDown(why) => {
+                    shared.done.store(true, Ordering::Release);
+                    app.stopped(Some(&why));
+                }
+                GroupOutput::Left => {
+                    shared.done.store(true, Ordering::Release);
+                    app.stopped(None);
+                }
+            }
+        }
+        if group.is_done() {
+            shared.done.store(true, Ordering::Release);
+            lock(&shared.senders).clear();
+            break;
+        }
+        if refresh {
+            // Publish the new view's senders once the group hands them out (after its
+            // state arrived and its re-sends went out).
+            let mut all = true;
+            let mut map = lock(&shared.senders);
+            for sg in group.layout().map(|l| l.subgroups.clone()).unwrap_or_default() {
+                match group.sender(sg.id) {
+                    Ok(s) => {
+                        map.insert(sg.id, s);
+                    }
+                    Err(Error::NotASender { .. } | Error::UnknownSubgroup { .. }) => {}
+                    Err(_) => all = false,
+                }
+            }
+            refresh = !all;
+        }
+        if work {
+            idle_rounds = 0;
+            continue;
+        }
+        idle_rounds += 1;
+        if idle_rounds == 1 {
+            last_work = Instant::now();
+        }
+        std::thread::yield_now();
+        if idle_rounds % CLOCK_ROUNDS == 0 && last_work.elapsed() >= spin {
+            // Park, but wake in time for the group's time-outs (joins, activation).
+            ep.wait(Duration::from_millis(5));
+        }
+    }
 }

@@ -1,0 +1,383 @@
+//! Virtual synchrony across real processes: members that multicast, get SIGKILLed and
+//! rejoin, over tcp or shm on loopback.
+//!
+//! * `spindle-group-vs node --id N --nodes K --backend tcp --messages M --log FILE` runs
+//!   one member (the driver starts it): it prints `ADDR <address>`, reads
+//!   `PEERS 1=<a> 2=<b> ...` (or `JOIN 1=<a> ...` to join a running group), sends `M`
+//!   messages in one atomic subgroup of every member, logs each delivery as
+//!   `<vid> <global_index> <sender> <counter>`, prints `VIEW <vid> <unix_ns> <members>`
+//!   for each view, and exits once it delivered an end marker from every member of the
+//!   current view.
+//! * `spindle-group-vs kills --backend tcp --nodes 5 --kills 50` measures the time from
+//!   SIGKILL to the new view installed at every survivor, restarting the victim as a
+//!   joiner after each kill, and prints one JSON line with p50 and p99 in ms.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::{Parser, Subcommand};
+use spindle_group::runtime::{Application, GroupNode};
+use spindle_group::{
+    DeliveryBatch, DeliveryMode, Group, GroupConfig, Layout, SubgroupSpec, View, ViewInstalled,
+};
+use spindle_transport_rdma::{open_backend, FabricConfig, NodeId};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[derive(Parser, Debug)]
+#[command(about = "Virtual synchrony across processes")]
+struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// One member.
+    Node {
+        #[arg(long)]
+        id: NodeId,
+        #[arg(long, default_value = "tcp")]
+        backend: String,
+        /// Messages to send (0: send until stdin says STOP).
+        #[arg(long, default_value_t = 2000)]
+        messages: u64,
+        /// Delivery log.
+        #[arg(long)]
+        log: Option<std::path::PathBuf>,
+    },
+    /// The kill benchmark.
+    Kills {
+        #[arg(long, default_value = "tcp")]
+        backend: String,
+        #[arg(long, default_value_t = 5)]
+        nodes: u32,
+        #[arg(long, default_value_t = 50)]
+        kills: u32,
+    },
+}
+
+/// The one subgroup: every member, every member sends, atomic.
+fn layout(view: &View) -> Result<Layout, String> {
+    Ok(Layout {
+        subgroups: vec![SubgroupSpec {
+            id: 0,
+            members: view.members.clone(),
+            senders: view.members.clone(),
+            mode: DeliveryMode::Atomic,
+            window_slots: 64,
+            slot_payload_bytes: 64,
+        }],
+    })
+}
+
+fn unix_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// A counter `u64::MAX` marks "this sender is done".
+const END: u64 = u64::MAX;
+
+struct App {
+    me: NodeId,
+    log: Option<std::io::BufWriter<std::fs::File>>,
+    view: Vec<NodeId>,
+    vid: u32,
+    ended: BTreeSet<NodeId>,
+    finished: mpsc::Sender<String>,
+    said_done: bool,
+}
+
+impl App {
+    fn check_done(&mut self) {
+        if !self.said_done && self.view.iter().all(|m| self.ended.contains(m)) {
+            self.said_done = true;
+            if let Some(l) = &mut self.log {
+                let _ = l.flush();
+            }
+            let _ = self.finished.send("done".into());
+        }
+    }
+}
+
+impl Application for App {
+    fn deliver(&mut self, batch: &DeliveryBatch) {
+        for m in batch.iter() {
+            if self.said_done || m.payload.len() < 12 {
+                continue;
+            }
+            let sender = u32::from_le_bytes(m.payload[0..4].try_into().unwrap_or([0; 4]));
+            let counter = u64::from_le_bytes(m.payload[4..12].try_into().unwrap_or([0; 8]));
+            if let Some(l) = &mut self.log {
+                let _ = writeln!(l, "{} {} {} {}", self.vid, m.global_index, sender, counter);
+            }
+            if counter == END {
+                self.ended.insert(sender);
+            }
+        }
+        self.check_done();
+    }
+
+    fn view_installed(&mut self, v: &ViewInstalled) {
+        self.vid = v.view.vid;
+        self.view = v.view.members.clone();
+        let members: Vec<String> = v.view.members.iter().map(|m| m.to_string()).collect();
+        println!("VIEW {} {} {}", v.view.vid, unix_ns(), members.join(","));
+        if let Some(l) = &mut self.log {
+            let _ = writeln!(l, "VIEW {} {}", v.view.vid, members.join(","));
+        }
+        let _ = self.me;
+        self.check_done();
+    }
+
+    fn stopped(&mut self, why: Option<&str>) {
+        let _ = self
+            .finished
+            .send(format!("stopped: {}", why.unwrap_or("left")));
+    }
+}
+
+fn parse_peers(rest: &str) -> Result<BTreeMap<NodeId, String>, BoxError> {
+    let mut out = BTreeMap::new();
+    for e in rest.split_whitespace() {
+        let (n, a) = e.split_once('=').ok_or("bad peer entry")?;
+        out.insert(n.parse()?, a.to_string());
+    }
+    Ok(out)
+}
+
+fn node_main(id: NodeId, backend: &str, messages: u64, log: Option<std::path::PathBuf>) -> Result<(), BoxError> {
+    let ep = open_backend(backend, id, FabricConfig::default())?;
+    println!("ADDR {}", ep.address());
+    std::io::stdout().flush()?;
+    let mut stdin = BufReader::new(std::io::stdin());
+    let mut line = String::new();
+    stdin.read_line(&mut line)?;
+    let line = line.trim().to_string();
+    let mut cfg = GroupConfig::new(Arc::new(layout));
+    cfg.join_retry_us = 50_000;
+    let group = if let Some(rest) = line.strip_prefix("PEERS ") {
+        let peers = parse_peers(rest)?;
+        let view = View {
+            vid: 1,
+            members: peers.keys().copied().collect(),
+        };
+        Group::bootstrap(&*ep, view, peers, cfg, 0)?
+    } else if let Some(rest) = line.strip_prefix("JOIN ") {
+        let contacts = parse_peers(rest)?.into_iter().filter(|(n, _)| *n != id).collect();
+        Group::join(&*ep, contacts, cfg)?
+    } else {
+        return Err(format!("expected PEERS or JOIN, got {line:?}").into());
+    };
+    let (tx, rx) = mpsc::channel();
+    let app = App {
+        me: id,
+        log: match log {
+            Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p)?)),
+            None => None,
+        },
+        view: Vec::new(),
+        vid: 0,
+        ended: BTreeSet::new(),
+        finished: tx,
+        said_done: false,
+    };
+    let node = GroupNode::start(Arc::clone(&ep), group, app, 1_000)?;
+    // `STOP` on stdin ends an endless sender.
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let mut l = String::new();
+        while stdin.read_line(&mut l).is_ok_and(|n| n > 0) {
+            if l.trim() == "STOP" {
+                let _ = stop_tx.send(());
+            }
+            l.clear();
+        }
+        let _ = stop_tx.send(());
+    });
+    let mut counter = 0u64;
+    let mut payload = [0u8; 48];
+    payload[0..4].copy_from_slice(&id.to_le_bytes());
+    loop {
+        let last = (messages > 0 && counter == messages) || stop_rx.try_recv().is_ok();
+        let c = if last { END } else { counter };
+        payload[4..12].copy_from_slice(&c.to_le_bytes());
+        node.send(0, &payload, Duration::from_secs(60))?;
+        if last {
+            break;
+        }
+        counter += 1;
+        if messages == 0 {
+            // An endless sender paces itself (the kill benchmark measures view changes,
+            // not throughput).
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    let result = rx.recv_timeout(Duration::from_secs(120))?;
+    eprintln!("node {id}: {result}");
+    if result != "done" {
+        return Err(result.into());
+    }
+    drop(node);
+    ep.close();
+    Ok(())
+}
+
+struct Proc {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+fn spawn_node(id: NodeId, backend: &str, messages: u64) -> Result<(Proc, String), BoxError> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(["node", "--id", &id.to_string(), "--backend", backend])
+        .args(["--messages", &messages.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let out: ChildStdout = child.stdout.take().ok_or("no stdout")?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(30))?
+        .strip_prefix("ADDR ")
+        .ok_or("expected ADDR")?
+        .to_string();
+    Ok((Proc { child, lines: rx }, addr))
+}
+
+fn say(p: &mut Proc, line: &str) -> Result<(), BoxError> {
+    let s = p.child.stdin.as_mut().ok_or("no stdin")?;
+    writeln!(s, "{line}")?;
+    s.flush()?;
+    Ok(())
+}
+
+/// Waits until `p` prints a view with `vid` or above; returns the view's unix ns.
+fn wait_view(p: &Proc, vid: u32, deadline: Instant) -> Result<u128, BoxError> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let l = p.lines.recv_timeout(left)?;
+        let f: Vec<&str> = l.split(' ').collect();
+        if f.len() == 4 && f[0] == "VIEW" && f[1].parse::<u32>()? >= vid {
+            return Ok(f[2].parse()?);
+        }
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn kills_main(backend: &str, nodes: u32, kills: u32) -> Result<(), BoxError> {
+    let mut procs: BTreeMap<NodeId, Proc> = BTreeMap::new();
+    let mut addrs = BTreeMap::new();
+    for id in 1..=nodes {
+        let (p, a) = spawn_node(id, backend, 0)?;
+        procs.insert(id, p);
+        addrs.insert(id, a);
+    }
+    let peers = |addrs: &BTreeMap<NodeId, String>| {
+        addrs
+            .iter()
+            .map(|(n, a)| format!("{n}={a}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let line = format!("PEERS {}", peers(&addrs));
+    for p in procs.values_mut() {
+        say(p, &line)?;
+    }
+    let deadline = || Instant::now() + Duration::from_secs(60);
+    for p in procs.values() {
+        wait_view(p, 1, deadline())?;
+    }
+    let mut vid = 1;
+    let mut samples_ms = Vec::new();
+    for k in 0..kills {
+        std::thread::sleep(Duration::from_millis(100));
+        // Alternate the leader (the lowest id alive is rank 0 only at first; after
+        // restarts, ranks move) and a follower.
+        let victim = if k % 2 == 0 { 1 + (k / 2) % nodes } else { nodes - (k / 2) % nodes };
+        let mut p = procs.remove(&victim).ok_or("victim not running")?;
+        let t_kill = unix_ns();
+        p.child.kill()?;
+        let _ = p.child.wait();
+        vid += 1;
+        let mut worst = 0u128;
+        for q in procs.values() {
+            let t = wait_view(q, vid, deadline())?;
+            worst = worst.max(t.saturating_sub(t_kill));
+        }
+        samples_ms.push(worst as f64 / 1e6);
+        // The victim restarts and rejoins.
+        let (mut np, a) = spawn_node(victim, backend, 0)?;
+        addrs.insert(victim, a);
+        say(&mut np, &format!("JOIN {}", peers(&addrs)))?;
+        vid += 1;
+        wait_view(&np, vid, deadline())?;
+        for q in procs.values() {
+            wait_view(q, vid, deadline())?;
+        }
+        procs.insert(victim, np);
+    }
+    for p in procs.values_mut() {
+        let _ = say(p, "STOP");
+    }
+    for p in procs.values_mut() {
+        let _ = p.child.kill();
+        let _ = p.child.wait();
+    }
+    let mut sorted = samples_ms.clone();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "{}",
+        serde_json::json!({
+            "backend": backend,
+            "nodes": nodes,
+            "kills": kills,
+            "kill_to_view_ms_p50": percentile(&sorted, 0.5),
+            "kill_to_view_ms_p99": percentile(&sorted, 0.99),
+            "kill_to_view_ms_max": sorted.last().copied().unwrap_or(f64::NAN),
+        })
+    );
+    Ok(())
+}
+
+fn main() {
+    let args = Args::parse();
+    let r = match args.cmd {
+        Cmd::Node {
+            id,
+            backend,
+            messages,
+            log,
+        } => node_main(id, &backend, messages, log),
+        Cmd::Kills {
+            backend,
+            nodes,
+            kills,
+        } => kills_main(&backend, nodes, kills),
+    };
+    if let Err(e) = r {
+        eprintln!("spindle-group-vs: {e}");
+        std::process::exit(1);
+    }
+}

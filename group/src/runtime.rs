@@ -521,7 +521,11 @@ fn group_loop(
             // state arrived and its re-sends went out).
             let mut all = true;
             let mut map = lock(&shared.senders);
-            for sg in group.layout().map(|l| l.subgroups.clone()).unwrap_or_default() {
+            for sg in group
+                .layout()
+                .map(|l| l.subgroups.clone())
+                .unwrap_or_default()
+            {
                 match group.sender(sg.id) {
                     Ok(s) => {
                         map.insert(sg.id, s);

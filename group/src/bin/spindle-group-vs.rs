@@ -6,8 +6,8 @@
 //!   `PEERS 1=<a> 2=<b> ...` (or `JOIN 1=<a> ...` to join a running group), sends `M`
 //!   messages in one atomic subgroup of every member, logs each delivery as
 //!   `<vid> <global_index> <sender> <counter>`, prints `VIEW <vid> <unix_ns> <members>`
-//!   for each view, and exits once it delivered an end marker from every member of the
-//!   current view.
+//!   for each view, and prints `DONE` once it delivered an end marker from every member of
+//!   the current view; it exits when its stdin ends (or says `EXIT`).
 //! * `spindle-group-vs kills --backend tcp --nodes 5 --kills 50` measures the time from
 //!   SIGKILL to the new view installed at every survivor, restarting the victim as a
 //!   joiner after each kill, and prints one JSON line with p50 and p99 in ms.
@@ -152,7 +152,12 @@ fn parse_peers(rest: &str) -> Result<BTreeMap<NodeId, String>, BoxError> {
     Ok(out)
 }
 
-fn node_main(id: NodeId, backend: &str, messages: u64, log: Option<std::path::PathBuf>) -> Result<(), BoxError> {
+fn node_main(
+    id: NodeId,
+    backend: &str,
+    messages: u64,
+    log: Option<std::path::PathBuf>,
+) -> Result<(), BoxError> {
     let ep = open_backend(backend, id, FabricConfig::default())?;
     println!("ADDR {}", ep.address());
     std::io::stdout().flush()?;
@@ -170,7 +175,10 @@ fn node_main(id: NodeId, backend: &str, messages: u64, log: Option<std::path::Pa
         };
         Group::bootstrap(&*ep, view, peers, cfg, 0)?
     } else if let Some(rest) = line.strip_prefix("JOIN ") {
-        let contacts = parse_peers(rest)?.into_iter().filter(|(n, _)| *n != id).collect();
+        let contacts = parse_peers(rest)?
+            .into_iter()
+            .filter(|(n, _)| *n != id)
+            .collect();
         Group::join(&*ep, contacts, cfg)?
     } else {
         return Err(format!("expected PEERS or JOIN, got {line:?}").into());
@@ -189,17 +197,25 @@ fn node_main(id: NodeId, backend: &str, messages: u64, log: Option<std::path::Pa
         said_done: false,
     };
     let node = GroupNode::start(Arc::clone(&ep), group, app, 1_000)?;
-    // `STOP` on stdin ends an endless sender.
+    // `STOP` on stdin ends an endless sender; end of stdin (or `EXIT`) ends the process
+    // once it is done (the driver waits for every member's DONE first, so no member
+    // leaves while another still needs it for a majority).
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let (exit_tx, exit_rx) = mpsc::channel::<()>();
     std::thread::spawn(move || {
         let mut l = String::new();
         while stdin.read_line(&mut l).is_ok_and(|n| n > 0) {
-            if l.trim() == "STOP" {
-                let _ = stop_tx.send(());
+            match l.trim() {
+                "STOP" => {
+                    let _ = stop_tx.send(());
+                }
+                "EXIT" => break,
+                _ => {}
             }
             l.clear();
         }
         let _ = stop_tx.send(());
+        let _ = exit_tx.send(());
     });
     let mut counter = 0u64;
     let mut payload = [0u8; 48];
@@ -220,10 +236,12 @@ fn node_main(id: NodeId, backend: &str, messages: u64, log: Option<std::path::Pa
         }
     }
     let result = rx.recv_timeout(Duration::from_secs(120))?;
-    eprintln!("node {id}: {result}");
     if result != "done" {
         return Err(result.into());
     }
+    println!("DONE");
+    std::io::stdout().flush()?;
+    let _ = exit_rx.recv();
     drop(node);
     ep.close();
     Ok(())
@@ -315,7 +333,11 @@ fn kills_main(backend: &str, nodes: u32, kills: u32) -> Result<(), BoxError> {
         std::thread::sleep(Duration::from_millis(100));
         // Alternate the leader (the lowest id alive is rank 0 only at first; after
         // restarts, ranks move) and a follower.
-        let victim = if k % 2 == 0 { 1 + (k / 2) % nodes } else { nodes - (k / 2) % nodes };
+        let victim = if k % 2 == 0 {
+            1 + (k / 2) % nodes
+        } else {
+            nodes - (k / 2) % nodes
+        };
         let mut p = procs.remove(&victim).ok_or("victim not running")?;
         let t_kill = unix_ns();
         p.child.kill()?;

@@ -1,0 +1,167 @@
+//! Five processes over tcp (and shm) on loopback, every member sending in one atomic
+//! subgroup: the leader and then a follower are SIGKILLed mid-stream; the survivors must
+//! install the same views and write byte-for-byte identical delivery logs.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const VS: &str = env!("CARGO_BIN_EXE_spindle-group-vs");
+
+struct Proc {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn say(p: &mut Proc, line: &str) {
+    let s = p.child.stdin.as_mut().expect("stdin");
+    writeln!(s, "{line}").unwrap();
+    s.flush().unwrap();
+}
+
+/// Waits until `p` prints `VIEW <vid> ...`; returns the member list.
+fn wait_view(p: &Proc, vid: u32, what: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let l = p
+            .lines
+            .recv_timeout(left)
+            .unwrap_or_else(|e| panic!("{what}: no view {vid}: {e}"));
+        let f: Vec<&str> = l.split(' ').collect();
+        if f.len() == 4 && f[0] == "VIEW" && f[1] == vid.to_string() {
+            return f[3].to_string();
+        }
+    }
+}
+
+fn run(backend: &str) {
+    let dir = std::env::temp_dir().join(format!("spindle-vs-{backend}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut procs = BTreeMap::new();
+    let mut addrs = Vec::new();
+    for id in 1..=5u32 {
+        let mut child = Command::new(VS)
+            .args(["node", "--id", &id.to_string(), "--backend", backend])
+            .args(["--messages", "0", "--log"])
+            .arg(dir.join(format!("node-{id}.log")))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start spindle-group-vs");
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let addr = rx.recv_timeout(Duration::from_secs(30)).expect("ADDR line");
+        addrs.push(format!(
+            "{id}={}",
+            addr.strip_prefix("ADDR ").expect("ADDR")
+        ));
+        procs.insert(id, Proc { child, lines: rx });
+    }
+    let peers = format!("PEERS {}", addrs.join(" "));
+    for p in procs.values_mut() {
+        say(p, &peers);
+    }
+    for (id, p) in &procs {
+        assert_eq!(
+            wait_view(p, 1, &format!("{backend} node {id}")),
+            "1,2,3,4,5"
+        );
+    }
+    // Mid-stream: the leader (node 1, rank 0) dies, then a follower (node 3).
+    std::thread::sleep(Duration::from_millis(400));
+    drop(procs.remove(&1));
+    for (id, p) in &procs {
+        assert_eq!(wait_view(p, 2, &format!("{backend} node {id}")), "2,3,4,5");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    drop(procs.remove(&3));
+    for (id, p) in &procs {
+        assert_eq!(wait_view(p, 3, &format!("{backend} node {id}")), "2,4,5");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for p in procs.values_mut() {
+        say(p, "STOP");
+    }
+    // Every survivor delivers the end markers of all three, then all exit together.
+    for (id, p) in &procs {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match p.lines.recv_timeout(left) {
+                Ok(l) if l == "DONE" => break,
+                Ok(_) => {}
+                Err(e) => panic!("{backend}: node {id} never finished: {e}"),
+            }
+        }
+    }
+    for p in procs.values_mut() {
+        say(p, "EXIT");
+    }
+    for (id, p) in procs.iter_mut() {
+        let status = p.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "{backend}: node {id} exited with {status}"
+        );
+    }
+    let logs: BTreeMap<u32, Vec<u8>> = [2u32, 4, 5]
+        .iter()
+        .map(|id| {
+            (
+                *id,
+                std::fs::read(dir.join(format!("node-{id}.log"))).unwrap(),
+            )
+        })
+        .collect();
+    let text = String::from_utf8_lossy(&logs[&2]);
+    let deliveries = text.lines().filter(|l| !l.starts_with("VIEW")).count();
+    assert!(
+        deliveries > 100,
+        "{backend}: only {deliveries} deliveries logged"
+    );
+    for v in ["VIEW 1 ", "VIEW 2 ", "VIEW 3 "] {
+        assert!(text.contains(v), "{backend}: log lacks {v}");
+    }
+    // Survivors delivered in view 1 and 2 messages of the nodes that died afterwards.
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("1 ") && l.split(' ').nth(2) == Some("1")),
+        "{backend}: nothing of node 1 delivered in view 1"
+    );
+    for id in [4, 5] {
+        assert!(
+            logs[&id] == logs[&2],
+            "{backend}: node {id}'s delivery log differs from node 2's"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tcp_survivors_of_two_kills_deliver_identical_logs() {
+    run("tcp");
+}
+
+#[test]
+fn shm_survivors_of_two_kills_deliver_identical_logs() {
+    run("shm");
+}

@@ -49,6 +49,19 @@ enum Cmd {
         /// Delivery log.
         #[arg(long)]
         log: Option<std::path::PathBuf>,
+        /// Pause between two sends of an endless sender, in microseconds (0: none).
+        #[arg(long, default_value_t = 200)]
+        pace_us: u64,
+        /// Print `RATE <unix_ns> <delivered>` this often (0: never).
+        #[arg(long, default_value_t = 0)]
+        rate_ms: u64,
+    },
+    /// Throughput around a join: 4 members send unpaced, a fifth joins.
+    JoinDip {
+        #[arg(long, default_value = "tcp")]
+        backend: String,
+        #[arg(long, default_value_t = 4)]
+        nodes: u32,
     },
     /// The kill benchmark.
     Kills {
@@ -92,6 +105,7 @@ struct App {
     ended: BTreeSet<NodeId>,
     finished: mpsc::Sender<String>,
     said_done: bool,
+    delivered: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl App {
@@ -108,6 +122,8 @@ impl App {
 
 impl Application for App {
     fn deliver(&mut self, batch: &DeliveryBatch) {
+        self.delivered
+            .fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
         for m in batch.iter() {
             if self.said_done || m.payload.len() < 12 {
                 continue;
@@ -157,6 +173,8 @@ fn node_main(
     backend: &str,
     messages: u64,
     log: Option<std::path::PathBuf>,
+    pace_us: u64,
+    rate_ms: u64,
 ) -> Result<(), BoxError> {
     let ep = open_backend(backend, id, FabricConfig::default())?;
     println!("ADDR {}", ep.address());
@@ -195,7 +213,19 @@ fn node_main(
         ended: BTreeSet::new(),
         finished: tx,
         said_done: false,
+        delivered: Arc::new(std::sync::atomic::AtomicU64::new(0)),
     };
+    if rate_ms > 0 {
+        let d = Arc::clone(&app.delivered);
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(rate_ms));
+            println!(
+                "RATE {} {}",
+                unix_ns(),
+                d.load(std::sync::atomic::Ordering::Relaxed)
+            );
+        });
+    }
     let node = GroupNode::start(Arc::clone(&ep), group, app, 1_000)?;
     // `STOP` on stdin ends an endless sender; end of stdin (or `EXIT`) ends the process
     // once it is done (the driver waits for every member's DONE first, so no member
@@ -229,10 +259,10 @@ fn node_main(
             break;
         }
         counter += 1;
-        if messages == 0 {
+        if messages == 0 && pace_us > 0 {
             // An endless sender paces itself (the kill benchmark measures view changes,
             // not throughput).
-            std::thread::sleep(Duration::from_micros(200));
+            std::thread::sleep(Duration::from_micros(pace_us));
         }
     }
     let result = rx.recv_timeout(Duration::from_secs(120))?;
@@ -253,9 +283,19 @@ struct Proc {
 }
 
 fn spawn_node(id: NodeId, backend: &str, messages: u64) -> Result<(Proc, String), BoxError> {
+    spawn_node_with(id, backend, messages, &[])
+}
+
+fn spawn_node_with(
+    id: NodeId,
+    backend: &str,
+    messages: u64,
+    extra: &[&str],
+) -> Result<(Proc, String), BoxError> {
     let mut child = Command::new(std::env::current_exe()?)
         .args(["node", "--id", &id.to_string(), "--backend", backend])
         .args(["--messages", &messages.to_string()])
+        .args(extra)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -383,6 +423,98 @@ fn kills_main(backend: &str, nodes: u32, kills: u32) -> Result<(), BoxError> {
     Ok(())
 }
 
+fn join_dip_main(backend: &str, nodes: u32) -> Result<(), BoxError> {
+    let mut procs: BTreeMap<NodeId, Proc> = BTreeMap::new();
+    let mut addrs = BTreeMap::new();
+    for id in 1..=nodes {
+        let extra: &[&str] = if id == 1 {
+            &["--pace-us", "0", "--rate-ms", "10"]
+        } else {
+            &["--pace-us", "0"]
+        };
+        let (p, a) = spawn_node_with(id, backend, 0, extra)?;
+        procs.insert(id, p);
+        addrs.insert(id, a);
+    }
+    let peers: String = addrs
+        .iter()
+        .map(|(n, a)| format!("{n}={a}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    for p in procs.values_mut() {
+        say(p, &format!("PEERS {peers}"))?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (id, p) in &procs {
+        if *id != 1 {
+            wait_view(p, 1, deadline)?;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let joiner = nodes + 1;
+    let (mut jp, _) = spawn_node_with(joiner, backend, 0, &["--pace-us", "0"])?;
+    let t_join = unix_ns();
+    say(&mut jp, &format!("JOIN {peers}"))?;
+    let t_joined = wait_view(&jp, 2, deadline)?;
+    std::thread::sleep(Duration::from_millis(1500));
+    // Node 1's delivery counter, every 10 ms.
+    let mut rate: Vec<(u128, u64)> = Vec::new();
+    let mut view2_at_1 = None;
+    let p1 = procs.get(&1).ok_or("node 1")?;
+    while let Ok(l) = p1.lines.try_recv() {
+        let f: Vec<&str> = l.split(' ').collect();
+        match f.as_slice() {
+            ["RATE", t, c] => rate.push((t.parse()?, c.parse()?)),
+            ["VIEW", "2", t, _] => view2_at_1 = Some(t.parse::<u128>()?),
+            _ => {}
+        }
+    }
+    for p in procs.values_mut().chain(std::iter::once(&mut jp)) {
+        let _ = p.child.kill();
+        let _ = p.child.wait();
+    }
+    let per_s: Vec<(u128, f64)> = rate
+        .windows(2)
+        .map(|w| {
+            let dt = (w[1].0 - w[0].0) as f64 / 1e9;
+            (w[1].0, (w[1].1 - w[0].1) as f64 / dt.max(1e-9))
+        })
+        .collect();
+    let mut before: Vec<f64> = per_s
+        .iter()
+        .filter(|(t, _)| *t < t_join && *t + 1_000_000_000 >= t_join)
+        .map(|(_, r)| *r)
+        .collect();
+    before.sort_by(|a, b| a.total_cmp(b));
+    let baseline = percentile(&before, 0.5);
+    let around: Vec<f64> = per_s
+        .iter()
+        .filter(|(t, _)| *t >= t_join && *t <= t_join + 1_000_000_000)
+        .map(|(_, r)| *r)
+        .collect();
+    let dip = around.iter().copied().fold(f64::INFINITY, f64::min);
+    let below_half_ms = per_s
+        .windows(2)
+        .filter(|w| w[1].0 >= t_join && w[1].0 <= t_join + 1_000_000_000)
+        .filter(|w| w[1].1 < baseline / 2.0)
+        .map(|w| (w[1].0 - w[0].0) as f64 / 1e6)
+        .sum::<f64>();
+    println!(
+        "{}",
+        serde_json::json!({
+            "backend": backend,
+            "members_before_join": nodes,
+            "baseline_msgs_per_s": baseline,
+            "min_10ms_msgs_per_s_in_1s_after_join": dip,
+            "min_over_baseline": dip / baseline,
+            "ms_below_half_baseline": below_half_ms,
+            "join_to_view_ms": (t_joined.saturating_sub(t_join)) as f64 / 1e6,
+            "view_at_node1_ms": view2_at_1.map(|t| t.saturating_sub(t_join) as f64 / 1e6),
+        })
+    );
+    Ok(())
+}
+
 fn main() {
     let args = Args::parse();
     let r = match args.cmd {
@@ -391,7 +523,10 @@ fn main() {
             backend,
             messages,
             log,
-        } => node_main(id, &backend, messages, log),
+            pace_us,
+            rate_ms,
+        } => node_main(id, &backend, messages, log, pace_us, rate_ms),
+        Cmd::JoinDip { backend, nodes } => join_dip_main(&backend, nodes),
         Cmd::Kills {
             backend,
             nodes,

@@ -91,6 +91,15 @@ impl std::fmt::Debug for Node {
     }
 }
 
+/// Tells a predicate thread to stop, wakes it from its park, and joins it.
+fn stop_thread(stop: &AtomicBool, endpoint: &dyn Endpoint, thread: &mut Option<JoinHandle<()>>) {
+    stop.store(true, Ordering::Release);
+    endpoint.wake();
+    if let Some(t) = thread.take() {
+        let _ = t.join();
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -222,11 +231,7 @@ impl Node {
     }
 
     fn halt(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        self.endpoint.wake();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        stop_thread(&self.shared.stop, &*self.endpoint, &mut self.thread);
     }
 }
 
@@ -446,11 +451,7 @@ impl GroupNode {
     }
 
     fn halt(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        self.endpoint.wake();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        stop_thread(&self.shared.stop, &*self.endpoint, &mut self.thread);
     }
 }
 

@@ -328,6 +328,27 @@ struct NodeRun {
     ended: Option<String>,
 }
 
+impl NodeRun {
+    fn new(id: NodeId, incarnation: u32, ep: Arc<SimEndpoint>, group: Group) -> NodeRun {
+        NodeRun {
+            id,
+            incarnation,
+            ep,
+            group: Some(group),
+            state: BTreeMap::new(),
+            per_view: BTreeMap::new(),
+            views: Vec::new(),
+            subgroups_in: BTreeMap::new(),
+            counter: 0,
+            sent: Vec::new(),
+            down: false,
+            crashed: false,
+            left: false,
+            ended: None,
+        }
+    }
+}
+
 /// The cluster of one run. See the module docs.
 struct Cluster {
     sc: Scenario,
@@ -458,25 +479,7 @@ impl Cluster {
         for (id, ep) in ids.iter().zip(eps) {
             let group = Group::bootstrap(&*ep, view.clone(), addresses.clone(), cfg.clone(), 0)
                 .unwrap_or_else(|e| panic!("seed {seed}: bootstrap {id}: {e}"));
-            nodes.insert(
-                *id,
-                NodeRun {
-                    id: *id,
-                    incarnation: 0,
-                    ep,
-                    group: Some(group),
-                    state: BTreeMap::new(),
-                    per_view: BTreeMap::new(),
-                    views: Vec::new(),
-                    subgroups_in: BTreeMap::new(),
-                    counter: 0,
-                    sent: Vec::new(),
-                    down: false,
-                    crashed: false,
-                    left: false,
-                    ended: None,
-                },
-            );
+            nodes.insert(*id, NodeRun::new(*id, 0, ep, group));
         }
         Cluster {
             fired: vec![false; sc.faults.len()],
@@ -740,25 +743,8 @@ impl Cluster {
             .collect();
         let group = Group::join(&*ep, contacts, self.cfg.clone())
             .unwrap_or_else(|e| panic!("seed {}: join {id}: {e}", self.sc.seed));
-        self.nodes.insert(
-            id,
-            NodeRun {
-                id,
-                incarnation,
-                ep,
-                group: Some(group),
-                state: BTreeMap::new(),
-                per_view: BTreeMap::new(),
-                views: Vec::new(),
-                subgroups_in: BTreeMap::new(),
-                counter: 0,
-                sent: Vec::new(),
-                down: false,
-                crashed: false,
-                left: false,
-                ended: None,
-            },
-        );
+        self.nodes
+            .insert(id, NodeRun::new(id, incarnation, ep, group));
     }
 
     fn sends(&mut self) {

@@ -1,6 +1,6 @@
 //! Swarm simulation of whole groups under faults, with a checker of virtual synchrony.
 //!
-//! A [`Cluster`] runs several [`Group`]s over one deterministic sim fabric in one thread,
+//! A cluster runs several [`Group`]s over one deterministic sim fabric in one thread,
 //! each with a small application that sends named messages, keeps the delivered sequence
 //! of every subgroup as its state (shipped to joiners by state transfer), and logs what it
 //! delivered in which view. A [`Scenario`] (a small builder) schedules faults — crashes,

@@ -21,7 +21,7 @@ use spindle_transport_rdma::{Endpoint, Event, NodeId, RegionId};
 
 use crate::engine::{DeliveryBatch, Engine, EngineConfig, EngineEvent, Push};
 use crate::error::{Error, Result};
-use crate::layout::{DeliveryMode, Layout, SubgroupId, View};
+use crate::layout::{DeliveryMode, Layout, SubgroupId, View, DECLARED_BYTES_MAX};
 use crate::membership::{Change, Membership, Outcome, Trim, ADDRESS_BYTES_MAX};
 use crate::smc::Sender;
 
@@ -38,6 +38,7 @@ const MSG_JOIN: u8 = 1;
 const MSG_REDIRECT: u8 = 2;
 const MSG_NEW_VIEW: u8 = 3;
 const MSG_STATE: u8 = 4;
+const MSG_DECLARE: u8 = 5;
 
 /// The deterministic layout function: the subgroups of a view, or why the view is
 /// inadequate (it cannot give every subgroup its minimum members; the group then waits
@@ -195,6 +196,10 @@ pub struct Group {
     scratch: Vec<u8>,
     stats: GroupStats,
     waker: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// What this node wants declared (see [`Group::declare`]) and when it next asks the
+    /// leader, until a view carries it.
+    declare_wanted: Option<Vec<u8>>,
+    next_declare_us: u64,
 }
 
 impl std::fmt::Debug for Group {
@@ -228,6 +233,8 @@ impl Group {
             scratch: Vec::new(),
             stats: GroupStats::default(),
             waker: None,
+            declare_wanted: None,
+            next_declare_us: 0,
         }
     }
 
@@ -358,6 +365,52 @@ impl Group {
 
     // ----- inputs -------------------------------------------------------------------
 
+    /// Declares `declared` for this node (replacing what it declared before; empty
+    /// withdraws it): the leader proposes it, and the next view carries it in
+    /// [`View::declared`] — so the layout function, and with it the subgroups, may change.
+    /// The request is repeated until a view carries it (a leader may fail first), so the
+    /// last call wins.
+    pub fn declare(&mut self, declared: Vec<u8>) -> Result<()> {
+        if declared.len() > DECLARED_BYTES_MAX {
+            return Err(Error::Config(format!(
+                "a declaration of {} bytes, at most {DECLARED_BYTES_MAX}",
+                declared.len()
+            )));
+        }
+        self.declare_wanted = Some(declared);
+        self.next_declare_us = 0;
+        Ok(())
+    }
+
+    /// Asks the leader for this node's declaration if the view does not carry it yet.
+    fn request_declaration(&mut self, ep: &dyn Endpoint, now_us: u64) {
+        let me = self.me;
+        let Some(want) = &self.declare_wanted else {
+            return;
+        };
+        let Some(c) = &mut self.current else {
+            return;
+        };
+        if c.view.declared.get(&me).map_or(&[][..], |d| d) == want.as_slice() {
+            self.declare_wanted = None;
+            return;
+        }
+        if now_us < self.next_declare_us {
+            return;
+        }
+        self.next_declare_us = now_us + self.cfg.join_retry_us;
+        match c.membership.leader() {
+            Some(l) if l == me => c.membership.request_declare(me, want.clone()),
+            Some(l) => {
+                let mut w = Writer::new(MSG_DECLARE);
+                w.u32(me);
+                w.bytes(want);
+                let _ = ep.send(l, MEMBERSHIP_IMM, &w.0);
+            }
+            None => {}
+        }
+    }
+
     /// Leaves the group gracefully: the others remove this node in the next view;
     /// [`GroupOutput::Left`] follows.
     pub fn leave(&mut self) {
@@ -476,6 +529,7 @@ impl Group {
             }
             None => {}
         }
+        self.request_declaration(ep, now_us);
         work |= self.flush_resends();
         work |= self.drain(ep);
         work
@@ -573,7 +627,23 @@ impl Group {
                     }
                     holders.insert(sg, ids);
                 }
-                let view = View { vid, members };
+                let d = r.u16()? as usize;
+                let mut declared = BTreeMap::new();
+                for _ in 0..d {
+                    let node = r.u32()?;
+                    let len = r.u16()? as usize;
+                    if len > DECLARED_BYTES_MAX {
+                        return Err(Error::Protocol(format!(
+                            "NEW_VIEW {vid}: node {node} declared {len} bytes, at most {DECLARED_BYTES_MAX}"
+                        )));
+                    }
+                    declared.insert(node, r.take(len)?.to_vec());
+                }
+                let view = View {
+                    vid,
+                    members,
+                    declared,
+                };
                 view.validate()?;
                 if !view.members.contains(&self.me) {
                     return Err(Error::Protocol(format!(
@@ -586,6 +656,23 @@ impl Group {
                 self.enter_view(ep, view.clone(), &me, now_us)?;
                 self.announce(view, vec![self.me], Vec::new());
                 self.apply_early_states();
+            }
+            MSG_DECLARE => {
+                let node = r.u32()?;
+                let declared = r.rest().to_vec();
+                if node != peer || declared.len() > DECLARED_BYTES_MAX {
+                    return Err(Error::Protocol(format!(
+                        "DECLARE from {peer} for node {node}, {} bytes",
+                        declared.len()
+                    )));
+                }
+                if let Some(c) = &mut self.current {
+                    // Only the leader proposes; the member repeats its request to whoever
+                    // leads next.
+                    if c.membership.leader() == Some(self.me) {
+                        c.membership.request_declare(node, declared);
+                    }
+                }
             }
             MSG_STATE => {
                 let vid = r.u32()?;
@@ -831,7 +918,7 @@ impl Group {
             .iter()
             .filter_map(|ch| match ch {
                 Change::Remove(n) => Some(*n),
-                Change::Add { .. } => None,
+                _ => None,
             })
             .collect();
         let mut resends = Vec::new();
@@ -872,20 +959,33 @@ impl Group {
             self.outputs.push_back(GroupOutput::Delivery(b));
         }
         // The next view: survivors in their order, then the joiners.
+        let old = c.view.clone();
         let mut removed = Vec::new();
         let mut added = Vec::new();
+        let mut declared = old.declared.clone();
         for ch in &trim.changes {
             match ch {
-                Change::Remove(n) => removed.push(*n),
+                Change::Remove(n) => {
+                    removed.push(*n);
+                    declared.remove(n);
+                }
                 Change::Add { node, address } => {
                     if !added.contains(node) {
                         added.push(*node);
                         self.addresses.insert(*node, address.clone());
                     }
+                    // A joiner starts with nothing declared, even under a removed id.
+                    declared.remove(node);
+                }
+                Change::Declare { node, declared: d } => {
+                    if d.is_empty() {
+                        declared.remove(node);
+                    } else {
+                        declared.insert(*node, d.clone());
+                    }
                 }
             }
         }
-        let old = c.view.clone();
         let mut members: Vec<NodeId> = old
             .members
             .iter()
@@ -910,9 +1010,12 @@ impl Group {
             .filter(|n| !removed.contains(n) && *n != me)
             .collect();
         let joins = c.membership.pending_joins().to_vec();
+        let declares = c.membership.pending_declares().to_vec();
+        declared.retain(|n, _| members.contains(n));
         let view = View {
             vid: old.vid + 1,
             members,
+            declared,
         };
         tracing::info!(node = me, vid = view.vid, members = ?view.members, "installing view");
         let holders_before = self.holders.clone();
@@ -935,6 +1038,9 @@ impl Group {
         for (n, a) in joins {
             c.membership.request_join(n, a);
         }
+        for (n, d) in declares {
+            c.membership.request_declare(n, d);
+        }
         c.joiners = added.clone();
         if !added.is_empty() && view.members.first() == Some(&me) {
             let mut w = Writer::new(MSG_NEW_VIEW);
@@ -954,6 +1060,12 @@ impl Group {
                 for id in ids {
                     w.u32(id);
                 }
+            }
+            w.u16(view.declared.len() as u16);
+            for (node, d) in &view.declared {
+                w.u32(*node);
+                w.u16(d.len() as u16);
+                w.bytes(d);
             }
             for a in &added {
                 let _ = ep.send(*a, MEMBERSHIP_IMM, &w.0);

@@ -3,7 +3,7 @@
 //! Every member computes the same [`Geometry`] from the same [`View`] and [`SubgroupSpec`],
 //! so a row written at an offset on one node lands at the same offset on every other.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use spindle_transport_rdma::{round_up_to_words, NodeId, RegionId, REGION_BYTES_MAX, WORD_BYTES};
 
@@ -43,16 +43,33 @@ pub enum DeliveryMode {
     Unordered,
 }
 
-/// A membership view: an id and the members, in rank order.
+/// A membership view: an id, the members in rank order, and what each member declared.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct View {
     /// The view id; grows by one with every view change.
     pub vid: u32,
     /// The members' node ids; a member's rank is its index here.
     pub members: Vec<NodeId>,
+    /// What members declared through [`crate::Group::declare`] (opaque to the engine, at
+    /// most [`DECLARED_BYTES_MAX`] bytes each), agreed by the view change like the member
+    /// list, so a layout function may depend on it: DDS declares its readers and writers
+    /// here. A member that declared nothing has no entry.
+    pub declared: BTreeMap<NodeId, Vec<u8>>,
 }
 
+/// Most bytes one member may declare (see [`View::declared`]).
+pub const DECLARED_BYTES_MAX: usize = 256;
+
 impl View {
+    /// View `vid` of `members`, nothing declared.
+    pub fn new(vid: u32, members: Vec<NodeId>) -> View {
+        View {
+            vid,
+            members,
+            declared: BTreeMap::new(),
+        }
+    }
+
     /// Checks the member list: not empty, no duplicates, within [`VIEW_MEMBERS_MAX`].
     pub fn validate(&self) -> Result<()> {
         if self.members.is_empty() || self.members.len() > VIEW_MEMBERS_MAX {
@@ -313,10 +330,7 @@ mod tests {
         let mut s = spec(2);
         s.members = vec![1, 1];
         assert!(Geometry::new(&s).is_err());
-        let view = View {
-            vid: 1,
-            members: vec![1, 2],
-        };
+        let view = View::new(1, vec![1, 2]);
         let layout = Layout {
             subgroups: vec![spec(1)],
         };

@@ -22,7 +22,7 @@
 //! use spindle_group::{DeliveryMode, Engine, EngineConfig, Layout, SubgroupSpec, View};
 //! use spindle_transport_rdma::Region;
 //!
-//! let view = View { vid: 1, members: vec![1, 2, 3] };
+//! let view = View::new(1, vec![1, 2, 3]);
 //! let layout = Layout {
 //!     subgroups: vec![SubgroupSpec {
 //!         id: 0,
@@ -92,5 +92,5 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use group::{Group, GroupConfig, GroupOutput, GroupStats, LayoutFn, ViewInstalled};
-pub use layout::{DeliveryMode, Layout, SubgroupId, SubgroupSpec, View};
+pub use layout::{DeliveryMode, Layout, SubgroupId, SubgroupSpec, View, DECLARED_BYTES_MAX};
 pub use smc::{Loan, Sender};

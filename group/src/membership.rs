@@ -34,16 +34,27 @@ use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES};
 
 use crate::engine::{drain_queue, Push};
 use crate::error::{Error, Result};
-use crate::layout::{sst_region_id, DeliveryMode, Layout, View, SUBGROUPS_MAX};
+use crate::layout::{sst_region_id, DeliveryMode, Layout, View, DECLARED_BYTES_MAX, SUBGROUPS_MAX};
 
 /// Most changes one view change carries (further ones go to the next view change).
 pub const CHANGES_MAX: usize = 32;
 /// Longest fabric address a joiner may have, in bytes.
 pub const ADDRESS_BYTES_MAX: usize = 64;
-/// Words of one change entry: `kind << 32 | node`, then the address.
-const CHANGE_WORDS: usize = 1 + ADDRESS_BYTES_MAX / WORD_BYTES;
+/// Bytes of the body of one change entry (a joiner's address or a declaration).
+const CHANGE_BYTES_MAX: usize = if ADDRESS_BYTES_MAX > DECLARED_BYTES_MAX {
+    ADDRESS_BYTES_MAX
+} else {
+    DECLARED_BYTES_MAX
+};
+const _: () = assert!(
+    CHANGE_BYTES_MAX % WORD_BYTES == 0,
+    "change bodies are whole words"
+);
+/// Words of one change entry: `kind << 32 | node`, the body's length, then the body.
+const CHANGE_WORDS: usize = 2 + CHANGE_BYTES_MAX / WORD_BYTES;
 const KIND_REMOVE: u64 = 1;
 const KIND_ADD: u64 = 2;
+const KIND_DECLARE: u64 = 3;
 /// The layout index whose region id the membership region takes (beyond any subgroup).
 const MEMBERSHIP_INDEX: usize = (1 << 12) - 1;
 const _: () = assert!(
@@ -67,6 +78,14 @@ pub enum Change {
         node: NodeId,
         /// Its fabric address.
         address: String,
+    },
+    /// A member's declaration (see [`View::declared`]) becomes `declared`; an empty one
+    /// removes the entry.
+    Declare {
+        /// The member.
+        node: NodeId,
+        /// What it declares, at most [`DECLARED_BYTES_MAX`] bytes.
+        declared: Vec<u8>,
     },
 }
 
@@ -198,6 +217,7 @@ pub struct Membership {
     /// The leader this node echoes (follower side).
     following: Option<usize>,
     pending_joins: Vec<(NodeId, String)>,
+    pending_declares: Vec<(NodeId, Vec<u8>)>,
     pushes: VecDeque<Push>,
     dirty: Dirty,
     outcome: Option<Outcome>,
@@ -244,6 +264,7 @@ impl Membership {
             adopted: false,
             following: None,
             pending_joins: Vec::new(),
+            pending_declares: Vec::new(),
             pushes: VecDeque::new(),
             dirty: Dirty::default(),
             outcome: None,
@@ -338,6 +359,22 @@ impl Membership {
         }
         self.pending_joins.retain(|(n, _)| *n != node);
         self.pending_joins.push((node, address));
+    }
+
+    /// A member asked to change its declaration (the leader proposes it once every member
+    /// is active; a later request from the same member replaces an earlier one).
+    /// Declarations longer than [`DECLARED_BYTES_MAX`] or from non-members are ignored.
+    pub fn request_declare(&mut self, node: NodeId, declared: Vec<u8>) {
+        if declared.len() > DECLARED_BYTES_MAX || !self.view.members.contains(&node) {
+            return;
+        }
+        self.pending_declares.retain(|(n, _)| *n != node);
+        self.pending_declares.push((node, declared));
+    }
+
+    /// Declarations this node (as leader) still has to propose.
+    pub fn pending_declares(&self) -> &[(NodeId, Vec<u8>)] {
+        &self.pending_declares
     }
 
     /// This node wants to leave: it suspects itself, so the others remove it; it follows
@@ -526,6 +563,24 @@ impl Membership {
                         self.pending_joins.retain(|(x, _)| *x != node);
                     }
                 }
+                for (node, declared) in std::mem::take(&mut self.pending_declares) {
+                    let current = self.view.declared.get(&node).map_or(&[][..], |d| d);
+                    let proposed = self.changes.iter().rev().find_map(|c| match c {
+                        Change::Declare { node: x, declared } if *x == node => Some(declared),
+                        _ => None,
+                    });
+                    let unchanged = proposed.map_or(current, |p| p.as_slice()) == declared;
+                    let removed = self.changes.contains(&Change::Remove(node));
+                    if unchanged || removed {
+                        continue;
+                    }
+                    if self.changes.len() < CHANGES_MAX {
+                        self.changes.push(Change::Declare { node, declared });
+                        self.dirty.changes = true;
+                    } else {
+                        self.pending_declares.push((node, declared));
+                    }
+                }
             }
         }
         if self.num_acked != self.changes.len() {
@@ -554,7 +609,7 @@ impl Membership {
             .iter()
             .filter_map(|c| match c {
                 Change::Remove(n) => Some(*n),
-                Change::Add { .. } => None,
+                _ => None,
             })
             .collect();
         let n = self.view.members.len();
@@ -854,37 +909,43 @@ impl Membership {
 }
 
 fn encode_change(region: &Region, at: usize, c: &Change) {
-    let (kind, node, address) = match c {
-        Change::Remove(n) => (KIND_REMOVE, *n, ""),
-        Change::Add { node, address } => (KIND_ADD, *node, address.as_str()),
+    let (kind, node, body) = match c {
+        Change::Remove(n) => (KIND_REMOVE, *n, &[][..]),
+        Change::Add { node, address } => (KIND_ADD, *node, address.as_bytes()),
+        Change::Declare { node, declared } => (KIND_DECLARE, *node, declared.as_slice()),
     };
+    // Bodies were checked against their bounds when the join or declaration was requested.
+    let body = &body[..body.len().min(CHANGE_BYTES_MAX)];
     region.store_u64(at, kind << 32 | u64::from(node));
-    let mut bytes = [0u8; ADDRESS_BYTES_MAX];
-    let a = address.as_bytes();
-    bytes[..a.len().min(ADDRESS_BYTES_MAX)].copy_from_slice(&a[..a.len().min(ADDRESS_BYTES_MAX)]);
-    // The address was checked against ADDRESS_BYTES_MAX when the join was requested.
-    let _ = region.write_bytes(at + WORD_BYTES, &bytes);
+    region.store_u64(at + WORD_BYTES, body.len() as u64);
+    let _ = region.write_bytes(at + 2 * WORD_BYTES, body);
 }
 
 fn decode_change(region: &Region, at: usize) -> std::result::Result<Change, String> {
     let w = region.load_u64(at);
     let node = (w & 0xFFFF_FFFF) as NodeId;
+    let len = region.load_u64(at + WORD_BYTES);
+    let body = |max: usize| -> std::result::Result<Vec<u8>, String> {
+        if len > max as u64 {
+            return Err(format!("a body of {len} bytes, at most {max}"));
+        }
+        let mut bytes = vec![0u8; len as usize];
+        region
+            .read_bytes(at + 2 * WORD_BYTES, &mut bytes)
+            .map_err(|e| e.to_string())?;
+        Ok(bytes)
+    };
     match w >> 32 {
         KIND_REMOVE => Ok(Change::Remove(node)),
         KIND_ADD => {
-            let mut bytes = [0u8; ADDRESS_BYTES_MAX];
-            region
-                .read_bytes(at + WORD_BYTES, &mut bytes)
-                .map_err(|e| e.to_string())?;
-            let end = bytes
-                .iter()
-                .position(|b| *b == 0)
-                .unwrap_or(ADDRESS_BYTES_MAX);
-            let address = std::str::from_utf8(&bytes[..end])
-                .map_err(|_| "address is not UTF-8".to_string())?
-                .to_string();
+            let address = String::from_utf8(body(ADDRESS_BYTES_MAX)?)
+                .map_err(|_| "address is not UTF-8".to_string())?;
             Ok(Change::Add { node, address })
         }
+        KIND_DECLARE => Ok(Change::Declare {
+            node,
+            declared: body(DECLARED_BYTES_MAX)?,
+        }),
         k => Err(format!("unknown change kind {k}")),
     }
 }

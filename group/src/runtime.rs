@@ -332,6 +332,7 @@ struct GroupShared {
     senders: Mutex<BTreeMap<SubgroupId, Sender>>,
     view: Mutex<Option<View>>,
     leave: AtomicBool,
+    declare: Mutex<Option<Vec<u8>>>,
 }
 
 /// A running group member: its [`Group`] on a predicate thread of its own, delivering to
@@ -439,6 +440,21 @@ impl GroupNode {
         }
     }
 
+    /// Declares `declared` for this node (see [`Group::declare`]); a later view carries it
+    /// and the application sees it in `view_installed`.
+    pub fn declare(&self, declared: Vec<u8>) -> Result<()> {
+        if declared.len() > crate::layout::DECLARED_BYTES_MAX {
+            return Err(Error::Config(format!(
+                "a declaration of {} bytes, at most {}",
+                declared.len(),
+                crate::layout::DECLARED_BYTES_MAX
+            )));
+        }
+        *lock(&self.shared.declare) = Some(declared);
+        self.endpoint.wake();
+        Ok(())
+    }
+
     /// Asks to leave the group; the application's `stopped(None)` follows.
     pub fn leave(&self) {
         self.shared.leave.store(true, Ordering::Release);
@@ -476,6 +492,10 @@ fn group_loop(
     while !shared.stop.load(Ordering::Acquire) {
         if shared.leave.swap(false, Ordering::AcqRel) {
             group.leave();
+        }
+        if let Some(d) = lock(&shared.declare).take() {
+            // Checked against the bound by GroupNode::declare.
+            let _ = group.declare(d);
         }
         let now_us = start.elapsed().as_micros() as u64;
         let mut work = group.step(&*ep, now_us);

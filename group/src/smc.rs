@@ -179,7 +179,7 @@ impl Ring {
 /// ```
 /// # use spindle_group::{Engine, EngineConfig, View, Layout, SubgroupSpec, DeliveryMode};
 /// # use spindle_transport_rdma::Region;
-/// # let view = View { vid: 1, members: vec![1] };
+/// # let view = View::new(1, vec![1]);
 /// # let spec = SubgroupSpec { id: 0, members: vec![1], senders: vec![1],
 /// #     mode: DeliveryMode::Atomic, window_slots: 8, slot_payload_bytes: 64 };
 /// # let layout = Layout { subgroups: vec![spec] };

@@ -109,6 +109,9 @@ pub enum Fault {
     Resume(NodeId),
     /// The node leaves the group gracefully.
     Leave(NodeId),
+    /// The node declares something new ([`Group::declare`]): a view change that changes
+    /// no membership. The liveness phase checks that the final view carries it.
+    Declare(NodeId),
 }
 
 /// Whom a fault hits.
@@ -256,6 +259,7 @@ pub fn scenario_for_seed(seed: u64, cfg: &SwarmConfig) -> Scenario {
                 (When::Round(round), Fault::Partition(vec![side, rest]))
             }
             6 => (When::JoiningFrom(round), Fault::Crash(Target::Joiner)),
+            7 => (When::Round(round), Fault::Declare(node)),
             _ => (When::Round(round), Fault::Crash(Target::Node(node))),
         };
         s = s.at(f.0, f.1);
@@ -320,6 +324,8 @@ struct NodeRun {
     subgroups_in: BTreeMap<u32, BTreeSet<SubgroupId>>,
     counter: u64,
     sent: Vec<(SubgroupId, MsgId)>,
+    /// What this incarnation declared last.
+    declared: Option<Vec<u8>>,
     /// The node's process is gone (crash) or stopped (shutdown / left).
     down: bool,
     crashed: bool,
@@ -336,6 +342,7 @@ impl NodeRun {
             ep,
             group: Some(group),
             state: BTreeMap::new(),
+            declared: None,
             per_view: BTreeMap::new(),
             views: Vec::new(),
             subgroups_in: BTreeMap::new(),
@@ -462,10 +469,7 @@ impl Cluster {
             join_retry_us: 3_000,
         };
         let ids: Vec<NodeId> = (1..=sc.nodes).collect();
-        let view = View {
-            vid: 1,
-            members: ids.clone(),
-        };
+        let view = View::new(1, ids.clone());
         let mut nodes = BTreeMap::new();
         let mut eps = Vec::new();
         for &id in &ids {
@@ -714,6 +718,17 @@ impl Cluster {
                     g.leave();
                 }
             }
+            Fault::Declare(id) => {
+                let round = self.round;
+                if let Some(n) = self.nodes.get_mut(&id) {
+                    if let Some(g) = n.group.as_mut() {
+                        let d = round.to_le_bytes().to_vec();
+                        if g.declare(d.clone()).is_ok() {
+                            n.declared = Some(d);
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -928,6 +943,9 @@ impl Cluster {
             if g.view() != Some(&view) || !g.is_active() || g.layout().is_none() {
                 return false;
             }
+            if n.declared.is_some() && view.declared.get(&n.id) != n.declared.as_ref() {
+                return false;
+            }
             if g.engine().is_some_and(|e| e.is_wedged()) {
                 return false;
             }
@@ -1076,7 +1094,7 @@ impl Cluster {
 pub struct Checker {
     /// What went wrong.
     pub violations: Vec<String>,
-    views: BTreeMap<u32, Vec<NodeId>>,
+    views: BTreeMap<u32, View>,
 }
 
 impl Checker {
@@ -1088,29 +1106,29 @@ impl Checker {
 
     fn view(&mut self, view: &View) {
         match self.views.get(&view.vid) {
-            Some(m) if *m != view.members => {
+            Some(m) if m.members != view.members || m.declared != view.declared => {
                 let v = format!(
                     "split brain: view {} installed as {:?} and as {:?}",
-                    view.vid, m, view.members
+                    view.vid, m, view
                 );
                 self.violation(v);
             }
             Some(_) => {}
             None => {
                 if let Some(prev) = self.views.get(&(view.vid.wrapping_sub(1))) {
-                    let kept = view.members.iter().filter(|m| prev.contains(m)).count();
-                    if kept * 2 <= prev.len() {
+                    let kept = view.members.iter().filter(|m| prev.members.contains(m)).count();
+                    if kept * 2 <= prev.members.len() {
                         let v = format!(
                             "view {} {:?} holds no majority of view {} {:?}",
                             view.vid,
                             view.members,
                             view.vid - 1,
-                            prev
+                            prev.members
                         );
                         self.violation(v);
                     }
                 }
-                self.views.insert(view.vid, view.members.clone());
+                self.views.insert(view.vid, view.clone());
             }
         }
     }

@@ -283,10 +283,7 @@ fn run_node(
 ) -> Result<NodeResult, BoxError> {
     let me = ep.node();
     let layout = args.layout();
-    let view = View {
-        vid: 1,
-        members: args.members(),
-    };
+    let view = View::new(1, args.members());
     let expected: u64 = layout
         .subgroups
         .iter()
@@ -612,10 +609,7 @@ fn sim_main(args: &Args) -> Result<(), BoxError> {
     use spindle_transport_rdma::sim::{SimConfig, SimWorld};
     let world = SimWorld::new(1, SimConfig::default());
     let layout = args.layout();
-    let view = View {
-        vid: 1,
-        members: args.members(),
-    };
+    let view = View::new(1, args.members());
     let mut nodes = Vec::new();
     for &n in &view.members {
         let ep = world.endpoint(n);

@@ -35,10 +35,7 @@ struct Pair {
 
 impl Pair {
     fn new() -> Pair {
-        let view = View {
-            vid: 1,
-            members: vec![1, 2],
-        };
+        let view = View::new(1, vec![1, 2]);
         let layout = Layout {
             subgroups: vec![spec()],
         };

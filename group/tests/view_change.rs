@@ -248,3 +248,34 @@ fn a_member_leaves_gracefully() {
         );
     }
 }
+
+#[test]
+fn declarations_change_the_view_but_not_its_members_even_when_the_leader_crashes() {
+    for seed in 1..=5 {
+        // Two members declare at once, then the leader crashes while the view change that
+        // carries them may still run: the liveness phase only settles once the final view
+        // carries both declarations (a lost request is repeated to the next leader).
+        let r = Scenario::new(5)
+            .seed(seed)
+            .at(When::Round(200), Fault::Declare(3))
+            .at(When::Round(200), Fault::Declare(4))
+            .at(When::ViewChangeFrom(200), Fault::Crash(Target::Leader))
+            .restart_in_liveness(false)
+            .run();
+        check(&r);
+        assert!(r.faults_fired >= 3, "seed {seed}: {} faults", r.faults_fired);
+        // Without the crash, the declarations alone give a view of the same members.
+        let q = Scenario::new(4)
+            .seed(seed)
+            .at(When::Round(200), Fault::Declare(2))
+            .restart_in_liveness(false)
+            .run();
+        check(&q);
+        assert!(
+            q.views.iter().any(|(_, _, v, m)| *v == 2 && *m == vec![1, 2, 3, 4]),
+            "seed {seed}: no view 2 of the same members: {:?}",
+            q.views
+        );
+        assert!(q.shutdowns.is_empty(), "seed {seed}: {:?}", q.shutdowns);
+    }
+}

@@ -187,10 +187,7 @@ fn node_main(
     cfg.join_retry_us = 50_000;
     let group = if let Some(rest) = line.strip_prefix("PEERS ") {
         let peers = parse_peers(rest)?;
-        let view = View {
-            vid: 1,
-            members: peers.keys().copied().collect(),
-        };
+        let view = View::new(1, peers.keys().copied().collect());
         Group::bootstrap(&*ep, view, peers, cfg, 0)?
     } else if let Some(rest) = line.strip_prefix("JOIN ") {
         let contacts = parse_peers(rest)?

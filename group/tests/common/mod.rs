@@ -65,10 +65,7 @@ impl Sim {
             ..SimConfig::default()
         };
         let world = SimWorld::new(seed, cfg);
-        let view = View {
-            vid: 1,
-            members: nodes.to_vec(),
-        };
+        let view = View::new(1, nodes.to_vec());
         let mut eps = BTreeMap::new();
         let mut engines = BTreeMap::new();
         for &n in nodes {

@@ -1,6 +1,84 @@
-//! # spindle-dds-core — DCPS on the engine
+//! # spindle-dds-core — DCPS on the Spindle engine
 //!
-//! This crate will hold the DCPS entities (participants, topics, publishers, subscribers,
-//! typed data writers and readers), history caches, listeners, wait-sets and the mapping of
-//! topics onto the engine's subgroups (DESIGN §5). It is built by issue 7.
+//! An application written against the DDS DCPS API publishes and subscribes typed topics;
+//! underneath, each topic lives in a replicated subgroup of the domain's top-level group
+//! and every sample goes by atomic multicast (DESIGN §4–§5, Spindle IV-F).
+//!
+//! * A [`DomainParticipant`] is one member of the domain's group; it joins through the
+//!   contacts of its [`ParticipantConfig`] (a TOML file with environment overrides).
+//! * A topic's name hashes to a subgroup ([`subgroup_of`]). Creating a writer or reader
+//!   declares the participant's interest through a view change; the layout every member
+//!   computes from the view ([`declare::dds_layout`]) puts the topic's readers and
+//!   writers in its subgroup. `create_datawriter`/`create_datareader` return once the
+//!   view carries them.
+//! * The delivery level follows from RELIABILITY and DURABILITY ([`DeliveryLevel`]):
+//!   BEST_EFFORT is Unordered; RELIABLE + VOLATILE is Atomic (one total order across all
+//!   writers, all-or-none across crashes); RELIABLE + TRANSIENT_LOCAL/TRANSIENT is
+//!   VolatileStore (as Atomic, and late readers get the stored history); PERSISTENT
+//!   (LoggedStore) returns [`Error::Unsupported`] until the persistent log exists.
+//! * Readers keep a history cache per instance ([`DataReader::read`], [`DataReader::take`])
+//!   and every [`SampleInfo`] carries `(view_id, order_index)`: the same at every reader.
+//!
+//! ## A domain of one, over TCP on loopback
+//!
+//! ```
+//! use spindle_dds_core::{
+//!     DomainParticipantFactory, ParticipantConfig, StateMask, Transport,
+//! };
+//! use spindle_qos::{DataReaderQos, DataWriterQos, DomainParticipantQos, DurabilityKind,
+//!     Reliability, TopicQos};
+//! use spindle_topics::KeyedString;
+//!
+//! let mut cfg = ParticipantConfig::new(1, Transport::Tcp, "127.0.0.1:0");
+//! cfg.bootstrap = vec![1];
+//! let factory = DomainParticipantFactory::instance();
+//! let p = factory.create_participant(0, DomainParticipantQos::default(), &cfg)?;
+//! let topic = p.create_topic::<KeyedString>("greetings", TopicQos::default())?;
+//! let publisher = p.create_publisher(Default::default())?;
+//! let subscriber = p.create_subscriber(Default::default())?;
+//! // RELIABLE + VOLATILE: the Atomic level.
+//! let reader = subscriber.create_datareader(
+//!     &topic,
+//!     DataReaderQos::default().with_reliability(Reliability::reliable()),
+//! )?;
+//! let writer = publisher.create_datawriter(&topic, DataWriterQos::default())?;
+//! writer.write(&KeyedString { key: "a".into(), value: "hello".into() })?;
+//! let mut got = Vec::new();
+//! while got.is_empty() {
+//!     got = reader.take(10, StateMask::ANY)?;
+//! }
+//! assert_eq!(got[0].data.as_ref().map(|d| d.value.as_str()), Some("hello"));
+//! assert_eq!(got[0].info.writer_seq, 1);
+//! publisher.delete_datawriter(writer)?;
+//! subscriber.delete_datareader(reader)?;
+//! p.delete()?;
+//! # Ok::<(), spindle_dds_core::Error>(())
+//! ```
 #![deny(missing_docs)]
+
+pub mod cache;
+pub mod condition;
+pub mod config;
+pub mod declare;
+mod domain;
+mod error;
+mod reader;
+pub mod sample;
+pub mod status;
+pub mod store;
+mod writer;
+
+pub use condition::{Condition, GuardCondition, WaitSet};
+pub use config::{Contact, ParticipantConfig, Transport};
+pub use declare::{subgroup_of, topic_id};
+pub use domain::{
+    DdsApp, DomainParticipant, DomainParticipantFactory, Publisher, Subscriber, Topic,
+};
+pub use error::{Error, Result};
+pub use reader::{DataReader, DataReaderListener, ReadCondition, StatusCondition};
+pub use sample::{
+    InstanceHandle, InstanceState, Sample, SampleInfo, SampleState, StateMask, ViewState,
+    WriterHandle,
+};
+pub use spindle_qos::DeliveryLevel;
+pub use writer::{DataWriter, LoanedSample};

@@ -1,5 +1,191 @@
 //! # spindle-examples — runnable applications
 //!
-//! This crate will hold end-to-end applications on the DCPS API, among them the avionics
-//! demo domain that is the README's main job once the DCPS layer lands (issue 7).
+//! * `avionics` (`cargo run --release -p spindle-examples --bin avionics`): a small
+//!   avionics domain of processes on this machine — air-data computers, an AHRS and a
+//!   GNSS receiver publishing at rate, a flight-management node publishing the flight
+//!   plan (a stored topic), and two displays — one air-data computer is killed mid-run,
+//!   and the displays' logs show one identical order and the view change.
+//!
+//! The library part holds what the example and its tests share: the check that readers
+//! of a topic agree.
 #![deny(missing_docs)]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One sample as a reader logged it: `<view_id> <order_index> <writer> <key> <writer_seq>`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LogLine {
+    /// The view it was delivered in.
+    pub view_id: u32,
+    /// Its index in the topic subgroup's order in that view.
+    pub order_index: u64,
+    /// The writer (`node.writer_id`).
+    pub writer: String,
+    /// The instance key.
+    pub key: String,
+    /// The writer's sequence number.
+    pub writer_seq: u64,
+}
+
+/// Parses a reader log; the error names the line.
+pub fn parse_log(name: &str, text: &str) -> Result<Vec<LogLine>, String> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let bad = || {
+                format!(
+                    "{name}:{}: {l:?} is not `<view_id> <order_index> <writer> <key> <writer_seq>`",
+                    i + 1
+                )
+            };
+            if f.len() != 5 {
+                return Err(bad());
+            }
+            Ok(LogLine {
+                view_id: f[0].parse().map_err(|_| bad())?,
+                order_index: f[1].parse().map_err(|_| bad())?,
+                writer: f[2].to_string(),
+                key: f[3].to_string(),
+                writer_seq: f[4].parse().map_err(|_| bad())?,
+            })
+        })
+        .collect()
+}
+
+/// What [`check_agreement`] found for one topic.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Agreement {
+    /// Views every reader was in from start to end, whose samples were compared as sets.
+    pub views_compared: Vec<u32>,
+    /// Samples seen by every reader (same `(view_id, order_index)`, same content).
+    pub common_samples: usize,
+}
+
+/// Checks that the readers of one topic agree: each log is in strictly increasing
+/// `(view_id, order_index)` order; a position holds the same sample in every log; and in
+/// every view that all readers spanned (after each one's first view and before each one's
+/// last), they hold exactly the same samples. Returns what was compared, or every
+/// disagreement found.
+pub fn check_agreement(logs: &BTreeMap<String, Vec<LogLine>>) -> Result<Agreement, Vec<String>> {
+    let mut problems = Vec::new();
+    let mut at: BTreeMap<(u32, u64), (String, &LogLine)> = BTreeMap::new();
+    for (name, log) in logs {
+        for w in log.windows(2) {
+            if (w[0].view_id, w[0].order_index) >= (w[1].view_id, w[1].order_index) {
+                problems.push(format!(
+                    "{name}: ({}, {}) comes before ({}, {}): not in total order",
+                    w[0].view_id, w[0].order_index, w[1].view_id, w[1].order_index
+                ));
+            }
+        }
+        for l in log {
+            match at.get(&(l.view_id, l.order_index)) {
+                Some((other, o)) if *o != l => problems.push(format!(
+                    "position ({}, {}): {other} has {:?}, {name} has {:?}",
+                    l.view_id, l.order_index, o, l
+                )),
+                Some(_) => {}
+                None => {
+                    at.insert((l.view_id, l.order_index), (name.clone(), l));
+                }
+            }
+        }
+    }
+    // Pairwise: in every view both readers spanned (after each one's first view and
+    // before each one's last), they hold exactly the same samples.
+    let mut agreement = Agreement::default();
+    let named: Vec<(&String, &Vec<LogLine>)> = logs.iter().collect();
+    let mut compared = BTreeSet::new();
+    for (i, (na, a)) in named.iter().enumerate() {
+        for (nb, b) in &named[i + 1..] {
+            let (Some(af), Some(al), Some(bf), Some(bl)) =
+                (a.first(), a.last(), b.first(), b.last())
+            else {
+                continue;
+            };
+            let from = af.view_id.max(bf.view_id);
+            let to = al.view_id.min(bl.view_id);
+            let views: BTreeSet<u32> = a
+                .iter()
+                .chain(b.iter())
+                .map(|l| l.view_id)
+                .filter(|v| *v > from && *v < to)
+                .collect();
+            for v in views {
+                let sa: BTreeSet<&LogLine> = a.iter().filter(|x| x.view_id == v).collect();
+                let sb: BTreeSet<&LogLine> = b.iter().filter(|x| x.view_id == v).collect();
+                if sa != sb {
+                    problems.push(format!(
+                        "view {v}: {na} has {} samples, {nb} has {} (all-or-none broken)",
+                        sa.len(),
+                        sb.len()
+                    ));
+                }
+                compared.insert(v);
+            }
+        }
+    }
+    agreement.views_compared = compared.into_iter().collect();
+    let first = logs.values().next();
+    agreement.common_samples = first.map_or(0, |f| {
+        f.iter()
+            .filter(|l| {
+                logs.values().all(|o| {
+                    o.binary_search_by(|x| {
+                        (x.view_id, x.order_index).cmp(&(l.view_id, l.order_index))
+                    })
+                    .is_ok()
+                })
+            })
+            .count()
+    });
+    if problems.is_empty() {
+        Ok(agreement)
+    } else {
+        Err(problems)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(lines: &[(u32, u64, u64)]) -> Vec<LogLine> {
+        lines
+            .iter()
+            .map(|(v, i, s)| LogLine {
+                view_id: *v,
+                order_index: *i,
+                writer: "2.1".into(),
+                key: "7".into(),
+                writer_seq: *s,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn agreeing_logs_pass_and_each_kind_of_disagreement_is_found() {
+        let a = log(&[(2, 0, 1), (3, 0, 2), (3, 1, 3), (4, 0, 4)]);
+        let b = log(&[(3, 0, 2), (3, 1, 3), (4, 0, 4), (5, 0, 5)]);
+        let mut m = BTreeMap::new();
+        m.insert("pfd".to_string(), a.clone());
+        m.insert("mfd".to_string(), b.clone());
+        let ok = check_agreement(&m).unwrap();
+        assert_eq!(ok.common_samples, 3);
+        // Out of order.
+        m.insert("mfd".to_string(), log(&[(3, 1, 3), (3, 0, 2)]));
+        assert!(check_agreement(&m).is_err());
+        // Same position, different sample.
+        m.insert("mfd".to_string(), log(&[(3, 0, 9)]));
+        assert!(check_agreement(&m).is_err());
+        // A sample missing in a view both spanned.
+        let c = log(&[(2, 0, 1), (3, 0, 2), (4, 0, 4)]);
+        m.insert("mfd".to_string(), c);
+        let e = check_agreement(&m).unwrap_err();
+        assert!(e.iter().any(|p| p.contains("all-or-none")), "{e:?}");
+        assert!(parse_log("x", "1 2 3.1 4").is_err());
+        assert_eq!(parse_log("x", "1 2 3.1 4 5\n").unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,412 @@
+//! A reader's history cache: samples per instance under HISTORY and RESOURCE_LIMITS, in
+//! arrival order (which is the subgroup's total order).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use spindle_qos::{History, HistoryKind, ResourceLimits, LENGTH_UNLIMITED};
+
+use crate::sample::{
+    InstanceHandle, InstanceState, SampleHeader, SampleInfo, SampleKind, SampleState, StateMask,
+    ViewState, WriterHandle,
+};
+
+/// Where a delivered message came from and sits in the total order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    /// The writer's participant.
+    pub node: spindle_transport_rdma::NodeId,
+    /// The view it was delivered in.
+    pub view_id: u32,
+    /// Its index in the subgroup's order in that view.
+    pub order_index: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    instance: InstanceHandle,
+    read: bool,
+    info: SampleInfo,
+    payload: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct Instance {
+    arrivals: VecDeque<u64>,
+    state: InstanceState,
+    new: bool,
+    disposed_generation_count: u32,
+    no_writers_generation_count: u32,
+    writers: BTreeSet<WriterHandle>,
+}
+
+/// Why a sample was not kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejected {
+    /// RESOURCE_LIMITS `max_instances` reached.
+    Instances,
+    /// RESOURCE_LIMITS `max_samples` reached (KEEP_ALL, or KEEP_LAST across instances).
+    Samples,
+    /// `max_samples_per_instance` reached under KEEP_ALL.
+    SamplesPerInstance,
+}
+
+/// One reader's cache. See the module docs.
+#[derive(Debug)]
+pub struct Cache {
+    history: History,
+    limits: ResourceLimits,
+    samples: BTreeMap<u64, Entry>,
+    instances: BTreeMap<InstanceHandle, Instance>,
+    next_arrival: u64,
+}
+
+fn limit(v: i32) -> usize {
+    if v == LENGTH_UNLIMITED || v <= 0 {
+        usize::MAX
+    } else {
+        v as usize
+    }
+}
+
+impl Cache {
+    /// An empty cache under `history` and `limits` (checked by the QoS crate already).
+    pub fn new(history: History, limits: ResourceLimits) -> Cache {
+        Cache {
+            history,
+            limits,
+            samples: BTreeMap::new(),
+            instances: BTreeMap::new(),
+            next_arrival: 0,
+        }
+    }
+
+    /// Samples held.
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// True if no sample is held.
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+
+    /// True if some sample matches `mask` (and `instance`, if given).
+    pub fn any(&self, mask: &StateMask, instance: Option<InstanceHandle>) -> bool {
+        self.samples
+            .values()
+            .any(|e| instance.is_none_or(|i| i == e.instance) && self.accepts(mask, e))
+    }
+
+    fn accepts(&self, mask: &StateMask, e: &Entry) -> bool {
+        let Some(inst) = self.instances.get(&e.instance) else {
+            return false;
+        };
+        mask.accepts(
+            if e.read {
+                SampleState::Read
+            } else {
+                SampleState::NotRead
+            },
+            if inst.new {
+                ViewState::New
+            } else {
+                ViewState::NotNew
+            },
+            inst.state,
+        )
+    }
+
+    /// Adds a delivered message. Dispose and unregister notices are kept as samples
+    /// without data, as DDS readers see them.
+    pub fn insert(&mut self, h: &SampleHeader, payload: &[u8], o: Origin) -> Result<(), Rejected> {
+        let handle = InstanceHandle(h.key_hash);
+        let writer = WriterHandle {
+            node: o.node,
+            writer_id: h.writer_id,
+        };
+        if !self.instances.contains_key(&handle) {
+            if self.instances.len() >= limit(self.limits.max_instances) {
+                self.purge_empty_instances();
+                if self.instances.len() >= limit(self.limits.max_instances) {
+                    return Err(Rejected::Instances);
+                }
+            }
+            self.instances.insert(
+                handle,
+                Instance {
+                    arrivals: VecDeque::new(),
+                    state: InstanceState::Alive,
+                    new: true,
+                    disposed_generation_count: 0,
+                    no_writers_generation_count: 0,
+                    writers: BTreeSet::new(),
+                },
+            );
+        }
+        let per_instance = match self.history.kind {
+            HistoryKind::KeepLast => (self.history.depth.max(1) as usize)
+                .min(limit(self.limits.max_samples_per_instance)),
+            HistoryKind::KeepAll => limit(self.limits.max_samples_per_instance),
+        };
+        let inst_len = self.instances.get(&handle).map_or(0, |i| i.arrivals.len());
+        let keep_last = self.history.kind == HistoryKind::KeepLast;
+        if inst_len >= per_instance && !keep_last {
+            return Err(Rejected::SamplesPerInstance);
+        }
+        let evict_own = keep_last && inst_len >= per_instance;
+        if !evict_own && self.samples.len() >= limit(self.limits.max_samples) {
+            return Err(Rejected::Samples);
+        }
+        let Some(inst) = self.instances.get_mut(&handle) else {
+            return Err(Rejected::Instances);
+        };
+        if evict_own {
+            if let Some(old) = inst.arrivals.pop_front() {
+                self.samples.remove(&old);
+            }
+        }
+        match h.kind {
+            SampleKind::Data => {
+                match inst.state {
+                    InstanceState::NotAliveDisposed => {
+                        inst.disposed_generation_count += 1;
+                        inst.new = true;
+                    }
+                    InstanceState::NotAliveNoWriters => {
+                        inst.no_writers_generation_count += 1;
+                        inst.new = true;
+                    }
+                    InstanceState::Alive => {}
+                }
+                inst.state = InstanceState::Alive;
+                inst.writers.insert(writer);
+            }
+            SampleKind::Dispose => inst.state = InstanceState::NotAliveDisposed,
+            SampleKind::Unregister => {
+                inst.writers.remove(&writer);
+                if inst.writers.is_empty() && inst.state == InstanceState::Alive {
+                    inst.state = InstanceState::NotAliveNoWriters;
+                }
+            }
+        }
+        let arrival = self.next_arrival;
+        self.next_arrival += 1;
+        inst.arrivals.push_back(arrival);
+        let valid = h.kind == SampleKind::Data;
+        self.samples.insert(
+            arrival,
+            Entry {
+                instance: handle,
+                read: false,
+                info: SampleInfo {
+                    sample_state: SampleState::NotRead,
+                    view_state: ViewState::New,
+                    instance_state: inst.state,
+                    source_timestamp_ns: h.source_timestamp_ns,
+                    instance_handle: handle,
+                    publication_handle: writer,
+                    disposed_generation_count: inst.disposed_generation_count,
+                    no_writers_generation_count: inst.no_writers_generation_count,
+                    valid_data: valid,
+                    view_id: o.view_id,
+                    order_index: o.order_index,
+                    writer_seq: h.writer_seq,
+                },
+                payload: if valid { payload.to_vec() } else { Vec::new() },
+            },
+        );
+        Ok(())
+    }
+
+    /// Writers in `gone` left the domain: instances only they wrote lose their writers
+    /// (NOT_ALIVE_NO_WRITERS), as if they had unregistered.
+    pub fn writers_gone(&mut self, gone: &dyn Fn(&WriterHandle) -> bool) {
+        for inst in self.instances.values_mut() {
+            let before = inst.writers.len();
+            inst.writers.retain(|w| !gone(w));
+            if before > 0 && inst.writers.is_empty() && inst.state == InstanceState::Alive {
+                inst.state = InstanceState::NotAliveNoWriters;
+            }
+        }
+    }
+
+    /// Returns (and with `take`, removes) up to `max` samples matching `mask` and
+    /// `instance`, in arrival order; read samples become READ, their instances NOT_NEW.
+    pub fn access(
+        &mut self,
+        max: usize,
+        mask: &StateMask,
+        instance: Option<InstanceHandle>,
+        take: bool,
+    ) -> Vec<(SampleInfo, Vec<u8>)> {
+        let mut picked = Vec::new();
+        for (arrival, e) in &self.samples {
+            if picked.len() >= max {
+                break;
+            }
+            if instance.is_some_and(|i| i != e.instance) || !self.accepts(mask, e) {
+                continue;
+            }
+            picked.push(*arrival);
+        }
+        let mut out = Vec::with_capacity(picked.len());
+        let mut touched = BTreeSet::new();
+        for arrival in picked {
+            let (instance, view_new, state) = {
+                let Some(e) = self.samples.get(&arrival) else {
+                    continue;
+                };
+                let Some(inst) = self.instances.get(&e.instance) else {
+                    continue;
+                };
+                (e.instance, inst.new, inst.state)
+            };
+            touched.insert(instance);
+            let view_state = if view_new {
+                ViewState::New
+            } else {
+                ViewState::NotNew
+            };
+            if take {
+                if let Some(e) = self.samples.remove(&arrival) {
+                    if let Some(inst) = self.instances.get_mut(&instance) {
+                        inst.arrivals.retain(|a| *a != arrival);
+                    }
+                    let info = SampleInfo {
+                        sample_state: if e.read {
+                            SampleState::Read
+                        } else {
+                            SampleState::NotRead
+                        },
+                        view_state,
+                        instance_state: state,
+                        ..e.info
+                    };
+                    out.push((info, e.payload));
+                }
+            } else if let Some(e) = self.samples.get_mut(&arrival) {
+                let info = SampleInfo {
+                    sample_state: if e.read {
+                        SampleState::Read
+                    } else {
+                        SampleState::NotRead
+                    },
+                    view_state,
+                    instance_state: state,
+                    ..e.info
+                };
+                e.read = true;
+                out.push((info, e.payload.clone()));
+            }
+        }
+        for i in touched {
+            if let Some(inst) = self.instances.get_mut(&i) {
+                inst.new = false;
+            }
+        }
+        self.purge_empty_instances();
+        out
+    }
+
+    /// Forgets instances with no samples left that no writer keeps alive.
+    fn purge_empty_instances(&mut self) {
+        self.instances.retain(|_, i| {
+            !i.arrivals.is_empty() || (i.state == InstanceState::Alive && !i.writers.is_empty())
+        });
+    }
+
+    /// The instance's state, if the cache knows it.
+    pub fn instance_state(&self, h: InstanceHandle) -> Option<InstanceState> {
+        self.instances.get(&h).map(|i| i.state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spindle_topics::KeyHash;
+
+    fn hdr(kind: SampleKind, key: u8, seq: u64) -> SampleHeader {
+        SampleHeader {
+            kind,
+            writer_id: 1,
+            topic_id: 9,
+            writer_seq: seq,
+            source_timestamp_ns: 0,
+            key_hash: KeyHash([key; 16]),
+        }
+    }
+    fn o(i: u64) -> Origin {
+        Origin {
+            node: 1,
+            view_id: 1,
+            order_index: i,
+        }
+    }
+
+    #[test]
+    fn keep_last_keeps_the_newest_per_instance() {
+        let mut c = Cache::new(History::keep_last(2), ResourceLimits::default());
+        for i in 0..5 {
+            c.insert(&hdr(SampleKind::Data, (i % 2) as u8, i), b"x", o(i))
+                .unwrap();
+        }
+        let got: Vec<u64> = c
+            .access(100, &StateMask::ANY, None, true)
+            .iter()
+            .map(|s| s.0.writer_seq)
+            .collect();
+        assert_eq!(got, vec![1, 2, 3, 4]);
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn keep_all_rejects_past_the_limits_and_read_marks_samples_read() {
+        let limits = ResourceLimits {
+            max_samples: 3,
+            max_instances: 2,
+            max_samples_per_instance: 2,
+        };
+        let mut c = Cache::new(History::keep_all(), limits);
+        c.insert(&hdr(SampleKind::Data, 1, 1), b"a", o(0)).unwrap();
+        c.insert(&hdr(SampleKind::Data, 1, 2), b"b", o(1)).unwrap();
+        assert_eq!(
+            c.insert(&hdr(SampleKind::Data, 1, 3), b"c", o(2)),
+            Err(Rejected::SamplesPerInstance)
+        );
+        c.insert(&hdr(SampleKind::Data, 2, 4), b"d", o(3)).unwrap();
+        assert_eq!(
+            c.insert(&hdr(SampleKind::Data, 3, 5), b"e", o(4)),
+            Err(Rejected::Instances)
+        );
+        assert_eq!(
+            c.insert(&hdr(SampleKind::Data, 2, 6), b"f", o(5)),
+            Err(Rejected::Samples)
+        );
+        let first = c.access(1, &StateMask::ANY, None, false);
+        assert_eq!(first[0].0.sample_state, SampleState::NotRead);
+        assert_eq!(first[0].0.view_state, ViewState::New);
+        let again = c.access(1, &StateMask::ANY, None, false);
+        assert_eq!(again[0].0.sample_state, SampleState::Read);
+        assert_eq!(again[0].0.view_state, ViewState::NotNew);
+        assert_eq!(c.access(10, &StateMask::NOT_READ, None, false).len(), 2);
+    }
+
+    #[test]
+    fn dispose_and_rebirth_count_generations() {
+        let mut c = Cache::new(History::keep_last(5), ResourceLimits::default());
+        c.insert(&hdr(SampleKind::Data, 1, 1), b"a", o(0)).unwrap();
+        c.insert(&hdr(SampleKind::Dispose, 1, 2), b"", o(1))
+            .unwrap();
+        assert_eq!(
+            c.instance_state(InstanceHandle(KeyHash([1; 16]))),
+            Some(InstanceState::NotAliveDisposed)
+        );
+        c.insert(&hdr(SampleKind::Data, 1, 3), b"b", o(2)).unwrap();
+        let s = c.access(10, &StateMask::ANY, None, true);
+        assert_eq!(s.len(), 3);
+        assert!(!s[1].0.valid_data);
+        assert_eq!(s[2].0.disposed_generation_count, 1);
+        assert_eq!(s[2].0.instance_state, InstanceState::Alive);
+    }
+}

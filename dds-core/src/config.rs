@@ -1,0 +1,262 @@
+//! A participant's configuration: a TOML file, with environment overrides (DESIGN §5).
+//!
+//! ```toml
+//! domain_id = 0
+//! node_id = 2
+//! transport = "tcp"            # "tcp" or "shm"
+//! listen = "127.0.0.1:7402"    # tcp: host:port; shm: a namespace shared by the domain
+//! bootstrap = [1]              # the nodes that start the domain's first view together
+//! window_slots = 64            # ring slots per writer (a power of two is used)
+//! slot_payload_bytes = 4096    # largest message when the type is unbounded
+//! entity_timeout_ms = 10000    # how long create_*/delete_* wait for their view change
+//!
+//! [[contacts]]                 # members to join through (and the bootstrap members' addresses)
+//! node = 1
+//! address = "127.0.0.1:7401"
+//! ```
+//!
+//! Environment variables override the file: `SPINDLE_DOMAIN_ID`, `SPINDLE_NODE_ID`,
+//! `SPINDLE_TRANSPORT`, `SPINDLE_LISTEN`, `SPINDLE_BOOTSTRAP` (comma-separated ids) and
+//! `SPINDLE_CONTACTS` (`id=address,id=address`).
+
+use std::path::Path;
+
+use serde::Deserialize;
+use spindle_transport_rdma::NodeId;
+
+use crate::error::{Error, Result};
+
+/// The transport a participant uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// TCP on loopback (or any address the machine has).
+    Tcp,
+    /// Shared memory between processes of one host.
+    Shm,
+}
+
+/// One member to contact.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Contact {
+    /// Its node id.
+    pub node: NodeId,
+    /// Its address (`host:port` for tcp; `@spindle-<namespace>-<node>` for shm, which
+    /// [`ParticipantConfig::shm_address`] builds).
+    pub address: String,
+}
+
+/// How one participant joins its domain.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParticipantConfig {
+    /// The domain (one top-level group per domain).
+    #[serde(default)]
+    pub domain_id: u32,
+    /// This participant's node id, unique in the domain.
+    pub node_id: NodeId,
+    /// The transport.
+    pub transport: Transport,
+    /// Where to listen: `host:port` for tcp, a namespace for shm.
+    pub listen: String,
+    /// The nodes that start the domain together (each of them lists all of them, and
+    /// the contacts give their addresses). Everyone else joins through the contacts.
+    #[serde(default)]
+    pub bootstrap: Vec<NodeId>,
+    /// Members to contact.
+    #[serde(default)]
+    pub contacts: Vec<Contact>,
+    /// Ring slots per writer.
+    #[serde(default = "default_window_slots")]
+    pub window_slots: usize,
+    /// Slot payload for types without a bound.
+    #[serde(default = "default_slot_payload_bytes")]
+    pub slot_payload_bytes: usize,
+    /// How long entity creation and deletion wait for their view change.
+    #[serde(default = "default_entity_timeout_ms")]
+    pub entity_timeout_ms: u64,
+}
+
+fn default_window_slots() -> usize {
+    64
+}
+fn default_slot_payload_bytes() -> usize {
+    4096
+}
+fn default_entity_timeout_ms() -> u64 {
+    10_000
+}
+
+impl ParticipantConfig {
+    /// A configuration with defaults for everything but the essentials.
+    pub fn new(node_id: NodeId, transport: Transport, listen: impl Into<String>) -> Self {
+        ParticipantConfig {
+            domain_id: 0,
+            node_id,
+            transport,
+            listen: listen.into(),
+            bootstrap: Vec::new(),
+            contacts: Vec::new(),
+            window_slots: default_window_slots(),
+            slot_payload_bytes: default_slot_payload_bytes(),
+            entity_timeout_ms: default_entity_timeout_ms(),
+        }
+    }
+
+    /// The shm address of `node` in `namespace`.
+    pub fn shm_address(namespace: &str, node: NodeId) -> String {
+        format!("@spindle-{namespace}-{node}")
+    }
+
+    /// Parses TOML text; `origin` names it in errors.
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<Self> {
+        let cfg: ParticipantConfig =
+            toml::from_str(text).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        cfg.validate(origin)?;
+        Ok(cfg)
+    }
+
+    /// Reads a TOML file, then applies the environment overrides.
+    pub fn from_toml_file(path: &Path) -> Result<Self> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Config(format!("{origin}: cannot read: {e}")))?;
+        let mut cfg: ParticipantConfig =
+            toml::from_str(&text).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        cfg.apply_env(|k| std::env::var(k).ok())?;
+        cfg.validate(&origin)?;
+        Ok(cfg)
+    }
+
+    /// Applies overrides from `var` (the environment, or a map in tests).
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<()> {
+        let num = |k: &str, v: String| -> Result<u32> {
+            v.trim()
+                .parse()
+                .map_err(|_| Error::Config(format!("{k}={v:?} is not a number")))
+        };
+        if let Some(v) = var("SPINDLE_DOMAIN_ID") {
+            self.domain_id = num("SPINDLE_DOMAIN_ID", v)?;
+        }
+        if let Some(v) = var("SPINDLE_NODE_ID") {
+            self.node_id = num("SPINDLE_NODE_ID", v)?;
+        }
+        if let Some(v) = var("SPINDLE_TRANSPORT") {
+            self.transport = match v.trim() {
+                "tcp" => Transport::Tcp,
+                "shm" => Transport::Shm,
+                other => {
+                    return Err(Error::Config(format!(
+                        "SPINDLE_TRANSPORT={other:?}: expected tcp or shm"
+                    )))
+                }
+            };
+        }
+        if let Some(v) = var("SPINDLE_LISTEN") {
+            self.listen = v;
+        }
+        if let Some(v) = var("SPINDLE_BOOTSTRAP") {
+            self.bootstrap = v
+                .split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| num("SPINDLE_BOOTSTRAP", s.to_string()))
+                .collect::<Result<_>>()?;
+        }
+        if let Some(v) = var("SPINDLE_CONTACTS") {
+            let mut contacts = Vec::new();
+            for e in v.split(',').filter(|s| !s.trim().is_empty()) {
+                let (n, a) = e.split_once('=').ok_or_else(|| {
+                    Error::Config(format!("SPINDLE_CONTACTS entry {e:?}: expected id=address"))
+                })?;
+                contacts.push(Contact {
+                    node: num("SPINDLE_CONTACTS", n.to_string())?,
+                    address: a.trim().to_string(),
+                });
+            }
+            self.contacts = contacts;
+        }
+        Ok(())
+    }
+
+    /// Checks the settings; the error names the key and `origin`.
+    pub fn validate(&self, origin: &str) -> Result<()> {
+        let bad = |what: String| Err(Error::Config(format!("{origin}: {what}")));
+        if self.listen.is_empty() {
+            return bad("listen: must not be empty".into());
+        }
+        if self.window_slots == 0 || self.window_slots > spindle_group::layout::WINDOW_SLOTS_MAX {
+            return bad(format!(
+                "window_slots = {}: must be 1..={}",
+                self.window_slots,
+                spindle_group::layout::WINDOW_SLOTS_MAX
+            ));
+        }
+        if self.slot_payload_bytes == 0 || self.slot_payload_bytes > 64 * 1024 {
+            return bad(format!(
+                "slot_payload_bytes = {}: must be 1..=65536",
+                self.slot_payload_bytes
+            ));
+        }
+        if !self.bootstrap.is_empty() && self.bootstrap.contains(&self.node_id) {
+            for b in self.bootstrap.iter().filter(|b| **b != self.node_id) {
+                if !self.contacts.iter().any(|c| c.node == *b) {
+                    return bad(format!("bootstrap member {b} has no entry in contacts"));
+                }
+            }
+        } else if self.contacts.iter().all(|c| c.node == self.node_id) {
+            return bad(format!(
+                "node {} is not in bootstrap {:?} and has no contact to join through",
+                self.node_id, self.bootstrap
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_overrides_and_names_bad_keys() {
+        let text = r#"
+            node_id = 2
+            transport = "tcp"
+            listen = "127.0.0.1:7402"
+            [[contacts]]
+            node = 1
+            address = "127.0.0.1:7401"
+        "#;
+        let mut c = ParticipantConfig::from_toml_str(text, "t.toml").unwrap();
+        assert_eq!(c.node_id, 2);
+        assert_eq!(c.window_slots, 64);
+        c.apply_env(|k| (k == "SPINDLE_NODE_ID").then(|| "5".to_string()))
+            .unwrap();
+        assert_eq!(c.node_id, 5);
+        let e = ParticipantConfig::from_toml_str(
+            "node_id = 1\ntransport = \"udp\"\nlisten=\"x\"",
+            "u.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("u.toml") && e.contains("udp"), "{e}");
+        let e = ParticipantConfig::from_toml_str(
+            "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"",
+            "n.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("no contact"), "{e}");
+        let e = ParticipantConfig::from_toml_str(
+            "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"\nbootstrap=[1]\nwindow_slots=0",
+            "w.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("window_slots"), "{e}");
+        assert!(c
+            .apply_env(|k| (k == "SPINDLE_CONTACTS").then(|| "x".into()))
+            .is_err());
+    }
+}

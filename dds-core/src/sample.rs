@@ -1,0 +1,265 @@
+//! Samples on the wire and in readers: the header DDS puts in front of each CDR payload,
+//! [`SampleInfo`] and the sample, view and instance states.
+
+use spindle_topics::KeyHash;
+use spindle_transport_rdma::NodeId;
+
+use crate::error::{Error, Result};
+
+/// First byte of every DDS message in a subgroup.
+const SAMPLE_MAGIC: u8 = 0xD5;
+/// Bytes of the header in front of the CDR payload.
+pub const SAMPLE_HEADER_BYTES: usize = 48;
+
+/// What a message says about its instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SampleKind {
+    /// A new value.
+    Data,
+    /// The instance is disposed (`DataWriter::dispose`).
+    Dispose,
+    /// The writer unregistered the instance (`DataWriter::unregister_instance`).
+    Unregister,
+}
+
+impl SampleKind {
+    fn to_u8(self) -> u8 {
+        match self {
+            SampleKind::Data => 0,
+            SampleKind::Dispose => 1,
+            SampleKind::Unregister => 2,
+        }
+    }
+    fn from_u8(v: u8) -> Option<SampleKind> {
+        Some(match v {
+            0 => SampleKind::Data,
+            1 => SampleKind::Dispose,
+            2 => SampleKind::Unregister,
+            _ => return None,
+        })
+    }
+}
+
+/// The header of one DDS message (little-endian on the wire).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampleHeader {
+    /// Data, dispose or unregister.
+    pub kind: SampleKind,
+    /// The writer's id within its participant.
+    pub writer_id: u32,
+    /// The topic ([`crate::topic_id`] of its name).
+    pub topic_id: u64,
+    /// The writer's own sequence number, from 1.
+    pub writer_seq: u64,
+    /// `write_w_timestamp`'s time, in nanoseconds since the Unix epoch.
+    pub source_timestamp_ns: i64,
+    /// The instance's key hash (zeros for a keyless topic).
+    pub key_hash: KeyHash,
+}
+
+impl SampleHeader {
+    /// Writes the header into `out[..SAMPLE_HEADER_BYTES]`.
+    pub fn encode(&self, out: &mut [u8; SAMPLE_HEADER_BYTES]) {
+        out[0] = SAMPLE_MAGIC;
+        out[1] = self.kind.to_u8();
+        out[2] = 0;
+        out[3] = 0;
+        out[4..8].copy_from_slice(&self.writer_id.to_le_bytes());
+        out[8..16].copy_from_slice(&self.topic_id.to_le_bytes());
+        out[16..24].copy_from_slice(&self.writer_seq.to_le_bytes());
+        out[24..32].copy_from_slice(&self.source_timestamp_ns.to_le_bytes());
+        out[32..48].copy_from_slice(&self.key_hash.0);
+    }
+
+    /// Reads a header from a message a peer sent; the rest of `bytes` is the payload.
+    pub fn decode(bytes: &[u8]) -> Result<(SampleHeader, &[u8])> {
+        if bytes.len() < SAMPLE_HEADER_BYTES {
+            return Err(Error::Error(format!(
+                "a DDS message of {} bytes, shorter than its {SAMPLE_HEADER_BYTES}-byte header",
+                bytes.len()
+            )));
+        }
+        if bytes[0] != SAMPLE_MAGIC {
+            return Err(Error::Error(format!(
+                "a DDS message starting with {:#04x}, not {SAMPLE_MAGIC:#04x}",
+                bytes[0]
+            )));
+        }
+        let kind = SampleKind::from_u8(bytes[1])
+            .ok_or_else(|| Error::Error(format!("unknown sample kind {}", bytes[1])))?;
+        let u32_at =
+            |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+        let u64_at = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&bytes[i..i + 8]);
+            u64::from_le_bytes(w)
+        };
+        let mut key = [0u8; 16];
+        key.copy_from_slice(&bytes[32..48]);
+        Ok((
+            SampleHeader {
+                kind,
+                writer_id: u32_at(4),
+                topic_id: u64_at(8),
+                writer_seq: u64_at(16),
+                source_timestamp_ns: u64_at(24) as i64,
+                key_hash: KeyHash(key),
+            },
+            &bytes[SAMPLE_HEADER_BYTES..],
+        ))
+    }
+}
+
+/// An instance: the key hash of its key (DDS `InstanceHandle_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct InstanceHandle(pub KeyHash);
+
+/// A writer in the domain: its participant's node id and its id there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct WriterHandle {
+    /// The participant (node id).
+    pub node: NodeId,
+    /// The writer's id within it.
+    pub writer_id: u32,
+}
+
+impl std::fmt::Display for WriterHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.node, self.writer_id)
+    }
+}
+
+/// Whether the reader has read the sample before (DDS `SampleStateKind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SampleState {
+    /// Returned by an earlier `read`.
+    Read,
+    /// Not returned yet.
+    NotRead,
+}
+
+/// Whether the instance is new to the reader (DDS `ViewStateKind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ViewState {
+    /// The reader has not accessed this instance (generation) yet.
+    New,
+    /// It has.
+    NotNew,
+}
+
+/// The instance's life (DDS `InstanceStateKind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InstanceState {
+    /// Some writer writes it.
+    Alive,
+    /// A writer disposed it.
+    NotAliveDisposed,
+    /// Every writer unregistered it (or left the domain).
+    NotAliveNoWriters,
+}
+
+/// A set of states to select samples by (DDS state masks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StateMask {
+    /// Sample states accepted: `[read, not_read]`.
+    pub sample: [bool; 2],
+    /// View states accepted: `[new, not_new]`.
+    pub view: [bool; 2],
+    /// Instance states accepted: `[alive, disposed, no_writers]`.
+    pub instance: [bool; 3],
+}
+
+impl StateMask {
+    /// Every state (DDS `ANY_*_STATE`).
+    pub const ANY: StateMask = StateMask {
+        sample: [true, true],
+        view: [true, true],
+        instance: [true, true, true],
+    };
+    /// Only samples not read yet.
+    pub const NOT_READ: StateMask = StateMask {
+        sample: [false, true],
+        view: [true, true],
+        instance: [true, true, true],
+    };
+
+    /// True if the mask accepts these states.
+    pub fn accepts(&self, s: SampleState, v: ViewState, i: InstanceState) -> bool {
+        self.sample[usize::from(s == SampleState::NotRead)]
+            && self.view[usize::from(v == ViewState::NotNew)]
+            && self.instance[match i {
+                InstanceState::Alive => 0,
+                InstanceState::NotAliveDisposed => 1,
+                InstanceState::NotAliveNoWriters => 2,
+            }]
+    }
+}
+
+/// What comes with each sample (DDS `SampleInfo`), plus Spindle's total order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampleInfo {
+    /// Read before or not.
+    pub sample_state: SampleState,
+    /// New instance or not.
+    pub view_state: ViewState,
+    /// The instance's state.
+    pub instance_state: InstanceState,
+    /// The writer's timestamp, nanoseconds since the Unix epoch.
+    pub source_timestamp_ns: i64,
+    /// The instance.
+    pub instance_handle: InstanceHandle,
+    /// The writer (DDS `publication_handle`).
+    pub publication_handle: WriterHandle,
+    /// Times the instance went from disposed back to alive before this sample.
+    pub disposed_generation_count: u32,
+    /// Times the instance went from no-writers back to alive before this sample.
+    pub no_writers_generation_count: u32,
+    /// True for data; false for a dispose or unregister notice (no data).
+    pub valid_data: bool,
+    /// The view (epoch) the sample was delivered in.
+    pub view_id: u32,
+    /// Its index in the subgroup's total order within that view: every reader of the
+    /// topic sees the same `(view_id, order_index)` for the same sample.
+    pub order_index: u64,
+    /// The writer's own sequence number.
+    pub writer_seq: u64,
+}
+
+/// A sample taken or read: the data (if `info.valid_data`) and its info.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample<T> {
+    /// The value; `None` for dispose/unregister notices.
+    pub data: Option<T>,
+    /// Its info.
+    pub info: SampleInfo,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_roundtrips_and_bad_bytes_are_errors() {
+        let h = SampleHeader {
+            kind: SampleKind::Dispose,
+            writer_id: 7,
+            topic_id: 0x0102_0304_0506_0708,
+            writer_seq: 99,
+            source_timestamp_ns: -5,
+            key_hash: KeyHash([3; 16]),
+        };
+        let mut b = [0u8; SAMPLE_HEADER_BYTES];
+        h.encode(&mut b);
+        let mut msg = b.to_vec();
+        msg.extend_from_slice(b"cdr");
+        let (d, rest) = SampleHeader::decode(&msg).unwrap();
+        assert_eq!(d, h);
+        assert_eq!(rest, b"cdr");
+        assert!(SampleHeader::decode(&msg[..10]).is_err());
+        msg[0] = 0;
+        assert!(SampleHeader::decode(&msg).is_err());
+        msg[0] = SAMPLE_MAGIC;
+        msg[1] = 9;
+        assert!(SampleHeader::decode(&msg).is_err());
+    }
+}

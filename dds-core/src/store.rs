@@ -1,0 +1,208 @@
+//! The volatile store of a store-level subgroup (DESIGN §4, VolatileStore): every member
+//! keeps the subgroup's recent messages, per topic and instance, bounded by the depth the
+//! members declared. Members see the same deliveries in the same views, so their stores
+//! are identical; a member that newly enters the subgroup gets one by state transfer.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use spindle_topics::KeyHash;
+
+use crate::cache::Origin;
+use crate::error::{Error, Result};
+use crate::sample::SampleHeader;
+
+/// Most messages one store keeps (the oldest go first).
+pub const STORE_SAMPLES_MAX: usize = 65_536;
+/// Most bytes one store keeps (it must fit one state transfer).
+pub const STORE_BYTES_MAX: usize = spindle_group::group::STATE_BYTES_MAX - 1024;
+
+/// One stored message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// Where it came from and sits in the order.
+    pub origin: Origin,
+    /// The whole message: header and CDR payload.
+    pub bytes: Vec<u8>,
+}
+
+/// The store. See the module docs.
+#[derive(Debug, Default)]
+pub struct Store {
+    next: u64,
+    order: BTreeMap<u64, Stored>,
+    per_instance: BTreeMap<(u64, KeyHash), VecDeque<u64>>,
+    bytes: usize,
+}
+
+impl Store {
+    /// Adds a delivered message; `depth` (0: keep all) bounds each instance.
+    pub fn push(&mut self, h: &SampleHeader, origin: Origin, bytes: &[u8], depth: u16) {
+        let key = (h.topic_id, h.key_hash);
+        let q = self.per_instance.entry(key).or_default();
+        let at = self.next;
+        self.next += 1;
+        q.push_back(at);
+        let mut evict = Vec::new();
+        if depth > 0 {
+            while q.len() > usize::from(depth) {
+                if let Some(old) = q.pop_front() {
+                    evict.push(old);
+                }
+            }
+        }
+        for old in evict {
+            if let Some(s) = self.order.remove(&old) {
+                self.bytes -= s.bytes.len();
+            }
+        }
+        self.bytes += bytes.len();
+        self.order.insert(
+            at,
+            Stored {
+                origin,
+                bytes: bytes.to_vec(),
+            },
+        );
+        while self.order.len() > STORE_SAMPLES_MAX || self.bytes > STORE_BYTES_MAX {
+            let Some((old, s)) = self.order.pop_first() else {
+                break;
+            };
+            self.bytes -= s.bytes.len();
+            if let Ok((h, _)) = SampleHeader::decode(&s.bytes) {
+                if let Some(q) = self.per_instance.get_mut(&(h.topic_id, h.key_hash)) {
+                    q.retain(|x| *x != old);
+                }
+            }
+        }
+        self.per_instance.retain(|_, q| !q.is_empty());
+    }
+
+    /// The stored messages, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &Stored> {
+        self.order.values()
+    }
+
+    /// Messages held.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// True if empty.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// The store as a state-transfer snapshot.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.bytes + self.order.len() * 24);
+        out.extend_from_slice(&(self.order.len() as u32).to_le_bytes());
+        for s in self.order.values() {
+            out.extend_from_slice(&s.origin.node.to_le_bytes());
+            out.extend_from_slice(&s.origin.view_id.to_le_bytes());
+            out.extend_from_slice(&s.origin.order_index.to_le_bytes());
+            out.extend_from_slice(&(s.bytes.len() as u32).to_le_bytes());
+            out.extend_from_slice(&s.bytes);
+        }
+        out
+    }
+
+    /// A store from a snapshot a peer sent (bounds-checked; `depth` as in [`Store::push`]).
+    pub fn from_snapshot(bytes: &[u8], depth: u16) -> Result<Store> {
+        let mut store = Store::default();
+        if bytes.is_empty() {
+            return Ok(store);
+        }
+        let mut at = 0usize;
+        let mut take = |n: usize| -> Result<&[u8]> {
+            let end = at
+                .checked_add(n)
+                .filter(|e| *e <= bytes.len())
+                .ok_or_else(|| {
+                    Error::Error(format!(
+                        "store snapshot of {} bytes ends early at {at}",
+                        bytes.len()
+                    ))
+                })?;
+            let s = &bytes[at..end];
+            at = end;
+            Ok(s)
+        };
+        let u32_of = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        let count = u32_of(take(4)?) as usize;
+        if count > STORE_SAMPLES_MAX {
+            return Err(Error::Error(format!("store snapshot of {count} messages")));
+        }
+        for _ in 0..count {
+            let node = u32_of(take(4)?);
+            let view_id = u32_of(take(4)?);
+            let mut w = [0u8; 8];
+            w.copy_from_slice(take(8)?);
+            let order_index = u64::from_le_bytes(w);
+            let len = u32_of(take(4)?) as usize;
+            let msg = take(len)?;
+            let (h, _) = SampleHeader::decode(msg)?;
+            store.push(
+                &h,
+                Origin {
+                    node,
+                    view_id,
+                    order_index,
+                },
+                msg,
+                depth,
+            );
+        }
+        Ok(store)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::{SampleKind, SAMPLE_HEADER_BYTES};
+
+    fn msg(key: u8, seq: u64) -> (SampleHeader, Vec<u8>) {
+        let h = SampleHeader {
+            kind: SampleKind::Data,
+            writer_id: 1,
+            topic_id: 4,
+            writer_seq: seq,
+            source_timestamp_ns: 0,
+            key_hash: KeyHash([key; 16]),
+        };
+        let mut b = [0u8; SAMPLE_HEADER_BYTES];
+        h.encode(&mut b);
+        let mut v = b.to_vec();
+        v.extend_from_slice(&seq.to_le_bytes());
+        (h, v)
+    }
+
+    #[test]
+    fn depth_bounds_each_instance_and_snapshots_roundtrip() {
+        let mut s = Store::default();
+        for i in 0..10u64 {
+            let (h, b) = msg((i % 2) as u8, i);
+            s.push(
+                &h,
+                Origin {
+                    node: 1,
+                    view_id: 2,
+                    order_index: i,
+                },
+                &b,
+                3,
+            );
+        }
+        let seqs: Vec<u64> = s.iter().map(|m| m.origin.order_index).collect();
+        assert_eq!(seqs, vec![4, 5, 6, 7, 8, 9]);
+        let snap = s.snapshot();
+        let t = Store::from_snapshot(&snap, 3).unwrap();
+        assert_eq!(t.iter().collect::<Vec<_>>(), s.iter().collect::<Vec<_>>());
+        for cut in [1, 5, snap.len() - 1] {
+            assert!(
+                Store::from_snapshot(&snap[..cut], 3).is_err(),
+                "cut at {cut}"
+            );
+        }
+    }
+}

@@ -1,0 +1,583 @@
+//! The avionics demo domain (README main job): processes on this machine publish the
+//! avionics topics through Spindle DDS; one air-data computer is killed mid-run; the two
+//! displays' logs show one identical order across all writers, and the view change.
+//!
+//! `avionics [--out DIR] [--transport tcp|shm] [--seconds S]` runs the whole domain;
+//! `avionics member ...` is one process of it (started by the former).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use spindle_dds_core::{
+    DataReader, DomainParticipant, DomainParticipantFactory, ParticipantConfig, Sample, StateMask,
+    Transport, WaitSet,
+};
+use spindle_examples::{check_agreement, parse_log};
+use spindle_qos::{DataReaderQos, DataWriterQos, DurabilityKind, History, Reliability, TopicQos};
+use spindle_topics::avionics::{AirData, Attitude, FlightPlan, GeoPoint, NavigationPosition};
+use spindle_topics::TopicType;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[derive(Parser)]
+#[command(
+    about = "A small avionics domain on Spindle DDS: sensors, a flight-management node, two displays; one sensor is killed mid-run"
+)]
+struct Args {
+    /// Write each reader's log to DIR/<process>-<topic>.log.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// tcp or shm.
+    #[arg(long, default_value = "tcp")]
+    transport: String,
+    /// How long the sensors publish.
+    #[arg(long, default_value_t = 6)]
+    seconds: u64,
+    #[command(subcommand)]
+    member: Option<Member>,
+}
+
+#[derive(Subcommand)]
+enum Member {
+    /// One process of the domain (started by the domain itself).
+    Member {
+        name: String,
+        node: u32,
+        transport: String,
+        listen: String,
+        contact: String,
+        out: PathBuf,
+    },
+}
+
+/// `(process, node, starts late)`.
+const PROCESSES: &[(&str, u32, bool)] = &[
+    ("fms", 1, false),
+    ("adc1", 2, false),
+    ("adc2", 3, false),
+    ("ahrs", 4, false),
+    ("gnss", 5, false),
+    ("pfd", 6, false),
+    ("mfd", 7, true),
+];
+const KILLED: &str = "adc2";
+
+fn main() {
+    let args = Args::parse();
+    let r = match args.member {
+        Some(Member::Member {
+            name,
+            node,
+            transport,
+            listen,
+            contact,
+            out,
+        }) => member(&name, node, &transport, &listen, &contact, &out),
+        None => domain(args.out, &args.transport, args.seconds),
+    };
+    if let Err(e) = r {
+        eprintln!("avionics: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn topic_qos(stored: bool) -> TopicQos {
+    let q = TopicQos::default().with_reliability(Reliability::reliable());
+    if stored {
+        q.with_durability(DurabilityKind::TransientLocal)
+            .with_history(History::keep_last(8))
+    } else {
+        q
+    }
+}
+
+// ----- one process ----------------------------------------------------------------------
+
+fn member(
+    name: &str,
+    node: u32,
+    transport: &str,
+    listen: &str,
+    contact: &str,
+    out: &Path,
+) -> Result<(), BoxError> {
+    let transport = match transport {
+        "tcp" => Transport::Tcp,
+        "shm" => Transport::Shm,
+        t => return Err(format!("transport {t:?}: tcp or shm").into()),
+    };
+    let mut cfg = ParticipantConfig::new(node, transport, listen);
+    if node == 1 {
+        cfg.bootstrap = vec![1];
+    } else {
+        cfg.contacts = vec![spindle_dds_core::Contact {
+            node: 1,
+            address: contact.to_string(),
+        }];
+    }
+    let p = DomainParticipantFactory::instance().create_participant(0, Default::default(), &cfg)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let exit = Arc::new(AtomicBool::new(false));
+    {
+        let (stop, exit) = (Arc::clone(&stop), Arc::clone(&exit));
+        std::thread::spawn(move || {
+            let mut l = String::new();
+            let mut stdin = BufReader::new(std::io::stdin());
+            while stdin.read_line(&mut l).is_ok_and(|n| n > 0) {
+                match l.trim() {
+                    "STOP" => stop.store(true, Ordering::Release),
+                    "EXIT" => break,
+                    _ => {}
+                }
+                l.clear();
+            }
+            stop.store(true, Ordering::Release);
+            exit.store(true, Ordering::Release);
+        });
+    }
+    match name {
+        "adc1" | "adc2" => {
+            let id = if name == "adc1" { 0xA1 } else { 0xA2 };
+            publish::<AirData>(&p, "AirData", false, 10, &stop, move |i| AirData {
+                aircraft_id: id,
+                timestamp_ns: now_ns(),
+                indicated_airspeed_mps: 120.0 + (i % 10) as f32,
+                true_airspeed_mps: 130.0,
+                mach: 0.4,
+                pressure_altitude_m: 3000.0,
+                vertical_speed_mps: 0.0,
+                static_air_temperature_k: 268.0,
+                altitude_reference: Default::default(),
+            })
+        }
+        "ahrs" => publish::<Attitude>(&p, "Attitude", false, 10, &stop, |i| Attitude {
+            aircraft_id: 0xA1,
+            timestamp_ns: now_ns(),
+            roll_rad: (i as f64 * 0.01).sin() * 0.1,
+            pitch_rad: 0.02,
+            heading_rad: 1.5,
+            body_rates_radps: [0.0; 3],
+        }),
+        "gnss" => publish::<NavigationPosition>(&p, "NavigationPosition", false, 50, &stop, |i| {
+            NavigationPosition {
+                aircraft_id: 0xA1,
+                timestamp_ns: now_ns(),
+                position: GeoPoint {
+                    latitude_deg: 48.35 + i as f64 * 1e-5,
+                    longitude_deg: 11.78,
+                    altitude_m: 3000.0,
+                },
+                velocity_ned_mps: [120.0, 0.0, 0.0],
+                horizontal_accuracy_m: 2.5,
+                gnss_valid: true,
+                phase: Default::default(),
+            }
+        }),
+        "fms" => {
+            // Reads the sensors, publishes the flight plan (a stored topic: displays that
+            // start late still get its latest revisions).
+            let s = p.create_subscriber(Default::default())?;
+            let air = reader::<AirData>(&p, &s, "AirData", false)?;
+            let nav = reader::<NavigationPosition>(&p, &s, "NavigationPosition", false)?;
+            let mut logs = Logs::new(out, name);
+            let pubr = p.create_publisher(Default::default())?;
+            let t = p.create_topic::<FlightPlan>("FlightPlan", topic_qos(true))?;
+            let w = pubr.create_datawriter(&t, DataWriterQos::from_topic_qos(t.qos()))?;
+            println!("READY");
+            std::io::stdout().flush()?;
+            let mut revision = 0u16;
+            let mut next = Instant::now();
+            while !exit.load(Ordering::Acquire) {
+                if !stop.load(Ordering::Acquire) && Instant::now() >= next {
+                    revision += 1;
+                    w.write(&FlightPlan {
+                        aircraft_id: 0xA1,
+                        callsign: "SPN42".into(),
+                        origin: "EDDM".into(),
+                        destination: "LSZH".into(),
+                        revision,
+                        route: Vec::new(),
+                    })?;
+                    next = Instant::now() + Duration::from_millis(200);
+                }
+                logs.drain(&air, "AirData")?;
+                logs.drain(&nav, "NavigationPosition")?;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            logs.drain(&air, "AirData")?;
+            logs.drain(&nav, "NavigationPosition")?;
+            Ok(())
+        }
+        "pfd" | "mfd" => {
+            let s = p.create_subscriber(Default::default())?;
+            let air = reader::<AirData>(&p, &s, "AirData", false)?;
+            let att = reader::<Attitude>(&p, &s, "Attitude", false)?;
+            let nav = reader::<NavigationPosition>(&p, &s, "NavigationPosition", false)?;
+            let plan = reader::<FlightPlan>(&p, &s, "FlightPlan", true)?;
+            let mut ws = WaitSet::new();
+            ws.attach_condition(air.create_readcondition(StateMask::ANY));
+            ws.attach_condition(att.create_readcondition(StateMask::ANY));
+            ws.attach_condition(nav.create_readcondition(StateMask::ANY));
+            ws.attach_condition(plan.create_readcondition(StateMask::ANY));
+            println!("READY");
+            std::io::stdout().flush()?;
+            let mut logs = Logs::new(out, name);
+            while !exit.load(Ordering::Acquire) {
+                let _ = ws.wait(Duration::from_millis(50));
+                logs.drain(&air, "AirData")?;
+                logs.drain(&att, "Attitude")?;
+                logs.drain(&nav, "NavigationPosition")?;
+                logs.drain(&plan, "FlightPlan")?;
+            }
+            Ok(())
+        }
+        other => Err(format!("unknown process {other:?}").into()),
+    }
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn reader<T: TopicType>(
+    p: &DomainParticipant,
+    s: &spindle_dds_core::Subscriber,
+    topic: &str,
+    stored: bool,
+) -> Result<DataReader<T>, BoxError> {
+    let t = p.create_topic::<T>(topic, topic_qos(stored))?;
+    let q = DataReaderQos::from_topic_qos(t.qos()).with_history(History::keep_all());
+    Ok(s.create_datareader(&t, q)?)
+}
+
+fn publish<T: TopicType>(
+    p: &DomainParticipant,
+    topic: &str,
+    stored: bool,
+    period_ms: u64,
+    stop: &AtomicBool,
+    make: impl Fn(u64) -> T,
+) -> Result<(), BoxError> {
+    let t = p.create_topic::<T>(topic, topic_qos(stored))?;
+    let w = p
+        .create_publisher(Default::default())?
+        .create_datawriter(&t, DataWriterQos::from_topic_qos(t.qos()))?;
+    println!("READY");
+    std::io::stdout().flush()?;
+    let mut i = 0u64;
+    let start = Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        w.write(&make(i))?;
+        i += 1;
+        let next = start + Duration::from_millis(period_ms * i);
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+    println!("WROTE {i}");
+    // Stay a member until the domain ends, so no view change cuts the others' last views.
+    let mut l = String::new();
+    let _ = std::io::stdin().read_line(&mut l);
+    Ok(())
+}
+
+/// One log file per topic this process reads.
+struct Logs {
+    dir: PathBuf,
+    process: String,
+    files: BTreeMap<String, std::io::BufWriter<std::fs::File>>,
+}
+
+impl Logs {
+    fn new(dir: &Path, process: &str) -> Logs {
+        Logs {
+            dir: dir.to_path_buf(),
+            process: process.to_string(),
+            files: BTreeMap::new(),
+        }
+    }
+
+    fn drain<T: TopicType + Keyed>(
+        &mut self,
+        r: &DataReader<T>,
+        topic: &str,
+    ) -> Result<(), BoxError> {
+        let samples: Vec<Sample<T>> = r.take(usize::MAX, StateMask::ANY)?;
+        if samples.is_empty() {
+            return Ok(());
+        }
+        if !self.files.contains_key(topic) {
+            let path = self.dir.join(format!("{}-{topic}.log", self.process));
+            self.files.insert(
+                topic.to_string(),
+                std::io::BufWriter::new(std::fs::File::create(path)?),
+            );
+        }
+        let f = self.files.get_mut(topic).ok_or("log file")?;
+        for s in samples {
+            let key = s.data.as_ref().map_or_else(|| "-".to_string(), |d| d.key());
+            writeln!(
+                f,
+                "{} {} {} {} {}",
+                s.info.view_id,
+                s.info.order_index,
+                s.info.publication_handle,
+                key,
+                s.info.writer_seq
+            )?;
+        }
+        f.flush()?;
+        Ok(())
+    }
+}
+
+/// The key field of the avionics topics, for the logs.
+trait Keyed {
+    fn key(&self) -> String;
+}
+impl Keyed for AirData {
+    fn key(&self) -> String {
+        format!("{:#x}", self.aircraft_id)
+    }
+}
+impl Keyed for Attitude {
+    fn key(&self) -> String {
+        format!("{:#x}", self.aircraft_id)
+    }
+}
+impl Keyed for NavigationPosition {
+    fn key(&self) -> String {
+        format!("{:#x}", self.aircraft_id)
+    }
+}
+impl Keyed for FlightPlan {
+    fn key(&self) -> String {
+        format!("{:#x}", self.aircraft_id)
+    }
+}
+
+// ----- the domain -----------------------------------------------------------------------
+
+struct Proc {
+    name: &'static str,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+fn free_port() -> Result<u16, BoxError> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn spawn(
+    name: &'static str,
+    node: u32,
+    transport: &str,
+    listen: &str,
+    contact: &str,
+    out: &Path,
+) -> Result<Proc, BoxError> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .args([
+            "member",
+            name,
+            &node.to_string(),
+            transport,
+            listen,
+            contact,
+        ])
+        .arg(out)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("child stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(Proc {
+        name,
+        stdin: child.stdin.take(),
+        child,
+        lines: rx,
+    })
+}
+
+fn wait_ready(p: &Proc, timeout: Duration) -> Result<(), BoxError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match p.lines.recv_timeout(left) {
+            Ok(l) if l == "READY" => return Ok(()),
+            Ok(_) => {}
+            Err(_) => return Err(format!("{} did not become ready", p.name).into()),
+        }
+    }
+}
+
+fn say(p: &mut Proc, line: &str) {
+    if let Some(s) = p.stdin.as_mut() {
+        let _ = writeln!(s, "{line}");
+        let _ = s.flush();
+    }
+}
+
+fn domain(out: Option<PathBuf>, transport: &str, seconds: u64) -> Result<(), BoxError> {
+    let out = match out {
+        Some(d) => d,
+        None => std::env::temp_dir().join(format!("spindle-avionics-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&out)?;
+    for e in std::fs::read_dir(&out)? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "log") {
+            std::fs::remove_file(p)?;
+        }
+    }
+    let ns = format!("av{}", std::process::id());
+    // tcp: a free loopback port per process; shm: one namespace for the domain.
+    let listen_of = |_node: u32| -> Result<String, BoxError> {
+        Ok(match transport {
+            "tcp" => format!("127.0.0.1:{}", free_port()?),
+            "shm" => ns.clone(),
+            t => return Err(format!("--transport {t:?}: tcp or shm").into()),
+        })
+    };
+    let fms_listen = listen_of(1)?;
+    let contact = match transport {
+        "tcp" => fms_listen.clone(),
+        _ => ParticipantConfig::shm_address(&ns, 1),
+    };
+    println!("avionics: {} processes over {transport}, sensors publish for {seconds} s, {KILLED} is killed half-way; logs in {}", PROCESSES.len(), out.display());
+    let mut procs: Vec<Proc> = Vec::new();
+    let start = Instant::now();
+    let fms = spawn("fms", 1, transport, &fms_listen, &contact, &out)?;
+    wait_ready(&fms, Duration::from_secs(30))?;
+    procs.push(fms);
+    for (name, node, _) in PROCESSES.iter().filter(|p| p.0 != "fms" && !p.2) {
+        let p = spawn(name, *node, transport, &listen_of(*node)?, &contact, &out)?;
+        procs.push(p);
+    }
+    for p in &procs[1..] {
+        wait_ready(p, Duration::from_secs(60))?;
+    }
+    println!(
+        "  {:>7.3} s  all early processes ready",
+        start.elapsed().as_secs_f64()
+    );
+    let publish_start = Instant::now();
+    std::thread::sleep(Duration::from_millis(seconds * 1000 / 3));
+    for (name, node, _) in PROCESSES.iter().filter(|p| p.2) {
+        let p = spawn(name, *node, transport, &listen_of(*node)?, &contact, &out)?;
+        wait_ready(&p, Duration::from_secs(60))?;
+        println!(
+            "  {:>7.3} s  {name} started late and is ready",
+            start.elapsed().as_secs_f64()
+        );
+        procs.push(p);
+    }
+    let half = Duration::from_millis(seconds * 1000 / 2);
+    std::thread::sleep(half.saturating_sub(publish_start.elapsed()));
+    if let Some(k) = procs.iter_mut().find(|p| p.name == KILLED) {
+        // std's Child::kill is SIGKILL on Unix: a crash, not a graceful leave.
+        k.child.kill()?;
+        let _ = k.child.wait();
+        println!(
+            "  {:>7.3} s  SIGKILL {KILLED}",
+            start.elapsed().as_secs_f64()
+        );
+    }
+    std::thread::sleep(
+        Duration::from_millis(seconds * 1000).saturating_sub(publish_start.elapsed()),
+    );
+    for p in procs.iter_mut().filter(|p| p.name != KILLED) {
+        say(p, "STOP");
+    }
+    // Let the last samples reach every reader, then end every process.
+    std::thread::sleep(Duration::from_millis(1500));
+    for p in procs.iter_mut().filter(|p| p.name != KILLED) {
+        say(p, "EXIT");
+        p.stdin = None;
+    }
+    for p in procs.iter_mut().filter(|p| p.name != KILLED) {
+        let st = p.child.wait()?;
+        if !st.success() {
+            return Err(format!("{} exited with {st}", p.name).into());
+        }
+    }
+    report(&out)
+}
+
+fn report(out: &Path) -> Result<(), BoxError> {
+    let mut by_topic: BTreeMap<String, BTreeMap<String, Vec<spindle_examples::LogLine>>> =
+        BTreeMap::new();
+    for e in std::fs::read_dir(out)? {
+        let path = e?.path();
+        let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        if path.extension().is_none_or(|x| x != "log") {
+            continue;
+        }
+        let Some((process, topic)) = stem.split_once('-') else {
+            continue;
+        };
+        let log = parse_log(stem, &std::fs::read_to_string(&path)?)?;
+        by_topic
+            .entry(topic.to_string())
+            .or_default()
+            .insert(process.to_string(), log);
+    }
+    let mut failed = false;
+    for (topic, logs) in &by_topic {
+        println!("{topic}:");
+        for (process, log) in logs {
+            let views: std::collections::BTreeSet<u32> = log.iter().map(|l| l.view_id).collect();
+            // Per writer, the last view it was delivered in: the killed writer's ends at
+            // the view change that removed it.
+            let mut last: BTreeMap<&str, u32> = BTreeMap::new();
+            for l in log {
+                last.insert(l.writer.as_str(), l.view_id);
+            }
+            println!(
+                "  {process:<5} {:>6} samples, views {:?}, last view per writer {:?}",
+                log.len(),
+                views,
+                last
+            );
+        }
+        match check_agreement(logs) {
+            Ok(a) => println!(
+                "  agree: {} readers, {} samples at the same positions, identical sets in views {:?}",
+                logs.len(),
+                a.common_samples,
+                a.views_compared
+            ),
+            Err(problems) => {
+                failed = true;
+                for p in problems.iter().take(10) {
+                    println!("  DISAGREE: {p}");
+                }
+            }
+        }
+    }
+    if failed {
+        return Err("readers disagree".into());
+    }
+    println!(
+        "every reader of every topic saw one identical order, across writers and the view change"
+    );
+    Ok(())
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what Spindle DDS needs on a fresh Debian machine, only when it is missing.
-# Safe to run many times. Used by scripts/test.sh and scripts/main.sh.
+# Safe to run many times. Used by scripts/test.sh and scripts/bench.sh.
 set -euo pipefail
 
 need_apt=()

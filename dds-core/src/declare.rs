@@ -166,7 +166,8 @@ pub fn decode_declaration(
 pub struct DdsSubgroup {
     /// The engine's subgroup.
     pub spec: SubgroupSpec,
-    /// The highest level any member declared.
+    /// The level the writers offer (the highest a writing member declared): it sets the
+    /// subgroup's delivery mode; readers that request more do not match (RxO).
     pub level: DeliveryLevel,
     /// Store depth per instance (0: keep all).
     pub store_depth: u16,
@@ -195,19 +196,33 @@ pub fn declarations(view: &View) -> BTreeMap<NodeId, BTreeMap<SubgroupId, Intere
 /// The DDS layout of `view`: one subgroup per declared id with at least one writer.
 pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
     let decl = declarations(view);
-    /// Per subgroup: the merged interest, its members, senders and readers.
-    type Merged = (Interest, Vec<NodeId>, Vec<NodeId>, Vec<NodeId>);
+    /// Per subgroup: the merged interest, its members, senders and readers, and the
+    /// level the writers offer.
+    type Merged = (
+        Interest,
+        Vec<NodeId>,
+        Vec<NodeId>,
+        Vec<NodeId>,
+        DeliveryLevel,
+    );
     let mut merged: BTreeMap<SubgroupId, Merged> = BTreeMap::new();
     for m in &view.members {
         let Some(d) = decl.get(m) else { continue };
         for (sg, i) in d {
-            let e = merged
-                .entry(*sg)
-                .or_insert_with(|| (*i, Vec::new(), Vec::new(), Vec::new()));
+            let e = merged.entry(*sg).or_insert_with(|| {
+                (
+                    *i,
+                    Vec::new(),
+                    Vec::new(),
+                    Vec::new(),
+                    DeliveryLevel::Unordered,
+                )
+            });
             e.0.merge(i);
             e.1.push(*m);
             if i.writer {
                 e.2.push(*m);
+                e.4 = e.4.max(i.level);
             }
             if i.reader {
                 e.3.push(*m);
@@ -216,24 +231,26 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
     }
     merged
         .into_iter()
-        .filter(|(_, (_, _, senders, _))| !senders.is_empty())
-        .map(|(id, (i, members, senders, readers))| DdsSubgroup {
-            spec: SubgroupSpec {
-                id,
-                members,
-                senders,
-                mode: if i.level == DeliveryLevel::Unordered {
-                    DeliveryMode::Unordered
-                } else {
-                    DeliveryMode::Atomic
+        .filter(|(_, (_, _, senders, _, _))| !senders.is_empty())
+        .map(
+            |(id, (i, members, senders, readers, offered))| DdsSubgroup {
+                spec: SubgroupSpec {
+                    id,
+                    members,
+                    senders,
+                    mode: if offered == DeliveryLevel::Unordered {
+                        DeliveryMode::Unordered
+                    } else {
+                        DeliveryMode::Atomic
+                    },
+                    window_slots: i.window_slots,
+                    slot_payload_bytes: i.slot_payload_bytes,
                 },
-                window_slots: i.window_slots,
-                slot_payload_bytes: i.slot_payload_bytes,
+                level: offered,
+                store_depth: i.store_depth,
+                readers,
             },
-            level: i.level,
-            store_depth: i.store_depth,
-            readers,
-        })
+        )
         .collect()
 }
 

@@ -50,6 +50,8 @@ pub(crate) struct State {
     pub(crate) readers: BTreeMap<u64, Vec<Arc<ReaderCore>>>,
     pub(crate) writers: BTreeMap<u32, Arc<WriterCore>>,
     pub(crate) stores: BTreeMap<SubgroupId, Store>,
+    /// Store-level subgroups this node entered whose state a member will ship.
+    pub(crate) awaiting_state: std::collections::BTreeSet<SubgroupId>,
     pub(crate) stopped: Option<String>,
 }
 
@@ -69,6 +71,7 @@ impl Shared {
                 readers: BTreeMap::new(),
                 writers: BTreeMap::new(),
                 stores: BTreeMap::new(),
+                awaiting_state: Default::default(),
                 stopped: None,
             }),
             view_changed: Condvar::new(),
@@ -165,6 +168,7 @@ impl Application for DdsApp {
         {
             let mut st = lock(&self.shared.state);
             let view = v.view.clone();
+            let previous = std::mem::take(&mut st.subgroups);
             st.subgroups = if v.layout.is_some() {
                 dds_subgroups(&view)
                     .into_iter()
@@ -173,6 +177,29 @@ impl Application for DdsApp {
             } else {
                 BTreeMap::new()
             };
+            // A store-level subgroup this node enters gets its state from a member that
+            // held it in the last view (the engine's state transfer); one nobody held
+            // starts empty.
+            let mut awaiting = Vec::new();
+            for d in st.subgroups.values() {
+                let sg = d.spec.id;
+                if !d.level.keeps_history() || !d.spec.members.contains(&me) {
+                    continue;
+                }
+                let was_in = previous
+                    .get(&sg)
+                    .is_some_and(|p| p.spec.members.contains(&me));
+                let holder = previous.get(&sg).is_some_and(|p| {
+                    p.spec
+                        .members
+                        .iter()
+                        .any(|m| *m != me && d.spec.members.contains(m))
+                });
+                if !was_in && holder {
+                    awaiting.push(sg);
+                }
+            }
+            st.awaiting_state.extend(awaiting);
             let vid = view.vid;
             // Stores: kept for store-level subgroups this node is in; a node that newly
             // enters one gets its store by state transfer before any delivery.
@@ -184,6 +211,13 @@ impl Application for DdsApp {
                 .collect();
             st.stores
                 .retain(|sg, _| mine.iter().any(|(m, keeps)| m == sg && *keeps));
+            st.awaiting_state
+                .retain(|sg| mine.iter().any(|(m, _)| m == sg));
+            for (sg, keeps) in &mine {
+                if *keeps && !st.awaiting_state.contains(sg) {
+                    st.stores.entry(*sg).or_default();
+                }
+            }
             let gone = |w: &WriterHandle| !view.members.contains(&w.node);
             for rs in st.readers.values() {
                 for r in rs {
@@ -248,7 +282,9 @@ impl Application for DdsApp {
                 }
             }
             st.stores.insert(subgroup, store);
+            st.awaiting_state.remove(&subgroup);
         }
+        self.shared.view_changed.notify_all();
         notify_all();
         DdsApp::listeners(got, StatusMask::DATA_AVAILABLE);
     }
@@ -326,6 +362,7 @@ pub(crate) struct ParticipantInner {
     pub(crate) config: ParticipantConfig,
     pub(crate) node: Mutex<Option<GroupNode>>,
     pub(crate) shared: Arc<Shared>,
+    address: String,
     next_id: AtomicU32,
     /// Entity id → its interest (merged into the declaration).
     interests: Mutex<BTreeMap<u32, (SubgroupId, Interest)>>,
@@ -487,6 +524,7 @@ impl DomainParticipant {
             config,
             node: Mutex::new(Some(node)),
             shared,
+            address: ep.address(),
             next_id: AtomicU32::new(1),
             interests: Mutex::new(BTreeMap::new()),
             topics: Mutex::new(BTreeMap::new()),
@@ -524,6 +562,11 @@ impl DomainParticipant {
     /// This participant's node id (also its instance handle).
     pub fn node_id(&self) -> NodeId {
         self.inner.me()
+    }
+
+    /// Its fabric address: what other participants list in their contacts.
+    pub fn address(&self) -> &str {
+        &self.inner.address
     }
 
     /// The QoS it was created with.
@@ -899,9 +942,11 @@ impl Subscriber {
         let ready = |st: &State| {
             // Either this node reads the subgroup now, or no writer exists yet (the
             // reader matches when one comes).
+            // On a store-level topic, the stored history has arrived too.
             st.subgroups
                 .get(&sg)
                 .is_none_or(|d| d.readers.contains(&me))
+                && !st.awaiting_state.contains(&sg)
         };
         if let Err(e) = p.redeclare(ready) {
             p.remove_interest(id);

@@ -103,9 +103,9 @@ impl ReaderCore {
     ) -> StatusMask {
         let mut mask = StatusMask::NONE;
         // A RELIABLE reader does not match BEST_EFFORT-only writers (RxO).
-        let compatible = !(in_subgroup
-            && level == DeliveryLevel::Unordered
-            && self.qos.delivery_level() != DeliveryLevel::Unordered);
+        // The writers must offer at least the level this reader requests (RELIABILITY
+        // and DURABILITY are requested-vs-offered policies).
+        let compatible = !in_subgroup || self.qos.delivery_level() <= level;
         let matched = in_subgroup && compatible;
         self.matched.store(matched, Ordering::Release);
         lock(&self.cache).writers_gone(gone);
@@ -128,7 +128,11 @@ impl ReaderCore {
         if !compatible {
             s.incompatible.total_count += 1;
             s.incompatible.total_count_change += 1;
-            s.incompatible.last_policy_id = Some(QosPolicyId::Reliability);
+            s.incompatible.last_policy_id = Some(if level == DeliveryLevel::Unordered {
+                QosPolicyId::Reliability
+            } else {
+                QosPolicyId::Durability
+            });
             mask = mask | StatusMask::REQUESTED_INCOMPATIBLE_QOS;
         }
         s.changes |= mask.0;

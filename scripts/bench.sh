@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job: the multicast benchmark (Derecho's bandwidth_test / latency_test over tcp
+# The benchmarks: the DCPS benchmark, the multicast benchmark (Derecho's bandwidth_test / latency_test over tcp
 # and shm, next to Cyclone DDS's ddsperf measured in the same run), then the
 # view-change benchmark (SIGKILL to new view, throughput around a join), then the fabric
 # benchmark on tcp, shm and libfabric (tcp;ofi_rxm, shm) next to iperf3 and memcpy.

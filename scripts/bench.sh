@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/bench-dcps.sh
 bash scripts/bench-group.sh
 bash scripts/bench-viewchange.sh
 exec bash scripts/bench-fabric.sh --backends "tcp shm libfabric-tcp libfabric-shm"

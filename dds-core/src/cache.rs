@@ -239,6 +239,9 @@ impl Cache {
         instance: Option<InstanceHandle>,
         take: bool,
     ) -> Vec<(SampleInfo, Vec<u8>)> {
+        if take && instance.is_none() && *mask == StateMask::ANY && max >= self.samples.len() {
+            return self.take_all();
+        }
         let mut picked = Vec::new();
         for (arrival, e) in &self.samples {
             if picked.len() >= max {
@@ -303,6 +306,53 @@ impl Cache {
             if let Some(inst) = self.instances.get_mut(&i) {
                 inst.new = false;
             }
+        }
+        self.purge_empty_instances();
+        out
+    }
+
+    /// Takes every sample (the common `take(ANY)` of a reader that keeps up): one pass,
+    /// no per-sample removal.
+    fn take_all(&mut self) -> Vec<(SampleInfo, Vec<u8>)> {
+        let samples = std::mem::take(&mut self.samples);
+        let mut out = Vec::with_capacity(samples.len());
+        let mut last: Option<(InstanceHandle, ViewState, InstanceState)> = None;
+        for (_, e) in samples {
+            let (view_state, state) = match last {
+                Some((h, v, s)) if h == e.instance => (v, s),
+                _ => {
+                    let (v, s) = self.instances.get(&e.instance).map_or(
+                        (ViewState::NotNew, e.info.instance_state),
+                        |i| {
+                            (
+                                if i.new {
+                                    ViewState::New
+                                } else {
+                                    ViewState::NotNew
+                                },
+                                i.state,
+                            )
+                        },
+                    );
+                    last = Some((e.instance, v, s));
+                    (v, s)
+                }
+            };
+            let info = SampleInfo {
+                sample_state: if e.read {
+                    SampleState::Read
+                } else {
+                    SampleState::NotRead
+                },
+                view_state,
+                instance_state: state,
+                ..e.info
+            };
+            out.push((info, e.payload));
+        }
+        for inst in self.instances.values_mut() {
+            inst.arrivals.clear();
+            inst.new = false;
         }
         self.purge_empty_instances();
         out

@@ -57,6 +57,8 @@ pub(crate) struct State {
 
 pub(crate) struct Shared {
     pub(crate) me: NodeId,
+    /// Set once `stopped` is (read without the state lock on every write).
+    pub(crate) stopped_flag: AtomicBool,
     pub(crate) state: Mutex<State>,
     pub(crate) view_changed: Condvar,
 }
@@ -65,6 +67,7 @@ impl Shared {
     fn new(me: NodeId) -> Arc<Shared> {
         Arc::new(Shared {
             me,
+            stopped_flag: AtomicBool::new(false),
             state: Mutex::new(State {
                 view: None,
                 subgroups: BTreeMap::new(),
@@ -114,6 +117,7 @@ impl Application for DdsApp {
                 .subgroups
                 .get(&sg)
                 .map_or((false, 0), |d| (d.level.keeps_history(), d.store_depth));
+            let mut items = Vec::with_capacity(batch.len());
             for m in batch.iter() {
                 let (h, payload) = match SampleHeader::decode(m.payload) {
                     Ok(x) => x,
@@ -133,11 +137,23 @@ impl Application for DdsApp {
                         .or_default()
                         .push(&h, origin, m.payload, depth);
                 }
-                if let Some(rs) = st.readers.get(&h.topic_id) {
-                    for r in rs.iter().filter(|r| r.subgroup == sg && r.is_matched()) {
-                        if r.insert(&h, payload, origin) && !got.iter().any(|g| Arc::ptr_eq(g, r)) {
-                            got.push(Arc::clone(r));
-                        }
+                items.push((h, payload, origin));
+            }
+            // One lock of each reader's cache per batch, per topic in it.
+            let mut topics: Vec<u64> = items.iter().map(|(h, _, _)| h.topic_id).collect();
+            topics.sort_unstable();
+            topics.dedup();
+            for t in topics {
+                let Some(rs) = st.readers.get(&t) else {
+                    continue;
+                };
+                for r in rs.iter().filter(|r| r.subgroup == sg && r.is_matched()) {
+                    let mine = items
+                        .iter()
+                        .filter(|(h, _, _)| h.topic_id == t)
+                        .map(|(h, p, o)| (h, *p, *o));
+                    if r.insert_all(mine) {
+                        got.push(Arc::clone(r));
                     }
                 }
             }
@@ -301,6 +317,7 @@ impl Application for DdsApp {
         lock(&self.shared.state).stopped = Some(why.unwrap_or("left the domain").to_string());
         self.shared.view_changed.notify_all();
         notify_all();
+        self.shared.stopped_flag.store(true, Ordering::Release);
     }
 }
 
@@ -383,10 +400,12 @@ impl ParticipantInner {
         if self.deleted.load(Ordering::Acquire) {
             return Err(Error::AlreadyDeleted("the participant was deleted".into()));
         }
-        if let Some(why) = &lock(&self.shared.state).stopped {
-            return Err(Error::PreconditionNotMet(format!(
-                "the participant stopped: {why}"
-            )));
+        if self.shared.stopped_flag.load(Ordering::Acquire) {
+            if let Some(why) = &lock(&self.shared.state).stopped {
+                return Err(Error::PreconditionNotMet(format!(
+                    "the participant stopped: {why}"
+                )));
+            }
         }
         Ok(())
     }

@@ -62,21 +62,38 @@ impl ReaderCore {
 
     /// Adds a delivered sample; false if rejected (counted in SAMPLE_REJECTED).
     pub(crate) fn insert(&self, h: &SampleHeader, payload: &[u8], o: Origin) -> bool {
-        match lock(&self.cache).insert(h, payload, o) {
-            Ok(()) => {
-                lock(&self.status).changes |= StatusMask::DATA_AVAILABLE.0;
-                true
-            }
-            Err(r) => {
-                let mut s = lock(&self.status);
-                s.rejected.total_count += 1;
-                s.rejected.total_count_change += 1;
-                s.rejected.last_reason = reason(&r);
-                s.rejected.last_instance_handle = InstanceHandle(h.key_hash);
-                s.changes |= StatusMask::SAMPLE_REJECTED.0;
-                false
+        self.insert_all(std::iter::once((h, payload, o)))
+    }
+
+    /// Adds delivered samples of this reader's topic under one lock of the cache;
+    /// true if any was kept.
+    pub(crate) fn insert_all<'a>(
+        &self,
+        items: impl Iterator<Item = (&'a SampleHeader, &'a [u8], Origin)>,
+    ) -> bool {
+        let mut kept = false;
+        let mut rejected = Vec::new();
+        {
+            let mut cache = lock(&self.cache);
+            for (h, payload, o) in items {
+                match cache.insert(h, payload, o) {
+                    Ok(()) => kept = true,
+                    Err(r) => rejected.push((r, h.key_hash)),
+                }
             }
         }
+        let mut s = lock(&self.status);
+        if kept {
+            s.changes |= StatusMask::DATA_AVAILABLE.0;
+        }
+        for (r, key) in rejected {
+            s.rejected.total_count += 1;
+            s.rejected.total_count_change += 1;
+            s.rejected.last_reason = reason(&r);
+            s.rejected.last_instance_handle = InstanceHandle(key);
+            s.changes |= StatusMask::SAMPLE_REJECTED.0;
+        }
+        kept
     }
 
     /// Loads this topic's samples from a store; true if any.

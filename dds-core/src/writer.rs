@@ -22,6 +22,10 @@ pub(crate) struct WriterCore {
     qos: Mutex<DataWriterQos>,
     seq: AtomicU64,
     write_lock: Mutex<Vec<u8>>,
+    sender: Mutex<Option<spindle_group::Sender>>,
+    /// RELIABILITY `max_blocking_time`, kept apart from the QoS so `write` reads it
+    /// without a lock.
+    blocking_us: AtomicU64,
     matched: Mutex<MatchedStatus>,
     listener: Mutex<Option<WriterListener>>,
     pub(crate) deleted: AtomicBool,
@@ -29,6 +33,7 @@ pub(crate) struct WriterCore {
 
 impl WriterCore {
     pub(crate) fn new(id: u32, topic: Arc<TopicInner>, qos: DataWriterQos) -> Arc<WriterCore> {
+        let blocking = blocking_us(&qos);
         Arc::new(WriterCore {
             id,
             subgroup: topic.subgroup,
@@ -36,6 +41,8 @@ impl WriterCore {
             qos: Mutex::new(qos),
             seq: AtomicU64::new(0),
             write_lock: Mutex::new(Vec::new()),
+            sender: Mutex::new(None),
+            blocking_us: AtomicU64::new(blocking),
             matched: Mutex::new(MatchedStatus::default()),
             listener: Mutex::new(None),
             deleted: AtomicBool::new(false),
@@ -77,6 +84,15 @@ impl<T: TopicType> std::fmt::Debug for DataWriter<T> {
             .field("topic", &self.core.topic.name)
             .finish()
     }
+}
+
+/// RELIABILITY `max_blocking_time` in µs (an hour for INFINITE).
+fn blocking_us(qos: &DataWriterQos) -> u64 {
+    qos.reliability
+        .max_blocking_time
+        .to_std()
+        .unwrap_or(Duration::from_secs(3600))
+        .as_micros() as u64
 }
 
 fn now_ns() -> i64 {
@@ -129,6 +145,9 @@ impl<T: TopicType> DataWriter<T> {
         qos.check()?;
         let mut q = lock(&self.core.qos);
         q.changeable_to(&qos)?;
+        self.core
+            .blocking_us
+            .store(blocking_us(&qos), Ordering::Relaxed);
         *q = qos;
         Ok(())
     }
@@ -225,10 +244,10 @@ impl<T: TopicType> DataWriter<T> {
         T: Default,
     {
         self.check()?;
-        let loan = self.loan(Instant::now() + self.blocking_time())?;
+        let (loan, room) = self.loan(Instant::now() + self.blocking_time())?;
         Ok(LoanedSample {
             writer: self.clone(),
-            loan: Some(loan),
+            loan: Some((loan, room)),
             value: T::default(),
         })
     }
@@ -241,24 +260,38 @@ impl<T: TopicType> DataWriter<T> {
     }
 
     fn blocking_time(&self) -> Duration {
-        self.qos()
-            .reliability
-            .max_blocking_time
-            .to_std()
-            .unwrap_or(Duration::from_secs(3600))
+        Duration::from_micros(self.core.blocking_us.load(Ordering::Relaxed))
     }
 
-    fn loan(&self, deadline: Instant) -> Result<spindle_group::Loan> {
+    /// A slot of the ring and the payload room after the header. The sender handle is
+    /// cached; a view change stops its ring (`Wedged`) and the next view's is fetched.
+    fn loan(&self, deadline: Instant) -> Result<(spindle_group::Loan, usize)> {
         let p = &self.core.topic.participant;
         let mut tries = 0u32;
         loop {
-            let err = match p.sender(self.core.subgroup) {
+            let cached = lock(&self.core.sender).clone();
+            let sender = match cached {
+                Some(s) => Ok(s),
+                None => p.sender(self.core.subgroup).inspect(|s| {
+                    *lock(&self.core.sender) = Some(s.clone());
+                }),
+            };
+            let err = match sender {
                 Ok(s) => match s.try_loan() {
-                    Ok(l) => return Ok(l),
-                    Err(
-                        e @ (spindle_group::Error::WindowFull { .. }
-                        | spindle_group::Error::Wedged { .. }),
-                    ) => e,
+                    Ok(l) => {
+                        let max = s.payload_bytes_max();
+                        let room = max.checked_sub(SAMPLE_HEADER_BYTES).ok_or_else(|| {
+                            Error::OutOfResources(format!(
+                                "slots of {max} bytes hold no sample header"
+                            ))
+                        })?;
+                        return Ok((l, room));
+                    }
+                    Err(e @ spindle_group::Error::WindowFull { .. }) => e,
+                    Err(e @ spindle_group::Error::Wedged { .. }) => {
+                        *lock(&self.core.sender) = None;
+                        e
+                    }
                     Err(e) => return Err(e.into()),
                 },
                 Err(e @ spindle_group::Error::Wedged { .. }) => e,
@@ -292,8 +325,7 @@ impl<T: TopicType> DataWriter<T> {
         self.check()?;
         let deadline = Instant::now() + self.blocking_time();
         let mut staging = lock(&self.core.write_lock);
-        let loan = self.loan(deadline)?;
-        let room = loan_room(&loan, &self.core)?;
+        let (loan, room) = self.loan(deadline)?;
         staging.resize(room, 0);
         let n = body(&mut staging[..])?;
         self.finish(loan, kind, key, timestamp_ns, &staging[..n])
@@ -325,22 +357,11 @@ impl<T: TopicType> DataWriter<T> {
     }
 }
 
-/// Payload room in a loaned slot after the header.
-fn loan_room(_loan: &spindle_group::Loan, core: &WriterCore) -> Result<usize> {
-    let p = &core.topic.participant;
-    let max = p
-        .sender(core.subgroup)
-        .map(|s| s.payload_bytes_max())
-        .unwrap_or(0);
-    max.checked_sub(SAMPLE_HEADER_BYTES)
-        .ok_or_else(|| Error::OutOfResources(format!("slots of {max} bytes hold no sample header")))
-}
-
 /// A slot of the writer's ring and a value to build in place (DDS loaned sample).
 /// Dropping it without [`LoanedSample::write`] sends nothing (a null keeps the order).
 pub struct LoanedSample<T: TopicType> {
     writer: DataWriter<T>,
-    loan: Option<spindle_group::Loan>,
+    loan: Option<(spindle_group::Loan, usize)>,
     value: T,
 }
 
@@ -368,14 +389,13 @@ impl<T: TopicType> std::ops::DerefMut for LoanedSample<T> {
 impl<T: TopicType> LoanedSample<T> {
     /// Sends the value in the loaned slot.
     pub fn write(mut self) -> Result<()> {
-        let Some(loan) = self.loan.take() else {
+        let Some((loan, room)) = self.loan.take() else {
             return Err(Error::PreconditionNotMet(
                 "the loan was already written".into(),
             ));
         };
         let key = instance_of(&self.value)?;
         let mut staging = lock(&self.writer.core.write_lock);
-        let room = loan_room(&loan, &self.writer.core)?;
         staging.resize(room, 0);
         let n = self
             .value

@@ -1,0 +1,287 @@
+//! DataWriter → DataReader throughput and latency (the DCPS layer's cost next to the raw
+//! engine's `bandwidth_test` / `latency_test`): two processes, a publisher (node 1) and a
+//! subscriber (node 2), one topic of `Sequence` samples at a delivery level.
+//!
+//! `dds_perf --transport tcp --level atomic --size 1024 --samples 100000 [--latency]`
+//! prints one JSON line: `{"transport","level","size","samples","msgs_per_s",
+//! "bytes_per_s","lat_p50_us","lat_p99_us"}`. Throughput is counted at the subscriber,
+//! from its first sample to its last. Latency (`--latency`: one sample in flight) is from
+//! `write` to the sample's delivery to a reader in the writer's own participant — for the
+//! ordered levels, the moment every member has it (stability), as `latency_test` measures.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use spindle_dds_core::{
+    Contact, DomainParticipant, DomainParticipantFactory, ParticipantConfig, StateMask, Transport,
+    WaitSet,
+};
+use spindle_qos::{DataReaderQos, DataWriterQos, DurabilityKind, History, Reliability, TopicQos};
+use spindle_topics::Sequence;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[derive(Parser, Clone)]
+#[command(about = "DCPS throughput and latency between two processes")]
+struct Args {
+    /// tcp or shm.
+    #[arg(long, default_value = "tcp")]
+    transport: String,
+    /// unordered, atomic or volatilestore.
+    #[arg(long, default_value = "atomic")]
+    level: String,
+    /// Payload bytes per sample.
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+    /// Samples to write.
+    #[arg(long, default_value_t = 100_000)]
+    samples: u64,
+    /// Ring slots per writer.
+    #[arg(long, default_value_t = 256)]
+    window: usize,
+    /// One sample in flight; report latency percentiles.
+    #[arg(long)]
+    latency: bool,
+    #[command(subcommand)]
+    role: Option<Role>,
+}
+
+#[derive(Subcommand, Clone)]
+enum Role {
+    /// The publisher process (started by the benchmark).
+    Pub { listen: String },
+    /// The subscriber process (started by the benchmark).
+    Sub { listen: String, contact: String },
+}
+
+fn main() {
+    let args = Args::parse();
+    let r = match args.role.clone() {
+        Some(Role::Pub { listen }) => publisher(&args, &listen),
+        Some(Role::Sub { listen, contact }) => subscriber(&args, &listen, &contact),
+        None => bench(&args),
+    };
+    if let Err(e) = r {
+        eprintln!("dds_perf: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn transport(a: &Args) -> Result<Transport, BoxError> {
+    match a.transport.as_str() {
+        "tcp" => Ok(Transport::Tcp),
+        "shm" => Ok(Transport::Shm),
+        t => Err(format!("--transport {t:?}: tcp or shm").into()),
+    }
+}
+
+fn topic_qos(a: &Args) -> Result<TopicQos, BoxError> {
+    Ok(match a.level.as_str() {
+        "unordered" => TopicQos::default(),
+        "atomic" => TopicQos::default().with_reliability(Reliability::reliable()),
+        "volatilestore" => TopicQos::default()
+            .with_reliability(Reliability::reliable())
+            .with_durability(DurabilityKind::TransientLocal)
+            .with_history(History::keep_last(1)),
+        l => return Err(format!("--level {l:?}: unordered, atomic or volatilestore").into()),
+    })
+}
+
+fn participant(
+    a: &Args,
+    node: u32,
+    listen: &str,
+    contact: Option<&str>,
+) -> Result<DomainParticipant, BoxError> {
+    let mut cfg = ParticipantConfig::new(node, transport(a)?, listen);
+    cfg.window_slots = a.window;
+    // A Sequence is unbounded: size the slots for the payload, its CDR length and header.
+    cfg.slot_payload_bytes = (a.size + 128).min(64 * 1024);
+    match contact {
+        None => cfg.bootstrap = vec![node],
+        Some(c) => {
+            cfg.contacts = vec![Contact {
+                node: 1,
+                address: c.to_string(),
+            }]
+        }
+    }
+    Ok(DomainParticipantFactory::instance().create_participant(0, Default::default(), &cfg)?)
+}
+
+fn reader_qos(q: &TopicQos) -> DataReaderQos {
+    DataReaderQos::from_topic_qos(q).with_history(History::keep_all())
+}
+
+fn line(s: &str) -> Result<(), BoxError> {
+    let mut o = std::io::stdout();
+    writeln!(o, "{s}")?;
+    o.flush()?;
+    Ok(())
+}
+
+fn wait_line(expect: &str) -> Result<(), BoxError> {
+    let mut l = String::new();
+    std::io::stdin().read_line(&mut l)?;
+    if l.trim() != expect {
+        return Err(format!("expected {expect}, got {l:?}").into());
+    }
+    Ok(())
+}
+
+fn publisher(a: &Args, listen: &str) -> Result<(), BoxError> {
+    let p = participant(a, 1, listen, None)?;
+    line(&format!("ADDR {}", p.address()))?;
+    let q = topic_qos(a)?;
+    let t = p.create_topic::<Sequence>("perf", q.clone())?;
+    // The latency run reads its own samples (delivery = stability at every member); the
+    // throughput run has no reader besides the subscriber's.
+    let own = if a.latency {
+        Some(
+            p.create_subscriber(Default::default())?
+                .create_datareader(&t, reader_qos(&q))?,
+        )
+    } else {
+        None
+    };
+    let w = p
+        .create_publisher(Default::default())?
+        .create_datawriter(&t, DataWriterQos::from_topic_qos(&q))?;
+    w.wait_for_readers(1 + u32::from(a.latency), Duration::from_secs(60))?;
+    line("READY")?;
+    wait_line("GO")?;
+    let sample = Sequence {
+        payload: vec![0x5A; a.size],
+    };
+    let mut lat_us = Vec::new();
+    for _ in 0..a.samples {
+        if let Some(own) = &own {
+            let t0 = Instant::now();
+            w.write(&sample)?;
+            loop {
+                if !own.take(usize::MAX, StateMask::ANY)?.is_empty() {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+            lat_us.push(t0.elapsed().as_secs_f64() * 1e6);
+        } else {
+            w.write(&sample)?;
+        }
+    }
+    lat_us.sort_by(f64::total_cmp);
+    let pct = |q: f64| -> f64 {
+        if lat_us.is_empty() {
+            return 0.0;
+        }
+        lat_us[((lat_us.len() - 1) as f64 * q).round() as usize]
+    };
+    line(&format!("LAT {:.1} {:.1}", pct(0.5), pct(0.99)))?;
+    // Stay until the subscriber is done.
+    let mut l = String::new();
+    let _ = std::io::stdin().read_line(&mut l);
+    p.close();
+    Ok(())
+}
+
+fn subscriber(a: &Args, listen: &str, contact: &str) -> Result<(), BoxError> {
+    let p = participant(a, 2, listen, Some(contact))?;
+    let q = topic_qos(a)?;
+    let t = p.create_topic::<Sequence>("perf", q.clone())?;
+    let r = p
+        .create_subscriber(Default::default())?
+        .create_datareader(&t, reader_qos(&q))?;
+    line("READY")?;
+    let mut ws = WaitSet::new();
+    ws.attach_condition(r.create_readcondition(StateMask::ANY));
+    let mut count = 0u64;
+    let mut first: Option<Instant> = None;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while count < a.samples && Instant::now() < deadline {
+        let got = r.take(usize::MAX, StateMask::ANY)?;
+        if got.is_empty() {
+            let _ = ws.wait(Duration::from_millis(10));
+            continue;
+        }
+        first.get_or_insert_with(Instant::now);
+        count += got.len() as u64;
+    }
+    let secs = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
+    line(&format!("RATE {count} {secs:.6}"))?;
+    p.close();
+    Ok(())
+}
+
+fn bench(a: &Args) -> Result<(), BoxError> {
+    let exe = std::env::current_exe()?;
+    let common = |c: &mut Command| {
+        c.args(["--transport", &a.transport, "--level", &a.level])
+            .args([
+                "--size",
+                &a.size.to_string(),
+                "--samples",
+                &a.samples.to_string(),
+            ])
+            .args(["--window", &a.window.to_string()]);
+        if a.latency {
+            c.arg("--latency");
+        }
+    };
+    let (pub_listen, sub_listen) = match a.transport.as_str() {
+        "tcp" => ("127.0.0.1:0".to_string(), "127.0.0.1:0".to_string()),
+        _ => {
+            let ns = format!("perf{}", std::process::id());
+            (ns.clone(), ns)
+        }
+    };
+    let mut pc = Command::new(&exe);
+    common(&mut pc);
+    let mut publisher = pc
+        .args(["pub", &pub_listen])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut pout = BufReader::new(publisher.stdout.take().ok_or("stdout")?).lines();
+    let addr = pout
+        .next()
+        .ok_or("publisher ended")??
+        .strip_prefix("ADDR ")
+        .ok_or("expected ADDR")?
+        .to_string();
+    let mut sc = Command::new(&exe);
+    common(&mut sc);
+    let mut subscriber = sc
+        .args(["sub", &sub_listen, &addr])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut sout = BufReader::new(subscriber.stdout.take().ok_or("stdout")?).lines();
+    if sout.next().ok_or("subscriber ended")?? != "READY" {
+        return Err("subscriber not ready".into());
+    }
+    if pout.next().ok_or("publisher ended")?? != "READY" {
+        return Err("publisher not ready".into());
+    }
+    let mut pin = publisher.stdin.take().ok_or("stdin")?;
+    writeln!(pin, "GO")?;
+    pin.flush()?;
+    let rate = sout.next().ok_or("subscriber ended without a result")??;
+    let lat = pout.next().ok_or("publisher ended without a result")??;
+    drop(pin);
+    let _ = subscriber.wait();
+    let _ = publisher.wait();
+    let r: Vec<&str> = rate.split_whitespace().collect();
+    let l: Vec<&str> = lat.split_whitespace().collect();
+    if r.len() != 3 || l.len() != 3 {
+        return Err(format!("unexpected results {rate:?} {lat:?}").into());
+    }
+    let count: f64 = r[1].parse()?;
+    let secs: f64 = r[2].parse()?;
+    let msgs_per_s = if secs > 0.0 { count / secs } else { 0.0 };
+    println!(
+        "{{\"transport\":\"{}\",\"level\":\"{}\",\"size\":{},\"samples\":{},\"received\":{},\"latency_mode\":{},\"msgs_per_s\":{:.0},\"bytes_per_s\":{:.0},\"lat_p50_us\":{},\"lat_p99_us\":{}}}",
+        a.transport, a.level, a.size, a.samples, count, a.latency, msgs_per_s, msgs_per_s * a.size as f64, l[1], l[2]
+    );
+    Ok(())
+}

@@ -54,6 +54,21 @@
 //! p.delete()?;
 //! # Ok::<(), spindle_dds_core::Error>(())
 //! ```
+//!
+//! ## Limits, today
+//!
+//! * `write` encodes into a per-writer staging buffer and copies header and body into the
+//!   loaned ring slot (one copy); `loan_sample` reserves the slot first and builds the
+//!   value beside it. Samples must fit the topic's slot (bounded types size it; set
+//!   `slot_payload_bytes` for unbounded ones) — larger ones are `OutOfResources` until
+//!   RDMC carries large messages.
+//! * Matching is per subgroup: two topics whose names hash to one subgroup count each
+//!   other's readers and writers in their matched statuses.
+//! * A member whose state transfer is cut by a further view change keeps going with the
+//!   store it had; if it then ships that store to a later reader, the reader may miss
+//!   history (never order or all-or-none of new samples).
+//! * DEADLINE, LIVELINESS leases, LIFESPAN, TIME_BASED_FILTER, OWNERSHIP and PARTITION are
+//!   checked and matched by the `qos` crate but not enforced at run time yet.
 #![deny(missing_docs)]
 
 pub mod cache;

@@ -162,6 +162,8 @@ struct Current {
     installed_us: u64,
     awaiting_state: BTreeSet<SubgroupId>,
     joiners: Vec<NodeId>,
+    /// This node joined the group in this view.
+    joined_now: bool,
     /// The NEW_VIEW message for this view's joiners (kept by the member that sends it, so
     /// a joiner asking again gets it again).
     new_view_msg: Option<Vec<u8>>,
@@ -491,11 +493,25 @@ impl Group {
         }
         work |= c.membership.step();
         if !active && c.membership.wants_wedge() {
-            self.shut_down(
-                ep,
-                "a view change began before this node's state transfer finished".into(),
+            if c.joined_now {
+                // A joiner without its state has nothing to continue from: restart it.
+                self.shut_down(
+                    ep,
+                    "a view change began before this node's state transfer finished".into(),
+                );
+                return true;
+            }
+            // A member that only entered new subgroups (a layout change) goes on: it has
+            // delivered nothing in them, so the trim cuts nothing it lacks, and it keeps
+            // its place in the group. Its state of those subgroups stays what the
+            // application had (see the limitation in the crate docs).
+            tracing::warn!(
+                node = me,
+                subgroups = ?c.awaiting_state,
+                "a view change cut this member's state transfer"
             );
-            return true;
+            c.awaiting_state.clear();
+            c.membership.set_active();
         }
         if c.membership.wants_wedge() && !c.engine.is_wedged() {
             c.engine.wedge();
@@ -858,6 +874,7 @@ impl Group {
             installed_us: now_us,
             awaiting_state: awaiting,
             joiners: Vec::new(),
+            joined_now: joined.contains(&me),
             new_view_msg: None,
         });
         self.stats.views_installed += 1;

@@ -1116,7 +1116,11 @@ impl Checker {
             Some(_) => {}
             None => {
                 if let Some(prev) = self.views.get(&(view.vid.wrapping_sub(1))) {
-                    let kept = view.members.iter().filter(|m| prev.members.contains(m)).count();
+                    let kept = view
+                        .members
+                        .iter()
+                        .filter(|m| prev.members.contains(m))
+                        .count();
                     if kept * 2 <= prev.members.len() {
                         let v = format!(
                             "view {} {:?} holds no majority of view {} {:?}",

@@ -263,7 +263,11 @@ fn declarations_change_the_view_but_not_its_members_even_when_the_leader_crashes
             .restart_in_liveness(false)
             .run();
         check(&r);
-        assert!(r.faults_fired >= 3, "seed {seed}: {} faults", r.faults_fired);
+        assert!(
+            r.faults_fired >= 3,
+            "seed {seed}: {} faults",
+            r.faults_fired
+        );
         // Without the crash, the declarations alone give a view of the same members.
         let q = Scenario::new(4)
             .seed(seed)
@@ -272,7 +276,9 @@ fn declarations_change_the_view_but_not_its_members_even_when_the_leader_crashes
             .run();
         check(&q);
         assert!(
-            q.views.iter().any(|(_, _, v, m)| *v == 2 && *m == vec![1, 2, 3, 4]),
+            q.views
+                .iter()
+                .any(|(_, _, v, m)| *v == 2 && *m == vec![1, 2, 3, 4]),
             "seed {seed}: no view 2 of the same members: {:?}",
             q.views
         );

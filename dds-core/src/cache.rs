@@ -29,6 +29,22 @@ struct Entry {
     payload: Vec<u8>,
 }
 
+impl Entry {
+    /// The sample's info as an access returns it: its states now.
+    fn info_now(&self, view_state: ViewState, instance_state: InstanceState) -> SampleInfo {
+        SampleInfo {
+            sample_state: if self.read {
+                SampleState::Read
+            } else {
+                SampleState::NotRead
+            },
+            view_state,
+            instance_state,
+            ..self.info
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Instance {
     arrivals: VecDeque<u64>,
@@ -275,29 +291,11 @@ impl Cache {
                     if let Some(inst) = self.instances.get_mut(&instance) {
                         inst.arrivals.retain(|a| *a != arrival);
                     }
-                    let info = SampleInfo {
-                        sample_state: if e.read {
-                            SampleState::Read
-                        } else {
-                            SampleState::NotRead
-                        },
-                        view_state,
-                        instance_state: state,
-                        ..e.info
-                    };
+                    let info = e.info_now(view_state, state);
                     out.push((info, e.payload));
                 }
             } else if let Some(e) = self.samples.get_mut(&arrival) {
-                let info = SampleInfo {
-                    sample_state: if e.read {
-                        SampleState::Read
-                    } else {
-                        SampleState::NotRead
-                    },
-                    view_state,
-                    instance_state: state,
-                    ..e.info
-                };
+                let info = e.info_now(view_state, state);
                 e.read = true;
                 out.push((info, e.payload.clone()));
             }
@@ -338,16 +336,7 @@ impl Cache {
                     (v, s)
                 }
             };
-            let info = SampleInfo {
-                sample_state: if e.read {
-                    SampleState::Read
-                } else {
-                    SampleState::NotRead
-                },
-                view_state,
-                instance_state: state,
-                ..e.info
-            };
+            let info = e.info_now(view_state, state);
             out.push((info, e.payload));
         }
         for inst in self.instances.values_mut() {

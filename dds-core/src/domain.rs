@@ -825,25 +825,15 @@ impl Publisher {
         qos: DataWriterQos,
     ) -> Result<DataWriter<T>> {
         let p = &self.participant;
-        p.check_alive()?;
-        if !Arc::ptr_eq(&topic.inner.participant, p) {
-            return Err(Error::BadParameter(
-                "the topic belongs to another participant".into(),
-            ));
-        }
         qos.check()?;
-        let level = qos.delivery_level();
-        check_level(level, &topic.inner.name)?;
-        let id = p.next_entity_id();
+        let (id, interest) = new_entity(
+            p,
+            topic,
+            qos.delivery_level(),
+            false,
+            store_depth(&qos.history),
+        )?;
         let sg = topic.inner.subgroup;
-        let interest = Interest {
-            reader: false,
-            writer: true,
-            level,
-            window_slots: p.config.window_slots,
-            slot_payload_bytes: slot_bytes_for::<T>(&p.config),
-            store_depth: store_depth(&qos.history),
-        };
         let core = WriterCore::new(id, Arc::clone(&topic.inner), qos);
         p.add_interest(id, sg, interest);
         lock(&p.shared.state).writers.insert(id, Arc::clone(&core));
@@ -876,6 +866,34 @@ impl Publisher {
         lock(&p.shared.state).writers.remove(&id);
         p.redeclare(|_| true)
     }
+}
+
+/// Checks what every new writer or reader needs and returns its id and interest.
+fn new_entity<T: TopicType>(
+    p: &Arc<ParticipantInner>,
+    topic: &Topic<T>,
+    level: DeliveryLevel,
+    reader: bool,
+    store_depth: u16,
+) -> Result<(u32, Interest)> {
+    p.check_alive()?;
+    if !Arc::ptr_eq(&topic.inner.participant, p) {
+        return Err(Error::BadParameter(
+            "the topic belongs to another participant".into(),
+        ));
+    }
+    check_level(level, &topic.inner.name)?;
+    Ok((
+        p.next_entity_id(),
+        Interest {
+            reader,
+            writer: !reader,
+            level,
+            window_slots: p.config.window_slots,
+            slot_payload_bytes: slot_bytes_for::<T>(&p.config),
+            store_depth,
+        },
+    ))
 }
 
 /// Waits for the engine to hand out the sender of `sg` (after the view's re-sends).
@@ -922,27 +940,11 @@ impl Subscriber {
         qos: DataReaderQos,
     ) -> Result<DataReader<T>> {
         let p = &self.participant;
-        p.check_alive()?;
-        if !Arc::ptr_eq(&topic.inner.participant, p) {
-            return Err(Error::BadParameter(
-                "the topic belongs to another participant".into(),
-            ));
-        }
         qos.check()?;
-        let level = qos.delivery_level();
-        check_level(level, &topic.inner.name)?;
-        let id = p.next_entity_id();
+        // What a store keeps is the writers' history (TRANSIENT_LOCAL); a reader's own
+        // HISTORY bounds only its cache.
+        let (id, interest) = new_entity(p, topic, qos.delivery_level(), true, 1)?;
         let sg = topic.inner.subgroup;
-        let interest = Interest {
-            reader: true,
-            writer: false,
-            level,
-            window_slots: p.config.window_slots,
-            slot_payload_bytes: slot_bytes_for::<T>(&p.config),
-            // What a store keeps is the writers' history (TRANSIENT_LOCAL); a reader's
-            // own HISTORY bounds only its cache.
-            store_depth: 1,
-        };
         let core = ReaderCore::new(id, Arc::clone(&topic.inner), qos);
         {
             // Registered and primed from this node's store (if it already holds the

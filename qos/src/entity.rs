@@ -141,76 +141,48 @@ pub struct TopicQos {
 
 builders!(TopicQos);
 
-impl TopicQos {
-    /// Every inconsistency, in ascending policy id order.
-    pub fn check_all(&self) -> Vec<QosError> {
-        let mut out = Violations::new();
-        rules::duration(
-            &mut out,
-            QosPolicyId::Deadline,
-            "deadline.period",
-            self.deadline.period,
-        );
-        rules::duration(
-            &mut out,
-            QosPolicyId::LatencyBudget,
-            "latency_budget.duration",
-            self.latency_budget.duration,
-        );
-        rules::duration(
-            &mut out,
-            QosPolicyId::Liveliness,
-            "liveliness.lease_duration",
-            self.liveliness.lease_duration,
-        );
-        rules::duration(
-            &mut out,
-            QosPolicyId::Reliability,
-            "reliability.max_blocking_time",
-            self.reliability.max_blocking_time,
-        );
-        rules::history(&mut out, &self.history, &self.resource_limits);
-        rules::resource_limits(&mut out, &self.resource_limits);
-        rules::duration(
-            &mut out,
-            QosPolicyId::Lifespan,
-            "lifespan.duration",
-            self.lifespan.duration,
-        );
-        rules::durability_service(&mut out, &self.durability_service);
-        out
-    }
+/// `check_all` and `changeable_to` of the QoS types that carry the topic-level policies
+/// (`TopicQos`, `DataWriterQos`): the same fields, the same rules.
+macro_rules! topic_level_rules {
+    ($t:ident, $entity:literal) => {
+        impl $t {
+            /// Every inconsistency, in ascending policy id order.
+            pub fn check_all(&self) -> Vec<QosError> {
+                let mut out = Violations::new();
+                for (id, name, d) in [
+                    (QosPolicyId::Deadline, "deadline.period", self.deadline.period),
+                    (QosPolicyId::LatencyBudget, "latency_budget.duration", self.latency_budget.duration),
+                    (QosPolicyId::Liveliness, "liveliness.lease_duration", self.liveliness.lease_duration),
+                    (QosPolicyId::Reliability, "reliability.max_blocking_time", self.reliability.max_blocking_time),
+                ] {
+                    rules::duration(&mut out, id, name, d);
+                }
+                rules::history(&mut out, &self.history, &self.resource_limits);
+                rules::resource_limits(&mut out, &self.resource_limits);
+                rules::duration(&mut out, QosPolicyId::Lifespan, "lifespan.duration", self.lifespan.duration);
+                rules::durability_service(&mut out, &self.durability_service);
+                out
+            }
 
-    /// Whether an enabled topic may change to `new`: `Err(Immutable)` for the first
-    /// (lowest id) policy that differs and cannot change after enabling. Consistency of
-    /// `new` is not checked here; use [`TopicQos::check`].
-    pub fn changeable_to(&self, new: &Self) -> Result<()> {
-        same(QosPolicyId::Durability, &self.durability, &new.durability)?;
-        same(QosPolicyId::Ownership, &self.ownership, &new.ownership)?;
-        same(QosPolicyId::Liveliness, &self.liveliness, &new.liveliness)?;
-        same(
-            QosPolicyId::Reliability,
-            &self.reliability,
-            &new.reliability,
-        )?;
-        same(
-            QosPolicyId::DestinationOrder,
-            &self.destination_order,
-            &new.destination_order,
-        )?;
-        same(QosPolicyId::History, &self.history, &new.history)?;
-        same(
-            QosPolicyId::ResourceLimits,
-            &self.resource_limits,
-            &new.resource_limits,
-        )?;
-        same(
-            QosPolicyId::DurabilityService,
-            &self.durability_service,
-            &new.durability_service,
-        )
-    }
+            #[doc = concat!("Whether an enabled ", $entity, " may change to `new`: `Err(Immutable)` for the first")]
+            /// (lowest id) policy that differs and cannot change after enabling. Consistency
+            /// of `new` is not checked here; use `check`.
+            pub fn changeable_to(&self, new: &Self) -> Result<()> {
+                same(QosPolicyId::Durability, &self.durability, &new.durability)?;
+                same(QosPolicyId::Ownership, &self.ownership, &new.ownership)?;
+                same(QosPolicyId::Liveliness, &self.liveliness, &new.liveliness)?;
+                same(QosPolicyId::Reliability, &self.reliability, &new.reliability)?;
+                same(QosPolicyId::DestinationOrder, &self.destination_order, &new.destination_order)?;
+                same(QosPolicyId::History, &self.history, &new.history)?;
+                same(QosPolicyId::ResourceLimits, &self.resource_limits, &new.resource_limits)?;
+                same(QosPolicyId::DurabilityService, &self.durability_service, &new.durability_service)
+            }
+        }
+    };
 }
+
+topic_level_rules!(TopicQos, "topic");
+topic_level_rules!(DataWriterQos, "writer");
 
 /// The QoS of a `Publisher`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
@@ -349,75 +321,6 @@ impl DataWriterQos {
             ownership: topic.ownership,
             ..DataWriterQos::default()
         }
-    }
-
-    /// Every inconsistency, in ascending policy id order.
-    pub fn check_all(&self) -> Vec<QosError> {
-        let mut out = Violations::new();
-        rules::duration(
-            &mut out,
-            QosPolicyId::Deadline,
-            "deadline.period",
-            self.deadline.period,
-        );
-        rules::duration(
-            &mut out,
-            QosPolicyId::LatencyBudget,
-            "latency_budget.duration",
-            self.latency_budget.duration,
-        );
-        rules::duration(
-            &mut out,
-            QosPolicyId::Liveliness,
-            "liveliness.lease_duration",
-            self.liveliness.lease_duration,
-        );
-        rules::duration(
-            &mut out,
-            QosPolicyId::Reliability,
-            "reliability.max_blocking_time",
-            self.reliability.max_blocking_time,
-        );
-        rules::history(&mut out, &self.history, &self.resource_limits);
-        rules::resource_limits(&mut out, &self.resource_limits);
-        rules::duration(
-            &mut out,
-            QosPolicyId::Lifespan,
-            "lifespan.duration",
-            self.lifespan.duration,
-        );
-        rules::durability_service(&mut out, &self.durability_service);
-        out
-    }
-
-    /// Whether an enabled writer may change to `new`: `Err(Immutable)` for the first
-    /// (lowest id) policy that differs and cannot change after enabling. Consistency of
-    /// `new` is not checked here; use [`DataWriterQos::check`].
-    pub fn changeable_to(&self, new: &Self) -> Result<()> {
-        same(QosPolicyId::Durability, &self.durability, &new.durability)?;
-        same(QosPolicyId::Ownership, &self.ownership, &new.ownership)?;
-        same(QosPolicyId::Liveliness, &self.liveliness, &new.liveliness)?;
-        same(
-            QosPolicyId::Reliability,
-            &self.reliability,
-            &new.reliability,
-        )?;
-        same(
-            QosPolicyId::DestinationOrder,
-            &self.destination_order,
-            &new.destination_order,
-        )?;
-        same(QosPolicyId::History, &self.history, &new.history)?;
-        same(
-            QosPolicyId::ResourceLimits,
-            &self.resource_limits,
-            &new.resource_limits,
-        )?;
-        same(
-            QosPolicyId::DurabilityService,
-            &self.durability_service,
-            &new.durability_service,
-        )
     }
 }
 

@@ -48,6 +48,9 @@ impl Entry {
 #[derive(Debug)]
 struct Instance {
     arrivals: VecDeque<u64>,
+    /// When the instance's DEADLINE next expires (µs on the process clock), once it had
+    /// data.
+    deadline_at_us: Option<u64>,
     state: InstanceState,
     new: bool,
     disposed_generation_count: u32,
@@ -74,6 +77,17 @@ pub struct Cache {
     samples: BTreeMap<u64, Entry>,
     instances: BTreeMap<InstanceHandle, Instance>,
     next_arrival: u64,
+    /// The reader's DEADLINE period in µs (`None`: infinite).
+    deadline_us: Option<u64>,
+}
+
+/// Microseconds on a clock shared by the process (monotonic).
+pub fn now_us() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_micros() as u64
 }
 
 fn limit(v: i32) -> usize {
@@ -93,7 +107,32 @@ impl Cache {
             samples: BTreeMap::new(),
             instances: BTreeMap::new(),
             next_arrival: 0,
+            deadline_us: None,
         }
+    }
+
+    /// Sets the DEADLINE period the cache watches (`None`: infinite).
+    pub fn set_deadline_us(&mut self, period: Option<u64>) {
+        self.deadline_us = period.map(|p| p.max(1));
+    }
+
+    /// Instances whose DEADLINE passed without new data by `now_us`, one entry per missed
+    /// period (REQUESTED_DEADLINE_MISSED); alive instances only.
+    pub fn deadline_misses(&mut self, now_us: u64) -> Vec<InstanceHandle> {
+        let Some(period) = self.deadline_us else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (h, inst) in self.instances.iter_mut() {
+            if inst.state != InstanceState::Alive {
+                continue;
+            }
+            while let Some(at) = inst.deadline_at_us.filter(|at| *at <= now_us) {
+                out.push(*h);
+                inst.deadline_at_us = Some(at + period);
+            }
+        }
+        out
     }
 
     /// Samples held.
@@ -151,6 +190,7 @@ impl Cache {
                 handle,
                 Instance {
                     arrivals: VecDeque::new(),
+                    deadline_at_us: None,
                     state: InstanceState::Alive,
                     new: true,
                     disposed_generation_count: 0,
@@ -196,6 +236,9 @@ impl Cache {
                 }
                 inst.state = InstanceState::Alive;
                 inst.writers.insert(writer);
+                if let Some(period) = self.deadline_us {
+                    inst.deadline_at_us = Some(now_us().saturating_add(period));
+                }
             }
             SampleKind::Dispose => inst.state = InstanceState::NotAliveDisposed,
             SampleKind::Unregister => {

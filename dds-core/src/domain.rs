@@ -385,6 +385,7 @@ pub(crate) struct ParticipantInner {
     interests: Mutex<BTreeMap<u32, (SubgroupId, Interest)>>,
     topics: Mutex<BTreeMap<String, (String, TopicQos, usize)>>,
     deleted: AtomicBool,
+    deadline_timer: AtomicBool,
 }
 
 impl ParticipantInner {
@@ -471,6 +472,49 @@ impl ParticipantInner {
         }
     }
 
+    /// Starts (once) the thread that checks readers' DEADLINE: every tick it counts the
+    /// instances that went a period without data and calls the listeners. It ends with
+    /// the participant.
+    pub(crate) fn start_deadline_timer(&self, period_us: u64) {
+        if self.deadline_timer.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak = Arc::downgrade(&self.shared);
+        let tick = Duration::from_micros((period_us / 4).clamp(1_000, 50_000));
+        let spawned = std::thread::Builder::new()
+            .name(format!("spindle-deadline-{}", self.me()))
+            .spawn(move || loop {
+                std::thread::sleep(tick);
+                let Some(shared) = weak.upgrade() else { break };
+                if shared.stopped_flag.load(Ordering::Acquire) {
+                    break;
+                }
+                let readers: Vec<Arc<ReaderCore>> = lock(&shared.state)
+                    .readers
+                    .values()
+                    .flatten()
+                    .filter(|r| r.deadline_us().is_some())
+                    .cloned()
+                    .collect();
+                let now = crate::cache::now_us();
+                let mut any = false;
+                for r in readers {
+                    let m = r.check_deadlines(now);
+                    if m != StatusMask::NONE {
+                        any = true;
+                        r.fire(m);
+                    }
+                }
+                if any {
+                    notify_all();
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "the DEADLINE timer thread did not start");
+            self.deadline_timer.store(false, Ordering::Release);
+        }
+    }
+
     pub(crate) fn add_interest(&self, id: u32, sg: SubgroupId, i: Interest) {
         lock(&self.interests).insert(id, (sg, i));
     }
@@ -548,6 +592,7 @@ impl DomainParticipant {
             interests: Mutex::new(BTreeMap::new()),
             topics: Mutex::new(BTreeMap::new()),
             deleted: AtomicBool::new(false),
+            deadline_timer: AtomicBool::new(false),
         });
         let deadline = Instant::now() + inner.timeout();
         let mut st = lock(&inner.shared.state);
@@ -698,6 +743,10 @@ impl DomainParticipant {
             ));
         }
         self.inner.deleted.store(true, Ordering::Release);
+        self.inner
+            .shared
+            .stopped_flag
+            .store(true, Ordering::Release);
         let node = lock(&self.inner.node).take();
         if let Some(n) = node {
             n.leave();
@@ -714,6 +763,10 @@ impl DomainParticipant {
     /// the others remove it by a view change).
     pub fn close(self) {
         self.inner.deleted.store(true, Ordering::Release);
+        self.inner
+            .shared
+            .stopped_flag
+            .store(true, Ordering::Release);
         if let Some(n) = lock(&self.inner.node).take() {
             n.stop();
         }
@@ -946,6 +999,9 @@ impl Subscriber {
         let (id, interest) = new_entity(p, topic, qos.delivery_level(), true, 1)?;
         let sg = topic.inner.subgroup;
         let core = ReaderCore::new(id, Arc::clone(&topic.inner), qos);
+        if let Some(period) = core.deadline_us() {
+            p.start_deadline_timer(period);
+        }
         {
             // Registered and primed from this node's store (if it already holds the
             // subgroup) under one lock, so no delivery is missed or seen twice.

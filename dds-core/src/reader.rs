@@ -13,7 +13,8 @@ use crate::domain::{instance_of, lock, reason, update_matched, TopicInner};
 use crate::error::{Error, Result};
 use crate::sample::{InstanceHandle, Sample, SampleHeader, StateMask, WriterHandle};
 use crate::status::{
-    IncompatibleQosStatus, LivelinessChangedStatus, MatchedStatus, SampleRejectedStatus, StatusMask,
+    DeadlineMissedStatus, IncompatibleQosStatus, LivelinessChangedStatus, MatchedStatus,
+    SampleRejectedStatus, StatusMask,
 };
 use crate::store::Store;
 
@@ -24,6 +25,7 @@ struct Statuses {
     matched: MatchedStatus,
     rejected: SampleRejectedStatus,
     liveliness: LivelinessChangedStatus,
+    deadline: DeadlineMissedStatus,
     incompatible: IncompatibleQosStatus,
     /// Statuses changed since read (the StatusCondition's trigger).
     changes: u32,
@@ -47,7 +49,11 @@ impl ReaderCore {
             id,
             subgroup: topic.subgroup,
             topic,
-            cache: Mutex::new(Cache::new(qos.history, qos.resource_limits)),
+            cache: Mutex::new({
+                let mut c = Cache::new(qos.history, qos.resource_limits);
+                c.set_deadline_us(qos.deadline.period.to_std().map(|d| d.as_micros() as u64));
+                c
+            }),
             qos,
             status: Mutex::new(Statuses::default()),
             matched: AtomicBool::new(false),
@@ -156,6 +162,29 @@ impl ReaderCore {
         mask
     }
 
+    /// The reader's DEADLINE period, if finite.
+    pub(crate) fn deadline_us(&self) -> Option<u64> {
+        self.qos
+            .deadline
+            .period
+            .to_std()
+            .map(|d| d.as_micros() as u64)
+    }
+
+    /// Counts instances whose DEADLINE passed by `now_us`; the changed statuses.
+    pub(crate) fn check_deadlines(&self, now_us: u64) -> StatusMask {
+        let missed = lock(&self.cache).deadline_misses(now_us);
+        let Some(last) = missed.last() else {
+            return StatusMask::NONE;
+        };
+        let mut s = lock(&self.status);
+        s.deadline.total_count += missed.len() as u32;
+        s.deadline.total_count_change += missed.len() as i32;
+        s.deadline.last_instance_handle = *last;
+        s.changes |= StatusMask::REQUESTED_DEADLINE_MISSED.0;
+        StatusMask::REQUESTED_DEADLINE_MISSED
+    }
+
     pub(crate) fn fire(&self, mask: StatusMask) {
         let l = lock(&self.listener).clone();
         if let Some(l) = l {
@@ -201,6 +230,9 @@ pub trait DataReaderListener<T: TopicType>: Send + Sync + 'static {
     fn on_subscription_matched(&self, _reader: &DataReader<T>, _status: MatchedStatus) {}
     /// A sample was rejected by RESOURCE_LIMITS.
     fn on_sample_rejected(&self, _reader: &DataReader<T>, _status: SampleRejectedStatus) {}
+    /// An instance went a DEADLINE period without data.
+    fn on_requested_deadline_missed(&self, _reader: &DataReader<T>, _status: DeadlineMissedStatus) {
+    }
     /// Matched writers' participants joined or left the view.
     fn on_liveliness_changed(&self, _reader: &DataReader<T>, _status: LivelinessChangedStatus) {}
     /// The writers offer less than this reader requests.
@@ -365,6 +397,15 @@ impl<T: TopicType> DataReader<T> {
         out
     }
 
+    /// `REQUESTED_DEADLINE_MISSED_STATUS` (checked by the participant's deadline timer).
+    pub fn requested_deadline_missed_status(&self) -> DeadlineMissedStatus {
+        let mut s = lock(&self.core.status);
+        let out = s.deadline;
+        s.deadline.total_count_change = 0;
+        s.changes &= !StatusMask::REQUESTED_DEADLINE_MISSED.0;
+        out
+    }
+
     /// `REQUESTED_INCOMPATIBLE_QOS_STATUS`.
     pub fn requested_incompatible_qos_status(&self) -> IncompatibleQosStatus {
         let mut s = lock(&self.core.status);
@@ -388,6 +429,10 @@ impl<T: TopicType> DataReader<T> {
             if mask.intersects(StatusMask::SUBSCRIPTION_MATCHED) {
                 let s = lock(&r.core.status).matched;
                 listener.on_subscription_matched(&r, s);
+            }
+            if mask.intersects(StatusMask::REQUESTED_DEADLINE_MISSED) {
+                let s = lock(&r.core.status).deadline;
+                listener.on_requested_deadline_missed(&r, s);
             }
             if mask.intersects(StatusMask::LIVELINESS_CHANGED) {
                 let s = lock(&r.core.status).liveliness;

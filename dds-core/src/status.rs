@@ -19,6 +19,8 @@ impl StatusMask {
     pub const REQUESTED_INCOMPATIBLE_QOS: StatusMask = StatusMask(1 << 6);
     /// `OFFERED_INCOMPATIBLE_QOS`.
     pub const OFFERED_INCOMPATIBLE_QOS: StatusMask = StatusMask(1 << 5);
+    /// `REQUESTED_DEADLINE_MISSED`.
+    pub const REQUESTED_DEADLINE_MISSED: StatusMask = StatusMask(1 << 2);
     /// `PUBLICATION_MATCHED`.
     pub const PUBLICATION_MATCHED: StatusMask = StatusMask(1 << 13);
     /// `SUBSCRIPTION_MATCHED`.
@@ -95,6 +97,17 @@ pub struct LivelinessChangedStatus {
     pub alive_count_change: i32,
     /// Change of `not_alive_count` since last read.
     pub not_alive_count_change: i32,
+}
+
+/// `REQUESTED_DEADLINE_MISSED_STATUS`: instances that went a DEADLINE period without data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeadlineMissedStatus {
+    /// Periods missed ever (over all instances).
+    pub total_count: u32,
+    /// Change since last read.
+    pub total_count_change: i32,
+    /// The instance that missed last.
+    pub last_instance_handle: InstanceHandle,
 }
 
 /// `REQUESTED_INCOMPATIBLE_QOS_STATUS` / `OFFERED_INCOMPATIBLE_QOS_STATUS`.

@@ -316,3 +316,40 @@ fn listeners_and_best_effort_readers_get_data_and_reliable_readers_do_not_match_
         p.close();
     }
 }
+
+#[test]
+fn a_writer_that_falls_silent_makes_the_reader_miss_its_deadline() {
+    let ps = domain(1);
+    let p = &ps[0];
+    let t = p.create_topic::<KeyedString>("ticks", atomic()).unwrap();
+    let qos = DataReaderQos::from_topic_qos(&atomic())
+        .with_deadline(spindle_qos::Duration::from_millis(20));
+    let r = p
+        .create_subscriber(Default::default())
+        .unwrap()
+        .create_datareader(&t, qos)
+        .unwrap();
+    let w = p
+        .create_publisher(Default::default())
+        .unwrap()
+        .create_datawriter(&t, DataWriterQos::default())
+        .unwrap();
+    // No data yet: no instance, nothing missed.
+    assert_eq!(r.requested_deadline_missed_status().total_count, 0);
+    w.write(&ks("k", "once".into())).unwrap();
+    // The writer then falls silent: the instance misses its deadline (eventually; no
+    // bound on when, the machine is shared).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut missed = 0;
+    while missed == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        missed = r.requested_deadline_missed_status().total_count;
+    }
+    assert!(missed >= 1, "no deadline missed after the writer stopped");
+    let s = r.requested_deadline_missed_status();
+    assert_eq!(
+        s.last_instance_handle,
+        r.lookup_instance(&ks("k", String::new())).unwrap()
+    );
+    ps.into_iter().for_each(|p| p.close());
+}

@@ -57,9 +57,12 @@
 //!
 //! ## Limits, today
 //!
-//! * `write` encodes into a per-writer staging buffer and copies header and body into the
-//!   loaned ring slot (one copy); `loan_sample` reserves the slot first and builds the
-//!   value beside it. Samples must fit the topic's slot (bounded types size it; set
+//! * `write` loans the ring slot first, encodes into the writer's reused staging buffer and
+//!   stores it into the slot word by word (one copy). The slot is region memory that
+//!   peers write one-sidedly, kept as atomic words so no word is ever torn; handing the
+//!   CDR encoder a `&mut [u8]` over it would be unsound, so the word-wise copy is the
+//!   in-place write here. `loan_sample` reserves the slot first and builds the value
+//!   beside it. Samples must fit the topic's slot (bounded types size it; set
 //!   `slot_payload_bytes` for unbounded ones) — larger ones are `OutOfResources` until
 //!   RDMC carries large messages.
 //! * Matching is per subgroup: two topics whose names hash to one subgroup count each

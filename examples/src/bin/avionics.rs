@@ -30,7 +30,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
     about = "A small avionics domain on Spindle DDS: sensors, a flight-management node, two displays; one sensor is killed mid-run"
 )]
 struct Args {
-    /// Write each reader's log to DIR/<process>-<topic>.log.
+    /// Write each reader's log to `DIR/<process>-<topic>.log`.
     #[arg(long)]
     out: Option<PathBuf>,
     /// tcp or shm.

@@ -14,9 +14,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
 use spindle_dds_core::{
-    Contact, DomainParticipant, DomainParticipantFactory, ParticipantConfig, StateMask, Transport,
-    WaitSet,
+    Contact, DataReader, DataReaderListener, DomainParticipant, DomainParticipantFactory,
+    ParticipantConfig, StateMask, Transport, WaitSet,
 };
 use spindle_qos::{DataReaderQos, DataWriterQos, DurabilityKind, History, Reliability, TopicQos};
 use spindle_topics::Sequence;
@@ -44,6 +47,10 @@ struct Args {
     /// One sample in flight; report latency percentiles.
     #[arg(long)]
     latency: bool,
+    /// The subscriber takes in `on_data_available` (on the delivery thread) instead of
+    /// waiting on a WaitSet in a thread of its own.
+    #[arg(long)]
+    listener: bool,
     #[command(subcommand)]
     role: Option<Role>,
 }
@@ -193,6 +200,9 @@ fn subscriber(a: &Args, listen: &str, contact: &str) -> Result<(), BoxError> {
     let r = p
         .create_subscriber(Default::default())?
         .create_datareader(&t, reader_qos(&q))?;
+    if a.listener {
+        return take_in_listener(a, p, r);
+    }
     line("READY")?;
     let mut ws = WaitSet::new();
     ws.attach_condition(r.create_readcondition(StateMask::ANY));
@@ -214,6 +224,48 @@ fn subscriber(a: &Args, listen: &str, contact: &str) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Counts in the listener; the main thread only waits for the last sample.
+struct Count {
+    count: Arc<AtomicU64>,
+    first: Arc<Mutex<Option<Instant>>>,
+}
+
+impl DataReaderListener<Sequence> for Count {
+    fn on_data_available(&self, r: &DataReader<Sequence>) {
+        let n = r.take(usize::MAX, StateMask::ANY).map_or(0, |v| v.len()) as u64;
+        if n > 0 {
+            self.first
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert_with(Instant::now);
+            self.count.fetch_add(n, Ordering::Release);
+        }
+    }
+}
+
+fn take_in_listener(
+    a: &Args,
+    p: DomainParticipant,
+    r: DataReader<Sequence>,
+) -> Result<(), BoxError> {
+    let count = Arc::new(AtomicU64::new(0));
+    let first = Arc::new(Mutex::new(None));
+    r.set_listener(Count {
+        count: Arc::clone(&count),
+        first: Arc::clone(&first),
+    });
+    line("READY")?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while count.load(Ordering::Acquire) < a.samples && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let start = *first.lock().unwrap_or_else(|p| p.into_inner());
+    let secs = start.map_or(0.0, |f| f.elapsed().as_secs_f64());
+    line(&format!("RATE {} {secs:.6}", count.load(Ordering::Acquire)))?;
+    p.close();
+    Ok(())
+}
+
 fn bench(a: &Args) -> Result<(), BoxError> {
     let exe = std::env::current_exe()?;
     let common = |c: &mut Command| {
@@ -227,6 +279,9 @@ fn bench(a: &Args) -> Result<(), BoxError> {
             .args(["--window", &a.window.to_string()]);
         if a.latency {
             c.arg("--latency");
+        }
+        if a.listener {
+            c.arg("--listener");
         }
     };
     let (pub_listen, sub_listen) = match a.transport.as_str() {

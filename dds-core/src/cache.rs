@@ -51,6 +51,9 @@ struct Instance {
     /// When the instance's DEADLINE next expires (µs on the process clock), once it had
     /// data.
     deadline_at_us: Option<u64>,
+    /// When the instance last kept a data sample (µs on the process clock), for
+    /// TIME_BASED_FILTER.
+    last_kept_us: Option<u64>,
     state: InstanceState,
     new: bool,
     disposed_generation_count: u32,
@@ -79,6 +82,8 @@ pub struct Cache {
     next_arrival: u64,
     /// The reader's DEADLINE period in µs (`None`: infinite).
     deadline_us: Option<u64>,
+    /// TIME_BASED_FILTER `minimum_separation` in µs (0: keep every sample).
+    minimum_separation_us: u64,
 }
 
 /// Microseconds on a clock shared by the process (monotonic).
@@ -108,7 +113,14 @@ impl Cache {
             instances: BTreeMap::new(),
             next_arrival: 0,
             deadline_us: None,
+            minimum_separation_us: 0,
         }
+    }
+
+    /// Sets TIME_BASED_FILTER: per instance, data samples that arrive less than
+    /// `minimum_separation_us` after the last one kept are filtered out (not rejected).
+    pub fn set_minimum_separation_us(&mut self, us: u64) {
+        self.minimum_separation_us = us;
     }
 
     /// Sets the DEADLINE period the cache watches (`None`: infinite).
@@ -171,10 +183,27 @@ impl Cache {
         )
     }
 
-    /// Adds a delivered message. Dispose and unregister notices are kept as samples
-    /// without data, as DDS readers see them.
-    pub fn insert(&mut self, h: &SampleHeader, payload: &[u8], o: Origin) -> Result<(), Rejected> {
+    /// Adds a delivered message; `Ok(false)` if TIME_BASED_FILTER filtered it. Dispose and
+    /// unregister notices are kept as samples without data, as DDS readers see them.
+    pub fn insert(
+        &mut self,
+        h: &SampleHeader,
+        payload: &[u8],
+        o: Origin,
+    ) -> Result<bool, Rejected> {
         let handle = InstanceHandle(h.key_hash);
+        let now = now_us();
+        if self.minimum_separation_us > 0 && h.kind == SampleKind::Data {
+            let recent = self.instances.get(&handle).and_then(|i| {
+                i.last_kept_us.filter(|t| {
+                    i.state == InstanceState::Alive
+                        && now.saturating_sub(*t) < self.minimum_separation_us
+                })
+            });
+            if recent.is_some() {
+                return Ok(false);
+            }
+        }
         let writer = WriterHandle {
             node: o.node,
             writer_id: h.writer_id,
@@ -191,6 +220,7 @@ impl Cache {
                 Instance {
                     arrivals: VecDeque::new(),
                     deadline_at_us: None,
+                    last_kept_us: None,
                     state: InstanceState::Alive,
                     new: true,
                     disposed_generation_count: 0,
@@ -236,8 +266,9 @@ impl Cache {
                 }
                 inst.state = InstanceState::Alive;
                 inst.writers.insert(writer);
+                inst.last_kept_us = Some(now);
                 if let Some(period) = self.deadline_us {
-                    inst.deadline_at_us = Some(now_us().saturating_add(period));
+                    inst.deadline_at_us = Some(now.saturating_add(period));
                 }
             }
             SampleKind::Dispose => inst.state = InstanceState::NotAliveDisposed,
@@ -274,7 +305,7 @@ impl Cache {
                 payload: if valid { payload.to_vec() } else { Vec::new() },
             },
         );
-        Ok(())
+        Ok(true)
     }
 
     /// Writers in `gone` left the domain: instances only they wrote lose their writers

@@ -52,6 +52,12 @@ impl ReaderCore {
             cache: Mutex::new({
                 let mut c = Cache::new(qos.history, qos.resource_limits);
                 c.set_deadline_us(qos.deadline.period.to_std().map(|d| d.as_micros() as u64));
+                c.set_minimum_separation_us(
+                    qos.time_based_filter
+                        .minimum_separation
+                        .to_std()
+                        .map_or(u64::MAX, |d| d.as_micros() as u64),
+                );
                 c
             }),
             qos,
@@ -83,7 +89,7 @@ impl ReaderCore {
             let mut cache = lock(&self.cache);
             for (h, payload, o) in items {
                 match cache.insert(h, payload, o) {
-                    Ok(()) => kept = true,
+                    Ok(k) => kept |= k,
                     Err(r) => rejected.push((r, h.key_hash)),
                 }
             }

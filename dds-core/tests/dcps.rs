@@ -353,3 +353,45 @@ fn a_writer_that_falls_silent_makes_the_reader_miss_its_deadline() {
     );
     ps.into_iter().for_each(|p| p.close());
 }
+
+#[test]
+fn time_based_filter_keeps_one_sample_per_instance_per_separation() {
+    let ps = domain(1);
+    let p = &ps[0];
+    let t = p.create_topic::<KeyedString>("filtered", atomic()).unwrap();
+    let mut qos = DataReaderQos::from_topic_qos(&atomic()).with_history(History::keep_all());
+    qos.time_based_filter.minimum_separation = spindle_qos::Duration::from_secs(3600);
+    let r = p
+        .create_subscriber(Default::default())
+        .unwrap()
+        .create_datareader(&t, qos)
+        .unwrap();
+    let all = p
+        .create_subscriber(Default::default())
+        .unwrap()
+        .create_datareader(
+            &t,
+            DataReaderQos::from_topic_qos(&atomic()).with_history(History::keep_all()),
+        )
+        .unwrap();
+    let w = p
+        .create_publisher(Default::default())
+        .unwrap()
+        .create_datawriter(&t, DataWriterQos::default())
+        .unwrap();
+    for i in 0..20 {
+        w.write(&ks(if i % 2 == 0 { "a" } else { "b" }, format!("{i}")))
+            .unwrap();
+    }
+    let unfiltered = take_n(&all, 20);
+    assert_eq!(unfiltered.len(), 20);
+    // Delivered to both readers together; the filtered one kept the first per instance.
+    let got: Vec<String> = r
+        .take(usize::MAX, StateMask::ANY)
+        .unwrap()
+        .into_iter()
+        .filter_map(|s| s.data.map(|d| d.value))
+        .collect();
+    assert_eq!(got, vec!["0", "1"]);
+    ps.into_iter().for_each(|p| p.close());
+}

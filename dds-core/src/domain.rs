@@ -489,13 +489,22 @@ impl ParticipantInner {
                 if shared.stopped_flag.load(Ordering::Acquire) {
                     break;
                 }
-                let readers: Vec<Arc<ReaderCore>> = lock(&shared.state)
-                    .readers
-                    .values()
-                    .flatten()
-                    .filter(|r| r.deadline_us().is_some())
-                    .cloned()
-                    .collect();
+                let (readers, writers): (Vec<Arc<ReaderCore>>, Vec<Arc<WriterCore>>) = {
+                    let st = lock(&shared.state);
+                    (
+                        st.readers
+                            .values()
+                            .flatten()
+                            .filter(|r| r.deadline_us().is_some())
+                            .cloned()
+                            .collect(),
+                        st.writers
+                            .values()
+                            .filter(|w| w.deadline_us.is_some())
+                            .cloned()
+                            .collect(),
+                    )
+                };
                 let now = crate::cache::now_us();
                 let mut any = false;
                 for r in readers {
@@ -504,6 +513,9 @@ impl ParticipantInner {
                         any = true;
                         r.fire(m);
                     }
+                }
+                for w in writers {
+                    any |= w.check_deadlines(now);
                 }
                 if any {
                     notify_all();
@@ -888,6 +900,9 @@ impl Publisher {
         )?;
         let sg = topic.inner.subgroup;
         let core = WriterCore::new(id, Arc::clone(&topic.inner), qos);
+        if let Some(period) = core.deadline_us {
+            p.start_deadline_timer(period);
+        }
         p.add_interest(id, sg, interest);
         lock(&p.shared.state).writers.insert(id, Arc::clone(&core));
         let me = p.me();

@@ -70,10 +70,11 @@
 //! * A member whose state transfer is cut by a further view change keeps going with the
 //!   store it had; if it then ships that store to a later reader, the reader may miss
 //!   history (never order or all-or-none of new samples).
-//! * A reader's DEADLINE is enforced (REQUESTED_DEADLINE_MISSED, by a timer thread per
-//!   participant); the writer side (OFFERED_DEADLINE_MISSED), LIVELINESS leases (liveliness
-//!   here is membership in the view), LIFESPAN, TIME_BASED_FILTER, OWNERSHIP and PARTITION
-//!   are checked and matched by the `qos` crate but not enforced at run time yet.
+//! * DEADLINE is enforced on both sides (REQUESTED_ and OFFERED_DEADLINE_MISSED, by a
+//!   timer thread per participant) and TIME_BASED_FILTER at readers; LIVELINESS leases
+//!   (liveliness here is membership in the view), LIFESPAN, OWNERSHIP, PARTITION and
+//!   PRESENTATION's coherent/ordered access are checked and matched by the `qos` crate but
+//!   not enforced at run time yet.
 #![deny(missing_docs)]
 
 pub mod cache;

@@ -1,5 +1,6 @@
 //! Typed writers (DDS `DataWriter`).
 
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -11,7 +12,7 @@ use spindle_topics::{Endianness, TopicType};
 use crate::domain::{instance_of, lock, on_delivery_thread, update_matched, TopicInner};
 use crate::error::{Error, Result};
 use crate::sample::{InstanceHandle, SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
-use crate::status::MatchedStatus;
+use crate::status::{DeadlineMissedStatus, MatchedStatus};
 
 type WriterListener = Arc<dyn Fn(MatchedStatus) + Send + Sync>;
 
@@ -29,11 +30,16 @@ pub(crate) struct WriterCore {
     matched: Mutex<MatchedStatus>,
     listener: Mutex<Option<WriterListener>>,
     pub(crate) deleted: AtomicBool,
+    /// DEADLINE period in µs, if finite, and per instance when it next expires.
+    pub(crate) deadline_us: Option<u64>,
+    deadlines: Mutex<BTreeMap<InstanceHandle, u64>>,
+    deadline_missed: Mutex<DeadlineMissedStatus>,
 }
 
 impl WriterCore {
     pub(crate) fn new(id: u32, topic: Arc<TopicInner>, qos: DataWriterQos) -> Arc<WriterCore> {
         let blocking = blocking_us(&qos);
+        let deadline_period = qos.deadline.period;
         Arc::new(WriterCore {
             id,
             subgroup: topic.subgroup,
@@ -46,12 +52,52 @@ impl WriterCore {
             matched: Mutex::new(MatchedStatus::default()),
             listener: Mutex::new(None),
             deleted: AtomicBool::new(false),
+            deadline_us: deadline_period
+                .to_std()
+                .map(|d| (d.as_micros() as u64).max(1)),
+            deadlines: Mutex::new(BTreeMap::new()),
+            deadline_missed: Mutex::new(DeadlineMissedStatus::default()),
         })
     }
 
     /// The view changed: `readers` participants read the subgroup now.
     pub(crate) fn on_view(&self, vid: u32, readers: u32) -> bool {
         update_matched(&mut lock(&self.matched), readers, vid)
+    }
+
+    /// Counts instances this writer did not write for a DEADLINE period by `now_us`
+    /// (OFFERED_DEADLINE_MISSED); true if any.
+    pub(crate) fn check_deadlines(&self, now_us: u64) -> bool {
+        let Some(period) = self.deadline_us else {
+            return false;
+        };
+        let mut missed = Vec::new();
+        for (h, at) in lock(&self.deadlines).iter_mut() {
+            while *at <= now_us {
+                missed.push(*h);
+                *at += period;
+            }
+        }
+        let Some(last) = missed.last() else {
+            return false;
+        };
+        let mut s = lock(&self.deadline_missed);
+        s.total_count += missed.len() as u32;
+        s.total_count_change += missed.len() as i32;
+        s.last_instance_handle = *last;
+        true
+    }
+
+    /// An instance was written (or, with `gone`, unregistered or disposed).
+    fn wrote(&self, key: InstanceHandle, gone: bool) {
+        if let Some(period) = self.deadline_us {
+            let mut d = lock(&self.deadlines);
+            if gone {
+                d.remove(&key);
+            } else {
+                d.insert(key, crate::cache::now_us().saturating_add(period));
+            }
+        }
     }
 
     pub(crate) fn fire(&self) {
@@ -213,6 +259,15 @@ impl<T: TopicType> DataWriter<T> {
         out
     }
 
+    /// `OFFERED_DEADLINE_MISSED_STATUS`: instances this writer left unwritten for a
+    /// DEADLINE period (checked by the participant's deadline timer).
+    pub fn offered_deadline_missed_status(&self) -> DeadlineMissedStatus {
+        let mut s = lock(&self.core.deadline_missed);
+        let out = *s;
+        s.total_count_change = 0;
+        out
+    }
+
     /// Calls `on_publication_matched` on the delivery thread when the matched status
     /// changes (DDS `DataWriterListener`). Replaces an earlier listener.
     pub fn set_listener(
@@ -328,6 +383,7 @@ impl<T: TopicType> DataWriter<T> {
         let (loan, room) = self.loan(deadline)?;
         staging.resize(room, 0);
         let n = body(&mut staging[..])?;
+        self.core.wrote(key, kind != SampleKind::Data);
         self.finish(loan, kind, key, timestamp_ns, &staging[..n])
     }
 

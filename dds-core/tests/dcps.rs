@@ -395,3 +395,33 @@ fn time_based_filter_keeps_one_sample_per_instance_per_separation() {
     assert_eq!(got, vec!["0", "1"]);
     ps.into_iter().for_each(|p| p.close());
 }
+
+#[test]
+fn a_writer_that_falls_silent_misses_its_offered_deadline() {
+    let ps = domain(1);
+    let p = &ps[0];
+    let t = p.create_topic::<KeyedString>("beats", atomic()).unwrap();
+    let qos = DataWriterQos::default().with_deadline(spindle_qos::Duration::from_millis(20));
+    let w = p
+        .create_publisher(Default::default())
+        .unwrap()
+        .create_datawriter(&t, qos)
+        .unwrap();
+    assert_eq!(
+        w.offered_deadline_missed_status().total_count,
+        0,
+        "no instance written yet"
+    );
+    w.write(&ks("k", "once".into())).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut missed = 0;
+    while missed == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        missed = w.offered_deadline_missed_status().total_count;
+    }
+    assert!(
+        missed >= 1,
+        "no offered deadline missed after the writer stopped"
+    );
+    ps.into_iter().for_each(|p| p.close());
+}

@@ -120,12 +120,13 @@ fn readers_see_one_order_across_two_writers_on_overlapping_topics() {
         for i in 0..N {
             w1.write(&ks("one", format!("1-{i}"))).unwrap();
         }
+        w1
     });
     for i in 0..N {
         w2.write(&ks("two", format!("2-{i}"))).unwrap();
         wb2.write(&ks("b", format!("b-{i}"))).unwrap();
     }
-    a.join().unwrap();
+    let _w1 = a.join().unwrap();
     let g2 = take_n(&r2, 2 * N);
     let g3 = take_n(&r3, 2 * N);
     let gb = take_n(&rb3, N);
@@ -148,6 +149,21 @@ fn readers_see_one_order_across_two_writers_on_overlapping_topics() {
             .collect();
         assert_eq!(seqs, (1..=N as u64).collect::<Vec<_>>(), "writer {w}");
     }
+    // Deleting a reader changes the layout through a view change: the writers' matched
+    // count follows the installed view.
+    let vid = ps[2].view().map(|v| v.vid);
+    let sub3 = ps[2].create_subscriber(Default::default()).unwrap();
+    sub3.delete_datareader(r3).unwrap();
+    assert!(
+        ps[2].view().map(|v| v.vid) > vid,
+        "deleting a reader installed a new view"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while w2.publication_matched_status().current_count != 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let m = w2.publication_matched_status();
+    assert_eq!(m.current_count, 1, "only participant 2 reads alpha now");
     for p in ps.into_iter().rev() {
         p.close();
     }

@@ -235,10 +235,21 @@ fn member(
                 logs.drain(&nav, "NavigationPosition")?;
                 logs.drain(&plan, "FlightPlan")?;
             }
+            // The view this display ends in: the domain's members after the kill.
+            if let Some(v) = p.view() {
+                line(&format!("VIEW {} {:?}", v.vid, v.members))?;
+            }
             Ok(())
         }
         other => Err(format!("unknown process {other:?}").into()),
     }
+}
+
+fn line(s: &str) -> Result<(), BoxError> {
+    let mut o = std::io::stdout();
+    writeln!(o, "{s}")?;
+    o.flush()?;
+    Ok(())
 }
 
 fn now_ns() -> u64 {
@@ -516,7 +527,14 @@ fn domain(out: Option<PathBuf>, transport: &str, seconds: u64) -> Result<(), Box
         if !st.success() {
             return Err(format!("{} exited with {st}", p.name).into());
         }
+        for l in p.lines.iter() {
+            if let Some(v) = l.strip_prefix("VIEW ") {
+                println!("  {:<5} ends in view {v}", p.name);
+            }
+        }
     }
+    let killed = PROCESSES.iter().find(|p| p.0 == KILLED).map_or(0, |p| p.1);
+    println!("  ({KILLED} was node {killed}; the views after its SIGKILL no longer hold it)");
     report(&out)
 }
 

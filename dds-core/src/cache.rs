@@ -23,6 +23,8 @@ pub struct Origin {
 
 #[derive(Debug)]
 struct Entry {
+    /// When LIFESPAN expires it (wall-clock ns), if it does.
+    expires_ns: Option<i64>,
     instance: InstanceHandle,
     read: bool,
     info: SampleInfo,
@@ -51,6 +53,8 @@ struct Instance {
     /// When the instance's DEADLINE next expires (µs on the process clock), once it had
     /// data.
     deadline_at_us: Option<u64>,
+    /// The owner under EXCLUSIVE ownership: the writer and its strength.
+    owner: Option<(WriterHandle, i32)>,
     /// When the instance last kept a data sample (µs on the process clock), for
     /// TIME_BASED_FILTER.
     last_kept_us: Option<u64>,
@@ -84,6 +88,15 @@ pub struct Cache {
     deadline_us: Option<u64>,
     /// TIME_BASED_FILTER `minimum_separation` in µs (0: keep every sample).
     minimum_separation_us: u64,
+    /// OWNERSHIP EXCLUSIVE: per instance, only the strongest alive writer's samples.
+    exclusive: bool,
+}
+
+/// Wall-clock nanoseconds since the Unix epoch (what source timestamps use).
+fn wall_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// Microseconds on a clock shared by the process (monotonic).
@@ -114,6 +127,32 @@ impl Cache {
             next_arrival: 0,
             deadline_us: None,
             minimum_separation_us: 0,
+            exclusive: false,
+        }
+    }
+
+    /// Sets OWNERSHIP EXCLUSIVE: per instance, samples only from the owner — the alive
+    /// writer with the highest strength (ties: the lower writer handle). Every reader sees
+    /// the samples in the same order, so every reader picks the same owner at the same
+    /// sample.
+    pub fn set_exclusive(&mut self, on: bool) {
+        self.exclusive = on;
+    }
+
+    /// Drops samples whose LIFESPAN has passed.
+    fn purge_expired(&mut self) {
+        let now = wall_ns();
+        let expired: Vec<(u64, InstanceHandle)> = self
+            .samples
+            .iter()
+            .filter(|(_, e)| e.expires_ns.is_some_and(|x| x <= now))
+            .map(|(a, e)| (*a, e.instance))
+            .collect();
+        for (a, i) in expired {
+            self.samples.remove(&a);
+            if let Some(inst) = self.instances.get_mut(&i) {
+                inst.arrivals.retain(|x| *x != a);
+            }
         }
     }
 
@@ -193,6 +232,31 @@ impl Cache {
     ) -> Result<bool, Rejected> {
         let handle = InstanceHandle(h.key_hash);
         let now = now_us();
+        let expires_ns = (h.lifespan_ns > 0).then(|| {
+            h.source_timestamp_ns
+                .saturating_add(h.lifespan_ns.min(i64::MAX as u64) as i64)
+        });
+        if expires_ns.is_some_and(|x| x <= wall_ns()) {
+            return Ok(false);
+        }
+        if self.exclusive && h.kind != SampleKind::Unregister {
+            let w = WriterHandle {
+                node: o.node,
+                writer_id: h.writer_id,
+            };
+            if let Some(inst) = self.instances.get_mut(&handle) {
+                match inst.owner {
+                    Some((owner, strength))
+                        if owner != w
+                            && (h.ownership_strength < strength
+                                || (h.ownership_strength == strength && w > owner)) =>
+                    {
+                        return Ok(false);
+                    }
+                    _ => inst.owner = Some((w, h.ownership_strength)),
+                }
+            }
+        }
         if self.minimum_separation_us > 0 && h.kind == SampleKind::Data {
             let recent = self.instances.get(&handle).and_then(|i| {
                 i.last_kept_us.filter(|t| {
@@ -221,6 +285,7 @@ impl Cache {
                     arrivals: VecDeque::new(),
                     deadline_at_us: None,
                     last_kept_us: None,
+                    owner: None,
                     state: InstanceState::Alive,
                     new: true,
                     disposed_generation_count: 0,
@@ -228,6 +293,13 @@ impl Cache {
                     writers: BTreeSet::new(),
                 },
             );
+        }
+        if self.exclusive && h.kind == SampleKind::Data {
+            if let Some(inst) = self.instances.get_mut(&handle) {
+                if inst.owner.is_none() {
+                    inst.owner = Some((writer, h.ownership_strength));
+                }
+            }
         }
         let per_instance = match self.history.kind {
             HistoryKind::KeepLast => (self.history.depth.max(1) as usize)
@@ -274,6 +346,9 @@ impl Cache {
             SampleKind::Dispose => inst.state = InstanceState::NotAliveDisposed,
             SampleKind::Unregister => {
                 inst.writers.remove(&writer);
+                if inst.owner.is_some_and(|(o, _)| o == writer) {
+                    inst.owner = None;
+                }
                 if inst.writers.is_empty() && inst.state == InstanceState::Alive {
                     inst.state = InstanceState::NotAliveNoWriters;
                 }
@@ -286,6 +361,7 @@ impl Cache {
         self.samples.insert(
             arrival,
             Entry {
+                expires_ns,
                 instance: handle,
                 read: false,
                 info: SampleInfo {
@@ -314,6 +390,9 @@ impl Cache {
         for inst in self.instances.values_mut() {
             let before = inst.writers.len();
             inst.writers.retain(|w| !gone(w));
+            if inst.owner.is_some_and(|(o, _)| gone(&o)) {
+                inst.owner = None;
+            }
             if before > 0 && inst.writers.is_empty() && inst.state == InstanceState::Alive {
                 inst.state = InstanceState::NotAliveNoWriters;
             }
@@ -329,6 +408,7 @@ impl Cache {
         instance: Option<InstanceHandle>,
         take: bool,
     ) -> Vec<(SampleInfo, Vec<u8>)> {
+        self.purge_expired();
         if take && instance.is_none() && *mask == StateMask::ANY && max >= self.samples.len() {
             return self.take_all();
         }
@@ -447,6 +527,8 @@ mod tests {
             writer_seq: seq,
             source_timestamp_ns: 0,
             key_hash: KeyHash([key; 16]),
+            lifespan_ns: 0,
+            ownership_strength: 0,
         }
     }
     fn o(i: u64) -> Origin {

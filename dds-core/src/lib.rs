@@ -70,11 +70,13 @@
 //! * A member whose state transfer is cut by a further view change keeps going with the
 //!   store it had; if it then ships that store to a later reader, the reader may miss
 //!   history (never order or all-or-none of new samples).
-//! * DEADLINE is enforced on both sides (REQUESTED_ and OFFERED_DEADLINE_MISSED, by a
-//!   timer thread per participant) and TIME_BASED_FILTER at readers; LIVELINESS leases
-//!   (liveliness here is membership in the view), LIFESPAN, OWNERSHIP, PARTITION and
-//!   PRESENTATION's coherent/ordered access are checked and matched by the `qos` crate but
-//!   not enforced at run time yet.
+//! * Enforced at run time: DEADLINE on both sides (REQUESTED_ and OFFERED_DEADLINE_MISSED,
+//!   by a timer thread per participant), TIME_BASED_FILTER, LIFESPAN (each sample carries
+//!   its writer's lifespan; readers drop it once `source_timestamp + lifespan` passed) and
+//!   OWNERSHIP EXCLUSIVE (per instance, the strongest alive writer; the total order makes
+//!   every reader pick the same owner at the same sample). LIVELINESS leases (liveliness
+//!   here is membership in the view), PARTITION and PRESENTATION's coherent/ordered access
+//!   are checked and matched by the `qos` crate but not enforced yet.
 #![deny(missing_docs)]
 
 pub mod cache;

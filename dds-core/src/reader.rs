@@ -52,6 +52,7 @@ impl ReaderCore {
             cache: Mutex::new({
                 let mut c = Cache::new(qos.history, qos.resource_limits);
                 c.set_deadline_us(qos.deadline.period.to_std().map(|d| d.as_micros() as u64));
+                c.set_exclusive(qos.ownership.kind == spindle_qos::OwnershipKind::Exclusive);
                 c.set_minimum_separation_us(
                     qos.time_based_filter
                         .minimum_separation

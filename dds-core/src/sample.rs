@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 /// First byte of every DDS message in a subgroup.
 const SAMPLE_MAGIC: u8 = 0xD5;
 /// Bytes of the header in front of the CDR payload.
-pub const SAMPLE_HEADER_BYTES: usize = 48;
+pub const SAMPLE_HEADER_BYTES: usize = 64;
 
 /// What a message says about its instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -55,6 +55,11 @@ pub struct SampleHeader {
     pub source_timestamp_ns: i64,
     /// The instance's key hash (zeros for a keyless topic).
     pub key_hash: KeyHash,
+    /// The writer's LIFESPAN in nanoseconds (0: infinite): readers drop the sample once
+    /// `source_timestamp_ns + lifespan_ns` has passed.
+    pub lifespan_ns: u64,
+    /// The writer's OWNERSHIP_STRENGTH (for EXCLUSIVE ownership at readers).
+    pub ownership_strength: i32,
 }
 
 impl SampleHeader {
@@ -69,6 +74,9 @@ impl SampleHeader {
         out[16..24].copy_from_slice(&self.writer_seq.to_le_bytes());
         out[24..32].copy_from_slice(&self.source_timestamp_ns.to_le_bytes());
         out[32..48].copy_from_slice(&self.key_hash.0);
+        out[48..56].copy_from_slice(&self.lifespan_ns.to_le_bytes());
+        out[56..60].copy_from_slice(&self.ownership_strength.to_le_bytes());
+        out[60..64].copy_from_slice(&[0; 4]);
     }
 
     /// Reads a header from a message a peer sent; the rest of `bytes` is the payload.
@@ -104,6 +112,8 @@ impl SampleHeader {
                 writer_seq: u64_at(16),
                 source_timestamp_ns: u64_at(24) as i64,
                 key_hash: KeyHash(key),
+                lifespan_ns: u64_at(48),
+                ownership_strength: u32_at(56) as i32,
             },
             &bytes[SAMPLE_HEADER_BYTES..],
         ))
@@ -247,6 +257,8 @@ mod tests {
             writer_seq: 99,
             source_timestamp_ns: -5,
             key_hash: KeyHash([3; 16]),
+            lifespan_ns: 0,
+            ownership_strength: 0,
         };
         let mut b = [0u8; SAMPLE_HEADER_BYTES];
         h.encode(&mut b);

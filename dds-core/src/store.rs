@@ -169,6 +169,8 @@ mod tests {
             writer_seq: seq,
             source_timestamp_ns: 0,
             key_hash: KeyHash([key; 16]),
+            lifespan_ns: 0,
+            ownership_strength: 0,
         };
         let mut b = [0u8; SAMPLE_HEADER_BYTES];
         h.encode(&mut b);

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -27,6 +27,9 @@ pub(crate) struct WriterCore {
     /// RELIABILITY `max_blocking_time`, kept apart from the QoS so `write` reads it
     /// without a lock.
     blocking_us: AtomicU64,
+    /// LIFESPAN in ns (0: infinite) and OWNERSHIP_STRENGTH, stamped on every sample.
+    lifespan_ns: AtomicU64,
+    strength: AtomicI32,
     matched: Mutex<MatchedStatus>,
     listener: Mutex<Option<WriterListener>>,
     pub(crate) deleted: AtomicBool,
@@ -39,6 +42,8 @@ pub(crate) struct WriterCore {
 impl WriterCore {
     pub(crate) fn new(id: u32, topic: Arc<TopicInner>, qos: DataWriterQos) -> Arc<WriterCore> {
         let blocking = blocking_us(&qos);
+        let lifespan = lifespan_ns(&qos);
+        let strength = qos.ownership_strength.value;
         let deadline_period = qos.deadline.period;
         Arc::new(WriterCore {
             id,
@@ -49,6 +54,8 @@ impl WriterCore {
             write_lock: Mutex::new(Vec::new()),
             sender: Mutex::new(None),
             blocking_us: AtomicU64::new(blocking),
+            lifespan_ns: AtomicU64::new(lifespan),
+            strength: AtomicI32::new(strength),
             matched: Mutex::new(MatchedStatus::default()),
             listener: Mutex::new(None),
             deleted: AtomicBool::new(false),
@@ -141,6 +148,14 @@ fn blocking_us(qos: &DataWriterQos) -> u64 {
         .as_micros() as u64
 }
 
+/// LIFESPAN in ns (0 for INFINITE).
+fn lifespan_ns(qos: &DataWriterQos) -> u64 {
+    qos.lifespan
+        .duration
+        .to_std()
+        .map_or(0, |d| (d.as_nanos() as u64).max(1))
+}
+
 fn now_ns() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -194,6 +209,12 @@ impl<T: TopicType> DataWriter<T> {
         self.core
             .blocking_us
             .store(blocking_us(&qos), Ordering::Relaxed);
+        self.core
+            .lifespan_ns
+            .store(lifespan_ns(&qos), Ordering::Relaxed);
+        self.core
+            .strength
+            .store(qos.ownership_strength.value, Ordering::Relaxed);
         *q = qos;
         Ok(())
     }
@@ -403,6 +424,8 @@ impl<T: TopicType> DataWriter<T> {
             writer_seq: seq,
             source_timestamp_ns: timestamp_ns,
             key_hash: key.0,
+            lifespan_ns: self.core.lifespan_ns.load(Ordering::Relaxed),
+            ownership_strength: self.core.strength.load(Ordering::Relaxed),
         };
         let mut hb = [0u8; SAMPLE_HEADER_BYTES];
         h.encode(&mut hb);

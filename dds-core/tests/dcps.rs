@@ -441,3 +441,78 @@ fn a_writer_that_falls_silent_misses_its_offered_deadline() {
     );
     ps.into_iter().for_each(|p| p.close());
 }
+
+#[test]
+fn lifespan_drops_expired_samples_and_exclusive_ownership_keeps_the_strongest_writer() {
+    let ps = domain(1);
+    let p = &ps[0];
+    let t = p.create_topic::<KeyedString>("owned", atomic()).unwrap();
+    let keep_all = DataReaderQos::from_topic_qos(&atomic()).with_history(History::keep_all());
+    let mut excl = keep_all.clone();
+    excl.ownership.kind = spindle_qos::OwnershipKind::Exclusive;
+    let sub = p.create_subscriber(Default::default()).unwrap();
+    let r = sub.create_datareader(&t, excl).unwrap();
+    let all = sub.create_datareader(&t, keep_all).unwrap();
+    let publ = p.create_publisher(Default::default()).unwrap();
+    let mut weak_q = DataWriterQos::default();
+    weak_q.ownership.kind = spindle_qos::OwnershipKind::Exclusive;
+    weak_q.ownership_strength.value = 1;
+    let mut strong_q = weak_q.clone();
+    strong_q.ownership_strength.value = 5;
+    let weak = publ.create_datawriter(&t, weak_q).unwrap();
+    let strong = publ.create_datawriter(&t, strong_q).unwrap();
+    // One thread, one order: weak, strong, weak again, strong again.
+    weak.write(&ks("k", "w1".into())).unwrap();
+    strong.write(&ks("k", "s1".into())).unwrap();
+    weak.write(&ks("k", "w2".into())).unwrap();
+    strong.write(&ks("k", "s2".into())).unwrap();
+    // A sample whose LIFESPAN ended before it was written never reaches a reader.
+    let mut short = DataWriterQos::default();
+    short.lifespan.duration = spindle_qos::Duration::from_secs(1);
+    let brief = publ.create_datawriter(&t, short).unwrap();
+    let hour_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
+        - 3_600_000_000_000;
+    brief
+        .write_w_timestamp(&ks("old", "stale".into()), hour_ago)
+        .unwrap();
+    strong.write(&ks("k", "s3".into())).unwrap();
+    let everything: Vec<String> = take_n(&all, 5)
+        .into_iter()
+        .filter_map(|s| s.data.map(|d| d.value))
+        .collect();
+    assert_eq!(
+        everything,
+        vec!["w1", "s1", "w2", "s2", "s3"],
+        "the stale sample expired"
+    );
+    let owned: Vec<String> = r
+        .take(usize::MAX, StateMask::ANY)
+        .unwrap()
+        .into_iter()
+        .filter_map(|s| s.data.map(|d| d.value))
+        .collect();
+    assert_eq!(
+        owned,
+        vec!["w1", "s1", "s2", "s3"],
+        "after s1, the weaker writer's samples are not the owner's"
+    );
+    // The strong writer unregisters: ownership falls back to the weak one.
+    strong.unregister_instance(&ks("k", String::new())).unwrap();
+    weak.write(&ks("k", "w3".into())).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut back = Vec::new();
+    while back.is_empty() && Instant::now() < deadline {
+        back = r
+            .take(usize::MAX, StateMask::ANY)
+            .unwrap()
+            .into_iter()
+            .filter_map(|s| s.data.map(|d| d.value))
+            .collect();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(back, vec!["w3"]);
+    ps.into_iter().for_each(|p| p.close());
+}

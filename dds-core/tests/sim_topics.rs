@@ -167,6 +167,8 @@ fn run(seed: u64) {
                         writer_seq: *seq + 1,
                         source_timestamp_ns: round as i64,
                         key_hash: KeyHash([*id as u8; 16]),
+                        lifespan_ns: 0,
+                        ownership_strength: 0,
                     };
                     let mut bytes = [0u8; SAMPLE_HEADER_BYTES];
                     h.encode(&mut bytes);

@@ -35,6 +35,25 @@ fn domain(n: u32) -> Vec<DomainParticipant> {
     out
 }
 
+/// Stops the participants, the last joined first.
+fn close_all(ps: Vec<DomainParticipant>) {
+    for p in ps.into_iter().rev() {
+        p.close();
+    }
+}
+
+/// Polls `done` until it holds or 30 s pass (no bound on when: the machine is shared).
+fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
 fn atomic() -> TopicQos {
     TopicQos::default().with_reliability(Reliability::reliable())
 }
@@ -158,15 +177,11 @@ fn readers_see_one_order_across_two_writers_on_overlapping_topics() {
         ps[2].view().map(|v| v.vid) > vid,
         "deleting a reader installed a new view"
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while w2.publication_matched_status().current_count != 1 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let m = w2.publication_matched_status();
-    assert_eq!(m.current_count, 1, "only participant 2 reads alpha now");
-    for p in ps.into_iter().rev() {
-        p.close();
-    }
+    assert!(
+        eventually(|| w2.publication_matched_status().current_count == 1),
+        "only participant 2 reads alpha now"
+    );
+    close_all(ps);
 }
 
 #[test]
@@ -220,9 +235,7 @@ fn a_late_reader_on_a_stored_topic_gets_the_history_and_keep_last_bounds_it() {
     w.write(&ks("A", "a10".into())).unwrap();
     let more = take_n(&r, 1);
     assert_eq!(more[0].data.as_ref().unwrap().value, "a10");
-    for p in ps.into_iter().rev() {
-        p.close();
-    }
+    close_all(ps);
 }
 
 #[test]
@@ -274,7 +287,7 @@ fn bad_qos_and_misuse_are_dds_errors_not_panics() {
         r.take(1, StateMask::ANY),
         Err(Error::AlreadyDeleted(_))
     ));
-    ps.into_iter().for_each(|p| p.close());
+    close_all(ps);
 }
 
 struct Counter(Arc<AtomicUsize>);
@@ -317,10 +330,7 @@ fn listeners_and_best_effort_readers_get_data_and_reliable_readers_do_not_match_
     for i in 0..50 {
         w.write(&ks("k", format!("{i}"))).unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while count.load(Ordering::SeqCst) < 50 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    eventually(|| count.load(Ordering::SeqCst) >= 50);
     assert_eq!(
         count.load(Ordering::SeqCst),
         50,
@@ -328,9 +338,7 @@ fn listeners_and_best_effort_readers_get_data_and_reliable_readers_do_not_match_
     );
     assert_eq!(strict.take(usize::MAX, StateMask::ANY).unwrap().len(), 0);
     assert!(strict.requested_incompatible_qos_status().total_count > 0);
-    for p in ps.into_iter().rev() {
-        p.close();
-    }
+    close_all(ps);
 }
 
 #[test]
@@ -355,19 +363,16 @@ fn a_writer_that_falls_silent_makes_the_reader_miss_its_deadline() {
     w.write(&ks("k", "once".into())).unwrap();
     // The writer then falls silent: the instance misses its deadline (eventually; no
     // bound on when, the machine is shared).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut missed = 0;
-    while missed == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-        missed = r.requested_deadline_missed_status().total_count;
-    }
-    assert!(missed >= 1, "no deadline missed after the writer stopped");
+    assert!(
+        eventually(|| r.requested_deadline_missed_status().total_count >= 1),
+        "no deadline missed after the writer stopped"
+    );
     let s = r.requested_deadline_missed_status();
     assert_eq!(
         s.last_instance_handle,
         r.lookup_instance(&ks("k", String::new())).unwrap()
     );
-    ps.into_iter().for_each(|p| p.close());
+    close_all(ps);
 }
 
 #[test]
@@ -409,7 +414,7 @@ fn time_based_filter_keeps_one_sample_per_instance_per_separation() {
         .filter_map(|s| s.data.map(|d| d.value))
         .collect();
     assert_eq!(got, vec!["0", "1"]);
-    ps.into_iter().for_each(|p| p.close());
+    close_all(ps);
 }
 
 #[test]
@@ -429,17 +434,11 @@ fn a_writer_that_falls_silent_misses_its_offered_deadline() {
         "no instance written yet"
     );
     w.write(&ks("k", "once".into())).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut missed = 0;
-    while missed == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-        missed = w.offered_deadline_missed_status().total_count;
-    }
     assert!(
-        missed >= 1,
+        eventually(|| w.offered_deadline_missed_status().total_count >= 1),
         "no offered deadline missed after the writer stopped"
     );
-    ps.into_iter().for_each(|p| p.close());
+    close_all(ps);
 }
 
 #[test]
@@ -514,5 +513,5 @@ fn lifespan_drops_expired_samples_and_exclusive_ownership_keeps_the_strongest_wr
         std::thread::sleep(Duration::from_millis(2));
     }
     assert_eq!(back, vec!["w3"]);
-    ps.into_iter().for_each(|p| p.close());
+    close_all(ps);
 }

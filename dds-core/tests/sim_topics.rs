@@ -122,7 +122,7 @@ fn run(seed: u64) {
         for (id, n) in nodes.iter_mut() {
             let Some(g) = n.group.as_mut() else { continue };
             let now = world.now_us();
-            g.step(&*n.ep, now);
+            spindle_group::runtime::drive(g, &*n.ep, now, &mut Vec::new());
             while let Some(o) = g.poll() {
                 match o {
                     GroupOutput::ViewInstalled(v) => n.vid = v.view.vid,

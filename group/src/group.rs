@@ -2,22 +2,28 @@
 //! view changes with ragged trim, re-sends, state transfer (Derecho 3.5, 3.6, App. B).
 //!
 //! A [`Group`] holds the current view's [`Engine`] and [`Membership`]. Each
-//! [`Group::step`] reads the fabric's events, runs both, and when the membership decides
+//! [`Group::handle_time`] runs both, and when the membership decides
 //! on a trim it delivers up to the trim, computes the next view and its layout (the same
 //! deterministic [`LayoutFn`] on every member), registers the new view's regions, and
 //! re-sends in the new view, in sender order, this node's messages the trim cut off.
 //! Outputs come out, in order, from [`Group::poll`]: deliveries, installed views, requests
 //! for a snapshot of a subgroup's state (for a joiner) and states to install.
 //!
-//! Like the engine, the group owns no thread and no clock: the caller passes the fabric
-//! endpoint and the time to each call, so over the sim fabric a whole cluster runs
-//! deterministically in one thread; [`crate::runtime::GroupNode`] drives it over a real
-//! fabric.
+//! Like the engine, the group is sans-IO: it owns no thread, socket or clock. The caller
+//! feeds it the fabric's events ([`Group::handle_event`]) and the time
+//! ([`Group::handle_time`]), and performs what it asks for: two-sided sends, connects and
+//! disconnects come out of [`Group::poll_action`] as [`GroupAction`]s, one-sided pushes
+//! out of [`Group::drain_pushes`]. The only thing it takes from the fabric synchronously
+//! is memory for a new view's regions, through the narrow [`LocalFabric`] trait (every
+//! [`Endpoint`] is one). [`crate::runtime::drive`] is the glue that does all of this for
+//! one round over an endpoint; the predicate thread of [`crate::runtime::GroupNode`] and
+//! the simulations call it, so over the sim fabric a whole cluster runs deterministically
+//! in one thread.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use spindle_transport_rdma::{Endpoint, Event, NodeId, RegionId};
+use spindle_transport_rdma::{Endpoint, Event, NodeId, Region, RegionId};
 
 use crate::engine::{DeliveryBatch, Engine, EngineConfig, EngineEvent, Push};
 use crate::error::{Error, Result};
@@ -44,6 +50,71 @@ const MSG_DECLARE: u8 = 5;
 /// inadequate (it cannot give every subgroup its minimum members; the group then waits
 /// for joins). Every member must use the same function.
 pub type LayoutFn = Arc<dyn Fn(&View) -> std::result::Result<Layout, String> + Send + Sync>;
+
+/// What a group takes from its own side of the fabric synchronously: who it is and memory
+/// for a new view's regions. Everything else it asks of the fabric comes out as a
+/// [`GroupAction`]. Every [`Endpoint`] is a `LocalFabric`.
+pub trait LocalFabric {
+    /// This node's id.
+    fn local_node(&self) -> NodeId;
+    /// This node's fabric address (what joiners and new members dial).
+    fn local_address(&self) -> String;
+    /// Registers a region of `len_bytes` that peers may write into.
+    fn register_local_region(
+        &self,
+        id: RegionId,
+        len_bytes: usize,
+    ) -> spindle_transport_rdma::Result<Region>;
+}
+
+impl<E: Endpoint + ?Sized> LocalFabric for E {
+    fn local_node(&self) -> NodeId {
+        self.node()
+    }
+    fn local_address(&self) -> String {
+        self.address()
+    }
+    fn register_local_region(
+        &self,
+        id: RegionId,
+        len_bytes: usize,
+    ) -> spindle_transport_rdma::Result<Region> {
+        self.register_region(id, len_bytes)
+    }
+}
+
+/// Something the group asks the runtime to do on the fabric, in order (see
+/// [`Group::poll_action`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupAction {
+    /// Open a link to `peer` at `address` (a no-op when one exists).
+    Connect {
+        /// The peer.
+        peer: NodeId,
+        /// Its fabric address.
+        address: String,
+    },
+    /// Close the link to `peer`.
+    Disconnect {
+        /// The peer.
+        peer: NodeId,
+    },
+    /// A two-sided membership message (join, redirect, new view, declaration, state).
+    Send {
+        /// The peer.
+        peer: NodeId,
+        /// The immediate ([`MEMBERSHIP_IMM`]).
+        imm: u32,
+        /// The message.
+        bytes: Vec<u8>,
+        /// Give it back with [`Group::handle_unsent`] when the link is not up yet or its
+        /// queue is full (a state transfer must arrive); otherwise a failed send is
+        /// dropped (the protocol repeats joins, redirects and declarations itself).
+        retry: bool,
+    },
+    /// The regions of a view two views old: no peer writes into them any more.
+    DeregisterRegion(RegionId),
+}
 
 /// How a group runs.
 #[derive(Clone)]
@@ -190,12 +261,14 @@ pub struct Group {
     /// The skips applied to the current view's engine: a joiner that takes this node's
     /// state of a subgroup takes its skips with it (the state holds those messages).
     current_skips: BTreeMap<(SubgroupId, NodeId), u64>,
+    /// State transfers waiting for their link (given back by [`Group::handle_unsent`]).
     pending_state_sends: Vec<(NodeId, Vec<u8>)>,
+    /// What the runtime is to do on the fabric, in order.
+    actions: VecDeque<GroupAction>,
     /// States that arrived before the view they belong to (a giver may be faster than the
     /// member that sends NEW_VIEW): `(vid, subgroup, state)`.
     early_states: VecDeque<(u32, SubgroupId, Vec<u8>)>,
     outputs: VecDeque<GroupOutput>,
-    scratch: Vec<u8>,
     stats: GroupStats,
     waker: Option<Arc<dyn Fn() + Send + Sync>>,
     /// What this node wants declared (see [`Group::declare`]) and when it next asks the
@@ -230,9 +303,9 @@ impl Group {
             pending_skips: BTreeMap::new(),
             current_skips: BTreeMap::new(),
             pending_state_sends: Vec::new(),
+            actions: VecDeque::new(),
             early_states: VecDeque::new(),
             outputs: VecDeque::new(),
-            scratch: Vec::new(),
             stats: GroupStats::default(),
             waker: None,
             declare_wanted: None,
@@ -242,20 +315,20 @@ impl Group {
 
     /// Starts a group from its first view: every member calls this with the same `view`
     /// and the members' fabric `addresses`.
-    pub fn bootstrap(
-        ep: &dyn Endpoint,
+    pub fn bootstrap<L: LocalFabric + ?Sized>(
+        local: &L,
         view: View,
         addresses: BTreeMap<NodeId, String>,
         cfg: GroupConfig,
         now_us: u64,
     ) -> Result<Group> {
-        let me = ep.node();
-        let mut g = Group::empty(me, ep.address(), cfg, Phase::Member);
+        let me = local.local_node();
+        let mut g = Group::empty(me, local.local_address(), cfg, Phase::Member);
         if let Some(m) = view.members.iter().find(|m| !addresses.contains_key(m)) {
             return Err(Error::Config(format!("no address for member {m}")));
         }
         g.addresses = addresses;
-        let plan = g.enter_view(ep, view.clone(), &[], now_us)?;
+        let plan = g.enter_view(local, view.clone(), &[], now_us)?;
         debug_assert!(plan.is_empty(), "a first view transfers no state");
         g.announce(view, Vec::new(), Vec::new());
         Ok(g)
@@ -263,22 +336,22 @@ impl Group {
 
     /// A node that joins an existing group through any of `contacts` (a member that is not
     /// the leader redirects it to the leader).
-    pub fn join(
-        ep: &dyn Endpoint,
+    pub fn join<L: LocalFabric + ?Sized>(
+        local: &L,
         contacts: Vec<(NodeId, String)>,
         cfg: GroupConfig,
     ) -> Result<Group> {
         if contacts.is_empty() {
             return Err(Error::Config("a joiner needs at least one contact".into()));
         }
-        let address = ep.address();
+        let address = local.local_address();
         if address.len() > ADDRESS_BYTES_MAX {
             return Err(Error::Config(format!(
                 "address {address:?} is longer than {ADDRESS_BYTES_MAX} bytes"
             )));
         }
         Ok(Group::empty(
-            ep.node(),
+            local.local_node(),
             address,
             cfg,
             Phase::Joining {
@@ -385,7 +458,7 @@ impl Group {
     }
 
     /// Asks the leader for this node's declaration if the view does not carry it yet.
-    fn request_declaration(&mut self, ep: &dyn Endpoint, now_us: u64) {
+    fn request_declaration(&mut self, now_us: u64) {
         let me = self.me;
         let Some(want) = &self.declare_wanted else {
             return;
@@ -407,7 +480,7 @@ impl Group {
                 let mut w = Writer::new(MSG_DECLARE);
                 w.u32(me);
                 w.bytes(want);
-                let _ = ep.send(l, MEMBERSHIP_IMM, &w.0);
+                self.actions.push_back(send(l, w.0));
             }
             None => {}
         }
@@ -459,20 +532,23 @@ impl Group {
 
     // ----- the loop -----------------------------------------------------------------
 
-    /// Reads the fabric's events, runs the engine and the membership protocol once,
-    /// installs a new view when one is decided, and posts what is queued. Returns true
-    /// if anything happened.
-    pub fn step(&mut self, ep: &dyn Endpoint, now_us: u64) -> bool {
+    /// A fabric event (a peer failed or connected, a two-sided message arrived). A joiner
+    /// that receives its first view enters it here, so `local` gives it region memory.
+    pub fn handle_event<L: LocalFabric + ?Sized>(&mut self, local: &L, ev: Event, now_us: u64) {
+        self.fabric_event(local, ev, now_us);
+    }
+
+    /// Runs the engine and the membership protocol once at time `now_us`, installs a new
+    /// view when one is decided (registering its regions through `local`), and queues
+    /// what is to go out: actions for [`Group::poll_action`], pushes for
+    /// [`Group::drain_pushes`]. Returns true if anything happened.
+    pub fn handle_time<L: LocalFabric + ?Sized>(&mut self, local: &L, now_us: u64) -> bool {
         let mut work = false;
-        while let Some(ev) = ep.poll_event() {
-            work = true;
-            self.fabric_event(ep, ev, now_us);
-        }
         match self.phase {
             Phase::Done => return work,
             Phase::Joining { .. } => {
-                self.join_attempt(ep, now_us);
-                return work;
+                self.join_attempt(now_us);
+                return work | self.take_action_work();
             }
             Phase::Member => {}
         }
@@ -496,7 +572,6 @@ impl Group {
             if c.joined_now {
                 // A joiner without its state has nothing to continue from: restart it.
                 self.shut_down(
-                    ep,
                     "a view change began before this node's state transfer finished".into(),
                 );
                 return true;
@@ -528,27 +603,87 @@ impl Group {
             }
         }
         match c.membership.outcome().cloned() {
-            Some(Outcome::Install(trim)) => match self.install(ep, trim, now_us) {
+            Some(Outcome::Install(trim)) => match self.install(local, trim, now_us) {
                 Ok(done) => work |= done,
                 Err(e) => {
-                    self.shut_down(ep, format!("installing the next view: {e}"));
+                    self.shut_down(format!("installing the next view: {e}"));
                     return true;
                 }
             },
             Some(Outcome::ShutDown(why)) => {
-                self.shut_down(ep, why);
+                self.shut_down(why);
                 return true;
             }
             Some(Outcome::Left) => {
-                self.finish(ep, GroupOutput::Left);
+                self.finish(GroupOutput::Left);
                 return true;
             }
             None => {}
         }
-        self.request_declaration(ep, now_us);
+        self.request_declaration(now_us);
         work |= self.flush_resends();
-        work |= self.drain(ep);
-        work
+        work |= !self.pending_state_sends.is_empty();
+        work | self.take_action_work()
+    }
+
+    /// The next thing to do on the fabric, in order. A round performs every action, then
+    /// drains the pushes ([`Group::drain_pushes`]: a new view's links are asked for before
+    /// its writes), then performs the actions the drain released (state transfers, which
+    /// follow the round's writes).
+    pub fn poll_action(&mut self) -> Option<GroupAction> {
+        self.actions.pop_front()
+    }
+
+    /// A [`GroupAction::Send`] with `retry` that could not go out yet (no link, or its
+    /// queue is full): it goes out again after the next [`Group::drain_pushes`].
+    pub fn handle_unsent(&mut self, action: GroupAction) {
+        if let GroupAction::Send {
+            peer,
+            bytes,
+            retry: true,
+            ..
+        } = action
+        {
+            self.pending_state_sends.push((peer, bytes));
+        }
+    }
+
+    /// Posts the queued one-sided pushes of this view (and of the previous view's last
+    /// trim echoes) through `post`, which returns an error to hold a push for later (its
+    /// peer has not announced the region yet, or its queue is full), then releases the
+    /// pending state transfers to [`Group::poll_action`]. Returns how many pushes went
+    /// out.
+    pub fn drain_pushes(
+        &mut self,
+        scratch: &mut Vec<u8>,
+        mut post: impl FnMut(&Push, &[u8]) -> spindle_transport_rdma::Result<()>,
+    ) -> usize {
+        if matches!(self.phase, Phase::Done) {
+            // A stopped node writes nothing more.
+            return 0;
+        }
+        let mut posted = 0;
+        if let Some(r) = &mut self.retiring {
+            posted += r.drain_pushes(scratch, &mut post);
+        }
+        if let Some(c) = &mut self.current {
+            posted += c.membership.drain_pushes(scratch, &mut post);
+            posted += c.engine.drain_pushes(scratch, &mut post);
+        }
+        for (to, msg) in std::mem::take(&mut self.pending_state_sends) {
+            self.actions.push_back(GroupAction::Send {
+                peer: to,
+                imm: MEMBERSHIP_IMM,
+                bytes: msg,
+                retry: true,
+            });
+        }
+        posted
+    }
+
+    /// True when actions are queued (the round did something the runtime must carry out).
+    fn take_action_work(&self) -> bool {
+        !self.actions.is_empty()
     }
 
     /// The next output, in order.
@@ -562,7 +697,7 @@ impl Group {
 
     // ----- internals ----------------------------------------------------------------
 
-    fn fabric_event(&mut self, ep: &dyn Endpoint, ev: Event, now_us: u64) {
+    fn fabric_event<L: LocalFabric + ?Sized>(&mut self, local: &L, ev: Event, now_us: u64) {
         match ev {
             Event::PeerFailed { peer, .. } => {
                 if let Some(c) = &mut self.current {
@@ -587,7 +722,7 @@ impl Group {
                 }
             }
             Event::Recv { peer, imm, data } if imm == MEMBERSHIP_IMM => {
-                if let Err(e) = self.message(ep, peer, &data, now_us) {
+                if let Err(e) = self.message(local, peer, &data, now_us) {
                     tracing::warn!(node = self.me, peer, error = %e, "bad membership message");
                 }
             }
@@ -595,13 +730,19 @@ impl Group {
         }
     }
 
-    fn message(&mut self, ep: &dyn Endpoint, peer: NodeId, data: &[u8], now_us: u64) -> Result<()> {
+    fn message<L: LocalFabric + ?Sized>(
+        &mut self,
+        local: &L,
+        peer: NodeId,
+        data: &[u8],
+        now_us: u64,
+    ) -> Result<()> {
         let mut r = Reader::new(data);
         match r.u8()? {
             MSG_JOIN => {
                 let node = r.u32()?;
                 let address = r.str()?;
-                self.join_request(ep, node, address);
+                self.join_request(node, address);
             }
             MSG_REDIRECT => {
                 let leader = r.u32()?;
@@ -616,7 +757,10 @@ impl Group {
                     contacts.insert(0, (leader, address.clone()));
                     *next = 0;
                     *next_attempt_us = now_us;
-                    let _ = ep.connect(leader, &address);
+                    self.actions.push_back(GroupAction::Connect {
+                        peer: leader,
+                        address,
+                    });
                 }
             }
             MSG_NEW_VIEW => {
@@ -669,7 +813,7 @@ impl Group {
                 self.holders = holders;
                 self.phase = Phase::Member;
                 let me = [self.me];
-                self.enter_view(ep, view.clone(), &me, now_us)?;
+                self.enter_view(local, view.clone(), &me, now_us)?;
                 self.announce(view, vec![self.me], Vec::new());
                 self.apply_early_states();
             }
@@ -751,7 +895,7 @@ impl Group {
         }
     }
 
-    fn join_request(&mut self, ep: &dyn Endpoint, node: NodeId, address: String) {
+    fn join_request(&mut self, node: NodeId, address: String) {
         if address.len() > ADDRESS_BYTES_MAX || !matches!(self.phase, Phase::Member) {
             return;
         }
@@ -760,8 +904,11 @@ impl Group {
         };
         if c.joiners.contains(&node) {
             if let Some(msg) = &c.new_view_msg {
-                let _ = ep.connect(node, &address);
-                let _ = ep.send(node, MEMBERSHIP_IMM, msg);
+                self.actions.push_back(GroupAction::Connect {
+                    peer: node,
+                    address,
+                });
+                self.actions.push_back(send(node, msg.clone()));
             }
             return;
         }
@@ -771,13 +918,13 @@ impl Group {
                 let mut w = Writer::new(MSG_REDIRECT);
                 w.u32(l);
                 w.str(self.addresses.get(&l).map_or("", |s| s.as_str()));
-                let _ = ep.send(node, MEMBERSHIP_IMM, &w.0);
+                self.actions.push_back(send(node, w.0));
             }
             None => {}
         }
     }
 
-    fn join_attempt(&mut self, ep: &dyn Endpoint, now_us: u64) {
+    fn join_attempt(&mut self, now_us: u64) {
         let retry = self.cfg.join_retry_us;
         let me = self.me;
         let mut w = Writer::new(MSG_JOIN);
@@ -796,18 +943,21 @@ impl Group {
         }
         *next_attempt_us = now_us + retry;
         let (c, addr) = contacts[*next % contacts.len()].clone();
-        let _ = ep.connect(c, &addr);
-        if ep.send(c, MEMBERSHIP_IMM, &w.0).is_err() {
-            // Not linked yet: the PeerConnected event brings the next attempt forward.
-        }
         *next = (*next + 1) % contacts.len();
+        self.actions.push_back(GroupAction::Connect {
+            peer: c,
+            address: addr,
+        });
+        // Not linked yet, the send fails: the PeerConnected event brings the next attempt
+        // forward.
+        self.actions.push_back(send(c, w.0));
     }
 
     /// Creates the engine and membership of `view`, links to its members, and returns
     /// the state-transfer plan `(subgroup, giver, receiver)`.
-    fn enter_view(
+    fn enter_view<L: LocalFabric + ?Sized>(
         &mut self,
-        ep: &dyn Endpoint,
+        local: &L,
         view: View,
         joined: &[NodeId],
         now_us: u64,
@@ -833,14 +983,14 @@ impl Group {
             view.clone(),
             engine_layout.clone(),
             awaiting.is_empty(),
-            |id, len| Ok(ep.register_region(id, len)?),
+            |id, len| Ok(local.register_local_region(id, len)?),
         )?;
         let mut engine = Engine::new(
             me,
             view.clone(),
             engine_layout.clone(),
             self.cfg.engine.clone(),
-            |id, len| Ok(ep.register_region(id, len)?),
+            |id, len| Ok(local.register_local_region(id, len)?),
         )?;
         if let Some(w) = &self.waker {
             let w = Arc::clone(w);
@@ -855,7 +1005,10 @@ impl Group {
         }
         for m in view.members.iter().filter(|m| **m != me) {
             if let Some(a) = self.addresses.get(m) {
-                let _ = ep.connect(*m, a);
+                self.actions.push_back(GroupAction::Connect {
+                    peer: *m,
+                    address: a.clone(),
+                });
             }
         }
         let mut regions: Vec<RegionId> = engine.regions().iter().map(|(_, r, _)| *r).collect();
@@ -863,7 +1016,7 @@ impl Group {
         self.old_regions.push_back(regions);
         while self.old_regions.len() > 3 {
             for r in self.old_regions.pop_front().unwrap_or_default() {
-                let _ = ep.deregister_region(r);
+                self.actions.push_back(GroupAction::DeregisterRegion(r));
             }
         }
         self.current = Some(Current {
@@ -917,7 +1070,12 @@ impl Group {
 
     /// Acts on a trim a majority holds: re-sends, deliveries up to the trim, the next view.
     /// Returns false while an application loan still holds the ring.
-    fn install(&mut self, ep: &dyn Endpoint, trim: Trim, now_us: u64) -> Result<bool> {
+    fn install<L: LocalFabric + ?Sized>(
+        &mut self,
+        local: &L,
+        trim: Trim,
+        now_us: u64,
+    ) -> Result<bool> {
         let me = self.me;
         let Some(c) = self.current.as_mut() else {
             return Ok(false);
@@ -1047,7 +1205,7 @@ impl Group {
         self.pending_skips
             .retain(|(_, s), _| !removed_now.contains(s));
         self.pending_skips.extend(skips);
-        let plan = self.enter_view(ep, view.clone(), &added, now_us)?;
+        let plan = self.enter_view(local, view.clone(), &added, now_us)?;
         let c = self.current.as_mut().expect("entered");
         for n in carried {
             c.membership.suspect(n);
@@ -1085,13 +1243,13 @@ impl Group {
                 w.bytes(d);
             }
             for a in &added {
-                let _ = ep.send(*a, MEMBERSHIP_IMM, &w.0);
+                self.actions.push_back(send(*a, w.0.clone()));
             }
             c.new_view_msg = Some(w.0);
         }
         for r in &removed {
             if !view.members.contains(r) {
-                let _ = ep.disconnect(*r);
+                self.actions.push_back(GroupAction::Disconnect { peer: *r });
             }
         }
         self.announce(view, added, departed);
@@ -1146,50 +1304,30 @@ impl Group {
         work
     }
 
-    fn drain(&mut self, ep: &dyn Endpoint) -> bool {
-        let mut posted = 0;
-        let post = |p: &Push, bytes: &[u8]| {
-            if ep.remote_region(p.peer, p.region).is_none() {
-                // The peer has not installed this view (or the link is not up yet): hold.
-                return Err(spindle_transport_rdma::Error::QueueFull { peer: p.peer });
-            }
-            p.post(ep, bytes)
-        };
-        if let Some(r) = &mut self.retiring {
-            posted += r.drain_pushes(&mut self.scratch, post);
-        }
-        if let Some(c) = &mut self.current {
-            posted += c.membership.drain_pushes(&mut self.scratch, post);
-            posted += c.engine.drain_pushes(&mut self.scratch, post);
-        }
-        let mut sent = false;
-        self.pending_state_sends
-            .retain(|(to, msg)| match ep.send(*to, MEMBERSHIP_IMM, msg) {
-                Ok(()) => {
-                    sent = true;
-                    false
-                }
-                Err(spindle_transport_rdma::Error::NotConnected { .. })
-                | Err(spindle_transport_rdma::Error::QueueFull { .. }) => true,
-                Err(_) => false,
-            });
-        posted > 0 || sent
-    }
-
-    fn shut_down(&mut self, ep: &dyn Endpoint, why: String) {
+    fn shut_down(&mut self, why: String) {
         tracing::info!(node = self.me, %why, "group shut down");
-        self.finish(ep, GroupOutput::ShutDown(why));
+        self.finish(GroupOutput::ShutDown(why));
     }
 
-    fn finish(&mut self, ep: &dyn Endpoint, out: GroupOutput) {
+    fn finish(&mut self, out: GroupOutput) {
         if let Some(c) = &mut self.current {
             c.engine.wedge();
             for m in c.view.members.iter().filter(|m| **m != self.me) {
-                let _ = ep.disconnect(*m);
+                self.actions.push_back(GroupAction::Disconnect { peer: *m });
             }
         }
         self.phase = Phase::Done;
         self.outputs.push_back(out);
+    }
+}
+
+/// A membership message to `peer` that the protocol repeats by itself if it is lost.
+fn send(peer: NodeId, bytes: Vec<u8>) -> GroupAction {
+    GroupAction::Send {
+        peer,
+        imm: MEMBERSHIP_IMM,
+        bytes,
+        retry: false,
     }
 }
 

@@ -91,6 +91,8 @@ pub use engine::{
     RECEIVE_BATCH_MAX, SEND_BATCH_MAX,
 };
 pub use error::{Error, Result};
-pub use group::{Group, GroupConfig, GroupOutput, GroupStats, LayoutFn, ViewInstalled};
+pub use group::{
+    Group, GroupAction, GroupConfig, GroupOutput, GroupStats, LayoutFn, LocalFabric, ViewInstalled,
+};
 pub use layout::{DeliveryMode, Layout, SubgroupId, SubgroupSpec, View, DECLARED_BYTES_MAX};
 pub use smc::{Loan, Sender};

@@ -17,7 +17,7 @@ use spindle_transport_rdma::{Endpoint, Event, NodeId};
 
 use crate::engine::{DeliveryBatch, Engine, EngineConfig, EngineEvent, EngineStats};
 use crate::error::{Error, Result};
-use crate::group::{Group, GroupOutput, ViewInstalled};
+use crate::group::{Group, GroupAction, GroupOutput, ViewInstalled};
 use crate::layout::{Layout, SubgroupId, View};
 use crate::smc::Sender;
 
@@ -489,6 +489,7 @@ fn group_loop(
     let mut last_work = Instant::now();
     let mut idle_rounds: u32 = 0;
     let mut refresh = true;
+    let mut scratch = Vec::new();
     while !shared.stop.load(Ordering::Acquire) {
         if shared.leave.swap(false, Ordering::AcqRel) {
             group.leave();
@@ -498,7 +499,7 @@ fn group_loop(
             let _ = group.declare(d);
         }
         let now_us = start.elapsed().as_micros() as u64;
-        let mut work = group.step(&*ep, now_us);
+        let mut work = drive(&mut group, &*ep, now_us, &mut scratch);
         while let Some(out) = group.poll() {
             work = true;
             match out {
@@ -571,4 +572,66 @@ fn group_loop(
             ep.wait(Duration::from_millis(5));
         }
     }
+}
+
+/// One round of a [`Group`] over `ep` at `now_us`: hands it the fabric's events, runs it
+/// once, performs the [`GroupAction`]s it queued (in order) and posts its pushes, holding
+/// a push whose peer has not announced the region yet. `scratch` is reused across rounds.
+/// Returns true if anything happened. The predicate thread of [`GroupNode`] and the
+/// simulations drive a group only through this function.
+pub fn drive(group: &mut Group, ep: &dyn Endpoint, now_us: u64, scratch: &mut Vec<u8>) -> bool {
+    let mut work = false;
+    while let Some(ev) = ep.poll_event() {
+        work = true;
+        group.handle_event(ep, ev, now_us);
+    }
+    work |= group.handle_time(ep, now_us);
+    let perform_all = |group: &mut Group| {
+        while let Some(action) = group.poll_action() {
+            if let Some(unsent) = perform(ep, action) {
+                group.handle_unsent(unsent);
+            }
+        }
+    };
+    perform_all(group);
+    let posted = group.drain_pushes(scratch, |p, bytes| {
+        if ep.remote_region(p.peer, p.region).is_none() {
+            // The peer has not installed this view (or the link is not up yet): hold.
+            return Err(spindle_transport_rdma::Error::QueueFull { peer: p.peer });
+        }
+        p.post(ep, bytes)
+    });
+    // State transfers, which follow the round's writes.
+    perform_all(group);
+    work || posted > 0
+}
+
+/// Carries out one [`GroupAction`] on `ep`; gives back a send to retry (no link yet, or
+/// its queue is full). Failures of the others are the protocol's to notice (a link that
+/// does not come up surfaces as a failure event; joins and declarations are repeated).
+pub fn perform(ep: &dyn Endpoint, action: GroupAction) -> Option<GroupAction> {
+    match action {
+        GroupAction::Connect { peer, address } => {
+            let _ = ep.connect(peer, &address);
+        }
+        GroupAction::Disconnect { peer } => {
+            let _ = ep.disconnect(peer);
+        }
+        GroupAction::DeregisterRegion(id) => {
+            let _ = ep.deregister_region(id);
+        }
+        GroupAction::Send {
+            peer,
+            imm,
+            ref bytes,
+            retry,
+        } => match ep.send(peer, imm, bytes) {
+            Err(
+                spindle_transport_rdma::Error::NotConnected { .. }
+                | spindle_transport_rdma::Error::QueueFull { .. },
+            ) if retry => return Some(action),
+            _ => {}
+        },
+    }
+    None
 }

@@ -802,7 +802,7 @@ impl Cluster {
             let Some(g) = n.group.as_mut() else {
                 continue;
             };
-            g.step(&*n.ep, now);
+            crate::runtime::drive(g, &*n.ep, now, &mut Vec::new());
             let mut outs = Vec::new();
             while let Some(o) = g.poll() {
                 outs.push(o);

@@ -31,6 +31,10 @@ use crate::layout::{DeliveryMode, Layout, SubgroupId, View, DECLARED_BYTES_MAX};
 use crate::membership::{Change, Membership, Outcome, Trim, ADDRESS_BYTES_MAX};
 use crate::smc::Sender;
 
+mod wire;
+
+use wire::{Msg, NewView};
+
 /// The immediate of every two-sided membership message (join, redirect, new view, state).
 pub const MEMBERSHIP_IMM: u32 = 0x5D5_0001;
 /// Largest subgroup state one transfer carries, in bytes.
@@ -39,12 +43,6 @@ pub const STATE_BYTES_MAX: usize = spindle_transport_rdma::SEND_BYTES_MAX - 64;
 pub const EARLY_STATES_MAX: usize = 64;
 /// Outputs kept for the caller before the group stops producing more.
 pub const OUTPUTS_MAX: usize = 65_536;
-
-const MSG_JOIN: u8 = 1;
-const MSG_REDIRECT: u8 = 2;
-const MSG_NEW_VIEW: u8 = 3;
-const MSG_STATE: u8 = 4;
-const MSG_DECLARE: u8 = 5;
 
 /// The deterministic layout function: the subgroups of a view, or why the view is
 /// inadequate (it cannot give every subgroup its minimum members; the group then waits
@@ -225,6 +223,14 @@ enum Phase {
     Done,
 }
 
+/// A subgroup's state, as a giver sent it for view `vid`.
+struct StateTransfer {
+    vid: u32,
+    subgroup: SubgroupId,
+    skips: Vec<(NodeId, u64)>,
+    state: Vec<u8>,
+}
+
 struct Current {
     view: View,
     layout: Option<Layout>,
@@ -266,8 +272,8 @@ pub struct Group {
     /// What the runtime is to do on the fabric, in order.
     actions: VecDeque<GroupAction>,
     /// States that arrived before the view they belong to (a giver may be faster than the
-    /// member that sends NEW_VIEW): `(vid, subgroup, state)`.
-    early_states: VecDeque<(u32, SubgroupId, Vec<u8>)>,
+    /// member that sends NEW_VIEW).
+    early_states: VecDeque<StateTransfer>,
     outputs: VecDeque<GroupOutput>,
     stats: GroupStats,
     waker: Option<Arc<dyn Fn() + Send + Sync>>,
@@ -477,10 +483,11 @@ impl Group {
         match c.membership.leader() {
             Some(l) if l == me => c.membership.request_declare(me, want.clone()),
             Some(l) => {
-                let mut w = Writer::new(MSG_DECLARE);
-                w.u32(me);
-                w.bytes(want);
-                self.actions.push_back(send(l, w.0));
+                let msg = Msg::Declare {
+                    node: me,
+                    declared: want.clone(),
+                };
+                self.actions.push_back(send(l, msg.encode()));
             }
             None => {}
         }
@@ -511,22 +518,19 @@ impl Group {
         let Some(c) = &self.current else {
             return Ok(());
         };
-        let mut w = Writer::new(MSG_STATE);
-        w.u32(c.view.vid);
-        w.u32(subgroup);
         let skips: Vec<(NodeId, u64)> = self
             .current_skips
             .iter()
             .filter(|((sg, _), _)| *sg == subgroup)
             .map(|((_, s), n)| (*s, *n))
             .collect();
-        w.u16(skips.len() as u16);
-        for (sender, n) in skips {
-            w.u32(sender);
-            w.u64(n);
-        }
-        w.bytes(state);
-        self.pending_state_sends.push((joiner, w.0));
+        let msg = Msg::State {
+            vid: c.view.vid,
+            subgroup,
+            skips,
+            state: state.to_vec(),
+        };
+        self.pending_state_sends.push((joiner, msg.encode()));
         Ok(())
     }
 
@@ -737,16 +741,9 @@ impl Group {
         data: &[u8],
         now_us: u64,
     ) -> Result<()> {
-        let mut r = Reader::new(data);
-        match r.u8()? {
-            MSG_JOIN => {
-                let node = r.u32()?;
-                let address = r.str()?;
-                self.join_request(node, address);
-            }
-            MSG_REDIRECT => {
-                let leader = r.u32()?;
-                let address = r.str()?;
+        match Msg::decode(data)? {
+            Msg::Join { node, address } => self.join_request(node, address),
+            Msg::Redirect { leader, address } => {
                 if let Phase::Joining {
                     contacts,
                     next,
@@ -763,53 +760,22 @@ impl Group {
                     });
                 }
             }
-            MSG_NEW_VIEW => {
+            Msg::NewView(NewView {
+                view,
+                addresses,
+                holders,
+            }) => {
                 if !matches!(self.phase, Phase::Joining { .. }) {
                     return Ok(());
                 }
-                let vid = r.u32()?;
-                let n = r.u16()? as usize;
-                let mut members = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let id = r.u32()?;
-                    let a = r.str()?;
-                    members.push(id);
-                    self.addresses.insert(id, a);
-                }
-                let h = r.u16()? as usize;
-                let mut holders = BTreeMap::new();
-                for _ in 0..h {
-                    let sg = r.u32()?;
-                    let k = r.u16()? as usize;
-                    let mut ids = Vec::with_capacity(k);
-                    for _ in 0..k {
-                        ids.push(r.u32()?);
-                    }
-                    holders.insert(sg, ids);
-                }
-                let d = r.u16()? as usize;
-                let mut declared = BTreeMap::new();
-                for _ in 0..d {
-                    let node = r.u32()?;
-                    let len = r.u16()? as usize;
-                    if len > DECLARED_BYTES_MAX {
-                        return Err(Error::Protocol(format!(
-                            "NEW_VIEW {vid}: node {node} declared {len} bytes, at most {DECLARED_BYTES_MAX}"
-                        )));
-                    }
-                    declared.insert(node, r.take(len)?.to_vec());
-                }
-                let view = View {
-                    vid,
-                    members,
-                    declared,
-                };
                 view.validate()?;
                 if !view.members.contains(&self.me) {
                     return Err(Error::Protocol(format!(
-                        "NEW_VIEW {vid} from {peer} does not hold this node"
+                        "NEW_VIEW {} from {peer} does not hold this node",
+                        view.vid
                     )));
                 }
+                self.addresses.extend(addresses);
                 self.holders = holders;
                 self.phase = Phase::Member;
                 let me = [self.me];
@@ -817,9 +783,7 @@ impl Group {
                 self.announce(view, vec![self.me], Vec::new());
                 self.apply_early_states();
             }
-            MSG_DECLARE => {
-                let node = r.u32()?;
-                let declared = r.rest().to_vec();
+            Msg::Declare { node, declared } => {
                 if node != peer || declared.len() > DECLARED_BYTES_MAX {
                     return Err(Error::Protocol(format!(
                         "DECLARE from {peer} for node {node}, {} bytes",
@@ -834,60 +798,46 @@ impl Group {
                     }
                 }
             }
-            MSG_STATE => {
-                let vid = r.u32()?;
-                let sg = r.u32()?;
-                let state = r.rest().to_vec();
+            Msg::State {
+                vid,
+                subgroup,
+                skips,
+                state,
+            } => {
+                let transfer = StateTransfer {
+                    vid,
+                    subgroup,
+                    skips,
+                    state,
+                };
                 let current = self.current.as_ref().map_or(0, |c| c.view.vid);
                 if vid > current {
                     if self.early_states.len() >= EARLY_STATES_MAX {
                         self.early_states.pop_front();
                     }
-                    self.early_states.push_back((vid, sg, state));
+                    self.early_states.push_back(transfer);
                 } else {
-                    self.install_state(vid, sg, state);
+                    self.install_state(transfer);
                 }
-            }
-            k => {
-                return Err(Error::Protocol(format!(
-                    "unknown message kind {k} from {peer}"
-                )))
             }
         }
         Ok(())
     }
 
-    /// A state for subgroup `sg` of view `vid` arrived: hand it up if this node waits
-    /// for it; the node becomes active once it has every state it waits for.
-    fn install_state(&mut self, vid: u32, sg: SubgroupId, body: Vec<u8>) {
+    /// A state arrived: hand it up if this node waits for it in its view; the node
+    /// becomes active once it has every state it waits for.
+    fn install_state(&mut self, t: StateTransfer) {
         let Some(c) = &mut self.current else {
             return;
         };
-        if c.view.vid == vid && c.awaiting_state.contains(&sg) {
-            let mut r = Reader::new(&body);
-            type Skips = Vec<(NodeId, u64)>;
-            let parsed = (|| -> Result<(Skips, Vec<u8>)> {
-                let n = r.u16()? as usize;
-                let mut skips = Vec::with_capacity(n);
-                for _ in 0..n {
-                    skips.push((r.u32()?, r.u64()?));
-                }
-                Ok((skips, r.rest().to_vec()))
-            })();
-            let (skips, state) = match parsed {
-                Ok(p) => p,
-                Err(e) => {
-                    tracing::warn!(node = self.me, subgroup = sg, error = %e, "bad state message");
-                    return;
-                }
-            };
-            for (sender, n) in skips {
-                let _ = c.engine.skip_resent(sg, sender, n);
+        if c.view.vid == t.vid && c.awaiting_state.contains(&t.subgroup) {
+            for (sender, n) in t.skips {
+                let _ = c.engine.skip_resent(t.subgroup, sender, n);
             }
-            c.awaiting_state.remove(&sg);
+            c.awaiting_state.remove(&t.subgroup);
             self.outputs.push_back(GroupOutput::InstallState {
-                subgroup: sg,
-                state,
+                subgroup: t.subgroup,
+                state: t.state,
             });
             if c.awaiting_state.is_empty() {
                 c.membership.set_active();
@@ -915,10 +865,11 @@ impl Group {
         match c.membership.leader() {
             Some(l) if l == self.me => c.membership.request_join(node, address),
             Some(l) => {
-                let mut w = Writer::new(MSG_REDIRECT);
-                w.u32(l);
-                w.str(self.addresses.get(&l).map_or("", |s| s.as_str()));
-                self.actions.push_back(send(node, w.0));
+                let msg = Msg::Redirect {
+                    leader: l,
+                    address: self.addresses.get(&l).cloned().unwrap_or_default(),
+                };
+                self.actions.push_back(send(node, msg.encode()));
             }
             None => {}
         }
@@ -927,9 +878,10 @@ impl Group {
     fn join_attempt(&mut self, now_us: u64) {
         let retry = self.cfg.join_retry_us;
         let me = self.me;
-        let mut w = Writer::new(MSG_JOIN);
-        w.u32(me);
-        w.str(&self.address);
+        let join = Msg::Join {
+            node: me,
+            address: self.address.clone(),
+        };
         let Phase::Joining {
             contacts,
             next,
@@ -950,7 +902,7 @@ impl Group {
         });
         // Not linked yet, the send fails: the PeerConnected event brings the next attempt
         // forward.
-        self.actions.push_back(send(c, w.0));
+        self.actions.push_back(send(c, join.encode()));
     }
 
     /// Creates the engine and membership of `view`, links to its members, and returns
@@ -1041,11 +993,11 @@ impl Group {
     fn apply_early_states(&mut self) {
         let vid = self.current.as_ref().map_or(0, |c| c.view.vid);
         let early: Vec<_> = std::mem::take(&mut self.early_states).into_iter().collect();
-        for (v, sg, state) in early {
-            if v == vid {
-                self.install_state(v, sg, state);
-            } else if v > vid {
-                self.early_states.push_back((v, sg, state));
+        for t in early {
+            if t.vid == vid {
+                self.install_state(t);
+            } else if t.vid > vid {
+                self.early_states.push_back(t);
             }
         }
     }
@@ -1218,34 +1170,30 @@ impl Group {
         }
         c.joiners = added.clone();
         if !added.is_empty() && view.members.first() == Some(&me) {
-            let mut w = Writer::new(MSG_NEW_VIEW);
-            w.u32(view.vid);
-            w.u16(view.members.len() as u16);
-            for m in &view.members {
-                w.u32(*m);
-                w.str(self.addresses.get(m).map_or("", |s| s.as_str()));
-            }
             // Joiners hold no state, even one that rejoins under the id of a member this
             // change removed.
-            w.u16(holders_before.len() as u16);
-            for (sg, ids) in &holders_before {
-                let ids: Vec<NodeId> = ids.iter().copied().filter(|i| !added.contains(i)).collect();
-                w.u32(*sg);
-                w.u16(ids.len() as u16);
-                for id in ids {
-                    w.u32(id);
-                }
-            }
-            w.u16(view.declared.len() as u16);
-            for (node, d) in &view.declared {
-                w.u32(*node);
-                w.u16(d.len() as u16);
-                w.bytes(d);
-            }
+            let holders = holders_before
+                .iter()
+                .map(|(sg, ids)| {
+                    let ids = ids.iter().copied().filter(|i| !added.contains(i));
+                    (*sg, ids.collect())
+                })
+                .collect();
+            let addresses = view
+                .members
+                .iter()
+                .map(|m| (*m, self.addresses.get(m).cloned().unwrap_or_default()))
+                .collect();
+            let msg = Msg::NewView(NewView {
+                view: view.clone(),
+                addresses,
+                holders,
+            })
+            .encode();
             for a in &added {
-                self.actions.push_back(send(*a, w.0.clone()));
+                self.actions.push_back(send(*a, msg.clone()));
             }
-            c.new_view_msg = Some(w.0);
+            c.new_view_msg = Some(msg);
         }
         for r in &removed {
             if !view.members.contains(r) {
@@ -1385,87 +1333,4 @@ pub fn state_plan(
         next.insert(sg.id, sg.members.clone());
     }
     (plan, next)
-}
-
-/// Builds a membership message.
-struct Writer(Vec<u8>);
-
-impl Writer {
-    fn new(kind: u8) -> Writer {
-        Writer(vec![kind])
-    }
-    fn u16(&mut self, v: u16) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn str(&mut self, s: &str) {
-        let b = &s.as_bytes()[..s.len().min(u16::MAX as usize)];
-        self.u16(b.len() as u16);
-        self.0.extend_from_slice(b);
-    }
-    fn bytes(&mut self, b: &[u8]) {
-        self.0.extend_from_slice(b);
-    }
-}
-
-/// Reads a membership message from a peer: every read is bounds-checked.
-struct Reader<'a> {
-    data: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn new(data: &'a [u8]) -> Reader<'a> {
-        Reader { data, at: 0 }
-    }
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self
-            .at
-            .checked_add(n)
-            .filter(|e| *e <= self.data.len())
-            .ok_or_else(|| {
-                Error::Protocol(format!(
-                    "message of {} bytes ends before byte {}",
-                    self.data.len(),
-                    self.at + n
-                ))
-            })?;
-        let s = &self.data[self.at..end];
-        self.at = end;
-        Ok(s)
-    }
-    fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
-    }
-    fn u16(&mut self) -> Result<u16> {
-        let b = self.take(2)?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
-    }
-    fn u32(&mut self) -> Result<u32> {
-        let b = self.take(4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn u64(&mut self) -> Result<u64> {
-        let b = self.take(8)?;
-        let mut w = [0u8; 8];
-        w.copy_from_slice(b);
-        Ok(u64::from_le_bytes(w))
-    }
-    fn str(&mut self) -> Result<String> {
-        let n = self.u16()? as usize;
-        let b = self.take(n)?;
-        std::str::from_utf8(b)
-            .map(str::to_string)
-            .map_err(|_| Error::Protocol("address is not UTF-8".into()))
-    }
-    fn rest(&mut self) -> &'a [u8] {
-        let s = &self.data[self.at..];
-        self.at = self.data.len();
-        s
-    }
 }

@@ -2,9 +2,11 @@
 //! arrival order (which is the subgroup's total order).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use spindle_qos::{History, HistoryKind, ResourceLimits, LENGTH_UNLIMITED};
 
+use crate::clock::{Clock, WallClock};
 use crate::sample::{
     InstanceHandle, InstanceState, SampleHeader, SampleInfo, SampleKind, SampleState, StateMask,
     ViewState, WriterHandle,
@@ -90,22 +92,8 @@ pub struct Cache {
     minimum_separation_us: u64,
     /// OWNERSHIP EXCLUSIVE: per instance, only the strongest alive writer's samples.
     exclusive: bool,
-}
-
-/// Wall-clock nanoseconds since the Unix epoch (what source timestamps use).
-fn wall_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
-}
-
-/// Microseconds on a clock shared by the process (monotonic).
-pub fn now_us() -> u64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_micros() as u64
+    /// Where "now" comes from (LIFESPAN, TIME_BASED_FILTER).
+    clock: Arc<dyn Clock>,
 }
 
 fn limit(v: i32) -> usize {
@@ -117,8 +105,14 @@ fn limit(v: i32) -> usize {
 }
 
 impl Cache {
-    /// An empty cache under `history` and `limits` (checked by the QoS crate already).
+    /// An empty cache under `history` and `limits` (checked by the QoS crate already),
+    /// on the process's [`WallClock`].
     pub fn new(history: History, limits: ResourceLimits) -> Cache {
+        Cache::with_clock(history, limits, Arc::new(WallClock))
+    }
+
+    /// An empty cache that reads the time from `clock`.
+    pub fn with_clock(history: History, limits: ResourceLimits, clock: Arc<dyn Clock>) -> Cache {
         Cache {
             history,
             limits,
@@ -128,6 +122,7 @@ impl Cache {
             deadline_us: None,
             minimum_separation_us: 0,
             exclusive: false,
+            clock,
         }
     }
 
@@ -141,7 +136,7 @@ impl Cache {
 
     /// Drops samples whose LIFESPAN has passed.
     fn purge_expired(&mut self) {
-        let now = wall_ns();
+        let now = self.clock.wall_ns();
         let expired: Vec<(u64, InstanceHandle)> = self
             .samples
             .iter()
@@ -231,12 +226,12 @@ impl Cache {
         o: Origin,
     ) -> Result<bool, Rejected> {
         let handle = InstanceHandle(h.key_hash);
-        let now = now_us();
+        let now = self.clock.now_us();
         let expires_ns = (h.lifespan_ns > 0).then(|| {
             h.source_timestamp_ns
                 .saturating_add(h.lifespan_ns.min(i64::MAX as u64) as i64)
         });
-        if expires_ns.is_some_and(|x| x <= wall_ns()) {
+        if expires_ns.is_some_and(|x| x <= self.clock.wall_ns()) {
             return Ok(false);
         }
         if self.exclusive && h.kind != SampleKind::Unregister {

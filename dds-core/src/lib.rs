@@ -79,29 +79,51 @@
 //!   are checked and matched by the `qos` crate but not enforced yet.
 #![deny(missing_docs)]
 
+// The layers, bottom to top; a module uses only modules of lower layers (ARCHITECTURE.md;
+// scripts/check-layering.py checks that no two modules use each other):
+// 1. data: clock, sample, status, store, cache, condition, config, declare, error
+// 2. entity state: common; reader_core, writer_core; shared (+ the Driver trait)
+// 3. the delivery path: delivery (DdsApp and handle_timeout: engine output enters here)
+// 4. drivers and handles: inner; threads; topic; reader, writer; publisher, subscriber;
+//    participant; sim (feature testkit)
 pub mod cache;
+pub mod clock;
+mod common;
 pub mod condition;
 pub mod config;
 pub mod declare;
-mod domain;
+mod delivery;
 mod error;
+mod inner;
+mod participant;
+mod publisher;
 mod reader;
+mod reader_core;
 pub mod sample;
+mod shared;
+#[cfg(feature = "testkit")]
+pub mod sim;
 pub mod status;
 pub mod store;
+mod subscriber;
+mod threads;
+mod topic;
 mod writer;
+mod writer_core;
 
 pub use condition::{Condition, GuardCondition, WaitSet};
 pub use config::{Contact, ParticipantConfig, Transport};
 pub use declare::{subgroup_of, topic_id};
-pub use domain::{
-    DdsApp, DomainParticipant, DomainParticipantFactory, Publisher, Subscriber, Topic,
-};
+pub use delivery::DdsApp;
 pub use error::{Error, Result};
+pub use participant::{DomainParticipant, DomainParticipantFactory};
+pub use publisher::Publisher;
 pub use reader::{DataReader, DataReaderListener, ReadCondition, StatusCondition};
 pub use sample::{
     InstanceHandle, InstanceState, Sample, SampleInfo, SampleState, StateMask, ViewState,
     WriterHandle,
 };
 pub use spindle_qos::DeliveryLevel;
+pub use subscriber::Subscriber;
+pub use topic::Topic;
 pub use writer::{DataWriter, LoanedSample};

@@ -1,212 +1,27 @@
 //! Typed readers (DDS `DataReader`), their listeners and read conditions.
 
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 
-use spindle_qos::{DataReaderQos, DeliveryLevel, QosPolicyId};
+use spindle_qos::{DataReaderQos, DeliveryLevel};
 use spindle_topics::TopicType;
 
-use crate::cache::{Cache, Origin};
+use crate::common::{instance_of, lock};
 use crate::condition::{notify_all, Condition};
-use crate::domain::{instance_of, lock, reason, update_matched, TopicInner};
 use crate::error::{Error, Result};
-use crate::sample::{InstanceHandle, Sample, SampleHeader, StateMask, WriterHandle};
+use crate::inner::TopicInner;
+use crate::reader_core::{Listener, ReaderCore};
+use crate::sample::{InstanceHandle, Sample, StateMask};
 use crate::status::{
     DeadlineMissedStatus, IncompatibleQosStatus, LivelinessChangedStatus, MatchedStatus,
     SampleRejectedStatus, StatusMask,
 };
-use crate::store::Store;
-
-type Listener = Arc<dyn Fn(StatusMask) + Send + Sync>;
-
-#[derive(Debug, Default)]
-struct Statuses {
-    matched: MatchedStatus,
-    rejected: SampleRejectedStatus,
-    liveliness: LivelinessChangedStatus,
-    deadline: DeadlineMissedStatus,
-    incompatible: IncompatibleQosStatus,
-    /// Statuses changed since read (the StatusCondition's trigger).
-    changes: u32,
-}
-
-pub(crate) struct ReaderCore {
-    pub(crate) id: u32,
-    pub(crate) topic: Arc<TopicInner>,
-    pub(crate) subgroup: spindle_group::SubgroupId,
-    qos: DataReaderQos,
-    cache: Mutex<Cache>,
-    status: Mutex<Statuses>,
-    matched: AtomicBool,
-    listener: Mutex<Option<Listener>>,
-    pub(crate) deleted: AtomicBool,
-}
-
-impl ReaderCore {
-    pub(crate) fn new(id: u32, topic: Arc<TopicInner>, qos: DataReaderQos) -> Arc<ReaderCore> {
-        Arc::new(ReaderCore {
-            id,
-            subgroup: topic.subgroup,
-            topic,
-            cache: Mutex::new({
-                let mut c = Cache::new(qos.history, qos.resource_limits);
-                c.set_deadline_us(qos.deadline.period.to_std().map(|d| d.as_micros() as u64));
-                c.set_exclusive(qos.ownership.kind == spindle_qos::OwnershipKind::Exclusive);
-                c.set_minimum_separation_us(
-                    qos.time_based_filter
-                        .minimum_separation
-                        .to_std()
-                        .map_or(u64::MAX, |d| d.as_micros() as u64),
-                );
-                c
-            }),
-            qos,
-            status: Mutex::new(Statuses::default()),
-            matched: AtomicBool::new(false),
-            listener: Mutex::new(None),
-            deleted: AtomicBool::new(false),
-        })
-    }
-
-    pub(crate) fn is_matched(&self) -> bool {
-        self.matched.load(Ordering::Acquire)
-    }
-
-    /// Adds a delivered sample; false if rejected (counted in SAMPLE_REJECTED).
-    pub(crate) fn insert(&self, h: &SampleHeader, payload: &[u8], o: Origin) -> bool {
-        self.insert_all(std::iter::once((h, payload, o)))
-    }
-
-    /// Adds delivered samples of this reader's topic under one lock of the cache;
-    /// true if any was kept.
-    pub(crate) fn insert_all<'a>(
-        &self,
-        items: impl Iterator<Item = (&'a SampleHeader, &'a [u8], Origin)>,
-    ) -> bool {
-        let mut kept = false;
-        let mut rejected = Vec::new();
-        {
-            let mut cache = lock(&self.cache);
-            for (h, payload, o) in items {
-                match cache.insert(h, payload, o) {
-                    Ok(k) => kept |= k,
-                    Err(r) => rejected.push((r, h.key_hash)),
-                }
-            }
-        }
-        let mut s = lock(&self.status);
-        if kept {
-            s.changes |= StatusMask::DATA_AVAILABLE.0;
-        }
-        for (r, key) in rejected {
-            s.rejected.total_count += 1;
-            s.rejected.total_count_change += 1;
-            s.rejected.last_reason = reason(&r);
-            s.rejected.last_instance_handle = InstanceHandle(key);
-            s.changes |= StatusMask::SAMPLE_REJECTED.0;
-        }
-        kept
-    }
-
-    /// Loads this topic's samples from a store; true if any.
-    pub(crate) fn prime(&self, store: &Store) -> bool {
-        let mut any = false;
-        for s in store.iter() {
-            if let Ok((h, payload)) = SampleHeader::decode(&s.bytes) {
-                if h.topic_id == self.topic.topic_id {
-                    any |= self.insert(&h, payload, s.origin);
-                }
-            }
-        }
-        any
-    }
-
-    /// The view changed; returns the statuses that changed.
-    pub(crate) fn on_view(
-        &self,
-        vid: u32,
-        in_subgroup: bool,
-        writers: u32,
-        level: DeliveryLevel,
-        gone: &dyn Fn(&WriterHandle) -> bool,
-    ) -> StatusMask {
-        let mut mask = StatusMask::NONE;
-        // A RELIABLE reader does not match BEST_EFFORT-only writers (RxO).
-        // The writers must offer at least the level this reader requests (RELIABILITY
-        // and DURABILITY are requested-vs-offered policies).
-        let compatible = !in_subgroup || self.qos.delivery_level() <= level;
-        let matched = in_subgroup && compatible;
-        self.matched.store(matched, Ordering::Release);
-        lock(&self.cache).writers_gone(gone);
-        let mut s = lock(&self.status);
-        let before = s.matched.current_count;
-        if update_matched(&mut s.matched, if matched { writers } else { 0 }, vid) {
-            mask = mask | StatusMask::SUBSCRIPTION_MATCHED;
-            let now = s.matched.current_count;
-            let l = &mut s.liveliness;
-            if now > before {
-                l.alive_count_change += (now - before) as i32;
-            } else {
-                l.not_alive_count += before - now;
-                l.not_alive_count_change += (before - now) as i32;
-                l.alive_count_change -= (before - now) as i32;
-            }
-            l.alive_count = now;
-            mask = mask | StatusMask::LIVELINESS_CHANGED;
-        }
-        if !compatible {
-            s.incompatible.total_count += 1;
-            s.incompatible.total_count_change += 1;
-            s.incompatible.last_policy_id = Some(if level == DeliveryLevel::Unordered {
-                QosPolicyId::Reliability
-            } else {
-                QosPolicyId::Durability
-            });
-            mask = mask | StatusMask::REQUESTED_INCOMPATIBLE_QOS;
-        }
-        s.changes |= mask.0;
-        mask
-    }
-
-    /// The reader's DEADLINE period, if finite.
-    pub(crate) fn deadline_us(&self) -> Option<u64> {
-        self.qos
-            .deadline
-            .period
-            .to_std()
-            .map(|d| d.as_micros() as u64)
-    }
-
-    /// Counts instances whose DEADLINE passed by `now_us`; the changed statuses.
-    pub(crate) fn check_deadlines(&self, now_us: u64) -> StatusMask {
-        let missed = lock(&self.cache).deadline_misses(now_us);
-        let Some(last) = missed.last() else {
-            return StatusMask::NONE;
-        };
-        let mut s = lock(&self.status);
-        s.deadline.total_count += missed.len() as u32;
-        s.deadline.total_count_change += missed.len() as i32;
-        s.deadline.last_instance_handle = *last;
-        s.changes |= StatusMask::REQUESTED_DEADLINE_MISSED.0;
-        StatusMask::REQUESTED_DEADLINE_MISSED
-    }
-
-    pub(crate) fn fire(&self, mask: StatusMask) {
-        let l = lock(&self.listener).clone();
-        if let Some(l) = l {
-            l(mask);
-        }
-    }
-
-    pub(crate) fn clear_listener(&self) {
-        *lock(&self.listener) = None;
-    }
-}
 
 /// Reads samples of `T` from a topic (DDS `DataReader`). Cheap to clone.
 pub struct DataReader<T: TopicType> {
     core: Arc<ReaderCore>,
+    topic: Arc<TopicInner>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -214,6 +29,7 @@ impl<T: TopicType> Clone for DataReader<T> {
     fn clone(&self) -> Self {
         DataReader {
             core: Arc::clone(&self.core),
+            topic: Arc::clone(&self.topic),
             _t: PhantomData,
         }
     }
@@ -252,9 +68,10 @@ pub trait DataReaderListener<T: TopicType>: Send + Sync + 'static {
 }
 
 impl<T: TopicType> DataReader<T> {
-    pub(crate) fn new(core: Arc<ReaderCore>) -> Self {
+    pub(crate) fn new(core: Arc<ReaderCore>, topic: Arc<TopicInner>) -> Self {
         DataReader {
             core,
+            topic,
             _t: PhantomData,
         }
     }
@@ -264,7 +81,7 @@ impl<T: TopicType> DataReader<T> {
     }
 
     pub(crate) fn refresh_matched(&self) {
-        let p = &self.core.topic.participant;
+        let p = &self.topic.participant;
         let me = p.me();
         let st = lock(&p.shared.state);
         let vid = st.view.as_ref().map_or(0, |v| v.vid);
@@ -430,9 +247,12 @@ impl<T: TopicType> DataReader<T> {
     /// Installs `listener` (replacing one set before).
     pub fn set_listener(&self, listener: impl DataReaderListener<T>) {
         let weak: Weak<ReaderCore> = Arc::downgrade(&self.core);
+        let weak_topic: Weak<TopicInner> = Arc::downgrade(&self.topic);
         let l: Listener = Arc::new(move |mask: StatusMask| {
-            let Some(core) = weak.upgrade() else { return };
-            let r = DataReader::<T>::new(core);
+            let (Some(core), Some(topic)) = (weak.upgrade(), weak_topic.upgrade()) else {
+                return;
+            };
+            let r = DataReader::<T>::new(core, topic);
             if mask.intersects(StatusMask::SUBSCRIPTION_MATCHED) {
                 let s = lock(&r.core.status).matched;
                 listener.on_subscription_matched(&r, s);

@@ -1,123 +1,31 @@
 //! Typed writers (DDS `DataWriter`).
 
-use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
 
 use spindle_qos::DataWriterQos;
 use spindle_topics::{Endianness, TopicType};
 
-use crate::domain::{instance_of, lock, on_delivery_thread, update_matched, TopicInner};
+use crate::common::{instance_of, lock, on_delivery_thread};
 use crate::error::{Error, Result};
+use crate::inner::TopicInner;
 use crate::sample::{InstanceHandle, SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
 use crate::status::{DeadlineMissedStatus, MatchedStatus};
+use crate::writer_core::{blocking_us, lifespan_ns, WriterCore};
 
-type WriterListener = Arc<dyn Fn(MatchedStatus) + Send + Sync>;
-
-pub(crate) struct WriterCore {
-    pub(crate) id: u32,
-    pub(crate) topic: Arc<TopicInner>,
-    pub(crate) subgroup: spindle_group::SubgroupId,
-    qos: Mutex<DataWriterQos>,
-    seq: AtomicU64,
-    write_lock: Mutex<Vec<u8>>,
-    sender: Mutex<Option<spindle_group::Sender>>,
-    /// RELIABILITY `max_blocking_time`, kept apart from the QoS so `write` reads it
-    /// without a lock.
-    blocking_us: AtomicU64,
-    /// LIFESPAN in ns (0: infinite) and OWNERSHIP_STRENGTH, stamped on every sample.
-    lifespan_ns: AtomicU64,
-    strength: AtomicI32,
-    matched: Mutex<MatchedStatus>,
-    listener: Mutex<Option<WriterListener>>,
-    pub(crate) deleted: AtomicBool,
-    /// DEADLINE period in µs, if finite, and per instance when it next expires.
-    pub(crate) deadline_us: Option<u64>,
-    deadlines: Mutex<BTreeMap<InstanceHandle, u64>>,
-    deadline_missed: Mutex<DeadlineMissedStatus>,
-}
-
-impl WriterCore {
-    pub(crate) fn new(id: u32, topic: Arc<TopicInner>, qos: DataWriterQos) -> Arc<WriterCore> {
-        let blocking = blocking_us(&qos);
-        let lifespan = lifespan_ns(&qos);
-        let strength = qos.ownership_strength.value;
-        let deadline_period = qos.deadline.period;
-        Arc::new(WriterCore {
-            id,
-            subgroup: topic.subgroup,
-            topic,
-            qos: Mutex::new(qos),
-            seq: AtomicU64::new(0),
-            write_lock: Mutex::new(Vec::new()),
-            sender: Mutex::new(None),
-            blocking_us: AtomicU64::new(blocking),
-            lifespan_ns: AtomicU64::new(lifespan),
-            strength: AtomicI32::new(strength),
-            matched: Mutex::new(MatchedStatus::default()),
-            listener: Mutex::new(None),
-            deleted: AtomicBool::new(false),
-            deadline_us: deadline_period
-                .to_std()
-                .map(|d| (d.as_micros() as u64).max(1)),
-            deadlines: Mutex::new(BTreeMap::new()),
-            deadline_missed: Mutex::new(DeadlineMissedStatus::default()),
-        })
-    }
-
-    /// The view changed: `readers` participants read the subgroup now.
-    pub(crate) fn on_view(&self, vid: u32, readers: u32) -> bool {
-        update_matched(&mut lock(&self.matched), readers, vid)
-    }
-
-    /// Counts instances this writer did not write for a DEADLINE period by `now_us`
-    /// (OFFERED_DEADLINE_MISSED); true if any.
-    pub(crate) fn check_deadlines(&self, now_us: u64) -> bool {
-        let Some(period) = self.deadline_us else {
-            return false;
-        };
-        let mut missed = Vec::new();
-        for (h, at) in lock(&self.deadlines).iter_mut() {
-            while *at <= now_us {
-                missed.push(*h);
-                *at += period;
-            }
-        }
-        let Some(last) = missed.last() else {
-            return false;
-        };
-        let mut s = lock(&self.deadline_missed);
-        s.total_count += missed.len() as u32;
-        s.total_count_change += missed.len() as i32;
-        s.last_instance_handle = *last;
-        true
-    }
-
-    /// An instance was written (or, with `gone`, unregistered or disposed).
-    fn wrote(&self, key: InstanceHandle, gone: bool) {
-        if let Some(period) = self.deadline_us {
-            let mut d = lock(&self.deadlines);
-            if gone {
-                d.remove(&key);
-            } else {
-                d.insert(key, crate::cache::now_us().saturating_add(period));
-            }
-        }
-    }
-
-    pub(crate) fn fire(&self) {
-        let l = lock(&self.listener).clone();
-        if let Some(l) = l {
-            l(*lock(&self.matched));
-        }
-    }
-}
+/// How long a writer waiting for room lets pass every `LOAN_TRIES_PER_PAUSE` tries (it
+/// yields between).
+const LOAN_PAUSE: Duration = Duration::from_micros(50);
+const LOAN_TRIES_PER_PAUSE: u32 = 64;
+/// How long `wait_for_readers` lets pass between looks.
+const READERS_POLL: Duration = Duration::from_millis(1);
 
 /// Writes samples of `T` to a topic (DDS `DataWriter`). Cheap to clone.
 pub struct DataWriter<T: TopicType> {
     core: Arc<WriterCore>,
+    topic: Arc<TopicInner>,
     _t: PhantomData<fn(T)>,
 }
 
@@ -125,6 +33,7 @@ impl<T: TopicType> Clone for DataWriter<T> {
     fn clone(&self) -> Self {
         DataWriter {
             core: Arc::clone(&self.core),
+            topic: Arc::clone(&self.topic),
             _t: PhantomData,
         }
     }
@@ -139,35 +48,18 @@ impl<T: TopicType> std::fmt::Debug for DataWriter<T> {
     }
 }
 
-/// RELIABILITY `max_blocking_time` in µs (an hour for INFINITE).
-fn blocking_us(qos: &DataWriterQos) -> u64 {
-    qos.reliability
-        .max_blocking_time
-        .to_std()
-        .unwrap_or(Duration::from_secs(3600))
-        .as_micros() as u64
-}
-
-/// LIFESPAN in ns (0 for INFINITE).
-fn lifespan_ns(qos: &DataWriterQos) -> u64 {
-    qos.lifespan
-        .duration
-        .to_std()
-        .map_or(0, |d| (d.as_nanos() as u64).max(1))
-}
-
-fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
-}
-
 impl<T: TopicType> DataWriter<T> {
-    pub(crate) fn new(core: Arc<WriterCore>) -> Self {
+    pub(crate) fn new(core: Arc<WriterCore>, topic: Arc<TopicInner>) -> Self {
         DataWriter {
             core,
+            topic,
             _t: PhantomData,
         }
+    }
+
+    /// Now on the participant's clock, in ns since the Unix epoch.
+    fn now_ns(&self) -> i64 {
+        self.topic.participant.wall_ns()
     }
 
     pub(crate) fn core(&self) -> &Arc<WriterCore> {
@@ -175,7 +67,7 @@ impl<T: TopicType> DataWriter<T> {
     }
 
     pub(crate) fn refresh_matched(&self) {
-        let p = &self.core.topic.participant;
+        let p = &self.topic.participant;
         let st = lock(&p.shared.state);
         let vid = st.view.as_ref().map_or(0, |v| v.vid);
         let readers = st
@@ -221,7 +113,7 @@ impl<T: TopicType> DataWriter<T> {
 
     /// Writes `data`, stamped now (DDS `write`).
     pub fn write(&self, data: &T) -> Result<()> {
-        self.write_w_timestamp(data, now_ns())
+        self.write_w_timestamp(data, self.now_ns())
     }
 
     /// Writes `data` with the source timestamp `timestamp_ns` (ns since the Unix epoch).
@@ -247,7 +139,7 @@ impl<T: TopicType> DataWriter<T> {
     /// Disposes the instance of `data`'s key (DDS `dispose`).
     pub fn dispose(&self, data: &T) -> Result<()> {
         let key = instance_of(data)?;
-        self.send(SampleKind::Dispose, key, now_ns(), |_| Ok(0))
+        self.send(SampleKind::Dispose, key, self.now_ns(), |_| Ok(0))
     }
 
     /// Unregisters the instance of `data`'s key (DDS `unregister_instance`); with
@@ -259,9 +151,9 @@ impl<T: TopicType> DataWriter<T> {
             .writer_data_lifecycle
             .autodispose_unregistered_instances
         {
-            self.send(SampleKind::Dispose, key, now_ns(), |_| Ok(0))?;
+            self.send(SampleKind::Dispose, key, self.now_ns(), |_| Ok(0))?;
         }
-        self.send(SampleKind::Unregister, key, now_ns(), |_| Ok(0))
+        self.send(SampleKind::Unregister, key, self.now_ns(), |_| Ok(0))
     }
 
     /// The instance handle of `data`'s key (DDS `register_instance`; registration is
@@ -300,17 +192,23 @@ impl<T: TopicType> DataWriter<T> {
 
     /// Waits until at least `count` participants read the topic (a convenience for
     /// applications that must not write before their readers exist).
+    /// `IllegalOperation` from a listener (the delivery thread, which installs views).
     pub fn wait_for_readers(&self, count: u32, timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        while lock(&self.core.matched).current_count < count {
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout(format!(
-                    "fewer than {count} readers matched"
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(1));
+        if on_delivery_thread() {
+            return Err(Error::IllegalOperation(
+                "wait_for_readers from a listener would block the views it waits for".into(),
+            ));
         }
-        Ok(())
+        let p = &self.topic.participant;
+        if p.poll_until(timeout, READERS_POLL, || {
+            lock(&self.core.matched).current_count >= count
+        }) {
+            Ok(())
+        } else {
+            Err(Error::Timeout(format!(
+                "fewer than {count} readers matched"
+            )))
+        }
     }
 
     /// Borrows the next slot of the writer's ring with a default `T` to fill in place
@@ -320,7 +218,7 @@ impl<T: TopicType> DataWriter<T> {
         T: Default,
     {
         self.check()?;
-        let (loan, room) = self.loan(Instant::now() + self.blocking_time())?;
+        let (loan, room) = self.loan(self.blocking_deadline_us())?;
         Ok(LoanedSample {
             writer: self.clone(),
             loan: Some((loan, room)),
@@ -332,17 +230,22 @@ impl<T: TopicType> DataWriter<T> {
         if self.core.deleted.load(Ordering::Acquire) {
             return Err(Error::AlreadyDeleted(format!("writer {}", self.core.id)));
         }
-        self.core.topic.participant.check_alive()
+        self.topic.participant.check_alive()
     }
 
-    fn blocking_time(&self) -> Duration {
-        Duration::from_micros(self.core.blocking_us.load(Ordering::Relaxed))
+    /// When a write that starts now must give up waiting (RELIABILITY
+    /// `max_blocking_time`), on the participant's clock.
+    fn blocking_deadline_us(&self) -> u64 {
+        self.topic
+            .participant
+            .now_us()
+            .saturating_add(self.core.blocking_us.load(Ordering::Relaxed))
     }
 
     /// A slot of the ring and the payload room after the header. The sender handle is
     /// cached; a view change stops its ring (`Wedged`) and the next view's is fetched.
-    fn loan(&self, deadline: Instant) -> Result<(spindle_group::Loan, usize)> {
-        let p = &self.core.topic.participant;
+    fn loan(&self, deadline_us: u64) -> Result<(spindle_group::Loan, usize)> {
+        let p = &self.topic.participant;
         let mut tries = 0u32;
         loop {
             let cached = lock(&self.core.sender).clone();
@@ -374,18 +277,18 @@ impl<T: TopicType> DataWriter<T> {
                 Err(e) => return Err(e.into()),
             };
             p.check_alive()?;
-            if on_delivery_thread() || Instant::now() >= deadline {
+            if on_delivery_thread() || p.now_us() >= deadline_us {
                 return Err(Error::Timeout(format!(
                     "writing {}: {err} (RELIABILITY max_blocking_time)",
                     self.core.topic.name
                 )));
             }
             tries = tries.wrapping_add(1);
-            if tries % 64 == 0 {
-                std::thread::sleep(Duration::from_micros(50));
+            p.driver.idle(if tries % LOAN_TRIES_PER_PAUSE == 0 {
+                LOAN_PAUSE
             } else {
-                std::thread::yield_now();
-            }
+                Duration::ZERO
+            });
         }
     }
 
@@ -399,12 +302,15 @@ impl<T: TopicType> DataWriter<T> {
         body: impl FnOnce(&mut [u8]) -> Result<usize>,
     ) -> Result<()> {
         self.check()?;
-        let deadline = Instant::now() + self.blocking_time();
+        let deadline_us = self.blocking_deadline_us();
         let mut staging = lock(&self.core.write_lock);
-        let (loan, room) = self.loan(deadline)?;
+        let (loan, room) = self.loan(deadline_us)?;
         staging.resize(room, 0);
         let n = body(&mut staging[..])?;
-        self.core.wrote(key, kind != SampleKind::Data);
+        if self.core.deadline_us.is_some() {
+            let now_us = self.topic.participant.now_us();
+            self.core.wrote(key, kind != SampleKind::Data, now_us);
+        }
         self.finish(loan, kind, key, timestamp_ns, &staging[..n])
     }
 
@@ -479,7 +385,12 @@ impl<T: TopicType> LoanedSample<T> {
         let n = self
             .value
             .encode_into(Endianness::Little, &mut staging[..])?;
-        self.writer
-            .finish(loan, SampleKind::Data, key, now_ns(), &staging[..n])
+        self.writer.finish(
+            loan,
+            SampleKind::Data,
+            key,
+            self.writer.now_ns(),
+            &staging[..n],
+        )
     }
 }

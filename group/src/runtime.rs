@@ -502,35 +502,15 @@ fn group_loop(
         let mut work = drive(&mut group, &*ep, now_us, &mut scratch);
         while let Some(out) = group.poll() {
             work = true;
-            match out {
-                GroupOutput::Delivery(b) => app.deliver(&b),
-                GroupOutput::ViewInstalled(v) => {
-                    *lock(&shared.view) = Some(v.view.clone());
+            match hand_to(&mut group, &mut app, out) {
+                Handed::View(view) => {
+                    *lock(&shared.view) = Some(view);
                     lock(&shared.senders).clear();
                     refresh = true;
-                    app.view_installed(&v);
                 }
-                GroupOutput::StateRequested { subgroup, joiner } => {
-                    let state = app.snapshot(subgroup);
-                    if let Err(e) = group.provide_state(subgroup, joiner, &state) {
-                        tracing::error!(subgroup, joiner, error = %e, "state transfer");
-                    }
-                }
-                GroupOutput::InstallState { subgroup, state } => {
-                    app.install(subgroup, &state);
-                    refresh = true;
-                }
-                GroupOutput::Undeliverable { subgroup, payloads } => {
-                    app.undeliverable(subgroup, payloads)
-                }
-                GroupOutput::ShutDown(why) => {
-                    shared.done.store(true, Ordering::Release);
-                    app.stopped(Some(&why));
-                }
-                GroupOutput::Left => {
-                    shared.done.store(true, Ordering::Release);
-                    app.stopped(None);
-                }
+                Handed::State => refresh = true,
+                Handed::Stopped => shared.done.store(true, Ordering::Release),
+                Handed::Other => {}
             }
         }
         if group.is_done() {
@@ -570,6 +550,58 @@ fn group_loop(
         if idle_rounds % CLOCK_ROUNDS == 0 && last_work.elapsed() >= spin {
             // Park, but wake in time for the group's time-outs (joins, activation).
             ep.wait(Duration::from_millis(5));
+        }
+    }
+}
+
+/// What [`hand_to`] did with one output, for the runner's own bookkeeping.
+#[derive(Debug)]
+pub enum Handed {
+    /// A new view was installed (the application saw it); its senders change.
+    View(View),
+    /// A subgroup's state was installed: its sender may be handed out now.
+    State,
+    /// The node stopped (shut down or left; the application saw it).
+    Stopped,
+    /// A delivery, a snapshot given or messages handed back.
+    Other,
+}
+
+/// Hands one [`GroupOutput`] to `app` (answering a state request through `group`): the
+/// one place a group's output becomes application upcalls, used by [`GroupNode`]'s
+/// predicate thread and by the simulations alike.
+pub fn hand_to(group: &mut Group, app: &mut impl Application, out: GroupOutput) -> Handed {
+    match out {
+        GroupOutput::Delivery(b) => {
+            app.deliver(&b);
+            Handed::Other
+        }
+        GroupOutput::ViewInstalled(v) => {
+            app.view_installed(&v);
+            Handed::View(v.view)
+        }
+        GroupOutput::StateRequested { subgroup, joiner } => {
+            let state = app.snapshot(subgroup);
+            if let Err(e) = group.provide_state(subgroup, joiner, &state) {
+                tracing::error!(subgroup, joiner, error = %e, "state transfer");
+            }
+            Handed::Other
+        }
+        GroupOutput::InstallState { subgroup, state } => {
+            app.install(subgroup, &state);
+            Handed::State
+        }
+        GroupOutput::Undeliverable { subgroup, payloads } => {
+            app.undeliverable(subgroup, payloads);
+            Handed::Other
+        }
+        GroupOutput::ShutDown(why) => {
+            app.stopped(Some(&why));
+            Handed::Stopped
+        }
+        GroupOutput::Left => {
+            app.stopped(None);
+            Handed::Stopped
         }
     }
 }

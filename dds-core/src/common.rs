@@ -1,0 +1,64 @@
+//! What every DCPS module uses: the lock that survives a poisoned mutex, the flag that
+//! marks the delivery thread, a topic's identity and the small mappings readers and
+//! writers share. It imports no other DCPS module but the data types below it.
+
+use std::sync::{Mutex, MutexGuard};
+
+use spindle_group::SubgroupId;
+use spindle_topics::TopicType;
+
+use crate::cache::Rejected;
+use crate::error::Result;
+use crate::sample::InstanceHandle;
+use crate::status::SampleRejectedReason;
+
+/// Locks `m`, taking the data of a poisoned mutex as it is: a listener that panicked must
+/// not take the participant down with it.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+thread_local! {
+    static ON_DELIVERY_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True on a participant's delivery thread (inside listeners), where waiting for a view
+/// change would deadlock.
+pub(crate) fn on_delivery_thread() -> bool {
+    ON_DELIVERY_THREAD.with(|c| c.get())
+}
+
+/// Marks (or unmarks) this thread as a delivery thread: the participant's predicate
+/// thread marks itself for good; a simulation marks the thread for one round.
+pub(crate) fn set_delivery_thread(on: bool) {
+    ON_DELIVERY_THREAD.with(|c| c.set(on));
+}
+
+/// A topic as the entities of one participant know it.
+#[derive(Debug)]
+pub(crate) struct TopicIdentity {
+    /// The topic's name.
+    pub(crate) name: String,
+    /// The name's hash that samples carry ([`crate::topic_id`]).
+    pub(crate) topic_id: u64,
+    /// The subgroup that carries it ([`crate::subgroup_of`]).
+    pub(crate) subgroup: SubgroupId,
+}
+
+/// Maps a cache rejection to the status reason.
+pub(crate) fn reason(r: &Rejected) -> SampleRejectedReason {
+    match r {
+        Rejected::Instances => SampleRejectedReason::ByInstancesLimit,
+        Rejected::Samples => SampleRejectedReason::BySamplesLimit,
+        Rejected::SamplesPerInstance => SampleRejectedReason::BySamplesPerInstanceLimit,
+    }
+}
+
+/// The instance handle of `data`'s key (zeros for a keyless type).
+pub(crate) fn instance_of<T: TopicType>(data: &T) -> Result<InstanceHandle> {
+    if T::HAS_KEY {
+        Ok(InstanceHandle(data.key_hash()?))
+    } else {
+        Ok(InstanceHandle::default())
+    }
+}

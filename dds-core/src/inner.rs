@@ -1,0 +1,269 @@
+//! What every entity holds of its participant and topic: [`ParticipantInner`] (its
+//! configuration, its [`Driver`], its declared interests, the waits for view changes) and
+//! [`TopicInner`]. The public handles (`participant.rs`, `topic.rs`, `publisher.rs`,
+//! `subscriber.rs`, `reader.rs`, `writer.rs`) are thin layers over these.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use spindle_group::SubgroupId;
+use spindle_qos::{DeliveryLevel, DomainParticipantQos, TopicQos};
+use spindle_topics::TopicType;
+use spindle_transport_rdma::NodeId;
+
+use crate::common::{lock, on_delivery_thread, TopicIdentity};
+use crate::config::ParticipantConfig;
+use crate::declare::{encode_declaration, Interest};
+use crate::error::{Error, Result};
+use crate::shared::{Driver, Shared, State};
+
+/// Longest single wait for a view change before the waiter looks again.
+const VIEW_WAIT_SLICE: Duration = Duration::from_millis(20);
+
+/// A participant's inner state. See the module docs.
+pub(crate) struct ParticipantInner {
+    pub(crate) domain_id: u32,
+    pub(crate) qos: DomainParticipantQos,
+    pub(crate) config: ParticipantConfig,
+    pub(crate) driver: Box<dyn Driver>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) address: String,
+    next_id: AtomicU32,
+    /// Entity id → its interest (merged into the declaration).
+    interests: Mutex<BTreeMap<u32, (SubgroupId, Interest)>>,
+    /// Topic name → (type name, QoS, handles open).
+    pub(crate) topics: Mutex<BTreeMap<String, (String, TopicQos, usize)>>,
+    pub(crate) deleted: AtomicBool,
+}
+
+impl ParticipantInner {
+    pub(crate) fn new(
+        domain_id: u32,
+        qos: DomainParticipantQos,
+        config: ParticipantConfig,
+        driver: Box<dyn Driver>,
+        shared: Arc<Shared>,
+        address: String,
+    ) -> ParticipantInner {
+        ParticipantInner {
+            domain_id,
+            qos,
+            config,
+            driver,
+            shared,
+            address,
+            next_id: AtomicU32::new(1),
+            interests: Mutex::new(BTreeMap::new()),
+            topics: Mutex::new(BTreeMap::new()),
+            deleted: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn me(&self) -> NodeId {
+        self.shared.me
+    }
+
+    /// The entity time-out (`entity_timeout_ms`).
+    pub(crate) fn timeout(&self) -> Duration {
+        Duration::from_millis(self.config.entity_timeout_ms)
+    }
+
+    /// Now on the participant's clock, in µs.
+    pub(crate) fn now_us(&self) -> u64 {
+        self.shared.clock.now_us()
+    }
+
+    /// Now on the participant's clock, in ns since the Unix epoch.
+    pub(crate) fn wall_ns(&self) -> i64 {
+        self.shared.clock.wall_ns()
+    }
+
+    pub(crate) fn check_alive(&self) -> Result<()> {
+        if self.deleted.load(Ordering::Acquire) {
+            return Err(Error::AlreadyDeleted("the participant was deleted".into()));
+        }
+        if self.shared.stopped_flag.load(Ordering::Acquire) {
+            if let Some(why) = &lock(&self.shared.state).stopped {
+                return Err(Error::PreconditionNotMet(format!(
+                    "the participant stopped: {why}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn sender(&self, sg: SubgroupId) -> spindle_group::Result<spindle_group::Sender> {
+        self.driver.sender(sg)
+    }
+
+    pub(crate) fn next_entity_id(&self) -> u32 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Waits up to `timeout` (on the participant's clock) until `done` holds of the
+    /// shared state; `what` names the wait in the time-out error. Gives up early, with
+    /// `PreconditionNotMet`, if the participant stopped.
+    pub(crate) fn wait_until(
+        &self,
+        timeout: Duration,
+        what: impl Fn() -> String,
+        done: impl Fn(&State) -> bool,
+    ) -> Result<()> {
+        let deadline_us = self.now_us().saturating_add(timeout.as_micros() as u64);
+        let mut st = lock(&self.shared.state);
+        loop {
+            if let Some(why) = &st.stopped {
+                return Err(Error::PreconditionNotMet(format!(
+                    "the participant stopped: {why}"
+                )));
+            }
+            if done(&st) {
+                return Ok(());
+            }
+            let left_us = deadline_us.saturating_sub(self.now_us());
+            if left_us == 0 {
+                return Err(Error::Timeout(what()));
+            }
+            let left = Duration::from_micros(left_us).min(VIEW_WAIT_SLICE);
+            st = self.driver.wait_changed(&self.shared, st, left);
+        }
+    }
+
+    /// Polls `done` (letting `poll` pass between looks) until it holds or `timeout`
+    /// passes on the participant's clock; false on time-out.
+    pub(crate) fn poll_until(
+        &self,
+        timeout: Duration,
+        poll: Duration,
+        mut done: impl FnMut() -> bool,
+    ) -> bool {
+        let deadline_us = self.now_us().saturating_add(timeout.as_micros() as u64);
+        loop {
+            if done() {
+                return true;
+            }
+            if self.now_us() >= deadline_us {
+                return false;
+            }
+            self.driver.idle(poll);
+        }
+    }
+
+    /// Re-declares this participant's interests and waits (up to the entity time-out)
+    /// until a view carries them and `ready` holds.
+    pub(crate) fn redeclare(&self, ready: impl Fn(&State) -> bool) -> Result<()> {
+        if on_delivery_thread() {
+            return Err(Error::IllegalOperation(
+                "entities cannot be created or deleted from a listener (the delivery thread)"
+                    .into(),
+            ));
+        }
+        let mut merged: BTreeMap<SubgroupId, Interest> = BTreeMap::new();
+        for (sg, i) in lock(&self.interests).values() {
+            merged.entry(*sg).and_modify(|m| m.merge(i)).or_insert(*i);
+        }
+        let bytes = encode_declaration(&merged)?;
+        if self.deleted.load(Ordering::Acquire) {
+            return Err(Error::AlreadyDeleted("the participant was deleted".into()));
+        }
+        self.driver.declare(bytes.clone())?;
+        let me = self.me();
+        self.wait_until(
+            self.timeout(),
+            || {
+                format!(
+                    "no view carried this participant's entities within {} ms",
+                    self.config.entity_timeout_ms
+                )
+            },
+            |st| {
+                let carried = st.view.as_ref().is_some_and(|v| {
+                    v.declared.get(&me).map_or(&[][..], |d| d) == bytes.as_slice()
+                });
+                carried && ready(st)
+            },
+        )
+    }
+
+    /// Waits for the engine to hand out the sender of `sg` (after the view's re-sends).
+    pub(crate) fn wait_sender(&self, sg: SubgroupId) -> Result<()> {
+        if self.poll_until(self.timeout(), SENDER_POLL, || self.sender(sg).is_ok()) {
+            Ok(())
+        } else {
+            Err(Error::Timeout(format!("no sender for subgroup {sg}")))
+        }
+    }
+
+    pub(crate) fn add_interest(&self, id: u32, sg: SubgroupId, i: Interest) {
+        lock(&self.interests).insert(id, (sg, i));
+    }
+
+    pub(crate) fn remove_interest(&self, id: u32) -> bool {
+        lock(&self.interests).remove(&id).is_some()
+    }
+
+    /// True while writers or readers remain.
+    pub(crate) fn has_entities(&self) -> bool {
+        !lock(&self.interests).is_empty()
+    }
+
+    /// Checks what every new writer or reader needs and returns its id and interest.
+    pub(crate) fn new_entity<T: TopicType>(
+        self: &Arc<Self>,
+        topic: &TopicInner,
+        level: DeliveryLevel,
+        reader: bool,
+        store_depth: u16,
+    ) -> Result<(u32, Interest)> {
+        self.check_alive()?;
+        if !Arc::ptr_eq(&topic.participant, self) {
+            return Err(Error::BadParameter(
+                "the topic belongs to another participant".into(),
+            ));
+        }
+        check_level(level, &topic.ident.name)?;
+        Ok((
+            self.next_entity_id(),
+            Interest {
+                reader,
+                writer: !reader,
+                level,
+                window_slots: self.config.window_slots,
+                slot_payload_bytes: slot_bytes_for::<T>(&self.config),
+                store_depth,
+            },
+        ))
+    }
+}
+
+/// How long [`ParticipantInner::wait_sender`] lets pass between looks.
+const SENDER_POLL: Duration = Duration::from_micros(200);
+
+/// `Unsupported` for the levels not built yet.
+pub(crate) fn check_level(level: DeliveryLevel, topic: &str) -> Result<()> {
+    if level == DeliveryLevel::LoggedStore {
+        return Err(Error::Unsupported(format!(
+            "topic {topic:?}: DURABILITY PERSISTENT (the LoggedStore level) needs the \
+             persistent log, which is not built yet; use TRANSIENT_LOCAL or TRANSIENT \
+             (VolatileStore) instead"
+        )));
+    }
+    Ok(())
+}
+
+/// Slot payload bytes a writer or reader of `T` needs.
+fn slot_bytes_for<T: TopicType>(cfg: &ParticipantConfig) -> usize {
+    let need = T::MAX_SERIALIZED_SIZE.map_or(cfg.slot_payload_bytes, |m| {
+        m + crate::sample::SAMPLE_HEADER_BYTES
+    });
+    need.clamp(1, 64 * 1024)
+}
+
+/// A topic's inner state: its participant, identity and QoS.
+pub(crate) struct TopicInner {
+    pub(crate) participant: Arc<ParticipantInner>,
+    pub(crate) ident: Arc<TopicIdentity>,
+    pub(crate) qos: TopicQos,
+}

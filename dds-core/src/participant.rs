@@ -1,0 +1,332 @@
+//! Participants (DDS `DomainParticipant`) and the factory that makes them: one member
+//! of the domain's top-level group each.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use spindle_group::{Group, GroupConfig, LocalFabric, View};
+use spindle_qos::{DomainParticipantQos, PublisherQos, SubscriberQos, TopicQos};
+use spindle_topics::TopicType;
+use spindle_transport_rdma::{Endpoint, FabricConfig, NodeId};
+
+use crate::clock::WallClock;
+use crate::common::{lock, TopicIdentity};
+use crate::config::{ParticipantConfig, Transport};
+use crate::declare::{dds_layout, subgroup_of, topic_id};
+use crate::error::{Error, Result};
+use crate::inner::{check_level, ParticipantInner, TopicInner};
+use crate::publisher::Publisher;
+use crate::shared::{Driver, Shared};
+use crate::subscriber::Subscriber;
+use crate::threads::ThreadDriver;
+use crate::topic::Topic;
+
+/// How long a joiner waits before it asks its contacts again.
+const JOIN_RETRY_US: u64 = 50_000;
+
+/// The participant's group: bootstrapped with the other `bootstrap` members if it is one
+/// of them, else joining through its contacts.
+pub(crate) fn make_group<L: LocalFabric + ?Sized>(
+    config: &ParticipantConfig,
+    local: &L,
+) -> Result<Group> {
+    let me = config.node_id;
+    let mut gcfg = GroupConfig::new(dds_layout());
+    gcfg.join_retry_us = JOIN_RETRY_US;
+    let group = if config.bootstrap.contains(&me) {
+        let mut addresses: BTreeMap<NodeId, String> = config
+            .contacts
+            .iter()
+            .filter(|c| config.bootstrap.contains(&c.node))
+            .map(|c| (c.node, c.address.clone()))
+            .collect();
+        addresses.insert(me, local.local_address());
+        Group::bootstrap(
+            local,
+            View::new(1, config.bootstrap.clone()),
+            addresses,
+            gcfg,
+            0,
+        )?
+    } else {
+        let contacts = config
+            .contacts
+            .iter()
+            .filter(|c| c.node != me)
+            .map(|c| (c.node, c.address.clone()))
+            .collect();
+        Group::join(local, contacts, gcfg)?
+    };
+    Ok(group)
+}
+
+/// Makes participants (DDS `DomainParticipantFactory`).
+#[derive(Debug, Default)]
+pub struct DomainParticipantFactory {
+    _private: (),
+}
+
+static FACTORY: DomainParticipantFactory = DomainParticipantFactory { _private: () };
+
+impl DomainParticipantFactory {
+    /// The factory (DDS `get_instance`).
+    pub fn instance() -> &'static DomainParticipantFactory {
+        &FACTORY
+    }
+
+    /// Creates a participant in `domain_id` as `config` says, and waits until it is a
+    /// member of the domain's group (its first view is installed).
+    pub fn create_participant(
+        &self,
+        domain_id: u32,
+        qos: DomainParticipantQos,
+        config: &ParticipantConfig,
+    ) -> Result<DomainParticipant> {
+        qos.check()?;
+        if config.domain_id != domain_id {
+            return Err(Error::BadParameter(format!(
+                "domain {domain_id}, but the configuration is for domain {}",
+                config.domain_id
+            )));
+        }
+        config.validate("participant configuration")?;
+        let ep: Arc<dyn Endpoint> = match config.transport {
+            Transport::Tcp => spindle_transport_rdma::tcp::TcpEndpoint::open(
+                config.node_id,
+                &config.listen,
+                FabricConfig::default(),
+            )?,
+            Transport::Shm => spindle_transport_rdma::shm::ShmEndpoint::open(
+                config.node_id,
+                &config.listen,
+                FabricConfig::default(),
+            )?,
+        };
+        DomainParticipant::start(domain_id, qos, config.clone(), ep)
+    }
+
+    /// Deletes `participant`: it leaves the domain. `PreconditionNotMet` if it still has
+    /// writers or readers.
+    pub fn delete_participant(&self, participant: DomainParticipant) -> Result<()> {
+        participant.delete()
+    }
+}
+
+/// A participant in a domain (DDS `DomainParticipant`): one member of the domain's
+/// top-level group. Cheap to clone; every clone is the same participant.
+#[derive(Clone)]
+pub struct DomainParticipant {
+    pub(crate) inner: Arc<ParticipantInner>,
+}
+
+impl std::fmt::Debug for DomainParticipant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DomainParticipant")
+            .field("domain_id", &self.inner.domain_id)
+            .field("node", &self.inner.me())
+            .finish()
+    }
+}
+
+impl DomainParticipant {
+    /// Starts a participant over an endpoint already open (the factory opens one from the
+    /// configuration; tests may bring their own): its group runs on a predicate thread.
+    pub fn start(
+        domain_id: u32,
+        qos: DomainParticipantQos,
+        config: ParticipantConfig,
+        ep: Arc<dyn Endpoint>,
+    ) -> Result<DomainParticipant> {
+        let group = make_group(&config, &*ep)?;
+        let shared = Shared::new(config.node_id, Arc::new(WallClock));
+        let driver = ThreadDriver::start(Arc::clone(&ep), group, &shared)?;
+        DomainParticipant::with_driver(
+            domain_id,
+            qos,
+            config,
+            Box::new(driver),
+            shared,
+            ep.address(),
+        )
+    }
+
+    /// The participant over `driver`, once its first view is installed.
+    pub(crate) fn with_driver(
+        domain_id: u32,
+        qos: DomainParticipantQos,
+        config: ParticipantConfig,
+        driver: Box<dyn Driver>,
+        shared: Arc<Shared>,
+        address: String,
+    ) -> Result<DomainParticipant> {
+        let me = config.node_id;
+        let inner = Arc::new(ParticipantInner::new(
+            domain_id, qos, config, driver, shared, address,
+        ));
+        let joined = inner.wait_until(
+            inner.timeout(),
+            || {
+                format!(
+                    "node {me} did not join domain {domain_id} within {} ms",
+                    inner.config.entity_timeout_ms
+                )
+            },
+            |st| st.view.is_some(),
+        );
+        match joined {
+            Ok(()) => Ok(DomainParticipant { inner }),
+            Err(Error::PreconditionNotMet(why)) => {
+                inner.driver.stop();
+                Err(Error::Error(format!("joining domain {domain_id}: {why}")))
+            }
+            Err(e) => {
+                inner.driver.stop();
+                Err(e)
+            }
+        }
+    }
+
+    /// The domain id.
+    pub fn domain_id(&self) -> u32 {
+        self.inner.domain_id
+    }
+
+    /// This participant's node id (also its instance handle).
+    pub fn node_id(&self) -> NodeId {
+        self.inner.me()
+    }
+
+    /// Its fabric address: what other participants list in their contacts.
+    pub fn address(&self) -> &str {
+        &self.inner.address
+    }
+
+    /// The QoS it was created with.
+    pub fn qos(&self) -> &DomainParticipantQos {
+        &self.inner.qos
+    }
+
+    /// The installed view: the domain's members now.
+    pub fn view(&self) -> Option<View> {
+        lock(&self.inner.shared.state).view.clone()
+    }
+
+    /// Why the participant stopped (shut down by the view change protocol, or left).
+    pub fn stopped(&self) -> Option<String> {
+        lock(&self.inner.shared.state).stopped.clone()
+    }
+
+    /// Registers topic `name` of type `T` (DDS `create_topic`). Creating the same name
+    /// again with the same type returns another handle to it; with another type,
+    /// `PreconditionNotMet`. `LoggedStore` (PERSISTENT) is not supported yet.
+    pub fn create_topic<T: TopicType>(&self, name: &str, qos: TopicQos) -> Result<Topic<T>> {
+        self.inner.check_alive()?;
+        if name.is_empty() || name.len() > 256 {
+            return Err(Error::BadParameter(format!(
+                "topic name {name:?}: 1 to 256 bytes"
+            )));
+        }
+        qos.check()?;
+        check_level(qos.delivery_level(), name)?;
+        let mut topics = lock(&self.inner.topics);
+        if let Some((ty, _, count)) = topics.get_mut(name) {
+            if ty != T::TYPE_NAME {
+                return Err(Error::PreconditionNotMet(format!(
+                    "topic {name:?} exists with type {ty}, not {}",
+                    T::TYPE_NAME
+                )));
+            }
+            *count += 1;
+        } else {
+            topics.insert(name.to_string(), (T::TYPE_NAME.to_string(), qos.clone(), 1));
+        }
+        Ok(Topic::new(Arc::new(TopicInner {
+            participant: Arc::clone(&self.inner),
+            ident: Arc::new(TopicIdentity {
+                name: name.to_string(),
+                topic_id: topic_id(name),
+                subgroup: subgroup_of(name),
+            }),
+            qos,
+        })))
+    }
+
+    /// Finds a topic this participant created (DDS `find_topic`, local only).
+    pub fn find_topic<T: TopicType>(&self, name: &str) -> Result<Topic<T>> {
+        let qos = lock(&self.inner.topics)
+            .get(name)
+            .map(|t| t.1.clone())
+            .ok_or_else(|| Error::PreconditionNotMet(format!("no topic {name:?}")))?;
+        self.create_topic(name, qos)
+    }
+
+    /// Deletes a topic handle (DDS `delete_topic`).
+    pub fn delete_topic<T: TopicType>(&self, topic: Topic<T>) -> Result<()> {
+        let mut topics = lock(&self.inner.topics);
+        if let Some((_, _, count)) = topics.get_mut(&topic.inner.ident.name) {
+            *count -= 1;
+            if *count == 0 {
+                topics.remove(&topic.inner.ident.name);
+            }
+        }
+        Ok(())
+    }
+
+    /// A publisher (DDS `create_publisher`).
+    pub fn create_publisher(&self, qos: PublisherQos) -> Result<Publisher> {
+        self.inner.check_alive()?;
+        qos.check()?;
+        Ok(Publisher {
+            participant: Arc::clone(&self.inner),
+            qos,
+        })
+    }
+
+    /// A subscriber (DDS `create_subscriber`).
+    pub fn create_subscriber(&self, qos: SubscriberQos) -> Result<Subscriber> {
+        self.inner.check_alive()?;
+        qos.check()?;
+        Ok(Subscriber {
+            participant: Arc::clone(&self.inner),
+            qos,
+        })
+    }
+
+    /// Deletes a publisher (its writers must be deleted first).
+    pub fn delete_publisher(&self, _publisher: Publisher) -> Result<()> {
+        Ok(())
+    }
+
+    /// Deletes a subscriber (its readers must be deleted first).
+    pub fn delete_subscriber(&self, _subscriber: Subscriber) -> Result<()> {
+        Ok(())
+    }
+
+    /// Leaves the domain. `PreconditionNotMet` while writers or readers exist.
+    pub fn delete(self) -> Result<()> {
+        if self.inner.has_entities() {
+            return Err(Error::PreconditionNotMet(
+                "the participant still has writers or readers; delete them first".into(),
+            ));
+        }
+        self.mark_deleted();
+        self.inner.driver.leave(self.inner.timeout());
+        Ok(())
+    }
+
+    /// Stops this participant's thread without leaving the domain (as a crash would:
+    /// the others remove it by a view change).
+    pub fn close(self) {
+        self.mark_deleted();
+        self.inner.driver.stop();
+    }
+
+    fn mark_deleted(&self) {
+        self.inner.deleted.store(true, Ordering::Release);
+        self.inner
+            .shared
+            .stopped_flag
+            .store(true, Ordering::Release);
+    }
+}

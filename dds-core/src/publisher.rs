@@ -1,0 +1,96 @@
+//! Publishers (DDS `Publisher`): they create and delete writers, each one a declared
+//! interest that a view change carries.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use spindle_qos::{DataWriterQos, PublisherQos};
+use spindle_topics::TopicType;
+
+use crate::common::lock;
+use crate::error::{Error, Result};
+use crate::inner::ParticipantInner;
+use crate::shared::State;
+use crate::topic::Topic;
+use crate::writer::DataWriter;
+use crate::writer_core::WriterCore;
+
+/// The depth a store keeps per instance (0: all).
+pub(crate) fn store_depth(history: &spindle_qos::History) -> u16 {
+    match history.kind {
+        spindle_qos::HistoryKind::KeepAll => 0,
+        spindle_qos::HistoryKind::KeepLast => history.depth.clamp(1, i32::from(u16::MAX)) as u16,
+    }
+}
+
+/// Creates writers (DDS `Publisher`).
+#[derive(Clone)]
+pub struct Publisher {
+    pub(crate) participant: Arc<ParticipantInner>,
+    pub(crate) qos: PublisherQos,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher").field("qos", &self.qos).finish()
+    }
+}
+
+impl Publisher {
+    /// The publisher's QoS.
+    pub fn qos(&self) -> &PublisherQos {
+        &self.qos
+    }
+
+    /// Creates a writer on `topic` and waits until the view carries it: when this
+    /// returns, `write` reaches every reader the view holds.
+    pub fn create_datawriter<T: TopicType>(
+        &self,
+        topic: &Topic<T>,
+        qos: DataWriterQos,
+    ) -> Result<DataWriter<T>> {
+        let p = &self.participant;
+        qos.check()?;
+        let (id, interest) = p.new_entity::<T>(
+            &topic.inner,
+            qos.delivery_level(),
+            false,
+            store_depth(&qos.history),
+        )?;
+        let sg = topic.inner.ident.subgroup;
+        let core = WriterCore::new(id, Arc::clone(&topic.inner.ident), qos);
+        if let Some(period) = core.deadline_us {
+            p.driver.start_deadline_timer(&p.shared, period);
+        }
+        p.add_interest(id, sg, interest);
+        lock(&p.shared.state).writers.insert(id, Arc::clone(&core));
+        let me = p.me();
+        let ready = |st: &State| {
+            st.subgroups
+                .get(&sg)
+                .is_some_and(|d| d.spec.senders.contains(&me))
+        };
+        if let Err(e) = p.redeclare(ready).and_then(|_| p.wait_sender(sg)) {
+            p.remove_interest(id);
+            lock(&p.shared.state).writers.remove(&id);
+            let _ = p.redeclare(|_| true);
+            return Err(e);
+        }
+        let w = DataWriter::new(core, Arc::clone(&topic.inner));
+        w.refresh_matched();
+        Ok(w)
+    }
+
+    /// Deletes a writer: the participant stops sending in its topic's subgroup (a view
+    /// change) once no other writer of it remains.
+    pub fn delete_datawriter<T: TopicType>(&self, writer: DataWriter<T>) -> Result<()> {
+        let p = &self.participant;
+        let id = writer.core().id;
+        if !p.remove_interest(id) {
+            return Err(Error::AlreadyDeleted(format!("writer {id}")));
+        }
+        writer.core().deleted.store(true, Ordering::Release);
+        lock(&p.shared.state).writers.remove(&id);
+        p.redeclare(|_| true)
+    }
+}

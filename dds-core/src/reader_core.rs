@@ -1,0 +1,210 @@
+//! A reader's state that the delivery path updates: its cache, its statuses, its
+//! listener. The typed handle over it is [`crate::DataReader`]; the participant's shared
+//! state holds these cores, and the delivery path (`delivery.rs`) feeds them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use spindle_qos::{DataReaderQos, DeliveryLevel, QosPolicyId};
+
+use crate::cache::{Cache, Origin};
+use crate::clock::Clock;
+use crate::common::{lock, reason, TopicIdentity};
+use crate::sample::{InstanceHandle, SampleHeader, WriterHandle};
+use crate::status::{
+    rematch, DeadlineMissedStatus, IncompatibleQosStatus, LivelinessChangedStatus, MatchedStatus,
+    SampleRejectedStatus, StatusMask,
+};
+use crate::store::Store;
+
+pub(crate) type Listener = Arc<dyn Fn(StatusMask) + Send + Sync>;
+
+#[derive(Debug, Default)]
+pub(crate) struct Statuses {
+    pub(crate) matched: MatchedStatus,
+    pub(crate) rejected: SampleRejectedStatus,
+    pub(crate) liveliness: LivelinessChangedStatus,
+    pub(crate) deadline: DeadlineMissedStatus,
+    pub(crate) incompatible: IncompatibleQosStatus,
+    /// Statuses changed since read (the StatusCondition's trigger).
+    pub(crate) changes: u32,
+}
+
+/// One reader's state. See the module docs.
+pub(crate) struct ReaderCore {
+    pub(crate) id: u32,
+    pub(crate) topic: Arc<TopicIdentity>,
+    pub(crate) subgroup: spindle_group::SubgroupId,
+    pub(crate) qos: DataReaderQos,
+    pub(crate) cache: Mutex<Cache>,
+    pub(crate) status: Mutex<Statuses>,
+    matched: AtomicBool,
+    pub(crate) listener: Mutex<Option<Listener>>,
+    pub(crate) deleted: AtomicBool,
+}
+
+impl ReaderCore {
+    pub(crate) fn new(
+        id: u32,
+        topic: Arc<TopicIdentity>,
+        qos: DataReaderQos,
+        clock: Arc<dyn Clock>,
+    ) -> Arc<ReaderCore> {
+        Arc::new(ReaderCore {
+            id,
+            subgroup: topic.subgroup,
+            topic,
+            cache: Mutex::new({
+                let mut c = Cache::with_clock(qos.history, qos.resource_limits, clock);
+                c.set_deadline_us(qos.deadline.period.to_std().map(|d| d.as_micros() as u64));
+                c.set_exclusive(qos.ownership.kind == spindle_qos::OwnershipKind::Exclusive);
+                c.set_minimum_separation_us(
+                    qos.time_based_filter
+                        .minimum_separation
+                        .to_std()
+                        .map_or(u64::MAX, |d| d.as_micros() as u64),
+                );
+                c
+            }),
+            qos,
+            status: Mutex::new(Statuses::default()),
+            matched: AtomicBool::new(false),
+            listener: Mutex::new(None),
+            deleted: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn is_matched(&self) -> bool {
+        self.matched.load(Ordering::Acquire)
+    }
+
+    /// Adds a delivered sample; false if rejected (counted in SAMPLE_REJECTED).
+    pub(crate) fn insert(&self, h: &SampleHeader, payload: &[u8], o: Origin) -> bool {
+        self.insert_all(std::iter::once((h, payload, o)))
+    }
+
+    /// Adds delivered samples of this reader's topic under one lock of the cache;
+    /// true if any was kept.
+    pub(crate) fn insert_all<'a>(
+        &self,
+        items: impl Iterator<Item = (&'a SampleHeader, &'a [u8], Origin)>,
+    ) -> bool {
+        let mut kept = false;
+        let mut rejected = Vec::new();
+        {
+            let mut cache = lock(&self.cache);
+            for (h, payload, o) in items {
+                match cache.insert(h, payload, o) {
+                    Ok(k) => kept |= k,
+                    Err(r) => rejected.push((r, h.key_hash)),
+                }
+            }
+        }
+        let mut s = lock(&self.status);
+        if kept {
+            s.changes |= StatusMask::DATA_AVAILABLE.0;
+        }
+        for (r, key) in rejected {
+            s.rejected.total_count += 1;
+            s.rejected.total_count_change += 1;
+            s.rejected.last_reason = reason(&r);
+            s.rejected.last_instance_handle = InstanceHandle(key);
+            s.changes |= StatusMask::SAMPLE_REJECTED.0;
+        }
+        kept
+    }
+
+    /// Loads this topic's samples from a store; true if any.
+    pub(crate) fn prime(&self, store: &Store) -> bool {
+        let mut any = false;
+        for s in store.iter() {
+            if let Ok((h, payload)) = SampleHeader::decode(&s.bytes) {
+                if h.topic_id == self.topic.topic_id {
+                    any |= self.insert(&h, payload, s.origin);
+                }
+            }
+        }
+        any
+    }
+
+    /// The view changed; returns the statuses that changed.
+    pub(crate) fn on_view(
+        &self,
+        vid: u32,
+        in_subgroup: bool,
+        writers: u32,
+        level: DeliveryLevel,
+        gone: &dyn Fn(&WriterHandle) -> bool,
+    ) -> StatusMask {
+        let mut mask = StatusMask::NONE;
+        // A RELIABLE reader does not match BEST_EFFORT-only writers (RxO).
+        // The writers must offer at least the level this reader requests (RELIABILITY
+        // and DURABILITY are requested-vs-offered policies).
+        let compatible = !in_subgroup || self.qos.delivery_level() <= level;
+        let matched = in_subgroup && compatible;
+        self.matched.store(matched, Ordering::Release);
+        lock(&self.cache).writers_gone(gone);
+        let mut s = lock(&self.status);
+        let before = s.matched.current_count;
+        if rematch(&mut s.matched, if matched { writers } else { 0 }, vid) {
+            mask = mask | StatusMask::SUBSCRIPTION_MATCHED;
+            let now = s.matched.current_count;
+            let l = &mut s.liveliness;
+            if now > before {
+                l.alive_count_change += (now - before) as i32;
+            } else {
+                l.not_alive_count += before - now;
+                l.not_alive_count_change += (before - now) as i32;
+                l.alive_count_change -= (before - now) as i32;
+            }
+            l.alive_count = now;
+            mask = mask | StatusMask::LIVELINESS_CHANGED;
+        }
+        if !compatible {
+            s.incompatible.total_count += 1;
+            s.incompatible.total_count_change += 1;
+            s.incompatible.last_policy_id = Some(if level == DeliveryLevel::Unordered {
+                QosPolicyId::Reliability
+            } else {
+                QosPolicyId::Durability
+            });
+            mask = mask | StatusMask::REQUESTED_INCOMPATIBLE_QOS;
+        }
+        s.changes |= mask.0;
+        mask
+    }
+
+    /// The reader's DEADLINE period, if finite.
+    pub(crate) fn deadline_us(&self) -> Option<u64> {
+        self.qos
+            .deadline
+            .period
+            .to_std()
+            .map(|d| d.as_micros() as u64)
+    }
+
+    /// Counts instances whose DEADLINE passed by `now_us`; the changed statuses.
+    pub(crate) fn check_deadlines(&self, now_us: u64) -> StatusMask {
+        let missed = lock(&self.cache).deadline_misses(now_us);
+        let Some(last) = missed.last() else {
+            return StatusMask::NONE;
+        };
+        let mut s = lock(&self.status);
+        s.deadline.total_count += missed.len() as u32;
+        s.deadline.total_count_change += missed.len() as i32;
+        s.deadline.last_instance_handle = *last;
+        s.changes |= StatusMask::REQUESTED_DEADLINE_MISSED.0;
+        StatusMask::REQUESTED_DEADLINE_MISSED
+    }
+
+    pub(crate) fn fire(&self, mask: StatusMask) {
+        let l = lock(&self.listener).clone();
+        if let Some(l) = l {
+            l(mask);
+        }
+    }
+
+    pub(crate) fn clear_listener(&self) {
+        *lock(&self.listener) = None;
+    }
+}

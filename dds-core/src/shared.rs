@@ -1,0 +1,93 @@
+//! The participant's shared state, and the [`Driver`] that runs it.
+//!
+//! [`Shared`] is what the delivery path and the application's threads share: the
+//! installed view, the DDS subgroups computed from it, the readers and writers by topic,
+//! the stores of store-level subgroups. The delivery path (`delivery.rs`) is the only code
+//! that changes it from engine output; the entities register and unregister themselves.
+//!
+//! A [`Driver`] is how the participant reaches its group and lets time pass: on threads
+//! (`threads.rs`: a predicate thread, the wall clock) or in the simulation (`sim.rs`:
+//! every participant of a simulated domain on the caller's thread, in virtual time).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use spindle_group::{Sender, SubgroupId, View};
+use spindle_transport_rdma::NodeId;
+
+use crate::clock::Clock;
+use crate::declare::DdsSubgroup;
+use crate::error::Result;
+use crate::reader_core::ReaderCore;
+use crate::store::Store;
+use crate::writer_core::WriterCore;
+
+/// What the delivery thread and the application's threads share.
+pub(crate) struct State {
+    pub(crate) view: Option<View>,
+    pub(crate) subgroups: BTreeMap<SubgroupId, DdsSubgroup>,
+    pub(crate) readers: BTreeMap<u64, Vec<Arc<ReaderCore>>>,
+    pub(crate) writers: BTreeMap<u32, Arc<WriterCore>>,
+    pub(crate) stores: BTreeMap<SubgroupId, Store>,
+    /// Store-level subgroups this node entered whose state a member will ship.
+    pub(crate) awaiting_state: BTreeSet<SubgroupId>,
+    pub(crate) stopped: Option<String>,
+}
+
+/// One participant's shared state. See the module docs.
+pub(crate) struct Shared {
+    pub(crate) me: NodeId,
+    /// Set once `stopped` is (read without the state lock on every write).
+    pub(crate) stopped_flag: AtomicBool,
+    pub(crate) state: Mutex<State>,
+    pub(crate) view_changed: Condvar,
+    pub(crate) clock: Arc<dyn Clock>,
+}
+
+impl Shared {
+    pub(crate) fn new(me: NodeId, clock: Arc<dyn Clock>) -> Arc<Shared> {
+        Arc::new(Shared {
+            me,
+            stopped_flag: AtomicBool::new(false),
+            state: Mutex::new(State {
+                view: None,
+                subgroups: BTreeMap::new(),
+                readers: BTreeMap::new(),
+                writers: BTreeMap::new(),
+                stores: BTreeMap::new(),
+                awaiting_state: BTreeSet::new(),
+                stopped: None,
+            }),
+            view_changed: Condvar::new(),
+            clock,
+        })
+    }
+}
+
+/// How a participant reaches its group and lets time pass. See the module docs.
+pub(crate) trait Driver: Send + Sync {
+    /// The sender of `subgroup` in the installed view (`Wedged` during a view change).
+    fn sender(&self, subgroup: SubgroupId) -> spindle_group::Result<Sender>;
+    /// Hands the participant's declaration to the group; a later view carries it.
+    fn declare(&self, declared: Vec<u8>) -> Result<()>;
+    /// Leaves the group, waiting (on the participant's clock) up to `timeout` for it.
+    fn leave(&self, timeout: Duration);
+    /// Stops without leaving: to the others, a crash.
+    fn stop(&self);
+    /// Waits up to `max` for `shared`'s state to change, giving the guard back: a
+    /// condition variable on threads; one round of the simulated domain in simulation.
+    fn wait_changed<'a>(
+        &self,
+        shared: &'a Shared,
+        st: MutexGuard<'a, State>,
+        max: Duration,
+    ) -> MutexGuard<'a, State>;
+    /// Lets about `hint` pass while a caller polls for something (zero: just yield): a
+    /// sleep on threads; one round in simulation.
+    fn idle(&self, hint: Duration);
+    /// Makes sure DEADLINE is checked every `period_us / 4` or so: a timer thread on
+    /// threads (started once); the simulation checks every round.
+    fn start_deadline_timer(&self, shared: &Arc<Shared>, period_us: u64);
+}

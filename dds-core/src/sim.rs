@@ -1,0 +1,436 @@
+//! DCPS in simulation (feature `testkit`): every participant of a domain on the
+//! deterministic sim fabric, in virtual time, on the caller's thread.
+//!
+//! A [`SimDomain`] holds a seeded [`SimWorld`] and, per participant, its [`Group`] and the
+//! same delivery path a participant on threads has ([`crate::DdsApp`] and the DEADLINE
+//! check). Participants are ordinary [`DomainParticipant`]s: topics, writers, readers,
+//! listeners and QoS behave as on threads. Where a participant on threads would wait — for
+//! a view to carry a new entity, for room in a full window, for readers — a simulated one
+//! runs the domain one round instead: every live member's group handles its fabric events
+//! and time-outs at virtual time, the outputs go to the delivery path, then the fabric
+//! advances by a seeded amount. [`SimDomain::run_until`] runs rounds until the test's
+//! condition holds. The same seed gives the same run: [`SimDomain::trace_hash`] hashes
+//! every delivery and timer of the fabric.
+//!
+//! Drive a simulated domain from one thread: rounds are serialized, but two application
+//! threads would interleave them in an order the seed does not fix. Listeners run inside a
+//! round, as on the delivery thread: they may read and take, and write while the window
+//! has room.
+//!
+//! ```
+//! use spindle_dds_core::sim::SimDomain;
+//! use spindle_dds_core::StateMask;
+//! use spindle_qos::{DataReaderQos, DataWriterQos, Reliability, TopicQos};
+//! use spindle_topics::KeyedString;
+//!
+//! let domain = SimDomain::new(7);
+//! let a = domain.participant(1)?;
+//! let b = domain.participant(2)?; // joins: a view change, in virtual time
+//! let qos = TopicQos::default().with_reliability(Reliability::reliable());
+//! let ta = a.create_topic::<KeyedString>("greetings", qos.clone())?;
+//! let tb = b.create_topic::<KeyedString>("greetings", qos.clone())?;
+//! let reader = b
+//!     .create_subscriber(Default::default())?
+//!     .create_datareader(&tb, DataReaderQos::from_topic_qos(&qos))?;
+//! let writer = a
+//!     .create_publisher(Default::default())?
+//!     .create_datawriter(&ta, DataWriterQos::default())?;
+//! writer.write(&KeyedString { key: "k".into(), value: "hello".into() })?;
+//! let mut got = Vec::new();
+//! assert!(domain.run_until(10_000, || {
+//!     got.extend(reader.take(10, StateMask::ANY).unwrap_or_default());
+//!     !got.is_empty()
+//! }));
+//! assert_eq!(got[0].data.as_ref().map(|d| d.value.as_str()), Some("hello"));
+//! # Ok::<(), spindle_dds_core::Error>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use spindle_group::runtime::{drive, hand_to, Handed};
+use spindle_group::{Group, Sender, SubgroupId};
+use spindle_qos::DomainParticipantQos;
+use spindle_transport_rdma::sim::{SimConfig, SimEndpoint, SimWorld};
+use spindle_transport_rdma::{FabricConfig, NodeId};
+
+use crate::clock::Clock;
+use crate::common::{lock, on_delivery_thread, set_delivery_thread};
+use crate::config::{Contact, ParticipantConfig, Transport};
+use crate::delivery::{handle_timeout, DdsApp};
+use crate::error::{Error, Result};
+use crate::participant::{make_group, DomainParticipant};
+use crate::shared::{Driver, Shared, State};
+
+/// Virtual time a round advances the fabric by, at most (µs); the seed picks each step.
+pub const ROUND_STEP_US_MAX: u64 = 200;
+/// The Unix time virtual time 0 stands for (ns): 2026-01-01T00:00:00Z.
+pub const SIM_EPOCH_NS: i64 = 1_767_225_600_000_000_000;
+
+/// Virtual time, as the participants of a [`SimDomain`] read it.
+#[derive(Debug, Default)]
+struct SimClock {
+    now_us: AtomicU64,
+}
+
+impl Clock for SimClock {
+    fn now_us(&self) -> u64 {
+        self.now_us.load(Ordering::Acquire)
+    }
+
+    fn wall_ns(&self) -> i64 {
+        SIM_EPOCH_NS.saturating_add((self.now_us() as i64).saturating_mul(1_000))
+    }
+}
+
+/// What a participant's handles and the rounds share, outside the domain's lock (a
+/// listener inside a round may ask for a sender).
+#[derive(Default)]
+struct MemberLink {
+    senders: Mutex<BTreeMap<SubgroupId, Sender>>,
+    declare: Mutex<Option<Vec<u8>>>,
+    leave: AtomicBool,
+    /// Stopped: crashed, closed, shut down or left.
+    done: AtomicBool,
+    deadlines: AtomicBool,
+}
+
+struct Member {
+    ep: Arc<SimEndpoint>,
+    group: Group,
+    app: DdsApp,
+    shared: Arc<Shared>,
+    link: Arc<MemberLink>,
+}
+
+struct Core {
+    world: SimWorld,
+    rng: ChaCha8Rng,
+    clock: Arc<SimClock>,
+    members: BTreeMap<NodeId, Member>,
+    rounds: u64,
+    scratch: Vec<u8>,
+}
+
+impl Core {
+    /// One round. See the module docs.
+    fn round(&mut self) {
+        self.rounds += 1;
+        let now_us = self.world.now_us();
+        set_delivery_thread(true);
+        for m in self.members.values_mut() {
+            if m.link.done.load(Ordering::Acquire) {
+                continue;
+            }
+            if m.link.leave.swap(false, Ordering::AcqRel) {
+                m.group.leave();
+            }
+            if let Some(d) = lock(&m.link.declare).take() {
+                if let Err(e) = m.group.declare(d) {
+                    tracing::error!(error = %e, "sim: declaration refused");
+                }
+            }
+            drive(&mut m.group, &*m.ep, now_us, &mut self.scratch);
+            while let Some(out) = m.group.poll() {
+                if let Handed::Stopped = hand_to(&mut m.group, &mut m.app, out) {
+                    m.link.done.store(true, Ordering::Release);
+                }
+            }
+            if m.group.is_done() {
+                m.link.done.store(true, Ordering::Release);
+            }
+            let mut senders = lock(&m.link.senders);
+            senders.clear();
+            if !m.link.done.load(Ordering::Acquire) {
+                let ids: Vec<SubgroupId> = m
+                    .group
+                    .layout()
+                    .map(|l| l.subgroups.iter().map(|s| s.id).collect())
+                    .unwrap_or_default();
+                for sg in ids {
+                    if let Ok(s) = m.group.sender(sg) {
+                        senders.insert(sg, s);
+                    }
+                }
+            }
+            drop(senders);
+            if m.link.deadlines.load(Ordering::Acquire) {
+                handle_timeout(&m.shared, now_us);
+            }
+        }
+        set_delivery_thread(false);
+        let dt = self.rng.gen_range(0..ROUND_STEP_US_MAX);
+        self.world.run_for(dt);
+        self.clock
+            .now_us
+            .store(self.world.now_us(), Ordering::Release);
+    }
+}
+
+/// A simulated domain. See the module docs.
+#[derive(Clone)]
+pub struct SimDomain {
+    core: Arc<Mutex<Core>>,
+    world: SimWorld,
+    clock: Arc<SimClock>,
+    seed: u64,
+}
+
+impl std::fmt::Debug for SimDomain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimDomain")
+            .field("seed", &self.seed)
+            .field("now_us", &self.clock.now_us())
+            .finish()
+    }
+}
+
+impl SimDomain {
+    /// An empty domain whose every random choice (link delays, round steps) follows
+    /// `seed`.
+    pub fn new(seed: u64) -> SimDomain {
+        let world = SimWorld::new(
+            seed,
+            SimConfig {
+                link_delay_min_us: 1,
+                link_delay_max_us: 1 + seed % 100,
+                failure_detection_us: 2_000,
+                fabric: FabricConfig {
+                    probe_interval_ms: 5,
+                    probe_timeout_ms: 20,
+                    ..FabricConfig::default()
+                },
+            },
+        );
+        let clock = Arc::new(SimClock::default());
+        SimDomain {
+            core: Arc::new(Mutex::new(Core {
+                world: world.clone(),
+                rng: ChaCha8Rng::seed_from_u64(seed ^ 0xDC95),
+                clock: Arc::clone(&clock),
+                members: BTreeMap::new(),
+                rounds: 0,
+                scratch: Vec::new(),
+            })),
+            world,
+            clock,
+            seed,
+        }
+    }
+
+    /// The seed (print it with every failure).
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The simulated fabric, for faults (partitions, pauses) beyond [`SimDomain::crash`].
+    pub fn world(&self) -> &SimWorld {
+        &self.world
+    }
+
+    /// Virtual time now, in µs.
+    pub fn now_us(&self) -> u64 {
+        self.clock.now_us()
+    }
+
+    /// Rounds run so far.
+    pub fn rounds(&self) -> u64 {
+        lock(&self.core).rounds
+    }
+
+    /// Hash of every delivery and timer of the fabric so far: equal for equal seeds and
+    /// equal test code.
+    pub fn trace_hash(&self) -> u64 {
+        self.world.trace_hash()
+    }
+
+    /// A new participant `node` with the default configuration; the first one of the
+    /// domain starts it, later ones join through every member so far. Returns once its
+    /// first view is installed.
+    pub fn participant(&self, node: NodeId) -> Result<DomainParticipant> {
+        self.participant_with(node, DomainParticipantQos::default(), |_| {})
+    }
+
+    /// As [`SimDomain::participant`], with the configuration adjusted by `tune`.
+    pub fn participant_with(
+        &self,
+        node: NodeId,
+        qos: DomainParticipantQos,
+        tune: impl FnOnce(&mut ParticipantConfig),
+    ) -> Result<DomainParticipant> {
+        if on_delivery_thread() {
+            return Err(Error::IllegalOperation(
+                "participants cannot be created from a listener".into(),
+            ));
+        }
+        let ep = self.world.endpoint(node);
+        let address = spindle_transport_rdma::Endpoint::address(&*ep);
+        let mut config = ParticipantConfig::new(node, Transport::Tcp, address.clone());
+        {
+            let core = lock(&self.core);
+            if core.members.contains_key(&node) {
+                return Err(Error::PreconditionNotMet(format!(
+                    "node {node} is already a participant of the simulated domain"
+                )));
+            }
+            let live: Vec<Contact> = core
+                .members
+                .iter()
+                .filter(|(_, m)| !m.link.done.load(Ordering::Acquire))
+                .map(|(id, m)| Contact {
+                    node: *id,
+                    address: spindle_transport_rdma::Endpoint::address(&*m.ep),
+                })
+                .collect();
+            if live.is_empty() {
+                config.bootstrap = vec![node];
+            } else {
+                config.contacts = live;
+            }
+        }
+        tune(&mut config);
+        config.validate("simulated participant configuration")?;
+        let group = make_group(&config, &*ep)?;
+        let clock: Arc<dyn Clock> = self.clock.clone();
+        let shared = Shared::new(node, clock);
+        let link = Arc::new(MemberLink::default());
+        lock(&self.core).members.insert(
+            node,
+            Member {
+                ep,
+                group,
+                app: DdsApp::new(Arc::clone(&shared)),
+                shared: Arc::clone(&shared),
+                link: Arc::clone(&link),
+            },
+        );
+        let driver = SimDriver {
+            domain: self.clone(),
+            node,
+            link,
+        };
+        DomainParticipant::with_driver(0, qos, config, Box::new(driver), shared, address)
+    }
+
+    /// Runs one round. See the module docs.
+    pub fn round(&self) {
+        lock(&self.core).round();
+    }
+
+    /// Runs rounds until `done` holds (checked before each) or `rounds_max` rounds ran;
+    /// true if it holds.
+    pub fn run_until(&self, rounds_max: u64, mut done: impl FnMut() -> bool) -> bool {
+        for _ in 0..rounds_max {
+            if done() {
+                return true;
+            }
+            self.round();
+        }
+        done()
+    }
+
+    /// Runs rounds until `us` of virtual time passed.
+    pub fn run_for(&self, us: u64) {
+        let until = self.now_us().saturating_add(us);
+        while self.now_us() < until {
+            self.round();
+        }
+    }
+
+    /// Crashes participant `node`: its process is gone (no goodbye); the others remove it
+    /// by a view change once the fabric reports the failure.
+    pub fn crash(&self, node: NodeId) {
+        let core = lock(&self.core);
+        if let Some(m) = core.members.get(&node) {
+            m.link.done.store(true, Ordering::Release);
+            lock(&m.link.senders).clear();
+        }
+        core.world.crash(node);
+    }
+
+    /// True once participant `node` stopped (crashed, closed, shut down or left).
+    pub fn is_stopped(&self, node: NodeId) -> bool {
+        lock(&self.core)
+            .members
+            .get(&node)
+            .is_none_or(|m| m.link.done.load(Ordering::Acquire))
+    }
+}
+
+/// The [`Driver`] of a simulated participant.
+struct SimDriver {
+    domain: SimDomain,
+    node: NodeId,
+    link: Arc<MemberLink>,
+}
+
+impl Driver for SimDriver {
+    fn sender(&self, subgroup: SubgroupId) -> spindle_group::Result<Sender> {
+        if self.link.done.load(Ordering::Acquire) {
+            return Err(spindle_group::Error::Stopped);
+        }
+        lock(&self.link.senders)
+            .get(&subgroup)
+            .cloned()
+            .ok_or(spindle_group::Error::Wedged { subgroup })
+    }
+
+    fn declare(&self, declared: Vec<u8>) -> Result<()> {
+        if self.link.done.load(Ordering::Acquire) {
+            return Err(Error::AlreadyDeleted("the participant was deleted".into()));
+        }
+        if declared.len() > spindle_group::DECLARED_BYTES_MAX {
+            return Err(Error::OutOfResources(format!(
+                "a declaration of {} bytes, at most {}",
+                declared.len(),
+                spindle_group::DECLARED_BYTES_MAX
+            )));
+        }
+        *lock(&self.link.declare) = Some(declared);
+        Ok(())
+    }
+
+    fn leave(&self, timeout: Duration) {
+        self.link.leave.store(true, Ordering::Release);
+        if on_delivery_thread() {
+            return;
+        }
+        let until = self
+            .domain
+            .now_us()
+            .saturating_add(timeout.as_micros() as u64);
+        while !self.link.done.load(Ordering::Acquire) && self.domain.now_us() < until {
+            self.domain.round();
+        }
+        self.stop();
+    }
+
+    fn stop(&self) {
+        if !self.link.done.swap(true, Ordering::AcqRel) {
+            self.domain.crash(self.node);
+        }
+    }
+
+    fn wait_changed<'a>(
+        &self,
+        shared: &'a Shared,
+        st: MutexGuard<'a, State>,
+        _max: Duration,
+    ) -> MutexGuard<'a, State> {
+        drop(st);
+        self.domain.round();
+        lock(&shared.state)
+    }
+
+    fn idle(&self, _hint: Duration) {
+        self.domain.round();
+    }
+
+    fn start_deadline_timer(&self, _shared: &Arc<Shared>, _period_us: u64) {
+        self.link.deadlines.store(true, Ordering::Release);
+    }
+}

@@ -1,0 +1,125 @@
+//! The participant on threads and the wall clock: its group runs on a predicate thread
+//! ([`GroupNode`]) that hands engine output to the delivery path, and a DEADLINE timer
+//! thread calls [`handle_timeout`] every tick.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use spindle_group::runtime::GroupNode;
+use spindle_group::{Group, Sender, SubgroupId};
+use spindle_transport_rdma::Endpoint;
+
+use crate::common::lock;
+use crate::delivery::{handle_timeout, DdsApp};
+use crate::error::{Error, Result};
+use crate::shared::{Driver, Shared, State};
+
+/// Spin time of the predicate thread before it parks on the endpoint's doorbell.
+const SPIN_BEFORE_PARK_US: u64 = 1_000;
+/// Shortest and longest DEADLINE tick.
+const DEADLINE_TICK_US_MIN: u64 = 1_000;
+const DEADLINE_TICK_US_MAX: u64 = 50_000;
+/// How often `leave` looks whether the group let the participant go.
+const LEAVE_POLL: Duration = Duration::from_millis(2);
+
+/// A [`Driver`] over a predicate thread. See the module docs.
+pub(crate) struct ThreadDriver {
+    node: Mutex<Option<GroupNode>>,
+    deadline_timer: AtomicBool,
+}
+
+impl ThreadDriver {
+    /// Starts the predicate thread of `group` over `ep`, delivering into `shared`.
+    pub(crate) fn start(
+        ep: Arc<dyn Endpoint>,
+        group: Group,
+        shared: &Arc<Shared>,
+    ) -> Result<ThreadDriver> {
+        let app = DdsApp::new(Arc::clone(shared));
+        let node = GroupNode::start(ep, group, app, SPIN_BEFORE_PARK_US)?;
+        Ok(ThreadDriver {
+            node: Mutex::new(Some(node)),
+            deadline_timer: AtomicBool::new(false),
+        })
+    }
+}
+
+impl Driver for ThreadDriver {
+    fn sender(&self, subgroup: SubgroupId) -> spindle_group::Result<Sender> {
+        match &*lock(&self.node) {
+            Some(n) => n.sender(subgroup),
+            None => Err(spindle_group::Error::Stopped),
+        }
+    }
+
+    fn declare(&self, declared: Vec<u8>) -> Result<()> {
+        match &*lock(&self.node) {
+            Some(n) => Ok(n.declare(declared)?),
+            None => Err(Error::AlreadyDeleted("the participant was deleted".into())),
+        }
+    }
+
+    fn leave(&self, timeout: Duration) {
+        let node = lock(&self.node).take();
+        if let Some(n) = node {
+            n.leave();
+            let deadline = std::time::Instant::now() + timeout;
+            while !n.is_done() && std::time::Instant::now() < deadline {
+                std::thread::sleep(LEAVE_POLL);
+            }
+            n.stop();
+        }
+    }
+
+    fn stop(&self) {
+        if let Some(n) = lock(&self.node).take() {
+            n.stop();
+        }
+    }
+
+    fn wait_changed<'a>(
+        &self,
+        shared: &'a Shared,
+        st: MutexGuard<'a, State>,
+        max: Duration,
+    ) -> MutexGuard<'a, State> {
+        shared
+            .view_changed
+            .wait_timeout(st, max)
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+    }
+
+    fn idle(&self, hint: Duration) {
+        if hint.is_zero() {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(hint);
+        }
+    }
+
+    fn start_deadline_timer(&self, shared: &Arc<Shared>, period_us: u64) {
+        if self.deadline_timer.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak = Arc::downgrade(shared);
+        let tick = Duration::from_micros(
+            (period_us / 4).clamp(DEADLINE_TICK_US_MIN, DEADLINE_TICK_US_MAX),
+        );
+        let spawned = std::thread::Builder::new()
+            .name(format!("spindle-deadline-{}", shared.me))
+            .spawn(move || loop {
+                std::thread::sleep(tick);
+                let Some(shared) = weak.upgrade() else { break };
+                if shared.stopped_flag.load(Ordering::Acquire) {
+                    break;
+                }
+                handle_timeout(&shared, shared.clock.now_us());
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "the DEADLINE timer thread did not start");
+            self.deadline_timer.store(false, Ordering::Release);
+        }
+    }
+}

@@ -16,6 +16,10 @@
 //!   writers, all-or-none across crashes); RELIABLE + TRANSIENT_LOCAL/TRANSIENT is
 //!   VolatileStore (as Atomic, and late readers get the stored history); PERSISTENT
 //!   (LoggedStore) returns [`Error::Unsupported`] until the persistent log exists.
+//! * Every participant runs over a driver: on threads (a predicate thread and the wall
+//!   clock; what [`DomainParticipantFactory`] makes) or, with the `testkit` feature, in a
+//!   simulated domain (`sim::SimDomain`: every participant on the deterministic sim
+//!   fabric, in virtual time, seeded) — the same delivery path and entities either way.
 //! * Readers keep a history cache per instance ([`DataReader::read`], [`DataReader::take`])
 //!   and every [`SampleInfo`] carries `(view_id, order_index)`: the same at every reader.
 //!
@@ -71,8 +75,9 @@
 //!   store it had; if it then ships that store to a later reader, the reader may miss
 //!   history (never order or all-or-none of new samples).
 //! * Enforced at run time: DEADLINE on both sides (REQUESTED_ and OFFERED_DEADLINE_MISSED,
-//!   by a timer thread per participant), TIME_BASED_FILTER, LIFESPAN (each sample carries
-//!   its writer's lifespan; readers drop it once `source_timestamp + lifespan` passed) and
+//!   by a timer thread per participant, or every round in simulation), TIME_BASED_FILTER,
+//!   LIFESPAN (each sample carries its writer's lifespan; readers drop it once
+//!   `source_timestamp + lifespan` passed) and
 //!   OWNERSHIP EXCLUSIVE (per instance, the strongest alive writer; the total order makes
 //!   every reader pick the same owner at the same sample). LIVELINESS leases (liveliness
 //!   here is membership in the view), PARTITION and PRESENTATION's coherent/ordered access

@@ -1,0 +1,560 @@
+//! The DCPS API in deterministic simulation: participants of a [`SimDomain`] on the sim
+//! fabric, in virtual time, seeded. What the real-tcp tests of `dcps.rs` covered (history,
+//! lifespan, deadline, ownership, time-based filter, listeners, late joiners, entity
+//! creation as view changes), plus crashes and determinism. Each test runs several seeds;
+//! a failure prints its seed and the command that reproduces it
+//! (`SPINDLE_SIM_SEED=<seed> cargo test -p spindle-dds-core --test sim_dcps <test>`).
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use spindle_dds_core::sim::{SimDomain, SIM_EPOCH_NS};
+use spindle_dds_core::{
+    DataReader, DataReaderListener, DomainParticipant, Error, InstanceState, Sample, StateMask,
+};
+use spindle_qos::{
+    DataReaderQos, DataWriterQos, DurabilityKind, History, OwnershipKind, Reliability,
+    ResourceLimits, TopicQos,
+};
+use spindle_topics::KeyedString;
+
+/// Seeds each test runs (override with `SPINDLE_SIM_SEED`).
+const SEEDS: std::ops::RangeInclusive<u64> = 1..=3;
+/// Rounds a test waits for something before it fails.
+const ROUNDS_MAX: u64 = 200_000;
+
+/// Runs `test` for every seed; a failure names the seed and how to reproduce it.
+fn for_seeds(name: &str, test: impl Fn(u64)) {
+    let seeds: Vec<u64> = match std::env::var("SPINDLE_SIM_SEED") {
+        Ok(s) => vec![s.parse().expect("SPINDLE_SIM_SEED is a number")],
+        Err(_) => SEEDS.collect(),
+    };
+    for seed in seeds {
+        if let Err(e) = catch_unwind(AssertUnwindSafe(|| test(seed))) {
+            eprintln!(
+                "{name} failed with seed {seed}; reproduce: SPINDLE_SIM_SEED={seed} cargo test \
+                 -p spindle-dds-core --test sim_dcps {name}"
+            );
+            std::panic::resume_unwind(e);
+        }
+    }
+}
+
+/// A simulated domain of `n` participants, 1 first, the others joining one by one.
+fn domain(seed: u64, n: u32) -> (SimDomain, Vec<DomainParticipant>) {
+    let d = SimDomain::new(seed);
+    let ps = (1..=n)
+        .map(|id| d.participant(id).expect("participant"))
+        .collect();
+    (d, ps)
+}
+
+fn atomic() -> TopicQos {
+    TopicQos::default().with_reliability(Reliability::reliable())
+}
+
+fn keep_all(qos: &TopicQos) -> DataReaderQos {
+    DataReaderQos::from_topic_qos(qos).with_history(History::keep_all())
+}
+
+fn ks(key: &str, value: impl Into<String>) -> KeyedString {
+    KeyedString {
+        key: key.into(),
+        value: value.into(),
+    }
+}
+
+fn reader(p: &DomainParticipant, topic: &str, qos: DataReaderQos) -> DataReader<KeyedString> {
+    let t = p.create_topic::<KeyedString>(topic, atomic()).unwrap();
+    p.create_subscriber(Default::default())
+        .unwrap()
+        .create_datareader(&t, qos)
+        .unwrap()
+}
+
+fn writer(
+    p: &DomainParticipant,
+    topic: &str,
+    qos: DataWriterQos,
+) -> spindle_dds_core::DataWriter<KeyedString> {
+    let t = p.create_topic::<KeyedString>(topic, atomic()).unwrap();
+    p.create_publisher(Default::default())
+        .unwrap()
+        .create_datawriter(&t, qos)
+        .unwrap()
+}
+
+/// Runs the domain until `r` gave `n` samples in all; what it gave.
+fn take_n(d: &SimDomain, r: &DataReader<KeyedString>, n: usize) -> Vec<Sample<KeyedString>> {
+    let mut got = Vec::new();
+    d.run_until(ROUNDS_MAX, || {
+        got.extend(r.take(usize::MAX, StateMask::ANY).unwrap());
+        got.len() >= n
+    });
+    got
+}
+
+fn values(s: &[Sample<KeyedString>]) -> Vec<String> {
+    s.iter()
+        .filter_map(|s| s.data.as_ref().map(|d| d.value.clone()))
+        .collect()
+}
+
+/// `(view, order index, value)`: a sample's place in the total order.
+fn order(s: &[Sample<KeyedString>]) -> Vec<(u32, u64, String)> {
+    s.iter()
+        .map(|s| {
+            (
+                s.info.view_id,
+                s.info.order_index,
+                s.data.as_ref().map_or(String::new(), |d| d.value.clone()),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn readers_see_one_order_across_two_writers_on_overlapping_topics() {
+    for_seeds(
+        "readers_see_one_order_across_two_writers_on_overlapping_topics",
+        |seed| {
+            let (d, ps) = domain(seed, 3);
+            // "alpha": readers at 2 and 3, writers at 1 and 2. "beta": reader at 3, writer
+            // at 2 — participants 2 and 3 are in both subgroups.
+            let r2 = reader(&ps[1], "alpha", keep_all(&atomic()));
+            let r3 = reader(&ps[2], "alpha", keep_all(&atomic()));
+            let rb3 = reader(&ps[2], "beta", keep_all(&atomic()));
+            let w1 = writer(&ps[0], "alpha", DataWriterQos::default());
+            let w2 = writer(&ps[1], "alpha", DataWriterQos::default());
+            let wb2 = writer(&ps[1], "beta", DataWriterQos::default());
+            assert_eq!(w1.publication_matched_status().current_count, 2);
+            assert_eq!(r3.subscription_matched_status().current_count, 2);
+            const N: usize = 200;
+            for i in 0..N {
+                w1.write(&ks("one", format!("1-{i}"))).unwrap();
+                w2.write(&ks("two", format!("2-{i}"))).unwrap();
+                wb2.write(&ks("b", format!("b-{i}"))).unwrap();
+            }
+            let g2 = take_n(&d, &r2, 2 * N);
+            let g3 = take_n(&d, &r3, 2 * N);
+            let gb = take_n(&d, &rb3, N);
+            assert_eq!((g2.len(), gb.len()), (2 * N, N), "seed {seed}");
+            // One total order across both writers, the same at both readers.
+            assert_eq!(order(&g2), order(&g3), "seed {seed}");
+            for w in ["one", "two"] {
+                let seqs: Vec<u64> = g2
+                    .iter()
+                    .filter(|s| s.data.as_ref().unwrap().key == w)
+                    .map(|s| s.info.writer_seq)
+                    .collect();
+                assert_eq!(seqs, (1..=N as u64).collect::<Vec<_>>(), "writer {w}");
+            }
+            // Deleting a reader is a view change; the writers' matched count follows it.
+            let vid = ps[2].view().map(|v| v.vid);
+            ps[2]
+                .create_subscriber(Default::default())
+                .unwrap()
+                .delete_datareader(r3)
+                .unwrap();
+            assert!(ps[2].view().map(|v| v.vid) > vid, "a new view");
+            assert!(
+                d.run_until(ROUNDS_MAX, || w2.publication_matched_status().current_count
+                    == 1),
+                "only participant 2 reads alpha now"
+            );
+        },
+    );
+}
+
+#[test]
+fn entity_creation_is_a_view_change_and_late_joiners_get_the_stored_history() {
+    for_seeds(
+        "entity_creation_is_a_view_change_and_late_joiners_get_the_stored_history",
+        |seed| {
+            let (d, ps) = domain(seed, 2);
+            let stored = atomic()
+                .with_durability(DurabilityKind::TransientLocal)
+                .with_history(History::keep_last(3));
+            let before = ps[0].view().unwrap().vid;
+            let t1 = ps[0]
+                .create_topic::<KeyedString>("plans", stored.clone())
+                .unwrap();
+            let w = ps[0]
+                .create_publisher(Default::default())
+                .unwrap()
+                .create_datawriter(&t1, DataWriterQos::from_topic_qos(&stored))
+                .unwrap();
+            let after = ps[0].view().unwrap();
+            assert!(after.vid > before, "creating a writer installed a view");
+            assert!(after.declared.contains_key(&1), "the view carries it");
+            for i in 0..10 {
+                w.write(&ks("A", format!("a{i}"))).unwrap();
+                w.write(&ks("B", format!("b{i}"))).unwrap();
+            }
+            w.dispose(&ks("B", "")).unwrap();
+            d.run_for(5_000);
+            // A reader created after every write, at a participant that joins the domain
+            // only now: it still holds the last 3 per instance (B's last: its dispose).
+            let late = d.participant(3).unwrap();
+            let t3 = late
+                .create_topic::<KeyedString>("plans", stored.clone())
+                .unwrap();
+            let r = late
+                .create_subscriber(Default::default())
+                .unwrap()
+                .create_datareader(&t3, keep_all(&stored))
+                .unwrap();
+            let got = r.take(usize::MAX, StateMask::ANY).unwrap();
+            let a: Vec<String> = got
+                .iter()
+                .filter_map(|s| s.data.as_ref())
+                .filter(|d| d.key == "A")
+                .map(|d| d.value.clone())
+                .collect();
+            assert_eq!(a, vec!["a7", "a8", "a9"], "seed {seed}");
+            let b: Vec<&Sample<KeyedString>> = got
+                .iter()
+                .filter(|s| s.data.as_ref().is_none_or(|d| d.key == "B"))
+                .collect();
+            assert_eq!(b.len(), 3, "seed {seed}");
+            assert!(!b[2].info.valid_data, "the dispose notice");
+            assert_eq!(b[2].info.instance_state, InstanceState::NotAliveDisposed);
+            // Later writes arrive after the history.
+            w.write(&ks("A", "a10")).unwrap();
+            assert_eq!(values(&take_n(&d, &r, 1)), vec!["a10"]);
+            // The participant that wrote leaves; the store lives on at the reader's.
+            assert_eq!(ps[1].view().unwrap().members.len(), 3);
+        },
+    );
+}
+
+#[test]
+fn bad_qos_and_misuse_are_dds_errors_not_panics() {
+    for_seeds("bad_qos_and_misuse_are_dds_errors_not_panics", |_seed| {
+        let (_d, ps) = domain(1, 1);
+        let p = &ps[0];
+        let persistent = atomic().with_durability(DurabilityKind::Persistent);
+        assert!(matches!(
+            p.create_topic::<KeyedString>("logged", persistent),
+            Err(Error::Unsupported(_))
+        ));
+        let bad = atomic()
+            .with_history(History::keep_last(10))
+            .with_resource_limits(ResourceLimits {
+                max_samples: 100,
+                max_instances: 10,
+                max_samples_per_instance: 5,
+            });
+        match p.create_topic::<KeyedString>("bad", bad) {
+            Err(Error::InconsistentPolicy(e)) => assert!(e.to_string().contains("10"), "{e}"),
+            other => panic!("expected InconsistentPolicy, got {other:?}"),
+        }
+        let t = p.create_topic::<KeyedString>("t", atomic()).unwrap();
+        assert!(matches!(
+            p.create_topic::<spindle_topics::Sequence>("t", atomic()),
+            Err(Error::PreconditionNotMet(_))
+        ));
+        let s = p.create_subscriber(Default::default()).unwrap();
+        let r = s
+            .create_datareader(&t, DataReaderQos::from_topic_qos(&atomic()))
+            .unwrap();
+        assert!(matches!(r.take_next_sample(), Err(Error::NoData)));
+        assert!(
+            matches!(p.clone().delete(), Err(Error::PreconditionNotMet(_))),
+            "entities remain"
+        );
+        let w = writer(p, "t", DataWriterQos::default());
+        assert!(
+            matches!(
+                w.write(&ks("k", "x".repeat(10_000))),
+                Err(Error::OutOfResources(_))
+            ),
+            "larger than the slot"
+        );
+        s.delete_datareader(r.clone()).unwrap();
+        assert!(matches!(
+            r.take(1, StateMask::ANY),
+            Err(Error::AlreadyDeleted(_))
+        ));
+    });
+}
+
+struct Counter(Arc<AtomicUsize>);
+impl DataReaderListener<KeyedString> for Counter {
+    fn on_data_available(&self, r: &DataReader<KeyedString>) {
+        let n = r.take(usize::MAX, StateMask::ANY).map_or(0, |v| v.len());
+        self.0.fetch_add(n, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn listeners_and_best_effort_readers_get_data_and_reliable_readers_do_not_match_best_effort_writers(
+) {
+    for_seeds("listeners_and_best_effort_readers_get_data", |seed| {
+        let (d, ps) = domain(seed, 2);
+        let be = TopicQos::default();
+        let t0 = ps[0]
+            .create_topic::<KeyedString>("fast", be.clone())
+            .unwrap();
+        let t1 = ps[1]
+            .create_topic::<KeyedString>("fast", be.clone())
+            .unwrap();
+        let s1 = ps[1].create_subscriber(Default::default()).unwrap();
+        let r = s1.create_datareader(&t1, keep_all(&be)).unwrap();
+        let count = Arc::new(AtomicUsize::new(0));
+        r.set_listener(Counter(Arc::clone(&count)));
+        let strict = s1
+            .create_datareader(&t1, DataReaderQos::from_topic_qos(&atomic()))
+            .unwrap();
+        let w = ps[0]
+            .create_publisher(Default::default())
+            .unwrap()
+            .create_datawriter(&t0, DataWriterQos::from_topic_qos(&be))
+            .unwrap();
+        for i in 0..50 {
+            w.write(&ks("k", format!("{i}"))).unwrap();
+        }
+        d.run_until(ROUNDS_MAX, || count.load(Ordering::SeqCst) >= 50);
+        d.run_for(2_000);
+        assert_eq!(
+            count.load(Ordering::SeqCst),
+            50,
+            "seed {seed}: every sample, once"
+        );
+        assert_eq!(strict.take(usize::MAX, StateMask::ANY).unwrap().len(), 0);
+        assert!(strict.requested_incompatible_qos_status().total_count > 0);
+    });
+}
+
+#[test]
+fn deadlines_are_missed_in_virtual_time_on_both_sides() {
+    for_seeds(
+        "deadlines_are_missed_in_virtual_time_on_both_sides",
+        |seed| {
+            let (d, ps) = domain(seed, 1);
+            let p = &ps[0];
+            let period = spindle_qos::Duration::from_millis(20);
+            let r = reader(
+                p,
+                "ticks",
+                DataReaderQos::from_topic_qos(&atomic()).with_deadline(period),
+            );
+            let w = writer(p, "ticks", DataWriterQos::default().with_deadline(period));
+            // Nothing written yet: no instance, nothing missed, however long we wait.
+            d.run_for(100_000);
+            assert_eq!(r.requested_deadline_missed_status().total_count, 0);
+            assert_eq!(w.offered_deadline_missed_status().total_count, 0);
+            w.write(&ks("k", "once")).unwrap();
+            assert_eq!(take_n(&d, &r, 1).len(), 1);
+            // Then silence for 5 periods of virtual time: 4 or 5 misses on each side (the
+            // write and its delivery are a few virtual ms apart), none more.
+            d.run_for(100_000);
+            let rs = r.requested_deadline_missed_status();
+            let ws = w.offered_deadline_missed_status();
+            assert!(
+                (4..=5).contains(&rs.total_count),
+                "seed {seed}: reader missed {}",
+                rs.total_count
+            );
+            assert!(
+                (4..=5).contains(&ws.total_count),
+                "seed {seed}: writer missed {}",
+                ws.total_count
+            );
+            assert_eq!(
+                rs.last_instance_handle,
+                r.lookup_instance(&ks("k", "")).unwrap()
+            );
+            // Writing again restarts the period: half a period later, nothing new.
+            w.write(&ks("k", "again")).unwrap();
+            assert_eq!(take_n(&d, &r, 1).len(), 1);
+            d.run_for(5_000);
+            let now = r.requested_deadline_missed_status();
+            assert_eq!(
+                (now.total_count, now.total_count_change),
+                (rs.total_count, 0),
+                "seed {seed}: no miss within the period"
+            );
+        },
+    );
+}
+
+#[test]
+fn time_based_filter_keeps_one_sample_per_instance_per_separation() {
+    for_seeds("time_based_filter_keeps_one_sample_per_instance", |seed| {
+        let (d, ps) = domain(seed, 1);
+        let p = &ps[0];
+        let mut qos = keep_all(&atomic());
+        qos.time_based_filter.minimum_separation = spindle_qos::Duration::from_millis(50);
+        let r = reader(p, "filtered", qos);
+        let all = reader(p, "filtered", keep_all(&atomic()));
+        let w = writer(p, "filtered", DataWriterQos::default());
+        for i in 0..20 {
+            w.write(&ks(if i % 2 == 0 { "a" } else { "b" }, format!("{i}")))
+                .unwrap();
+        }
+        assert_eq!(take_n(&d, &all, 20).len(), 20);
+        assert_eq!(
+            values(&r.take(usize::MAX, StateMask::ANY).unwrap()),
+            ["0", "1"]
+        );
+        // A separation of virtual time later, the next sample per instance is kept.
+        d.run_for(60_000);
+        w.write(&ks("a", "20")).unwrap();
+        assert_eq!(take_n(&d, &all, 1).len(), 1);
+        assert_eq!(values(&r.take(usize::MAX, StateMask::ANY).unwrap()), ["20"]);
+    });
+}
+
+#[test]
+fn lifespan_ends_in_virtual_time_and_exclusive_ownership_keeps_the_strongest_writer() {
+    for_seeds("lifespan_and_exclusive_ownership", |seed| {
+        let (d, ps) = domain(seed, 2);
+        let p = &ps[0];
+        let mut excl = keep_all(&atomic());
+        excl.ownership.kind = OwnershipKind::Exclusive;
+        let r = reader(&ps[1], "owned", excl);
+        let all = reader(&ps[1], "owned", keep_all(&atomic()));
+        let mut weak_q = DataWriterQos::default();
+        weak_q.ownership.kind = OwnershipKind::Exclusive;
+        weak_q.ownership_strength.value = 1;
+        let mut strong_q = weak_q.clone();
+        strong_q.ownership_strength.value = 5;
+        let weak = writer(p, "owned", weak_q);
+        let strong = writer(p, "owned", strong_q);
+        weak.write(&ks("k", "w1")).unwrap();
+        strong.write(&ks("k", "s1")).unwrap();
+        weak.write(&ks("k", "w2")).unwrap();
+        strong.write(&ks("k", "s2")).unwrap();
+        // A sample whose LIFESPAN ended before it was written never reaches a reader.
+        let mut short = DataWriterQos::default();
+        short.lifespan.duration = spindle_qos::Duration::from_secs(1);
+        let brief = writer(p, "owned", short.clone());
+        let hour_ago = SIM_EPOCH_NS + (d.now_us() as i64) * 1_000 - 3_600_000_000_000;
+        brief
+            .write_w_timestamp(&ks("old", "stale"), hour_ago)
+            .unwrap();
+        strong.write(&ks("k", "s3")).unwrap();
+        let everything = values(&take_n(&d, &all, 5));
+        assert_eq!(everything, ["w1", "s1", "w2", "s2", "s3"], "seed {seed}");
+        let owned = values(&r.take(usize::MAX, StateMask::ANY).unwrap());
+        assert_eq!(owned, ["w1", "s1", "s2", "s3"], "seed {seed}");
+        // The strong writer unregisters: ownership falls back to the weak one.
+        strong.unregister_instance(&ks("k", "")).unwrap();
+        weak.write(&ks("k", "w3")).unwrap();
+        assert_eq!(values(&take_n(&d, &r, 1)), ["w3"], "seed {seed}");
+        // A sample delivered in time but not taken expires in the cache once its
+        // lifespan passes in virtual time.
+        brief.write(&ks("fresh", "soon gone")).unwrap();
+        assert!(d.run_until(ROUNDS_MAX, || all
+            .read(usize::MAX, StateMask::ANY)
+            .unwrap()
+            .iter()
+            .any(|s| s.data.as_ref().is_some_and(|v| v.key == "fresh"))));
+        d.run_for(1_100_000);
+        assert!(
+            !values(&all.take(usize::MAX, StateMask::ANY).unwrap()).contains(&"soon gone".into()),
+            "seed {seed}: the sample outlived its lifespan"
+        );
+    });
+}
+
+/// Per `(participant, topic)`: the reader's samples as [`order`] gives them.
+type ByReader = BTreeMap<(u32, &'static str), Vec<(u32, u64, String)>>;
+
+/// Four participants, two overlapping topics, writers interleaved; one writer's
+/// participant crashes mid-stream. Returns every reader's samples by (participant, topic)
+/// and the trace hash.
+fn crash_run(seed: u64) -> (ByReader, u64) {
+    let (d, mut ps) = domain(seed, 4);
+    // 1 writes A; 2 writes and reads A, writes B; 3 reads A and B; 4 reads A, writes and
+    // reads B.
+    let mut readers = Vec::new();
+    for (i, t) in [(1, "A"), (2, "A"), (3, "A"), (2, "B"), (3, "B")] {
+        readers.push((i as u32 + 1, t, reader(&ps[i], t, keep_all(&atomic()))));
+    }
+    let wa1 = writer(&ps[0], "A", DataWriterQos::default());
+    let wa2 = writer(&ps[1], "A", DataWriterQos::default());
+    let wb2 = writer(&ps[1], "B", DataWriterQos::default());
+    let wb4 = writer(&ps[3], "B", DataWriterQos::default());
+    const N: usize = 60;
+    for i in 0..N {
+        if i < N / 2 {
+            wa1.write(&ks("1", format!("a1-{i}"))).unwrap();
+        } else if i == N / 2 {
+            d.crash(1);
+        }
+        wa2.write(&ks("2", format!("a2-{i}"))).unwrap();
+        wb2.write(&ks("2", format!("b2-{i}"))).unwrap();
+        wb4.write(&ks("4", format!("b4-{i}"))).unwrap();
+    }
+    assert!(
+        d.run_until(ROUNDS_MAX, || ps[1]
+            .view()
+            .is_some_and(|v| !v.members.contains(&1))),
+        "seed {seed}: the crash is noticed"
+    );
+    d.run_for(50_000);
+    drop(ps.remove(0));
+    let mut got = BTreeMap::new();
+    for (node, topic, r) in &readers {
+        got.insert(
+            (*node, *topic),
+            order(&r.take(usize::MAX, StateMask::ANY).unwrap()),
+        );
+    }
+    (got, d.trace_hash())
+}
+
+#[test]
+fn a_writer_crash_leaves_every_reader_with_the_same_samples_in_the_same_order() {
+    for_seeds(
+        "a_writer_crash_leaves_every_reader_with_the_same_samples",
+        |seed| {
+            let (got, _) = crash_run(seed);
+            for topic in ["A", "B"] {
+                let lists: Vec<&Vec<(u32, u64, String)>> = got
+                    .iter()
+                    .filter(|((_, t), _)| *t == topic)
+                    .map(|(_, l)| l)
+                    .collect();
+                // All-or-none and one total order: every reader of the topic, the same list.
+                for l in &lists[1..] {
+                    assert_eq!(*l, lists[0], "seed {seed}: readers of {topic} differ");
+                }
+                // Each surviving writer's samples, all of them, in its order, once.
+                let prefix = if topic == "A" { "a2-" } else { "b2-" };
+                let mine: Vec<&str> = lists[0]
+                    .iter()
+                    .map(|(_, _, v)| v.as_str())
+                    .filter(|v| v.starts_with(prefix))
+                    .collect();
+                let want: Vec<String> = (0..60).map(|i| format!("{prefix}{i}")).collect();
+                assert_eq!(mine, want, "seed {seed}: writer order in {topic}");
+            }
+            // The crashed writer's samples: a prefix of what it wrote, in its order.
+            let a1: Vec<&str> = got[&(2, "A")]
+                .iter()
+                .map(|(_, _, v)| v.as_str())
+                .filter(|v| v.starts_with("a1-"))
+                .collect();
+            let want: Vec<String> = (0..a1.len()).map(|i| format!("a1-{i}")).collect();
+            assert_eq!(a1, want, "seed {seed}: the crashed writer's samples");
+        },
+    );
+}
+
+#[test]
+fn the_same_seed_gives_the_same_run() {
+    let mut hashes = Vec::new();
+    for seed in [5, 6] {
+        let (a, ha) = crash_run(seed);
+        let (b, hb) = crash_run(seed);
+        assert_eq!(ha, hb, "seed {seed}: trace hashes differ");
+        assert_eq!(a, b, "seed {seed}: readers' samples differ");
+        hashes.push(ha);
+    }
+    assert_ne!(hashes[0], hashes[1], "the seed decides the run");
+}

@@ -10,7 +10,10 @@
 //! * [`Engine`] is the sans-IO core of one node: no thread, socket or clock inside.
 //! * [`runtime`] drives an engine over a real fabric with one predicate thread per node.
 //! * [`layout`] holds views, subgroup layouts and the SST byte geometry.
-//! * [`workload`] is Derecho's `bandwidth_test` / `latency_test`, ported.
+//! * [`swarm`] is the seeded simulation of view changes under faults that the tests and
+//!   the `swarm` example run.
+//! * Derecho's `bandwidth_test` / `latency_test`, ported, live in the `spindle-bench` crate
+//!   (module `spindle_bench::workload`), out of the engine.
 //!
 //! ## Three nodes, one subgroup, driven by hand
 //!
@@ -83,7 +86,6 @@ pub mod membership;
 pub mod runtime;
 mod smc;
 pub mod swarm;
-pub mod workload;
 
 pub use engine::{
     DeliveryBatch, Engine, EngineConfig, EngineEvent, EngineStats, Message, Push, Techniques,

@@ -17,7 +17,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 cargo build --release -q -p spindle-examples --bin dds_perf
-cargo build --release -q -p spindle-group --example bandwidth_test --example latency_test
+cargo build --release -q -p spindle-bench --example bandwidth_test --example latency_test
 bin="${CARGO_TARGET_DIR:-target}/release"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

@@ -22,7 +22,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 bash scripts/setup.sh >/dev/null
-cargo build --release -q -p spindle-group --example bandwidth_test --example latency_test
+cargo build --release -q -p spindle-bench --example bandwidth_test --example latency_test
 dir="${CARGO_TARGET_DIR:-target}/release/examples"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
-cargo build --release --locked -p spindle-group --bin spindle-group-vs
+cargo build --release --locked -p spindle-bench --bin spindle-group-vs
 VS=target/release/spindle-group-vs
 for backend in tcp shm; do
   "$VS" kills --backend "$backend" --nodes 5 --kills 50 2>/dev/null | tail -n 1

@@ -163,8 +163,9 @@ pub struct Message<'a> {
 }
 
 impl Message<'_> {
-    /// The message as one line of a delivery log (`--log` of the workloads):
-    /// `<subgroup> <global_index> <sender_rank> <sender_seq> <size>`, no newline.
+    /// The message as one line of a delivery log (`--log` of the workloads, now in
+    /// `spindle_bench::workload`): `<subgroup> <global_index> <sender_rank> <sender_seq>
+    /// <size>`, no newline.
     pub fn log_line(&self, subgroup: SubgroupId) -> String {
         format!(
             "{subgroup} {} {} {} {}",

@@ -10,7 +10,14 @@
 //! * [`Engine`] is the sans-IO core of one node: no thread, socket or clock inside.
 //! * [`runtime`] drives an engine over a real fabric with one predicate thread per node.
 //! * [`layout`] holds views, subgroup layouts and the SST byte geometry.
-//! * [`workload`] is Derecho's `bandwidth_test` / `latency_test`, ported.
+//! * `swarm` (cargo feature `testkit`, off by default) is the seeded simulation of view
+//!   changes under faults that the tests and the `swarm` example run.
+//! * Derecho's `bandwidth_test` / `latency_test`, ported, live in the `spindle-bench` crate
+//!   (module `spindle_bench::workload`), out of the engine.
+//!
+//! ## Cargo features
+//!
+//! * `testkit`: builds the `swarm` module (and pulls in `rand` / `rand_chacha` for it).
 //!
 //! ## Three nodes, one subgroup, driven by hand
 //!
@@ -82,8 +89,8 @@ pub mod layout;
 pub mod membership;
 pub mod runtime;
 mod smc;
+#[cfg(feature = "testkit")]
 pub mod swarm;
-pub mod workload;
 
 pub use engine::{
     DeliveryBatch, Engine, EngineConfig, EngineEvent, EngineStats, Message, Push, Techniques,

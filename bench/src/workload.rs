@@ -26,10 +26,9 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use spindle_transport_rdma::{open_backend, Endpoint, FabricConfig, NodeId};
 
-use crate::engine::{EngineConfig, Techniques};
-use crate::layout::{DeliveryMode, Layout, SubgroupSpec, View};
-use crate::runtime::{Node, NodeConfig};
-use crate::Error;
+use spindle_group::layout::{DeliveryMode, Layout, SubgroupSpec, View};
+use spindle_group::runtime::{Node, NodeConfig};
+use spindle_group::{EngineConfig, Error, Techniques};
 
 /// Most nodes a workload run may start.
 pub const WORKLOAD_NODES_MAX: usize = 16;
@@ -189,10 +188,10 @@ impl Args {
         if self.messages == 0 || self.messages > WORKLOAD_MESSAGES_MAX {
             return Err(format!("--messages must be 1..={WORKLOAD_MESSAGES_MAX}").into());
         }
-        if self.size == 0 || self.size > crate::layout::SLOT_PAYLOAD_BYTES_MAX {
+        if self.size == 0 || self.size > spindle_group::layout::SLOT_PAYLOAD_BYTES_MAX {
             return Err(format!(
                 "--size must be 1..={} bytes",
-                crate::layout::SLOT_PAYLOAD_BYTES_MAX
+                spindle_group::layout::SLOT_PAYLOAD_BYTES_MAX
             )
             .into());
         }
@@ -318,7 +317,7 @@ fn run_node(
         let latencies = Arc::clone(&latencies);
         let log_error = Arc::clone(&log_error);
         let latency_mode = args.latency;
-        move |batch: &crate::DeliveryBatch| {
+        move |batch: &spindle_group::DeliveryBatch| {
             let now = Instant::now();
             let mut line = String::new();
             for m in batch.iter() {
@@ -613,7 +612,7 @@ fn sim_main(args: &Args) -> Result<(), BoxError> {
     let mut nodes = Vec::new();
     for &n in &view.members {
         let ep = world.endpoint(n);
-        let engine = crate::Engine::new(
+        let engine = spindle_group::Engine::new(
             n,
             view.clone(),
             layout.clone(),

@@ -604,54 +604,48 @@ fn child_main(args: &Args, id: NodeId) -> Result<(), BoxError> {
 
 // ----- all nodes in the simulator ----------------------------------------------------
 
+/// Virtual time a round of `--backend sim` moves (µs).
+const SIM_ROUND_STEP_US: u64 = 20;
+
 fn sim_main(args: &Args) -> Result<(), BoxError> {
+    use spindle_group::testkit::engine_cluster;
     use spindle_transport_rdma::sim::{SimConfig, SimWorld};
-    let world = SimWorld::new(1, SimConfig::default());
     let layout = args.layout();
     let view = View::new(1, args.members());
-    let mut nodes = Vec::new();
-    for &n in &view.members {
-        let ep = world.endpoint(n);
-        let engine = spindle_group::Engine::new(
-            n,
-            view.clone(),
-            layout.clone(),
-            EngineConfig {
-                techniques: args.techniques(),
-            },
-            |id, len| Ok(ep.register_region(id, len)?),
-        )?;
-        nodes.push((ep, engine));
-    }
-    for i in 0..nodes.len() {
-        for j in i + 1..nodes.len() {
-            let addr = nodes[j].0.address();
-            nodes[i].0.connect(nodes[j].0.node(), &addr)?;
-        }
-    }
-    world.run_until_idle(1_000_000);
-    let expected: Vec<u64> = nodes
+    // Every node in one thread on the simulated fabric; virtual time moves 20 µs a round.
+    let mut sim = engine_cluster(
+        SimWorld::new(1, SimConfig::default()),
+        &view,
+        &layout,
+        EngineConfig {
+            techniques: args.techniques(),
+        },
+        1,
+        SIM_ROUND_STEP_US..SIM_ROUND_STEP_US + 1,
+    )?;
+    let ids: Vec<NodeId> = view.members.clone();
+    let expected: Vec<u64> = ids
         .iter()
-        .map(|(ep, _)| {
+        .map(|id| {
             layout
                 .subgroups
                 .iter()
-                .filter(|s| s.members.contains(&ep.node()))
+                .filter(|s| s.members.contains(id))
                 .map(|s| s.senders.len() as u64 * args.messages)
                 .sum()
         })
         .collect();
-    let mut delivered = vec![0u64; nodes.len()];
+    let mut delivered = vec![0u64; ids.len()];
     let mut sent: BTreeMap<(NodeId, u32), u64> = BTreeMap::new();
     let mut in_flight: BTreeMap<(NodeId, u32, u64), Instant> = BTreeMap::new();
     let mut latencies = Vec::new();
     let mut logs: Vec<Option<BufWriter<std::fs::File>>> = Vec::new();
-    for (ep, _) in &nodes {
+    for id in &ids {
         logs.push(match &args.log {
             Some(dir) => {
                 std::fs::create_dir_all(dir)?;
                 Some(BufWriter::new(std::fs::File::create(
-                    dir.join(format!("node-{}.log", ep.node())),
+                    dir.join(format!("node-{id}.log")),
                 )?))
             }
             None => None,
@@ -660,18 +654,16 @@ fn sim_main(args: &Args) -> Result<(), BoxError> {
     let payload = vec![0xA5u8; args.size];
     let start = Instant::now();
     let deadline = start + Duration::from_secs(args.timeout_s);
-    let mut scratch = Vec::new();
     while delivered.iter().zip(&expected).any(|(d, e)| d < e) {
         if Instant::now() > deadline {
             return Err(format!("sim: delivered {delivered:?} of {expected:?}").into());
         }
-        for (i, (ep, engine)) in nodes.iter_mut().enumerate() {
-            let me = ep.node();
+        for (i, &me) in ids.iter().enumerate() {
             for spec in layout.subgroups.iter().filter(|s| s.senders.contains(&me)) {
                 let count = sent.entry((me, spec.id)).or_default();
                 let own_pending = in_flight.keys().any(|(n, s, _)| *n == me && *s == spec.id);
                 if *count < args.messages && !(args.latency && own_pending) {
-                    let sender = engine.sender(spec.id)?;
+                    let sender = sim.nodes[&me].engine.sender(spec.id)?;
                     while *count < args.messages {
                         match sender.try_loan() {
                             Ok(mut loan) => {
@@ -689,8 +681,8 @@ fn sim_main(args: &Args) -> Result<(), BoxError> {
                     }
                 }
             }
-            engine.step();
-            engine.drain_pushes(&mut scratch, |p, bytes| p.post(&**ep, bytes));
+            sim.step_node(me);
+            let engine = &mut sim.nodes.get_mut(&me).ok_or("sim: node gone")?.engine;
             while let Some(batch) = engine.poll_delivery() {
                 let now = Instant::now();
                 for m in batch.iter() {
@@ -711,26 +703,27 @@ fn sim_main(args: &Args) -> Result<(), BoxError> {
                 return Err(format!("node {me}: {e:?}").into());
             }
         }
-        world.run_for(20);
+        sim.advance();
     }
     let elapsed = start.elapsed().as_secs_f64();
     for w in logs.iter_mut().flatten() {
         w.flush()?;
     }
-    let results: Vec<NodeResult> = nodes
-        .iter()
+    let results: Vec<NodeResult> = sim
+        .nodes
+        .values()
         .zip(&delivered)
-        .map(|((ep, engine), d)| NodeResult {
-            node: ep.node(),
+        .map(|(n, d)| NodeResult {
+            node: n.ep.node(),
             delivered: *d,
             elapsed_s: elapsed,
-            latencies_us: if ep.node() == 1 {
+            latencies_us: if n.ep.node() == 1 {
                 latencies.clone()
             } else {
                 Vec::new()
             },
-            nulls_sent: engine.stats().nulls_sent,
-            pushes: engine.stats().pushes,
+            nulls_sent: n.engine.stats().nulls_sent,
+            pushes: n.engine.stats().pushes,
         })
         .collect();
     print_summary(args, &results);

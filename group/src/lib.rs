@@ -91,6 +91,8 @@ pub mod runtime;
 mod smc;
 #[cfg(feature = "testkit")]
 pub mod swarm;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 pub use engine::{
     DeliveryBatch, Engine, EngineConfig, EngineEvent, EngineStats, Message, Push, Techniques,

@@ -45,13 +45,13 @@ fn swarm(seed: u64, techniques: Techniques) -> Sim {
         assert!(rounds < ROUNDS_MAX, "seed {seed}: sending did not finish");
         for p in plan.iter_mut() {
             // Each sender is active in a seeded share of rounds, so some lag behind.
-            if p.2 == 0 || sim.rng.gen_range(0..100) >= 20 + (p.1 * 17 + seed as u32) % 70 {
+            if p.2 == 0 || sim.cluster.rng.gen_range(0..100) >= 20 + (p.1 * 17 + seed as u32) % 70 {
                 continue;
             }
-            let burst = sim.rng.gen_range(1..=6).min(p.2);
+            let burst = sim.cluster.rng.gen_range(1..=6).min(p.2);
             let max = sim.spec(p.0).slot_payload_bytes;
             for _ in 0..burst {
-                let len = sim.rng.gen_range(PAYLOAD_BYTES_MIN..=max);
+                let len = sim.cluster.rng.gen_range(PAYLOAD_BYTES_MIN..=max);
                 if !sim.send(p.1, p.0, len) {
                     break;
                 }
@@ -87,8 +87,8 @@ fn the_same_seed_gives_the_same_run() {
         let b = swarm(seed, Techniques::all());
         assert_eq!(a.delivered, b.delivered, "seed {seed}: deliveries differ");
         assert_eq!(
-            a.world.trace_hash(),
-            b.world.trace_hash(),
+            a.cluster.trace_hash(),
+            b.cluster.trace_hash(),
             "seed {seed}: fabric traces differ"
         );
     }
@@ -129,14 +129,14 @@ fn nulls_let_a_lone_sender_through_and_stop_with_it() {
         sim.check_final();
         sim.check_quiescent();
         for n in [1, 2] {
-            let nulls = sim.engines[&n].stats().nulls_sent;
+            let nulls = sim.engine(n).stats().nulls_sent;
             assert!(
                 nulls >= 40,
                 "seed {seed}: node {n} sent {nulls} nulls for 40 turns"
             );
         }
         assert_eq!(
-            sim.engines[&3].stats().nulls_sent,
+            sim.engine(3).stats().nulls_sent,
             0,
             "seed {seed}: the sender sent nulls"
         );
@@ -183,7 +183,7 @@ fn a_full_window_is_flow_control_not_loss() {
         one_subgroup(vec![1], 4),
         Techniques::all(),
     );
-    let sender = sim.engines[&1].sender(1).unwrap();
+    let sender = sim.engine(1).sender(1).unwrap();
     let mut sent = 0;
     while sim.send(1, 1, 30) {
         sent += 1;
@@ -214,7 +214,7 @@ fn a_dropped_loan_becomes_a_null() {
         one_subgroup(vec![1, 2], 8),
         Techniques::all(),
     );
-    let sender = sim.engines[&1].sender(1).unwrap();
+    let sender = sim.engine(1).sender(1).unwrap();
     {
         let mut loan = sender.try_loan().unwrap();
         loan.write_at(0, b"never sent").unwrap();
@@ -251,7 +251,7 @@ fn a_sender_busy_building_a_message_fills_its_turns_once_idle() {
         );
         // Node 1 is building a message (a loan held) while node 3 sends: node 1 must not
         // push its own message back with nulls meanwhile.
-        let sender = sim.engines[&1].sender(1).unwrap();
+        let sender = sim.engine(1).sender(1).unwrap();
         let mut loan = sender.try_loan().unwrap();
         for _ in 0..10 {
             assert!(sim.send(3, 1, 24), "seed {seed}");
@@ -261,7 +261,7 @@ fn a_sender_busy_building_a_message_fills_its_turns_once_idle() {
             sim.round();
         }
         assert_eq!(
-            sim.engines[&1].stats().nulls_sent,
+            sim.engine(1).stats().nulls_sent,
             0,
             "seed {seed}: nulls while busy"
         );
@@ -276,7 +276,7 @@ fn a_sender_busy_building_a_message_fills_its_turns_once_idle() {
         sim.check_final();
         sim.check_quiescent();
         assert!(
-            sim.engines[&1].stats().nulls_sent >= 9,
+            sim.engine(1).stats().nulls_sent >= 9,
             "seed {seed}: turns filled"
         );
     }
@@ -290,12 +290,11 @@ fn a_crashed_member_wedges_the_survivors_without_disagreement() {
         let crash_at = 20 + (seed as usize * 7) % 60;
         for round in 0..crash_at + 400 {
             if round == crash_at {
-                sim.world.crash(3);
-                sim.crashed.insert(3);
+                sim.crash(3);
             }
             for spec in &layout.subgroups {
                 for s in &spec.senders {
-                    if !sim.crashed.contains(s) && sim.rng.gen_bool(0.3) {
+                    if !sim.cluster.nodes[s].crashed && sim.cluster.rng.gen_bool(0.3) {
                         sim.send(*s, spec.id, 40);
                     }
                 }
@@ -329,13 +328,13 @@ fn a_crashed_member_wedges_the_survivors_without_disagreement() {
             "seed {seed}: survivors disagree on the order"
         );
         // Once wedged, nothing more is sent: the survivors go quiet.
-        let before: Vec<_> = [1, 2].iter().map(|n| sim.engines[n].stats()).collect();
+        let before: Vec<_> = [1, 2].iter().map(|n| sim.engine(*n).stats()).collect();
         for _ in 0..100 {
             sim.round();
         }
         for (i, n) in [1, 2].iter().enumerate() {
             assert_eq!(
-                sim.engines[n].stats().pushes,
+                sim.engine(*n).stats().pushes,
                 before[i].pushes,
                 "seed {seed}: node {n} kept writing after wedging"
             );

@@ -4,15 +4,13 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use spindle_group::testkit::{engine_cluster, EngineNode, SimCluster};
 use spindle_group::{
     DeliveryMode, Engine, EngineConfig, Error, Layout, SubgroupId, SubgroupSpec, Techniques, View,
 };
-use spindle_transport_rdma::sim::{SimConfig, SimEndpoint, SimWorld};
-use spindle_transport_rdma::{Endpoint, Event, NodeId};
+use spindle_transport_rdma::sim::{SimConfig, SimWorld};
+use spindle_transport_rdma::NodeId;
 
 /// What one node delivered in one subgroup: `(global_index, sender_rank, sender_seq)`.
 pub type Delivered = Vec<(u64, u32, u64)>;
@@ -41,18 +39,14 @@ pub const PAYLOAD_BYTES_MIN: usize = 20;
 
 pub struct Sim {
     pub seed: u64,
-    pub world: SimWorld,
-    pub eps: BTreeMap<NodeId, Arc<SimEndpoint>>,
-    pub engines: BTreeMap<NodeId, Engine>,
+    /// The engines over the sim fabric (the project's one simulation harness); its `rng`
+    /// draws the round steps and the tests' traffic.
+    pub cluster: SimCluster<EngineNode>,
     pub layout: Layout,
     pub delivered: BTreeMap<(NodeId, SubgroupId), Delivered>,
     /// Messages each (subgroup, sender) has sent: their lengths, by sender seq (nulls
     /// take seqs too, so there are gaps).
     pub sent: BTreeMap<(SubgroupId, NodeId), BTreeMap<u64, usize>>,
-    scratch: Vec<u8>,
-    pub rng: ChaCha8Rng,
-    /// Nodes crashed by the test: their engines no longer run.
-    pub crashed: std::collections::BTreeSet<NodeId>,
     /// Engine events seen (a test that crashes nodes expects them; others panic on one).
     pub events: Vec<(NodeId, spindle_group::EngineEvent)>,
 }
@@ -64,50 +58,40 @@ impl Sim {
             link_delay_max_us: 1 + seed % 400,
             ..SimConfig::default()
         };
-        let world = SimWorld::new(seed, cfg);
-        let view = View::new(1, nodes.to_vec());
-        let mut eps = BTreeMap::new();
-        let mut engines = BTreeMap::new();
-        for &n in nodes {
-            let ep = world.endpoint(n);
-            let engine = Engine::new(
-                n,
-                view.clone(),
-                layout.clone(),
-                EngineConfig { techniques },
-                |id, len| Ok(ep.register_region(id, len)?),
-            )
-            .unwrap_or_else(|e| panic!("seed {seed}: engine {n}: {e}"));
-            eps.insert(n, ep);
-            engines.insert(n, engine);
-        }
-        for &a in nodes {
-            for &b in nodes.iter().filter(|b| **b > a) {
-                eps[&a].connect(b, &eps[&b].address()).unwrap();
-            }
-        }
-        world.run_until_idle(100_000);
-        for (n, ep) in &eps {
-            let mut connected = 0;
-            while let Some(e) = ep.poll_event() {
-                if matches!(e, Event::PeerConnected { .. }) {
-                    connected += 1;
-                }
-            }
-            assert_eq!(connected, nodes.len() - 1, "seed {seed}: node {n} links");
-        }
+        let cluster = engine_cluster(
+            SimWorld::new(seed, cfg),
+            &View::new(1, nodes.to_vec()),
+            &layout,
+            EngineConfig { techniques },
+            seed ^ 0x5EED,
+            0..200,
+        )
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         Sim {
             seed,
-            world,
-            eps,
-            engines,
+            cluster,
             layout,
             delivered: BTreeMap::new(),
             sent: BTreeMap::new(),
-            scratch: Vec::new(),
-            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5EED),
-            crashed: Default::default(),
             events: Vec::new(),
+        }
+    }
+
+    /// Node `n`'s engine.
+    pub fn engine(&self, n: NodeId) -> &Engine {
+        &self.cluster.nodes[&n].engine
+    }
+
+    /// True once any node was crashed by the test.
+    pub fn any_crashed(&self) -> bool {
+        self.cluster.nodes.values().any(|n| n.crashed)
+    }
+
+    /// Crashes node `n`: its process is gone; its engine no longer runs.
+    pub fn crash(&mut self, n: NodeId) {
+        self.cluster.world.crash(n);
+        if let Some(node) = self.cluster.nodes.get_mut(&n) {
+            node.crashed = true;
         }
     }
 
@@ -122,7 +106,7 @@ impl Sim {
     /// Tries to send one message of `len` bytes; false if the window is full.
     pub fn send(&mut self, node: NodeId, subgroup: SubgroupId, len: usize) -> bool {
         let seed = self.seed;
-        let sender = self.engines[&node].sender(subgroup).unwrap();
+        let sender = self.engine(node).sender(subgroup).unwrap();
         match sender.try_loan() {
             Ok(mut loan) => {
                 let seq = loan.seq();
@@ -136,7 +120,7 @@ impl Sim {
                 true
             }
             Err(Error::WindowFull { .. }) => false,
-            Err(Error::Wedged { .. }) if !self.crashed.is_empty() => false,
+            Err(Error::Wedged { .. }) if self.any_crashed() => false,
             Err(e) => panic!("seed {seed}: send: {e}"),
         }
     }
@@ -146,42 +130,30 @@ impl Sim {
     pub fn round(&mut self) -> bool {
         let seed = self.seed;
         let mut work = false;
-        let nodes: Vec<NodeId> = self
-            .engines
-            .keys()
-            .copied()
-            .filter(|n| !self.crashed.contains(n))
-            .collect();
-        for n in &nodes {
-            let engine = self.engines.get_mut(n).expect("engine");
-            let ep = &self.eps[n];
-            while let Some(event) = ep.poll_event() {
-                if let Event::PeerFailed { peer, .. } = event {
-                    engine.handle_peer_failed(peer);
-                }
-            }
-            work |= engine.step();
-            let posted = engine.drain_pushes(&mut self.scratch, |p, bytes| p.post(&**ep, bytes));
-            work |= posted > 0;
+        for n in self.cluster.live() {
+            work |= self.cluster.step_node(n);
+            let crashed = self.any_crashed();
+            let engine = &mut self.cluster.nodes.get_mut(&n).expect("node").engine;
+            let mut events = Vec::new();
             while let Some(e) = engine.poll_event() {
                 assert!(
-                    !self.crashed.is_empty(),
+                    crashed,
                     "seed {seed}: node {n}: unexpected engine event {e:?}"
                 );
-                self.events.push((*n, e));
+                events.push((n, e));
             }
             let mut batches = Vec::new();
             while let Some(b) = engine.poll_delivery() {
                 batches.push(b);
             }
+            self.events.extend(events);
             for b in batches {
                 for m in b.iter() {
-                    self.check_delivery(*n, b.subgroup(), m);
+                    self.check_delivery(n, b.subgroup(), m);
                 }
             }
         }
-        let dt = self.rng.gen_range(0..200);
-        self.world.run_for(dt);
+        self.cluster.advance();
         work
     }
 
@@ -217,7 +189,8 @@ impl Sim {
         if spec.mode == DeliveryMode::Atomic {
             // Stability: every member has received the message before anyone delivers it.
             for member in &spec.members {
-                let r = self.engines[member]
+                let r = self
+                    .engine(*member)
                     .received_num(subgroup, m.sender_rank as usize)
                     .unwrap();
                 assert!(
@@ -324,11 +297,21 @@ impl Sim {
         for _ in 0..50 {
             self.round();
         }
-        let before: Vec<_> = self.engines.values().map(|e| e.stats()).collect();
+        let before: Vec<_> = self
+            .cluster
+            .nodes
+            .values()
+            .map(|n| n.engine.stats())
+            .collect();
         for _ in 0..200 {
             self.round();
         }
-        let after: Vec<_> = self.engines.values().map(|e| e.stats()).collect();
+        let after: Vec<_> = self
+            .cluster
+            .nodes
+            .values()
+            .map(|n| n.engine.stats())
+            .collect();
         for (b, a) in before.iter().zip(&after) {
             assert_eq!(a.pushes, b.pushes, "seed {seed}: writes after quiescence");
             assert_eq!(

@@ -1,0 +1,262 @@
+//! The simulation harness (feature `testkit`): nodes over one deterministic sim fabric,
+//! driven round by round from one thread.
+//!
+//! Every simulation of the project runs on this one loop — the engine tests
+//! (`tests/common`), the swarm of view changes under faults ([`crate::swarm`]), the
+//! workloads' `--backend sim` (`spindle-bench`) and DCPS in simulation
+//! (`spindle_dds_core::sim`). A [`SimCluster`] owns the [`SimWorld`], the nodes (anything
+//! that is a [`SimNode`]: an [`EngineNode`], a swarm member, a DCPS participant) and the
+//! seeded generator that picks how far virtual time moves after each round. A round steps
+//! every live node once, in id order, at the same virtual time, then advances the fabric.
+//! The same seed and the same calls give the same run ([`SimCluster::trace_hash`]).
+//!
+//! ```
+//! use spindle_group::testkit::{engine_cluster, SimCluster};
+//! use spindle_group::{DeliveryMode, EngineConfig, Layout, SubgroupSpec, View};
+//! use spindle_transport_rdma::sim::{SimConfig, SimWorld};
+//!
+//! let layout = Layout {
+//!     subgroups: vec![SubgroupSpec {
+//!         id: 0,
+//!         members: vec![1, 2],
+//!         senders: vec![1, 2],
+//!         mode: DeliveryMode::Atomic,
+//!         window_slots: 4,
+//!         slot_payload_bytes: 64,
+//!     }],
+//! };
+//! let world = SimWorld::new(7, SimConfig::default());
+//! let mut sim = engine_cluster(world, &View::new(1, vec![1, 2]), &layout,
+//!     EngineConfig::default(), 7, 0..200).unwrap();
+//! let sender = sim.nodes[&1].engine.sender(0).unwrap();
+//! sender.try_send(b"hello").unwrap();
+//! let mut got = 0;
+//! while got == 0 {
+//!     sim.round();
+//!     while let Some(b) = sim.nodes.get_mut(&2).unwrap().engine.poll_delivery() {
+//!         got += b.len();
+//!     }
+//! }
+//! ```
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use spindle_transport_rdma::sim::{SimEndpoint, SimWorld};
+use spindle_transport_rdma::{Endpoint, Event, NodeId};
+
+use crate::engine::{Engine, EngineConfig};
+use crate::error::{Error, Result};
+use crate::group::Group;
+use crate::layout::{Layout, View};
+use crate::runtime::drive;
+
+/// Steps the fabric may take to bring up the links of a new [`engine_cluster`].
+pub const CONNECT_STEPS_MAX: usize = 1_000_000;
+
+/// One node a [`SimCluster`] runs.
+pub trait SimNode {
+    /// False once the node is gone (crashed, stopped); the rounds skip it.
+    fn is_live(&self) -> bool {
+        true
+    }
+    /// One step of the node at virtual time `now_us`: take the fabric's events, run,
+    /// post the writes and sends. `scratch` is shared by all nodes of the cluster. True
+    /// if anything happened.
+    fn step(&mut self, now_us: u64, scratch: &mut Vec<u8>) -> bool;
+}
+
+/// A [`Group`] over a sim endpoint: [`crate::runtime::drive`], as the predicate thread
+/// runs it. The caller takes the group's outputs ([`Group::poll`]) after each step.
+impl SimNode for (Arc<SimEndpoint>, Group) {
+    fn is_live(&self) -> bool {
+        !self.1.is_done()
+    }
+
+    fn step(&mut self, now_us: u64, scratch: &mut Vec<u8>) -> bool {
+        drive(&mut self.1, &*self.0, now_us, scratch)
+    }
+}
+
+/// An [`Engine`] of a fixed view over a sim endpoint. Its deliveries and events stay in
+/// the engine for the caller to poll.
+#[derive(Debug)]
+pub struct EngineNode {
+    /// The node's endpoint.
+    pub ep: Arc<SimEndpoint>,
+    /// The node's engine.
+    pub engine: Engine,
+    /// The test crashed it: it no longer runs.
+    pub crashed: bool,
+}
+
+impl SimNode for EngineNode {
+    fn is_live(&self) -> bool {
+        !self.crashed
+    }
+
+    fn step(&mut self, _now_us: u64, scratch: &mut Vec<u8>) -> bool {
+        let mut work = false;
+        while let Some(event) = self.ep.poll_event() {
+            work = true;
+            if let Event::PeerFailed { peer, .. } = event {
+                self.engine.handle_peer_failed(peer);
+            }
+        }
+        work |= self.engine.step();
+        let ep = &self.ep;
+        work | (self
+            .engine
+            .drain_pushes(scratch, |p, bytes| p.post(&**ep, bytes))
+            > 0)
+    }
+}
+
+/// Nodes over one simulated fabric. See the module docs.
+#[derive(Debug)]
+pub struct SimCluster<N> {
+    /// The simulated fabric.
+    pub world: SimWorld,
+    /// The nodes, by id (rounds step them in this order).
+    pub nodes: BTreeMap<NodeId, N>,
+    /// The generator of round steps; tests may draw their traffic from it too, so one
+    /// seed decides everything.
+    pub rng: ChaCha8Rng,
+    step_us: Range<u64>,
+    rounds: u64,
+    scratch: Vec<u8>,
+}
+
+impl<N: SimNode> SimCluster<N> {
+    /// An empty cluster over `world`; after each round virtual time moves by a step drawn
+    /// from `step_us` with a generator seeded by `rng_seed` (an empty range: no step).
+    pub fn new(world: SimWorld, rng_seed: u64, step_us: Range<u64>) -> SimCluster<N> {
+        SimCluster {
+            world,
+            nodes: BTreeMap::new(),
+            rng: ChaCha8Rng::seed_from_u64(rng_seed),
+            step_us,
+            rounds: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Rounds run so far.
+    pub fn rounds(&self) -> u64 {
+        self.rounds
+    }
+
+    /// Virtual time now, in µs.
+    pub fn now_us(&self) -> u64 {
+        self.world.now_us()
+    }
+
+    /// The ids of the live nodes, in order.
+    pub fn live(&self) -> Vec<NodeId> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.is_live())
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// One step of node `id` at the current virtual time (nothing if it is not live).
+    pub fn step_node(&mut self, id: NodeId) -> bool {
+        let now_us = self.world.now_us();
+        match self.nodes.get_mut(&id) {
+            Some(n) if n.is_live() => n.step(now_us, &mut self.scratch),
+            _ => false,
+        }
+    }
+
+    /// Moves virtual time by one seeded step, applying what falls due.
+    pub fn advance(&mut self) {
+        self.rounds += 1;
+        if !self.step_us.is_empty() {
+            let dt = self.rng.gen_range(self.step_us.clone());
+            self.world.run_for(dt);
+        }
+    }
+
+    /// One round: every live node steps once, in id order, and `after` sees each right
+    /// after its step (to take its outputs); then virtual time advances. True if any node
+    /// did something.
+    pub fn round_with(&mut self, mut after: impl FnMut(NodeId, &mut N)) -> bool {
+        let mut work = false;
+        for id in self.live() {
+            work |= self.step_node(id);
+            if let Some(n) = self.nodes.get_mut(&id) {
+                after(id, n);
+            }
+        }
+        self.advance();
+        work
+    }
+
+    /// One round, outputs left in the nodes.
+    pub fn round(&mut self) -> bool {
+        self.round_with(|_, _| {})
+    }
+
+    /// Hash of every delivery and timer of the fabric so far.
+    pub fn trace_hash(&self) -> u64 {
+        self.world.trace_hash()
+    }
+}
+
+/// A cluster of [`EngineNode`]s, one per member of `view`, every pair linked, all running
+/// `layout` under `config`. See [`SimCluster::new`] for `rng_seed` and `step_us`.
+pub fn engine_cluster(
+    world: SimWorld,
+    view: &View,
+    layout: &Layout,
+    config: EngineConfig,
+    rng_seed: u64,
+    step_us: Range<u64>,
+) -> Result<SimCluster<EngineNode>> {
+    let mut sim = SimCluster::new(world, rng_seed, step_us);
+    for &n in &view.members {
+        let ep = sim.world.endpoint(n);
+        let engine = Engine::new(
+            n,
+            view.clone(),
+            layout.clone(),
+            config.clone(),
+            |id, len| Ok(ep.register_region(id, len)?),
+        )?;
+        sim.nodes.insert(
+            n,
+            EngineNode {
+                ep,
+                engine,
+                crashed: false,
+            },
+        );
+    }
+    let ids: Vec<NodeId> = view.members.clone();
+    for (i, &a) in ids.iter().enumerate() {
+        for &b in &ids[i + 1..] {
+            let address = sim.nodes[&b].ep.address();
+            sim.nodes[&a].ep.connect(b, &address)?;
+        }
+    }
+    sim.world.run_until_idle(CONNECT_STEPS_MAX);
+    for (id, n) in &sim.nodes {
+        let mut connected = 0;
+        while let Some(e) = n.ep.poll_event() {
+            if matches!(e, Event::PeerConnected { .. }) {
+                connected += 1;
+            }
+        }
+        if connected != ids.len() - 1 {
+            return Err(Error::Config(format!(
+                "sim: node {id} has {connected} links of {}",
+                ids.len() - 1
+            )));
+        }
+    }
+    Ok(sim)
+}

@@ -50,9 +50,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use spindle_group::runtime::{drive, hand_to, Handed};
+use spindle_group::testkit::{SimCluster, SimNode};
 use spindle_group::{Group, Sender, SubgroupId};
 use spindle_qos::DomainParticipantQos;
 use spindle_transport_rdma::sim::{SimConfig, SimEndpoint, SimWorld};
@@ -107,67 +106,71 @@ struct Member {
     link: Arc<MemberLink>,
 }
 
+/// A participant's step in a round: its declaration and leave go to the group, the group
+/// runs ([`spindle_group::runtime::drive`]), its outputs go to the delivery path
+/// ([`hand_to`]), its senders are published, DEADLINE is checked.
+impl SimNode for Member {
+    fn is_live(&self) -> bool {
+        !self.link.done.load(Ordering::Acquire)
+    }
+
+    fn step(&mut self, now_us: u64, scratch: &mut Vec<u8>) -> bool {
+        if self.link.leave.swap(false, Ordering::AcqRel) {
+            self.group.leave();
+        }
+        if let Some(d) = lock(&self.link.declare).take() {
+            if let Err(e) = self.group.declare(d) {
+                tracing::error!(error = %e, "sim: declaration refused");
+            }
+        }
+        let mut work = drive(&mut self.group, &*self.ep, now_us, scratch);
+        while let Some(out) = self.group.poll() {
+            work = true;
+            if let Handed::Stopped = hand_to(&mut self.group, &mut self.app, out) {
+                self.link.done.store(true, Ordering::Release);
+            }
+        }
+        if self.group.is_done() {
+            self.link.done.store(true, Ordering::Release);
+        }
+        let mut senders = lock(&self.link.senders);
+        senders.clear();
+        if !self.link.done.load(Ordering::Acquire) {
+            let ids: Vec<SubgroupId> = self
+                .group
+                .layout()
+                .map(|l| l.subgroups.iter().map(|s| s.id).collect())
+                .unwrap_or_default();
+            for sg in ids {
+                if let Ok(s) = self.group.sender(sg) {
+                    senders.insert(sg, s);
+                }
+            }
+        }
+        drop(senders);
+        if self.link.deadlines.load(Ordering::Acquire) {
+            handle_timeout(&self.shared, now_us);
+        }
+        work
+    }
+}
+
 struct Core {
-    world: SimWorld,
-    rng: ChaCha8Rng,
+    /// The project's simulation harness, over this domain's participants.
+    cluster: SimCluster<Member>,
     clock: Arc<SimClock>,
-    members: BTreeMap<NodeId, Member>,
-    rounds: u64,
-    scratch: Vec<u8>,
 }
 
 impl Core {
-    /// One round. See the module docs.
+    /// One round: every live participant steps, as on its delivery thread; then virtual
+    /// time advances.
     fn round(&mut self) {
-        self.rounds += 1;
-        let now_us = self.world.now_us();
         set_delivery_thread(true);
-        for m in self.members.values_mut() {
-            if m.link.done.load(Ordering::Acquire) {
-                continue;
-            }
-            if m.link.leave.swap(false, Ordering::AcqRel) {
-                m.group.leave();
-            }
-            if let Some(d) = lock(&m.link.declare).take() {
-                if let Err(e) = m.group.declare(d) {
-                    tracing::error!(error = %e, "sim: declaration refused");
-                }
-            }
-            drive(&mut m.group, &*m.ep, now_us, &mut self.scratch);
-            while let Some(out) = m.group.poll() {
-                if let Handed::Stopped = hand_to(&mut m.group, &mut m.app, out) {
-                    m.link.done.store(true, Ordering::Release);
-                }
-            }
-            if m.group.is_done() {
-                m.link.done.store(true, Ordering::Release);
-            }
-            let mut senders = lock(&m.link.senders);
-            senders.clear();
-            if !m.link.done.load(Ordering::Acquire) {
-                let ids: Vec<SubgroupId> = m
-                    .group
-                    .layout()
-                    .map(|l| l.subgroups.iter().map(|s| s.id).collect())
-                    .unwrap_or_default();
-                for sg in ids {
-                    if let Ok(s) = m.group.sender(sg) {
-                        senders.insert(sg, s);
-                    }
-                }
-            }
-            drop(senders);
-            if m.link.deadlines.load(Ordering::Acquire) {
-                handle_timeout(&m.shared, now_us);
-            }
-        }
+        self.cluster.round();
         set_delivery_thread(false);
-        let dt = self.rng.gen_range(0..ROUND_STEP_US_MAX);
-        self.world.run_for(dt);
         self.clock
             .now_us
-            .store(self.world.now_us(), Ordering::Release);
+            .store(self.cluster.now_us(), Ordering::Release);
     }
 }
 
@@ -209,12 +212,8 @@ impl SimDomain {
         let clock = Arc::new(SimClock::default());
         SimDomain {
             core: Arc::new(Mutex::new(Core {
-                world: world.clone(),
-                rng: ChaCha8Rng::seed_from_u64(seed ^ 0xDC95),
+                cluster: SimCluster::new(world.clone(), seed ^ 0xDC95, 0..ROUND_STEP_US_MAX),
                 clock: Arc::clone(&clock),
-                members: BTreeMap::new(),
-                rounds: 0,
-                scratch: Vec::new(),
             })),
             world,
             clock,
@@ -239,7 +238,7 @@ impl SimDomain {
 
     /// Rounds run so far.
     pub fn rounds(&self) -> u64 {
-        lock(&self.core).rounds
+        lock(&self.core).cluster.rounds()
     }
 
     /// Hash of every delivery and timer of the fabric so far: equal for equal seeds and
@@ -272,13 +271,14 @@ impl SimDomain {
         let mut config = ParticipantConfig::new(node, Transport::Tcp, address.clone());
         {
             let core = lock(&self.core);
-            if core.members.contains_key(&node) {
+            if core.cluster.nodes.contains_key(&node) {
                 return Err(Error::PreconditionNotMet(format!(
                     "node {node} is already a participant of the simulated domain"
                 )));
             }
             let live: Vec<Contact> = core
-                .members
+                .cluster
+                .nodes
                 .iter()
                 .filter(|(_, m)| !m.link.done.load(Ordering::Acquire))
                 .map(|(id, m)| Contact {
@@ -298,7 +298,7 @@ impl SimDomain {
         let clock: Arc<dyn Clock> = self.clock.clone();
         let shared = Shared::new(node, clock);
         let link = Arc::new(MemberLink::default());
-        lock(&self.core).members.insert(
+        lock(&self.core).cluster.nodes.insert(
             node,
             Member {
                 ep,
@@ -345,17 +345,18 @@ impl SimDomain {
     /// by a view change once the fabric reports the failure.
     pub fn crash(&self, node: NodeId) {
         let core = lock(&self.core);
-        if let Some(m) = core.members.get(&node) {
+        if let Some(m) = core.cluster.nodes.get(&node) {
             m.link.done.store(true, Ordering::Release);
             lock(&m.link.senders).clear();
         }
-        core.world.crash(node);
+        core.cluster.world.crash(node);
     }
 
     /// True once participant `node` stopped (crashed, closed, shut down or left).
     pub fn is_stopped(&self, node: NodeId) -> bool {
         lock(&self.core)
-            .members
+            .cluster
+            .nodes
             .get(&node)
             .is_none_or(|m| m.link.done.load(Ordering::Acquire))
     }

@@ -10,14 +10,19 @@
 //! * [`Engine`] is the sans-IO core of one node: no thread, socket or clock inside.
 //! * [`runtime`] drives an engine over a real fabric with one predicate thread per node.
 //! * [`layout`] holds views, subgroup layouts and the SST byte geometry.
-//! * `swarm` (cargo feature `testkit`, off by default) is the seeded simulation of view
-//!   changes under faults that the tests and the `swarm` example run.
+//! * `testkit` (cargo feature `testkit`, off by default) is the simulation harness every
+//!   simulation of the project runs on: nodes over one deterministic sim fabric, stepped
+//!   round by round from one thread.
+//! * `swarm` (feature `testkit`) is the seeded simulation of view changes under faults
+//!   that the tests and the `swarm` example run; `swarm::checker` holds every invariant
+//!   it checks.
 //! * Derecho's `bandwidth_test` / `latency_test`, ported, live in the `spindle-bench` crate
 //!   (module `spindle_bench::workload`), out of the engine.
 //!
 //! ## Cargo features
 //!
-//! * `testkit`: builds the `swarm` module (and pulls in `rand` / `rand_chacha` for it).
+//! * `testkit`: builds the `testkit` and `swarm` modules (and pulls in `rand` /
+//!   `rand_chacha` for them).
 //!
 //! ## Three nodes, one subgroup, driven by hand
 //!

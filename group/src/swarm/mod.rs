@@ -37,6 +37,14 @@ use crate::engine::{EngineConfig, Techniques};
 use crate::error::Error;
 use crate::group::{Group, GroupConfig, GroupOutput, LayoutFn};
 use crate::layout::{DeliveryMode, Layout, SubgroupId, SubgroupSpec, View};
+use crate::runtime::drive;
+use crate::testkit::{SimCluster, SimNode};
+
+mod checker;
+pub use checker::{Checker, VIOLATIONS_KEPT};
+
+/// Virtual time a round moves the fabric by, at most (µs); the seed picks each step.
+pub const ROUND_STEP_US_MAX: u64 = 150;
 
 /// A message's identity: origin node, its incarnation, and the origin's counter.
 pub type MsgId = (NodeId, u32, u64);
@@ -310,7 +318,7 @@ pub struct Report {
 }
 
 /// Per node: its application and its group.
-struct NodeRun {
+pub(crate) struct NodeRun {
     id: NodeId,
     incarnation: u32,
     ep: Arc<SimEndpoint>,
@@ -356,16 +364,29 @@ impl NodeRun {
     }
 }
 
+impl SimNode for NodeRun {
+    fn is_live(&self) -> bool {
+        !self.down
+    }
+
+    fn step(&mut self, now_us: u64, scratch: &mut Vec<u8>) -> bool {
+        match self.group.as_mut() {
+            Some(g) => drive(g, &*self.ep, now_us, scratch),
+            None => false,
+        }
+    }
+}
+
 /// The cluster of one run. See the module docs.
 struct Cluster {
     sc: Scenario,
-    world: SimWorld,
+    /// The fabric, the node runs and the seeded generator of round steps, faults and
+    /// traffic: the project's simulation harness.
+    sim: SimCluster<NodeRun>,
     cfg: GroupConfig,
-    nodes: BTreeMap<NodeId, NodeRun>,
     /// Node runs that ended (crashed or shut down), kept for the final checks.
     past: Vec<NodeRun>,
     checker: Checker,
-    rng: ChaCha8Rng,
     round: u64,
     fired: Vec<bool>,
     paused: BTreeSet<NodeId>,
@@ -470,10 +491,10 @@ impl Cluster {
         };
         let ids: Vec<NodeId> = (1..=sc.nodes).collect();
         let view = View::new(1, ids.clone());
-        let mut nodes = BTreeMap::new();
+        let mut sim = SimCluster::new(world, seed ^ 0xA11CE, 0..ROUND_STEP_US_MAX);
         let mut eps = Vec::new();
         for &id in &ids {
-            eps.push(world.endpoint(id));
+            eps.push(sim.world.endpoint(id));
         }
         let addresses: BTreeMap<NodeId, String> = ids
             .iter()
@@ -483,17 +504,15 @@ impl Cluster {
         for (id, ep) in ids.iter().zip(eps) {
             let group = Group::bootstrap(&*ep, view.clone(), addresses.clone(), cfg.clone(), 0)
                 .unwrap_or_else(|e| panic!("seed {seed}: bootstrap {id}: {e}"));
-            nodes.insert(*id, NodeRun::new(*id, 0, ep, group));
+            sim.nodes.insert(*id, NodeRun::new(*id, 0, ep, group));
         }
         Cluster {
             fired: vec![false; sc.faults.len()],
             sc: sc.clone(),
-            world,
+            sim,
             cfg,
-            nodes,
             past: Vec::new(),
             checker: Checker::default(),
-            rng: ChaCha8Rng::seed_from_u64(seed ^ 0xA11CE),
             round: 0,
             paused: BTreeSet::new(),
             cut_off: BTreeSet::new(),
@@ -515,16 +534,17 @@ impl Cluster {
         }
         // Liveness: everything heals; crashed and shut-down nodes restart and rejoin (again
         // every few thousand rounds, as a supervisor would restart a process that stopped).
-        self.world.clear_rules();
+        self.sim.world.clear_rules();
         self.cut_off.clear();
         for n in std::mem::take(&mut self.paused) {
-            self.world.resume(n);
+            self.sim.world.resume(n);
         }
         let mut liveness_failure = None;
         let mut settled = false;
         for i in 0..self.sc.liveness_rounds_max {
             if self.sc.restart_in_liveness && i % LIVENESS_RESTART_ROUNDS == 0 {
                 let down: Vec<NodeId> = self
+                    .sim
                     .nodes
                     .values()
                     .filter(|n| n.down)
@@ -546,13 +566,14 @@ impl Cluster {
             self.final_checks();
         }
         let views_installed = self
+            .sim
             .nodes
             .values()
             .chain(&self.past)
             .map(|n| n.views.len() as u64)
             .sum();
         let mut h = self.delivery_hash;
-        fnv(&mut h, &self.world.trace_hash().to_le_bytes());
+        fnv(&mut h, &self.sim.world.trace_hash().to_le_bytes());
         Report {
             seed: self.sc.seed,
             nodes: self.sc.nodes,
@@ -567,12 +588,8 @@ impl Cluster {
         }
     }
 
-    fn now(&self) -> u64 {
-        self.world.now_us()
-    }
-
     fn live(&self) -> impl Iterator<Item = &NodeRun> {
-        self.nodes.values().filter(|n| !n.down)
+        self.sim.nodes.values().filter(|n| !n.down)
     }
 
     fn leader(&self) -> Option<NodeId> {
@@ -584,7 +601,7 @@ impl Cluster {
             .members
             .iter()
             .copied()
-            .find(|m| self.nodes.get(m).is_some_and(|n| !n.down))
+            .find(|m| self.sim.nodes.get(m).is_some_and(|n| !n.down))
     }
 
     fn faults(&mut self) {
@@ -619,7 +636,7 @@ impl Cluster {
                 eprintln!(
                     "round {} t={}us fault {fault:?}",
                     self.round,
-                    self.world.now_us()
+                    self.sim.world.now_us()
                 );
             }
             self.apply(fault);
@@ -630,7 +647,8 @@ impl Cluster {
     /// more than a minority of the initial members at once (so a majority survives and
     /// the liveness phase can succeed).
     fn impaired(&self) -> BTreeSet<NodeId> {
-        self.nodes
+        self.sim
+            .nodes
             .values()
             .filter(|n| {
                 n.down
@@ -689,38 +707,38 @@ impl Cluster {
                 }
             }
             Fault::Restart(id) => {
-                if self.nodes.get(&id).is_some_and(|n| n.down) {
+                if self.sim.nodes.get(&id).is_some_and(|n| n.down) {
                     self.restart(id);
                 }
             }
             Fault::Partition(sides) => {
                 let refs: Vec<&[NodeId]> = sides.iter().map(|s| s.as_slice()).collect();
-                self.world.partition(&refs);
+                self.sim.world.partition(&refs);
                 self.cut_off.extend(hits);
             }
             Fault::Heal => {
-                self.world.clear_rules();
+                self.sim.world.clear_rules();
                 self.cut_off.clear();
             }
             Fault::Pause(id) => {
-                if self.nodes.get(&id).is_some_and(|n| !n.down) {
-                    self.world.pause(id);
+                if self.sim.nodes.get(&id).is_some_and(|n| !n.down) {
+                    self.sim.world.pause(id);
                     self.paused.insert(id);
                 }
             }
             Fault::Resume(id) => {
-                self.world.resume(id);
+                self.sim.world.resume(id);
                 self.paused.remove(&id);
             }
             Fault::Leave(id) => {
                 self.leaving.insert(id);
-                if let Some(g) = self.nodes.get_mut(&id).and_then(|n| n.group.as_mut()) {
+                if let Some(g) = self.sim.nodes.get_mut(&id).and_then(|n| n.group.as_mut()) {
                     g.leave();
                 }
             }
             Fault::Declare(id) => {
                 let round = self.round;
-                if let Some(n) = self.nodes.get_mut(&id) {
+                if let Some(n) = self.sim.nodes.get_mut(&id) {
                     if let Some(g) = n.group.as_mut() {
                         let d = round.to_le_bytes().to_vec();
                         if g.declare(d.clone()).is_ok() {
@@ -733,11 +751,11 @@ impl Cluster {
     }
 
     fn crash(&mut self, id: NodeId) {
-        if let Some(n) = self.nodes.get_mut(&id) {
+        if let Some(n) = self.sim.nodes.get_mut(&id) {
             if n.crashed {
                 return;
             }
-            self.world.crash(id);
+            self.sim.world.crash(id);
             n.down = true;
             n.crashed = true;
             n.group = None;
@@ -745,20 +763,21 @@ impl Cluster {
     }
 
     fn restart(&mut self, id: NodeId) {
-        let Some(old) = self.nodes.remove(&id) else {
+        let Some(old) = self.sim.nodes.remove(&id) else {
             return;
         };
         let incarnation = old.incarnation + 1;
         self.leaving.remove(&id);
         self.past.push(old);
-        let ep = self.world.restart(id);
+        let ep = self.sim.world.restart(id);
         let contacts: Vec<(NodeId, String)> = (1..=self.sc.nodes)
             .filter(|n| *n != id)
             .map(|n| (n, format!("sim:{n}")))
             .collect();
         let group = Group::join(&*ep, contacts, self.cfg.clone())
             .unwrap_or_else(|e| panic!("seed {}: join {id}: {e}", self.sc.seed));
-        self.nodes
+        self.sim
+            .nodes
             .insert(id, NodeRun::new(id, incarnation, ep, group));
     }
 
@@ -766,12 +785,12 @@ impl Cluster {
         let pct = self.sc.send_percent;
         let ids: Vec<NodeId> = self.live().map(|n| n.id).collect();
         for id in ids {
-            if self.rng.gen_range(0..100) >= pct {
+            if self.sim.rng.gen_range(0..100) >= pct {
                 continue;
             }
-            let sg = [SG_ALL, SG_TAIL, SG_UNORDERED][self.rng.gen_range(0..3)];
-            let len = self.rng.gen_range(20..=96);
-            let n = self.nodes.get_mut(&id).expect("live node");
+            let sg = [SG_ALL, SG_TAIL, SG_UNORDERED][self.sim.rng.gen_range(0..3)];
+            let len = self.sim.rng.gen_range(20..=96);
+            let n = self.sim.nodes.get_mut(&id).expect("live node");
             let Some(g) = n.group.as_ref() else {
                 continue;
             };
@@ -795,24 +814,17 @@ impl Cluster {
 
     fn round_once(&mut self) {
         self.round += 1;
-        let now = self.now();
-        let ids: Vec<NodeId> = self.live().map(|n| n.id).collect();
-        for id in ids {
-            let n = self.nodes.get_mut(&id).expect("live node");
-            let Some(g) = n.group.as_mut() else {
-                continue;
-            };
-            crate::runtime::drive(g, &*n.ep, now, &mut Vec::new());
-            let mut outs = Vec::new();
-            while let Some(o) = g.poll() {
-                outs.push(o);
+        let mut outs = Vec::new();
+        self.sim.round_with(|id, n| {
+            if let Some(g) = n.group.as_mut() {
+                while let Some(o) = g.poll() {
+                    outs.push((id, o));
+                }
             }
-            for o in outs {
-                self.output(id, o);
-            }
+        });
+        for (id, o) in outs {
+            self.output(id, o);
         }
-        let dt = self.rng.gen_range(0..150);
-        self.world.run_for(dt);
     }
 
     fn output(&mut self, id: NodeId, o: GroupOutput) {
@@ -820,39 +832,20 @@ impl Cluster {
             eprintln!(
                 "round {} t={}us node {id}: {o:?}",
                 self.round,
-                self.world.now_us()
+                self.sim.world.now_us()
             );
         }
-        let n = self.nodes.get_mut(&id).expect("node");
+        let n = self.sim.nodes.get_mut(&id).expect("node");
         match o {
             GroupOutput::Delivery(b) => {
                 let vid = n.views.last().map_or(0, |v| v.vid);
                 let sg = b.subgroup();
                 for m in b.iter() {
                     self.delivered_total += 1;
-                    let Some((msg, psg)) = parse_payload(m.payload) else {
-                        self.checker
-                            .violation(format!("node {id}: unreadable payload in {sg}"));
+                    let list = n.state.entry(sg).or_default();
+                    let Some(msg) = self.checker.delivery(id, vid, sg, m.payload, list) else {
                         continue;
                     };
-                    if psg != sg || payload(msg, sg, m.payload.len()) != m.payload {
-                        self.checker.violation(format!(
-                            "node {id}: payload of {msg:?} corrupted or in the wrong subgroup"
-                        ));
-                    }
-                    let list = n.state.entry(sg).or_default();
-                    if list.contains(&msg) {
-                        self.checker.violation(format!(
-                            "node {id}: {msg:?} delivered twice in subgroup {sg} (view {vid})"
-                        ));
-                    }
-                    if let Some(prev) = list.iter().rev().find(|p| p.0 == msg.0 && p.1 == msg.1) {
-                        if prev.2 > msg.2 {
-                            self.checker.violation(format!(
-                                "node {id}: sender order broken in {sg}: {prev:?} before {msg:?}"
-                            ));
-                        }
-                    }
                     list.push(msg);
                     n.per_view.entry((vid, sg)).or_default().push(msg);
                     fnv(&mut self.delivery_hash, &id.to_le_bytes());
@@ -860,14 +853,7 @@ impl Cluster {
                 }
             }
             GroupOutput::ViewInstalled(v) => {
-                if let Some(last) = n.views.last() {
-                    if v.view.vid <= last.vid {
-                        self.checker.violation(format!(
-                            "node {id}: view {} installed after view {}",
-                            v.view.vid, last.vid
-                        ));
-                    }
-                }
+                self.checker.view_at(id, &v.view, n.views.last());
                 fnv(&mut self.delivery_hash, &v.view.vid.to_le_bytes());
                 self.view_log
                     .push((self.round, id, v.view.vid, v.view.members.clone()));
@@ -880,7 +866,6 @@ impl Cluster {
                     .map(|s| s.id)
                     .collect();
                 n.subgroups_in.insert(v.view.vid, mine);
-                self.checker.view(&v.view);
             }
             GroupOutput::StateRequested { subgroup, joiner } => {
                 let bytes = encode_state(n.state.get(&subgroup).map_or(&[][..], |v| v));
@@ -959,7 +944,7 @@ impl Cluster {
                     if *s != sg.id {
                         continue;
                     }
-                    for m in sg.members.iter().filter_map(|m| self.nodes.get(m)) {
+                    for m in sg.members.iter().filter_map(|m| self.sim.nodes.get(m)) {
                         if !m.state.get(&sg.id).is_some_and(|l| l.contains(msg)) {
                             return false;
                         }
@@ -972,6 +957,7 @@ impl Cluster {
 
     fn liveness_state(&self) -> String {
         let states: Vec<String> = self
+            .sim
             .nodes
             .values()
             .map(|n| {
@@ -1000,7 +986,7 @@ impl Cluster {
             for sg in &layout.subgroups {
                 for sender in self.live() {
                     for (s, msg) in sender.sent.iter().filter(|(s, _)| *s == sg.id) {
-                        for m in sg.members.iter().filter_map(|m| self.nodes.get(m)) {
+                        for m in sg.members.iter().filter_map(|m| self.sim.nodes.get(m)) {
                             if !m.state.get(s).is_some_and(|l| l.contains(msg)) && missing.len() < 5
                             {
                                 let holders: Vec<NodeId> = self
@@ -1025,116 +1011,10 @@ impl Cluster {
         )
     }
 
-    /// After liveness: virtual synchrony per view, and one order per atomic subgroup.
+    /// After liveness: the checks over every run, past and present.
     fn final_checks(&mut self) {
-        let all: Vec<&NodeRun> = self.nodes.values().chain(&self.past).collect();
-        // Virtual synchrony: members that passed from v to v+1 delivered the same in v.
-        type Lists<'a> = Vec<(NodeId, &'a Vec<MsgId>)>;
-        let mut by_view: BTreeMap<(u32, SubgroupId), Lists<'_>> = BTreeMap::new();
-        let empty = Vec::new();
-        let mut violations = Vec::new();
-        for n in &all {
-            for w in n.views.windows(2) {
-                let (v, next) = (&w[0], &w[1]);
-                if next.vid != v.vid + 1 {
-                    continue;
-                }
-                let Some(mine) = n.subgroups_in.get(&v.vid) else {
-                    continue;
-                };
-                for sg in [SG_ALL, SG_TAIL].into_iter().filter(|s| mine.contains(s)) {
-                    let list = n.per_view.get(&(v.vid, sg)).unwrap_or(&empty);
-                    by_view.entry((v.vid, sg)).or_default().push((n.id, list));
-                }
-            }
-        }
-        for ((vid, sg), lists) in &by_view {
-            if let Some((first, l0)) = lists.first() {
-                for (other, l) in &lists[1..] {
-                    if l != l0 {
-                        violations.push(format!(
-                            "virtual synchrony: in view {vid}, subgroup {sg}, nodes {first} and \
-                             {other} moved on after delivering {} and {} messages that differ",
-                            l0.len(),
-                            l.len()
-                        ));
-                    }
-                }
-            }
-        }
-        // One total order per atomic subgroup: every node's sequence is a prefix of the
-        // longest one.
-        for sg in [SG_ALL, SG_TAIL] {
-            let longest = all
-                .iter()
-                .filter_map(|n| n.state.get(&sg))
-                .max_by_key(|l| l.len())
-                .cloned()
-                .unwrap_or_default();
-            for n in &all {
-                if let Some(l) = n.state.get(&sg) {
-                    if longest[..l.len()] != l[..] {
-                        violations.push(format!(
-                            "total order: node {} (incarnation {}) delivered in subgroup {sg} a \
-                             sequence that is not a prefix of the longest",
-                            n.id, n.incarnation
-                        ));
-                    }
-                }
-            }
-        }
-        for v in violations {
-            self.checker.violation(v);
-        }
-    }
-}
-
-/// Collects safety violations as they are seen.
-#[derive(Debug, Default)]
-pub struct Checker {
-    /// What went wrong.
-    pub violations: Vec<String>,
-    views: BTreeMap<u32, View>,
-}
-
-impl Checker {
-    fn violation(&mut self, v: String) {
-        if self.violations.len() < 20 {
-            self.violations.push(v);
-        }
-    }
-
-    fn view(&mut self, view: &View) {
-        match self.views.get(&view.vid) {
-            Some(m) if m.members != view.members || m.declared != view.declared => {
-                let v = format!(
-                    "split brain: view {} installed as {:?} and as {:?}",
-                    view.vid, m, view
-                );
-                self.violation(v);
-            }
-            Some(_) => {}
-            None => {
-                if let Some(prev) = self.views.get(&(view.vid.wrapping_sub(1))) {
-                    let kept = view
-                        .members
-                        .iter()
-                        .filter(|m| prev.members.contains(m))
-                        .count();
-                    if kept * 2 <= prev.members.len() {
-                        let v = format!(
-                            "view {} {:?} holds no majority of view {} {:?}",
-                            view.vid,
-                            view.members,
-                            view.vid - 1,
-                            prev.members
-                        );
-                        self.violation(v);
-                    }
-                }
-                self.views.insert(view.vid, view.clone());
-            }
-        }
+        let all: Vec<&NodeRun> = self.sim.nodes.values().chain(&self.past).collect();
+        self.checker.runs(&all);
     }
 }
 

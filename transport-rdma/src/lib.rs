@@ -63,6 +63,7 @@ mod error;
 #[cfg(feature = "libfabric")]
 pub mod libfabric;
 pub(crate) mod link;
+mod peers;
 mod region;
 pub mod shm;
 #[cfg(any(feature = "libfabric", feature = "verbs"))]

@@ -68,6 +68,8 @@ mod region;
 pub mod shm;
 #[cfg(any(feature = "libfabric", feature = "verbs"))]
 mod side_channel;
+#[cfg(any(feature = "libfabric", feature = "verbs"))]
+mod side_link;
 pub mod sim;
 pub mod tcp;
 #[cfg(feature = "verbs")]

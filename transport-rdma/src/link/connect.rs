@@ -15,13 +15,13 @@ use super::handshake::{self, Existing};
 use super::outbound::Outbound;
 use super::{lock, read, write, Hub, Link, LinkStream, Slot};
 use crate::peers::Admit;
-use crate::{Error, Event, FailureReason, NodeId, RegionDesc, RegionId, Result, PEERS_MAX};
+use crate::{Error, Event, FailureReason, NodeId, RegionDesc, RegionId, Result};
 
 /// How often a rejected initiator checks whether the peer's own link has arrived.
 const REJECTED_POLL: Duration = Duration::from_millis(5);
 
 impl<S: LinkStream> Hub<S> {
-    pub(super) fn new_link(&self, stream: S, hello: &Hello) -> Result<Arc<Link<S>>> {
+    pub(super) fn new_link(&self, id: u64, stream: S, hello: &Hello) -> Result<Arc<Link<S>>> {
         let now = self.now_ms();
         let fd = stream.as_raw_fd();
         let _ = stream.set_write_timeout_ms(Some(self.cfg.probe_timeout()));
@@ -38,6 +38,7 @@ impl<S: LinkStream> Hub<S> {
             remote.insert(entry.id, desc);
         }
         Ok(Arc::new(Link {
+            id,
             peer: hello.node,
             incarnation: hello.incarnation,
             stream,
@@ -52,6 +53,7 @@ impl<S: LinkStream> Hub<S> {
         }))
     }
 
+    /// Runs the initiator side on a freshly dialed stream for `attempt`, then becomes the
     /// link's reader thread. Returns when the link ends.
     pub fn run_initiator(self: Arc<Self>, peer: NodeId, attempt: u64, mut stream: S) {
         let result = (|| -> Result<Option<(Arc<Link<S>>, FrameReader)>> {
@@ -77,10 +79,7 @@ impl<S: LinkStream> Hub<S> {
                 // replaces our attempt; give up on the peer if it never comes.
                 let deadline = Instant::now() + Duration::from_millis(self.cfg.connect_timeout_ms);
                 while Instant::now() < deadline && !self.is_closed() {
-                    let pending = matches!(
-                        read(&self.peers).get(&peer),
-                        Some(Slot::Pending { attempt: a }) if *a == attempt
-                    );
+                    let pending = read(&self.peers).is_current(peer, attempt);
                     if !pending {
                         return Ok(None);
                     }
@@ -104,8 +103,7 @@ impl<S: LinkStream> Hub<S> {
             // Install, unless another link won meanwhile.
             let local = read(&self.local);
             let mut peers = write(&self.peers);
-            let ours =
-                matches!(peers.get(&peer), Some(Slot::Pending { attempt: a }) if *a == attempt);
+            let ours = peers.is_current(peer, attempt);
             if !ours {
                 drop(peers);
                 drop(local);
@@ -115,7 +113,8 @@ impl<S: LinkStream> Hub<S> {
                 stream.shutdown_both();
                 return Ok(None);
             }
-            let link = self.new_link(clone, &reply)?;
+            let id = peers.next_link_id();
+            let link = self.new_link(id, clone, &reply)?;
             // Regions that changed between our Hello and now.
             {
                 let mut out = lock(&link.out);
@@ -198,7 +197,7 @@ impl<S: LinkStream> Hub<S> {
             let (local, mut peers, decision) = loop {
                 let local = read(&self.local);
                 let peers = write(&self.peers);
-                let existing = match peers.get(&peer) {
+                let existing = match peers.get(peer) {
                     None => Existing::None,
                     Some(Slot::Failed(_)) => Existing::Failed,
                     Some(Slot::Pending { .. }) => Existing::Pending,
@@ -206,11 +205,8 @@ impl<S: LinkStream> Hub<S> {
                         incarnation: link.incarnation,
                     },
                 };
-                let live = peers
-                    .values()
-                    .filter(|s| !matches!(s, Slot::Failed(_)))
-                    .count();
-                let decision = handshake::decide(self.node, &hello, existing, live < PEERS_MAX);
+                let room = peers.room_for(peer);
+                let decision = handshake::decide(self.node, &hello, existing, room);
                 // A live link to the same incarnation is either a duplicate from a
                 // simultaneous connect (rejected below) or a link the peer already closed
                 // and whose Goodbye or end of stream we have not processed yet (the peer
@@ -235,13 +231,15 @@ impl<S: LinkStream> Hub<S> {
                 return Ok(None);
             }
             // The peer restarted: its old link fails once the new one is installed.
-            let old = match peers.get(&peer) {
+            let old = match peers.get(peer) {
                 Some(Slot::Up(link)) if decision == Admit::AcceptReplacing => {
                     Some(Arc::clone(link))
                 }
                 _ => None,
             };
+            let id = peers.next_link_id();
             let link = self.new_link(
+                id,
                 stream
                     .try_clone_stream()
                     .map_err(|e| Error::io("cloning a stream", e))?,

@@ -88,9 +88,10 @@ use frame::{
 };
 use outbound::Outbound;
 
+use crate::peers::{check_not_self, LinkState, PeerEntry, PeerTable};
 use crate::{
     Doorbell, Error, Event, FabricConfig, FailureReason, NodeId, Region, RegionDesc, RegionId,
-    Result, EVENT_QUEUE_MAX, PEERS_MAX, REGIONS_PER_ENDPOINT_MAX,
+    Result, EVENT_QUEUE_MAX, REGIONS_PER_ENDPOINT_MAX,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -230,6 +231,8 @@ fn write<T>(m: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 
 /// One live connection to a peer.
 struct Link<S: LinkStream> {
+    /// Unique among the hub's links and attempts (from its [`PeerTable`]).
+    id: u64,
     peer: NodeId,
     /// The peer's incarnation (from its `Hello`).
     incarnation: u64,
@@ -258,6 +261,7 @@ impl<S: LinkStream> std::fmt::Debug for Link<S> {
     }
 }
 
+/// A peer's entry in the hub's [`PeerTable`].
 enum Slot<S: LinkStream> {
     /// Our own connection attempt is in flight.
     Pending {
@@ -265,6 +269,38 @@ enum Slot<S: LinkStream> {
     },
     Up(Arc<Link<S>>),
     Failed(FailureReason),
+}
+
+impl<S: LinkStream> PeerEntry for Slot<S> {
+    fn state(&self) -> LinkState {
+        match self {
+            Slot::Pending { .. } => LinkState::Dialing,
+            Slot::Up(_) => LinkState::Up,
+            Slot::Failed(_) => LinkState::Down,
+        }
+    }
+    fn link_id(&self) -> u64 {
+        match self {
+            Slot::Pending { attempt } => *attempt,
+            Slot::Up(link) => link.id,
+            // Never current: `PeerTable` ids start at 1 and a failed slot is down anyway.
+            Slot::Failed(_) => 0,
+        }
+    }
+    fn set_down(&mut self, reason: &FailureReason) {
+        *self = Slot::Failed(reason.clone());
+    }
+}
+
+/// The live links of `peers`.
+fn up_links<S: LinkStream>(peers: &PeerTable<Slot<S>>) -> Vec<Arc<Link<S>>> {
+    peers
+        .iter()
+        .filter_map(|(_, s)| match s {
+            Slot::Up(l) => Some(Arc::clone(l)),
+            _ => None,
+        })
+        .collect()
 }
 
 struct Local {
@@ -282,11 +318,10 @@ pub struct Hub<S: LinkStream> {
     hooks: Arc<dyn LinkHooks>,
     start: Instant,
     local: RwLock<Local>,
-    peers: RwLock<BTreeMap<NodeId, Slot<S>>>,
+    peers: RwLock<PeerTable<Slot<S>>>,
     events: Mutex<VecDeque<Event>>,
     events_space: Condvar,
     doorbell: Doorbell,
-    next_attempt: AtomicU64,
     closed: AtomicBool,
 }
 
@@ -322,11 +357,10 @@ impl<S: LinkStream> Hub<S> {
                 regions: BTreeMap::new(),
                 withdrawn: BTreeSet::new(),
             }),
-            peers: RwLock::new(BTreeMap::new()),
+            peers: RwLock::new(PeerTable::default()),
             events: Mutex::new(VecDeque::new()),
             events_space: Condvar::new(),
             doorbell: Doorbell::new(),
-            next_attempt: AtomicU64::new(1),
             closed: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&hub);
@@ -400,7 +434,7 @@ impl<S: LinkStream> Hub<S> {
 
     fn link(&self, peer: NodeId) -> Result<Arc<Link<S>>> {
         self.check_open()?;
-        match read(&self.peers).get(&peer) {
+        match read(&self.peers).get(peer) {
             Some(Slot::Up(link)) => Ok(Arc::clone(link)),
             Some(Slot::Failed(reason)) => Err(Error::PeerFailed {
                 peer,
@@ -412,10 +446,7 @@ impl<S: LinkStream> Hub<S> {
 
     /// Peers whose link is up, ascending.
     pub fn peers(&self) -> Vec<NodeId> {
-        read(&self.peers)
-            .iter()
-            .filter_map(|(id, slot)| matches!(slot, Slot::Up(_)).then_some(*id))
-            .collect()
+        read(&self.peers).in_states(&[LinkState::Up])
     }
 
     /// Registers interest in a link to `peer`. `Ok(Some(attempt))`: the caller must dial
@@ -423,38 +454,15 @@ impl<S: LinkStream> Hub<S> {
     /// `Ok(None)`: a link exists or is being made (idempotent).
     pub fn begin_connect(&self, peer: NodeId) -> Result<Option<u64>> {
         self.check_open()?;
-        if peer == self.node {
-            return Err(Error::InvalidPeer {
-                peer,
-                detail: "an endpoint cannot link to itself".into(),
-            });
-        }
-        let mut peers = write(&self.peers);
-        match peers.get(&peer) {
-            Some(Slot::Up(_)) | Some(Slot::Pending { .. }) => return Ok(None),
-            _ => {}
-        }
-        let live = peers
-            .values()
-            .filter(|s| !matches!(s, Slot::Failed(_)))
-            .count();
-        if live >= PEERS_MAX {
-            return Err(Error::InvalidPeer {
-                peer,
-                detail: format!("already linked to {PEERS_MAX} peers (PEERS_MAX)"),
-            });
-        }
-        let attempt = self.next_attempt.fetch_add(1, Ordering::Relaxed);
-        peers.insert(peer, Slot::Pending { attempt });
-        Ok(Some(attempt))
+        check_not_self(self.node, peer)?;
+        write(&self.peers).begin_dial(peer, |attempt| Slot::Pending { attempt })
     }
 
     /// Dialing for `attempt` failed: the peer is reported failed unless another link to
     /// it came up meanwhile.
     pub fn attempt_failed(&self, peer: NodeId, attempt: u64, reason: FailureReason) {
         let mut peers = write(&self.peers);
-        if matches!(peers.get(&peer), Some(Slot::Pending { attempt: a }) if *a == attempt) {
-            peers.insert(peer, Slot::Failed(reason.clone()));
+        if peers.mark_down(peer, attempt, &reason).is_some() {
             drop(peers);
             self.push_control(Event::PeerFailed { peer, reason });
         }
@@ -465,16 +473,10 @@ impl<S: LinkStream> Hub<S> {
         if link.failed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let current = {
-            let mut peers = write(&self.peers);
-            match peers.get(&link.peer) {
-                Some(Slot::Up(current)) if std::ptr::eq(Arc::as_ptr(current), link) => {
-                    peers.insert(link.peer, Slot::Failed(reason.clone()));
-                    true
-                }
-                _ => false,
-            }
-        };
+        // Only the slot still holding this link is marked (ids are unique per table).
+        let current = write(&self.peers)
+            .mark_down(link.peer, link.id, &reason)
+            .is_some();
         if current {
             // Not for a link already replaced by a newer one (peer restart): the hooks
             // hold the newer link's regions by then.
@@ -533,13 +535,7 @@ impl<S: LinkStream> Hub<S> {
         local
             .regions
             .insert(id, (region.clone(), entry.tag.clone()));
-        let links: Vec<Arc<Link<S>>> = read(&self.peers)
-            .values()
-            .filter_map(|s| match s {
-                Slot::Up(l) => Some(Arc::clone(l)),
-                _ => None,
-            })
-            .collect();
+        let links: Vec<Arc<Link<S>>> = up_links(&read(&self.peers));
         for link in links {
             let _ = self.enqueue(&link, 0, true, |out| encode_region_announce(out, &entry));
         }
@@ -557,13 +553,7 @@ impl<S: LinkStream> Hub<S> {
             });
         }
         local.withdrawn.insert(id);
-        let links: Vec<Arc<Link<S>>> = read(&self.peers)
-            .values()
-            .filter_map(|s| match s {
-                Slot::Up(l) => Some(Arc::clone(l)),
-                _ => None,
-            })
-            .collect();
+        let links: Vec<Arc<Link<S>>> = up_links(&read(&self.peers));
         for link in links {
             let _ = self.enqueue(&link, 0, true, |out| encode_region_withdraw(out, id));
         }
@@ -591,7 +581,7 @@ impl<S: LinkStream> Hub<S> {
     pub fn disconnect(&self, peer: NodeId) -> Result<()> {
         self.check_open()?;
         let mut peers = write(&self.peers);
-        match peers.get(&peer) {
+        match peers.get(peer) {
             Some(Slot::Up(link)) => {
                 let link = Arc::clone(link);
                 drop(peers);
@@ -612,13 +602,7 @@ impl<S: LinkStream> Hub<S> {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let links: Vec<Arc<Link<S>>> = write(&self.peers)
-            .values()
-            .filter_map(|s| match s {
-                Slot::Up(l) => Some(Arc::clone(l)),
-                _ => None,
-            })
-            .collect();
+        let links: Vec<Arc<Link<S>>> = up_links(&write(&self.peers));
         for link in links {
             self.say_goodbye(&link);
         }
@@ -634,13 +618,7 @@ fn probe_loop<S: LinkStream>(hub: std::sync::Weak<Hub<S>>) {
             return;
         }
         let interval = h.cfg.probe_interval();
-        let links: Vec<Arc<Link<S>>> = read(&h.peers)
-            .values()
-            .filter_map(|s| match s {
-                Slot::Up(l) => Some(Arc::clone(l)),
-                _ => None,
-            })
-            .collect();
+        let links: Vec<Arc<Link<S>>> = up_links(&read(&h.peers));
         for link in links {
             let idle = {
                 let out = lock(&link.out);

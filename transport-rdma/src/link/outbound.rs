@@ -164,10 +164,6 @@ impl<S: LinkStream> Hub<S> {
             .map_err(|e| Error::io("spawning a writer thread", e))
     }
 
-    /// Runs the initiator side on a freshly dialed stream for `attempt`, then becomes the
-
-    // ----- sending ------------------------------------------------------------------
-
     /// Appends a frame to `link`'s outbound buffer (within the bound unless `control`)
     /// and sends if the socket is free.
     pub(super) fn enqueue(

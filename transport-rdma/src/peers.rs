@@ -21,6 +21,8 @@ pub(crate) enum LinkState {
     /// Our own dial is in flight.
     Dialing,
     /// A link exists and is exchanging its set-up (region tables); not usable yet.
+    #[cfg_attr(not(any(feature = "libfabric", feature = "verbs")), allow(dead_code))]
+    // only the side-channel backends use it
     Handshaking,
     /// Usable.
     Up,
@@ -132,6 +134,7 @@ impl<E: PeerEntry> PeerTable<E> {
         self.entries.get(&peer)
     }
 
+    #[cfg_attr(not(any(feature = "libfabric", feature = "verbs")), allow(dead_code))] // only the side-channel backends use it
     /// The entry of `peer`, to change.
     pub(crate) fn get_mut(&mut self, peer: NodeId) -> Option<&mut E> {
         self.entries.get_mut(&peer)
@@ -147,6 +150,7 @@ impl<E: PeerEntry> PeerTable<E> {
         self.entries.iter().map(|(&id, e)| (id, e))
     }
 
+    #[cfg_attr(not(any(feature = "libfabric", feature = "verbs")), allow(dead_code))] // only the side-channel backends use it
     /// Every peer with an entry, ascending.
     pub(crate) fn ids(&self) -> Vec<NodeId> {
         self.entries.keys().copied().collect()
@@ -206,6 +210,7 @@ impl<E: PeerEntry> PeerTable<E> {
         Ok(Some(attempt))
     }
 
+    #[cfg_attr(not(any(feature = "libfabric", feature = "verbs")), allow(dead_code))] // only the side-channel backends use it
     /// What the table knows about `peer`, for [`admit`]; `restarted` tells whether a hello
     /// comes from a newer incarnation than the entry's live link.
     pub(crate) fn view(&self, peer: NodeId, restarted: impl FnOnce(&E) -> bool) -> PeerView {

@@ -174,6 +174,7 @@ pub(crate) enum Post {
     /// Posted.
     Done,
     /// The fabric is busy: stop issuing until completions are read (libfabric EAGAIN).
+    #[cfg_attr(not(feature = "libfabric"), allow(dead_code))]
     Busy,
     /// This peer's queue is full: go on with the next peer (verbs ENOMEM).
     #[cfg_attr(not(feature = "verbs"), allow(dead_code))]

@@ -63,10 +63,13 @@ mod error;
 #[cfg(feature = "libfabric")]
 pub mod libfabric;
 pub(crate) mod link;
+mod peers;
 mod region;
 pub mod shm;
 #[cfg(any(feature = "libfabric", feature = "verbs"))]
 mod side_channel;
+#[cfg(any(feature = "libfabric", feature = "verbs"))]
+mod side_link;
 pub mod sim;
 pub mod tcp;
 #[cfg(feature = "verbs")]

@@ -27,7 +27,9 @@
 //!   libfabric endpoint names, region tables, region announcements and withdrawals, and
 //!   heartbeat probes. A peer is declared failed when its side channel breaks, when it is
 //!   silent for [`crate::FabricConfig::probe_timeout_ms`], or when an operation to it
-//!   completes in error.
+//!   completes in error. The peer table, the side channel's protocol and the per-peer
+//!   operation queues are shared with the verbs backend (`side_link.rs`); this module
+//!   supplies the libfabric steps (its `SideBackend`) and the completion handling.
 //! - **Provider.** [`LibfabricEndpoint::open`] takes the provider name (`"tcp;ofi_rxm"`,
 //!   `"shm"`, `"verbs;ofi_rxm"`, `"efa"`); an empty name lets libfabric choose, and
 //!   libfabric itself honours the `FI_PROVIDER` environment variable as a filter.
@@ -57,24 +59,20 @@
 //! # Ok::<(), spindle_transport_rdma::Error>(())
 //! ```
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
-use std::io::Write;
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::side_channel::{
-    frame, lock, u32_at, u64_at, FrameReader, KIND_BYE, KIND_HELLO, KIND_HELLO_ACK, KIND_PROBE,
-    KIND_READY, KIND_REGION, KIND_REJECT, KIND_WITHDRAW, REJECTED,
-};
+use crate::side_channel::{frame, lock, u32_at, u64_at, KIND_REGION};
+use crate::side_link::{self, Op, Post, SendHeader, SideBackend, SideLinks, SEND_HEADER_BYTES};
 use crate::{
-    check_region_len, Doorbell, Endpoint, Error, Event, FabricConfig, FailureReason, NodeId,
-    Region, RegionDesc, RegionId, Result, EVENT_QUEUE_MAX, PEERS_MAX, REGIONS_PER_ENDPOINT_MAX,
-    SEND_BYTES_MAX, WORD_BYTES, WRITE_BYTES_MAX,
+    Endpoint, Error, Event, FabricConfig, FailureReason, NodeId, Region, RegionDesc, RegionId,
+    Result, EVENT_QUEUE_MAX, WORD_BYTES,
 };
 
 #[allow(
@@ -95,7 +93,7 @@ mod sys {
 
 /// Largest piece one operation carries: writes and sends are split into pieces of at most
 /// this many bytes (the size of one staging and one receive buffer).
-pub const CHUNK_BYTES_MAX: usize = 64 << 10;
+pub const CHUNK_BYTES_MAX: usize = side_link::CHUNK_BYTES_MAX;
 /// Registered staging buffers for outbound operations (all peers together).
 pub const TX_SLOTS_MAX: usize = 64;
 /// Receive buffers kept posted for inbound sends.
@@ -115,16 +113,11 @@ const IDLE_PARK: Duration = Duration::from_millis(1);
 /// core between polls) this long before it parks: an answer to what it just sent is
 /// progressed at once instead of after a park, while an idle endpoint costs no CPU.
 const SPIN_AFTER_ACTIVITY: Duration = Duration::from_millis(2);
-/// Header of every send chunk: magic, source node, imm, total length, chunk offset.
-const SEND_HEADER_BYTES: usize = 20;
+/// First field of every send chunk.
 const SEND_MAGIC: u32 = 0x5350_4649; // "SPFI"
 /// Receive buffer size: one chunk plus its header.
 const RX_BUF_BYTES: usize = CHUNK_BYTES_MAX + SEND_HEADER_BYTES;
 const PAGE_BYTES: usize = 4096;
-
-// Chunks split at aligned offsets stay word-aligned.
-const _: () = assert!(CHUNK_BYTES_MAX % WORD_BYTES == 0);
-const _: () = assert!(SEND_BYTES_MAX <= u32::MAX as usize);
 
 /// The libfabric return code as an [`Error`].
 fn fi_error(context: &str, ret: i64) -> Error {
@@ -489,92 +482,10 @@ fn getinfo(provider: &str, ordered: bool) -> Result<*mut sys::fi_info> {
     }
 }
 
-/// One outbound operation, queued per peer until a staging slot and the window allow it.
-#[derive(Debug)]
-enum Op {
-    Write {
-        remote_addr: u64,
-        key: u64,
-        bytes: Vec<u8>,
-    },
-    Send {
-        imm: u32,
-        chunk: Vec<u8>,
-    },
-}
-
-impl Op {
-    fn len(&self) -> usize {
-        match self {
-            Op::Write { bytes, .. } => bytes.len(),
-            Op::Send { chunk, .. } => chunk.len(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct RemoteMr {
-    len: usize,
-    addr: u64,
-    key: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LinkState {
-    /// Our dial (attempt `link`) is in progress.
-    Dialing,
-    /// Side channel up, region tables being exchanged.
-    Handshaking,
-    /// Usable.
-    Up,
-    /// Failed or closed; `connect` may start a new link.
-    Down,
-}
-
-#[derive(Debug)]
-struct Peer {
-    state: LinkState,
-    /// Id of the side-channel link this state belongs to (stale threads compare it).
-    link: u64,
-    stream: Option<TcpStream>,
-    fi_addr: u64,
-    remote: BTreeMap<RegionId, RemoteMr>,
-    queue: VecDeque<Op>,
-    queued_bytes: usize,
-    in_flight: usize,
-    last_heard: Instant,
-    /// A send being reassembled: (imm, total length, bytes so far).
-    partial: Option<(u32, usize, Vec<u8>)>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct TxSlot {
-    peer: NodeId,
-    link: u64,
-}
-
-struct State {
-    regions: BTreeMap<RegionId, Arc<Registered>>,
-    /// Withdrawn regions stay registered (peers' in-flight writes may still land) until the
-    /// endpoint is dropped.
-    retired: Vec<Arc<Registered>>,
-    peers: BTreeMap<NodeId, Peer>,
-    events: VecDeque<Event>,
-    tx_free: Vec<usize>,
-    tx_slots: Vec<Option<TxSlot>>,
-    next_link: u64,
-}
-
-struct Shared {
-    node: NodeId,
-    cfg: FabricConfig,
+/// The libfabric side of a [`SideLinks`]: the fabric objects, staging and receive
+/// buffers and their operation contexts.
+struct Fi {
     fabric: Fabric,
-    listen_addr: SocketAddr,
-    state: Mutex<State>,
-    doorbell: Doorbell,
-    /// Rung when outbound work is queued, to wake the progress thread.
-    work: Doorbell,
-    closed: AtomicBool,
     tx_buf: Registered,
     rx_buf: Registered,
     /// Receive completions put back into posting order (see [`RxOrder`]).
@@ -585,9 +496,89 @@ struct Shared {
 
 // SAFETY: `contexts` is only handed to libfabric (which writes it while an operation is
 // outstanding) and compared by address; every other field is Send + Sync.
-unsafe impl Send for Shared {}
+unsafe impl Send for Fi {}
 // SAFETY: as above.
-unsafe impl Sync for Shared {}
+unsafe impl Sync for Fi {}
+
+type Shared = SideLinks<Fi>;
+
+impl SideBackend for Fi {
+    type Local = ();
+    /// The peer's libfabric endpoint name.
+    type Remote = Vec<u8>;
+    /// The peer's address in our address vector.
+    type Conn = u64;
+    type Registered = Registered;
+    type Extra = ();
+    const NAME: &'static str = "fi";
+    const SEND_MAGIC: u32 = SEND_MAGIC;
+
+    fn prepare(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn hello_payload(&self, node: NodeId, _local: &()) -> Vec<u8> {
+        let mut p = node.to_le_bytes().to_vec();
+        p.extend_from_slice(&self.fabric.name);
+        p
+    }
+
+    fn parse_hello(&self, payload: &[u8]) -> Option<(NodeId, Vec<u8>)> {
+        let node = u32_at(payload, 0)?;
+        let name = payload.get(4..)?.to_vec();
+        (!name.is_empty() && name.len() <= FABRIC_NAME_BYTES_MAX).then_some((node, name))
+    }
+
+    /// Inserts the peer's fabric name into the address vector.
+    fn connect_fabric(&self, node: NodeId, peer: NodeId, _local: (), name: Vec<u8>) -> Option<u64> {
+        let mut fi_addr: u64 = u64::MAX;
+        // SAFETY: `name` is a peer's endpoint name of `name.len()` bytes; the AV copies it.
+        // One address is inserted into `fi_addr`.
+        let ret = unsafe {
+            sys::spindle_fi_av_insert(
+                self.fabric.av,
+                name.as_ptr().cast(),
+                1,
+                &mut fi_addr,
+                0,
+                std::ptr::null_mut(),
+            )
+        };
+        if ret != 1 {
+            tracing::warn!(node, peer, ret, "fi_av_insert rejected the peer's name");
+            return None;
+        }
+        Some(fi_addr)
+    }
+
+    fn installed(&self, _: &mut (), _peer: NodeId, _link: u64, _conn: &u64, _old: Option<u64>) {}
+
+    fn link_down(&self, _: &mut (), _conn: u64) {}
+
+    fn region_frame(&self, id: RegionId, reg: &Registered) -> Vec<u8> {
+        region_frame(id, reg, self.fabric.virt_addr, reg.len)
+    }
+
+    fn region_key(payload: &[u8]) -> Option<u64> {
+        u64_at(payload, 20)
+    }
+
+    fn window(&self) -> usize {
+        if self.fabric.ordered {
+            PEER_OPS_IN_FLIGHT_MAX
+        } else {
+            1
+        }
+    }
+
+    fn post(&self, slot: usize, fi_addr: &u64, op: &Op) -> Post {
+        match self.post_op(slot, *fi_addr, op) {
+            Ok(true) => Post::Done,
+            Ok(false) => Post::Busy, // EAGAIN: progress first
+            Err(err) => Post::Failed(err.to_string()),
+        }
+    }
+}
 
 /// Receive buffers are matched to messages in posting order (FI_ORDER_SAS), but a
 /// provider may *complete* them out of order (a rendezvous message completes after a
@@ -612,7 +603,7 @@ impl std::fmt::Debug for LibfabricEndpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LibfabricEndpoint")
             .field("node", &self.shared.node)
-            .field("provider", &self.shared.fabric.provider)
+            .field("provider", &self.shared.backend.fabric.provider)
             .field("address", &self.shared.listen_addr)
             .finish()
     }
@@ -653,23 +644,8 @@ impl LibfabricEndpoint {
             .map(|_| std::cell::UnsafeCell::new(sys::fi_context2::default()))
             .collect();
         tracing::debug!(node, provider = %fabric.provider, ordered = fabric.ordered, "libfabric endpoint open");
-        let shared = Arc::new(Shared {
-            node,
-            cfg,
+        let backend = Fi {
             fabric,
-            listen_addr,
-            state: Mutex::new(State {
-                regions: BTreeMap::new(),
-                retired: Vec::new(),
-                peers: BTreeMap::new(),
-                events: VecDeque::new(),
-                tx_free: (0..TX_SLOTS_MAX).rev().collect(),
-                tx_slots: vec![None; TX_SLOTS_MAX],
-                next_link: 1,
-            }),
-            doorbell: Doorbell::new(),
-            work: Doorbell::new(),
-            closed: AtomicBool::new(false),
             tx_buf,
             rx_buf,
             rx_order: Mutex::new(RxOrder {
@@ -677,9 +653,10 @@ impl LibfabricEndpoint {
                 ..RxOrder::default()
             }),
             contexts,
-        });
+        };
+        let shared = SideLinks::new(node, cfg, listen_addr, backend, (), TX_SLOTS_MAX);
         for slot in 0..RX_SLOTS_MAX {
-            shared.post_recv(slot)?;
+            shared.backend.post_recv(slot)?;
         }
         let mut threads = Vec::new();
         {
@@ -691,15 +668,7 @@ impl LibfabricEndpoint {
                     .map_err(|err| Error::io("spawning the progress thread", err))?,
             );
         }
-        {
-            let shared = Arc::clone(&shared);
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("fi-accept-{node}"))
-                    .spawn(move || shared.accept_loop(listener))
-                    .map_err(|err| Error::io("spawning the accept thread", err))?,
-            );
-        }
+        threads.push(shared.spawn_accept(listener)?);
         Ok(LibfabricEndpoint {
             shared,
             threads: Mutex::new(threads),
@@ -708,14 +677,14 @@ impl LibfabricEndpoint {
 
     /// The libfabric provider actually in use (for example `tcp;ofi_rxm`).
     pub fn provider(&self) -> &str {
-        &self.shared.fabric.provider
+        &self.shared.backend.fabric.provider
     }
 
     /// True when the provider promised FIFO placement and operations are pipelined; false
     /// when the backend enforces the order with one delivery-complete operation in flight
     /// per peer.
     pub fn provider_ordered(&self) -> bool {
-        self.shared.fabric.ordered
+        self.shared.backend.fabric.ordered
     }
 }
 
@@ -733,7 +702,7 @@ fn region_frame(id: RegionId, reg: &Registered, virt_addr: bool, len: usize) -> 
     frame(KIND_REGION, &p)
 }
 
-impl Shared {
+impl Fi {
     fn context(&self, index: usize) -> *mut std::os::raw::c_void {
         assert!(
             index < self.contexts.len(),
@@ -790,676 +759,8 @@ impl Shared {
         }
     }
 
-    /// A receive slot completed (`ok` false: in error): hands on every completion that is
-    /// next in posting order, re-posting each buffer after use.
-    fn rx_completed(&self, slot: usize, flags: u64, len: usize, data: u64, ok: bool) {
-        let ready: Vec<(usize, u64, usize, u64, bool)> = {
-            let mut order = self.rx_order.lock().unwrap_or_else(|p| p.into_inner());
-            let seq = order.slot_seq[slot];
-            order.done.insert(seq, (slot, flags, len, data, ok));
-            let mut ready = Vec::new();
-            loop {
-                let next = order.next_deliver;
-                let Some(entry) = order.done.remove(&next) else {
-                    break;
-                };
-                order.next_deliver += 1;
-                ready.push(entry);
-            }
-            ready
-        };
-        for (slot, flags, len, data, ok) in ready {
-            if !ok {
-                tracing::warn!(node = self.node, "receive completed in error");
-            } else if flags & sys::FI_REMOTE_WRITE as u64 != 0 {
-                self.doorbell.ring();
-            } else {
-                self.rx_done(slot, len, data);
-            }
-            self.repost(slot);
-        }
-    }
-
-    fn push_event(&self, state: &mut State, event: Event) {
-        state.events.push_back(event);
-        self.doorbell.ring();
-    }
-
-    /// Marks the link to `peer` down (once) and reports it.
-    fn fail_peer(&self, state: &mut State, peer: NodeId, link: u64, reason: FailureReason) {
-        let Some(p) = state.peers.get_mut(&peer) else {
-            return;
-        };
-        if p.link != link || p.state == LinkState::Down {
-            return;
-        }
-        let was_dialing = p.state == LinkState::Dialing;
-        p.state = LinkState::Down;
-        if let Some(stream) = p.stream.take() {
-            let _ = stream.shutdown(Shutdown::Both);
-        }
-        p.queue.clear();
-        p.queued_bytes = 0;
-        p.remote.clear();
-        p.partial = None;
-        tracing::debug!(node = self.node, peer, %reason, "libfabric link down");
-        let _ = was_dialing;
-        self.push_event(state, Event::PeerFailed { peer, reason });
-    }
-
-    fn send_side(&self, state: &mut State, peer: NodeId, bytes: &[u8]) {
-        let Some(p) = state.peers.get_mut(&peer) else {
-            return;
-        };
-        let link = p.link;
-        let failed = match p.stream.as_mut() {
-            Some(stream) => stream.write_all(bytes).err(),
-            None => None,
-        };
-        if let Some(err) = failed {
-            self.fail_peer(
-                state,
-                peer,
-                link,
-                FailureReason::ConnectionLost(err.to_string()),
-            );
-        }
-    }
-
-    // ---- side channel ----
-
-    fn accept_loop(self: Arc<Self>, listener: TcpListener) {
-        while !self.closed.load(Ordering::Acquire) {
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    let shared = Arc::clone(&self);
-                    let _ = std::thread::Builder::new()
-                        .name(format!("fi-accepted-{}", self.node))
-                        .spawn(move || shared.accepted(stream));
-                }
-                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(err) => {
-                    tracing::warn!(node = self.node, %err, "side-channel accept failed");
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            }
-        }
-    }
-
-    fn hello_payload(&self) -> Vec<u8> {
-        let mut p = self.node.to_le_bytes().to_vec();
-        p.extend_from_slice(&self.fabric.name);
-        p
-    }
-
-    fn parse_hello(payload: &[u8]) -> Option<(NodeId, Vec<u8>)> {
-        let node = u32_at(payload, 0)?;
-        let name = payload.get(4..)?.to_vec();
-        (!name.is_empty() && name.len() <= FABRIC_NAME_BYTES_MAX).then_some((node, name))
-    }
-
-    fn accepted(self: Arc<Self>, mut stream: TcpStream) {
-        let timeout = Duration::from_millis(self.cfg.connect_timeout_ms);
-        let _ = stream.set_nodelay(true);
-        let _ = stream.set_nonblocking(false);
-        let _ = stream.set_read_timeout(Some(timeout));
-        let mut reader = FrameReader::default();
-        let Ok(Some((KIND_HELLO, payload))) = reader.next(&mut stream) else {
-            return;
-        };
-        let Some((peer, name)) = Self::parse_hello(&payload) else {
-            return;
-        };
-        if peer == self.node {
-            return;
-        }
-        let link = {
-            let mut state = lock(&self.state);
-            let accept = match state.peers.get(&peer) {
-                None => true,
-                Some(p) => match p.state {
-                    LinkState::Down => true,
-                    LinkState::Up | LinkState::Handshaking => false,
-                    // Both dialed at once: the lower node's dial wins on both sides.
-                    LinkState::Dialing => peer < self.node,
-                },
-            };
-            if !accept || state.peers.len() >= PEERS_MAX && !state.peers.contains_key(&peer) {
-                let _ = stream.write_all(&frame(KIND_REJECT, &[]));
-                return;
-            }
-            if stream
-                .write_all(&frame(KIND_HELLO_ACK, &self.hello_payload()))
-                .is_err()
-            {
-                return;
-            }
-            match self.establish(&mut state, peer, &name, &stream) {
-                Some(link) => link,
-                None => return,
-            }
-        };
-        self.read_loop(peer, link, stream, reader);
-    }
-
-    fn dial(self: Arc<Self>, peer: NodeId, address: String, link: u64) {
-        let timeout = Duration::from_millis(self.cfg.connect_timeout_ms);
-        let result = (|| -> std::result::Result<(TcpStream, FrameReader, Vec<u8>), String> {
-            let addr: SocketAddr = address.parse().map_err(|err| format!("{err}"))?;
-            let mut stream =
-                TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
-            let _ = stream.set_nodelay(true);
-            stream
-                .set_read_timeout(Some(timeout))
-                .map_err(|e| e.to_string())?;
-            stream
-                .write_all(&frame(KIND_HELLO, &self.hello_payload()))
-                .map_err(|e| e.to_string())?;
-            let mut reader = FrameReader::default();
-            match reader.next(&mut stream)? {
-                Some((KIND_HELLO_ACK, payload)) => match Self::parse_hello(&payload) {
-                    Some((node, name)) if node == peer => Ok((stream, reader, name)),
-                    Some((node, _)) => Err(format!("node {node} answered, not {peer}")),
-                    None => Err("malformed hello".into()),
-                },
-                Some((KIND_REJECT, _)) => Err(REJECTED.into()),
-                Some(_) => Err("unexpected side-channel frame".into()),
-                None => Err("timed out waiting for the peer".into()),
-            }
-        })();
-        if matches!(&result, Err(why) if why == REJECTED) {
-            self.await_peer_link(peer, link, timeout);
-            return;
-        }
-        let mut state = lock(&self.state);
-        let still_ours = state
-            .peers
-            .get(&peer)
-            .is_some_and(|p| p.link == link && p.state == LinkState::Dialing);
-        match result {
-            Ok((stream, reader, name)) if still_ours => {
-                if let Some(new_link) = self.establish(&mut state, peer, &name, &stream) {
-                    drop(state);
-                    self.read_loop(peer, new_link, stream, reader);
-                }
-            }
-            Ok((stream, _, _)) => {
-                let _ = stream.shutdown(Shutdown::Both);
-            }
-            Err(why) if still_ours => {
-                self.fail_peer(&mut state, peer, link, FailureReason::ConnectionLost(why));
-            }
-            // Superseded by the peer's own dial: nothing to report.
-            Err(_) => {}
-        }
-    }
-
-    /// Our dial to `peer` was rejected because the peer keeps (or is setting up) the link it
-    /// dialed itself: wait for that link to replace our dial; report a failure only if it
-    /// never comes.
-    fn await_peer_link(&self, peer: NodeId, link: u64, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let mut state = lock(&self.state);
-            let still_ours = state
-                .peers
-                .get(&peer)
-                .is_some_and(|p| p.link == link && p.state == LinkState::Dialing);
-            if !still_ours || self.closed.load(Ordering::Acquire) {
-                return;
-            }
-            if Instant::now() >= deadline {
-                let why = format!("{REJECTED}, and it never linked back");
-                self.fail_peer(&mut state, peer, link, FailureReason::ConnectionLost(why));
-                return;
-            }
-            drop(state);
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
-
-    /// Installs a side-channel link to `peer`: inserts its fabric name into the address
-    /// vector and sends our region table, then Ready. Returns the link id.
-    fn establish(
-        &self,
-        state: &mut State,
-        peer: NodeId,
-        name: &[u8],
-        stream: &TcpStream,
-    ) -> Option<u64> {
-        let mut fi_addr: u64 = u64::MAX;
-        // SAFETY: `name` is a peer's endpoint name of `name.len()` bytes; the AV copies it.
-        // One address is inserted into `fi_addr`.
-        let ret = unsafe {
-            sys::spindle_fi_av_insert(
-                self.fabric.av,
-                name.as_ptr().cast(),
-                1,
-                &mut fi_addr,
-                0,
-                std::ptr::null_mut(),
-            )
-        };
-        if ret != 1 {
-            tracing::warn!(
-                node = self.node,
-                peer,
-                ret,
-                "fi_av_insert rejected the peer's name"
-            );
-            let _ = stream.shutdown(Shutdown::Both);
-            return None;
-        }
-        let writer = stream.try_clone().ok()?;
-        // Side-channel writes happen under the state lock: a peer that stops reading must
-        // not wedge us, so a blocked write fails the link after the probe time-out.
-        let _ = writer.set_write_timeout(Some(self.cfg.probe_timeout()));
-        let link = state.next_link;
-        state.next_link += 1;
-        state.peers.insert(
-            peer,
-            Peer {
-                state: LinkState::Handshaking,
-                link,
-                stream: Some(writer),
-                fi_addr,
-                remote: BTreeMap::new(),
-                queue: VecDeque::new(),
-                queued_bytes: 0,
-                in_flight: 0,
-                last_heard: Instant::now(),
-                partial: None,
-            },
-        );
-        let mut table = Vec::new();
-        for (&id, reg) in &state.regions {
-            table.extend(region_frame(id, reg, self.fabric.virt_addr, reg_len(reg)));
-        }
-        table.extend(frame(KIND_READY, &[]));
-        self.send_side(state, peer, &table);
-        Some(link)
-    }
-
-    fn read_loop(&self, peer: NodeId, link: u64, mut stream: TcpStream, mut reader: FrameReader) {
-        let _ = stream.set_read_timeout(Some(self.cfg.probe_interval()));
-        loop {
-            if self.closed.load(Ordering::Acquire) {
-                return;
-            }
-            let next = reader.next(&mut stream);
-            let mut state = lock(&self.state);
-            let current = state
-                .peers
-                .get(&peer)
-                .is_some_and(|p| p.link == link && p.state != LinkState::Down);
-            if !current {
-                return;
-            }
-            match next {
-                Ok(None) => continue,
-                Err(why) => {
-                    self.fail_peer(&mut state, peer, link, FailureReason::ConnectionLost(why));
-                    return;
-                }
-                Ok(Some((kind, payload))) => {
-                    if let Some(p) = state.peers.get_mut(&peer) {
-                        p.last_heard = Instant::now();
-                    }
-                    if let Err(why) = self.handle_frame(&mut state, peer, link, kind, &payload) {
-                        self.fail_peer(&mut state, peer, link, why);
-                        return;
-                    }
-                }
-            }
-            drop(state);
-            // Backpressure: stop reading the peer while the owner's event queue is full.
-            while lock(&self.state).events.len() >= EVENT_QUEUE_MAX
-                && !self.closed.load(Ordering::Acquire)
-            {
-                std::thread::sleep(IDLE_PARK);
-            }
-        }
-    }
-
-    fn handle_frame(
-        &self,
-        state: &mut State,
-        peer: NodeId,
-        link: u64,
-        kind: u8,
-        payload: &[u8],
-    ) -> std::result::Result<(), FailureReason> {
-        let malformed = |what: &str| FailureReason::Malformed(what.to_string());
-        let up = state
-            .peers
-            .get(&peer)
-            .is_some_and(|p| p.state == LinkState::Up);
-        match kind {
-            KIND_REGION => {
-                let (Some(id), Some(len), Some(addr), Some(key)) = (
-                    u32_at(payload, 0),
-                    u64_at(payload, 4),
-                    u64_at(payload, 12),
-                    u64_at(payload, 20),
-                ) else {
-                    return Err(malformed("short region frame"));
-                };
-                let len = usize::try_from(len).map_err(|_| malformed("region length"))?;
-                check_region_len(len).map_err(|_| malformed("region too large"))?;
-                let p = state
-                    .peers
-                    .get_mut(&peer)
-                    .ok_or_else(|| malformed("no peer"))?;
-                if p.remote.len() >= REGIONS_PER_ENDPOINT_MAX && !p.remote.contains_key(&id) {
-                    return Err(malformed("too many regions"));
-                }
-                p.remote.insert(id, RemoteMr { len, addr, key });
-                if up {
-                    self.push_event(
-                        state,
-                        Event::RegionAnnounced {
-                            peer,
-                            region: RegionDesc {
-                                node: peer,
-                                region: id,
-                                len,
-                            },
-                        },
-                    );
-                }
-            }
-            KIND_WITHDRAW => {
-                let id = u32_at(payload, 0).ok_or_else(|| malformed("short withdraw frame"))?;
-                let p = state
-                    .peers
-                    .get_mut(&peer)
-                    .ok_or_else(|| malformed("no peer"))?;
-                if p.remote.remove(&id).is_some() && up {
-                    self.push_event(state, Event::RegionWithdrawn { peer, region: id });
-                }
-            }
-            KIND_READY => {
-                let p = state
-                    .peers
-                    .get_mut(&peer)
-                    .ok_or_else(|| malformed("no peer"))?;
-                if p.state == LinkState::Handshaking {
-                    p.state = LinkState::Up;
-                    self.push_event(state, Event::PeerConnected { peer });
-                }
-            }
-            KIND_PROBE => {}
-            KIND_BYE => {
-                self.fail_peer(state, peer, link, FailureReason::Closed);
-            }
-            other => {
-                return Err(malformed(&format!(
-                    "unknown side-channel frame kind {other}"
-                )))
-            }
-        }
-        Ok(())
-    }
-
-    // ---- progress ----
-
-    fn progress_loop(self: Arc<Self>) {
-        let mut last_probe = Instant::now();
-        let mut last_activity = Instant::now();
-        while !self.closed.load(Ordering::Acquire) {
-            let mut busy = self.poll_cq_once();
-            busy |= self.issue_queued();
-            if last_probe.elapsed() >= self.cfg.probe_interval() {
-                last_probe = Instant::now();
-                self.probe_peers();
-            }
-            if busy {
-                last_activity = Instant::now();
-            } else if last_activity.elapsed() < SPIN_AFTER_ACTIVITY {
-                std::thread::yield_now();
-            } else if self.work.wait(IDLE_PARK) {
-                last_activity = Instant::now();
-            }
-        }
-    }
-
-    fn probe_peers(&self) {
-        let mut state = lock(&self.state);
-        let timeout = self.cfg.probe_timeout();
-        let peers: Vec<(NodeId, u64, LinkState, Duration)> = state
-            .peers
-            .iter()
-            .map(|(&id, p)| (id, p.link, p.state, p.last_heard.elapsed()))
-            .collect();
-        let probe = frame(KIND_PROBE, &[]);
-        for (peer, link, link_state, silent) in peers {
-            if !matches!(link_state, LinkState::Up | LinkState::Handshaking) {
-                continue;
-            }
-            if silent > timeout {
-                let silent_ms = silent.as_millis().min(u64::MAX as u128) as u64;
-                self.fail_peer(
-                    &mut state,
-                    peer,
-                    link,
-                    FailureReason::ProbeTimeout { silent_ms },
-                );
-            } else {
-                self.send_side(&mut state, peer, &probe);
-            }
-        }
-    }
-
-    /// Reads one batch of completions; true if there were any.
-    fn poll_cq_once(&self) -> bool {
-        if lock(&self.state).events.len() >= EVENT_QUEUE_MAX {
-            return false; // backpressure: leave inbound completions in the queue
-        }
-        let mut entries = [sys::fi_cq_data_entry::default(); CQ_BATCH_MAX];
-        // SAFETY: `entries` has room for CQ_BATCH_MAX entries of the CQ's format (DATA).
-        let ret = unsafe {
-            sys::spindle_fi_cq_read(self.fabric.cq, entries.as_mut_ptr().cast(), CQ_BATCH_MAX)
-        };
-        if ret > 0 {
-            for entry in &entries[..(ret as usize).min(CQ_BATCH_MAX)] {
-                self.completed(entry);
-            }
-            return true;
-        }
-        if ret == -(sys::FI_EAVAIL as isize) {
-            let mut err = sys::fi_cq_err_entry::default();
-            // SAFETY: `err` is a valid error entry to fill.
-            let got = unsafe { sys::spindle_fi_cq_readerr(self.fabric.cq, &mut err, 0) };
-            if got > 0 {
-                self.completed_in_error(&err);
-            }
-            return true;
-        }
-        false
-    }
-
-    fn completed(&self, entry: &sys::fi_cq_data_entry) {
-        let flags = entry.flags;
-        match self.context_index(entry.op_context) {
-            Some(index) if index < TX_SLOTS_MAX => self.tx_done(index),
-            Some(index) => {
-                self.rx_completed(index - TX_SLOTS_MAX, flags, entry.len, entry.data, true)
-            }
-            // A peer's write landed in one of our regions (remote CQ data, no buffer used).
-            None if flags & sys::FI_REMOTE_WRITE as u64 != 0 => self.doorbell.ring(),
-            None => tracing::warn!(node = self.node, flags, "completion without our context"),
-        }
-    }
-
-    fn repost(&self, slot: usize) {
-        if self.closed.load(Ordering::Acquire) {
-            return;
-        }
-        if let Err(err) = self.post_recv(slot) {
-            tracing::error!(node = self.node, %err, "re-posting a receive failed");
-        }
-    }
-
-    fn completed_in_error(&self, err: &sys::fi_cq_err_entry) {
-        let Some(index) = self.context_index(err.op_context) else {
-            tracing::warn!(
-                node = self.node,
-                err = err.err,
-                "completion error without context"
-            );
-            return;
-        };
-        let why = fi_error("operation", err.err as i64).to_string();
-        if index < TX_SLOTS_MAX {
-            let owner = lock(&self.state).tx_slots[index];
-            self.tx_done(index);
-            if let Some(slot) = owner {
-                let mut state = lock(&self.state);
-                self.fail_peer(
-                    &mut state,
-                    slot.peer,
-                    slot.link,
-                    FailureReason::ConnectionLost(why),
-                );
-            }
-        } else {
-            // A receive failed (for example truncated): the sender is unknown; re-post.
-            tracing::warn!(node = self.node, %why, "receive completed in error");
-            self.rx_completed(index - TX_SLOTS_MAX, err.flags, 0, 0, false);
-        }
-    }
-
-    fn tx_done(&self, slot: usize) {
-        let mut state = lock(&self.state);
-        if let Some(owner) = state.tx_slots[slot].take() {
-            state.tx_free.push(slot);
-            if let Some(p) = state.peers.get_mut(&owner.peer) {
-                if p.link == owner.link {
-                    p.in_flight = p.in_flight.saturating_sub(1);
-                    if p.queue.is_empty() && p.in_flight == 0 {
-                        self.doorbell.ring(); // outbound queue drained
-                    }
-                }
-            }
-        }
-    }
-
-    fn rx_done(&self, slot: usize, len: usize, data: u64) {
-        let len = len.min(RX_BUF_BYTES);
-        let mut bytes = vec![0u8; len];
-        // SAFETY: the receive completed, so libfabric no longer writes the slot; `len` bytes
-        // of it hold the message.
-        unsafe { std::ptr::copy_nonoverlapping(self.rx_ptr(slot), bytes.as_mut_ptr(), len) };
-        let mut state = lock(&self.state);
-        let (Some(magic), Some(src), Some(imm), Some(total), Some(offset)) = (
-            u32_at(&bytes, 0),
-            u32_at(&bytes, 4),
-            u32_at(&bytes, 8),
-            u32_at(&bytes, 12),
-            u32_at(&bytes, 16),
-        ) else {
-            tracing::warn!(node = self.node, len, "dropping a short fabric message");
-            return;
-        };
-        let Some(p) = state.peers.get_mut(&src) else {
-            tracing::warn!(node = self.node, src, "fabric message from an unknown peer");
-            return;
-        };
-        let link = p.link;
-        let (total, offset) = (total as usize, offset as usize);
-        let body = &bytes[SEND_HEADER_BYTES..];
-        let valid = magic == SEND_MAGIC
-            && imm as u64 == data & 0xffff_ffff
-            && total <= SEND_BYTES_MAX
-            && offset
-                .checked_add(body.len())
-                .is_some_and(|end| end <= total)
-            && match &p.partial {
-                None => offset == 0,
-                Some((pimm, ptotal, buf)) => {
-                    *pimm == imm && *ptotal == total && buf.len() == offset
-                }
-            };
-        if !valid {
-            self.fail_peer(
-                &mut state,
-                src,
-                link,
-                FailureReason::Malformed("bad send chunk".into()),
-            );
-            return;
-        }
-        let (_, _, buf) = p
-            .partial
-            .get_or_insert_with(|| (imm, total, Vec::with_capacity(total)));
-        buf.extend_from_slice(body);
-        if buf.len() == total {
-            let (imm, _, data) = p.partial.take().expect("just inserted");
-            if p.state == LinkState::Up {
-                self.push_event(
-                    &mut state,
-                    Event::Recv {
-                        peer: src,
-                        imm,
-                        data,
-                    },
-                );
-            }
-        }
-    }
-
-    /// Issues queued operations while slots and windows allow; true if any was issued.
-    fn issue_queued(&self) -> bool {
-        let mut state = lock(&self.state);
-        let window = if self.fabric.ordered {
-            PEER_OPS_IN_FLIGHT_MAX
-        } else {
-            1
-        };
-        let peers: Vec<NodeId> = state.peers.keys().copied().collect();
-        let mut issued = false;
-        for peer in peers {
-            loop {
-                let Some(slot) = state.tx_free.last().copied() else {
-                    return issued;
-                };
-                let Some(p) = state.peers.get_mut(&peer) else {
-                    break;
-                };
-                if p.state != LinkState::Up || p.in_flight >= window || p.queue.is_empty() {
-                    break;
-                }
-                let op = p.queue.front().expect("checked non-empty");
-                match self.post(slot, p.fi_addr, op) {
-                    Ok(true) => {}
-                    Ok(false) => return issued, // EAGAIN: progress first
-                    Err(err) => {
-                        let link = p.link;
-                        self.fail_peer(
-                            &mut state,
-                            peer,
-                            link,
-                            FailureReason::ConnectionLost(err.to_string()),
-                        );
-                        break;
-                    }
-                }
-                let op = p.queue.pop_front().expect("checked non-empty");
-                p.queued_bytes -= op.len();
-                p.in_flight += 1;
-                let link = p.link;
-                state.tx_free.pop();
-                state.tx_slots[slot] = Some(TxSlot { peer, link });
-                issued = true;
-            }
-        }
-        issued
-    }
-
     /// Posts one operation from staging slot `slot`; Ok(false) on EAGAIN.
-    fn post(&self, slot: usize, fi_addr: u64, op: &Op) -> Result<bool> {
+    fn post_op(&self, slot: usize, fi_addr: u64, op: &Op) -> Result<bool> {
         let staging = self.tx_ptr(slot);
         let mut flags = (sys::FI_COMPLETION | sys::FI_REMOTE_CQ_DATA) as u64;
         if !self.fabric.ordered {
@@ -1471,6 +772,7 @@ impl Shared {
                 remote_addr,
                 key,
                 bytes,
+                ..
             } => {
                 assert!(
                     bytes.len() <= CHUNK_BYTES_MAX,
@@ -1533,82 +835,187 @@ impl Shared {
             Err(fi_error("posting an operation", ret as i64))
         }
     }
-
-    /// Queues `ops` to `peer` (all or nothing).
-    fn enqueue(&self, peer: NodeId, ops: Vec<Op>) -> Result<()> {
-        let mut state = lock(&self.state);
-        let p = self.up_peer(&mut state, peer)?;
-        let bytes: usize = ops.iter().map(Op::len).sum();
-        if p.queued_bytes + bytes > self.cfg.outbound_bytes_max {
-            return Err(Error::QueueFull { peer });
-        }
-        p.queued_bytes += bytes;
-        p.queue.extend(ops);
-        drop(state);
-        self.work.ring();
-        Ok(())
-    }
-
-    fn up_peer<'a>(&self, state: &'a mut State, peer: NodeId) -> Result<&'a mut Peer> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        match state.peers.get_mut(&peer) {
-            Some(p) if p.state == LinkState::Up => Ok(p),
-            _ => Err(Error::NotConnected { peer }),
-        }
-    }
-
-    /// Splits a write into word-aligned chunks and checks it against the remote region.
-    fn write_ops(
-        &self,
-        peer: NodeId,
-        region: RegionId,
-        offset: usize,
-        bytes: &[u8],
-    ) -> Result<Vec<Op>> {
-        if bytes.len() > WRITE_BYTES_MAX {
-            return Err(Error::TooLarge {
-                what: "write",
-                len: bytes.len(),
-                max: WRITE_BYTES_MAX,
-            });
-        }
-        let mut state = lock(&self.state);
-        let p = self.up_peer(&mut state, peer)?;
-        let mr = *p
-            .remote
-            .get(&region)
-            .ok_or(Error::UnknownRegion { node: peer, region })?;
-        let fits = matches!(offset.checked_add(bytes.len()), Some(end) if end <= mr.len);
-        if !fits {
-            return Err(Error::OutOfBounds {
-                node: peer,
-                region,
-                offset,
-                len: bytes.len(),
-                region_len: mr.len,
-            });
-        }
-        let mut ops = Vec::new();
-        let mut pos = 0;
-        while pos < bytes.len() {
-            let at = offset + pos;
-            // Chunk ends fall on aligned target offsets, so no word straddles two chunks.
-            let take = (CHUNK_BYTES_MAX - at % WORD_BYTES).min(bytes.len() - pos);
-            ops.push(Op::Write {
-                remote_addr: mr.addr + at as u64,
-                key: mr.key,
-                bytes: bytes[pos..pos + take].to_vec(),
-            });
-            pos += take;
-        }
-        Ok(ops)
-    }
 }
 
-fn reg_len(reg: &Registered) -> usize {
-    reg.len
+impl Shared {
+    /// A receive slot completed (`ok` false: in error): hands on every completion that is
+    /// next in posting order, re-posting each buffer after use.
+    fn rx_completed(&self, slot: usize, flags: u64, len: usize, data: u64, ok: bool) {
+        let ready: Vec<(usize, u64, usize, u64, bool)> = {
+            let mut order = lock(&self.backend.rx_order);
+            let seq = order.slot_seq[slot];
+            order.done.insert(seq, (slot, flags, len, data, ok));
+            let mut ready = Vec::new();
+            loop {
+                let next = order.next_deliver;
+                let Some(entry) = order.done.remove(&next) else {
+                    break;
+                };
+                order.next_deliver += 1;
+                ready.push(entry);
+            }
+            ready
+        };
+        for (slot, flags, len, data, ok) in ready {
+            if !ok {
+                tracing::warn!(node = self.node, "receive completed in error");
+            } else if flags & sys::FI_REMOTE_WRITE as u64 != 0 {
+                self.doorbell.ring();
+            } else {
+                self.rx_done(slot, len, data);
+            }
+            self.repost(slot);
+        }
+    }
+
+    // ---- progress ----
+
+    fn progress_loop(self: Arc<Self>) {
+        let mut last_probe = Instant::now();
+        let mut last_activity = Instant::now();
+        while !self.is_closed() {
+            let mut busy = self.poll_cq_once();
+            busy |= self.issue_queued();
+            if last_probe.elapsed() >= self.cfg.probe_interval() {
+                last_probe = Instant::now();
+                self.probe_peers();
+            }
+            if busy {
+                last_activity = Instant::now();
+            } else if last_activity.elapsed() < SPIN_AFTER_ACTIVITY {
+                std::thread::yield_now();
+            } else if self.work.wait(IDLE_PARK) {
+                last_activity = Instant::now();
+            }
+        }
+    }
+
+    /// Reads one batch of completions; true if there were any.
+    fn poll_cq_once(&self) -> bool {
+        if self.lock().events.len() >= EVENT_QUEUE_MAX {
+            return false; // backpressure: leave inbound completions in the queue
+        }
+        let mut entries = [sys::fi_cq_data_entry::default(); CQ_BATCH_MAX];
+        // SAFETY: `entries` has room for CQ_BATCH_MAX entries of the CQ's format (DATA).
+        let ret = unsafe {
+            sys::spindle_fi_cq_read(
+                self.backend.fabric.cq,
+                entries.as_mut_ptr().cast(),
+                CQ_BATCH_MAX,
+            )
+        };
+        if ret > 0 {
+            for entry in &entries[..(ret as usize).min(CQ_BATCH_MAX)] {
+                self.completed(entry);
+            }
+            return true;
+        }
+        if ret == -(sys::FI_EAVAIL as isize) {
+            let mut err = sys::fi_cq_err_entry::default();
+            // SAFETY: `err` is a valid error entry to fill.
+            let got = unsafe { sys::spindle_fi_cq_readerr(self.backend.fabric.cq, &mut err, 0) };
+            if got > 0 {
+                self.completed_in_error(&err);
+            }
+            return true;
+        }
+        false
+    }
+
+    fn completed(&self, entry: &sys::fi_cq_data_entry) {
+        let flags = entry.flags;
+        match self.backend.context_index(entry.op_context) {
+            Some(index) if index < TX_SLOTS_MAX => self.tx_done(index),
+            Some(index) => {
+                self.rx_completed(index - TX_SLOTS_MAX, flags, entry.len, entry.data, true)
+            }
+            // A peer's write landed in one of our regions (remote CQ data, no buffer used).
+            None if flags & sys::FI_REMOTE_WRITE as u64 != 0 => self.doorbell.ring(),
+            None => tracing::warn!(node = self.node, flags, "completion without our context"),
+        }
+    }
+
+    fn repost(&self, slot: usize) {
+        if self.is_closed() {
+            return;
+        }
+        if let Err(err) = self.backend.post_recv(slot) {
+            tracing::error!(node = self.node, %err, "re-posting a receive failed");
+        }
+    }
+
+    fn completed_in_error(&self, err: &sys::fi_cq_err_entry) {
+        let Some(index) = self.backend.context_index(err.op_context) else {
+            tracing::warn!(
+                node = self.node,
+                err = err.err,
+                "completion error without context"
+            );
+            return;
+        };
+        let why = fi_error("operation", err.err as i64).to_string();
+        if index < TX_SLOTS_MAX {
+            let owner = self.lock().tx_slots[index];
+            self.tx_done(index);
+            if let Some(slot) = owner {
+                let mut state = self.lock();
+                self.fail_peer(
+                    &mut state,
+                    slot.peer,
+                    slot.link,
+                    FailureReason::ConnectionLost(why),
+                );
+            }
+        } else {
+            // A receive failed (for example truncated): the sender is unknown; re-post.
+            tracing::warn!(node = self.node, %why, "receive completed in error");
+            self.rx_completed(index - TX_SLOTS_MAX, err.flags, 0, 0, false);
+        }
+    }
+
+    fn tx_done(&self, slot: usize) {
+        let mut state = self.lock();
+        if let Some(owner) = Shared::release_tx(&mut state, slot) {
+            self.op_done(&mut state, owner);
+        }
+    }
+
+    fn rx_done(&self, slot: usize, len: usize, data: u64) {
+        let len = len.min(RX_BUF_BYTES);
+        let mut bytes = vec![0u8; len];
+        // SAFETY: the receive completed, so libfabric no longer writes the slot; `len` bytes
+        // of it hold the message.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.backend.rx_ptr(slot), bytes.as_mut_ptr(), len)
+        };
+        let mut state = self.lock();
+        let Some(h) = SendHeader::parse(&bytes) else {
+            tracing::warn!(node = self.node, len, "dropping a short fabric message");
+            return;
+        };
+        let Some(p) = state.peers.get(h.src) else {
+            tracing::warn!(
+                node = self.node,
+                src = h.src,
+                "fabric message from an unknown peer"
+            );
+            return;
+        };
+        let link = p.link;
+        let header_ok = u64::from(h.imm) == data & 0xffff_ffff;
+        let body = &bytes[SEND_HEADER_BYTES..];
+        if self
+            .reassemble(&mut state, h.src, h, header_ok, body)
+            .is_err()
+        {
+            self.fail_peer(
+                &mut state,
+                h.src,
+                link,
+                FailureReason::Malformed("bad send chunk".into()),
+            );
+        }
+    }
 }
 
 impl Endpoint for LibfabricEndpoint {
@@ -1621,106 +1028,23 @@ impl Endpoint for LibfabricEndpoint {
     }
 
     fn connect(&self, peer: NodeId, address: &str) -> Result<()> {
-        let shared = &self.shared;
-        if shared.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        if peer == shared.node {
-            return Err(Error::InvalidPeer {
-                peer,
-                detail: "an endpoint does not link to itself".into(),
-            });
-        }
-        address
-            .parse::<SocketAddr>()
-            .map_err(|err| Error::BadAddress {
-                addr: address.to_string(),
-                detail: err.to_string(),
-            })?;
-        let mut state = lock(&shared.state);
-        if let Some(p) = state.peers.get(&peer) {
-            if p.state != LinkState::Down {
-                return Ok(());
-            }
-        } else if state.peers.len() >= PEERS_MAX {
-            return Err(Error::InvalidPeer {
-                peer,
-                detail: format!("more than {PEERS_MAX} peers"),
-            });
-        }
-        let link = state.next_link;
-        state.next_link += 1;
-        state.peers.insert(
-            peer,
-            Peer {
-                state: LinkState::Dialing,
-                link,
-                stream: None,
-                fi_addr: u64::MAX,
-                remote: BTreeMap::new(),
-                queue: VecDeque::new(),
-                queued_bytes: 0,
-                in_flight: 0,
-                last_heard: Instant::now(),
-                partial: None,
-            },
-        );
-        drop(state);
-        let dialer = Arc::clone(shared);
-        let address = address.to_string();
-        std::thread::Builder::new()
-            .name(format!("fi-dial-{}-{peer}", shared.node))
-            .spawn(move || dialer.dial(peer, address, link))
-            .map_err(|err| Error::io("spawning a dial thread", err))?;
-        Ok(())
+        self.shared.connect(peer, address)
     }
 
     fn disconnect(&self, peer: NodeId) -> Result<()> {
-        let shared = &self.shared;
-        if shared.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        let mut state = lock(&shared.state);
-        let Some(p) = state.peers.get(&peer) else {
-            return Err(Error::NotConnected { peer });
-        };
-        let link = p.link;
-        shared.send_side(&mut state, peer, &frame(KIND_BYE, &[]));
-        shared.fail_peer(&mut state, peer, link, FailureReason::LocalClose);
-        Ok(())
+        self.shared.disconnect(peer)
     }
 
     fn peers(&self) -> Vec<NodeId> {
-        lock(&self.shared.state)
-            .peers
-            .iter()
-            .filter(|(_, p)| p.state == LinkState::Up)
-            .map(|(&id, _)| id)
-            .collect()
+        self.shared.peers()
     }
 
     fn register_region(&self, id: RegionId, len_bytes: usize) -> Result<Region> {
         let shared = &self.shared;
-        if shared.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        check_region_len(len_bytes)?;
+        shared.check_new_region(id, len_bytes)?;
         let len = crate::round_up_to_words(len_bytes);
-        {
-            let state = lock(&shared.state);
-            if state.regions.contains_key(&id) {
-                return Err(Error::RegionExists { region: id });
-            }
-            if state.regions.len() >= REGIONS_PER_ENDPOINT_MAX {
-                return Err(Error::TooLarge {
-                    what: "region count",
-                    len: state.regions.len() + 1,
-                    max: REGIONS_PER_ENDPOINT_MAX,
-                });
-            }
-        }
         let reg = Arc::new(Registered::new(
-            &shared.fabric.domain,
+            &shared.backend.fabric.domain,
             len,
             (sys::FI_REMOTE_WRITE | sys::FI_WRITE) as u64,
         )?);
@@ -1730,64 +1054,20 @@ impl Endpoint for LibfabricEndpoint {
         // `backing` (an Arc of the registration) lives; this process only accesses it through
         // `Region`'s atomics, the provider writes it on behalf of peers.
         let region = unsafe { Region::from_raw(id, ptr, len, backing) };
-        let mut state = lock(&shared.state);
-        if state.regions.contains_key(&id) {
-            return Err(Error::RegionExists { region: id });
-        }
-        let announce = region_frame(id, &reg, shared.fabric.virt_addr, len);
-        state.regions.insert(id, reg);
-        let peers: Vec<NodeId> = state
-            .peers
-            .iter()
-            .filter(|(_, p)| matches!(p.state, LinkState::Up | LinkState::Handshaking))
-            .map(|(&id, _)| id)
-            .collect();
-        for peer in peers {
-            shared.send_side(&mut state, peer, &announce);
-        }
+        shared.install_region(id, reg)?;
         Ok(region)
     }
 
     fn deregister_region(&self, id: RegionId) -> Result<()> {
-        let shared = &self.shared;
-        if shared.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        let mut state = lock(&shared.state);
-        let reg = state.regions.remove(&id).ok_or(Error::UnknownRegion {
-            node: shared.node,
-            region: id,
-        })?;
-        state.retired.push(reg);
-        let withdraw = frame(KIND_WITHDRAW, &id.to_le_bytes());
-        let peers: Vec<NodeId> = state
-            .peers
-            .iter()
-            .filter(|(_, p)| matches!(p.state, LinkState::Up | LinkState::Handshaking))
-            .map(|(&id, _)| id)
-            .collect();
-        for peer in peers {
-            shared.send_side(&mut state, peer, &withdraw);
-        }
-        Ok(())
+        self.shared.deregister_region(id)
     }
 
     fn remote_region(&self, peer: NodeId, id: RegionId) -> Option<RegionDesc> {
-        let state = lock(&self.shared.state);
-        let mr = state.peers.get(&peer)?.remote.get(&id)?;
-        Some(RegionDesc {
-            node: peer,
-            region: id,
-            len: mr.len,
-        })
+        self.shared.remote_region(peer, id)
     }
 
     fn write(&self, peer: NodeId, region: RegionId, offset: usize, bytes: &[u8]) -> Result<()> {
-        let ops = self.shared.write_ops(peer, region, offset, bytes)?;
-        if ops.is_empty() {
-            return Ok(());
-        }
-        self.shared.enqueue(peer, ops)
+        self.shared.write(peer, region, offset, bytes)
     }
 
     fn write_then_release(
@@ -1799,54 +1079,18 @@ impl Endpoint for LibfabricEndpoint {
         guard_offset: usize,
         guard_value: u64,
     ) -> Result<()> {
-        if guard_offset % WORD_BYTES != 0 {
-            return Err(Error::Misaligned {
-                offset: guard_offset,
-            });
-        }
-        let mut ops = self.shared.write_ops(peer, region, offset, bytes)?;
         // The guard is a separate, later operation: FIFO placement (promised by the provider
         // or enforced with delivery-complete) puts it after the payload.
-        ops.extend(self.shared.write_ops(
-            peer,
-            region,
-            guard_offset,
-            &guard_value.to_ne_bytes(),
-        )?);
-        self.shared.enqueue(peer, ops)
+        self.shared
+            .write_then_release(peer, region, offset, bytes, guard_offset, guard_value)
     }
 
     fn send(&self, peer: NodeId, imm: u32, bytes: &[u8]) -> Result<()> {
-        if bytes.len() > SEND_BYTES_MAX {
-            return Err(Error::TooLarge {
-                what: "send",
-                len: bytes.len(),
-                max: SEND_BYTES_MAX,
-            });
-        }
-        let body_max = CHUNK_BYTES_MAX - SEND_HEADER_BYTES;
-        let mut ops = Vec::new();
-        let mut offset = 0;
-        loop {
-            let take = body_max.min(bytes.len() - offset);
-            let mut chunk = Vec::with_capacity(SEND_HEADER_BYTES + take);
-            chunk.extend_from_slice(&SEND_MAGIC.to_le_bytes());
-            chunk.extend_from_slice(&self.shared.node.to_le_bytes());
-            chunk.extend_from_slice(&imm.to_le_bytes());
-            chunk.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-            chunk.extend_from_slice(&(offset as u32).to_le_bytes());
-            chunk.extend_from_slice(&bytes[offset..offset + take]);
-            ops.push(Op::Send { imm, chunk });
-            offset += take;
-            if offset >= bytes.len() {
-                break;
-            }
-        }
-        self.shared.enqueue(peer, ops)
+        self.shared.send(peer, imm, bytes)
     }
 
     fn poll_event(&self) -> Option<Event> {
-        lock(&self.shared.state).events.pop_front()
+        self.shared.poll_event()
     }
 
     fn wait(&self, timeout: Duration) -> bool {
@@ -1858,32 +1102,7 @@ impl Endpoint for LibfabricEndpoint {
     }
 
     fn close(&self) {
-        let shared = &self.shared;
-        {
-            let mut state = lock(&shared.state);
-            if shared.closed.swap(true, Ordering::AcqRel) {
-                return;
-            }
-            let peers: Vec<NodeId> = state.peers.keys().copied().collect();
-            let bye = frame(KIND_BYE, &[]);
-            for peer in peers {
-                shared.send_side(&mut state, peer, &bye);
-                if let Some(p) = state.peers.get_mut(&peer) {
-                    p.state = LinkState::Down;
-                    if let Some(stream) = p.stream.take() {
-                        let _ = stream.shutdown(Shutdown::Both);
-                    }
-                    p.queue.clear();
-                }
-            }
-        }
-        shared.work.ring();
-        let threads: Vec<JoinHandle<()>> =
-            std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
-        for thread in threads {
-            let _ = thread.join();
-        }
-        shared.doorbell.ring();
+        self.shared.close(&self.threads);
     }
 }
 

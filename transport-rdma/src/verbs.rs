@@ -7,7 +7,9 @@
 //!   backend lives in this module.
 //! - One RC queue pair per peer, set up over a small TCP side channel (QP number, LID, GID
 //!   and the region table travel there, as do region announcements, withdrawals and
-//!   heartbeat probes).
+//!   heartbeat probes). The peer table, that protocol and the per-peer operation queues
+//!   are shared with the libfabric backend (`side_link.rs`); this module supplies the
+//!   verbs steps (its `SideBackend`: queue pairs, posting) and the completion handling.
 //! - **Writes** are RDMA WRITEs into the peer's registered region. Each carries an
 //!   immediate so the owner's completion queue sees it land and rings the doorbell.
 //!   **Sends** are SENDs with immediate; a send larger than one receive buffer travels as
@@ -35,29 +37,25 @@
 //! # Ok::<(), spindle_transport_rdma::Error>(())
 //! ```
 
-use std::collections::{BTreeMap, VecDeque};
-use std::io::Write;
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::collections::BTreeMap;
+use std::net::TcpListener;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ibverbs_sys as ffi;
 
-use crate::side_channel::{
-    frame, lock, u32_at, u64_at, FrameReader, KIND_BYE, KIND_HELLO, KIND_HELLO_ACK, KIND_PROBE,
-    KIND_READY, KIND_REGION, KIND_REJECT, KIND_WITHDRAW, REJECTED,
+use crate::side_channel::{frame, u32_at, KIND_REGION};
+use crate::side_link::{
+    self, Op, Post, SendHeader, SideBackend, SideLinks, SideState, SEND_HEADER_BYTES,
 };
 use crate::{
-    check_region_len, Doorbell, Endpoint, Error, Event, FabricConfig, FailureReason, NodeId,
-    Region, RegionDesc, RegionId, Result, EVENT_QUEUE_MAX, PEERS_MAX, REGIONS_PER_ENDPOINT_MAX,
-    SEND_BYTES_MAX, WORD_BYTES, WRITE_BYTES_MAX,
+    Endpoint, Error, Event, FabricConfig, FailureReason, NodeId, Region, RegionDesc, RegionId,
+    Result, EVENT_QUEUE_MAX, WORD_BYTES,
 };
 
-/// Names of the RDMA devices on this machine (empty when there are none, or when the
-/// kernel exposes no verbs at all).
+/// The RDMA devices on this machine (empty without RDMA hardware or drivers).
 pub fn rdma_devices() -> Result<Vec<String>> {
     match ibverbs::devices() {
         Ok(list) => Ok(list
@@ -83,7 +81,7 @@ pub fn rdma_devices() -> Result<Vec<String>> {
 }
 
 /// Largest piece one work request carries.
-pub const CHUNK_BYTES_MAX: usize = 64 << 10;
+pub const CHUNK_BYTES_MAX: usize = side_link::CHUNK_BYTES_MAX;
 /// Registered staging buffers for outbound work requests (all peers together).
 pub const TX_SLOTS_MAX: usize = 64;
 /// Receive buffers posted per peer's queue pair.
@@ -93,7 +91,6 @@ pub const PEER_OPS_IN_FLIGHT_MAX: usize = 16;
 const CQ_BATCH_MAX: usize = 64;
 const CQ_ENTRIES_MAX: i32 = 4096;
 const IDLE_PARK: Duration = Duration::from_millis(1);
-const SEND_HEADER_BYTES: usize = 20;
 const SEND_MAGIC: u32 = 0x5350_5642; // "SPVB"
 const RX_BUF_BYTES: usize = CHUNK_BYTES_MAX + SEND_HEADER_BYTES;
 const PAGE_BYTES: usize = 4096;
@@ -103,8 +100,6 @@ const WRITE_IMM: u32 = 0;
 /// Bit set in a receive's wr_id (tx wr_ids are slot numbers).
 const RX_WR_BIT: u64 = 1 << 63;
 
-const _: () = assert!(CHUNK_BYTES_MAX % WORD_BYTES == 0);
-const _: () = assert!(SEND_BYTES_MAX <= u32::MAX as usize);
 const _: () = assert!(TX_SLOTS_MAX >= PEER_OPS_IN_FLIGHT_MAX);
 
 fn os_error(context: &str, errno: i32) -> Error {
@@ -532,89 +527,109 @@ fn libc_enosys() -> i32 {
     38 // ENOSYS
 }
 
-#[derive(Debug)]
-enum Op {
-    Write {
-        remote_addr: u64,
-        rkey: u32,
-        bytes: Vec<u8>,
-        /// Carry an immediate (the owner's doorbell rings); set on a write call's last chunk.
-        notify: bool,
-    },
-    Send {
-        imm: u32,
-        chunk: Vec<u8>,
-    },
+/// The verbs side of a [`SideLinks`]: the device and the staging buffer.
+struct Vb {
+    device: Arc<Device>,
+    tx_buf: Registered,
 }
 
-impl Op {
-    fn len(&self) -> usize {
-        match self {
-            Op::Write { bytes, .. } => bytes.len(),
-            Op::Send { chunk, .. } => chunk.len(),
+/// Verbs state kept under the [`SideLinks`] lock.
+#[derive(Default)]
+struct VbExtra {
+    /// Failed queue pairs stay alive until the endpoint is dropped (flushed completions
+    /// may still refer to them).
+    retired_qps: Vec<Arc<Qp>>,
+    /// QP number → peer and link, for receive completions.
+    by_qpn: BTreeMap<u32, (NodeId, u64)>,
+}
+
+type Shared = SideLinks<Vb>;
+
+impl SideBackend for Vb {
+    /// The link's own queue pair, made before the hello that names it.
+    type Local = Qp;
+    /// The peer's queue pair.
+    type Remote = QpInfo;
+    type Conn = Arc<Qp>;
+    type Registered = Registered;
+    type Extra = VbExtra;
+    const NAME: &'static str = "verbs";
+    const SEND_MAGIC: u32 = SEND_MAGIC;
+
+    fn prepare(&self) -> Result<Qp> {
+        Qp::new(&self.device)
+    }
+
+    fn hello_payload(&self, node: NodeId, qp: &Qp) -> Vec<u8> {
+        hello_payload(node, qp.info())
+    }
+
+    fn parse_hello(&self, payload: &[u8]) -> Option<(NodeId, QpInfo)> {
+        parse_hello(payload)
+    }
+
+    /// Moves our queue pair to RTS against the peer's.
+    fn connect_fabric(
+        &self,
+        node: NodeId,
+        peer: NodeId,
+        qp: Qp,
+        remote: QpInfo,
+    ) -> Option<Arc<Qp>> {
+        if let Err(err) = qp.connect(remote) {
+            tracing::warn!(node, peer, %err, "connecting the queue pair failed");
+            return None;
+        }
+        Some(Arc::new(qp))
+    }
+
+    fn installed(
+        &self,
+        extra: &mut VbExtra,
+        peer: NodeId,
+        link: u64,
+        qp: &Arc<Qp>,
+        old: Option<Arc<Qp>>,
+    ) {
+        extra.by_qpn.insert(qp.info().qpn, (peer, link));
+        if let Some(old) = old {
+            extra.retired_qps.push(old);
         }
     }
-}
 
-#[derive(Debug, Clone, Copy)]
-struct RemoteMr {
-    len: usize,
-    addr: u64,
-    rkey: u32,
-}
+    fn link_down(&self, extra: &mut VbExtra, qp: Arc<Qp>) {
+        // Moving the QP to ERR flushes its outstanding work requests.
+        let mut attr = ffi::ibv_qp_attr {
+            qp_state: ffi::ibv_qp_state::IBV_QPS_ERR,
+            ..Default::default()
+        };
+        let _ = qp.modify(
+            &mut attr,
+            ffi::ibv_qp_attr_mask::IBV_QP_STATE,
+            "moving the QP to ERR",
+        );
+        extra.retired_qps.push(qp);
+    }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LinkState {
-    Dialing,
-    Handshaking,
-    Up,
-    Down,
-}
+    fn region_frame(&self, id: RegionId, reg: &Registered) -> Vec<u8> {
+        region_frame(id, reg)
+    }
 
-struct Peer {
-    state: LinkState,
-    link: u64,
-    stream: Option<TcpStream>,
-    qp: Option<Arc<Qp>>,
-    remote: BTreeMap<RegionId, RemoteMr>,
-    queue: VecDeque<Op>,
-    queued_bytes: usize,
-    in_flight: usize,
-    last_heard: Instant,
-    partial: Option<(u32, usize, Vec<u8>)>,
-}
+    fn region_key(payload: &[u8]) -> Option<u64> {
+        u32_at(payload, 20).map(u64::from)
+    }
 
-#[derive(Debug, Clone, Copy)]
-struct TxSlot {
-    peer: NodeId,
-    link: u64,
-}
+    fn window(&self) -> usize {
+        PEER_OPS_IN_FLIGHT_MAX
+    }
 
-struct State {
-    regions: BTreeMap<RegionId, Arc<Registered>>,
-    /// Withdrawn regions and failed queue pairs stay alive until the endpoint is dropped
-    /// (peers' in-flight writes and flushed completions may still refer to them).
-    retired: Vec<Arc<Registered>>,
-    retired_qps: Vec<Arc<Qp>>,
-    peers: BTreeMap<NodeId, Peer>,
-    /// QP number → peer, for receive completions.
-    by_qpn: BTreeMap<u32, (NodeId, u64)>,
-    events: VecDeque<Event>,
-    tx_free: Vec<usize>,
-    tx_slots: Vec<Option<TxSlot>>,
-    next_link: u64,
-}
-
-struct Shared {
-    node: NodeId,
-    cfg: FabricConfig,
-    device: Arc<Device>,
-    listen_addr: SocketAddr,
-    state: Mutex<State>,
-    doorbell: Doorbell,
-    work: Doorbell,
-    closed: AtomicBool,
-    tx_buf: Registered,
+    fn post(&self, slot: usize, qp: &Arc<Qp>, op: &Op) -> Post {
+        match self.post_op(slot, qp, op) {
+            0 => Post::Done,
+            12 => Post::PeerBusy, // ENOMEM: send queue full, wait for completions
+            errno => Post::Failed(std::io::Error::from_raw_os_error(errno).to_string()),
+        }
+    }
 }
 
 /// A [`crate::Endpoint`] over RC queue pairs on an RDMA device (see the module docs).
@@ -627,7 +642,7 @@ impl std::fmt::Debug for VerbsEndpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VerbsEndpoint")
             .field("node", &self.shared.node)
-            .field("device", &self.shared.device.name)
+            .field("device", &self.shared.backend.device.name)
             .field("address", &self.shared.listen_addr)
             .finish()
     }
@@ -662,27 +677,15 @@ impl VerbsEndpoint {
         listener
             .set_nonblocking(true)
             .map_err(|err| Error::io("configuring the side-channel listener", err))?;
-        let shared = Arc::new(Shared {
+        let backend = Vb { device, tx_buf };
+        let shared = SideLinks::new(
             node,
             cfg,
-            device,
             listen_addr,
-            state: Mutex::new(State {
-                regions: BTreeMap::new(),
-                retired: Vec::new(),
-                retired_qps: Vec::new(),
-                peers: BTreeMap::new(),
-                by_qpn: BTreeMap::new(),
-                events: VecDeque::new(),
-                tx_free: (0..TX_SLOTS_MAX).rev().collect(),
-                tx_slots: vec![None; TX_SLOTS_MAX],
-                next_link: 1,
-            }),
-            doorbell: Doorbell::new(),
-            work: Doorbell::new(),
-            closed: AtomicBool::new(false),
-            tx_buf,
-        });
+            backend,
+            VbExtra::default(),
+            TX_SLOTS_MAX,
+        );
         let mut threads = Vec::new();
         let progress = Arc::clone(&shared);
         threads.push(
@@ -691,13 +694,7 @@ impl VerbsEndpoint {
                 .spawn(move || progress.progress_loop())
                 .map_err(|err| Error::io("spawning the progress thread", err))?,
         );
-        let acceptor = Arc::clone(&shared);
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("verbs-accept-{node}"))
-                .spawn(move || acceptor.accept_loop(listener))
-                .map_err(|err| Error::io("spawning the accept thread", err))?,
-        );
+        threads.push(shared.spawn_accept(listener)?);
         Ok(VerbsEndpoint {
             shared,
             threads: Mutex::new(threads),
@@ -706,7 +703,7 @@ impl VerbsEndpoint {
 
     /// The RDMA device in use.
     pub fn device(&self) -> &str {
-        &self.shared.device.name
+        &self.shared.backend.device.name
     }
 }
 
@@ -746,377 +743,66 @@ fn parse_hello(p: &[u8]) -> Option<(NodeId, QpInfo)> {
     ))
 }
 
-impl Shared {
+impl Vb {
     fn tx_ptr(&self, slot: usize) -> *mut u8 {
         assert!(slot < TX_SLOTS_MAX, "tx slot inside the staging buffer");
         // SAFETY: slot * CHUNK_BYTES_MAX + CHUNK_BYTES_MAX <= the buffer's length.
         unsafe { self.tx_buf.ptr.as_ptr().add(slot * CHUNK_BYTES_MAX) }
     }
 
-    fn push_event(&self, state: &mut State, event: Event) {
-        state.events.push_back(event);
-        self.doorbell.ring();
-    }
-
-    fn fail_peer(&self, state: &mut State, peer: NodeId, link: u64, reason: FailureReason) {
-        let Some(p) = state.peers.get_mut(&peer) else {
-            return;
-        };
-        if p.link != link || p.state == LinkState::Down {
-            return;
-        }
-        p.state = LinkState::Down;
-        if let Some(stream) = p.stream.take() {
-            let _ = stream.shutdown(Shutdown::Both);
-        }
-        p.queue.clear();
-        p.queued_bytes = 0;
-        p.remote.clear();
-        p.partial = None;
-        if let Some(qp) = p.qp.take() {
-            // Moving the QP to ERR flushes its outstanding work requests.
-            let mut attr = ffi::ibv_qp_attr {
-                qp_state: ffi::ibv_qp_state::IBV_QPS_ERR,
-                ..Default::default()
-            };
-            let _ = qp.modify(
-                &mut attr,
-                ffi::ibv_qp_attr_mask::IBV_QP_STATE,
-                "moving the QP to ERR",
-            );
-            state.retired_qps.push(qp);
-        }
-        self.push_event(state, Event::PeerFailed { peer, reason });
-    }
-
-    fn send_side(&self, state: &mut State, peer: NodeId, bytes: &[u8]) {
-        let Some(p) = state.peers.get_mut(&peer) else {
-            return;
-        };
-        let link = p.link;
-        let failed = match p.stream.as_mut() {
-            Some(stream) => stream.write_all(bytes).err(),
-            None => None,
-        };
-        if let Some(err) = failed {
-            self.fail_peer(
-                state,
-                peer,
-                link,
-                FailureReason::ConnectionLost(err.to_string()),
-            );
-        }
-    }
-
-    fn accept_loop(self: Arc<Self>, listener: TcpListener) {
-        while !self.closed.load(Ordering::Acquire) {
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    let shared = Arc::clone(&self);
-                    let _ = std::thread::Builder::new()
-                        .name(format!("verbs-accepted-{}", self.node))
-                        .spawn(move || shared.accepted(stream));
-                }
-                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(err) => {
-                    tracing::warn!(node = self.node, %err, "side-channel accept failed");
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            }
-        }
-    }
-
-    fn accepted(self: Arc<Self>, mut stream: TcpStream) {
-        let timeout = Duration::from_millis(self.cfg.connect_timeout_ms);
-        let _ = stream.set_nodelay(true);
-        let _ = stream.set_nonblocking(false);
-        let _ = stream.set_read_timeout(Some(timeout));
-        let mut reader = FrameReader::default();
-        let Ok(Some((KIND_HELLO, payload))) = reader.next(&mut stream) else {
-            return;
-        };
-        let Some((peer, remote)) = parse_hello(&payload) else {
-            return;
-        };
-        if peer == self.node {
-            return;
-        }
-        let Ok(qp) = Qp::new(&self.device) else {
-            return;
-        };
-        let link = {
-            let mut state = lock(&self.state);
-            let accept = match state.peers.get(&peer) {
-                None => state.peers.len() < PEERS_MAX,
-                Some(p) => match p.state {
-                    LinkState::Down => true,
-                    LinkState::Up | LinkState::Handshaking => false,
-                    LinkState::Dialing => peer < self.node,
+    fn post_op(&self, slot: usize, qp: &Qp, op: &Op) -> i32 {
+        let staging = self.tx_ptr(slot);
+        let (bytes, opcode, imm, rdma) = match op {
+            Op::Write {
+                remote_addr,
+                key,
+                bytes,
+                notify,
+            } => (
+                bytes,
+                if *notify {
+                    ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
+                } else {
+                    ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE
                 },
-            };
-            if !accept {
-                let _ = stream.write_all(&frame(KIND_REJECT, &[]));
-                return;
-            }
-            if stream
-                .write_all(&frame(KIND_HELLO_ACK, &hello_payload(self.node, qp.info())))
-                .is_err()
-            {
-                return;
-            }
-            match self.establish(&mut state, peer, qp, remote, &stream) {
-                Some(link) => link,
-                None => return,
+                WRITE_IMM,
+                // Lossless: verbs keys are announced as u32 (`Vb::region_key`).
+                Some((*remote_addr, *key as u32)),
+            ),
+            Op::Send { imm, chunk } => {
+                (chunk, ffi::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM, *imm, None)
             }
         };
-        self.read_loop(peer, link, stream, reader);
-    }
-
-    fn dial(self: Arc<Self>, peer: NodeId, address: String, link: u64) {
-        let timeout = Duration::from_millis(self.cfg.connect_timeout_ms);
-        let result = (|| -> std::result::Result<(TcpStream, FrameReader, Qp, QpInfo), String> {
-            let qp = Qp::new(&self.device).map_err(|e| e.to_string())?;
-            let addr: SocketAddr = address.parse().map_err(|err| format!("{err}"))?;
-            let mut stream =
-                TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
-            let _ = stream.set_nodelay(true);
-            stream
-                .set_read_timeout(Some(timeout))
-                .map_err(|e| e.to_string())?;
-            stream
-                .write_all(&frame(KIND_HELLO, &hello_payload(self.node, qp.info())))
-                .map_err(|e| e.to_string())?;
-            let mut reader = FrameReader::default();
-            match reader.next(&mut stream)? {
-                Some((KIND_HELLO_ACK, payload)) => match parse_hello(&payload) {
-                    Some((node, remote)) if node == peer => Ok((stream, reader, qp, remote)),
-                    Some((node, _)) => Err(format!("node {node} answered, not {peer}")),
-                    None => Err("malformed hello".into()),
-                },
-                Some((KIND_REJECT, _)) => Err(REJECTED.into()),
-                Some(_) => Err("unexpected side-channel frame".into()),
-                None => Err("timed out waiting for the peer".into()),
-            }
-        })();
-        if matches!(&result, Err(why) if why == REJECTED) {
-            self.await_peer_link(peer, link, timeout);
-            return;
-        }
-        let mut state = lock(&self.state);
-        let still_ours = state
-            .peers
-            .get(&peer)
-            .is_some_and(|p| p.link == link && p.state == LinkState::Dialing);
-        match result {
-            Ok((stream, reader, qp, remote)) if still_ours => {
-                if let Some(new_link) = self.establish(&mut state, peer, qp, remote, &stream) {
-                    drop(state);
-                    self.read_loop(peer, new_link, stream, reader);
-                }
-            }
-            Ok((stream, ..)) => {
-                let _ = stream.shutdown(Shutdown::Both);
-            }
-            Err(why) if still_ours => {
-                self.fail_peer(&mut state, peer, link, FailureReason::ConnectionLost(why));
-            }
-            Err(_) => {}
-        }
-    }
-
-    /// Our dial to `peer` was rejected because the peer keeps (or is setting up) the link it
-    /// dialed itself: wait for that link to replace our dial; report a failure only if it
-    /// never comes.
-    fn await_peer_link(&self, peer: NodeId, link: u64, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let mut state = lock(&self.state);
-            let still_ours = state
-                .peers
-                .get(&peer)
-                .is_some_and(|p| p.link == link && p.state == LinkState::Dialing);
-            if !still_ours || self.closed.load(Ordering::Acquire) {
-                return;
-            }
-            if Instant::now() >= deadline {
-                let why = format!("{REJECTED}, and it never linked back");
-                self.fail_peer(&mut state, peer, link, FailureReason::ConnectionLost(why));
-                return;
-            }
-            drop(state);
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
-
-    fn establish(
-        &self,
-        state: &mut State,
-        peer: NodeId,
-        qp: Qp,
-        remote: QpInfo,
-        stream: &TcpStream,
-    ) -> Option<u64> {
-        if let Err(err) = qp.connect(remote) {
-            tracing::warn!(node = self.node, peer, %err, "connecting the queue pair failed");
-            let _ = stream.shutdown(Shutdown::Both);
-            return None;
-        }
-        let writer = stream.try_clone().ok()?;
-        let _ = writer.set_write_timeout(Some(self.cfg.probe_timeout()));
-        let link = state.next_link;
-        state.next_link += 1;
-        let qp = Arc::new(qp);
-        state.by_qpn.insert(qp.info().qpn, (peer, link));
-        if let Some(old) = state.peers.get_mut(&peer).and_then(|p| p.qp.take()) {
-            state.retired_qps.push(old);
-        }
-        state.peers.insert(
-            peer,
-            Peer {
-                state: LinkState::Handshaking,
-                link,
-                stream: Some(writer),
-                qp: Some(qp),
-                remote: BTreeMap::new(),
-                queue: VecDeque::new(),
-                queued_bytes: 0,
-                in_flight: 0,
-                last_heard: Instant::now(),
-                partial: None,
-            },
+        assert!(
+            bytes.len() <= CHUNK_BYTES_MAX,
+            "operations are split into chunks"
         );
-        let mut table = Vec::new();
-        for (&id, reg) in &state.regions {
-            table.extend(region_frame(id, reg));
+        // SAFETY: the staging slot is free (taken from tx_free) and holds CHUNK_BYTES_MAX.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), staging, bytes.len()) };
+        let mut sge = ffi::ibv_sge {
+            addr: staging as u64,
+            length: bytes.len() as u32,
+            lkey: self.tx_buf.lkey(),
+        };
+        // SAFETY: an all-zero ibv_send_wr is a valid empty work request (plain C struct).
+        let mut wr: ffi::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = slot as u64;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = opcode;
+        wr.send_flags = ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        wr.__bindgen_anon_1.imm_data = imm.to_be();
+        if let Some((remote_addr, rkey)) = rdma {
+            wr.wr.rdma = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
         }
-        table.extend(frame(KIND_READY, &[]));
-        self.send_side(state, peer, &table);
-        Some(link)
+        qp.post_send(&mut wr)
     }
+}
 
-    fn read_loop(&self, peer: NodeId, link: u64, mut stream: TcpStream, mut reader: FrameReader) {
-        let _ = stream.set_read_timeout(Some(self.cfg.probe_interval()));
-        loop {
-            if self.closed.load(Ordering::Acquire) {
-                return;
-            }
-            let next = reader.next(&mut stream);
-            let mut state = lock(&self.state);
-            let current = state
-                .peers
-                .get(&peer)
-                .is_some_and(|p| p.link == link && p.state != LinkState::Down);
-            if !current {
-                return;
-            }
-            match next {
-                Ok(None) => continue,
-                Err(why) => {
-                    self.fail_peer(&mut state, peer, link, FailureReason::ConnectionLost(why));
-                    return;
-                }
-                Ok(Some((kind, payload))) => {
-                    if let Some(p) = state.peers.get_mut(&peer) {
-                        p.last_heard = Instant::now();
-                    }
-                    if let Err(why) = self.handle_frame(&mut state, peer, link, kind, &payload) {
-                        self.fail_peer(&mut state, peer, link, why);
-                        return;
-                    }
-                }
-            }
-            drop(state);
-            while lock(&self.state).events.len() >= EVENT_QUEUE_MAX
-                && !self.closed.load(Ordering::Acquire)
-            {
-                std::thread::sleep(IDLE_PARK);
-            }
-        }
-    }
-
-    fn handle_frame(
-        &self,
-        state: &mut State,
-        peer: NodeId,
-        link: u64,
-        kind: u8,
-        payload: &[u8],
-    ) -> std::result::Result<(), FailureReason> {
-        let malformed = |what: &str| FailureReason::Malformed(what.to_string());
-        let up = state
-            .peers
-            .get(&peer)
-            .is_some_and(|p| p.state == LinkState::Up);
-        match kind {
-            KIND_REGION => {
-                let (Some(id), Some(len), Some(addr), Some(rkey)) = (
-                    u32_at(payload, 0),
-                    u64_at(payload, 4),
-                    u64_at(payload, 12),
-                    u32_at(payload, 20),
-                ) else {
-                    return Err(malformed("short region frame"));
-                };
-                let len = usize::try_from(len).map_err(|_| malformed("region length"))?;
-                check_region_len(len).map_err(|_| malformed("region too large"))?;
-                let p = state
-                    .peers
-                    .get_mut(&peer)
-                    .ok_or_else(|| malformed("no peer"))?;
-                if p.remote.len() >= REGIONS_PER_ENDPOINT_MAX && !p.remote.contains_key(&id) {
-                    return Err(malformed("too many regions"));
-                }
-                p.remote.insert(id, RemoteMr { len, addr, rkey });
-                if up {
-                    self.push_event(
-                        state,
-                        Event::RegionAnnounced {
-                            peer,
-                            region: RegionDesc {
-                                node: peer,
-                                region: id,
-                                len,
-                            },
-                        },
-                    );
-                }
-            }
-            KIND_WITHDRAW => {
-                let id = u32_at(payload, 0).ok_or_else(|| malformed("short withdraw frame"))?;
-                let p = state
-                    .peers
-                    .get_mut(&peer)
-                    .ok_or_else(|| malformed("no peer"))?;
-                if p.remote.remove(&id).is_some() && up {
-                    self.push_event(state, Event::RegionWithdrawn { peer, region: id });
-                }
-            }
-            KIND_READY => {
-                let p = state
-                    .peers
-                    .get_mut(&peer)
-                    .ok_or_else(|| malformed("no peer"))?;
-                if p.state == LinkState::Handshaking {
-                    p.state = LinkState::Up;
-                    self.push_event(state, Event::PeerConnected { peer });
-                }
-            }
-            KIND_PROBE => {}
-            KIND_BYE => self.fail_peer(state, peer, link, FailureReason::Closed),
-            other => {
-                return Err(malformed(&format!(
-                    "unknown side-channel frame kind {other}"
-                )))
-            }
-        }
-        Ok(())
-    }
-
+impl Shared {
     fn progress_loop(self: Arc<Self>) {
         let mut last_probe = Instant::now();
-        while !self.closed.load(Ordering::Acquire) {
+        while !self.is_closed() {
             let mut busy = self.poll_cq_once();
             busy |= self.issue_queued();
             if last_probe.elapsed() >= self.cfg.probe_interval() {
@@ -1129,43 +815,20 @@ impl Shared {
         }
     }
 
-    fn probe_peers(&self) {
-        let mut state = lock(&self.state);
-        let timeout = self.cfg.probe_timeout();
-        let peers: Vec<(NodeId, u64, LinkState, Duration)> = state
-            .peers
-            .iter()
-            .map(|(&id, p)| (id, p.link, p.state, p.last_heard.elapsed()))
-            .collect();
-        let probe = frame(KIND_PROBE, &[]);
-        for (peer, link, link_state, silent) in peers {
-            if !matches!(link_state, LinkState::Up | LinkState::Handshaking) {
-                continue;
-            }
-            if silent > timeout {
-                let silent_ms = silent.as_millis().min(u64::MAX as u128) as u64;
-                self.fail_peer(
-                    &mut state,
-                    peer,
-                    link,
-                    FailureReason::ProbeTimeout { silent_ms },
-                );
-            } else {
-                self.send_side(&mut state, peer, &probe);
-            }
-        }
-    }
-
     fn poll_cq_once(&self) -> bool {
-        if lock(&self.state).events.len() >= EVENT_QUEUE_MAX {
+        if self.lock().events.len() >= EVENT_QUEUE_MAX {
             return false;
         }
         let mut wcs = [ffi::ibv_wc::default(); CQ_BATCH_MAX];
         // SAFETY: the CQ is live; `wcs` has room for CQ_BATCH_MAX completions.
         let n = unsafe {
-            let ctx = (*self.device.cq).context;
+            let ctx = (*self.backend.device.cq).context;
             match (*ctx).ops.poll_cq {
-                Some(poll) => poll(self.device.cq, CQ_BATCH_MAX as i32, wcs.as_mut_ptr()),
+                Some(poll) => poll(
+                    self.backend.device.cq,
+                    CQ_BATCH_MAX as i32,
+                    wcs.as_mut_ptr(),
+                ),
                 None => -1,
             }
         };
@@ -1182,12 +845,8 @@ impl Shared {
         let wr_id = wc.wr_id();
         if wr_id & RX_WR_BIT == 0 {
             let slot = (wr_id as usize).min(TX_SLOTS_MAX - 1);
-            let mut state = lock(&self.state);
-            let owner = state.tx_slots[slot].take();
-            if owner.is_some() {
-                state.tx_free.push(slot);
-            }
-            if let Some(owner) = owner {
+            let mut state = self.lock();
+            if let Some(owner) = Shared::release_tx(&mut state, slot) {
                 if let Some((status, vendor)) = wc.error() {
                     self.fail_peer(
                         &mut state,
@@ -1197,27 +856,22 @@ impl Shared {
                             "work completion status {status} (vendor error {vendor})"
                         )),
                     );
-                } else if let Some(p) = state.peers.get_mut(&owner.peer) {
-                    if p.link == owner.link {
-                        p.in_flight = p.in_flight.saturating_sub(1);
-                        if p.queue.is_empty() && p.in_flight == 0 {
-                            self.doorbell.ring();
-                        }
-                    }
+                } else {
+                    self.op_done(&mut state, owner);
                 }
             }
             return;
         }
         let slot = ((wr_id & !RX_WR_BIT) as usize).min(RX_SLOTS_PER_PEER_MAX - 1);
-        let mut state = lock(&self.state);
-        let Some(&(peer, link)) = state.by_qpn.get(&wc.qp_num) else {
+        let mut state = self.lock();
+        let Some(&(peer, link)) = state.extra.by_qpn.get(&wc.qp_num) else {
             return;
         };
         let Some(qp) = state
             .peers
-            .get(&peer)
+            .get(peer)
             .filter(|p| p.link == link)
-            .and_then(|p| p.qp.clone())
+            .and_then(|p| p.conn.clone())
         else {
             return;
         };
@@ -1261,23 +915,16 @@ impl Shared {
 
     fn rx_chunk(
         &self,
-        state: &mut State,
+        state: &mut SideState<Vb>,
         peer: NodeId,
         link: u64,
         bytes: &[u8],
         imm_wire: Option<u32>,
     ) {
-        let Some(p) = state.peers.get_mut(&peer) else {
+        if state.peers.get(peer).is_none() {
             return;
-        };
-        let fields = (
-            u32_at(bytes, 0),
-            u32_at(bytes, 4),
-            u32_at(bytes, 8),
-            u32_at(bytes, 12),
-            u32_at(bytes, 16),
-        );
-        let (Some(magic), Some(src), Some(imm), Some(total), Some(offset)) = fields else {
+        }
+        let Some(h) = SendHeader::parse(bytes) else {
             self.fail_peer(
                 state,
                 peer,
@@ -1286,199 +933,16 @@ impl Shared {
             );
             return;
         };
-        let (total, offset) = (total as usize, offset as usize);
+        let header_ok = h.src == peer && imm_wire == Some(h.imm);
         let body = &bytes[SEND_HEADER_BYTES..];
-        let valid = magic == SEND_MAGIC
-            && src == peer
-            && imm_wire == Some(imm)
-            && total <= SEND_BYTES_MAX
-            && offset
-                .checked_add(body.len())
-                .is_some_and(|end| end <= total)
-            && match &p.partial {
-                None => offset == 0,
-                Some((pimm, ptotal, buf)) => {
-                    *pimm == imm && *ptotal == total && buf.len() == offset
-                }
-            };
-        if !valid {
+        if self.reassemble(state, peer, h, header_ok, body).is_err() {
             self.fail_peer(
                 state,
                 peer,
                 link,
                 FailureReason::Malformed("bad send chunk".into()),
             );
-            return;
         }
-        let (_, _, buf) = p
-            .partial
-            .get_or_insert_with(|| (imm, total, Vec::with_capacity(total)));
-        buf.extend_from_slice(body);
-        if buf.len() == total {
-            let (imm, _, data) = p.partial.take().expect("just inserted");
-            if p.state == LinkState::Up {
-                self.push_event(state, Event::Recv { peer, imm, data });
-            }
-        }
-    }
-
-    fn issue_queued(&self) -> bool {
-        let mut state = lock(&self.state);
-        let peers: Vec<NodeId> = state.peers.keys().copied().collect();
-        let mut issued = false;
-        for peer in peers {
-            loop {
-                let Some(slot) = state.tx_free.last().copied() else {
-                    return issued;
-                };
-                let Some(p) = state.peers.get_mut(&peer) else {
-                    break;
-                };
-                if p.state != LinkState::Up
-                    || p.in_flight >= PEER_OPS_IN_FLIGHT_MAX
-                    || p.queue.is_empty()
-                {
-                    break;
-                }
-                let Some(qp) = p.qp.clone() else { break };
-                let op = p.queue.front().expect("checked non-empty");
-                let errno = self.post(slot, &qp, op);
-                if errno == 12 {
-                    break; // ENOMEM: send queue full, wait for completions
-                }
-                if errno != 0 {
-                    let link = p.link;
-                    let why = std::io::Error::from_raw_os_error(errno).to_string();
-                    self.fail_peer(&mut state, peer, link, FailureReason::ConnectionLost(why));
-                    break;
-                }
-                let op = p.queue.pop_front().expect("checked non-empty");
-                p.queued_bytes -= op.len();
-                p.in_flight += 1;
-                let link = p.link;
-                state.tx_free.pop();
-                state.tx_slots[slot] = Some(TxSlot { peer, link });
-                issued = true;
-            }
-        }
-        issued
-    }
-
-    fn post(&self, slot: usize, qp: &Qp, op: &Op) -> i32 {
-        let staging = self.tx_ptr(slot);
-        let (bytes, opcode, imm, rdma) = match op {
-            Op::Write {
-                remote_addr,
-                rkey,
-                bytes,
-                notify,
-            } => (
-                bytes,
-                if *notify {
-                    ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
-                } else {
-                    ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE
-                },
-                WRITE_IMM,
-                Some((*remote_addr, *rkey)),
-            ),
-            Op::Send { imm, chunk } => {
-                (chunk, ffi::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM, *imm, None)
-            }
-        };
-        assert!(
-            bytes.len() <= CHUNK_BYTES_MAX,
-            "operations are split into chunks"
-        );
-        // SAFETY: the staging slot is free (taken from tx_free) and holds CHUNK_BYTES_MAX.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), staging, bytes.len()) };
-        let mut sge = ffi::ibv_sge {
-            addr: staging as u64,
-            length: bytes.len() as u32,
-            lkey: self.tx_buf.lkey(),
-        };
-        // SAFETY: an all-zero ibv_send_wr is a valid empty work request (plain C struct).
-        let mut wr: ffi::ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = slot as u64;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        wr.opcode = opcode;
-        wr.send_flags = ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
-        wr.__bindgen_anon_1.imm_data = imm.to_be();
-        if let Some((remote_addr, rkey)) = rdma {
-            wr.wr.rdma = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
-        }
-        qp.post_send(&mut wr)
-    }
-
-    fn enqueue(&self, peer: NodeId, ops: Vec<Op>) -> Result<()> {
-        let mut state = lock(&self.state);
-        let p = self.up_peer(&mut state, peer)?;
-        let bytes: usize = ops.iter().map(Op::len).sum();
-        if p.queued_bytes + bytes > self.cfg.outbound_bytes_max {
-            return Err(Error::QueueFull { peer });
-        }
-        p.queued_bytes += bytes;
-        p.queue.extend(ops);
-        drop(state);
-        self.work.ring();
-        Ok(())
-    }
-
-    fn up_peer<'a>(&self, state: &'a mut State, peer: NodeId) -> Result<&'a mut Peer> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        match state.peers.get_mut(&peer) {
-            Some(p) if p.state == LinkState::Up => Ok(p),
-            _ => Err(Error::NotConnected { peer }),
-        }
-    }
-
-    fn write_ops(
-        &self,
-        peer: NodeId,
-        region: RegionId,
-        offset: usize,
-        bytes: &[u8],
-    ) -> Result<Vec<Op>> {
-        if bytes.len() > WRITE_BYTES_MAX {
-            return Err(Error::TooLarge {
-                what: "write",
-                len: bytes.len(),
-                max: WRITE_BYTES_MAX,
-            });
-        }
-        let mut state = lock(&self.state);
-        let p = self.up_peer(&mut state, peer)?;
-        let mr = *p
-            .remote
-            .get(&region)
-            .ok_or(Error::UnknownRegion { node: peer, region })?;
-        let fits = matches!(offset.checked_add(bytes.len()), Some(end) if end <= mr.len);
-        if !fits {
-            return Err(Error::OutOfBounds {
-                node: peer,
-                region,
-                offset,
-                len: bytes.len(),
-                region_len: mr.len,
-            });
-        }
-        let mut ops = Vec::new();
-        let mut pos = 0;
-        while pos < bytes.len() {
-            let at = offset + pos;
-            let take = (CHUNK_BYTES_MAX - at % WORD_BYTES).min(bytes.len() - pos);
-            ops.push(Op::Write {
-                remote_addr: mr.addr + at as u64,
-                rkey: mr.rkey,
-                bytes: bytes[pos..pos + take].to_vec(),
-                notify: pos + take == bytes.len(),
-            });
-            pos += take;
-        }
-        Ok(ops)
     }
 }
 
@@ -1492,168 +956,41 @@ impl Endpoint for VerbsEndpoint {
     }
 
     fn connect(&self, peer: NodeId, address: &str) -> Result<()> {
-        let shared = &self.shared;
-        if shared.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        if peer == shared.node {
-            return Err(Error::InvalidPeer {
-                peer,
-                detail: "an endpoint does not link to itself".into(),
-            });
-        }
-        address
-            .parse::<SocketAddr>()
-            .map_err(|err| Error::BadAddress {
-                addr: address.to_string(),
-                detail: err.to_string(),
-            })?;
-        let mut state = lock(&shared.state);
-        if let Some(p) = state.peers.get(&peer) {
-            if p.state != LinkState::Down {
-                return Ok(());
-            }
-        } else if state.peers.len() >= PEERS_MAX {
-            return Err(Error::InvalidPeer {
-                peer,
-                detail: format!("more than {PEERS_MAX} peers"),
-            });
-        }
-        let link = state.next_link;
-        state.next_link += 1;
-        state.peers.insert(
-            peer,
-            Peer {
-                state: LinkState::Dialing,
-                link,
-                stream: None,
-                qp: None,
-                remote: BTreeMap::new(),
-                queue: VecDeque::new(),
-                queued_bytes: 0,
-                in_flight: 0,
-                last_heard: Instant::now(),
-                partial: None,
-            },
-        );
-        drop(state);
-        let dialer = Arc::clone(shared);
-        let address = address.to_string();
-        std::thread::Builder::new()
-            .name(format!("verbs-dial-{}-{peer}", shared.node))
-            .spawn(move || dialer.dial(peer, address, link))
-            .map_err(|err| Error::io("spawning a dial thread", err))?;
-        Ok(())
+        self.shared.connect(peer, address)
     }
 
     fn disconnect(&self, peer: NodeId) -> Result<()> {
-        let shared = &self.shared;
-        if shared.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        let mut state = lock(&shared.state);
-        let Some(p) = state.peers.get(&peer) else {
-            return Err(Error::NotConnected { peer });
-        };
-        let link = p.link;
-        shared.send_side(&mut state, peer, &frame(KIND_BYE, &[]));
-        shared.fail_peer(&mut state, peer, link, FailureReason::LocalClose);
-        Ok(())
+        self.shared.disconnect(peer)
     }
 
     fn peers(&self) -> Vec<NodeId> {
-        lock(&self.shared.state)
-            .peers
-            .iter()
-            .filter(|(_, p)| p.state == LinkState::Up)
-            .map(|(&id, _)| id)
-            .collect()
+        self.shared.peers()
     }
 
     fn register_region(&self, id: RegionId, len_bytes: usize) -> Result<Region> {
         let shared = &self.shared;
-        if shared.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        check_region_len(len_bytes)?;
-        {
-            let state = lock(&shared.state);
-            if state.regions.contains_key(&id) {
-                return Err(Error::RegionExists { region: id });
-            }
-            if state.regions.len() >= REGIONS_PER_ENDPOINT_MAX {
-                return Err(Error::TooLarge {
-                    what: "region count",
-                    len: state.regions.len() + 1,
-                    max: REGIONS_PER_ENDPOINT_MAX,
-                });
-            }
-        }
-        let reg = Arc::new(Registered::new(&shared.device, len_bytes, true)?);
+        shared.check_new_region(id, len_bytes)?;
+        let reg = Arc::new(Registered::new(&shared.backend.device, len_bytes, true)?);
         let (ptr, len) = (reg.ptr, reg.len);
         let backing: Box<dyn std::any::Any + Send + Sync> = Box::new(Arc::clone(&reg));
         // SAFETY: `ptr` is page-aligned and valid for `len` (whole words) bytes while
         // `backing` lives; this process accesses it only through `Region`'s atomics, the
         // device writes it on behalf of peers.
         let region = unsafe { Region::from_raw(id, ptr, len, backing) };
-        let mut state = lock(&shared.state);
-        if state.regions.contains_key(&id) {
-            return Err(Error::RegionExists { region: id });
-        }
-        let announce = region_frame(id, &reg);
-        state.regions.insert(id, reg);
-        let peers: Vec<NodeId> = state
-            .peers
-            .iter()
-            .filter(|(_, p)| matches!(p.state, LinkState::Up | LinkState::Handshaking))
-            .map(|(&id, _)| id)
-            .collect();
-        for peer in peers {
-            shared.send_side(&mut state, peer, &announce);
-        }
+        shared.install_region(id, reg)?;
         Ok(region)
     }
 
     fn deregister_region(&self, id: RegionId) -> Result<()> {
-        let shared = &self.shared;
-        if shared.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        let mut state = lock(&shared.state);
-        let reg = state.regions.remove(&id).ok_or(Error::UnknownRegion {
-            node: shared.node,
-            region: id,
-        })?;
-        state.retired.push(reg);
-        let withdraw = frame(KIND_WITHDRAW, &id.to_le_bytes());
-        let peers: Vec<NodeId> = state
-            .peers
-            .iter()
-            .filter(|(_, p)| matches!(p.state, LinkState::Up | LinkState::Handshaking))
-            .map(|(&id, _)| id)
-            .collect();
-        for peer in peers {
-            shared.send_side(&mut state, peer, &withdraw);
-        }
-        Ok(())
+        self.shared.deregister_region(id)
     }
 
     fn remote_region(&self, peer: NodeId, id: RegionId) -> Option<RegionDesc> {
-        let state = lock(&self.shared.state);
-        let mr = state.peers.get(&peer)?.remote.get(&id)?;
-        Some(RegionDesc {
-            node: peer,
-            region: id,
-            len: mr.len,
-        })
+        self.shared.remote_region(peer, id)
     }
 
     fn write(&self, peer: NodeId, region: RegionId, offset: usize, bytes: &[u8]) -> Result<()> {
-        let ops = self.shared.write_ops(peer, region, offset, bytes)?;
-        if ops.is_empty() {
-            return Ok(());
-        }
-        self.shared.enqueue(peer, ops)
+        self.shared.write(peer, region, offset, bytes)
     }
 
     fn write_then_release(
@@ -1665,53 +1002,17 @@ impl Endpoint for VerbsEndpoint {
         guard_offset: usize,
         guard_value: u64,
     ) -> Result<()> {
-        if guard_offset % WORD_BYTES != 0 {
-            return Err(Error::Misaligned {
-                offset: guard_offset,
-            });
-        }
-        let mut ops = self.shared.write_ops(peer, region, offset, bytes)?;
         // The guard is a later work request on the same RC QP: executed after the payload.
-        ops.extend(self.shared.write_ops(
-            peer,
-            region,
-            guard_offset,
-            &guard_value.to_ne_bytes(),
-        )?);
-        self.shared.enqueue(peer, ops)
+        self.shared
+            .write_then_release(peer, region, offset, bytes, guard_offset, guard_value)
     }
 
     fn send(&self, peer: NodeId, imm: u32, bytes: &[u8]) -> Result<()> {
-        if bytes.len() > SEND_BYTES_MAX {
-            return Err(Error::TooLarge {
-                what: "send",
-                len: bytes.len(),
-                max: SEND_BYTES_MAX,
-            });
-        }
-        let body_max = CHUNK_BYTES_MAX - SEND_HEADER_BYTES;
-        let mut ops = Vec::new();
-        let mut offset = 0;
-        loop {
-            let take = body_max.min(bytes.len() - offset);
-            let mut chunk = Vec::with_capacity(SEND_HEADER_BYTES + take);
-            chunk.extend_from_slice(&SEND_MAGIC.to_le_bytes());
-            chunk.extend_from_slice(&self.shared.node.to_le_bytes());
-            chunk.extend_from_slice(&imm.to_le_bytes());
-            chunk.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-            chunk.extend_from_slice(&(offset as u32).to_le_bytes());
-            chunk.extend_from_slice(&bytes[offset..offset + take]);
-            ops.push(Op::Send { imm, chunk });
-            offset += take;
-            if offset >= bytes.len() {
-                break;
-            }
-        }
-        self.shared.enqueue(peer, ops)
+        self.shared.send(peer, imm, bytes)
     }
 
     fn poll_event(&self) -> Option<Event> {
-        lock(&self.shared.state).events.pop_front()
+        self.shared.poll_event()
     }
 
     fn wait(&self, timeout: Duration) -> bool {
@@ -1723,32 +1024,7 @@ impl Endpoint for VerbsEndpoint {
     }
 
     fn close(&self) {
-        let shared = &self.shared;
-        {
-            let mut state = lock(&shared.state);
-            if shared.closed.swap(true, Ordering::AcqRel) {
-                return;
-            }
-            let peers: Vec<NodeId> = state.peers.keys().copied().collect();
-            let bye = frame(KIND_BYE, &[]);
-            for peer in peers {
-                shared.send_side(&mut state, peer, &bye);
-                if let Some(p) = state.peers.get_mut(&peer) {
-                    p.state = LinkState::Down;
-                    if let Some(stream) = p.stream.take() {
-                        let _ = stream.shutdown(Shutdown::Both);
-                    }
-                    p.queue.clear();
-                }
-            }
-        }
-        shared.work.ring();
-        let threads: Vec<JoinHandle<()>> =
-            std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
-        for thread in threads {
-            let _ = thread.join();
-        }
-        shared.doorbell.ring();
+        self.shared.close(&self.threads);
     }
 }
 

@@ -1,0 +1,281 @@
+//! Setting a stream link up: the initiator and acceptor sides of the handshake, driven
+//! over a blocking stream, with the decisions themselves in [`super::handshake`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use super::frame::{
+    encode_goodbye, encode_hello, encode_region_announce, encode_region_withdraw, malformed,
+    FrameReader, Hello, RegionEntry,
+};
+use super::handshake::{self, Existing};
+use super::outbound::Outbound;
+use super::{lock, read, write, Hub, Link, LinkStream, Slot};
+use crate::peers::Admit;
+use crate::{Error, Event, FailureReason, NodeId, RegionDesc, RegionId, Result};
+
+/// How often a rejected initiator checks whether the peer's own link has arrived.
+const REJECTED_POLL: Duration = Duration::from_millis(5);
+
+impl<S: LinkStream> Hub<S> {
+    pub(super) fn new_link(&self, id: u64, stream: S, hello: &Hello) -> Result<Arc<Link<S>>> {
+        let now = self.now_ms();
+        let fd = stream.as_raw_fd();
+        let _ = stream.set_write_timeout_ms(Some(self.cfg.probe_timeout()));
+        let mut remote = BTreeMap::new();
+        for entry in &hello.regions {
+            let desc = RegionDesc {
+                node: hello.node,
+                region: entry.id,
+                len: entry.len,
+            };
+            self.hooks
+                .remote_region_announced(hello.node, desc, &entry.tag)
+                .map_err(malformed)?;
+            remote.insert(entry.id, desc);
+        }
+        Ok(Arc::new(Link {
+            id,
+            peer: hello.node,
+            incarnation: hello.incarnation,
+            stream,
+            fd,
+            out: Mutex::new(Outbound::default()),
+            out_wake: Condvar::new(),
+            issue: Mutex::new(()),
+            remote_regions: RwLock::new(remote),
+            last_heard_ms: AtomicU64::new(now),
+            waiting: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+        }))
+    }
+
+    /// Runs the initiator side on a freshly dialed stream for `attempt`, then becomes the
+    /// link's reader thread. Returns when the link ends.
+    pub fn run_initiator(self: Arc<Self>, peer: NodeId, attempt: u64, mut stream: S) {
+        let result = (|| -> Result<Option<(Arc<Link<S>>, FrameReader)>> {
+            stream
+                .set_read_timeout_ms(Some(Duration::from_millis(self.cfg.connect_timeout_ms)))
+                .map_err(|e| Error::io("setting a read time-out", e))?;
+            let hello = {
+                let local = read(&self.local);
+                handshake::hello(self.node, self.incarnation, peer, &local.regions)
+            };
+            let mut buf = Vec::new();
+            encode_hello(&mut buf, &hello);
+            let regions_sent: BTreeSet<RegionId> = hello.regions.iter().map(|e| e.id).collect();
+            let _ = stream
+                .set_write_timeout_ms(Some(Duration::from_millis(self.cfg.connect_timeout_ms)));
+            stream
+                .write_all(&buf)
+                .map_err(|e| Error::io("sending hello", e))?;
+            let mut reader = FrameReader::new();
+            let reply = reader.next_owned_hello(&mut stream)?;
+            let Some(reply) = reply else {
+                // Rejected (Goodbye): the peer keeps its own connection to us, which
+                // replaces our attempt; give up on the peer if it never comes.
+                let deadline = Instant::now() + Duration::from_millis(self.cfg.connect_timeout_ms);
+                while Instant::now() < deadline && !self.is_closed() {
+                    let pending = read(&self.peers).is_current(peer, attempt);
+                    if !pending {
+                        return Ok(None);
+                    }
+                    std::thread::sleep(REJECTED_POLL);
+                }
+                return Err(Error::io(
+                    "handshake",
+                    io::Error::new(
+                        io::ErrorKind::ConnectionRefused,
+                        "peer refused our link and did not link back",
+                    ),
+                ));
+            };
+            handshake::check_hello(self.node, &reply, Some(peer))?;
+            stream
+                .set_read_timeout_ms(None)
+                .map_err(|e| Error::io("clearing the read time-out", e))?;
+            let clone = stream
+                .try_clone_stream()
+                .map_err(|e| Error::io("cloning a stream", e))?;
+            // Install, unless another link won meanwhile.
+            let local = read(&self.local);
+            let mut peers = write(&self.peers);
+            let ours = peers.is_current(peer, attempt);
+            if !ours {
+                drop(peers);
+                drop(local);
+                let mut bye = Vec::new();
+                encode_goodbye(&mut bye);
+                let _ = stream.write_all(&bye);
+                stream.shutdown_both();
+                return Ok(None);
+            }
+            let id = peers.next_link_id();
+            let link = self.new_link(id, clone, &reply)?;
+            // Regions that changed between our Hello and now.
+            {
+                let mut out = lock(&link.out);
+                for (id, (region, tag)) in &local.regions {
+                    if !regions_sent.contains(id) {
+                        encode_region_announce(
+                            &mut out.pending,
+                            &RegionEntry {
+                                id: *id,
+                                len: region.len(),
+                                tag: tag.clone(),
+                            },
+                        );
+                    }
+                }
+                for id in &regions_sent {
+                    if !local.regions.contains_key(id) {
+                        encode_region_withdraw(&mut out.pending, *id);
+                    }
+                }
+            }
+            peers.insert(peer, Slot::Up(Arc::clone(&link)));
+            drop(peers);
+            drop(local);
+            self.push_control(Event::PeerConnected { peer });
+            Ok(Some((link, reader)))
+        })();
+        match result {
+            Ok(Some((link, reader))) => {
+                if let Err(e) = self.spawn_writer(&link) {
+                    self.fail(&link, FailureReason::ConnectionLost(e.to_string()));
+                    return;
+                }
+                self.try_flush(&link);
+                self.reader_loop(&link, reader, stream);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let reason = match e {
+                    Error::Malformed { detail, .. } => FailureReason::Malformed(detail),
+                    other => FailureReason::ConnectionLost(other.to_string()),
+                };
+                self.attempt_failed(peer, attempt, reason);
+            }
+        }
+    }
+
+    /// Runs the acceptor side on an accepted stream, then becomes the link's reader
+    /// thread. Streams whose first bytes are not a valid `Hello` for this node are
+    /// dropped (no peer id is known, so no event). Returns when the link ends.
+    #[allow(dead_code)] // tcp uses run_acceptor_then; shm may use either
+    pub fn run_acceptor(self: Arc<Self>, stream: S) {
+        self.run_acceptor_then(stream, || {});
+    }
+
+    /// As [`Hub::run_acceptor`], calling `handshake_done` once the handshake is over
+    /// (accepted, rejected or failed), before the link's reader loop starts.
+    pub fn run_acceptor_then(self: Arc<Self>, mut stream: S, handshake_done: impl FnOnce()) {
+        if self.is_closed() {
+            handshake_done();
+            return;
+        }
+        let result = (|| -> Result<Option<(Arc<Link<S>>, FrameReader)>> {
+            stream
+                .set_read_timeout_ms(Some(Duration::from_millis(self.cfg.connect_timeout_ms)))
+                .map_err(|e| Error::io("setting a read time-out", e))?;
+            let _ = stream
+                .set_write_timeout_ms(Some(Duration::from_millis(self.cfg.connect_timeout_ms)));
+            let mut reader = FrameReader::new();
+            let Some(hello) = reader.next_owned_hello(&mut stream)? else {
+                return Ok(None);
+            };
+            handshake::check_hello(self.node, &hello, None)?;
+            stream
+                .set_read_timeout_ms(None)
+                .map_err(|e| Error::io("clearing the read time-out", e))?;
+            let peer = hello.node;
+            let stale_deadline =
+                Instant::now() + Duration::from_millis(self.cfg.connect_timeout_ms / 2);
+            let (local, mut peers, decision) = loop {
+                let local = read(&self.local);
+                let peers = write(&self.peers);
+                let existing = match peers.get(peer) {
+                    None => Existing::None,
+                    Some(Slot::Failed(_)) => Existing::Failed,
+                    Some(Slot::Pending { .. }) => Existing::Pending,
+                    Some(Slot::Up(link)) => Existing::Up {
+                        incarnation: link.incarnation,
+                    },
+                };
+                let room = peers.room_for(peer);
+                let decision = handshake::decide(self.node, &hello, existing, room);
+                // A live link to the same incarnation is either a duplicate from a
+                // simultaneous connect (rejected below) or a link the peer already closed
+                // and whose Goodbye or end of stream we have not processed yet (the peer
+                // reconnecting right after a disconnect): give it a moment to fail.
+                if decision != Admit::RejectDuplicate
+                    || Instant::now() >= stale_deadline
+                    || self.is_closed()
+                {
+                    break (local, peers, decision);
+                }
+                drop(peers);
+                drop(local);
+                std::thread::sleep(REJECTED_POLL);
+            };
+            if !decision.accepts() {
+                drop(peers);
+                drop(local);
+                let mut bye = Vec::new();
+                encode_goodbye(&mut bye);
+                let _ = stream.write_all(&bye);
+                stream.shutdown_both();
+                return Ok(None);
+            }
+            // The peer restarted: its old link fails once the new one is installed.
+            let old = match peers.get(peer) {
+                Some(Slot::Up(link)) if decision == Admit::AcceptReplacing => {
+                    Some(Arc::clone(link))
+                }
+                _ => None,
+            };
+            let id = peers.next_link_id();
+            let link = self.new_link(
+                id,
+                stream
+                    .try_clone_stream()
+                    .map_err(|e| Error::io("cloning a stream", e))?,
+                &hello,
+            )?;
+            // The reply Hello is the link's first frame: later announcements follow it.
+            encode_hello(
+                &mut lock(&link.out).pending,
+                &handshake::hello(self.node, self.incarnation, peer, &local.regions),
+            );
+            peers.insert(peer, Slot::Up(Arc::clone(&link)));
+            drop(peers);
+            drop(local);
+            if let Some(old) = old {
+                self.fail(&old, FailureReason::ConnectionLost("peer restarted".into()));
+                // `fail` only marks the slot failed if it still holds `old`.
+            }
+            self.push_control(Event::PeerConnected { peer });
+            Ok(Some((link, reader)))
+        })();
+        match result {
+            Ok(Some((link, reader))) => {
+                handshake_done();
+                if let Err(e) = self.spawn_writer(&link) {
+                    self.fail(&link, FailureReason::ConnectionLost(e.to_string()));
+                    return;
+                }
+                self.try_flush(&link);
+                self.reader_loop(&link, reader, stream);
+            }
+            Ok(None) => handshake_done(),
+            Err(e) => {
+                handshake_done();
+                tracing::debug!(node = self.node, error = %e, "dropping an inbound stream");
+                stream.shutdown_both();
+            }
+        }
+    }
+}

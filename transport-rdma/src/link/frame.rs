@@ -1,0 +1,739 @@
+//! The stream link's frame codec (sans-IO): the wire constants, [`Frame`] and its
+//! encoders, [`decode_frame`], and the reusable receive buffer [`FrameReader`] that
+//! decodes frames in place. This is the fuzzed surface (`decode_all`): any bytes a peer
+//! may send decode to frames or to an error, never a panic.
+//!
+//! Every frame is `body_len: u32 LE, kind: u8, body`; integers are little endian.
+
+use std::io::{self, Read};
+
+use crate::{
+    Error, NodeId, RegionId, Result, REGIONS_PER_ENDPOINT_MAX, REGION_BYTES_MAX, SEND_BYTES_MAX,
+    WORD_BYTES, WRITE_BYTES_MAX,
+};
+
+/// Initial receive buffer per link; it grows to the largest frame seen.
+const READ_BUFFER_BYTES: usize = 256 << 10;
+
+/// `"SPDL"`: the first field of every `Hello`.
+pub const HELLO_MAGIC: u32 = 0x5350_444C;
+/// Wire protocol version; a peer with another version is rejected as malformed.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Bytes of the frame header: body length (u32) and kind (u8).
+pub const FRAME_HEADER_BYTES: usize = 5;
+/// Largest opaque tag a backend may attach to a region (shm: the mapping's name).
+pub const REGION_TAG_BYTES_MAX: usize = 256;
+/// Fixed part of a `WriteRelease` body: region, offset, guard offset, guard.
+const WRITE_RELEASE_FIXED_BYTES: usize = 4 + 8 + 8 + 8;
+/// Fixed part of a `Hello` body: magic, version, node, target, incarnation, count.
+const HELLO_FIXED_BYTES: usize = 4 + 2 + 4 + 4 + 8 + 4;
+/// One region-table entry without its tag: id, len, tag length.
+const REGION_ENTRY_FIXED_BYTES: usize = 4 + 8 + 2;
+/// Largest frame body any kind may have.
+pub const FRAME_BODY_BYTES_MAX: usize = {
+    let write = WRITE_BYTES_MAX + WRITE_RELEASE_FIXED_BYTES;
+    let send = SEND_BYTES_MAX + 4;
+    let hello = HELLO_FIXED_BYTES
+        + REGIONS_PER_ENDPOINT_MAX * (REGION_ENTRY_FIXED_BYTES + REGION_TAG_BYTES_MAX);
+    let mut max = write;
+    if send > max {
+        max = send;
+    }
+    if hello > max {
+        max = hello;
+    }
+    max
+};
+const _: () = assert!(FRAME_BODY_BYTES_MAX <= u32::MAX as usize);
+/// Largest whole `Hello` frame (a full region table with the longest tags).
+const HELLO_FRAME_BYTES_MAX: usize = FRAME_HEADER_BYTES
+    + HELLO_FIXED_BYTES
+    + REGIONS_PER_ENDPOINT_MAX * (REGION_ENTRY_FIXED_BYTES + REGION_TAG_BYTES_MAX);
+const _: () = assert!(HELLO_FRAME_BYTES_MAX <= FRAME_HEADER_BYTES + FRAME_BODY_BYTES_MAX);
+
+const KIND_HELLO: u8 = 1;
+const KIND_REGION_ANNOUNCE: u8 = 2;
+const KIND_REGION_WITHDRAW: u8 = 3;
+const KIND_WRITE: u8 = 4;
+const KIND_WRITE_RELEASE: u8 = 5;
+const KIND_SEND: u8 = 6;
+const KIND_PROBE: u8 = 7;
+const KIND_GOODBYE: u8 = 8;
+
+/// One entry of a region table, as carried by `Hello` and `RegionAnnounce`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionEntry {
+    /// The region id on the sender.
+    pub id: RegionId,
+    /// Its length in bytes (whole words, at most [`REGION_BYTES_MAX`]).
+    pub len: usize,
+    /// Backend-specific bytes (at most [`REGION_TAG_BYTES_MAX`]); empty for tcp.
+    pub tag: Vec<u8>,
+}
+
+/// The first frame each side sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// The sender's node id.
+    pub node: NodeId,
+    /// The node id the sender expects to be talking to.
+    pub target: NodeId,
+    /// Distinguishes restarts of the same node id (a fresh value per endpoint).
+    pub incarnation: u64,
+    /// The sender's registered regions.
+    pub regions: Vec<RegionEntry>,
+}
+
+/// A decoded frame; byte payloads borrow the receive buffer (no copy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// Handshake.
+    Hello(Hello),
+    /// A region registered after the link came up.
+    RegionAnnounce(RegionEntry),
+    /// A region deregistered.
+    RegionWithdraw {
+        /// The region id.
+        id: RegionId,
+    },
+    /// One-sided write of `bytes` at `offset` of the receiver's region `region`.
+    Write {
+        /// Target region.
+        region: RegionId,
+        /// Byte offset.
+        offset: usize,
+        /// The data.
+        bytes: &'a [u8],
+    },
+    /// Write, then release-store `guard` into the word at `guard_offset`.
+    WriteRelease {
+        /// Target region.
+        region: RegionId,
+        /// Byte offset of the payload.
+        offset: usize,
+        /// The payload.
+        bytes: &'a [u8],
+        /// Aligned offset of the guard word.
+        guard_offset: usize,
+        /// The guard value.
+        guard: u64,
+    },
+    /// Two-sided message.
+    Send {
+        /// Immediate.
+        imm: u32,
+        /// The message.
+        bytes: &'a [u8],
+    },
+    /// Heartbeat; carries nothing.
+    Probe,
+    /// The sender closes the link on purpose.
+    Goodbye,
+}
+
+/// Result of looking at the front of a receive buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded<'a> {
+    /// A whole frame, and how many bytes of the buffer it used.
+    Frame(Frame<'a>, usize),
+    /// More bytes are needed: the frame (as far as known) is `needed` bytes long.
+    Incomplete {
+        /// Total bytes the buffer must hold, from its start, to decode the next frame.
+        needed: usize,
+    },
+}
+
+pub(crate) fn malformed(detail: impl Into<String>) -> Error {
+    Error::Malformed {
+        source_name: "peer".into(),
+        detail: detail.into(),
+    }
+}
+
+/// A little-endian cursor over a frame body; every read is bounds-checked.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
+        if self.bytes.len() < n {
+            return Err(malformed(format!("frame body too short for {what}")));
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+    fn u16(&mut self, what: &str) -> Result<u16> {
+        let b = self.take(2, what)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self, what: &str) -> Result<u32> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self, what: &str) -> Result<u64> {
+        let b = self.take(8, what)?;
+        let mut raw = [0u8; 8];
+        raw.copy_from_slice(b);
+        Ok(u64::from_le_bytes(raw))
+    }
+    fn usize(&mut self, what: &str) -> Result<usize> {
+        let v = self.u64(what)?;
+        usize::try_from(v).map_err(|_| malformed(format!("{what} {v} overflows usize")))
+    }
+    fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.bytes)
+    }
+    fn finish(&self, what: &str) -> Result<()> {
+        if self.bytes.is_empty() {
+            Ok(())
+        } else {
+            Err(malformed(format!(
+                "{} trailing bytes after {what}",
+                self.bytes.len()
+            )))
+        }
+    }
+    fn region_entry(&mut self) -> Result<RegionEntry> {
+        let id = self.u32("region id")?;
+        let len = self.usize("region length")?;
+        if len > REGION_BYTES_MAX || len % WORD_BYTES != 0 {
+            return Err(malformed(format!("region {id} has bad length {len}")));
+        }
+        let tag_len = usize::from(self.u16("region tag length")?);
+        if tag_len > REGION_TAG_BYTES_MAX {
+            return Err(malformed(format!("region tag of {tag_len} bytes")));
+        }
+        let tag = self.take(tag_len, "region tag")?.to_vec();
+        Ok(RegionEntry { id, len, tag })
+    }
+}
+
+/// Looks at the front of `buf`: a whole frame, a request for more bytes, or an error for
+/// bytes that can never decode. Never panics, whatever `buf` holds.
+pub fn decode_frame(buf: &[u8]) -> Result<Decoded<'_>> {
+    if buf.len() < FRAME_HEADER_BYTES {
+        return Ok(Decoded::Incomplete {
+            needed: FRAME_HEADER_BYTES,
+        });
+    }
+    let body_len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    let kind = buf[4];
+    if body_len > FRAME_BODY_BYTES_MAX {
+        return Err(malformed(format!(
+            "frame body of {body_len} bytes exceeds {FRAME_BODY_BYTES_MAX}"
+        )));
+    }
+    if !(KIND_HELLO..=KIND_GOODBYE).contains(&kind) {
+        return Err(malformed(format!("unknown frame kind {kind}")));
+    }
+    let total = FRAME_HEADER_BYTES + body_len;
+    if buf.len() < total {
+        return Ok(Decoded::Incomplete { needed: total });
+    }
+    let mut c = Cursor {
+        bytes: &buf[FRAME_HEADER_BYTES..total],
+    };
+    let frame = match kind {
+        KIND_HELLO => {
+            let magic = c.u32("magic")?;
+            if magic != HELLO_MAGIC {
+                return Err(malformed(format!("bad magic {magic:#x}")));
+            }
+            let version = c.u16("version")?;
+            if version != PROTOCOL_VERSION {
+                return Err(malformed(format!(
+                    "protocol version {version}, expected {PROTOCOL_VERSION}"
+                )));
+            }
+            let node = c.u32("node")?;
+            let target = c.u32("target")?;
+            let incarnation = c.u64("incarnation")?;
+            let count = c.u32("region count")? as usize;
+            if count > REGIONS_PER_ENDPOINT_MAX {
+                return Err(malformed(format!("{count} regions in hello")));
+            }
+            // Each entry is at least REGION_ENTRY_FIXED_BYTES: reject before allocating.
+            if count * REGION_ENTRY_FIXED_BYTES > c.bytes.len() {
+                return Err(malformed("hello region table is truncated"));
+            }
+            let mut regions = Vec::with_capacity(count);
+            for _ in 0..count {
+                regions.push(c.region_entry()?);
+            }
+            c.finish("hello")?;
+            Frame::Hello(Hello {
+                node,
+                target,
+                incarnation,
+                regions,
+            })
+        }
+        KIND_REGION_ANNOUNCE => {
+            let entry = c.region_entry()?;
+            c.finish("region announce")?;
+            Frame::RegionAnnounce(entry)
+        }
+        KIND_REGION_WITHDRAW => {
+            let id = c.u32("region id")?;
+            c.finish("region withdraw")?;
+            Frame::RegionWithdraw { id }
+        }
+        KIND_WRITE => {
+            let region = c.u32("region")?;
+            let offset = c.usize("offset")?;
+            let bytes = c.rest();
+            if bytes.len() > WRITE_BYTES_MAX {
+                return Err(malformed(format!("write of {} bytes", bytes.len())));
+            }
+            Frame::Write {
+                region,
+                offset,
+                bytes,
+            }
+        }
+        KIND_WRITE_RELEASE => {
+            let region = c.u32("region")?;
+            let offset = c.usize("offset")?;
+            let guard_offset = c.usize("guard offset")?;
+            let guard = c.u64("guard")?;
+            let bytes = c.rest();
+            if bytes.len() > WRITE_BYTES_MAX {
+                return Err(malformed(format!("write of {} bytes", bytes.len())));
+            }
+            Frame::WriteRelease {
+                region,
+                offset,
+                bytes,
+                guard_offset,
+                guard,
+            }
+        }
+        KIND_SEND => {
+            let imm = c.u32("imm")?;
+            let bytes = c.rest();
+            if bytes.len() > SEND_BYTES_MAX {
+                return Err(malformed(format!("send of {} bytes", bytes.len())));
+            }
+            Frame::Send { imm, bytes }
+        }
+        KIND_PROBE => {
+            c.finish("probe")?;
+            Frame::Probe
+        }
+        _ => {
+            c.finish("goodbye")?;
+            Frame::Goodbye
+        }
+    };
+    Ok(Decoded::Frame(frame, total))
+}
+
+fn put_header(out: &mut Vec<u8>, kind: u8, body_len: usize) {
+    assert!(
+        body_len <= FRAME_BODY_BYTES_MAX,
+        "callers check sizes against the *_MAX bounds before encoding"
+    );
+    out.extend_from_slice(&(body_len as u32).to_le_bytes());
+    out.push(kind);
+}
+
+fn put_entry(out: &mut Vec<u8>, entry: &RegionEntry) {
+    assert!(
+        entry.tag.len() <= REGION_TAG_BYTES_MAX,
+        "hooks return tags within REGION_TAG_BYTES_MAX (checked at registration)"
+    );
+    out.extend_from_slice(&entry.id.to_le_bytes());
+    out.extend_from_slice(&(entry.len as u64).to_le_bytes());
+    out.extend_from_slice(&(entry.tag.len() as u16).to_le_bytes());
+    out.extend_from_slice(&entry.tag);
+}
+
+/// Appends a `Hello` frame.
+pub fn encode_hello(out: &mut Vec<u8>, hello: &Hello) {
+    let body: usize = HELLO_FIXED_BYTES
+        + hello
+            .regions
+            .iter()
+            .map(|e| REGION_ENTRY_FIXED_BYTES + e.tag.len())
+            .sum::<usize>();
+    put_header(out, KIND_HELLO, body);
+    out.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
+    out.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+    out.extend_from_slice(&hello.node.to_le_bytes());
+    out.extend_from_slice(&hello.target.to_le_bytes());
+    out.extend_from_slice(&hello.incarnation.to_le_bytes());
+    out.extend_from_slice(&(hello.regions.len() as u32).to_le_bytes());
+    for entry in &hello.regions {
+        put_entry(out, entry);
+    }
+}
+
+/// Appends a `RegionAnnounce` frame.
+pub fn encode_region_announce(out: &mut Vec<u8>, entry: &RegionEntry) {
+    put_header(
+        out,
+        KIND_REGION_ANNOUNCE,
+        REGION_ENTRY_FIXED_BYTES + entry.tag.len(),
+    );
+    put_entry(out, entry);
+}
+
+/// Appends a `RegionWithdraw` frame.
+pub fn encode_region_withdraw(out: &mut Vec<u8>, id: RegionId) {
+    put_header(out, KIND_REGION_WITHDRAW, 4);
+    out.extend_from_slice(&id.to_le_bytes());
+}
+
+/// Longest fixed part of a frame that carries a payload (header + `WriteRelease` fields).
+const HEAD_BYTES_MAX: usize = FRAME_HEADER_BYTES + WRITE_RELEASE_FIXED_BYTES;
+
+/// The bytes of a frame that precede its payload, on the stack.
+pub(crate) struct Head {
+    bytes: [u8; HEAD_BYTES_MAX],
+    len: usize,
+}
+
+impl Head {
+    fn new(kind: u8, fixed: usize, payload: usize) -> Head {
+        let body = fixed + payload;
+        assert!(
+            body <= FRAME_BODY_BYTES_MAX && FRAME_HEADER_BYTES + fixed <= HEAD_BYTES_MAX,
+            "callers check sizes against the *_MAX bounds before encoding"
+        );
+        let mut head = Head {
+            bytes: [0; HEAD_BYTES_MAX],
+            len: 0,
+        };
+        head.put(&(body as u32).to_le_bytes());
+        head.put(&[kind]);
+        head
+    }
+    fn put(&mut self, b: &[u8]) {
+        self.bytes[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+    }
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+    /// The head of a `Write` (no guard) or `WriteRelease` frame.
+    pub(crate) fn write(
+        region: RegionId,
+        offset: usize,
+        guard: Option<(usize, u64)>,
+        payload: usize,
+    ) -> Head {
+        let mut head = match guard {
+            None => Head::new(KIND_WRITE, 12, payload),
+            Some(_) => Head::new(KIND_WRITE_RELEASE, WRITE_RELEASE_FIXED_BYTES, payload),
+        };
+        head.put(&region.to_le_bytes());
+        head.put(&(offset as u64).to_le_bytes());
+        if let Some((guard_offset, guard)) = guard {
+            head.put(&(guard_offset as u64).to_le_bytes());
+            head.put(&guard.to_le_bytes());
+        }
+        head
+    }
+    /// The head of a `Send` frame.
+    pub(crate) fn send(imm: u32, payload: usize) -> Head {
+        let mut head = Head::new(KIND_SEND, 4, payload);
+        head.put(&imm.to_le_bytes());
+        head
+    }
+}
+
+/// Appends a `Write` frame (for tests; the hub builds frame heads on the stack).
+#[cfg(test)]
+pub fn encode_write(out: &mut Vec<u8>, region: RegionId, offset: usize, bytes: &[u8]) {
+    out.extend_from_slice(Head::write(region, offset, None, bytes.len()).as_slice());
+    out.extend_from_slice(bytes);
+}
+
+/// Appends a `WriteRelease` frame (for tests; the hub builds frame heads on the stack).
+#[cfg(test)]
+pub fn encode_write_release(
+    out: &mut Vec<u8>,
+    region: RegionId,
+    offset: usize,
+    bytes: &[u8],
+    guard_offset: usize,
+    guard: u64,
+) {
+    let head = Head::write(region, offset, Some((guard_offset, guard)), bytes.len());
+    out.extend_from_slice(head.as_slice());
+    out.extend_from_slice(bytes);
+}
+
+/// Appends a `Send` frame (for tests; the hub builds frame heads on the stack).
+#[cfg(test)]
+pub fn encode_send(out: &mut Vec<u8>, imm: u32, bytes: &[u8]) {
+    out.extend_from_slice(Head::send(imm, bytes.len()).as_slice());
+    out.extend_from_slice(bytes);
+}
+
+/// Appends a `Probe` frame.
+pub fn encode_probe(out: &mut Vec<u8>) {
+    put_header(out, KIND_PROBE, 0);
+}
+
+/// Appends a `Goodbye` frame.
+pub fn encode_goodbye(out: &mut Vec<u8>) {
+    put_header(out, KIND_GOODBYE, 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// Receive buffer
+// ---------------------------------------------------------------------------------------
+
+pub(crate) enum Step {
+    /// Frames were applied; the buffer holds no further whole frame.
+    Applied,
+    /// Nothing buffered to apply: read until the buffer holds `needed` bytes.
+    NeedRead { needed: usize },
+    /// The peer said goodbye.
+    Goodbye,
+}
+
+/// A reusable receive buffer: frames are decoded and applied straight from it.
+#[derive(Debug)]
+pub struct FrameReader {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl Default for FrameReader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FrameReader {
+    /// An empty reader.
+    pub fn new() -> Self {
+        FrameReader {
+            buf: vec![0; READ_BUFFER_BYTES],
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// Makes room for a frame of `needed` bytes starting at `start`, then reads once.
+    /// `Ok(0)`: end of stream.
+    pub(crate) fn fill<R: Read>(&mut self, stream: &mut R, needed: usize) -> Result<usize> {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        if self.start + needed.max(1) > self.buf.len() || self.end == self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            if needed > self.buf.len() {
+                // Bounded: `needed` comes from a header checked against FRAME_BODY_BYTES_MAX.
+                self.buf.resize(needed, 0);
+            }
+        }
+        loop {
+            match stream.read(&mut self.buf[self.end..]) {
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io("reading from a peer", e)),
+            }
+        }
+    }
+
+    /// Reads the handshake reply: `Some(hello)`, or `None` for a Goodbye.
+    pub(crate) fn next_owned_hello<R: Read>(&mut self, stream: &mut R) -> Result<Option<Hello>> {
+        loop {
+            match decode_frame(&self.buf[self.start..self.end])? {
+                Decoded::Frame(frame, used) => {
+                    self.start += used;
+                    return match frame {
+                        Frame::Hello(h) => Ok(Some(h)),
+                        Frame::Goodbye => Ok(None),
+                        _ => Err(malformed("expected hello")),
+                    };
+                }
+                Decoded::Incomplete { needed } => {
+                    // Before the handshake the peer is unknown: only a Hello (or a
+                    // Goodbye) of a Hello's size may make us buffer.
+                    if self.end - self.start >= FRAME_HEADER_BYTES {
+                        let kind = self.buf[self.start + 4];
+                        if kind != KIND_HELLO && kind != KIND_GOODBYE {
+                            return Err(malformed("expected hello"));
+                        }
+                    }
+                    if needed > HELLO_FRAME_BYTES_MAX {
+                        return Err(malformed(format!("hello of {needed} bytes")));
+                    }
+                    if self.fill(stream, needed)? == 0 {
+                        return Err(Error::io(
+                            "handshake",
+                            io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed"),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies every whole frame buffered; says whether any was applied or more bytes
+    /// are needed (read them with [`FrameReader::fill`]).
+    pub(crate) fn step(
+        &mut self,
+        mut apply: impl FnMut(Frame<'_>) -> Result<bool>,
+    ) -> Result<Step> {
+        let mut applied = false;
+        loop {
+            match decode_frame(&self.buf[self.start..self.end])? {
+                Decoded::Frame(frame, used) => {
+                    let goodbye = matches!(frame, Frame::Goodbye);
+                    let keep_going = apply(frame)?;
+                    self.start += used;
+                    if goodbye || !keep_going {
+                        return Ok(Step::Goodbye);
+                    }
+                    applied = true;
+                }
+                // Let the caller ring the doorbell before it may block in a read.
+                Decoded::Incomplete { .. } if applied => return Ok(Step::Applied),
+                Decoded::Incomplete { needed } => return Ok(Step::NeedRead { needed }),
+            }
+        }
+    }
+}
+
+/// Decodes `bytes` as a stream of frames until they run out or do not decode; returns
+/// how many whole frames decoded. Never panics: the fuzz and property-test entry point.
+pub fn decode_all(bytes: &[u8]) -> usize {
+    let mut pos = 0;
+    let mut frames = 0;
+    while let Ok(Decoded::Frame(_, used)) = decode_frame(&bytes[pos..]) {
+        assert!(used >= FRAME_HEADER_BYTES, "every frame has a header");
+        pos += used;
+        frames += 1;
+    }
+    frames
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(encode: impl FnOnce(&mut Vec<u8>)) -> (Vec<u8>, usize) {
+        let mut out = Vec::new();
+        encode(&mut out);
+        let len = out.len();
+        (out, len)
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let hello = Hello {
+            node: 3,
+            target: 9,
+            incarnation: 77,
+            regions: vec![
+                RegionEntry {
+                    id: 1,
+                    len: 64,
+                    tag: vec![],
+                },
+                RegionEntry {
+                    id: 2,
+                    len: 8,
+                    tag: b"shm-name".to_vec(),
+                },
+            ],
+        };
+        let (buf, len) = roundtrip(|o| encode_hello(o, &hello));
+        assert_eq!(
+            decode_frame(&buf).unwrap(),
+            Decoded::Frame(Frame::Hello(hello.clone()), len)
+        );
+        let (buf, len) = roundtrip(|o| encode_write_release(o, 4, 16, b"abc", 8, 42));
+        assert_eq!(
+            decode_frame(&buf).unwrap(),
+            Decoded::Frame(
+                Frame::WriteRelease {
+                    region: 4,
+                    offset: 16,
+                    bytes: b"abc",
+                    guard_offset: 8,
+                    guard: 42
+                },
+                len
+            )
+        );
+        let (buf, len) = roundtrip(|o| encode_write(o, 3, 1 << 40, b"xyz"));
+        assert_eq!(
+            decode_frame(&buf).unwrap(),
+            Decoded::Frame(
+                Frame::Write {
+                    region: 3,
+                    offset: 1 << 40,
+                    bytes: b"xyz"
+                },
+                len
+            )
+        );
+        let (buf, len) = roundtrip(|o| encode_send(o, 5, b"hi"));
+        assert_eq!(
+            decode_frame(&buf).unwrap(),
+            Decoded::Frame(
+                Frame::Send {
+                    imm: 5,
+                    bytes: b"hi"
+                },
+                len
+            )
+        );
+        // Every strict prefix asks for more bytes.
+        for cut in 0..len {
+            assert!(matches!(
+                decode_frame(&buf[..cut]).unwrap(),
+                Decoded::Incomplete { .. }
+            ));
+        }
+    }
+
+    #[test]
+    fn oversize_and_unknown_frames_are_errors() {
+        let mut buf = ((FRAME_BODY_BYTES_MAX + 1) as u32).to_le_bytes().to_vec();
+        buf.push(KIND_WRITE);
+        assert!(decode_frame(&buf).is_err());
+        let buf = [0, 0, 0, 0, 99];
+        assert!(decode_frame(&buf).is_err());
+        let buf = [1, 0, 0, 0, KIND_PROBE, 0];
+        assert!(decode_frame(&buf).is_err());
+    }
+
+    proptest::proptest! {
+        /// Random bytes, and random corruptions of valid frames, never panic the decoder.
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let _ = decode_all(&bytes);
+        }
+
+        #[test]
+        fn corrupted_frames_never_panic(
+            flips in proptest::collection::vec((0usize..128, proptest::prelude::any::<u8>()), 1..8),
+        ) {
+            let mut buf = Vec::new();
+            encode_hello(&mut buf, &Hello { node: 1, target: 2, incarnation: 3, regions: vec![RegionEntry { id: 1, len: 8, tag: vec![1, 2] }] });
+            encode_write_release(&mut buf, 1, 0, b"12345678", 0, 1);
+            encode_region_announce(&mut buf, &RegionEntry { id: 7, len: 16, tag: vec![] });
+            let n = buf.len();
+            for (pos, byte) in flips {
+                buf[pos % n] = byte;
+            }
+            let _ = decode_all(&buf);
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! The inbound side of a stream link: the reader thread that decodes frames in place
+//! and applies them in order (writes through the hooks, sends and region changes as
+//! events), with backpressure when the owner's event queue is full.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::frame::{malformed, Frame, FrameReader, Step};
+use super::{lock, read, write, Hub, Link, LinkStream};
+use crate::{
+    Error, Event, FailureReason, RegionDesc, RegionId, Result, EVENT_QUEUE_MAX,
+    REGIONS_PER_ENDPOINT_MAX, WORD_BYTES,
+};
+
+/// How long a reader blocked on a full event queue sleeps between checks for failure.
+const BACKPRESSURE_RECHECK: Duration = Duration::from_millis(50);
+
+impl<S: LinkStream> Hub<S> {
+    /// Queues an event from `link`'s reader, waiting while the queue is full
+    /// (backpressure). Returns false if the link failed meanwhile (event dropped with it).
+    pub(super) fn push_data(&self, link: &Link<S>, event: Event) -> bool {
+        let mut q = lock(&self.events);
+        while q.len() >= EVENT_QUEUE_MAX {
+            if link.failed.load(Ordering::Acquire) || self.is_closed() {
+                return false;
+            }
+            q = self
+                .events_space
+                .wait_timeout(q, BACKPRESSURE_RECHECK)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        q.push_back(event);
+        drop(q);
+        self.doorbell.ring();
+        true
+    }
+
+    pub(super) fn reader_loop(&self, link: &Arc<Link<S>>, mut reader: FrameReader, mut stream: S) {
+        let reason = loop {
+            match reader.step(|frame| self.apply(link, frame)) {
+                Ok(Step::Applied) => self.doorbell.ring(),
+                Ok(Step::NeedRead { needed }) => {
+                    // Silence is judged only while we wait on the socket: time spent
+                    // applying a large frame or waiting for event-queue room is ours.
+                    link.last_heard_ms.store(self.now_ms(), Ordering::Release);
+                    link.waiting.store(true, Ordering::Release);
+                    let got = reader.fill(&mut stream, needed);
+                    link.waiting.store(false, Ordering::Release);
+                    link.last_heard_ms.store(self.now_ms(), Ordering::Release);
+                    match got {
+                        Ok(0) => break FailureReason::ConnectionLost("end of stream".into()),
+                        Ok(_) => {}
+                        Err(e) => break FailureReason::ConnectionLost(e.to_string()),
+                    }
+                }
+                Ok(Step::Goodbye) => break FailureReason::Closed,
+                Err(Error::Malformed { detail, .. }) => break FailureReason::Malformed(detail),
+                Err(Error::Closed) => break FailureReason::LocalClose,
+                Err(e) => break FailureReason::ConnectionLost(e.to_string()),
+            }
+        };
+        self.doorbell.ring();
+        if matches!(reason, FailureReason::Malformed(_)) {
+            tracing::warn!(node = self.node, peer = link.peer, %reason, "disconnecting peer");
+        }
+        self.fail(link, reason);
+    }
+
+    /// Applies one frame from `link`'s peer. `Ok(false)`: a Goodbye.
+    pub(super) fn apply(&self, link: &Link<S>, frame: Frame<'_>) -> Result<bool> {
+        if link.failed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        match frame {
+            Frame::Write {
+                region,
+                offset,
+                bytes,
+            } => self.apply_write(link, region, offset, bytes, None)?,
+            Frame::WriteRelease {
+                region,
+                offset,
+                bytes,
+                guard_offset,
+                guard,
+            } => self.apply_write(link, region, offset, bytes, Some((guard_offset, guard)))?,
+            Frame::Send { imm, bytes } => {
+                let event = Event::Recv {
+                    peer: link.peer,
+                    imm,
+                    data: bytes.to_vec(),
+                };
+                if !self.push_data(link, event) {
+                    return Err(Error::Closed);
+                }
+            }
+            Frame::Probe => {}
+            Frame::Goodbye => return Ok(false),
+            Frame::RegionAnnounce(entry) => {
+                let desc = RegionDesc {
+                    node: link.peer,
+                    region: entry.id,
+                    len: entry.len,
+                };
+                {
+                    let mut remote = write(&link.remote_regions);
+                    if remote.len() >= REGIONS_PER_ENDPOINT_MAX && !remote.contains_key(&entry.id) {
+                        return Err(malformed(
+                            "peer announced more than REGIONS_PER_ENDPOINT_MAX regions",
+                        ));
+                    }
+                    self.hooks
+                        .remote_region_announced(link.peer, desc, &entry.tag)
+                        .map_err(malformed)?;
+                    remote.insert(entry.id, desc);
+                }
+                let event = Event::RegionAnnounced {
+                    peer: link.peer,
+                    region: desc,
+                };
+                if !self.push_data(link, event) {
+                    return Err(Error::Closed);
+                }
+            }
+            Frame::RegionWithdraw { id } => {
+                let known = write(&link.remote_regions).remove(&id).is_some();
+                if known {
+                    self.hooks.remote_region_withdrawn(link.peer, Some(id));
+                    let event = Event::RegionWithdrawn {
+                        peer: link.peer,
+                        region: id,
+                    };
+                    if !self.push_data(link, event) {
+                        return Err(Error::Closed);
+                    }
+                }
+            }
+            Frame::Hello(_) => return Err(malformed("hello after the handshake")),
+        }
+        Ok(true)
+    }
+
+    pub(super) fn apply_write(
+        &self,
+        link: &Link<S>,
+        id: RegionId,
+        offset: usize,
+        bytes: &[u8],
+        guard: Option<(usize, u64)>,
+    ) -> Result<()> {
+        let local = read(&self.local);
+        let Some((region, _)) = local.regions.get(&id) else {
+            if local.withdrawn.contains(&id) {
+                return Ok(()); // raced with our withdrawal: dropped, as documented
+            }
+            return Err(malformed(format!("write to unknown region {id}")));
+        };
+        let bad = |what: &str| {
+            malformed(format!(
+                "{what} out of bounds of region {id} ({} bytes)",
+                region.len()
+            ))
+        };
+        if region.check_range(offset, bytes.len()).is_err() {
+            return Err(bad("write"));
+        }
+        if let Some((guard_offset, _)) = guard {
+            if guard_offset % WORD_BYTES != 0 {
+                return Err(malformed(format!("misaligned guard offset {guard_offset}")));
+            }
+            if region.check_range(guard_offset, WORD_BYTES).is_err() {
+                return Err(bad("guard"));
+            }
+        }
+        let region = region.clone();
+        drop(local);
+        self.hooks
+            .apply_write(link.peer, &region, offset, bytes, guard)
+    }
+}

@@ -1,0 +1,509 @@
+//! The outbound side of a stream link: each link's outbound queue, the non-blocking
+//! and blocking send syscalls (no SIGPIPE), opportunistic batching on the caller's thread,
+//! the writer thread that takes over when the socket is full, and the write/send entry
+//! points that frame a caller's bytes.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::frame::Head;
+use super::{lock, read, Hub, Link, LinkStream, RemoteWrite};
+use crate::{
+    Error, FailureReason, NodeId, RegionDesc, RegionId, Result, SEND_BYTES_MAX, WORD_BYTES,
+    WRITE_BYTES_MAX,
+};
+
+/// Rounds of "send what others queued meanwhile" one caller does before handing the
+/// rest to the link's writer thread.
+const CALLER_FLUSH_ROUNDS_MAX: usize = 4;
+/// Payloads at least this large skip the outbound buffer when the link is idle.
+const DIRECT_SEND_BYTES_MIN: usize = 16 << 10;
+/// Writes larger than this go out as several `Write` frames of at most this many payload
+/// bytes, cut at region offsets that are multiples of it (so at word boundaries; the
+/// guard, if any, rides on the last). Frames this size fit the socket buffers and the
+/// reader's buffer, so large writes neither spill into a copied outbound buffer nor make
+/// the reader grow and re-read a megabyte before applying it. Applying a write frame by
+/// frame keeps the contract: words stay whole, order stays FIFO.
+const WRITE_FRAME_PAYLOAD_BYTES_MAX: usize = 64 << 10;
+
+#[derive(Debug, Default)]
+pub(super) struct Outbound {
+    /// Encoded frames not yet handed to the socket.
+    pub(super) pending: Vec<u8>,
+    /// A buffer the socket would not take all of, and how much of it was sent; owned by
+    /// the writer thread.
+    pub(super) inflight: Option<(Vec<u8>, usize)>,
+    /// Someone (a caller or the writer thread) is sending; others only append.
+    pub(super) flushing: bool,
+    /// An empty buffer kept for reuse (up to `outbound_bytes_max` of capacity: a buffer
+    /// freed after a burst comes back as fresh pages, and faulting them in cost more than
+    /// the copy into them).
+    pub(super) spare: Vec<u8>,
+    /// The writer thread should exit (after draining, if `drain_then_close`).
+    pub(super) closed: bool,
+    /// Send everything queued, then shut the stream down.
+    pub(super) drain_then_close: bool,
+}
+
+impl Outbound {
+    fn queued_bytes(&self) -> usize {
+        self.pending.len() + self.inflight.as_ref().map_or(0, |(b, s)| b.len() - s)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Sockets: non-blocking and blocking sends without SIGPIPE
+// ---------------------------------------------------------------------------------------
+
+/// Sends as much of `buf` as the socket takes without blocking; `Ok(n)` with `n <
+/// buf.len()` means the socket is full.
+fn send_nonblocking(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    let mut sent = 0;
+    while sent < buf.len() {
+        let rest = &buf[sent..];
+        // SAFETY: `rest` is a valid readable slice of `rest.len()` bytes for the duration
+        // of the call; `fd` is a socket owned by the link, kept open by its `LinkStream`.
+        let n = unsafe {
+            libc::send(
+                fd,
+                rest.as_ptr().cast(),
+                rest.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n >= 0 {
+            sent += n as usize;
+            continue;
+        }
+        let err = io::Error::last_os_error();
+        match err.kind() {
+            io::ErrorKind::WouldBlock => return Ok(sent),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(err),
+        }
+    }
+    Ok(sent)
+}
+
+/// Sends as much of `head` then `payload` as the socket takes without blocking, in one
+/// `sendmsg` where possible; `Ok(n)` with `n` short of both lengths means the socket is
+/// full.
+fn send_two_nonblocking(fd: RawFd, head: &[u8], payload: &[u8]) -> io::Result<usize> {
+    let total = head.len() + payload.len();
+    let mut sent = 0;
+    while sent < total {
+        let (a, b) = if sent < head.len() {
+            (&head[sent..], payload)
+        } else {
+            (&payload[sent - head.len()..], &[][..])
+        };
+        let mut iov = [
+            libc::iovec {
+                iov_base: a.as_ptr() as *mut libc::c_void,
+                iov_len: a.len(),
+            },
+            libc::iovec {
+                iov_base: b.as_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            },
+        ];
+        // SAFETY: an all-zero msghdr is valid (no name, no control data).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = if b.is_empty() { 1 } else { 2 };
+        // SAFETY: `msg` points at `iov`, whose entries describe the live slices `a` and
+        // `b` (the kernel only reads them); all outlive the call. `fd` is the link's socket.
+        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            sent += n as usize;
+            continue;
+        }
+        let err = io::Error::last_os_error();
+        match err.kind() {
+            io::ErrorKind::WouldBlock => return Ok(sent),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(err),
+        }
+    }
+    Ok(sent)
+}
+
+/// Sends all of `buf`, blocking (up to the socket's write time-out per call, then
+/// retrying while `keep_going` says so).
+fn send_blocking(fd: RawFd, buf: &[u8], keep_going: impl Fn() -> bool) -> io::Result<()> {
+    let mut sent = 0;
+    while sent < buf.len() {
+        let rest = &buf[sent..];
+        // SAFETY: as in `send_nonblocking`.
+        let n = unsafe { libc::send(fd, rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            sent += n as usize;
+            continue;
+        }
+        let err = io::Error::last_os_error();
+        match err.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut if keep_going() => continue,
+            _ => return Err(err),
+        }
+    }
+    Ok(())
+}
+
+impl<S: LinkStream> Hub<S> {
+    /// Starts the writer thread of `link`.
+    pub(super) fn spawn_writer(self: &Arc<Self>, link: &Arc<Link<S>>) -> Result<()> {
+        let hub = Arc::clone(self);
+        let l = Arc::clone(link);
+        std::thread::Builder::new()
+            .name(format!("spindle-w{}-{}", self.node, link.peer))
+            .spawn(move || hub.writer_loop(&l))
+            .map(|_| ())
+            .map_err(|e| Error::io("spawning a writer thread", e))
+    }
+
+    /// Appends a frame to `link`'s outbound buffer (within the bound unless `control`)
+    /// and sends if the socket is free.
+    pub(super) fn enqueue(
+        &self,
+        link: &Link<S>,
+        frame_bytes: usize,
+        control: bool,
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<()> {
+        {
+            let mut out = lock(&link.out);
+            if link.failed.load(Ordering::Acquire) || out.closed {
+                drop(out);
+                return Err(self
+                    .link(link.peer)
+                    .err()
+                    .unwrap_or(Error::NotConnected { peer: link.peer }));
+            }
+            if !control && out.queued_bytes() + frame_bytes > self.cfg.outbound_bytes_max {
+                return Err(Error::QueueFull { peer: link.peer });
+            }
+            encode(&mut out.pending);
+            if out.flushing {
+                return Ok(());
+            }
+        }
+        self.try_flush(link);
+        Ok(())
+    }
+
+    /// Queues a frame made of `head` and `payload`. A large payload meeting an idle link
+    /// goes to the socket straight from the caller's slice (no copy into the queue);
+    /// otherwise as [`Hub::enqueue`].
+    /// `bounded`: subject to [`FabricConfig::outbound_bytes_max`] (the later frames of a
+    /// split write are not, so a write whose first frame was accepted is queued whole: the
+    /// queue may exceed the bound by at most one write).
+    pub(super) fn enqueue_payload(
+        &self,
+        link: &Link<S>,
+        head: &[u8],
+        payload: &[u8],
+        bounded: bool,
+    ) -> Result<()> {
+        let frame_bytes = head.len() + payload.len();
+        if payload.len() < DIRECT_SEND_BYTES_MIN {
+            return self.enqueue(link, frame_bytes, !bounded, |out| {
+                out.extend_from_slice(head);
+                out.extend_from_slice(payload);
+            });
+        }
+        {
+            let mut out = lock(&link.out);
+            if link.failed.load(Ordering::Acquire) || out.closed {
+                drop(out);
+                return Err(self
+                    .link(link.peer)
+                    .err()
+                    .unwrap_or(Error::NotConnected { peer: link.peer }));
+            }
+            if bounded && out.queued_bytes() + frame_bytes > self.cfg.outbound_bytes_max {
+                return Err(Error::QueueFull { peer: link.peer });
+            }
+            if out.flushing || !out.pending.is_empty() {
+                out.pending.extend_from_slice(head);
+                out.pending.extend_from_slice(payload);
+                let idle = !out.flushing;
+                drop(out);
+                if idle {
+                    self.try_flush(link);
+                }
+                return Ok(());
+            }
+            out.flushing = true;
+        }
+        let result = send_two_nonblocking(link.fd, head, payload);
+        let mut out = lock(&link.out);
+        match result {
+            Ok(n) if n == frame_bytes => {
+                out.flushing = false;
+                let more = !out.pending.is_empty();
+                drop(out);
+                link.out_wake.notify_all();
+                if more {
+                    self.try_flush(link);
+                }
+            }
+            Ok(n) => {
+                // The socket is full: the writer thread sends the rest, from a copy.
+                let mut rest = std::mem::take(&mut out.spare);
+                rest.clear();
+                if n < head.len() {
+                    rest.extend_from_slice(&head[n..]);
+                    rest.extend_from_slice(payload);
+                } else {
+                    rest.extend_from_slice(&payload[n - head.len()..]);
+                }
+                out.inflight = Some((rest, 0));
+                drop(out);
+                link.out_wake.notify_all();
+            }
+            Err(e) => {
+                out.flushing = false;
+                drop(out);
+                link.out_wake.notify_all();
+                self.fail(link, FailureReason::ConnectionLost(e.to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the outbound buffer from the calling thread, without blocking; hands it to
+    /// the writer thread when the socket is full.
+    pub(super) fn try_flush(&self, link: &Link<S>) {
+        let mut out = lock(&link.out);
+        if out.flushing || out.pending.is_empty() || out.closed {
+            return;
+        }
+        out.flushing = true;
+        for _ in 0..CALLER_FLUSH_ROUNDS_MAX {
+            let spare = std::mem::take(&mut out.spare);
+            let buf = std::mem::replace(&mut out.pending, spare);
+            drop(out);
+            let result = send_nonblocking(link.fd, &buf);
+            out = lock(&link.out);
+            match result {
+                Ok(n) if n == buf.len() => {
+                    if buf.capacity() <= self.cfg.outbound_bytes_max {
+                        let mut buf = buf;
+                        buf.clear();
+                        out.spare = buf;
+                    }
+                    if out.pending.is_empty() {
+                        out.flushing = false;
+                        if out.drain_then_close {
+                            drop(out);
+                            link.out_wake.notify_all();
+                        }
+                        return;
+                    }
+                }
+                Ok(n) => {
+                    out.inflight = Some((buf, n));
+                    drop(out);
+                    link.out_wake.notify_all();
+                    return;
+                }
+                Err(e) => {
+                    out.flushing = false;
+                    drop(out);
+                    link.out_wake.notify_all();
+                    self.fail(link, FailureReason::ConnectionLost(e.to_string()));
+                    return;
+                }
+            }
+        }
+        // Others keep queuing: let the writer thread carry on.
+        let spare = std::mem::take(&mut out.spare);
+        let buf = std::mem::replace(&mut out.pending, spare);
+        out.inflight = Some((buf, 0));
+        drop(out);
+        link.out_wake.notify_all();
+    }
+
+    pub(super) fn writer_loop(&self, link: &Link<S>) {
+        loop {
+            let (buf, sent) = {
+                let mut out = lock(&link.out);
+                loop {
+                    if let Some(job) = out.inflight.take() {
+                        break job;
+                    }
+                    // Drain only once `fail` has marked the link (`closed`): shutting the
+                    // stream down earlier would let our own reader see the end of stream
+                    // and report it before the local close.
+                    if out.drain_then_close && out.closed && !out.flushing {
+                        if out.pending.is_empty() {
+                            drop(out);
+                            link.stream.shutdown_both();
+                            return;
+                        }
+                        out.flushing = true;
+                        let spare = std::mem::take(&mut out.spare);
+                        let buf = std::mem::replace(&mut out.pending, spare);
+                        break (buf, 0);
+                    }
+                    if out.closed && !out.drain_then_close {
+                        return;
+                    }
+                    out = link.out_wake.wait(out).unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            // A stalled peer: keep retrying until the link fails (a draining link gets one
+            // more write time-out, then gives up).
+            let keep_going = || !lock(&link.out).closed;
+            let result = send_blocking(link.fd, &buf[sent..], keep_going);
+            let mut out = lock(&link.out);
+            if let Err(e) = result {
+                out.flushing = false;
+                let draining = out.drain_then_close;
+                drop(out);
+                if draining {
+                    link.stream.shutdown_both();
+                    return;
+                }
+                self.fail(link, FailureReason::ConnectionLost(e.to_string()));
+                return;
+            }
+            if buf.capacity() <= self.cfg.outbound_bytes_max {
+                let mut buf = buf;
+                buf.clear();
+                out.spare = buf;
+            }
+            if out.pending.is_empty() {
+                out.flushing = false;
+                drop(out);
+                self.doorbell.ring();
+            } else {
+                let spare = std::mem::take(&mut out.spare);
+                let next = std::mem::replace(&mut out.pending, spare);
+                out.inflight = Some((next, 0));
+            }
+        }
+    }
+
+    pub(super) fn remote_desc(&self, link: &Link<S>, region: RegionId) -> Result<RegionDesc> {
+        read(&link.remote_regions)
+            .get(&region)
+            .copied()
+            .ok_or(Error::UnknownRegion {
+                node: link.peer,
+                region,
+            })
+    }
+
+    pub(super) fn check_write(desc: &RegionDesc, offset: usize, len: usize) -> Result<()> {
+        if len > WRITE_BYTES_MAX {
+            return Err(Error::TooLarge {
+                what: "write",
+                len,
+                max: WRITE_BYTES_MAX,
+            });
+        }
+        match offset.checked_add(len) {
+            Some(end) if end <= desc.len => Ok(()),
+            _ => Err(Error::OutOfBounds {
+                node: desc.node,
+                region: desc.region,
+                offset,
+                len,
+                region_len: desc.len,
+            }),
+        }
+    }
+
+    pub(super) fn check_guard(desc: &RegionDesc, guard_offset: usize) -> Result<()> {
+        if guard_offset % WORD_BYTES != 0 {
+            return Err(Error::Misaligned {
+                offset: guard_offset,
+            });
+        }
+        Self::check_write(desc, guard_offset, WORD_BYTES)
+    }
+
+    /// One-sided write (see [`crate::Endpoint::write`]).
+    pub fn write(&self, peer: NodeId, region: RegionId, offset: usize, bytes: &[u8]) -> Result<()> {
+        let link = self.link(peer)?;
+        let desc = self.remote_desc(&link, region)?;
+        Self::check_write(&desc, offset, bytes.len())?;
+        if self.hooks.remote_write(peer, desc, offset, bytes, None)? == RemoteWrite::Done {
+            return Ok(());
+        }
+        self.enqueue_write(&link, region, offset, bytes, None)
+    }
+
+    /// Queues a write as one frame, or as several (see [`WRITE_FRAME_PAYLOAD_BYTES_MAX`]).
+    pub(super) fn enqueue_write(
+        &self,
+        link: &Link<S>,
+        region: RegionId,
+        offset: usize,
+        bytes: &[u8],
+        guard: Option<(usize, u64)>,
+    ) -> Result<()> {
+        let _issue = lock(&link.issue);
+        let mut at = 0;
+        loop {
+            let abs = offset + at;
+            let frame_end =
+                (abs / WRITE_FRAME_PAYLOAD_BYTES_MAX + 1) * WRITE_FRAME_PAYLOAD_BYTES_MAX;
+            let n = (frame_end - abs).min(bytes.len() - at);
+            let last = at + n == bytes.len();
+            let head = Head::write(region, abs, if last { guard } else { None }, n);
+            self.enqueue_payload(link, head.as_slice(), &bytes[at..at + n], at == 0)?;
+            at += n;
+            if last {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Write, then release the guard (see [`crate::Endpoint::write_then_release`]).
+    pub fn write_then_release(
+        &self,
+        peer: NodeId,
+        region: RegionId,
+        offset: usize,
+        bytes: &[u8],
+        guard_offset: usize,
+        guard_value: u64,
+    ) -> Result<()> {
+        let link = self.link(peer)?;
+        let desc = self.remote_desc(&link, region)?;
+        Self::check_write(&desc, offset, bytes.len())?;
+        Self::check_guard(&desc, guard_offset)?;
+        let guard = Some((guard_offset, guard_value));
+        if self.hooks.remote_write(peer, desc, offset, bytes, guard)? == RemoteWrite::Done {
+            return Ok(());
+        }
+        self.enqueue_write(&link, region, offset, bytes, guard)
+    }
+
+    /// Two-sided send (see [`crate::Endpoint::send`]).
+    pub fn send(&self, peer: NodeId, imm: u32, bytes: &[u8]) -> Result<()> {
+        if bytes.len() > SEND_BYTES_MAX {
+            return Err(Error::TooLarge {
+                what: "send",
+                len: bytes.len(),
+                max: SEND_BYTES_MAX,
+            });
+        }
+        let link = self.link(peer)?;
+        let head = Head::send(imm, bytes.len());
+        let _issue = lock(&link.issue);
+        self.enqueue_payload(&link, head.as_slice(), bytes, true)
+    }
+
+    /// The descriptor of `peer`'s region `id`.
+    pub fn remote_region(&self, peer: NodeId, id: RegionId) -> Option<RegionDesc> {
+        let link = self.link(peer).ok()?;
+        let desc = read(&link.remote_regions).get(&id).copied();
+        desc
+    }
+}

@@ -8,7 +8,7 @@
 //! ## The contract
 //!
 //! Every backend implements [`Endpoint`], and every backend passes the same conformance
-//! suite ([`conformance`]). What an [`Endpoint`] promises:
+//! suite (`conformance`, feature `testkit`). What an [`Endpoint`] promises:
 //!
 //! 1. **Regions.** [`Endpoint::register_region`] registers zeroed memory under a
 //!    [`RegionId`] unique on that endpoint; connected peers learn its descriptor
@@ -57,6 +57,7 @@ use std::fmt;
 use std::time::Duration;
 
 mod backend;
+#[cfg(feature = "testkit")]
 pub mod conformance;
 mod doorbell;
 mod error;

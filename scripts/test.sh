@@ -18,6 +18,7 @@ esac
 if [ "$quick" -eq 1 ]; then
   cargo fmt --all -- --check
   cargo clippy --workspace --all-targets -- -D warnings
+  python3 scripts/check-layering.py
   cargo test --workspace
   exit 0
 fi
@@ -29,4 +30,5 @@ export SPINDLE_CROSSCHECK_REQUIRED=1
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --locked
+python3 scripts/check-layering.py
 cargo test --workspace --all-features --locked

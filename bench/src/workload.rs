@@ -1,4 +1,4 @@
-//! Derecho's `bandwidth_test` and `latency_test` workloads, ported (DESIGN §8).
+//! Derecho's `bandwidth_test` and `latency_test` workloads, ported (docs/design.md §8).
 //!
 //! `N` nodes form one view; every node is a member of subgroup 0 (and, with
 //! `--layout overlapping`, nodes `2..=N` also form subgroup 1). All, half or one of the

@@ -1,4 +1,4 @@
-//! A participant's configuration: a TOML file, with environment overrides (DESIGN §5).
+//! A participant's configuration: a TOML file, with environment overrides (docs/design.md §5).
 //!
 //! ```toml
 //! domain_id = 0

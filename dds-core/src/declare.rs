@@ -1,4 +1,4 @@
-//! Declared interest and the DDS layout (DESIGN §5).
+//! Declared interest and the DDS layout (docs/design.md §5).
 //!
 //! A topic's name hashes (FNV-1a, stable across processes and builds) to a 64-bit topic
 //! id; its low 32 bits are the id of the subgroup that carries it. Each participant

@@ -2,7 +2,7 @@
 //!
 //! An application written against the DDS DCPS API publishes and subscribes typed topics;
 //! underneath, each topic lives in a replicated subgroup of the domain's top-level group
-//! and every sample goes by atomic multicast (DESIGN §4–§5, Spindle IV-F).
+//! and every sample goes by atomic multicast (docs/design.md §4–§5, Spindle IV-F).
 //!
 //! * A [`DomainParticipant`] is one member of the domain's group; it joins through the
 //!   contacts of its [`ParticipantConfig`] (a TOML file with environment overrides).

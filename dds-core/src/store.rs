@@ -1,4 +1,4 @@
-//! The volatile store of a store-level subgroup (DESIGN §4, VolatileStore): every member
+//! The volatile store of a store-level subgroup (docs/design.md §4, VolatileStore): every member
 //! keeps the subgroup's recent messages, per topic and instance, bounded by the depth the
 //! members declared. Members see the same deliveries in the same views, so their stores
 //! are identical; a member that newly enters the subgroup gets one by state transfer.

@@ -1,6 +1,6 @@
 //! # spindle-group — the Derecho engine
 //!
-//! The atomic-multicast engine of Spindle DDS (DESIGN §3). Members of a subgroup multicast
+//! The atomic-multicast engine of Spindle DDS (docs/design.md §3). Members of a subgroup multicast
 //! small messages to each other through the SST and SMC over one-sided writes, and
 //! deliver them in one total order (atomic mode) or on receipt (unordered mode), with the
 //! Spindle techniques: opportunistic batching of sends, receives, deliveries and

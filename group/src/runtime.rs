@@ -5,7 +5,7 @@
 //! upcall and feeds fabric failures back into the engine. It spins while there is work
 //! and for [`NodeConfig::spin_before_park_us`] after, then parks on the endpoint's doorbell
 //! (woken by writes landing, fabric events, drained queues, and application commits via
-//! [`Endpoint::wake`]), so an idle node burns no core (DESIGN §3, §8).
+//! [`Endpoint::wake`]), so an idle node burns no core (docs/design.md §3, §8).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};

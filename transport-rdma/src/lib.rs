@@ -3,7 +3,7 @@
 //! The bottom layer of Spindle DDS: memory regions that peers write into one-sided, and
 //! two-sided messages with a 32-bit immediate, modelled on RDMA verbs and libfabric RMA so
 //! that the Derecho engine above runs unchanged on InfiniBand, RoCE, libfabric providers,
-//! TCP, shared memory or an in-process simulator (DESIGN §2).
+//! TCP, shared memory or an in-process simulator (docs/design.md §2).
 //!
 //! ## The contract
 //!

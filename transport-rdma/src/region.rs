@@ -12,7 +12,7 @@
 //!   write made by the same thread (the backend applies one peer's writes from one thread,
 //!   in issue order).
 //! - [`Region::store_u64`] is a release store and [`Region::load_u64`] an acquire load:
-//!   that pair is the guard of "write the payload, then the guard" (DESIGN §2).
+//!   that pair is the guard of "write the payload, then the guard" (docs/design.md §2).
 //! - [`Region::read_bytes`] uses relaxed loads: call it after the acquire load of the guard.
 
 use std::any::Any;

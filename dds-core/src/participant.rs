@@ -17,7 +17,7 @@ use crate::declare::{dds_layout, subgroup_of, topic_id};
 use crate::error::{Error, Result};
 use crate::inner::{check_level, ParticipantInner, TopicInner};
 use crate::publisher::Publisher;
-use crate::shared::{Driver, Shared};
+use crate::shared::Shared;
 use crate::subscriber::Subscriber;
 use crate::threads::ThreadDriver;
 use crate::topic::Topic;
@@ -141,29 +141,20 @@ impl DomainParticipant {
         let group = make_group(&config, &*ep)?;
         let shared = Shared::new(config.node_id, Arc::new(WallClock));
         let driver = ThreadDriver::start(Arc::clone(&ep), group, &shared)?;
-        DomainParticipant::with_driver(
+        DomainParticipant::with_driver(ParticipantInner::new(
             domain_id,
             qos,
             config,
             Box::new(driver),
             shared,
             ep.address(),
-        )
+        ))
     }
 
-    /// The participant over `driver`, once its first view is installed.
-    pub(crate) fn with_driver(
-        domain_id: u32,
-        qos: DomainParticipantQos,
-        config: ParticipantConfig,
-        driver: Box<dyn Driver>,
-        shared: Arc<Shared>,
-        address: String,
-    ) -> Result<DomainParticipant> {
-        let me = config.node_id;
-        let inner = Arc::new(ParticipantInner::new(
-            domain_id, qos, config, driver, shared, address,
-        ));
+    /// The participant `inner` describes, once its first view is installed.
+    pub(crate) fn with_driver(inner: ParticipantInner) -> Result<DomainParticipant> {
+        let (me, domain_id) = (inner.me(), inner.domain_id);
+        let inner = Arc::new(inner);
         let joined = inner.wait_until(
             inner.timeout(),
             || {

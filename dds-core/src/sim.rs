@@ -62,6 +62,7 @@ use crate::common::{lock, on_delivery_thread, set_delivery_thread};
 use crate::config::{Contact, ParticipantConfig, Transport};
 use crate::delivery::{handle_timeout, DdsApp};
 use crate::error::{Error, Result};
+use crate::inner::ParticipantInner;
 use crate::participant::{make_group, DomainParticipant};
 use crate::shared::{Driver, Shared, State};
 
@@ -313,7 +314,14 @@ impl SimDomain {
             node,
             link,
         };
-        DomainParticipant::with_driver(0, qos, config, Box::new(driver), shared, address)
+        DomainParticipant::with_driver(ParticipantInner::new(
+            0,
+            qos,
+            config,
+            Box::new(driver),
+            shared,
+            address,
+        ))
     }
 
     /// Runs one round. See the module docs.

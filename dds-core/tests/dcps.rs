@@ -3,13 +3,16 @@
 //! deterministic simulation (`sim_dcps.rs`); the multi-process, SIGKILL tests are in the
 //! `examples` crate.
 
+mod common;
+use common::{atomic, ks, order};
+
 use std::time::{Duration, Instant};
 
 use spindle_dds_core::{
     Contact, DataReader, DomainParticipant, DomainParticipantFactory, InstanceState,
     ParticipantConfig, Sample, StateMask, Transport, WaitSet,
 };
-use spindle_qos::{DataReaderQos, DataWriterQos, DurabilityKind, History, Reliability, TopicQos};
+use spindle_qos::{DataReaderQos, DataWriterQos, DurabilityKind, History};
 use spindle_topics::KeyedString;
 
 fn domain(n: u32) -> Vec<DomainParticipant> {
@@ -53,17 +56,6 @@ fn eventually(mut done: impl FnMut() -> bool) -> bool {
     true
 }
 
-fn atomic() -> TopicQos {
-    TopicQos::default().with_reliability(Reliability::reliable())
-}
-
-fn ks(key: &str, value: String) -> KeyedString {
-    KeyedString {
-        key: key.into(),
-        value,
-    }
-}
-
 /// Takes from `r` until `n` samples arrived (or 30 s passed).
 fn take_n(r: &DataReader<KeyedString>, n: usize) -> Vec<Sample<KeyedString>> {
     let mut got = Vec::new();
@@ -75,18 +67,6 @@ fn take_n(r: &DataReader<KeyedString>, n: usize) -> Vec<Sample<KeyedString>> {
         got.extend(r.take(usize::MAX, StateMask::ANY).expect("take"));
     }
     got
-}
-
-fn order(s: &[Sample<KeyedString>]) -> Vec<(u32, u64, String)> {
-    s.iter()
-        .map(|s| {
-            (
-                s.info.view_id,
-                s.info.order_index,
-                s.data.as_ref().map_or(String::new(), |d| d.value.clone()),
-            )
-        })
-        .collect()
 }
 
 #[test]
@@ -231,7 +211,7 @@ fn a_late_reader_on_a_stored_topic_gets_the_history_and_keep_last_bounds_it() {
     assert!(!b[2].info.valid_data, "the dispose notice");
     assert_eq!(b[2].info.instance_state, InstanceState::NotAliveDisposed);
     // Later writes still arrive, after the history.
-    w.write(&ks("A", "a10".into())).unwrap();
+    w.write(&ks("A", "a10")).unwrap();
     let more = take_n(&r, 1);
     assert_eq!(more[0].data.as_ref().unwrap().value, "a10");
     close_all(ps);

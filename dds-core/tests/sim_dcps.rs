@@ -5,6 +5,9 @@
 //! a failure prints its seed and the command that reproduces it
 //! (`SPINDLE_SIM_SEED=<seed> cargo test -p spindle-dds-core --test sim_dcps <test>`).
 
+mod common;
+use common::{atomic, keep_all, ks, order};
+
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,8 +18,7 @@ use spindle_dds_core::{
     DataReader, DataReaderListener, DomainParticipant, Error, InstanceState, Sample, StateMask,
 };
 use spindle_qos::{
-    DataReaderQos, DataWriterQos, DurabilityKind, History, OwnershipKind, Reliability,
-    ResourceLimits, TopicQos,
+    DataReaderQos, DataWriterQos, DurabilityKind, History, OwnershipKind, ResourceLimits, TopicQos,
 };
 use spindle_topics::KeyedString;
 
@@ -49,21 +51,6 @@ fn domain(seed: u64, n: u32) -> (SimDomain, Vec<DomainParticipant>) {
         .map(|id| d.participant(id).expect("participant"))
         .collect();
     (d, ps)
-}
-
-fn atomic() -> TopicQos {
-    TopicQos::default().with_reliability(Reliability::reliable())
-}
-
-fn keep_all(qos: &TopicQos) -> DataReaderQos {
-    DataReaderQos::from_topic_qos(qos).with_history(History::keep_all())
-}
-
-fn ks(key: &str, value: impl Into<String>) -> KeyedString {
-    KeyedString {
-        key: key.into(),
-        value: value.into(),
-    }
 }
 
 fn reader(p: &DomainParticipant, topic: &str, qos: DataReaderQos) -> DataReader<KeyedString> {
@@ -99,19 +86,6 @@ fn take_n(d: &SimDomain, r: &DataReader<KeyedString>, n: usize) -> Vec<Sample<Ke
 fn values(s: &[Sample<KeyedString>]) -> Vec<String> {
     s.iter()
         .filter_map(|s| s.data.as_ref().map(|d| d.value.clone()))
-        .collect()
-}
-
-/// `(view, order index, value)`: a sample's place in the total order.
-fn order(s: &[Sample<KeyedString>]) -> Vec<(u32, u64, String)> {
-    s.iter()
-        .map(|s| {
-            (
-                s.info.view_id,
-                s.info.order_index,
-                s.data.as_ref().map_or(String::new(), |d| d.value.clone()),
-            )
-        })
         .collect()
 }
 

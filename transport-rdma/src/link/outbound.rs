@@ -60,31 +60,7 @@ impl Outbound {
 /// Sends as much of `buf` as the socket takes without blocking; `Ok(n)` with `n <
 /// buf.len()` means the socket is full.
 fn send_nonblocking(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
-    let mut sent = 0;
-    while sent < buf.len() {
-        let rest = &buf[sent..];
-        // SAFETY: `rest` is a valid readable slice of `rest.len()` bytes for the duration
-        // of the call; `fd` is a socket owned by the link, kept open by its `LinkStream`.
-        let n = unsafe {
-            libc::send(
-                fd,
-                rest.as_ptr().cast(),
-                rest.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-        if n >= 0 {
-            sent += n as usize;
-            continue;
-        }
-        let err = io::Error::last_os_error();
-        match err.kind() {
-            io::ErrorKind::WouldBlock => return Ok(sent),
-            io::ErrorKind::Interrupted => continue,
-            _ => return Err(err),
-        }
-    }
-    Ok(sent)
+    send_two_nonblocking(fd, buf, &[])
 }
 
 /// Sends as much of `head` then `payload` as the socket takes without blocking, in one

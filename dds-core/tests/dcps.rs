@@ -1,7 +1,8 @@
 //! The DCPS API end to end over real tcp on loopback, participants in one process with
 //! their own threads: concurrent writers and the real clock. The rest of DCPS is tested in
-//! deterministic simulation (`sim_dcps.rs`); the multi-process, SIGKILL tests are in the
-//! `examples` crate.
+//! deterministic simulation (`sim_dcps.rs`, where the late reader of a stored topic, the
+//! QoS policies and crashes are); the multi-process, SIGKILL tests are in the `examples`
+//! crate.
 
 mod common;
 use common::{atomic, ks, order};
@@ -9,10 +10,10 @@ use common::{atomic, ks, order};
 use std::time::{Duration, Instant};
 
 use spindle_dds_core::{
-    Contact, DataReader, DomainParticipant, DomainParticipantFactory, InstanceState,
-    ParticipantConfig, Sample, StateMask, Transport, WaitSet,
+    Contact, DataReader, DomainParticipant, DomainParticipantFactory, ParticipantConfig, Sample,
+    StateMask, Transport, WaitSet,
 };
-use spindle_qos::{DataReaderQos, DataWriterQos, DurabilityKind, History};
+use spindle_qos::{DataReaderQos, DataWriterQos, History};
 use spindle_topics::KeyedString;
 
 fn domain(n: u32) -> Vec<DomainParticipant> {
@@ -160,59 +161,5 @@ fn readers_see_one_order_across_two_writers_on_overlapping_topics() {
         eventually(|| w2.publication_matched_status().current_count == 1),
         "only participant 2 reads alpha now"
     );
-    close_all(ps);
-}
-
-#[test]
-fn a_late_reader_on_a_stored_topic_gets_the_history_and_keep_last_bounds_it() {
-    let ps = domain(2);
-    let stored = atomic()
-        .with_durability(DurabilityKind::TransientLocal)
-        .with_history(History::keep_last(3));
-    let t1 = ps[0]
-        .create_topic::<KeyedString>("plans", stored.clone())
-        .unwrap();
-    let w = ps[0]
-        .create_publisher(Default::default())
-        .unwrap()
-        .create_datawriter(&t1, DataWriterQos::from_topic_qos(&stored))
-        .unwrap();
-    for i in 0..10 {
-        w.write(&ks("A", format!("a{i}"))).unwrap();
-        w.write(&ks("B", format!("b{i}"))).unwrap();
-    }
-    w.dispose(&ks("B", String::new())).unwrap();
-    // Created after every write: it still holds the last 3 per instance (B's last being
-    // its dispose notice).
-    let t2 = ps[1]
-        .create_topic::<KeyedString>("plans", stored.clone())
-        .unwrap();
-    let r = ps[1]
-        .create_subscriber(Default::default())
-        .unwrap()
-        .create_datareader(
-            &t2,
-            DataReaderQos::from_topic_qos(&stored).with_history(History::keep_all()),
-        )
-        .unwrap();
-    let got = r.take(usize::MAX, StateMask::ANY).unwrap();
-    let a: Vec<String> = got
-        .iter()
-        .filter_map(|s| s.data.as_ref())
-        .filter(|d| d.key == "A")
-        .map(|d| d.value.clone())
-        .collect();
-    assert_eq!(a, vec!["a7", "a8", "a9"]);
-    let b: Vec<&Sample<KeyedString>> = got
-        .iter()
-        .filter(|s| s.data.as_ref().is_none_or(|d| d.key == "B"))
-        .collect();
-    assert_eq!(b.len(), 3);
-    assert!(!b[2].info.valid_data, "the dispose notice");
-    assert_eq!(b[2].info.instance_state, InstanceState::NotAliveDisposed);
-    // Later writes still arrive, after the history.
-    w.write(&ks("A", "a10")).unwrap();
-    let more = take_n(&r, 1);
-    assert_eq!(more[0].data.as_ref().unwrap().value, "a10");
     close_all(ps);
 }

@@ -28,7 +28,7 @@ use crate::writer_core::WriterCore;
 
 /// The application the engine delivers to: routes samples to readers' caches and the
 /// volatile stores, and turns views into matched statuses. It runs on the participant's
-/// delivery thread; the sim tests drive it directly.
+/// delivery thread, or inside a round of the simulated domain (`sim::SimDomain`).
 pub struct DdsApp {
     shared: Arc<Shared>,
 }

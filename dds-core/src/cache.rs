@@ -524,6 +524,7 @@ mod tests {
             key_hash: KeyHash([key; 16]),
             lifespan_ns: 0,
             ownership_strength: 0,
+            level: spindle_qos::DeliveryLevel::VolatileStore,
         }
     }
     fn o(i: u64) -> Origin {

@@ -1,10 +1,14 @@
 //! Declared interest and the DDS layout (docs/design.md §5).
 //!
 //! A topic's name hashes (FNV-1a, stable across processes and builds) to a 64-bit topic
-//! id; its low 32 bits are the id of the subgroup that carries it. Each participant
-//! declares, through the view change ([`spindle_group::Group::declare`]), one entry per
-//! subgroup it reads or writes: whether it reads, whether it writes, the delivery level,
-//! and the ring sizes it needs. Every member computes the same layout from the same view
+//! id, and the id onto one of [`TOPIC_SUBGROUPS`] subgroups ([`subgroup_of`]): any number
+//! of topics share a bounded set of subgroups, so a participant's declaration, its rings
+//! and the layout stay bounded however many topics it has. Each participant declares,
+//! through the view change ([`spindle_group::Group::declare`]), one entry per subgroup it
+//! reads or writes: whether it reads, whether it writes, the delivery level, and the ring
+//! sizes it needs. Which topic each reader and writer is on travels separately, on the
+//! built-in topic ([`crate::discovery`]), so creating an entity on a subgroup the
+//! participant already reads or writes needs no view change. Every member computes the same layout from the same view
 //! ([`dds_layout`]): one subgroup per declared id that has a writer; its members are the
 //! participants that declared it (in view rank order), its senders those that write.
 
@@ -42,9 +46,28 @@ pub fn topic_id(name: &str) -> u64 {
     h
 }
 
-/// The subgroup that carries topic `name`.
+/// Subgroups the domain's topics hash onto (ids `0..TOPIC_SUBGROUPS`). Topics that share
+/// one are delivered in one total order together, and ride at the highest level any of
+/// their writers offers (a reader still takes only its topic's samples, and only those
+/// offered at the level it requests). Every participant of a domain must use the same
+/// value.
+pub const TOPIC_SUBGROUPS: u32 = 16;
+/// The subgroup of the built-in topic ([`crate::discovery`]): every participant reads and
+/// writes it.
+pub const BUILTIN_SUBGROUP: SubgroupId = TOPIC_SUBGROUPS;
+const _: () = assert!(
+    (TOPIC_SUBGROUPS as usize) < DECLARED_SUBGROUPS_MAX,
+    "every topic subgroup and the built-in one fit one declaration"
+);
+
+/// The subgroup that carries topic `name`: its id's hash bucket.
 pub fn subgroup_of(name: &str) -> SubgroupId {
-    (topic_id(name) & 0xFFFF_FFFF) as SubgroupId
+    subgroup_of_id(topic_id(name))
+}
+
+/// The subgroup that carries the topic whose id is `topic_id`.
+pub fn subgroup_of_id(topic_id: u64) -> SubgroupId {
+    (topic_id % u64::from(TOPIC_SUBGROUPS)) as SubgroupId
 }
 
 /// One participant's interest in one subgroup.

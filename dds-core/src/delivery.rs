@@ -7,21 +7,23 @@
 //! sans-IO — they change the shared state and call listeners, nothing else — so the
 //! predicate thread (`threads.rs`) and the simulation (`sim.rs`) drive the same code.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use spindle_group::runtime::Application;
 use spindle_group::{DeliveryBatch, SubgroupId, ViewInstalled};
 use spindle_qos::DeliveryLevel;
+use spindle_transport_rdma::NodeId;
 
 use crate::cache::Origin;
 use crate::common::{lock, set_delivery_thread};
 use crate::condition::notify_all;
-use crate::declare::dds_subgroups;
+use crate::declare::{dds_subgroups, BUILTIN_SUBGROUP};
+use crate::discovery::{self, Endpoint, EndpointKey};
 use crate::reader_core::ReaderCore;
 use crate::sample::{SampleHeader, WriterHandle};
-use crate::shared::Shared;
+use crate::shared::{Shared, State};
 use crate::status::StatusMask;
 use crate::store::Store;
 use crate::writer_core::WriterCore;
@@ -59,6 +61,8 @@ impl Application for DdsApp {
         set_delivery_thread(true);
         let sg = batch.subgroup();
         let mut got: Vec<Arc<ReaderCore>> = Vec::new();
+        let mut announced = BTreeSet::new();
+        let rematched;
         {
             let mut st = lock(&self.shared.state);
             let vid = st.view.as_ref().map_or(0, |v| v.vid);
@@ -80,11 +84,15 @@ impl Application for DdsApp {
                     view_id: vid,
                     order_index: m.global_index,
                 };
-                if keeps {
+                if keeps && h.level.keeps_history() {
                     st.stores
                         .entry(sg)
                         .or_default()
                         .push(&h, origin, m.payload, depth);
+                }
+                if sg == BUILTIN_SUBGROUP {
+                    apply_announcement(&mut st, m.sender, m.payload, &mut announced);
+                    continue;
                 }
                 items.push((h, payload, origin));
             }
@@ -96,19 +104,29 @@ impl Application for DdsApp {
                 let Some(rs) = st.readers.get(&t) else {
                     continue;
                 };
-                for r in rs.iter().filter(|r| r.subgroup == sg && r.is_matched()) {
+                for r in rs.iter().filter(|r| r.subgroup == sg && r.is_member()) {
+                    // Only its topic's samples, offered at the level it requests (RxO).
                     let mine = items
                         .iter()
-                        .filter(|(h, _, _)| h.topic_id == t)
+                        .filter(|(h, _, _)| h.topic_id == t && h.level >= r.level)
                         .map(|(h, p, o)| (h, *p, *o));
                     if r.insert_all(mine) {
                         got.push(Arc::clone(r));
                     }
                 }
             }
+            rematched = if announced.is_empty() {
+                (Vec::new(), Vec::new())
+            } else {
+                rematch_local(&st, Some(&announced))
+            };
+        }
+        if !announced.is_empty() {
+            self.shared.view_changed.notify_all();
         }
         notify_all();
         DdsApp::listeners(got, StatusMask::DATA_AVAILABLE);
+        fire(rematched);
     }
 
     fn view_installed(&mut self, v: &ViewInstalled) {
@@ -128,8 +146,7 @@ impl Application for DdsApp {
                 v.inadequate
             );
         }
-        let mut changed: Vec<(Arc<ReaderCore>, StatusMask)> = Vec::new();
-        let mut wchanged = Vec::new();
+        let rematched;
         {
             let mut st = lock(&self.shared.state);
             let view = v.view.clone();
@@ -186,37 +203,23 @@ impl Application for DdsApp {
             let gone = |w: &WriterHandle| !view.members.contains(&w.node);
             for rs in st.readers.values() {
                 for r in rs {
-                    let (matched, writers, level) = match st.subgroups.get(&r.subgroup) {
-                        Some(d) if d.spec.members.contains(&me) => {
-                            (true, d.spec.senders.len() as u32, d.level)
-                        }
-                        _ => (false, 0, DeliveryLevel::Unordered),
-                    };
-                    let mask = r.on_view(vid, matched, writers, level, &gone);
-                    if mask != StatusMask::NONE {
-                        changed.push((Arc::clone(r), mask));
-                    }
+                    let member = st
+                        .subgroups
+                        .get(&r.subgroup)
+                        .is_some_and(|d| d.spec.members.contains(&me));
+                    r.set_member(member, &gone);
                 }
             }
-            for w in st.writers.values() {
-                let readers = st
-                    .subgroups
-                    .get(&w.subgroup)
-                    .map_or(0, |d| d.readers.len() as u32);
-                if w.on_view(vid, readers) {
-                    wchanged.push(Arc::clone(w));
-                }
-            }
+            // Endpoints of participants that left the view are gone with them.
+            st.endpoints
+                .retain(|(node, _), _| view.members.contains(node));
             st.view = Some(view);
+            let _ = vid;
+            rematched = rematch_local(&st, None);
         }
         self.shared.view_changed.notify_all();
         notify_all();
-        for (r, mask) in changed {
-            r.fire(mask);
-        }
-        for w in wchanged {
-            w.fire();
-        }
+        fire(rematched);
     }
 
     fn snapshot(&mut self, subgroup: SubgroupId) -> Vec<u8> {
@@ -229,6 +232,7 @@ impl Application for DdsApp {
 
     fn install(&mut self, subgroup: SubgroupId, state: &[u8]) {
         let mut got = Vec::new();
+        let rematched;
         {
             let mut st = lock(&self.shared.state);
             let depth = st.subgroups.get(&subgroup).map_or(0, |d| d.store_depth);
@@ -246,12 +250,22 @@ impl Application for DdsApp {
                     }
                 }
             }
+            let mut announced = BTreeSet::new();
+            if subgroup == BUILTIN_SUBGROUP {
+                // The built-in table as the giver had it: rebuilt from its store.
+                st.endpoints.clear();
+                for s in store.iter() {
+                    apply_announcement(&mut st, s.origin.node, &s.bytes, &mut announced);
+                }
+            }
             st.stores.insert(subgroup, store);
             st.awaiting_state.remove(&subgroup);
+            rematched = rematch_local(&st, None);
         }
         self.shared.view_changed.notify_all();
         notify_all();
         DdsApp::listeners(got, StatusMask::DATA_AVAILABLE);
+        fire(rematched);
     }
 
     fn undeliverable(&mut self, subgroup: SubgroupId, payloads: Vec<Vec<u8>>) {
@@ -268,6 +282,113 @@ impl Application for DdsApp {
         notify_all();
         self.shared.stopped_flag.store(true, Ordering::Release);
     }
+}
+
+/// Status changes to report: readers with the statuses that changed, writers whose
+/// matched status changed.
+type Rematched = (Vec<(Arc<ReaderCore>, StatusMask)>, Vec<Arc<WriterCore>>);
+
+/// Calls the listeners of what [`rematch_local`] changed (outside the state lock).
+fn fire((readers, writers): Rematched) {
+    for (r, mask) in readers {
+        r.fire(mask);
+    }
+    for w in writers {
+        w.fire();
+    }
+}
+
+/// Applies one built-in announcement sent by `node` to the endpoint table, noting its
+/// topic in `touched`. A message that does not decode is logged and dropped.
+fn apply_announcement(st: &mut State, node: NodeId, bytes: &[u8], touched: &mut BTreeSet<u64>) {
+    match discovery::decode(bytes) {
+        Ok(Some((entity, Some(e)))) => {
+            touched.insert(e.topic_id);
+            if let Some(old) = st.endpoints.insert((node, entity), e) {
+                touched.insert(old.topic_id);
+            }
+        }
+        Ok(Some((entity, None))) => {
+            if let Some(old) = st.endpoints.remove(&(node, entity)) {
+                touched.insert(old.topic_id);
+            }
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(sender = node, error = %e, "built-in announcement dropped"),
+    }
+}
+
+/// Writers a reader of some topic sees: how many it matches, and those it does not with
+/// the level they offer (RxO).
+pub(crate) type WriterMatch = (u32, Vec<(EndpointKey, DeliveryLevel)>);
+
+/// Splits the writers among `endpoints` (all of one topic) for a reader requesting
+/// `level`.
+fn split_writers<'a>(
+    endpoints: impl Iterator<Item = (&'a EndpointKey, &'a Endpoint)>,
+    level: DeliveryLevel,
+) -> WriterMatch {
+    let mut compatible = 0;
+    let mut incompatible = Vec::new();
+    for (k, e) in endpoints.filter(|(_, e)| !e.reader) {
+        if e.level >= level {
+            compatible += 1;
+        } else {
+            incompatible.push((*k, e.level));
+        }
+    }
+    (compatible, incompatible)
+}
+
+/// The writers of `topic` a reader requesting `level` matches, from the endpoint table.
+pub(crate) fn writers_of(st: &State, topic: u64, level: DeliveryLevel) -> WriterMatch {
+    split_writers(
+        st.endpoints.iter().filter(|(_, e)| e.topic_id == topic),
+        level,
+    )
+}
+
+/// The readers of `topic` a writer offering `level` matches.
+pub(crate) fn readers_of(st: &State, topic: u64, level: DeliveryLevel) -> u32 {
+    count_readers(st.endpoints.values().filter(|e| e.topic_id == topic), level)
+}
+
+fn count_readers<'a>(endpoints: impl Iterator<Item = &'a Endpoint>, level: DeliveryLevel) -> u32 {
+    endpoints.filter(|e| e.reader && e.level <= level).count() as u32
+}
+
+/// Recomputes the matched statuses of this node's readers and writers on `topics` (every
+/// topic: `None`) from the endpoint table.
+fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>) -> Rematched {
+    let vid = st.view.as_ref().map_or(0, |v| v.vid);
+    let wanted = |t: &u64| topics.is_none_or(|ts| ts.contains(t));
+    // One pass over the table, grouped by the topics asked for.
+    let mut by_topic: BTreeMap<u64, BTreeMap<EndpointKey, Endpoint>> = BTreeMap::new();
+    for (k, e) in &st.endpoints {
+        if wanted(&e.topic_id) {
+            by_topic.entry(e.topic_id).or_default().insert(*k, *e);
+        }
+    }
+    let empty = BTreeMap::new();
+    let mut readers = Vec::new();
+    for (t, rs) in st.readers.iter().filter(|(t, _)| wanted(t)) {
+        let eps = by_topic.get(t).unwrap_or(&empty);
+        for r in rs {
+            let (compatible, incompatible) = split_writers(eps.iter(), r.level);
+            let mask = r.rematch(vid, compatible, &incompatible);
+            if mask != StatusMask::NONE {
+                readers.push((Arc::clone(r), mask));
+            }
+        }
+    }
+    let mut writers = Vec::new();
+    for w in st.writers.values().filter(|w| wanted(&w.topic.topic_id)) {
+        let eps = by_topic.get(&w.topic.topic_id).unwrap_or(&empty);
+        if w.on_view(vid, count_readers(eps.values(), w.level)) {
+            writers.push(Arc::clone(w));
+        }
+    }
+    (readers, writers)
 }
 
 /// The passing of time up to `now_us` on the participant's clock: counts the instances

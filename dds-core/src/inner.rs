@@ -15,9 +15,18 @@ use spindle_transport_rdma::NodeId;
 
 use crate::common::{lock, on_delivery_thread, TopicIdentity};
 use crate::config::ParticipantConfig;
-use crate::declare::{encode_declaration, Interest};
+use crate::declare::{encode_declaration, Interest, BUILTIN_SUBGROUP};
+use crate::discovery::{self, Endpoint};
 use crate::error::{Error, Result};
 use crate::shared::{Driver, Shared, State};
+
+/// The entity id of the participant's own interest in the built-in subgroup (entities
+/// proper are numbered from 1).
+pub(crate) const BUILTIN_ENTITY: u32 = 0;
+/// Ring slots per sender of the built-in subgroup.
+const BUILTIN_WINDOW_SLOTS: usize = 64;
+/// How long a participant waiting to send an announcement lets pass between tries.
+const ANNOUNCE_POLL: Duration = Duration::from_micros(50);
 
 /// Longest single wait for a view change before the waiter looks again.
 const VIEW_WAIT_SLICE: Duration = Duration::from_millis(20);
@@ -206,7 +215,75 @@ impl ParticipantInner {
 
     /// True while writers or readers remain.
     pub(crate) fn has_entities(&self) -> bool {
-        !lock(&self.interests).is_empty()
+        lock(&self.interests).keys().any(|id| *id != BUILTIN_ENTITY)
+    }
+
+    /// Joins the built-in subgroup as reader and writer ([`crate::discovery`]) and waits
+    /// until this participant holds the table and may announce.
+    pub(crate) fn join_builtin(&self) -> Result<()> {
+        self.add_interest(
+            BUILTIN_ENTITY,
+            BUILTIN_SUBGROUP,
+            Interest {
+                reader: true,
+                writer: true,
+                level: DeliveryLevel::VolatileStore,
+                window_slots: BUILTIN_WINDOW_SLOTS,
+                slot_payload_bytes: discovery::ANNOUNCEMENT_BYTES,
+                store_depth: 1,
+            },
+        );
+        let me = self.me();
+        self.redeclare(|st| {
+            st.subgroups
+                .get(&BUILTIN_SUBGROUP)
+                .is_some_and(|d| d.spec.senders.contains(&me))
+                && !st.awaiting_state.contains(&BUILTIN_SUBGROUP)
+        })?;
+        self.wait_sender(BUILTIN_SUBGROUP)
+    }
+
+    /// Announces `e` (`alive`, or deleted) on the built-in topic and waits until this
+    /// participant delivered the announcement: every member applies it at the same place
+    /// in the built-in topic's total order.
+    pub(crate) fn announce(&self, e: Endpoint, alive: bool) -> Result<()> {
+        let me = self.me();
+        let bytes = discovery::encode(me, &e, alive);
+        let mut failed = None;
+        let sent = self.poll_until(self.timeout(), ANNOUNCE_POLL, || {
+            match self
+                .sender(BUILTIN_SUBGROUP)
+                .and_then(|s| s.try_send(&bytes))
+            {
+                Ok(_) => true,
+                Err(
+                    spindle_group::Error::WindowFull { .. } | spindle_group::Error::Wedged { .. },
+                ) => false,
+                Err(other) => {
+                    failed = Some(other);
+                    true
+                }
+            }
+        });
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        if !sent {
+            return Err(Error::Timeout(format!(
+                "announcing entity {} within {} ms",
+                e.entity, self.config.entity_timeout_ms
+            )));
+        }
+        self.wait_until(
+            self.timeout(),
+            || {
+                format!(
+                    "entity {} was not announced back within {} ms",
+                    e.entity, self.config.entity_timeout_ms
+                )
+            },
+            |st| st.endpoints.get(&(me, e.entity)) == alive.then_some(&e),
+        )
     }
 
     /// Checks what every new writer or reader needs and returns its id and interest.

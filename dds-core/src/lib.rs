@@ -86,7 +86,8 @@
 
 // The layers, bottom to top; a module uses only modules of lower layers (ARCHITECTURE.md;
 // scripts/check-layering.py checks that no two modules use each other):
-// 1. data: clock, sample, status, store, cache, condition, config, declare, error
+// 1. data: clock, sample, status, store, cache, condition, config, declare, discovery,
+//    error
 // 2. entity state: common; reader_core, writer_core; shared (+ the Driver trait)
 // 3. the delivery path: delivery (DdsApp and handle_timeout: engine output enters here)
 // 4. drivers and handles: inner; threads; topic; reader, writer; publisher, subscriber;
@@ -98,6 +99,7 @@ pub mod condition;
 pub mod config;
 pub mod declare;
 mod delivery;
+pub mod discovery;
 mod error;
 mod inner;
 mod participant;

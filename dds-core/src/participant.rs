@@ -155,16 +155,18 @@ impl DomainParticipant {
     pub(crate) fn with_driver(inner: ParticipantInner) -> Result<DomainParticipant> {
         let (me, domain_id) = (inner.me(), inner.domain_id);
         let inner = Arc::new(inner);
-        let joined = inner.wait_until(
-            inner.timeout(),
-            || {
-                format!(
-                    "node {me} did not join domain {domain_id} within {} ms",
-                    inner.config.entity_timeout_ms
-                )
-            },
-            |st| st.view.is_some(),
-        );
+        let joined = inner
+            .wait_until(
+                inner.timeout(),
+                || {
+                    format!(
+                        "node {me} did not join domain {domain_id} within {} ms",
+                        inner.config.entity_timeout_ms
+                    )
+                },
+                |st| st.view.is_some(),
+            )
+            .and_then(|()| inner.join_builtin());
         match joined {
             Ok(()) => Ok(DomainParticipant { inner }),
             Err(Error::PreconditionNotMet(why)) => {

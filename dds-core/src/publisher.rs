@@ -8,6 +8,7 @@ use spindle_qos::{DataWriterQos, PublisherQos};
 use spindle_topics::TopicType;
 
 use crate::common::lock;
+use crate::discovery::Endpoint;
 use crate::error::{Error, Result};
 use crate::inner::ParticipantInner;
 use crate::shared::State;
@@ -70,7 +71,17 @@ impl Publisher {
                 .get(&sg)
                 .is_some_and(|d| d.spec.senders.contains(&me))
         };
-        if let Err(e) = p.redeclare(ready).and_then(|_| p.wait_sender(sg)) {
+        let endpoint = Endpoint {
+            entity: id,
+            topic_id: topic.inner.ident.topic_id,
+            reader: false,
+            level: core.level,
+        };
+        if let Err(e) = p
+            .redeclare(ready)
+            .and_then(|_| p.wait_sender(sg))
+            .and_then(|_| p.announce(endpoint, true))
+        {
             p.remove_interest(id);
             lock(&p.shared.state).writers.remove(&id);
             let _ = p.redeclare(|_| true);
@@ -91,6 +102,13 @@ impl Publisher {
         }
         writer.core().deleted.store(true, Ordering::Release);
         lock(&p.shared.state).writers.remove(&id);
+        let endpoint = Endpoint {
+            entity: id,
+            topic_id: writer.core().topic.topic_id,
+            reader: false,
+            level: writer.core().level,
+        };
+        p.announce(endpoint, false)?;
         p.redeclare(|_| true)
     }
 }

@@ -4,11 +4,12 @@ use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use spindle_qos::{DataReaderQos, DeliveryLevel};
+use spindle_qos::DataReaderQos;
 use spindle_topics::TopicType;
 
 use crate::common::{instance_of, lock};
 use crate::condition::{notify_all, Condition};
+use crate::delivery::writers_of;
 use crate::error::{Error, Result};
 use crate::inner::TopicInner;
 use crate::reader_core::{Listener, ReaderCore};
@@ -80,15 +81,18 @@ impl<T: TopicType> DataReader<T> {
         &self.core
     }
 
+    /// Sets the reader's membership and matched statuses from the installed view and the
+    /// endpoint table (right after creation; later changes come by the delivery path).
     pub(crate) fn refresh_matched(&self) {
         let p = &self.topic.participant;
         let me = p.me();
         let st = lock(&p.shared.state);
         let vid = st.view.as_ref().map_or(0, |v| v.vid);
-        let (in_sg, writers, level) = match st.subgroups.get(&self.core.subgroup) {
-            Some(d) if d.spec.members.contains(&me) => (true, d.spec.senders.len() as u32, d.level),
-            _ => (false, 0, DeliveryLevel::Unordered),
-        };
+        let member = st
+            .subgroups
+            .get(&self.core.subgroup)
+            .is_some_and(|d| d.spec.members.contains(&me));
+        let (compatible, incompatible) = writers_of(&st, self.core.topic.topic_id, self.core.level);
         let members: Vec<_> = st
             .view
             .as_ref()
@@ -96,7 +100,8 @@ impl<T: TopicType> DataReader<T> {
             .unwrap_or_default();
         drop(st);
         self.core
-            .on_view(vid, in_sg, writers, level, &|w| !members.contains(&w.node));
+            .set_member(member, &|w| !members.contains(&w.node));
+        self.core.rematch(vid, compatible, &incompatible);
     }
 
     /// The topic's name.

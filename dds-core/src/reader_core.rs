@@ -2,6 +2,7 @@
 //! listener. The typed handle over it is [`crate::DataReader`]; the participant's shared
 //! state holds these cores, and the delivery path (`delivery.rs`) feeds them.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -10,6 +11,7 @@ use spindle_qos::{DataReaderQos, DeliveryLevel, QosPolicyId};
 use crate::cache::{Cache, Origin};
 use crate::clock::Clock;
 use crate::common::{lock, reason, TopicIdentity};
+use crate::discovery::EndpointKey;
 use crate::sample::{InstanceHandle, SampleHeader, WriterHandle};
 use crate::status::{
     rematch, DeadlineMissedStatus, IncompatibleQosStatus, LivelinessChangedStatus, MatchedStatus,
@@ -28,6 +30,8 @@ pub(crate) struct Statuses {
     pub(crate) incompatible: IncompatibleQosStatus,
     /// Statuses changed since read (the StatusCondition's trigger).
     pub(crate) changes: u32,
+    /// Writers already counted in `incompatible`.
+    pub(crate) incompatible_seen: BTreeSet<EndpointKey>,
 }
 
 /// One reader's state. See the module docs.
@@ -35,6 +39,8 @@ pub(crate) struct ReaderCore {
     pub(crate) id: u32,
     pub(crate) topic: Arc<TopicIdentity>,
     pub(crate) subgroup: spindle_group::SubgroupId,
+    /// The delivery level it requests (fixed once enabled).
+    pub(crate) level: DeliveryLevel,
     pub(crate) qos: DataReaderQos,
     pub(crate) cache: Mutex<Cache>,
     pub(crate) status: Mutex<Statuses>,
@@ -53,6 +59,7 @@ impl ReaderCore {
         Arc::new(ReaderCore {
             id,
             subgroup: topic.subgroup,
+            level: qos.delivery_level(),
             topic,
             cache: Mutex::new({
                 let mut c = Cache::with_clock(qos.history, qos.resource_limits, clock);
@@ -74,7 +81,8 @@ impl ReaderCore {
         })
     }
 
-    pub(crate) fn is_matched(&self) -> bool {
+    /// True while this node is a member of the reader's subgroup.
+    pub(crate) fn is_member(&self) -> bool {
         self.matched.load(Ordering::Acquire)
     }
 
@@ -115,11 +123,16 @@ impl ReaderCore {
     }
 
     /// Loads this topic's samples from a store; true if any.
+    /// Only a reader that requests a store level (DURABILITY TRANSIENT_LOCAL or above)
+    /// gets history, and only samples offered at the level it requests.
     pub(crate) fn prime(&self, store: &Store) -> bool {
+        if !self.level.keeps_history() {
+            return false;
+        }
         let mut any = false;
         for s in store.iter() {
             if let Ok((h, payload)) = SampleHeader::decode(&s.bytes) {
-                if h.topic_id == self.topic.topic_id {
+                if h.topic_id == self.topic.topic_id && h.level >= self.level {
                     any |= self.insert(&h, payload, s.origin);
                 }
             }
@@ -127,26 +140,26 @@ impl ReaderCore {
         any
     }
 
-    /// The view changed; returns the statuses that changed.
-    pub(crate) fn on_view(
+    /// The view changed: whether this node is a member of the reader's subgroup now,
+    /// and which writers left the view.
+    pub(crate) fn set_member(&self, in_subgroup: bool, gone: &dyn Fn(&WriterHandle) -> bool) {
+        self.matched.store(in_subgroup, Ordering::Release);
+        lock(&self.cache).writers_gone(gone);
+    }
+
+    /// The writers of its topic changed (an announcement, a view): `compatible` offer at
+    /// least the level it requests; `incompatible` (node, entity) offer less. Returns the
+    /// statuses that changed.
+    pub(crate) fn rematch(
         &self,
         vid: u32,
-        in_subgroup: bool,
-        writers: u32,
-        level: DeliveryLevel,
-        gone: &dyn Fn(&WriterHandle) -> bool,
+        compatible: u32,
+        incompatible: &[(EndpointKey, DeliveryLevel)],
     ) -> StatusMask {
         let mut mask = StatusMask::NONE;
-        // A RELIABLE reader does not match BEST_EFFORT-only writers (RxO).
-        // The writers must offer at least the level this reader requests (RELIABILITY
-        // and DURABILITY are requested-vs-offered policies).
-        let compatible = !in_subgroup || self.qos.delivery_level() <= level;
-        let matched = in_subgroup && compatible;
-        self.matched.store(matched, Ordering::Release);
-        lock(&self.cache).writers_gone(gone);
         let mut s = lock(&self.status);
         let before = s.matched.current_count;
-        if rematch(&mut s.matched, if matched { writers } else { 0 }, vid) {
+        if rematch(&mut s.matched, compatible, vid) {
             mask = mask | StatusMask::SUBSCRIPTION_MATCHED;
             let now = s.matched.current_count;
             let l = &mut s.liveliness;
@@ -160,10 +173,14 @@ impl ReaderCore {
             l.alive_count = now;
             mask = mask | StatusMask::LIVELINESS_CHANGED;
         }
-        if !compatible {
+        for (w, offered) in incompatible {
+            if !s.incompatible_seen.insert(*w) {
+                continue;
+            }
+            // RELIABILITY and DURABILITY are requested-vs-offered policies.
             s.incompatible.total_count += 1;
             s.incompatible.total_count_change += 1;
-            s.incompatible.last_policy_id = Some(if level == DeliveryLevel::Unordered {
+            s.incompatible.last_policy_id = Some(if *offered == DeliveryLevel::Unordered {
                 QosPolicyId::Reliability
             } else {
                 QosPolicyId::Durability

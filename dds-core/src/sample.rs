@@ -1,6 +1,7 @@
 //! Samples on the wire and in readers: the header DDS puts in front of each CDR payload,
 //! [`SampleInfo`] and the sample, view and instance states.
 
+use spindle_qos::DeliveryLevel;
 use spindle_topics::KeyHash;
 use spindle_transport_rdma::NodeId;
 
@@ -60,6 +61,10 @@ pub struct SampleHeader {
     pub lifespan_ns: u64,
     /// The writer's OWNERSHIP_STRENGTH (for EXCLUSIVE ownership at readers).
     pub ownership_strength: i32,
+    /// The delivery level the writer offers: topics of several levels may share a
+    /// subgroup, so a reader takes a sample only if this is at least what it requests
+    /// (RxO), and a store keeps it only at a store level.
+    pub level: DeliveryLevel,
 }
 
 impl SampleHeader {
@@ -67,7 +72,7 @@ impl SampleHeader {
     pub fn encode(&self, out: &mut [u8; SAMPLE_HEADER_BYTES]) {
         out[0] = SAMPLE_MAGIC;
         out[1] = self.kind.to_u8();
-        out[2] = 0;
+        out[2] = self.level.to_u8();
         out[3] = 0;
         out[4..8].copy_from_slice(&self.writer_id.to_le_bytes());
         out[8..16].copy_from_slice(&self.topic_id.to_le_bytes());
@@ -95,6 +100,8 @@ impl SampleHeader {
         }
         let kind = SampleKind::from_u8(bytes[1])
             .ok_or_else(|| Error::Error(format!("unknown sample kind {}", bytes[1])))?;
+        let level = DeliveryLevel::from_u8(bytes[2])
+            .ok_or_else(|| Error::Error(format!("unknown delivery level {}", bytes[2])))?;
         let u32_at =
             |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
         let u64_at = |i: usize| {
@@ -114,6 +121,7 @@ impl SampleHeader {
                 key_hash: KeyHash(key),
                 lifespan_ns: u64_at(48),
                 ownership_strength: u32_at(56) as i32,
+                level,
             },
             &bytes[SAMPLE_HEADER_BYTES..],
         ))
@@ -259,6 +267,7 @@ mod tests {
             key_hash: KeyHash([3; 16]),
             lifespan_ns: 0,
             ownership_strength: 0,
+            level: DeliveryLevel::VolatileStore,
         };
         let mut b = [0u8; SAMPLE_HEADER_BYTES];
         h.encode(&mut b);
@@ -273,5 +282,8 @@ mod tests {
         msg[0] = SAMPLE_MAGIC;
         msg[1] = 9;
         assert!(SampleHeader::decode(&msg).is_err());
+        msg[1] = 0;
+        msg[2] = 9;
+        assert!(SampleHeader::decode(&msg).is_err(), "unknown level");
     }
 }

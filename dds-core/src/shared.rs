@@ -19,6 +19,7 @@ use spindle_transport_rdma::NodeId;
 
 use crate::clock::Clock;
 use crate::declare::DdsSubgroup;
+use crate::discovery::{Endpoint, EndpointKey};
 use crate::error::Result;
 use crate::reader_core::ReaderCore;
 use crate::store::Store;
@@ -34,6 +35,9 @@ pub(crate) struct State {
     /// Store-level subgroups this node entered whose state a member will ship.
     pub(crate) awaiting_state: BTreeSet<SubgroupId>,
     pub(crate) stopped: Option<String>,
+    /// Every reader and writer of the domain, by (participant, entity): the built-in
+    /// topic's table ([`crate::discovery`]).
+    pub(crate) endpoints: BTreeMap<EndpointKey, Endpoint>,
 }
 
 /// One participant's shared state. See the module docs.
@@ -59,6 +63,7 @@ impl Shared {
                 stores: BTreeMap::new(),
                 awaiting_state: BTreeSet::new(),
                 stopped: None,
+                endpoints: BTreeMap::new(),
             }),
             view_changed: Condvar::new(),
             clock,

@@ -9,6 +9,7 @@ use spindle_qos::DataWriterQos;
 use spindle_topics::{Endianness, TopicType};
 
 use crate::common::{instance_of, lock, on_delivery_thread};
+use crate::delivery::readers_of;
 use crate::error::{Error, Result};
 use crate::inner::TopicInner;
 use crate::sample::{InstanceHandle, SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
@@ -70,10 +71,7 @@ impl<T: TopicType> DataWriter<T> {
         let p = &self.topic.participant;
         let st = lock(&p.shared.state);
         let vid = st.view.as_ref().map_or(0, |v| v.vid);
-        let readers = st
-            .subgroups
-            .get(&self.core.subgroup)
-            .map_or(0, |d| d.readers.len() as u32);
+        let readers = readers_of(&st, self.core.topic.topic_id, self.core.level);
         drop(st);
         self.core.on_view(vid, readers);
     }
@@ -332,6 +330,7 @@ impl<T: TopicType> DataWriter<T> {
             key_hash: key.0,
             lifespan_ns: self.core.lifespan_ns.load(Ordering::Relaxed),
             ownership_strength: self.core.strength.load(Ordering::Relaxed),
+            level: self.core.level,
         };
         let mut hb = [0u8; SAMPLE_HEADER_BYTES];
         h.encode(&mut hb);

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use spindle_qos::DataWriterQos;
+use spindle_qos::{DataWriterQos, DeliveryLevel};
 
 use crate::common::{lock, TopicIdentity};
 use crate::sample::InstanceHandle;
@@ -20,6 +20,8 @@ pub(crate) struct WriterCore {
     pub(crate) id: u32,
     pub(crate) topic: Arc<TopicIdentity>,
     pub(crate) subgroup: spindle_group::SubgroupId,
+    /// The delivery level it offers (RELIABILITY and DURABILITY: fixed once enabled).
+    pub(crate) level: DeliveryLevel,
     pub(crate) qos: Mutex<DataWriterQos>,
     pub(crate) seq: AtomicU64,
     pub(crate) write_lock: Mutex<Vec<u8>>,
@@ -48,6 +50,7 @@ impl WriterCore {
         Arc::new(WriterCore {
             id,
             subgroup: topic.subgroup,
+            level: qos.delivery_level(),
             topic,
             qos: Mutex::new(qos),
             seq: AtomicU64::new(0),

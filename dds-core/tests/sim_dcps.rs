@@ -532,3 +532,125 @@ fn the_same_seed_gives_the_same_run() {
     }
     assert_ne!(hashes[0], hashes[1], "the seed decides the run");
 }
+
+/// Topic `i` of the thousand-topic test: written at participant `i % 3`, read at
+/// `(i + 1) % 3`, and at `(i + 2) % 3` too for every tenth topic.
+fn thousand_topic_readers(i: usize) -> Vec<usize> {
+    if i % 10 == 0 {
+        vec![(i + 1) % 3, (i + 2) % 3]
+    } else {
+        vec![(i + 1) % 3]
+    }
+}
+
+#[test]
+fn a_thousand_topics_share_bounded_subgroups_and_each_reader_gets_exactly_its_topic() {
+    for_seeds("a_thousand_topics_share_bounded_subgroups", |seed| {
+        const TOPICS: usize = 1000;
+        let (d, ps) = domain(seed, 3);
+        let first_view = ps[0].view().unwrap().vid;
+        let name = |i: usize| format!("Topic{i:04}");
+        let subs: Vec<_> = ps
+            .iter()
+            .map(|p| p.create_subscriber(Default::default()).unwrap())
+            .collect();
+        let pubs: Vec<_> = ps
+            .iter()
+            .map(|p| p.create_publisher(Default::default()).unwrap())
+            .collect();
+        let mut readers = Vec::new();
+        for i in 0..TOPICS {
+            for at in thousand_topic_readers(i) {
+                let t = ps[at]
+                    .create_topic::<KeyedString>(&name(i), atomic())
+                    .unwrap();
+                let r = subs[at].create_datareader(&t, keep_all(&atomic())).unwrap();
+                readers.push((i, at, r));
+            }
+        }
+        let mut writers = Vec::new();
+        for i in 0..TOPICS {
+            let t = ps[i % 3]
+                .create_topic::<KeyedString>(&name(i), atomic())
+                .unwrap();
+            let w = pubs[i % 3]
+                .create_datawriter(&t, DataWriterQos::default())
+                .unwrap();
+            // Matched per topic, not per shared subgroup.
+            assert_eq!(
+                w.publication_matched_status().current_count as usize,
+                thousand_topic_readers(i).len(),
+                "seed {seed}: readers of topic {i}"
+            );
+            writers.push(w);
+        }
+        // 2,000 entities on 16 shared subgroups: a few dozen view changes, not one each.
+        let views = ps[0].view().unwrap().vid - first_view;
+        assert!(
+            views < 100,
+            "seed {seed}: {views} view changes for 2,000 entities"
+        );
+        for (i, w) in writers.iter().enumerate() {
+            w.write(&ks("k", format!("{i}-0"))).unwrap();
+        }
+        // Participant 3 crashes; the others write once more.
+        d.crash(3);
+        for (i, w) in writers.iter().enumerate().filter(|(i, _)| i % 3 != 2) {
+            w.write(&ks("k", format!("{i}-1"))).unwrap();
+        }
+        let survivors: Vec<&(usize, usize, DataReader<KeyedString>)> =
+            readers.iter().filter(|(_, at, _)| *at != 2).collect();
+        let mut got: BTreeMap<(usize, usize), Vec<String>> = BTreeMap::new();
+        // Writers at the survivors: both samples. (The crashed one's: what the view
+        // change's trim kept, the same at every survivor.)
+        let complete = |got: &BTreeMap<(usize, usize), Vec<String>>| {
+            survivors
+                .iter()
+                .filter(|(i, _, _)| i % 3 != 2)
+                .all(|(i, at, _)| got.get(&(*i, *at)).map_or(0, |v| v.len()) >= 2)
+        };
+        assert!(
+            d.run_until(ROUNDS_MAX / 100, || {
+                for _ in 0..100 {
+                    d.round();
+                }
+                for (i, at, r) in &survivors {
+                    got.entry((*i, *at))
+                        .or_default()
+                        .extend(values(&r.take(usize::MAX, StateMask::ANY).unwrap()));
+                }
+                complete(&got)
+            }),
+            "seed {seed}: not every surviving reader got its samples"
+        );
+        d.run_for(20_000);
+        for (i, at, r) in &survivors {
+            let list = got.entry((*i, *at)).or_default();
+            list.extend(values(&r.take(usize::MAX, StateMask::ANY).unwrap()));
+            // Exactly its topic's samples, in its writer's order, once each; of the
+            // crashed writer's one sample, all or none.
+            let want: Vec<String> = if i % 3 == 2 {
+                list.iter().take(1).cloned().collect()
+            } else {
+                vec![format!("{i}-0"), format!("{i}-1")]
+            };
+            assert_eq!(
+                *list,
+                want,
+                "seed {seed}: reader of topic {i} at participant {}",
+                at + 1
+            );
+            if i % 3 == 2 {
+                assert!(
+                    list.is_empty() || list[0] == format!("{i}-0"),
+                    "seed {seed}: topic {i}: {list:?}"
+                );
+            }
+        }
+        // All-or-none across the crash: a crashed writer's topic read at both survivors
+        // holds the same samples at both.
+        for i in (0..TOPICS).filter(|i| i % 3 == 2 && i % 10 == 0) {
+            assert_eq!(got.get(&(i, 0)), got.get(&(i, 1)), "seed {seed}: topic {i}");
+        }
+    });
+}

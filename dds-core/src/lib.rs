@@ -6,11 +6,15 @@
 //!
 //! * A [`DomainParticipant`] is one member of the domain's group; it joins through the
 //!   contacts of its [`ParticipantConfig`] (a TOML file with environment overrides).
-//! * A topic's name hashes to a subgroup ([`subgroup_of`]). Creating a writer or reader
-//!   declares the participant's interest through a view change; the layout every member
-//!   computes from the view ([`declare::dds_layout`]) puts the topic's readers and
-//!   writers in its subgroup. `create_datawriter`/`create_datareader` return once the
-//!   view carries them.
+//! * A topic's name hashes onto one of [`declare::TOPIC_SUBGROUPS`] subgroups
+//!   ([`subgroup_of`]); any number of topics share them. A participant declares, through
+//!   a view change, which subgroups it reads and writes; the layout every member computes
+//!   from the view ([`declare::dds_layout`]) makes it a member (and a sender) of them.
+//!   Which topic each reader and writer is on travels on the built-in topic
+//!   ([`discovery`]), in one total order at every member: matched statuses and RxO count
+//!   the endpoints of one topic. `create_datawriter`/`create_datareader` return once the
+//!   view carries the participant's interest and the announcement is delivered; an entity
+//!   on a subgroup the participant already reads or writes needs no view change.
 //! * The delivery level follows from RELIABILITY and DURABILITY ([`DeliveryLevel`]):
 //!   BEST_EFFORT is Unordered; RELIABLE + VOLATILE is Atomic (one total order across all
 //!   writers, all-or-none across crashes); RELIABLE + TRANSIENT_LOCAL/TRANSIENT is
@@ -69,8 +73,11 @@
 //!   beside it. Samples must fit the topic's slot (bounded types size it; set
 //!   `slot_payload_bytes` for unbounded ones) — larger ones are `OutOfResources` until
 //!   RDMC carries large messages.
-//! * Matching is per subgroup: two topics whose names hash to one subgroup count each
-//!   other's readers and writers in their matched statuses.
+//! * Topics that share a subgroup are delivered in one total order together, and ride at
+//!   the highest level any writer of the subgroup offers (a reader still takes only its
+//!   topic's samples offered at the level it requests). A participant with a reader on
+//!   one topic of a subgroup receives the subgroup's other topics too, and drops them.
+//!   [`declare::TOPIC_SUBGROUPS`] is fixed (16) for every participant of a domain.
 //! * A member whose state transfer is cut by a further view change keeps going with the
 //!   store it had; if it then ships that store to a later reader, the reader may miss
 //!   history (never order or all-or-none of new samples).

@@ -189,3 +189,30 @@ mod tests {
         assert_eq!(parse_log("x", "1 2 3.1 4 5\n").unwrap().len(), 1);
     }
 }
+
+/// The layout of the many-topics domain (`many_topics`): who writes and reads each topic.
+pub mod many_topics {
+    /// Participants in the domain; the last is killed between the two rounds.
+    pub const PARTICIPANTS: u32 = 3;
+
+    /// The participants (1-based) that read topic `i`: the one after its writer, and for
+    /// every tenth topic the third one too.
+    pub fn readers_of(i: usize) -> Vec<u32> {
+        let n = PARTICIPANTS as usize;
+        let mut r = vec![((i + 1) % n) as u32 + 1];
+        if i % 10 == 0 {
+            r.push(((i + 2) % n) as u32 + 1);
+        }
+        r
+    }
+
+    /// The participant that writes topic `i`.
+    pub fn writer_of(i: usize) -> u32 {
+        (i % PARTICIPANTS as usize) as u32 + 1
+    }
+
+    /// The name of topic `i` (and of its log files, `<node>-<name>.log`).
+    pub fn topic_name(i: usize) -> String {
+        format!("T{i:05}")
+    }
+}

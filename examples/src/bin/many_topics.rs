@@ -1,0 +1,368 @@
+//! Many topics across processes: three participants (separate processes) share 1,000
+//! topics — topic `i` is written at participant `i % 3 + 1` and read at the next one (and
+//! at the third one too for every tenth topic) — create and match 2,000-odd readers and
+//! writers, write one round, lose participant 3 to SIGKILL, write a second round, and log
+//! what every reader took. Prints how long creating and matching took and each process's
+//! resident memory.
+//!
+//! `many_topics [--transport tcp|shm] [--topics N] [--out DIR]` runs the domain;
+//! `many_topics member ...` is one process of it (started by the former).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use spindle_dds_core::{DomainParticipantFactory, ParticipantConfig, StateMask, Transport};
+use spindle_examples::many_topics::{readers_of, topic_name, writer_of, PARTICIPANTS};
+use spindle_qos::{DataReaderQos, DataWriterQos, History, Reliability, TopicQos};
+use spindle_topics::KeyedString;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How long a process may take for one step before the domain gives up.
+const STEP_TIMEOUT: Duration = Duration::from_secs(120);
+
+#[derive(Parser)]
+#[command(about = "Three processes, many topics, one SIGKILL: every reader gets exactly its topic")]
+struct Args {
+    /// tcp or shm.
+    #[arg(long, default_value = "tcp")]
+    transport: String,
+    /// Topics in the domain.
+    #[arg(long, default_value_t = 1000)]
+    topics: usize,
+    /// Write each reader's log to `DIR/<node>-<topic>.log`.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    #[command(subcommand)]
+    member: Option<Member>,
+}
+
+#[derive(Subcommand)]
+enum Member {
+    /// One process of the domain (started by the domain itself).
+    Member {
+        node: u32,
+        transport: String,
+        listen: String,
+        contact: String,
+        topics: usize,
+        out: PathBuf,
+    },
+}
+
+fn main() {
+    let args = Args::parse();
+    let r = match args.member {
+        Some(Member::Member {
+            node,
+            transport,
+            listen,
+            contact,
+            topics,
+            out,
+        }) => member(node, &transport, &listen, &contact, topics, &out),
+        None => domain(&args.transport, args.topics, args.out),
+    };
+    if let Err(e) = r {
+        eprintln!("many_topics: {e}");
+        std::process::exit(1);
+    }
+}
+
+// ----- one process ----------------------------------------------------------------------
+
+/// This process's resident memory, in KiB (0 if /proc does not say).
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn member(
+    node: u32,
+    transport: &str,
+    listen: &str,
+    contact: &str,
+    topics: usize,
+    out: &Path,
+) -> Result<(), BoxError> {
+    let transport = match transport {
+        "tcp" => Transport::Tcp,
+        "shm" => Transport::Shm,
+        t => return Err(format!("transport {t:?}: tcp or shm").into()),
+    };
+    let mut cfg = ParticipantConfig::new(node, transport, listen);
+    cfg.entity_timeout_ms = 60_000;
+    if node == 1 {
+        cfg.bootstrap = vec![1];
+    } else {
+        cfg.contacts = vec![spindle_dds_core::Contact {
+            node: 1,
+            address: contact.to_string(),
+        }];
+    }
+    let p = DomainParticipantFactory::instance().create_participant(0, Default::default(), &cfg)?;
+    let mut stdin = BufReader::new(std::io::stdin());
+    let say = |line: &str| -> Result<(), BoxError> {
+        println!("{line}");
+        std::io::stdout().flush()?;
+        Ok(())
+    };
+    let next = |stdin: &mut BufReader<std::io::Stdin>| -> String {
+        let mut l = String::new();
+        let _ = stdin.read_line(&mut l);
+        l.trim().to_string()
+    };
+    say("JOINED")?;
+    if next(&mut stdin) != "CREATE" {
+        return Ok(());
+    }
+    let qos = TopicQos::default().with_reliability(Reliability::reliable());
+    let start = Instant::now();
+    let sub = p.create_subscriber(Default::default())?;
+    let publ = p.create_publisher(Default::default())?;
+    let mut readers = Vec::new();
+    let mut writers = Vec::new();
+    for i in 0..topics {
+        let reads = readers_of(i).contains(&node);
+        let writes = writer_of(i) == node;
+        if !reads && !writes {
+            continue;
+        }
+        let t = p.create_topic::<KeyedString>(&topic_name(i), qos.clone())?;
+        if reads {
+            let q = DataReaderQos::from_topic_qos(&qos).with_history(History::keep_all());
+            readers.push((i, sub.create_datareader(&t, q)?));
+        }
+        if writes {
+            writers.push((i, publ.create_datawriter(&t, DataWriterQos::default())?));
+        }
+    }
+    let created_ms = start.elapsed().as_millis();
+    // Matched: every writer sees exactly the readers of its own topic.
+    for (i, w) in &writers {
+        let want = readers_of(*i).len() as u32;
+        w.wait_for_readers(want, STEP_TIMEOUT)?;
+        let got = w.publication_matched_status().current_count;
+        if got != want {
+            return Err(format!("topic {i}: {got} readers matched, expected {want}").into());
+        }
+    }
+    say(&format!(
+        "CREATED {created_ms} {} {} {} {}",
+        start.elapsed().as_millis(),
+        rss_kib(),
+        readers.len(),
+        writers.len()
+    ))?;
+    for round in 0.. {
+        match next(&mut stdin).as_str() {
+            "WRITE" => {
+                for (i, w) in &writers {
+                    w.write(&KeyedString {
+                        key: "k".into(),
+                        value: format!("{i}-{round}"),
+                    })?;
+                }
+                say("WROTE")?;
+            }
+            "STOP" => break,
+            _ => return Ok(()),
+        }
+    }
+    std::fs::create_dir_all(out)?;
+    for (i, r) in &readers {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(
+            out.join(format!("{node}-{}.log", topic_name(*i))),
+        )?);
+        for s in r.take(usize::MAX, StateMask::ANY)? {
+            let value = s.data.as_ref().map_or("-".to_string(), |d| d.value.clone());
+            writeln!(
+                f,
+                "{} {} {} {value} {}",
+                s.info.view_id, s.info.order_index, s.info.publication_handle, s.info.writer_seq
+            )?;
+        }
+        f.flush()?;
+    }
+    say("DONE")?;
+    // Stay a member until the domain ends, so no view change cuts the others.
+    let _ = next(&mut stdin);
+    Ok(())
+}
+
+// ----- the domain -----------------------------------------------------------------------
+
+struct Proc {
+    node: u32,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Proc {
+    fn say(&mut self, line: &str) {
+        if let Some(s) = self.stdin.as_mut() {
+            let _ = writeln!(s, "{line}");
+            let _ = s.flush();
+        }
+    }
+
+    /// The next line starting with `word`, or an error after [`STEP_TIMEOUT`].
+    fn expect(&self, word: &str) -> Result<String, BoxError> {
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.starts_with(word) => return Ok(l),
+                Ok(_) => {}
+                Err(_) => return Err(format!("participant {}: no {word}", self.node).into()),
+            }
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(
+    node: u32,
+    transport: &str,
+    listen: &str,
+    contact: &str,
+    topics: usize,
+    out: &Path,
+) -> Result<Proc, BoxError> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .args([
+            "member",
+            &node.to_string(),
+            transport,
+            listen,
+            contact,
+            &topics.to_string(),
+        ])
+        .arg(out)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("child stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(Proc {
+        node,
+        stdin: child.stdin.take(),
+        child,
+        lines: rx,
+    })
+}
+
+fn domain(transport: &str, topics: usize, out: Option<PathBuf>) -> Result<(), BoxError> {
+    let out = out.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("spindle-many-topics-{}", std::process::id()))
+    });
+    std::fs::create_dir_all(&out)?;
+    for e in std::fs::read_dir(&out)? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "log") {
+            std::fs::remove_file(p)?;
+        }
+    }
+    let ns = format!("mt{}", std::process::id());
+    let listen_of = || -> Result<String, BoxError> {
+        Ok(match transport {
+            "tcp" => format!(
+                "127.0.0.1:{}",
+                std::net::TcpListener::bind("127.0.0.1:0")?
+                    .local_addr()?
+                    .port()
+            ),
+            "shm" => ns.clone(),
+            t => return Err(format!("--transport {t:?}: tcp or shm").into()),
+        })
+    };
+    let first = listen_of()?;
+    let contact = match transport {
+        "tcp" => first.clone(),
+        _ => ParticipantConfig::shm_address(&ns, 1),
+    };
+    println!(
+        "many_topics: {PARTICIPANTS} processes over {transport}, {topics} topics; participant \
+         {PARTICIPANTS} is killed between two rounds; logs in {}",
+        out.display()
+    );
+    let mut procs = vec![spawn(1, transport, &first, &contact, topics, &out)?];
+    procs[0].expect("JOINED")?;
+    for node in 2..=PARTICIPANTS {
+        let p = spawn(node, transport, &listen_of()?, &contact, topics, &out)?;
+        p.expect("JOINED")?;
+        procs.push(p);
+    }
+    for p in &mut procs {
+        p.say("CREATE");
+    }
+    for p in &procs {
+        let l = p.expect("CREATED")?;
+        let f: Vec<&str> = l.split_whitespace().collect();
+        println!(
+            "  participant {}: {} readers and {} writers created in {} ms, matched in {} ms, \
+             resident {} MiB",
+            p.node,
+            f.get(4).unwrap_or(&"?"),
+            f.get(5).unwrap_or(&"?"),
+            f.get(1).unwrap_or(&"?"),
+            f.get(2).unwrap_or(&"?"),
+            f.get(3)
+                .and_then(|k| k.parse::<u64>().ok())
+                .map_or("?".into(), |k| format!("{:.1}", k as f64 / 1024.0))
+        );
+    }
+    for p in &mut procs {
+        p.say("WRITE");
+    }
+    for p in &procs {
+        p.expect("WROTE")?;
+    }
+    // SIGKILL (std's Child::kill on Unix): a crash, not a graceful leave.
+    let killed = procs.pop().ok_or("no participant")?;
+    drop(killed);
+    println!("  SIGKILL participant {PARTICIPANTS}");
+    for p in &mut procs {
+        p.say("WRITE");
+    }
+    for p in &procs {
+        p.expect("WROTE")?;
+    }
+    // Let the last samples reach every reader.
+    std::thread::sleep(Duration::from_millis(1500));
+    for p in &mut procs {
+        p.say("STOP");
+    }
+    for p in &procs {
+        p.expect("DONE")?;
+    }
+    for p in &mut procs {
+        p.say("EXIT");
+    }
+    println!("  every survivor logged its readers");
+    Ok(())
+}

@@ -108,6 +108,19 @@ fn stages(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    // As a reader runs it: one cache for the whole run, the taken bytes given back.
+    let mut cache = Cache::new(History::keep_all(), ResourceLimits::default());
+    let mut seq = 0;
+    g.bench_function("insert_then_take_recycled_1KiB", |b| {
+        b.iter(|| {
+            for _ in 0..BATCH {
+                seq += 1;
+                let _ = cache.insert(&header(seq), &payload, origin(seq));
+            }
+            let taken = cache.access(usize::MAX, &StateMask::ANY, None, true);
+            cache.recycle(taken.into_iter().map(|(_, bytes)| bytes));
+        })
+    });
     g.finish();
 
     let mut g = c.benchmark_group("store");

@@ -94,7 +94,15 @@ pub struct Cache {
     exclusive: bool,
     /// Where "now" comes from (LIFESPAN, TIME_BASED_FILTER).
     clock: Arc<dyn Clock>,
+    /// Payload buffers given back after `take` (and by evictions), reused by `insert` so
+    /// that a steady stream of samples allocates nothing; at most [`SPARE_BYTES_MAX`]
+    /// bytes of capacity in all.
+    spare: Vec<Vec<u8>>,
+    spare_bytes: usize,
 }
+
+/// Most capacity, in bytes, a cache keeps in spare payload buffers.
+pub const SPARE_BYTES_MAX: usize = 4 << 20;
 
 fn limit(v: i32) -> usize {
     if v == LENGTH_UNLIMITED || v <= 0 {
@@ -123,6 +131,37 @@ impl Cache {
             minimum_separation_us: 0,
             exclusive: false,
             clock,
+            spare: Vec::new(),
+            spare_bytes: 0,
+        }
+    }
+
+    /// Gives back payload buffers (after `take` decoded them) for later samples to reuse;
+    /// those past [`SPARE_BYTES_MAX`] are freed.
+    pub fn recycle(&mut self, buffers: impl IntoIterator<Item = Vec<u8>>) {
+        for b in buffers {
+            self.keep_spare(b);
+        }
+    }
+
+    fn keep_spare(&mut self, b: Vec<u8>) {
+        let cap = b.capacity();
+        if cap > 0 && self.spare_bytes + cap <= SPARE_BYTES_MAX {
+            self.spare_bytes += cap;
+            self.spare.push(b);
+        }
+    }
+
+    /// A copy of `payload` in a spare buffer if there is one.
+    fn copy_payload(&mut self, payload: &[u8]) -> Vec<u8> {
+        match self.spare.pop() {
+            Some(mut b) => {
+                self.spare_bytes -= b.capacity();
+                b.clear();
+                b.extend_from_slice(payload);
+                b
+            }
+            None => payload.to_vec(),
         }
     }
 
@@ -310,14 +349,23 @@ impl Cache {
         if !evict_own && self.samples.len() >= limit(self.limits.max_samples) {
             return Err(Rejected::Samples);
         }
+        let valid = h.kind == SampleKind::Data;
+        // No rejection after this point: the copy is kept.
+        let copy = if valid {
+            self.copy_payload(payload)
+        } else {
+            Vec::new()
+        };
         let Some(inst) = self.instances.get_mut(&handle) else {
             return Err(Rejected::Instances);
         };
-        if evict_own {
-            if let Some(old) = inst.arrivals.pop_front() {
-                self.samples.remove(&old);
-            }
-        }
+        let evicted = if evict_own {
+            inst.arrivals
+                .pop_front()
+                .and_then(|old| self.samples.remove(&old))
+        } else {
+            None
+        };
         match h.kind {
             SampleKind::Data => {
                 match inst.state {
@@ -352,7 +400,6 @@ impl Cache {
         let arrival = self.next_arrival;
         self.next_arrival += 1;
         inst.arrivals.push_back(arrival);
-        let valid = h.kind == SampleKind::Data;
         self.samples.insert(
             arrival,
             Entry {
@@ -373,9 +420,12 @@ impl Cache {
                     order_index: o.order_index,
                     writer_seq: h.writer_seq,
                 },
-                payload: if valid { payload.to_vec() } else { Vec::new() },
+                payload: copy,
             },
         );
+        if let Some(e) = evicted {
+            self.keep_spare(e.payload);
+        }
         Ok(true)
     }
 

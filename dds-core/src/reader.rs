@@ -134,16 +134,22 @@ impl<T: TopicType> DataReader<T> {
             let mut s = lock(&self.core.status);
             s.changes &= !StatusMask::DATA_AVAILABLE.0;
         }
-        raw.into_iter()
+        let mut spent = Vec::with_capacity(raw.len());
+        let samples = raw
+            .into_iter()
             .map(|(info, bytes)| {
                 let data = if info.valid_data {
                     Some(T::decode(&bytes)?)
                 } else {
                     None
                 };
+                spent.push(bytes);
                 Ok(Sample { data, info })
             })
-            .collect()
+            .collect();
+        // The decoded samples own their data; the bytes go back for later deliveries.
+        lock(&self.core.cache).recycle(spent);
+        samples
     }
 
     /// Returns up to `max` samples in the states of `mask`, leaving them in the cache

@@ -586,6 +586,21 @@ mod tests {
     }
 
     #[test]
+    fn spare_buffers_are_reused_and_bounded() {
+        let mut c = Cache::new(History::keep_all(), ResourceLimits::default());
+        c.recycle((0..10_000).map(|_| vec![0u8; 1024]));
+        assert!(c.spare_bytes <= SPARE_BYTES_MAX, "bounded: {}", c.spare_bytes);
+        assert_eq!(c.spare.len(), SPARE_BYTES_MAX / 1024);
+        let before = c.spare.len();
+        c.insert(&hdr(SampleKind::Data, 1, 1), b"abc", o(0)).unwrap();
+        assert_eq!(c.spare.len(), before - 1, "the sample's copy took a spare buffer");
+        let got = c.access(10, &StateMask::ANY, None, true);
+        assert_eq!(got[0].1, b"abc", "and holds exactly the payload");
+        c.recycle(got.into_iter().map(|(_, b)| b));
+        assert_eq!(c.spare.len(), before);
+    }
+
+    #[test]
     fn keep_last_keeps_the_newest_per_instance() {
         let mut c = Cache::new(History::keep_last(2), ResourceLimits::default());
         for i in 0..5 {

@@ -589,11 +589,20 @@ mod tests {
     fn spare_buffers_are_reused_and_bounded() {
         let mut c = Cache::new(History::keep_all(), ResourceLimits::default());
         c.recycle((0..10_000).map(|_| vec![0u8; 1024]));
-        assert!(c.spare_bytes <= SPARE_BYTES_MAX, "bounded: {}", c.spare_bytes);
+        assert!(
+            c.spare_bytes <= SPARE_BYTES_MAX,
+            "bounded: {}",
+            c.spare_bytes
+        );
         assert_eq!(c.spare.len(), SPARE_BYTES_MAX / 1024);
         let before = c.spare.len();
-        c.insert(&hdr(SampleKind::Data, 1, 1), b"abc", o(0)).unwrap();
-        assert_eq!(c.spare.len(), before - 1, "the sample's copy took a spare buffer");
+        c.insert(&hdr(SampleKind::Data, 1, 1), b"abc", o(0))
+            .unwrap();
+        assert_eq!(
+            c.spare.len(),
+            before - 1,
+            "the sample's copy took a spare buffer"
+        );
         let got = c.access(10, &StateMask::ANY, None, true);
         assert_eq!(got[0].1, b"abc", "and holds exactly the payload");
         c.recycle(got.into_iter().map(|(_, b)| b));

@@ -216,3 +216,91 @@ pub mod many_topics {
         format!("T{i:05}")
     }
 }
+
+/// The processes of a multi-process example: a child started with piped stdin and
+/// stdout, its stdout read line by line on a thread of its own.
+pub mod procs {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Child, ChildStdin, Command, Stdio};
+    use std::sync::mpsc::Receiver;
+    use std::time::{Duration, Instant};
+
+    /// An error of the example drivers.
+    pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+    /// One child process of the domain.
+    #[derive(Debug)]
+    pub struct Proc {
+        /// Its name, for messages.
+        pub name: String,
+        /// The process.
+        pub child: Child,
+        /// Its stdin (`None` once closed).
+        pub stdin: Option<ChildStdin>,
+        /// Its stdout, line by line.
+        pub lines: Receiver<String>,
+    }
+
+    impl Proc {
+        /// Starts this executable again with `args`.
+        pub fn spawn_self(name: &str, args: &[String]) -> Result<Proc, BoxError> {
+            let mut child = Command::new(std::env::current_exe()?)
+                .args(args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()?;
+            let stdout = child.stdout.take().ok_or("child stdout")?;
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    if tx.send(l).is_err() {
+                        break;
+                    }
+                }
+            });
+            Ok(Proc {
+                name: name.to_string(),
+                stdin: child.stdin.take(),
+                child,
+                lines: rx,
+            })
+        }
+
+        /// Writes `line` to its stdin (ignored once the process is gone).
+        pub fn say(&mut self, line: &str) {
+            if let Some(s) = self.stdin.as_mut() {
+                let _ = writeln!(s, "{line}");
+                let _ = s.flush();
+            }
+        }
+
+        /// The next line that starts with `word`, skipping others; an error naming the
+        /// process after `timeout`.
+        pub fn expect(&self, word: &str, timeout: Duration) -> Result<String, BoxError> {
+            let deadline = Instant::now() + timeout;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match self.lines.recv_timeout(left) {
+                    Ok(l) if l.starts_with(word) => return Ok(l),
+                    Ok(_) => {}
+                    Err(_) => return Err(format!("{}: no {word}", self.name).into()),
+                }
+            }
+        }
+    }
+
+    /// A child left behind (the driver failed half-way) is killed, not orphaned.
+    impl Drop for Proc {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// A free port on loopback (for a tcp participant's listen address).
+    pub fn free_port() -> Result<u16, BoxError> {
+        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port())
+    }
+}

@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,12 +17,13 @@ use spindle_dds_core::{
     DataReader, DomainParticipant, DomainParticipantFactory, ParticipantConfig, Sample, StateMask,
     Transport, WaitSet,
 };
+use spindle_examples::procs::{free_port, Proc};
 use spindle_examples::{check_agreement, parse_log};
 use spindle_qos::{DataReaderQos, DataWriterQos, DurabilityKind, History, Reliability, TopicQos};
 use spindle_topics::avionics::{AirData, Attitude, FlightPlan, GeoPoint, NavigationPosition};
 use spindle_topics::TopicType;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use spindle_examples::procs::BoxError;
 
 #[derive(Parser)]
 #[command(
@@ -375,19 +375,6 @@ impl Keyed for FlightPlan {
 
 // ----- the domain -----------------------------------------------------------------------
 
-struct Proc {
-    name: &'static str,
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: std::sync::mpsc::Receiver<String>,
-}
-
-fn free_port() -> Result<u16, BoxError> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 fn spawn(
     name: &'static str,
     node: u32,
@@ -396,53 +383,25 @@ fn spawn(
     contact: &str,
     out: &Path,
 ) -> Result<Proc, BoxError> {
-    let mut child = Command::new(std::env::current_exe()?)
-        .args([
-            "member",
-            name,
-            &node.to_string(),
-            transport,
-            listen,
-            contact,
-        ])
-        .arg(out)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let stdout = child.stdout.take().ok_or("child stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    Ok(Proc {
+    let args: Vec<String> = [
+        "member",
         name,
-        stdin: child.stdin.take(),
-        child,
-        lines: rx,
-    })
+        &node.to_string(),
+        transport,
+        listen,
+        contact,
+        &out.to_string_lossy(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    Proc::spawn_self(name, &args)
 }
 
 fn wait_ready(p: &Proc, timeout: Duration) -> Result<(), BoxError> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match p.lines.recv_timeout(left) {
-            Ok(l) if l == "READY" => return Ok(()),
-            Ok(_) => {}
-            Err(_) => return Err(format!("{} did not become ready", p.name).into()),
-        }
-    }
-}
-
-fn say(p: &mut Proc, line: &str) {
-    if let Some(s) = p.stdin.as_mut() {
-        let _ = writeln!(s, "{line}");
-        let _ = s.flush();
-    }
+    p.expect("READY", timeout)
+        .map(|_| ())
+        .map_err(|_| format!("{} did not become ready", p.name).into())
 }
 
 fn domain(out: Option<PathBuf>, transport: &str, seconds: u64) -> Result<(), BoxError> {
@@ -514,12 +473,12 @@ fn domain(out: Option<PathBuf>, transport: &str, seconds: u64) -> Result<(), Box
         Duration::from_millis(seconds * 1000).saturating_sub(publish_start.elapsed()),
     );
     for p in procs.iter_mut().filter(|p| p.name != KILLED) {
-        say(p, "STOP");
+        p.say("STOP");
     }
     // Let the last samples reach every reader, then end every process.
     std::thread::sleep(Duration::from_millis(1500));
     for p in procs.iter_mut().filter(|p| p.name != KILLED) {
-        say(p, "EXIT");
+        p.say("EXIT");
         p.stdin = None;
     }
     for p in procs.iter_mut().filter(|p| p.name != KILLED) {

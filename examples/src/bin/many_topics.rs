@@ -10,7 +10,6 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
@@ -19,7 +18,7 @@ use spindle_examples::many_topics::{readers_of, topic_name, writer_of, PARTICIPA
 use spindle_qos::{DataReaderQos, DataWriterQos, History, Reliability, TopicQos};
 use spindle_topics::KeyedString;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use spindle_examples::procs::{free_port, BoxError, Proc};
 
 /// How long a process may take for one step before the domain gives up.
 const STEP_TIMEOUT: Duration = Duration::from_secs(120);
@@ -202,42 +201,6 @@ fn member(
 
 // ----- the domain -----------------------------------------------------------------------
 
-struct Proc {
-    node: u32,
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl Proc {
-    fn say(&mut self, line: &str) {
-        if let Some(s) = self.stdin.as_mut() {
-            let _ = writeln!(s, "{line}");
-            let _ = s.flush();
-        }
-    }
-
-    /// The next line starting with `word`, or an error after [`STEP_TIMEOUT`].
-    fn expect(&self, word: &str) -> Result<String, BoxError> {
-        let deadline = Instant::now() + STEP_TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(l) if l.starts_with(word) => return Ok(l),
-                Ok(_) => {}
-                Err(_) => return Err(format!("participant {}: no {word}", self.node).into()),
-            }
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn spawn(
     node: u32,
     transport: &str,
@@ -246,34 +209,19 @@ fn spawn(
     topics: usize,
     out: &Path,
 ) -> Result<Proc, BoxError> {
-    let mut child = Command::new(std::env::current_exe()?)
-        .args([
-            "member",
-            &node.to_string(),
-            transport,
-            listen,
-            contact,
-            &topics.to_string(),
-        ])
-        .arg(out)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let stdout = child.stdout.take().ok_or("child stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    Ok(Proc {
-        node,
-        stdin: child.stdin.take(),
-        child,
-        lines: rx,
-    })
+    let args: Vec<String> = [
+        "member",
+        &node.to_string(),
+        transport,
+        listen,
+        contact,
+        &topics.to_string(),
+        &out.to_string_lossy(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    Proc::spawn_self(&format!("participant {node}"), &args)
 }
 
 fn domain(transport: &str, topics: usize, out: Option<PathBuf>) -> Result<(), BoxError> {
@@ -290,12 +238,7 @@ fn domain(transport: &str, topics: usize, out: Option<PathBuf>) -> Result<(), Bo
     let ns = format!("mt{}", std::process::id());
     let listen_of = || -> Result<String, BoxError> {
         Ok(match transport {
-            "tcp" => format!(
-                "127.0.0.1:{}",
-                std::net::TcpListener::bind("127.0.0.1:0")?
-                    .local_addr()?
-                    .port()
-            ),
+            "tcp" => format!("127.0.0.1:{}", free_port()?),
             "shm" => ns.clone(),
             t => return Err(format!("--transport {t:?}: tcp or shm").into()),
         })
@@ -311,22 +254,22 @@ fn domain(transport: &str, topics: usize, out: Option<PathBuf>) -> Result<(), Bo
         out.display()
     );
     let mut procs = vec![spawn(1, transport, &first, &contact, topics, &out)?];
-    procs[0].expect("JOINED")?;
+    procs[0].expect("JOINED", STEP_TIMEOUT)?;
     for node in 2..=PARTICIPANTS {
         let p = spawn(node, transport, &listen_of()?, &contact, topics, &out)?;
-        p.expect("JOINED")?;
+        p.expect("JOINED", STEP_TIMEOUT)?;
         procs.push(p);
     }
     for p in &mut procs {
         p.say("CREATE");
     }
     for p in &procs {
-        let l = p.expect("CREATED")?;
+        let l = p.expect("CREATED", STEP_TIMEOUT)?;
         let f: Vec<&str> = l.split_whitespace().collect();
         println!(
-            "  participant {}: {} readers and {} writers created in {} ms, matched in {} ms, \
+            "  {}: {} readers and {} writers created in {} ms, matched in {} ms, \
              resident {} MiB",
-            p.node,
+            p.name,
             f.get(4).unwrap_or(&"?"),
             f.get(5).unwrap_or(&"?"),
             f.get(1).unwrap_or(&"?"),
@@ -340,17 +283,18 @@ fn domain(transport: &str, topics: usize, out: Option<PathBuf>) -> Result<(), Bo
         p.say("WRITE");
     }
     for p in &procs {
-        p.expect("WROTE")?;
+        p.expect("WROTE", STEP_TIMEOUT)?;
     }
     // SIGKILL (std's Child::kill on Unix): a crash, not a graceful leave.
-    let killed = procs.pop().ok_or("no participant")?;
-    drop(killed);
+    let mut killed = procs.pop().ok_or("no participant")?;
+    killed.child.kill()?;
+    let _ = killed.child.wait();
     println!("  SIGKILL participant {PARTICIPANTS}");
     for p in &mut procs {
         p.say("WRITE");
     }
     for p in &procs {
-        p.expect("WROTE")?;
+        p.expect("WROTE", STEP_TIMEOUT)?;
     }
     // Let the last samples reach every reader.
     std::thread::sleep(Duration::from_millis(1500));
@@ -358,10 +302,17 @@ fn domain(transport: &str, topics: usize, out: Option<PathBuf>) -> Result<(), Bo
         p.say("STOP");
     }
     for p in &procs {
-        p.expect("DONE")?;
+        p.expect("DONE", STEP_TIMEOUT)?;
     }
     for p in &mut procs {
         p.say("EXIT");
+        p.stdin = None;
+    }
+    for p in &mut procs {
+        let st = p.child.wait()?;
+        if !st.success() {
+            return Err(format!("{} exited with {st}", p.name).into());
+        }
     }
     println!("  every survivor logged its readers");
     Ok(())

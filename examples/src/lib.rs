@@ -297,6 +297,31 @@ pub mod procs {
         }
     }
 
+    /// The configuration of member `node` of a domain that node 1 starts: `transport` is
+    /// `tcp` or `shm`; the others join through node 1 at `contact`.
+    pub fn member_config(
+        node: u32,
+        transport: &str,
+        listen: &str,
+        contact: &str,
+    ) -> Result<spindle_dds_core::ParticipantConfig, BoxError> {
+        let transport = match transport {
+            "tcp" => spindle_dds_core::Transport::Tcp,
+            "shm" => spindle_dds_core::Transport::Shm,
+            t => return Err(format!("transport {t:?}: tcp or shm").into()),
+        };
+        let mut cfg = spindle_dds_core::ParticipantConfig::new(node, transport, listen);
+        if node == 1 {
+            cfg.bootstrap = vec![1];
+        } else {
+            cfg.contacts = vec![spindle_dds_core::Contact {
+                node: 1,
+                address: contact.to_string(),
+            }];
+        }
+        Ok(cfg)
+    }
+
     /// A free port on loopback (for a tcp participant's listen address).
     pub fn free_port() -> Result<u16, BoxError> {
         Ok(std::net::TcpListener::bind("127.0.0.1:0")?

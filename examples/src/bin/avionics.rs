@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use spindle_dds_core::{
     DataReader, DomainParticipant, DomainParticipantFactory, ParticipantConfig, Sample, StateMask,
-    Transport, WaitSet,
+    WaitSet,
 };
-use spindle_examples::procs::{free_port, Proc};
+use spindle_examples::procs::{free_port, member_config, Proc};
 use spindle_examples::{check_agreement, parse_log};
 use spindle_qos::{DataReaderQos, DataWriterQos, DurabilityKind, History, Reliability, TopicQos};
 use spindle_topics::avionics::{AirData, Attitude, FlightPlan, GeoPoint, NavigationPosition};
@@ -107,20 +107,7 @@ fn member(
     contact: &str,
     out: &Path,
 ) -> Result<(), BoxError> {
-    let transport = match transport {
-        "tcp" => Transport::Tcp,
-        "shm" => Transport::Shm,
-        t => return Err(format!("transport {t:?}: tcp or shm").into()),
-    };
-    let mut cfg = ParticipantConfig::new(node, transport, listen);
-    if node == 1 {
-        cfg.bootstrap = vec![1];
-    } else {
-        cfg.contacts = vec![spindle_dds_core::Contact {
-            node: 1,
-            address: contact.to_string(),
-        }];
-    }
+    let cfg = member_config(node, transport, listen, contact)?;
     let p = DomainParticipantFactory::instance().create_participant(0, Default::default(), &cfg)?;
     let stop = Arc::new(AtomicBool::new(false));
     let exit = Arc::new(AtomicBool::new(false));

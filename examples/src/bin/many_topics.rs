@@ -13,12 +13,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use spindle_dds_core::{DomainParticipantFactory, ParticipantConfig, StateMask, Transport};
+use spindle_dds_core::{DomainParticipantFactory, ParticipantConfig, StateMask};
 use spindle_examples::many_topics::{readers_of, topic_name, writer_of, PARTICIPANTS};
 use spindle_qos::{DataReaderQos, DataWriterQos, History, Reliability, TopicQos};
 use spindle_topics::KeyedString;
 
-use spindle_examples::procs::{free_port, BoxError, Proc};
+use spindle_examples::procs::{free_port, member_config, BoxError, Proc};
 
 /// How long a process may take for one step before the domain gives up.
 const STEP_TIMEOUT: Duration = Duration::from_secs(120);
@@ -94,21 +94,8 @@ fn member(
     topics: usize,
     out: &Path,
 ) -> Result<(), BoxError> {
-    let transport = match transport {
-        "tcp" => Transport::Tcp,
-        "shm" => Transport::Shm,
-        t => return Err(format!("transport {t:?}: tcp or shm").into()),
-    };
-    let mut cfg = ParticipantConfig::new(node, transport, listen);
+    let mut cfg = member_config(node, transport, listen, contact)?;
     cfg.entity_timeout_ms = 60_000;
-    if node == 1 {
-        cfg.bootstrap = vec![1];
-    } else {
-        cfg.contacts = vec![spindle_dds_core::Contact {
-            node: 1,
-            address: contact.to_string(),
-        }];
-    }
     let p = DomainParticipantFactory::instance().create_participant(0, Default::default(), &cfg)?;
     let mut stdin = BufReader::new(std::io::stdin());
     let say = |line: &str| -> Result<(), BoxError> {

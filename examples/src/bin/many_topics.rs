@@ -113,6 +113,10 @@ fn member(
         return Ok(());
     }
     let qos = TopicQos::default().with_reliability(Reliability::reliable());
+    // A write may wait through the view change that removes the killed participant
+    // (failure detection, then the change): RELIABILITY max_blocking_time is that bound.
+    let mut wqos = DataWriterQos::from_topic_qos(&qos);
+    wqos.reliability.max_blocking_time = spindle_qos::Duration::from_secs(60);
     let start = Instant::now();
     let sub = p.create_subscriber(Default::default())?;
     let publ = p.create_publisher(Default::default())?;
@@ -130,7 +134,7 @@ fn member(
             readers.push((i, sub.create_datareader(&t, q)?));
         }
         if writes {
-            writers.push((i, publ.create_datawriter(&t, DataWriterQos::default())?));
+            writers.push((i, publ.create_datawriter(&t, wqos.clone())?));
         }
     }
     let created_ms = start.elapsed().as_millis();

@@ -51,6 +51,12 @@ struct Args {
     /// waiting on a WaitSet in a thread of its own.
     #[arg(long)]
     listener: bool,
+    /// Topics the samples are spread over, round-robin (throughput runs).
+    #[arg(long, default_value_t = 1)]
+    busy_topics: usize,
+    /// Topics beside them with a writer and a reader each, never written.
+    #[arg(long, default_value_t = 0)]
+    idle_topics: usize,
     #[command(subcommand)]
     role: Option<Role>,
 }
@@ -118,6 +124,21 @@ fn participant(
     Ok(DomainParticipantFactory::instance().create_participant(0, Default::default(), &cfg)?)
 }
 
+/// The busy topics (the first is `perf`) and the idle ones.
+fn topic_names(a: &Args) -> (Vec<String>, Vec<String>) {
+    let busy = (0..a.busy_topics.max(1))
+        .map(|k| {
+            if k == 0 {
+                "perf".to_string()
+            } else {
+                format!("perf-{k}")
+            }
+        })
+        .collect();
+    let idle = (0..a.idle_topics).map(|i| format!("idle-{i}")).collect();
+    (busy, idle)
+}
+
 fn reader_qos(q: &TopicQos) -> DataReaderQos {
     DataReaderQos::from_topic_qos(q).with_history(History::keep_all())
 }
@@ -142,7 +163,8 @@ fn publisher(a: &Args, listen: &str) -> Result<(), BoxError> {
     let p = participant(a, 1, listen, None)?;
     line(&format!("ADDR {}", p.address()))?;
     let q = topic_qos(a)?;
-    let t = p.create_topic::<Sequence>("perf", q.clone())?;
+    let (busy, idle) = topic_names(a);
+    let t = p.create_topic::<Sequence>(&busy[0], q.clone())?;
     // The latency run reads its own samples (delivery = stability at every member); the
     // throughput run has no reader besides the subscriber's.
     let own = if a.latency {
@@ -153,17 +175,30 @@ fn publisher(a: &Args, listen: &str) -> Result<(), BoxError> {
     } else {
         None
     };
-    let w = p
-        .create_publisher(Default::default())?
-        .create_datawriter(&t, DataWriterQos::from_topic_qos(&q))?;
-    w.wait_for_readers(1 + u32::from(a.latency), Duration::from_secs(60))?;
+    let publ = p.create_publisher(Default::default())?;
+    let mut writers = Vec::new();
+    for name in busy.iter().chain(&idle) {
+        let t = p.create_topic::<Sequence>(name, q.clone())?;
+        writers.push(publ.create_datawriter(&t, DataWriterQos::from_topic_qos(&q))?);
+    }
+    for w in &writers {
+        w.wait_for_readers(1 + u32::from(a.latency), Duration::from_secs(60))?;
+    }
+    // Idle: created and matched, kept, never written.
+    let _idle_writers = writers.split_off(busy.len());
+    let w = &writers[0];
     line("READY")?;
     wait_line("GO")?;
     let sample = Sequence {
         payload: vec![0x5A; a.size],
     };
     let mut lat_us = Vec::new();
-    for _ in 0..a.samples {
+    for i in 0..a.samples {
+        let w = if own.is_some() {
+            w
+        } else {
+            &writers[i as usize % writers.len()]
+        };
         if let Some(own) = &own {
             let t0 = Instant::now();
             w.write(&sample)?;
@@ -196,27 +231,36 @@ fn publisher(a: &Args, listen: &str) -> Result<(), BoxError> {
 fn subscriber(a: &Args, listen: &str, contact: &str) -> Result<(), BoxError> {
     let p = participant(a, 2, listen, Some(contact))?;
     let q = topic_qos(a)?;
-    let t = p.create_topic::<Sequence>("perf", q.clone())?;
-    let r = p
-        .create_subscriber(Default::default())?
-        .create_datareader(&t, reader_qos(&q))?;
+    let (busy, idle) = topic_names(a);
+    let sub = p.create_subscriber(Default::default())?;
+    let mut readers = Vec::new();
+    for name in busy.iter().chain(&idle) {
+        let t = p.create_topic::<Sequence>(name, q.clone())?;
+        readers.push(sub.create_datareader(&t, reader_qos(&q))?);
+    }
+    let _idle_readers = readers.split_off(busy.len());
     if a.listener {
-        return take_in_listener(a, p, r);
+        return take_in_listener(a, p, readers);
     }
     line("READY")?;
     let mut ws = WaitSet::new();
-    ws.attach_condition(r.create_readcondition(StateMask::ANY));
+    for r in &readers {
+        ws.attach_condition(r.create_readcondition(StateMask::ANY));
+    }
     let mut count = 0u64;
     let mut first: Option<Instant> = None;
     let deadline = Instant::now() + Duration::from_secs(600);
     while count < a.samples && Instant::now() < deadline {
-        let got = r.take(usize::MAX, StateMask::ANY)?;
-        if got.is_empty() {
+        let mut got = 0;
+        for r in &readers {
+            got += r.take(usize::MAX, StateMask::ANY)?.len() as u64;
+        }
+        if got == 0 {
             let _ = ws.wait(Duration::from_millis(10));
             continue;
         }
         first.get_or_insert_with(Instant::now);
-        count += got.len() as u64;
+        count += got;
     }
     let secs = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
     line(&format!("RATE {count} {secs:.6}"))?;
@@ -246,14 +290,16 @@ impl DataReaderListener<Sequence> for Count {
 fn take_in_listener(
     a: &Args,
     p: DomainParticipant,
-    r: DataReader<Sequence>,
+    readers: Vec<DataReader<Sequence>>,
 ) -> Result<(), BoxError> {
     let count = Arc::new(AtomicU64::new(0));
     let first = Arc::new(Mutex::new(None));
-    r.set_listener(Count {
-        count: Arc::clone(&count),
-        first: Arc::clone(&first),
-    });
+    for r in &readers {
+        r.set_listener(Count {
+            count: Arc::clone(&count),
+            first: Arc::clone(&first),
+        });
+    }
     line("READY")?;
     let deadline = Instant::now() + Duration::from_secs(600);
     while count.load(Ordering::Acquire) < a.samples && Instant::now() < deadline {
@@ -283,6 +329,8 @@ fn bench(a: &Args) -> Result<(), BoxError> {
         if a.listener {
             c.arg("--listener");
         }
+        c.args(["--busy-topics", &a.busy_topics.to_string()])
+            .args(["--idle-topics", &a.idle_topics.to_string()]);
     };
     let (pub_listen, sub_listen) = match a.transport.as_str() {
         "tcp" => ("127.0.0.1:0".to_string(), "127.0.0.1:0".to_string()),
@@ -335,8 +383,8 @@ fn bench(a: &Args) -> Result<(), BoxError> {
     let secs: f64 = r[2].parse()?;
     let msgs_per_s = if secs > 0.0 { count / secs } else { 0.0 };
     println!(
-        "{{\"transport\":\"{}\",\"level\":\"{}\",\"size\":{},\"samples\":{},\"received\":{},\"latency_mode\":{},\"msgs_per_s\":{:.0},\"bytes_per_s\":{:.0},\"lat_p50_us\":{},\"lat_p99_us\":{}}}",
-        a.transport, a.level, a.size, a.samples, count, a.latency, msgs_per_s, msgs_per_s * a.size as f64, l[1], l[2]
+        "{{\"transport\":\"{}\",\"level\":\"{}\",\"size\":{},\"samples\":{},\"received\":{},\"latency_mode\":{},\"busy_topics\":{},\"idle_topics\":{},\"msgs_per_s\":{:.0},\"bytes_per_s\":{:.0},\"lat_p50_us\":{},\"lat_p99_us\":{}}}",
+        a.transport, a.level, a.size, a.samples, count, a.latency, a.busy_topics.max(1), a.idle_topics, msgs_per_s, msgs_per_s * a.size as f64, l[1], l[2]
     );
     Ok(())
 }

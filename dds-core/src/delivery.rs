@@ -257,6 +257,13 @@ impl Application for DdsApp {
                 for s in store.iter() {
                     apply_announcement(&mut st, s.origin.node, &s.bytes, &mut announced);
                 }
+                // The store still holds announcements of participants that left.
+                let members: Vec<NodeId> = st
+                    .view
+                    .as_ref()
+                    .map(|v| v.members.clone())
+                    .unwrap_or_default();
+                st.endpoints.retain(|(node, _), _| members.contains(node));
             }
             st.stores.insert(subgroup, store);
             st.awaiting_state.remove(&subgroup);

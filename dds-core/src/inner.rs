@@ -240,7 +240,19 @@ impl ParticipantInner {
                 .is_some_and(|d| d.spec.senders.contains(&me))
                 && !st.awaiting_state.contains(&BUILTIN_SUBGROUP)
         })?;
-        self.wait_sender(BUILTIN_SUBGROUP)
+        self.wait_sender(BUILTIN_SUBGROUP)?;
+        // A previous incarnation of this node (a process restarted with the same id)
+        // may have left endpoints in the table: they are gone with it.
+        let stale: Vec<Endpoint> = lock(&self.shared.state)
+            .endpoints
+            .iter()
+            .filter(|((node, _), _)| *node == me)
+            .map(|(_, e)| *e)
+            .collect();
+        for e in stale {
+            self.announce(e, false)?;
+        }
+        Ok(())
     }
 
     /// Announces `e` (`alive`, or deleted) on the built-in topic and waits until this

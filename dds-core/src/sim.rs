@@ -360,6 +360,21 @@ impl SimDomain {
         core.cluster.world.crash(node);
     }
 
+    /// Restarts participant `node` as a new process would: its old incarnation (if still
+    /// running) crashes, and a new participant with the same id joins the domain. Returns
+    /// once its first view is installed.
+    pub fn restart(&self, node: NodeId) -> Result<DomainParticipant> {
+        {
+            let mut core = lock(&self.core);
+            if let Some(m) = core.cluster.nodes.remove(&node) {
+                m.link.done.store(true, Ordering::Release);
+                lock(&m.link.senders).clear();
+            }
+        }
+        self.world.restart(node);
+        self.participant(node)
+    }
+
     /// True once participant `node` stopped (crashed, closed, shut down or left).
     pub fn is_stopped(&self, node: NodeId) -> bool {
         lock(&self.core)

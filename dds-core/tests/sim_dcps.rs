@@ -654,3 +654,54 @@ fn a_thousand_topics_share_bounded_subgroups_and_each_reader_gets_exactly_its_to
         }
     });
 }
+
+#[test]
+fn a_restarted_participant_leaves_no_stale_endpoints() {
+    for_seeds(
+        "a_restarted_participant_leaves_no_stale_endpoints",
+        |seed| {
+            let (d, ps) = domain(seed, 3);
+            let w = writer(&ps[0], "T", DataWriterQos::default());
+            let _a = reader(&ps[1], "T", keep_all(&atomic()));
+            let _b = reader(&ps[1], "T", keep_all(&atomic()));
+            let _c = reader(&ps[2], "T", keep_all(&atomic()));
+            assert_eq!(w.publication_matched_status().current_count, 3);
+            d.crash(2);
+            assert!(
+                d.run_until(ROUNDS_MAX, || w.publication_matched_status().current_count
+                    == 1),
+                "seed {seed}: the crashed participant's readers are gone"
+            );
+            // A new process with the same id: the table it receives still holds its old
+            // incarnation's readers; they must not count.
+            let p2 = d.restart(2).unwrap();
+            let r = reader(&p2, "T", keep_all(&atomic()));
+            assert!(
+                d.run_until(ROUNDS_MAX, || w.publication_matched_status().current_count
+                    == 2),
+                "seed {seed}: the new reader matched"
+            );
+            d.run_for(20_000);
+            assert_eq!(
+                w.publication_matched_status().current_count,
+                2,
+                "seed {seed}"
+            );
+            assert_eq!(
+                r.subscription_matched_status().current_count,
+                1,
+                "seed {seed}: one writer"
+            );
+            // A participant that joins after all this sees the same table.
+            let late = d.participant(4).unwrap();
+            let lw = writer(&late, "T", DataWriterQos::default());
+            assert_eq!(
+                lw.publication_matched_status().current_count,
+                2,
+                "seed {seed}"
+            );
+            w.write(&ks("k", "after")).unwrap();
+            assert_eq!(values(&take_n(&d, &r, 1)), ["after"], "seed {seed}");
+        },
+    );
+}

@@ -6,7 +6,7 @@
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 
 use super::frame::Head;
 use super::{lock, read, Hub, Link, LinkStream, RemoteWrite};
@@ -140,6 +140,30 @@ impl<S: LinkStream> Hub<S> {
             .map_err(|e| Error::io("spawning a writer thread", e))
     }
 
+    /// Lets a frame of `frame_bytes` join `link`'s queue, whose guard `out` is, and gives
+    /// the guard back: not once the link failed or closed (the link's error, else
+    /// `NotConnected`; the guard is released before the peer table is read), and, when
+    /// `bounded`, not past [`FabricConfig::outbound_bytes_max`] (`QueueFull`).
+    fn admit<'a>(
+        &self,
+        link: &Link<S>,
+        out: MutexGuard<'a, Outbound>,
+        frame_bytes: usize,
+        bounded: bool,
+    ) -> Result<MutexGuard<'a, Outbound>> {
+        if link.failed.load(Ordering::Acquire) || out.closed {
+            drop(out);
+            return Err(self
+                .link(link.peer)
+                .err()
+                .unwrap_or(Error::NotConnected { peer: link.peer }));
+        }
+        if bounded && out.queued_bytes() + frame_bytes > self.cfg.outbound_bytes_max {
+            return Err(Error::QueueFull { peer: link.peer });
+        }
+        Ok(out)
+    }
+
     /// Appends a frame to `link`'s outbound buffer (within the bound unless `control`)
     /// and sends if the socket is free.
     pub(super) fn enqueue(
@@ -150,17 +174,7 @@ impl<S: LinkStream> Hub<S> {
         encode: impl FnOnce(&mut Vec<u8>),
     ) -> Result<()> {
         {
-            let mut out = lock(&link.out);
-            if link.failed.load(Ordering::Acquire) || out.closed {
-                drop(out);
-                return Err(self
-                    .link(link.peer)
-                    .err()
-                    .unwrap_or(Error::NotConnected { peer: link.peer }));
-            }
-            if !control && out.queued_bytes() + frame_bytes > self.cfg.outbound_bytes_max {
-                return Err(Error::QueueFull { peer: link.peer });
-            }
+            let mut out = self.admit(link, lock(&link.out), frame_bytes, !control)?;
             encode(&mut out.pending);
             if out.flushing {
                 return Ok(());
@@ -191,17 +205,7 @@ impl<S: LinkStream> Hub<S> {
             });
         }
         {
-            let mut out = lock(&link.out);
-            if link.failed.load(Ordering::Acquire) || out.closed {
-                drop(out);
-                return Err(self
-                    .link(link.peer)
-                    .err()
-                    .unwrap_or(Error::NotConnected { peer: link.peer }));
-            }
-            if bounded && out.queued_bytes() + frame_bytes > self.cfg.outbound_bytes_max {
-                return Err(Error::QueueFull { peer: link.peer });
-            }
+            let mut out = self.admit(link, lock(&link.out), frame_bytes, bounded)?;
             if out.flushing || !out.pending.is_empty() {
                 out.pending.extend_from_slice(head);
                 out.pending.extend_from_slice(payload);

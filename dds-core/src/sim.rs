@@ -99,6 +99,14 @@ struct MemberLink {
     deadlines: AtomicBool,
 }
 
+impl MemberLink {
+    /// The participant is gone: it no longer runs, and hands out no sender.
+    fn end(&self) {
+        self.done.store(true, Ordering::Release);
+        lock(&self.senders).clear();
+    }
+}
+
 struct Member {
     ep: Arc<SimEndpoint>,
     group: Group,
@@ -354,8 +362,7 @@ impl SimDomain {
     pub fn crash(&self, node: NodeId) {
         let core = lock(&self.core);
         if let Some(m) = core.cluster.nodes.get(&node) {
-            m.link.done.store(true, Ordering::Release);
-            lock(&m.link.senders).clear();
+            m.link.end();
         }
         core.cluster.world.crash(node);
     }
@@ -367,8 +374,7 @@ impl SimDomain {
         {
             let mut core = lock(&self.core);
             if let Some(m) = core.cluster.nodes.remove(&node) {
-                m.link.done.store(true, Ordering::Release);
-                lock(&m.link.senders).clear();
+                m.link.end();
             }
         }
         self.world.restart(node);

@@ -8,7 +8,6 @@ use spindle_qos::{DataWriterQos, PublisherQos};
 use spindle_topics::TopicType;
 
 use crate::common::lock;
-use crate::discovery::Endpoint;
 use crate::error::{Error, Result};
 use crate::inner::ParticipantInner;
 use crate::shared::State;
@@ -71,12 +70,7 @@ impl Publisher {
                 .get(&sg)
                 .is_some_and(|d| d.spec.senders.contains(&me))
         };
-        let endpoint = Endpoint {
-            entity: id,
-            topic_id: topic.inner.ident.topic_id,
-            reader: false,
-            level: core.level,
-        };
+        let endpoint = core.endpoint();
         if let Err(e) = p
             .redeclare(ready)
             .and_then(|_| p.wait_sender(sg))
@@ -102,12 +96,7 @@ impl Publisher {
         }
         writer.core().deleted.store(true, Ordering::Release);
         lock(&p.shared.state).writers.remove(&id);
-        let endpoint = Endpoint {
-            entity: id,
-            topic_id: writer.core().topic.topic_id,
-            reader: false,
-            level: writer.core().level,
-        };
+        let endpoint = writer.core().endpoint();
         p.announce(endpoint, false)?;
         p.redeclare(|_| true)
     }

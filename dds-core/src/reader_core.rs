@@ -11,7 +11,7 @@ use spindle_qos::{DataReaderQos, DeliveryLevel, QosPolicyId};
 use crate::cache::{Cache, Origin};
 use crate::clock::Clock;
 use crate::common::{lock, reason, TopicIdentity};
-use crate::discovery::EndpointKey;
+use crate::discovery::{Endpoint, EndpointKey};
 use crate::sample::{InstanceHandle, SampleHeader, WriterHandle};
 use crate::status::{
     rematch, DeadlineMissedStatus, IncompatibleQosStatus, LivelinessChangedStatus, MatchedStatus,
@@ -50,6 +50,16 @@ pub(crate) struct ReaderCore {
 }
 
 impl ReaderCore {
+    /// This entity as the built-in topic announces it.
+    pub(crate) fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            entity: self.id,
+            topic_id: self.topic.topic_id,
+            reader: true,
+            level: self.level,
+        }
+    }
+
     pub(crate) fn new(
         id: u32,
         topic: Arc<TopicIdentity>,

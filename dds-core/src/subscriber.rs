@@ -8,7 +8,6 @@ use spindle_qos::{DataReaderQos, SubscriberQos};
 use spindle_topics::TopicType;
 
 use crate::common::lock;
-use crate::discovery::Endpoint;
 use crate::error::{Error, Result};
 use crate::inner::ParticipantInner;
 use crate::reader::DataReader;
@@ -83,12 +82,7 @@ impl Subscriber {
                 .is_none_or(|d| d.readers.contains(&me))
                 && !st.awaiting_state.contains(&sg)
         };
-        let endpoint = Endpoint {
-            entity: id,
-            topic_id: topic.inner.ident.topic_id,
-            reader: true,
-            level: core.level,
-        };
+        let endpoint = core.endpoint();
         if let Err(e) = p.redeclare(ready).and_then(|_| p.announce(endpoint, true)) {
             p.remove_interest(id);
             unregister_reader(p, &core);
@@ -109,12 +103,7 @@ impl Subscriber {
         }
         core.deleted.store(true, Ordering::Release);
         unregister_reader(p, core);
-        let endpoint = Endpoint {
-            entity: core.id,
-            topic_id: core.topic.topic_id,
-            reader: true,
-            level: core.level,
-        };
+        let endpoint = core.endpoint();
         p.announce(endpoint, false)?;
         p.redeclare(|_| true)
     }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use spindle_qos::{DataWriterQos, DeliveryLevel};
 
 use crate::common::{lock, TopicIdentity};
+use crate::discovery::Endpoint;
 use crate::sample::InstanceHandle;
 use crate::status::{rematch, DeadlineMissedStatus, MatchedStatus};
 
@@ -42,6 +43,16 @@ pub(crate) struct WriterCore {
 }
 
 impl WriterCore {
+    /// This entity as the built-in topic announces it.
+    pub(crate) fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            entity: self.id,
+            topic_id: self.topic.topic_id,
+            reader: false,
+            level: self.level,
+        }
+    }
+
     pub(crate) fn new(id: u32, topic: Arc<TopicIdentity>, qos: DataWriterQos) -> Arc<WriterCore> {
         let blocking = blocking_us(&qos);
         let lifespan = lifespan_ns(&qos);

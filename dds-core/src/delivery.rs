@@ -182,7 +182,6 @@ impl Application for DdsApp {
                 }
             }
             st.awaiting_state.extend(awaiting);
-            let vid = view.vid;
             // Stores: kept for store-level subgroups this node is in; a node that newly
             // enters one gets its store by state transfer before any delivery.
             let mine: Vec<(SubgroupId, bool)> = st
@@ -214,7 +213,6 @@ impl Application for DdsApp {
             st.endpoints
                 .retain(|(node, _), _| view.members.contains(node));
             st.view = Some(view);
-            let _ = vid;
             rematched = rematch_local(&st, None);
         }
         self.shared.view_changed.notify_all();

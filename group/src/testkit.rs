@@ -50,9 +50,7 @@ use spindle_transport_rdma::{Endpoint, Event, NodeId};
 
 use crate::engine::{Engine, EngineConfig};
 use crate::error::{Error, Result};
-use crate::group::Group;
 use crate::layout::{Layout, View};
-use crate::runtime::drive;
 
 /// Steps the fabric may take to bring up the links of a new [`engine_cluster`].
 pub const CONNECT_STEPS_MAX: usize = 1_000_000;
@@ -67,18 +65,6 @@ pub trait SimNode {
     /// post the writes and sends. `scratch` is shared by all nodes of the cluster. True
     /// if anything happened.
     fn step(&mut self, now_us: u64, scratch: &mut Vec<u8>) -> bool;
-}
-
-/// A [`Group`] over a sim endpoint: [`crate::runtime::drive`], as the predicate thread
-/// runs it. The caller takes the group's outputs ([`Group::poll`]) after each step.
-impl SimNode for (Arc<SimEndpoint>, Group) {
-    fn is_live(&self) -> bool {
-        !self.1.is_done()
-    }
-
-    fn step(&mut self, now_us: u64, scratch: &mut Vec<u8>) -> bool {
-        drive(&mut self.1, &*self.0, now_us, scratch)
-    }
 }
 
 /// An [`Engine`] of a fixed view over a sim endpoint. Its deliveries and events stay in

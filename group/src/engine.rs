@@ -350,11 +350,16 @@ pub(crate) fn drain_queue<'r>(
         let Some(r) = region(push.region) else {
             continue;
         };
-        scratch.resize(push.len, 0);
-        if r.read_bytes(push.offset, &mut scratch[..]).is_err() {
+        // Grow only: a short push after a long one must not zero the long one's bytes
+        // again (a memset per slot push).
+        if scratch.len() < push.len {
+            scratch.resize(push.len, 0);
+        }
+        let bytes = &mut scratch[..push.len];
+        if r.read_bytes(push.offset, bytes).is_err() {
             continue;
         }
-        match post(&push, &scratch[..]) {
+        match post(&push, bytes) {
             Ok(()) => posted += 1,
             Err(spindle_transport_rdma::Error::QueueFull { .. }) => {
                 held.push(push.peer);

@@ -333,6 +333,8 @@ struct GroupShared {
     view: Mutex<Option<View>>,
     leave: AtomicBool,
     declare: Mutex<Option<Vec<u8>>>,
+    /// Set with `declare`, so the predicate thread takes the lock only when there is one.
+    declare_pending: AtomicBool,
 }
 
 /// A running group member: its [`Group`] on a predicate thread of its own, delivering to
@@ -451,6 +453,7 @@ impl GroupNode {
             )));
         }
         *lock(&self.shared.declare) = Some(declared);
+        self.shared.declare_pending.store(true, Ordering::Release);
         self.endpoint.wake();
         Ok(())
     }
@@ -490,15 +493,24 @@ fn group_loop(
     let mut idle_rounds: u32 = 0;
     let mut refresh = true;
     let mut scratch = Vec::new();
+    let mut round: u32 = 0;
+    let mut now_us = 0;
     while !shared.stop.load(Ordering::Acquire) {
-        if shared.leave.swap(false, Ordering::AcqRel) {
+        round = round.wrapping_add(1);
+        if shared.leave.load(Ordering::Acquire) && shared.leave.swap(false, Ordering::AcqRel) {
             group.leave();
         }
-        if let Some(d) = lock(&shared.declare).take() {
-            // Checked against the bound by GroupNode::declare.
-            let _ = group.declare(d);
+        if shared.declare_pending.swap(false, Ordering::AcqRel) {
+            if let Some(d) = lock(&shared.declare).take() {
+                // Checked against the bound by GroupNode::declare.
+                let _ = group.declare(d);
+            }
         }
-        let now_us = start.elapsed().as_micros() as u64;
+        // The group's time-outs are milliseconds: a busy loop reads the clock every few
+        // rounds, an idle one every round.
+        if idle_rounds > 0 || round % CLOCK_ROUNDS == 0 {
+            now_us = start.elapsed().as_micros() as u64;
+        }
         let mut work = drive(&mut group, &*ep, now_us, &mut scratch);
         while let Some(out) = group.poll() {
             work = true;
@@ -626,10 +638,15 @@ pub fn drive(group: &mut Group, ep: &dyn Endpoint, now_us: u64, scratch: &mut Ve
         }
     };
     perform_all(group);
+    // The last (peer, region) seen announced: a round's pushes mostly go to a few.
+    let mut known = None;
     let posted = group.drain_pushes(scratch, |p, bytes| {
-        if ep.remote_region(p.peer, p.region).is_none() {
-            // The peer has not installed this view (or the link is not up yet): hold.
-            return Err(spindle_transport_rdma::Error::QueueFull { peer: p.peer });
+        if known != Some((p.peer, p.region)) {
+            if ep.remote_region(p.peer, p.region).is_none() {
+                // The peer has not installed this view (or the link is not up yet): hold.
+                return Err(spindle_transport_rdma::Error::QueueFull { peer: p.peer });
+            }
+            known = Some((p.peer, p.region));
         }
         p.post(ep, bytes)
     });

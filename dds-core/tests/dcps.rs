@@ -99,17 +99,22 @@ fn readers_see_one_order_across_two_writers_on_overlapping_topics() {
         .unwrap()
         .create_datareader(&betas[2], rq)
         .unwrap();
+    // Writes wait for room as long as it takes: this test must not depend on how fast
+    // a loaded machine drains the window (the default RELIABILITY max_blocking_time is
+    // 100 ms).
+    let mut wq = DataWriterQos::default();
+    wq.reliability.max_blocking_time = spindle_qos::Duration::from_secs(120);
     let w1 = ps[0]
         .create_publisher(Default::default())
         .unwrap()
-        .create_datawriter(&topics[0], DataWriterQos::default())
+        .create_datawriter(&topics[0], wq.clone())
         .unwrap();
     let pub2 = ps[1].create_publisher(Default::default()).unwrap();
     let w2 = pub2
-        .create_datawriter(&topics[1], DataWriterQos::default())
+        .create_datawriter(&topics[1], wq.clone())
         .unwrap();
     let wb2 = pub2
-        .create_datawriter(&betas[1], DataWriterQos::default())
+        .create_datawriter(&betas[1], wq)
         .unwrap();
     // Matched statuses reflect the installed view: two reading participants, two writers.
     assert_eq!(w1.publication_matched_status().current_count, 2);

@@ -30,7 +30,51 @@ struct Entry {
     instance: InstanceHandle,
     read: bool,
     info: SampleInfo,
-    payload: Vec<u8>,
+    payload: Payload,
+}
+
+/// A sample's serialized bytes as a cache holds and hands them out: owned until a `read`
+/// shares them with the samples (or loans) it returned, so reading a sample again copies
+/// nothing, and a `take` moves them out without a copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    /// One holder: the cache, or whoever took the sample.
+    Owned(Vec<u8>),
+    /// Shared by the cache and what `read` returned.
+    Shared(Arc<Vec<u8>>),
+}
+
+impl Payload {
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Payload::Owned(v) => v,
+            Payload::Shared(v) => v,
+        }
+    }
+
+    /// Another handle on the same bytes (the first share turns `Owned` into `Shared`).
+    fn share(&mut self) -> Payload {
+        if let Payload::Owned(v) = self {
+            *self = Payload::Shared(Arc::new(std::mem::take(v)));
+        }
+        self.clone()
+    }
+
+    /// The buffer, if this was its last holder (for reuse).
+    fn into_buffer(self) -> Option<Vec<u8>> {
+        match self {
+            Payload::Owned(v) => Some(v),
+            Payload::Shared(v) => Arc::try_unwrap(v).ok(),
+        }
+    }
+}
+
+impl std::ops::Deref for Payload {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.bytes()
+    }
 }
 
 impl Entry {
@@ -136,15 +180,17 @@ impl Cache {
         }
     }
 
-    /// Gives back payload buffers (after `take` decoded them) for later samples to reuse;
-    /// those past [`SPARE_BYTES_MAX`] are freed.
-    pub fn recycle(&mut self, buffers: impl IntoIterator<Item = Vec<u8>>) {
-        for b in buffers {
+    /// Gives back payloads (after `take` decoded them, or a loan was returned) for later
+    /// samples to reuse their buffers; those still shared elsewhere, and those past
+    /// [`SPARE_BYTES_MAX`], are left to be freed.
+    pub fn recycle(&mut self, payloads: impl IntoIterator<Item = Payload>) {
+        for b in payloads.into_iter().filter_map(Payload::into_buffer) {
             self.keep_spare(b);
         }
     }
 
     fn keep_spare(&mut self, b: Vec<u8>) {
+        // Invariant: spare_bytes == sum of the spare buffers' capacities <= SPARE_BYTES_MAX.
         let cap = b.capacity();
         if cap > 0 && self.spare_bytes + cap <= SPARE_BYTES_MAX {
             self.spare_bytes += cap;
@@ -183,7 +229,9 @@ impl Cache {
             .map(|(a, e)| (*a, e.instance))
             .collect();
         for (a, i) in expired {
-            self.samples.remove(&a);
+            if let Some(e) = self.samples.remove(&a) {
+                self.recycle([e.payload]);
+            }
             if let Some(inst) = self.instances.get_mut(&i) {
                 inst.arrivals.retain(|x| *x != a);
             }
@@ -356,6 +404,7 @@ impl Cache {
         } else {
             Vec::new()
         };
+        let copy = Payload::Owned(copy);
         let Some(inst) = self.instances.get_mut(&handle) else {
             return Err(Rejected::Instances);
         };
@@ -424,7 +473,7 @@ impl Cache {
             },
         );
         if let Some(e) = evicted {
-            self.keep_spare(e.payload);
+            self.recycle([e.payload]);
         }
         Ok(true)
     }
@@ -446,13 +495,14 @@ impl Cache {
 
     /// Returns (and with `take`, removes) up to `max` samples matching `mask` and
     /// `instance`, in arrival order; read samples become READ, their instances NOT_NEW.
+    /// Taken payloads move out; read ones are shared with the cache, not copied.
     pub fn access(
         &mut self,
         max: usize,
         mask: &StateMask,
         instance: Option<InstanceHandle>,
         take: bool,
-    ) -> Vec<(SampleInfo, Vec<u8>)> {
+    ) -> Vec<(SampleInfo, Payload)> {
         self.purge_expired();
         if take && instance.is_none() && *mask == StateMask::ANY && max >= self.samples.len() {
             return self.take_all();
@@ -496,7 +546,7 @@ impl Cache {
             } else if let Some(e) = self.samples.get_mut(&arrival) {
                 let info = e.info_now(view_state, state);
                 e.read = true;
-                out.push((info, e.payload.clone()));
+                out.push((info, e.payload.share()));
             }
         }
         for i in touched {
@@ -510,7 +560,7 @@ impl Cache {
 
     /// Takes every sample (the common `take(ANY)` of a reader that keeps up): one pass,
     /// no per-sample removal.
-    fn take_all(&mut self) -> Vec<(SampleInfo, Vec<u8>)> {
+    fn take_all(&mut self) -> Vec<(SampleInfo, Payload)> {
         let samples = std::mem::take(&mut self.samples);
         let mut out = Vec::with_capacity(samples.len());
         let mut last: Option<(InstanceHandle, ViewState, InstanceState)> = None;
@@ -588,7 +638,7 @@ mod tests {
     #[test]
     fn spare_buffers_are_reused_and_bounded() {
         let mut c = Cache::new(History::keep_all(), ResourceLimits::default());
-        c.recycle((0..10_000).map(|_| vec![0u8; 1024]));
+        c.recycle((0..10_000).map(|_| Payload::Owned(vec![0u8; 1024])));
         assert!(
             c.spare_bytes <= SPARE_BYTES_MAX,
             "bounded: {}",
@@ -604,7 +654,7 @@ mod tests {
             "the sample's copy took a spare buffer"
         );
         let got = c.access(10, &StateMask::ANY, None, true);
-        assert_eq!(got[0].1, b"abc", "and holds exactly the payload");
+        assert_eq!(got[0].1.bytes(), b"abc", "and holds exactly the payload");
         c.recycle(got.into_iter().map(|(_, b)| b));
         assert_eq!(c.spare.len(), before);
     }
@@ -673,5 +723,30 @@ mod tests {
         assert!(!s[1].0.valid_data);
         assert_eq!(s[2].0.disposed_generation_count, 1);
         assert_eq!(s[2].0.instance_state, InstanceState::Alive);
+    }
+
+    #[test]
+    fn read_shares_the_bytes_and_the_last_holder_recycles_them() {
+        let mut c = Cache::new(History::keep_all(), ResourceLimits::default());
+        c.insert(&hdr(SampleKind::Data, 1, 1), b"abc", o(0))
+            .unwrap();
+        let first = c.access(1, &StateMask::ANY, None, false);
+        let again = c.access(1, &StateMask::ANY, None, false);
+        let (Payload::Shared(a), Payload::Shared(b)) = (&first[0].1, &again[0].1) else {
+            panic!("a read shares the cache's bytes: {first:?} {again:?}");
+        };
+        assert!(Arc::ptr_eq(a, b), "reading again copies nothing");
+        let spare = c.spare.len();
+        c.recycle(first.into_iter().map(|(_, p)| p));
+        assert_eq!(c.spare.len(), spare, "still shared: not reused");
+        let taken = c.access(1, &StateMask::ANY, None, true);
+        assert_eq!(taken[0].1.bytes(), b"abc");
+        drop(again);
+        c.recycle(taken.into_iter().map(|(_, p)| p));
+        assert_eq!(
+            c.spare.len(),
+            spare + 1,
+            "the last holder gives the buffer back"
+        );
     }
 }

@@ -132,7 +132,9 @@ pub use delivery::DdsApp;
 pub use error::{Error, Result};
 pub use participant::{DomainParticipant, DomainParticipantFactory};
 pub use publisher::Publisher;
-pub use reader::{DataReader, DataReaderListener, ReadCondition, StatusCondition};
+pub use reader::{
+    DataReader, DataReaderListener, LoanedRead, LoanedSamples, ReadCondition, StatusCondition,
+};
 pub use sample::{
     InstanceHandle, InstanceState, Sample, SampleInfo, SampleState, StateMask, ViewState,
     WriterHandle,

@@ -7,13 +7,14 @@ use std::sync::{Arc, Weak};
 use spindle_qos::DataReaderQos;
 use spindle_topics::TopicType;
 
+use crate::cache::Payload;
 use crate::common::{instance_of, lock};
 use crate::condition::{notify_all, Condition};
 use crate::delivery::writers_of;
 use crate::error::{Error, Result};
 use crate::inner::TopicInner;
 use crate::reader_core::{Listener, ReaderCore};
-use crate::sample::{InstanceHandle, Sample, StateMask};
+use crate::sample::{InstanceHandle, Sample, SampleInfo, StateMask};
 use crate::status::{
     DeadlineMissedStatus, IncompatibleQosStatus, LivelinessChangedStatus, MatchedStatus,
     SampleRejectedStatus, StatusMask,
@@ -121,6 +122,20 @@ impl<T: TopicType> DataReader<T> {
         Ok(())
     }
 
+    /// The samples an access picks, undecoded, with DATA_AVAILABLE cleared.
+    fn access_raw(
+        &self,
+        max: usize,
+        mask: &StateMask,
+        instance: Option<InstanceHandle>,
+        take: bool,
+    ) -> Result<Vec<(SampleInfo, Payload)>> {
+        self.check()?;
+        let raw = lock(&self.core.cache).access(max, mask, instance, take);
+        lock(&self.core.status).changes &= !StatusMask::DATA_AVAILABLE.0;
+        Ok(raw)
+    }
+
     fn access(
         &self,
         max: usize,
@@ -128,12 +143,7 @@ impl<T: TopicType> DataReader<T> {
         instance: Option<InstanceHandle>,
         take: bool,
     ) -> Result<Vec<Sample<T>>> {
-        self.check()?;
-        let raw = lock(&self.core.cache).access(max, mask, instance, take);
-        {
-            let mut s = lock(&self.core.status);
-            s.changes &= !StatusMask::DATA_AVAILABLE.0;
-        }
+        let raw = self.access_raw(max, mask, instance, take)?;
         let mut spent = Vec::with_capacity(raw.len());
         let samples = raw
             .into_iter()
@@ -150,6 +160,29 @@ impl<T: TopicType> DataReader<T> {
         // The decoded samples own their data; the bytes go back for later deliveries.
         lock(&self.core.cache).recycle(spent);
         samples
+    }
+
+    /// Like [`DataReader::take`], but lends the samples' serialized bytes instead of
+    /// decoding them (DDS `take` with a loan, as Cyclone's loans): nothing is copied or
+    /// decoded until [`LoanedRead::data`] asks. The bytes are the reader's own copy, made
+    /// once at delivery, so a held loan does not hold back the writer's ring slot; it
+    /// holds its samples' bytes (each at most one slot) until dropped or
+    /// [`LoanedSamples::return_loan`], when the buffers go back to the reader for later
+    /// deliveries.
+    pub fn take_loaned(&self, max: usize, mask: StateMask) -> Result<LoanedSamples<T>> {
+        Ok(LoanedSamples::new(
+            &self.core,
+            self.access_raw(max, &mask, None, true)?,
+        ))
+    }
+
+    /// Like [`DataReader::read`], but lends the samples: the cache and the loan share the
+    /// bytes (no copy, no decode); they stay in the cache, marked READ.
+    pub fn read_loaned(&self, max: usize, mask: StateMask) -> Result<LoanedSamples<T>> {
+        Ok(LoanedSamples::new(
+            &self.core,
+            self.access_raw(max, &mask, None, false)?,
+        ))
     }
 
     /// Returns up to `max` samples in the states of `mask`, leaving them in the cache
@@ -307,6 +340,146 @@ impl<T: TopicType> DataReader<T> {
             core: Arc::clone(&self.core),
             enabled,
         })
+    }
+}
+
+/// Samples lent by [`DataReader::take_loaned`] or [`DataReader::read_loaned`]: their
+/// infos and serialized bytes, decoded only on demand. Dropping the loan (or
+/// [`LoanedSamples::return_loan`]) gives the buffers back to the reader.
+///
+/// ```
+/// # use spindle_dds_core::{DomainParticipantFactory, ParticipantConfig, StateMask, Transport};
+/// # use spindle_qos::{DataReaderQos, DataWriterQos, DomainParticipantQos, Reliability, TopicQos};
+/// # use spindle_topics::KeyedString;
+/// # let mut cfg = ParticipantConfig::new(1, Transport::Tcp, "127.0.0.1:0");
+/// # cfg.bootstrap = vec![1];
+/// # let p = DomainParticipantFactory::instance()
+/// #     .create_participant(0, DomainParticipantQos::default(), &cfg)?;
+/// # let topic = p.create_topic::<KeyedString>("loans", TopicQos::default())?;
+/// # let reader = p.create_subscriber(Default::default())?.create_datareader(
+/// #     &topic, DataReaderQos::default().with_reliability(Reliability::reliable()))?;
+/// # let writer = p.create_publisher(Default::default())?
+/// #     .create_datawriter(&topic, DataWriterQos::default())?;
+/// writer.write(&KeyedString { key: "a".into(), value: "hello".into() })?;
+/// let mut seen = 0;
+/// while seen == 0 {
+///     let loan = reader.take_loaned(16, StateMask::ANY)?;
+///     for s in loan.iter() {
+///         assert!(s.info.valid_data);
+///         // Decoded only here, from the reader's own bytes:
+///         assert_eq!(s.data()?.map(|d| d.value), Some("hello".to_string()));
+///         seen += 1;
+///     }
+///     loan.return_loan(); // or drop it: the buffers go back to the reader
+/// }
+/// # p.close();
+/// # Ok::<(), spindle_dds_core::Error>(())
+/// ```
+pub struct LoanedSamples<T: TopicType> {
+    core: Arc<ReaderCore>,
+    samples: Vec<(SampleInfo, Payload)>,
+    _t: PhantomData<fn() -> T>,
+}
+
+/// One lent sample: its info and its bytes, borrowed from the [`LoanedSamples`].
+pub struct LoanedRead<'a, T: TopicType> {
+    /// Its info.
+    pub info: &'a SampleInfo,
+    bytes: &'a [u8],
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: TopicType> Clone for LoanedRead<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T: TopicType> Copy for LoanedRead<'_, T> {}
+
+impl<T: TopicType> std::fmt::Debug for LoanedRead<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoanedRead")
+            .field("info", self.info)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+impl<'a, T: TopicType> LoanedRead<'a, T> {
+    /// Decodes the value (`None` for dispose and unregister notices).
+    pub fn data(&self) -> Result<Option<T>> {
+        if self.info.valid_data {
+            Ok(Some(T::decode(self.bytes)?))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// The sample's CDR encoding (empty for notices), without decoding it.
+    pub fn cdr_bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+}
+
+impl<T: TopicType> LoanedSamples<T> {
+    fn new(core: &Arc<ReaderCore>, samples: Vec<(SampleInfo, Payload)>) -> Self {
+        LoanedSamples {
+            core: Arc::clone(core),
+            samples,
+            _t: PhantomData,
+        }
+    }
+
+    /// How many samples are lent.
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// True if none.
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+
+    /// The `i`th sample, in the topic's total order.
+    pub fn get(&self, i: usize) -> Option<LoanedRead<'_, T>> {
+        self.samples.get(i).map(|(info, bytes)| LoanedRead {
+            info,
+            bytes: bytes.bytes(),
+            _t: PhantomData,
+        })
+    }
+
+    /// The samples in the topic's total order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = LoanedRead<'_, T>> + '_ {
+        self.samples.iter().map(|(info, bytes)| LoanedRead {
+            info,
+            bytes: bytes.bytes(),
+            _t: PhantomData,
+        })
+    }
+
+    /// Ends the loan (DDS `return_loan`; dropping does the same).
+    pub fn return_loan(self) {}
+}
+
+impl<T: TopicType> std::fmt::Debug for LoanedSamples<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoanedSamples")
+            .field("reader", &self.core.id)
+            .field("len", &self.samples.len())
+            .finish()
+    }
+}
+
+impl<T: TopicType> Drop for LoanedSamples<T> {
+    fn drop(&mut self) {
+        if !self.samples.is_empty() {
+            let spent = std::mem::take(&mut self.samples)
+                .into_iter()
+                .map(|(_, b)| b);
+            lock(&self.core.cache).recycle(spent);
+        }
     }
 }
 

@@ -51,6 +51,10 @@ struct Args {
     /// waiting on a WaitSet in a thread of its own.
     #[arg(long)]
     listener: bool,
+    /// The subscriber takes loans (`take_loaned`: the bytes lent, not decoded) instead of
+    /// decoded copies.
+    #[arg(long)]
+    loan: bool,
     /// Topics the samples are spread over, round-robin (throughput runs).
     #[arg(long, default_value_t = 1)]
     busy_topics: usize,
@@ -253,7 +257,7 @@ fn subscriber(a: &Args, listen: &str, contact: &str) -> Result<(), BoxError> {
     while count < a.samples && Instant::now() < deadline {
         let mut got = 0;
         for r in &readers {
-            got += r.take(usize::MAX, StateMask::ANY)?.len() as u64;
+            got += take_all(r, a.loan)?;
         }
         if got == 0 {
             let _ = ws.wait(Duration::from_millis(10));
@@ -268,15 +272,25 @@ fn subscriber(a: &Args, listen: &str, contact: &str) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Takes every sample `r` holds, decoded or (with `loan`) lent; returns how many.
+fn take_all(r: &DataReader<Sequence>, loan: bool) -> Result<u64, BoxError> {
+    Ok(if loan {
+        r.take_loaned(usize::MAX, StateMask::ANY)?.len() as u64
+    } else {
+        r.take(usize::MAX, StateMask::ANY)?.len() as u64
+    })
+}
+
 /// Counts in the listener; the main thread only waits for the last sample.
 struct Count {
     count: Arc<AtomicU64>,
     first: Arc<Mutex<Option<Instant>>>,
+    loan: bool,
 }
 
 impl DataReaderListener<Sequence> for Count {
     fn on_data_available(&self, r: &DataReader<Sequence>) {
-        let n = r.take(usize::MAX, StateMask::ANY).map_or(0, |v| v.len()) as u64;
+        let n = take_all(r, self.loan).unwrap_or(0);
         if n > 0 {
             self.first
                 .lock()
@@ -298,6 +312,7 @@ fn take_in_listener(
         r.set_listener(Count {
             count: Arc::clone(&count),
             first: Arc::clone(&first),
+            loan: a.loan,
         });
     }
     line("READY")?;
@@ -328,6 +343,9 @@ fn bench(a: &Args) -> Result<(), BoxError> {
         }
         if a.listener {
             c.arg("--listener");
+        }
+        if a.loan {
+            c.arg("--loan");
         }
         c.args(["--busy-topics", &a.busy_topics.to_string()])
             .args(["--idle-topics", &a.idle_topics.to_string()]);
@@ -383,8 +401,8 @@ fn bench(a: &Args) -> Result<(), BoxError> {
     let secs: f64 = r[2].parse()?;
     let msgs_per_s = if secs > 0.0 { count / secs } else { 0.0 };
     println!(
-        "{{\"transport\":\"{}\",\"level\":\"{}\",\"size\":{},\"samples\":{},\"received\":{},\"latency_mode\":{},\"busy_topics\":{},\"idle_topics\":{},\"msgs_per_s\":{:.0},\"bytes_per_s\":{:.0},\"lat_p50_us\":{},\"lat_p99_us\":{}}}",
-        a.transport, a.level, a.size, a.samples, count, a.latency, a.busy_topics.max(1), a.idle_topics, msgs_per_s, msgs_per_s * a.size as f64, l[1], l[2]
+        "{{\"transport\":\"{}\",\"level\":\"{}\",\"size\":{},\"samples\":{},\"received\":{},\"latency_mode\":{},\"listener\":{},\"loan\":{},\"busy_topics\":{},\"idle_topics\":{},\"msgs_per_s\":{:.0},\"bytes_per_s\":{:.0},\"lat_p50_us\":{},\"lat_p99_us\":{}}}",
+        a.transport, a.level, a.size, a.samples, count, a.latency, a.listener, a.loan, a.busy_topics.max(1), a.idle_topics, msgs_per_s, msgs_per_s * a.size as f64, l[1], l[2]
     );
     Ok(())
 }

@@ -24,6 +24,7 @@ use std::path::Path;
 use serde::Deserialize;
 use spindle_transport_rdma::NodeId;
 
+use crate::declare::{TOPIC_SUBGROUPS_DEFAULT, TOPIC_SUBGROUPS_MAX};
 use crate::error::{Error, Result};
 
 /// The transport a participant uses.
@@ -76,6 +77,18 @@ pub struct ParticipantConfig {
     /// How long entity creation and deletion wait for their view change.
     #[serde(default = "default_entity_timeout_ms")]
     pub entity_timeout_ms: u64,
+    /// How many subgroups the domain's topics hash onto
+    /// ([`crate::declare::subgroup_of`]): topics that share one share its total order
+    /// and its rings. Fewer: more topics per ring, more batching, one order across more
+    /// topics. More: topics with different writers and readers meet less often. The same
+    /// in every participant of a domain (a participant that differs from the domain's
+    /// first member is refused when it joins). 1..=[`TOPIC_SUBGROUPS_MAX`].
+    #[serde(default = "default_topic_subgroups")]
+    pub topic_subgroups: u32,
+}
+
+fn default_topic_subgroups() -> u32 {
+    TOPIC_SUBGROUPS_DEFAULT
 }
 
 fn default_window_slots() -> usize {
@@ -101,6 +114,7 @@ impl ParticipantConfig {
             window_slots: default_window_slots(),
             slot_payload_bytes: default_slot_payload_bytes(),
             entity_timeout_ms: default_entity_timeout_ms(),
+            topic_subgroups: default_topic_subgroups(),
         }
     }
 
@@ -153,6 +167,9 @@ impl ParticipantConfig {
                 }
             };
         }
+        if let Some(v) = var("SPINDLE_TOPIC_SUBGROUPS") {
+            self.topic_subgroups = num("SPINDLE_TOPIC_SUBGROUPS", v)?;
+        }
         if let Some(v) = var("SPINDLE_LISTEN") {
             self.listen = v;
         }
@@ -196,6 +213,12 @@ impl ParticipantConfig {
             return bad(format!(
                 "slot_payload_bytes = {}: must be 1..=65536",
                 self.slot_payload_bytes
+            ));
+        }
+        if self.topic_subgroups == 0 || self.topic_subgroups > TOPIC_SUBGROUPS_MAX {
+            return bad(format!(
+                "topic_subgroups = {}: must be 1..={TOPIC_SUBGROUPS_MAX}",
+                self.topic_subgroups
             ));
         }
         if !self.bootstrap.is_empty() && self.bootstrap.contains(&self.node_id) {
@@ -255,6 +278,20 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("window_slots"), "{e}");
+        let e = ParticipantConfig::from_toml_str(
+            "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"\nbootstrap=[1]\ntopic_subgroups=0",
+            "s.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("s.toml") && e.contains("topic_subgroups = 0"),
+            "{e}"
+        );
+        assert_eq!(c.topic_subgroups, TOPIC_SUBGROUPS_DEFAULT);
+        c.apply_env(|k| (k == "SPINDLE_TOPIC_SUBGROUPS").then(|| "1".to_string()))
+            .unwrap();
+        assert_eq!(c.topic_subgroups, 1);
         assert!(c
             .apply_env(|k| (k == "SPINDLE_CONTACTS").then(|| "x".into()))
             .is_err());

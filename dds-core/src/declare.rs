@@ -1,7 +1,8 @@
 //! Declared interest and the DDS layout (docs/design.md §5).
 //!
 //! A topic's name hashes (FNV-1a, stable across processes and builds) to a 64-bit topic
-//! id, and the id onto one of [`TOPIC_SUBGROUPS`] subgroups ([`subgroup_of`]): any number
+//! id, and the id onto one of `topic_subgroups` subgroups ([`subgroup_of`],
+//! [`crate::ParticipantConfig::topic_subgroups`], [`TOPIC_SUBGROUPS_DEFAULT`]): any number
 //! of topics share a bounded set of subgroups, so a participant's declaration, its rings
 //! and the layout stay bounded however many topics it has. Each participant declares,
 //! through the view change ([`spindle_group::Group::declare`]), one entry per subgroup it
@@ -22,12 +23,14 @@ use spindle_transport_rdma::NodeId;
 
 use crate::error::{Error, Result};
 
-/// The version byte in front of a declaration.
-const DECLARATION_VERSION: u8 = 1;
+/// The version byte in front of a declaration (2: the topic subgroup count follows it).
+const DECLARATION_VERSION: u8 = 2;
+/// Bytes in front of the entries: the version and the topic subgroup count (u16).
+const HEADER_BYTES: usize = 3;
 /// Bytes of one encoded entry.
 const ENTRY_BYTES: usize = 10;
 /// Most subgroups one participant may read or write (what fits in one declaration).
-pub const DECLARED_SUBGROUPS_MAX: usize = (DECLARED_BYTES_MAX - 1) / ENTRY_BYTES;
+pub const DECLARED_SUBGROUPS_MAX: usize = (DECLARED_BYTES_MAX - HEADER_BYTES) / ENTRY_BYTES;
 /// Ring slots are declared as a power of two up to this exponent.
 const WINDOW_LOG2_MAX: u8 = 12;
 /// Slot payloads are declared in KiB, up to 64.
@@ -46,28 +49,40 @@ pub fn topic_id(name: &str) -> u64 {
     h
 }
 
-/// Subgroups the domain's topics hash onto (ids `0..TOPIC_SUBGROUPS`). Topics that share
-/// one are delivered in one total order together, and ride at the highest level any of
-/// their writers offers (a reader still takes only its topic's samples, and only those
+/// Subgroups the domain's topics hash onto by default
+/// ([`crate::ParticipantConfig::topic_subgroups`], ids `0..topic_subgroups`). Topics that
+/// share one are delivered in one total order together, and ride at the highest level any
+/// of their writers offers (a reader still takes only its topic's samples, and only those
 /// offered at the level it requests). Every participant of a domain must use the same
 /// value.
-pub const TOPIC_SUBGROUPS: u32 = 16;
+pub const TOPIC_SUBGROUPS_DEFAULT: u32 = 16;
+/// Most topic subgroups a domain may configure: each one a participant reads or writes
+/// is an entry of its declaration (with the built-in subgroup's, they fit the group's
+/// `DECLARED_BYTES_MAX`, which the membership SST carries for every pending change), and
+/// every one of them is a ring per sender.
+pub const TOPIC_SUBGROUPS_MAX: u32 = (DECLARED_SUBGROUPS_MAX - 1) as u32;
 /// The subgroup of the built-in topic ([`crate::discovery`]): every participant reads and
-/// writes it.
-pub const BUILTIN_SUBGROUP: SubgroupId = TOPIC_SUBGROUPS;
+/// writes it. Its id lies above every topic subgroup's, whatever the count.
+pub const BUILTIN_SUBGROUP: SubgroupId = u32::MAX;
 const _: () = assert!(
-    (TOPIC_SUBGROUPS as usize) < DECLARED_SUBGROUPS_MAX,
+    (TOPIC_SUBGROUPS_MAX as usize) < DECLARED_SUBGROUPS_MAX
+        && TOPIC_SUBGROUPS_DEFAULT <= TOPIC_SUBGROUPS_MAX,
     "every topic subgroup and the built-in one fit one declaration"
 );
+const _: () = assert!(
+    TOPIC_SUBGROUPS_MAX < BUILTIN_SUBGROUP,
+    "the built-in subgroup is none of the topics' subgroups"
+);
 
-/// The subgroup that carries topic `name`: its id's hash bucket.
-pub fn subgroup_of(name: &str) -> SubgroupId {
-    subgroup_of_id(topic_id(name))
+/// The subgroup that carries topic `name` in a domain whose topics hash onto
+/// `topic_subgroups` subgroups: its id's hash bucket.
+pub fn subgroup_of(name: &str, topic_subgroups: u32) -> SubgroupId {
+    subgroup_of_id(topic_id(name), topic_subgroups)
 }
 
-/// The subgroup that carries the topic whose id is `topic_id`.
-pub fn subgroup_of_id(topic_id: u64) -> SubgroupId {
-    (topic_id % u64::from(TOPIC_SUBGROUPS)) as SubgroupId
+/// The subgroup that carries the topic whose id is `topic_id` (see [`subgroup_of`]).
+pub fn subgroup_of_id(topic_id: u64, topic_subgroups: u32) -> SubgroupId {
+    (topic_id % u64::from(topic_subgroups.max(1))) as SubgroupId
 }
 
 /// One participant's interest in one subgroup.
@@ -109,8 +124,12 @@ fn merge_depth(a: u16, b: u16) -> u16 {
     }
 }
 
-/// Encodes one participant's interests (at most [`DECLARED_SUBGROUPS_MAX`]).
-pub fn encode_declaration(interests: &BTreeMap<SubgroupId, Interest>) -> Result<Vec<u8>> {
+/// Encodes one participant's interests (at most [`DECLARED_SUBGROUPS_MAX`]) and the topic
+/// subgroup count it hashes topics with.
+pub fn encode_declaration(
+    topic_subgroups: u32,
+    interests: &BTreeMap<SubgroupId, Interest>,
+) -> Result<Vec<u8>> {
     if interests.len() > DECLARED_SUBGROUPS_MAX {
         return Err(Error::OutOfResources(format!(
             "a participant may read or write at most {DECLARED_SUBGROUPS_MAX} subgroups; \
@@ -121,8 +140,17 @@ pub fn encode_declaration(interests: &BTreeMap<SubgroupId, Interest>) -> Result<
     if interests.is_empty() {
         return Ok(Vec::new());
     }
-    let mut out = Vec::with_capacity(1 + interests.len() * ENTRY_BYTES);
+    let count = u16::try_from(topic_subgroups)
+        .ok()
+        .filter(|c| (1..=TOPIC_SUBGROUPS_MAX).contains(&u32::from(*c)))
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "topic_subgroups = {topic_subgroups}: must be 1..={TOPIC_SUBGROUPS_MAX}"
+            ))
+        })?;
+    let mut out = Vec::with_capacity(HEADER_BYTES + interests.len() * ENTRY_BYTES);
     out.push(DECLARATION_VERSION);
+    out.extend_from_slice(&count.to_le_bytes());
     for (sg, i) in interests {
         let window_log2 =
             (i.window_slots.max(1).next_power_of_two().trailing_zeros() as u8).min(WINDOW_LOG2_MAX);
@@ -140,13 +168,15 @@ pub fn encode_declaration(interests: &BTreeMap<SubgroupId, Interest>) -> Result<
     Ok(out)
 }
 
+/// A decoded declaration: the topic subgroup count its participant hashes topics with
+/// (`None` for an empty declaration) and its interests.
+pub type Declaration = (Option<u32>, BTreeMap<SubgroupId, Interest>);
+
 /// Decodes a declaration; `Err` names what is wrong (a peer's bytes: never a panic).
-pub fn decode_declaration(
-    bytes: &[u8],
-) -> std::result::Result<BTreeMap<SubgroupId, Interest>, String> {
+pub fn decode_declaration(bytes: &[u8]) -> std::result::Result<Declaration, String> {
     let mut out = BTreeMap::new();
     if bytes.is_empty() {
-        return Ok(out);
+        return Ok((None, out));
     }
     if bytes[0] != DECLARATION_VERSION {
         return Err(format!(
@@ -154,7 +184,19 @@ pub fn decode_declaration(
             bytes[0]
         ));
     }
-    let body = &bytes[1..];
+    if bytes.len() < HEADER_BYTES {
+        return Err(format!(
+            "declaration of {} bytes has no header",
+            bytes.len()
+        ));
+    }
+    let count = u32::from(u16::from_le_bytes([bytes[1], bytes[2]]));
+    if count == 0 || count > TOPIC_SUBGROUPS_MAX {
+        return Err(format!(
+            "declares {count} topic subgroups, must be 1..={TOPIC_SUBGROUPS_MAX}"
+        ));
+    }
+    let body = &bytes[HEADER_BYTES..];
     if body.len() % ENTRY_BYTES != 0 {
         return Err(format!(
             "declaration body of {} bytes is not whole entries",
@@ -181,7 +223,7 @@ pub fn decode_declaration(
             },
         );
     }
-    Ok(out)
+    Ok((Some(count), out))
 }
 
 /// One subgroup of the DDS layout, with what DDS needs beyond the engine's spec.
@@ -207,13 +249,22 @@ pub fn declarations(view: &View) -> BTreeMap<NodeId, BTreeMap<SubgroupId, Intere
             continue;
         };
         match decode_declaration(bytes) {
-            Ok(d) => {
+            Ok((_, d)) => {
                 out.insert(*m, d);
             }
             Err(e) => tracing::warn!(member = m, error = %e, "undecodable declaration ignored"),
         }
     }
     out
+}
+
+/// The topic subgroup count of the domain in `view`: what its first member (in view rank
+/// order) that declared anything hashes topics with, and that member.
+pub fn domain_topic_subgroups(view: &View) -> Option<(NodeId, u32)> {
+    view.members.iter().find_map(|m| {
+        let bytes = view.declared.get(m)?;
+        decode_declaration(bytes).ok()?.0.map(|c| (*m, c))
+    })
 }
 
 /// The DDS layout of `view`: one subgroup per declared id with at least one writer.
@@ -286,4 +337,73 @@ pub fn dds_layout() -> LayoutFn {
         layout.validate(view).map_err(|e| e.to_string())?;
         Ok(layout)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn interest(reader: bool, writer: bool) -> Interest {
+        Interest {
+            reader,
+            writer,
+            level: DeliveryLevel::Atomic,
+            window_slots: 64,
+            slot_payload_bytes: 4096,
+            store_depth: 0,
+        }
+    }
+
+    #[test]
+    fn declarations_roundtrip_with_their_topic_subgroup_count() {
+        let mut i = BTreeMap::new();
+        i.insert(3, interest(true, false));
+        i.insert(BUILTIN_SUBGROUP, interest(true, true));
+        let bytes = encode_declaration(8, &i).unwrap();
+        assert_eq!(bytes.len(), HEADER_BYTES + 2 * ENTRY_BYTES);
+        assert_eq!(decode_declaration(&bytes), Ok((Some(8), i.clone())));
+        assert_eq!(decode_declaration(&[]), Ok((None, BTreeMap::new())));
+        let e = encode_declaration(0, &i).unwrap_err().to_string();
+        assert!(e.contains("topic_subgroups = 0"), "{e}");
+        // Every topic subgroup and the built-in one fit one declaration.
+        let all: BTreeMap<_, _> = (0..TOPIC_SUBGROUPS_MAX)
+            .chain([BUILTIN_SUBGROUP])
+            .map(|sg| (sg, interest(true, true)))
+            .collect();
+        let bytes = encode_declaration(TOPIC_SUBGROUPS_MAX, &all).unwrap();
+        assert!(bytes.len() <= DECLARED_BYTES_MAX, "{} bytes", bytes.len());
+        assert_eq!(decode_declaration(&bytes).unwrap().1.len(), all.len());
+    }
+
+    #[test]
+    fn bad_declarations_are_errors_never_panics() {
+        let mut i = BTreeMap::new();
+        i.insert(1, interest(false, true));
+        let good = encode_declaration(16, &i).unwrap();
+        for cut in 0..good.len() {
+            let _ = decode_declaration(&good[..cut]);
+        }
+        for (at, v) in [(0, 1u8), (1, 0), (2, 0xff), (HEADER_BYTES + 5, 99)] {
+            let mut b = good.clone();
+            b[at] = v;
+            if at == 2 {
+                b[1] = 0xff;
+            }
+            assert!(decode_declaration(&b).is_err(), "byte {at} = {v}: {b:?}");
+        }
+    }
+
+    #[test]
+    fn the_domain_count_is_the_first_declaring_members() {
+        let mut view = View::new(4, vec![5, 2, 9]);
+        let mut i = BTreeMap::new();
+        i.insert(BUILTIN_SUBGROUP, interest(true, true));
+        view.declared.insert(2, encode_declaration(4, &i).unwrap());
+        view.declared.insert(9, encode_declaration(16, &i).unwrap());
+        assert_eq!(domain_topic_subgroups(&view), Some((2, 4)));
+        view.declared.insert(5, encode_declaration(16, &i).unwrap());
+        assert_eq!(domain_topic_subgroups(&view), Some((5, 16)));
+        assert_eq!(subgroup_of_id(17, 4), 1);
+        assert_eq!(subgroup_of_id(17, 1), 0);
+    }
 }

@@ -3,7 +3,7 @@
 //! Topics share subgroups ([`crate::declare::subgroup_of`]), so a view's declarations say
 //! who reads and writes each subgroup, not each topic. Each participant announces every
 //! reader and writer it creates — and disposes of it when deleted — as a sample of the
-//! built-in topic, in its own subgroup ([`BUILTIN_SUBGROUP`]) that every participant
+//! built-in topic, in its own subgroup ([`crate::declare::BUILTIN_SUBGROUP`]) that every participant
 //! reads and writes at the VolatileStore level. Every member therefore applies the same
 //! announcements in the same total order, and a participant that joins later gets the
 //! table by state transfer with the subgroup's store. Matched statuses, RxO
@@ -28,7 +28,6 @@ use spindle_qos::DeliveryLevel;
 use spindle_topics::KeyHash;
 use spindle_transport_rdma::NodeId;
 
-use crate::declare::BUILTIN_SUBGROUP;
 use crate::sample::{SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
 
 /// The topic id of the built-in topic (outside what [`crate::topic_id`] gives user names
@@ -40,7 +39,6 @@ pub const BODY_BYTES: usize = 8 + 1 + 1;
 pub const ANNOUNCEMENT_BYTES: usize = SAMPLE_HEADER_BYTES + BODY_BYTES;
 const ROLE_WRITER: u8 = 0;
 const ROLE_READER: u8 = 1;
-const _: () = assert!(BUILTIN_SUBGROUP == crate::declare::TOPIC_SUBGROUPS);
 
 /// An endpoint's key in the table: its participant (node) and its entity id there.
 pub type EndpointKey = (NodeId, u32);

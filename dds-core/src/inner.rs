@@ -15,7 +15,7 @@ use spindle_transport_rdma::NodeId;
 
 use crate::common::{lock, on_delivery_thread, TopicIdentity};
 use crate::config::ParticipantConfig;
-use crate::declare::{encode_declaration, Interest, BUILTIN_SUBGROUP};
+use crate::declare::{domain_topic_subgroups, encode_declaration, Interest, BUILTIN_SUBGROUP};
 use crate::discovery::{self, Endpoint};
 use crate::error::{Error, Result};
 use crate::shared::{Driver, Shared, State};
@@ -173,7 +173,7 @@ impl ParticipantInner {
         for (sg, i) in lock(&self.interests).values() {
             merged.entry(*sg).and_modify(|m| m.merge(i)).or_insert(*i);
         }
-        let bytes = encode_declaration(&merged)?;
+        let bytes = encode_declaration(self.config.topic_subgroups, &merged)?;
         if self.deleted.load(Ordering::Acquire) {
             return Err(Error::AlreadyDeleted("the participant was deleted".into()));
         }
@@ -240,6 +240,7 @@ impl ParticipantInner {
                 .is_some_and(|d| d.spec.senders.contains(&me))
                 && !st.awaiting_state.contains(&BUILTIN_SUBGROUP)
         })?;
+        self.check_topic_subgroups()?;
         self.wait_sender(BUILTIN_SUBGROUP)?;
         // A previous incarnation of this node (a process restarted with the same id)
         // may have left endpoints in the table: they are gone with it.
@@ -253,6 +254,24 @@ impl ParticipantInner {
             self.announce(e, false)?;
         }
         Ok(())
+    }
+
+    /// Refuses to go on in a domain whose first member hashes topics onto a different
+    /// number of subgroups: the two would put the same topic in different subgroups.
+    fn check_topic_subgroups(&self) -> Result<()> {
+        let mine = self.config.topic_subgroups;
+        let domain = lock(&self.shared.state)
+            .view
+            .as_ref()
+            .and_then(domain_topic_subgroups);
+        match domain {
+            Some((node, theirs)) if theirs != mine => Err(Error::PreconditionNotMet(format!(
+                "topic_subgroups = {mine} in this participant's configuration, but participant \
+                 {node}, the domain's first member, hashes topics onto {theirs}: every \
+                 participant of a domain must set the same topic_subgroups"
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// Announces `e` (`alive`, or deleted) on the built-in topic and waits until this

@@ -6,8 +6,8 @@
 //!
 //! * A [`DomainParticipant`] is one member of the domain's group; it joins through the
 //!   contacts of its [`ParticipantConfig`] (a TOML file with environment overrides).
-//! * A topic's name hashes onto one of [`declare::TOPIC_SUBGROUPS`] subgroups
-//!   ([`subgroup_of`]); any number of topics share them. A participant declares, through
+//! * A topic's name hashes onto one of [`ParticipantConfig::topic_subgroups`] subgroups
+//!   (16 by default; [`subgroup_of`]); any number of topics share them. A participant declares, through
 //!   a view change, which subgroups it reads and writes; the layout every member computes
 //!   from the view ([`declare::dds_layout`]) makes it a member (and a sender) of them.
 //!   Which topic each reader and writer is on travels on the built-in topic
@@ -77,7 +77,8 @@
 //!   the highest level any writer of the subgroup offers (a reader still takes only its
 //!   topic's samples offered at the level it requests). A participant with a reader on
 //!   one topic of a subgroup receives the subgroup's other topics too, and drops them.
-//!   [`declare::TOPIC_SUBGROUPS`] is fixed (16) for every participant of a domain.
+//!   [`ParticipantConfig::topic_subgroups`] must be the same in every participant of a
+//!   domain (one that differs from the domain's first member is refused when it joins).
 //! * A member whose state transfer is cut by a further view change keeps going with the
 //!   store it had; if it then ships that store to a later reader, the reader may miss
 //!   history (never order or all-or-none of new samples).

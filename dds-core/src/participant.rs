@@ -170,7 +170,9 @@ impl DomainParticipant {
         match joined {
             Ok(()) => Ok(DomainParticipant { inner }),
             Err(Error::PreconditionNotMet(why)) => {
-                inner.driver.stop();
+                // Refused by the domain (a setting that must match): leave it cleanly, so
+                // the members go on without waiting to suspect this node.
+                inner.driver.leave(inner.timeout());
                 Err(Error::Error(format!("joining domain {domain_id}: {why}")))
             }
             Err(e) => {
@@ -239,7 +241,7 @@ impl DomainParticipant {
             ident: Arc::new(TopicIdentity {
                 name: name.to_string(),
                 topic_id: topic_id(name),
-                subgroup: subgroup_of(name),
+                subgroup: subgroup_of(name, self.inner.config.topic_subgroups),
             }),
             qos,
         })))

@@ -705,3 +705,59 @@ fn a_restarted_participant_leaves_no_stale_endpoints() {
         },
     );
 }
+
+/// A participant configured with another topic subgroup count than the domain's is
+/// refused when it joins, with an error that names the setting; the domain goes on, and
+/// a domain configured with one topic subgroup carries every topic in one total order.
+#[test]
+fn a_participant_with_another_topic_subgroup_count_is_refused() {
+    for_seeds(
+        "a_participant_with_another_topic_subgroup_count_is_refused",
+        |seed| {
+            let d = SimDomain::new(seed);
+            let one = |c: &mut spindle_dds_core::ParticipantConfig| c.topic_subgroups = 1;
+            let p1 = d
+                .participant_with(1, Default::default(), one)
+                .expect("participant 1");
+            let p3 = d
+                .participant_with(3, Default::default(), one)
+                .expect("participant 3");
+            // (After two members, so that the refused one leaving keeps a majority.)
+            let e = d
+                .participant_with(2, Default::default(), |c| c.topic_subgroups = 16)
+                .expect_err("a different count is refused")
+                .to_string();
+            assert!(
+                e.contains("topic_subgroups = 16") && e.contains("onto 1"),
+                "seed {seed}: {e}"
+            );
+            // One subgroup: samples of two topics written by two participants come to a
+            // reader of both in one order at every reader.
+            let ra = reader(&p3, "A", keep_all(&atomic()));
+            let rb = reader(&p3, "B", keep_all(&atomic()));
+            let wa = writer(&p1, "A", DataWriterQos::default());
+            let wb = writer(&p3, "B", DataWriterQos::default());
+            for i in 0..20 {
+                wa.write(&ks("a", format!("a{i}"))).unwrap();
+                wb.write(&ks("b", format!("b{i}"))).unwrap();
+            }
+            let a = take_n(&d, &ra, 20);
+            let b = take_n(&d, &rb, 20);
+            let mut idx: Vec<(u32, u64)> = a
+                .iter()
+                .chain(&b)
+                .map(|s| (s.info.view_id, s.info.order_index))
+                .collect();
+            let n = idx.len();
+            idx.sort_unstable();
+            idx.dedup();
+            assert_eq!(idx.len(), n, "seed {seed}: one order, no index twice");
+            assert!(a
+                .iter()
+                .all(|s| s.data.as_ref().is_some_and(|d| d.key == "a")));
+            assert!(b
+                .iter()
+                .all(|s| s.data.as_ref().is_some_and(|d| d.key == "b")));
+        },
+    );
+}

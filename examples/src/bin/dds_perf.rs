@@ -61,6 +61,9 @@ struct Args {
     /// Topics beside them with a writer and a reader each, never written.
     #[arg(long, default_value_t = 0)]
     idle_topics: usize,
+    /// Subgroups the topics hash onto (`ParticipantConfig::topic_subgroups`).
+    #[arg(long, default_value_t = spindle_dds_core::declare::TOPIC_SUBGROUPS_DEFAULT)]
+    topic_subgroups: u32,
     #[command(subcommand)]
     role: Option<Role>,
 }
@@ -114,6 +117,7 @@ fn participant(
 ) -> Result<DomainParticipant, BoxError> {
     let mut cfg = ParticipantConfig::new(node, transport(a)?, listen);
     cfg.window_slots = a.window;
+    cfg.topic_subgroups = a.topic_subgroups;
     // A Sequence is unbounded: size the slots for the payload, its CDR length and header.
     cfg.slot_payload_bytes = (a.size + 128).min(64 * 1024);
     match contact {
@@ -347,6 +351,7 @@ fn bench(a: &Args) -> Result<(), BoxError> {
         if a.loan {
             c.arg("--loan");
         }
+        c.args(["--topic-subgroups", &a.topic_subgroups.to_string()]);
         c.args(["--busy-topics", &a.busy_topics.to_string()])
             .args(["--idle-topics", &a.idle_topics.to_string()]);
     };
@@ -401,8 +406,8 @@ fn bench(a: &Args) -> Result<(), BoxError> {
     let secs: f64 = r[2].parse()?;
     let msgs_per_s = if secs > 0.0 { count / secs } else { 0.0 };
     println!(
-        "{{\"transport\":\"{}\",\"level\":\"{}\",\"size\":{},\"samples\":{},\"received\":{},\"latency_mode\":{},\"listener\":{},\"loan\":{},\"busy_topics\":{},\"idle_topics\":{},\"msgs_per_s\":{:.0},\"bytes_per_s\":{:.0},\"lat_p50_us\":{},\"lat_p99_us\":{}}}",
-        a.transport, a.level, a.size, a.samples, count, a.latency, a.listener, a.loan, a.busy_topics.max(1), a.idle_topics, msgs_per_s, msgs_per_s * a.size as f64, l[1], l[2]
+        "{{\"transport\":\"{}\",\"level\":\"{}\",\"size\":{},\"samples\":{},\"received\":{},\"latency_mode\":{},\"listener\":{},\"loan\":{},\"busy_topics\":{},\"idle_topics\":{},\"topic_subgroups\":{},\"msgs_per_s\":{:.0},\"bytes_per_s\":{:.0},\"lat_p50_us\":{},\"lat_p99_us\":{}}}",
+        a.transport, a.level, a.size, a.samples, count, a.latency, a.listener, a.loan, a.busy_topics.max(1), a.idle_topics, a.topic_subgroups, msgs_per_s, msgs_per_s * a.size as f64, l[1], l[2]
     );
     Ok(())
 }

@@ -33,6 +33,10 @@ use crate::writer_core::WriterCore;
 /// delivery thread, or inside a round of the simulated domain (`sim::SimDomain`).
 pub struct DdsApp {
     shared: Arc<Shared>,
+    /// Readers that got samples this round: their listeners run, and WaitSets wake, once
+    /// at the end of the round ([`Application::round_end`]), however many subgroups'
+    /// batches it delivered.
+    data_available: Vec<Arc<ReaderCore>>,
 }
 
 impl std::fmt::Debug for DdsApp {
@@ -46,7 +50,10 @@ impl std::fmt::Debug for DdsApp {
 impl DdsApp {
     /// The application of the participant whose shared state is `shared`.
     pub(crate) fn new(shared: Arc<Shared>) -> DdsApp {
-        DdsApp { shared }
+        DdsApp {
+            shared,
+            data_available: Vec::new(),
+        }
     }
 
     fn listeners(readers: Vec<Arc<ReaderCore>>, mask: StatusMask) {
@@ -122,11 +129,23 @@ impl Application for DdsApp {
             };
         }
         if !announced.is_empty() {
+            // Matched statuses may have changed: StatusConditions wake now (rare).
             self.shared.view_changed.notify_all();
+            notify_all();
         }
+        self.data_available.extend(got);
+        fire(rematched);
+    }
+
+    fn round_end(&mut self) {
+        if self.data_available.is_empty() {
+            return;
+        }
+        let mut got = std::mem::take(&mut self.data_available);
+        got.sort_unstable_by_key(Arc::as_ptr);
+        got.dedup_by(|a, b| Arc::ptr_eq(a, b));
         notify_all();
         DdsApp::listeners(got, StatusMask::DATA_AVAILABLE);
-        fire(rematched);
     }
 
     fn view_installed(&mut self, v: &ViewInstalled) {

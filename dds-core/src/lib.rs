@@ -73,6 +73,12 @@
 //!   beside it. Samples must fit the topic's slot (bounded types size it; set
 //!   `slot_payload_bytes` for unbounded ones) — larger ones are `OutOfResources` until
 //!   RDMC carries large messages.
+//! * Reads: the delivery path copies each sample once, from the delivered batch into the
+//!   reader's cache (into a recycled buffer). [`DataReader::take_loaned`] and
+//!   [`DataReader::read_loaned`] lend those bytes without decoding them
+//!   ([`LoanedSamples`], decoded on demand); a held loan holds only its samples' bytes,
+//!   never a ring slot, so it cannot slow the writers. A `read` shares the bytes with the
+//!   cache instead of copying them.
 //! * Topics that share a subgroup are delivered in one total order together, and ride at
 //!   the highest level any writer of the subgroup offers (a reader still takes only its
 //!   topic's samples offered at the level it requests). A participant with a reader on

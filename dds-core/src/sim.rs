@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use spindle_group::runtime::{drive, hand_to, Handed};
+use spindle_group::runtime::{drive, hand_to, Application, Handed};
 use spindle_group::testkit::{SimCluster, SimNode};
 use spindle_group::{Group, Sender, SubgroupId};
 use spindle_qos::DomainParticipantQos;
@@ -138,6 +138,9 @@ impl SimNode for Member {
             if let Handed::Stopped = hand_to(&mut self.group, &mut self.app, out) {
                 self.link.done.store(true, Ordering::Release);
             }
+        }
+        if work {
+            self.app.round_end();
         }
         if self.group.is_done() {
             self.link.done.store(true, Ordering::Release);

@@ -391,11 +391,19 @@ pub struct Engine {
     next_start: usize,
     pushes: VecDeque<Push>,
     deliveries: VecDeque<DeliveryBatch>,
+    /// Batches handed back after their upcall ([`Engine::recycle`]), reused so that a
+    /// steady stream allocates (and page-faults) nothing; at most [`SPARE_BATCHES_MAX`].
+    spare_batches: Vec<DeliveryBatch>,
     events: VecDeque<EngineEvent>,
     stats: EngineStats,
     post_lock: Option<Arc<Mutex<()>>>,
     wedged: bool,
 }
+
+/// Most delivery batches an engine keeps for reuse.
+pub const SPARE_BATCHES_MAX: usize = 8;
+/// Largest payload capacity a kept batch may have (a larger one is freed).
+pub const SPARE_BATCH_BYTES_MAX: usize = 4 << 20;
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -487,6 +495,7 @@ impl Engine {
             next_start: 0,
             pushes: VecDeque::new(),
             deliveries: VecDeque::new(),
+            spare_batches: Vec::new(),
             events: VecDeque::new(),
             stats: EngineStats::default(),
             post_lock,
@@ -1034,12 +1043,22 @@ impl Engine {
         let global_index = s.geom.global_index(rank, k);
         let len = len as usize;
         if !(self.techniques.batched_upcall && s.batch_open) {
-            self.deliveries.push_back(DeliveryBatch {
-                subgroup: s.spec.id,
-                senders: Arc::clone(&s.senders),
-                metas: Vec::new(),
-                payload: Vec::new(),
-            });
+            let batch = match self.spare_batches.pop() {
+                Some(mut b) => {
+                    b.subgroup = s.spec.id;
+                    b.senders = Arc::clone(&s.senders);
+                    b.metas.clear();
+                    b.payload.clear();
+                    b
+                }
+                None => DeliveryBatch {
+                    subgroup: s.spec.id,
+                    senders: Arc::clone(&s.senders),
+                    metas: Vec::new(),
+                    payload: Vec::new(),
+                },
+            };
+            self.deliveries.push_back(batch);
             s.batch_open = true;
             self.stats.delivery_batches += 1;
         }
@@ -1174,6 +1193,17 @@ impl Engine {
     /// The next batch of delivered messages, in delivery order.
     pub fn poll_delivery(&mut self) -> Option<DeliveryBatch> {
         self.deliveries.pop_front()
+    }
+
+    /// Gives a delivered batch back once its upcall is done, for a later delivery to
+    /// reuse its buffers (bounded by [`SPARE_BATCHES_MAX`] and [`SPARE_BATCH_BYTES_MAX`];
+    /// the rest are freed).
+    pub fn recycle(&mut self, batch: DeliveryBatch) {
+        if self.spare_batches.len() < SPARE_BATCHES_MAX
+            && batch.payload.capacity() <= SPARE_BATCH_BYTES_MAX
+        {
+            self.spare_batches.push(batch);
+        }
     }
 
     /// The next event.

@@ -260,6 +260,7 @@ fn predicate_loop(
         work |= engine.drain_pushes(&mut scratch, |p, bytes| p.post(&*ep, bytes)) > 0;
         while let Some(batch) = engine.poll_delivery() {
             upcall(&batch);
+            engine.recycle(batch);
             work = true;
         }
         // Fabric events are rare (failures): look every few rounds, and whenever idle.
@@ -323,6 +324,10 @@ pub trait Application: Send + 'static {
     fn undeliverable(&mut self, _subgroup: SubgroupId, _payloads: Vec<Vec<u8>>) {}
     /// The node stopped: shut down (`Some(why)`) or left (`None`).
     fn stopped(&mut self, _why: Option<&str>) {}
+    /// The runner handed over everything one round of the group produced (deliveries of
+    /// every subgroup, views): work batched across subgroups, such as waking readers,
+    /// is best done here once rather than after each batch.
+    fn round_end(&mut self) {}
 }
 
 #[derive(Default)]
@@ -525,6 +530,9 @@ fn group_loop(
                 Handed::Other => {}
             }
         }
+        if work {
+            app.round_end();
+        }
         if group.is_done() {
             shared.done.store(true, Ordering::Release);
             lock(&shared.senders).clear();
@@ -586,6 +594,7 @@ pub fn hand_to(group: &mut Group, app: &mut impl Application, out: GroupOutput) 
     match out {
         GroupOutput::Delivery(b) => {
             app.deliver(&b);
+            group.recycle(b);
             Handed::Other
         }
         GroupOutput::ViewInstalled(v) => {

@@ -187,7 +187,11 @@ fn publisher(a: &Args, listen: &str) -> Result<(), BoxError> {
     let mut writers = Vec::new();
     for name in busy.iter().chain(&idle) {
         let t = p.create_topic::<Sequence>(name, q.clone())?;
-        writers.push(publ.create_datawriter(&t, DataWriterQos::from_topic_qos(&q))?);
+        // A benchmark writes as fast as the window allows: it waits for room however long
+        // a loaded machine takes (the default max_blocking_time is 100 ms).
+        let mut wq = DataWriterQos::from_topic_qos(&q);
+        wq.reliability.max_blocking_time = spindle_qos::Duration::from_secs(60);
+        writers.push(publ.create_datawriter(&t, wq)?);
     }
     for w in &writers {
         w.wait_for_readers(1 + u32::from(a.latency), Duration::from_secs(60))?;

@@ -690,6 +690,14 @@ impl Group {
         !self.actions.is_empty()
     }
 
+    /// Gives a delivered batch back after its upcall, for the engine to reuse its
+    /// buffers ([`Engine::recycle`]).
+    pub fn recycle(&mut self, batch: DeliveryBatch) {
+        if let Some(c) = self.current.as_mut() {
+            c.engine.recycle(batch);
+        }
+    }
+
     /// The next output, in order.
     pub fn poll(&mut self) -> Option<GroupOutput> {
         if let Some(o) = self.outputs.pop_front() {

@@ -92,6 +92,7 @@ mod error;
 pub mod group;
 pub mod layout;
 pub mod membership;
+pub mod rdmc;
 pub mod runtime;
 mod smc;
 #[cfg(feature = "testkit")]

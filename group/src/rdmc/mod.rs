@@ -1,0 +1,3 @@
+//! RDMC: large messages by block-pipelined multicast (the RDMC paper; Derecho §3.3, §3.6).
+
+pub mod schedule;

@@ -1,3 +1,849 @@
 //! RDMC: large messages by block-pipelined multicast (the RDMC paper; Derecho §3.3, §3.6).
+//!
+//! An [`RdmcGroup`] is one node's part of one *RDMC group*: a fixed list of members whose
+//! first member, the *root*, is the only one that sends (RDMC §4.1; an application that
+//! wants several senders makes one group per sender over the same members). It is a
+//! sans-IO core like [`crate::Engine`]: it reads its own registered region, takes inputs
+//! (`send`, `release`, `handle_peer_failed`), and returns the one-sided writes to post
+//! ([`RdmcGroup::drain_writes`]) and what happened ([`RdmcGroup::poll_event`]). No thread,
+//! socket or clock inside.
+//!
+//! ## How a message moves
+//!
+//! Each member registers **one region**, sized once for the largest message
+//! ([`RdmcConfig::message_bytes_max`]) and reused for every message: a header of control
+//! words, then the message buffer (the root's buffer is its send buffer; the
+//! application fills it in place, or [`RdmcGroup::send`] copies into it).
+//!
+//! 1. **Ready.** A member that has released the previous message writes how many messages
+//!    it has released into the root's `ready[rank]` word (an SST-style column; RDMC's
+//!    `ready_for_block`, per message rather than per block because the buffer is sized
+//!    once for the whole message).
+//! 2. **Announcement.** When every member is ready, the root writes the size and then,
+//!    as its guard, the sequence number into each member's announcement words. A receiver
+//!    learns a message and its size before any of its data arrives (RDMC's
+//!    "incoming message" upcall: [`RdmcEvent::Incoming`]).
+//! 3. **Blocks.** Every member computes the same [`schedule::Schedule`] from (member
+//!    count, block count) and walks its own sends in step order. A block goes by one
+//!    one-sided write into the receiver's buffer at the block's offset, followed (write,
+//!    then release) by the sender's counter word `blocks_from[sender rank]` in the
+//!    receiver's header. Writes from one peer land in issue order, so the receiver knows
+//!    from its schedule exactly which block each counter increment brought. A send waits
+//!    only for its block to have arrived (RDMC's asynchronous steps: sends and receives
+//!    are decoupled).
+//! 4. **Completion.** A member whose receives have all landed and whose sends have all
+//!    been posted reports [`RdmcEvent::Completed`]; the message is in its buffer
+//!    ([`RdmcGroup::read_message`]) until it calls [`RdmcGroup::release`].
+//! 5. **Failure.** A member's link failing ([`RdmcGroup::handle_peer_failed`]) ends the
+//!    group: an unfinished message is reported as [`RdmcEvent::Failed`] and nothing more
+//!    is sent. As in RDMC, the application (in Derecho: the view change) repairs by
+//!    making a new group.
+//!
+//! One message is in flight per group at a time ([`RDMC_MESSAGES_IN_FLIGHT_MAX`]): the
+//! receive buffer is reused, so the next announcement waits for every member's release.
+//!
+//! ## Two members, driven by hand
+//!
+//! ```
+//! use spindle_group::rdmc::{RdmcConfig, RdmcEvent, RdmcGroup, ScheduleKind};
+//! use spindle_transport_rdma::Region;
+//!
+//! let config = RdmcConfig { block_bytes: 1024, message_bytes_max: 8192,
+//!     schedule: ScheduleKind::BinomialPipeline };
+//! let len = RdmcGroup::region_bytes(2, &config);
+//! let regions = [Region::new_heap(1, len)?, Region::new_heap(1, len)?];
+//! let mut root = RdmcGroup::new(10, vec![10, 11], config.clone(), regions[0].clone())?;
+//! let mut receiver = RdmcGroup::new(11, vec![10, 11], config, regions[1].clone())?;
+//! let message: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+//! root.send(&message)?;
+//! let mut scratch = Vec::new();
+//! let mut done = None;
+//! for _ in 0..20 {
+//!     for (i, g) in [&mut root, &mut receiver].into_iter().enumerate() {
+//!         g.step();
+//!         // The "fabric": copy each write into the peer's region.
+//!         g.drain_writes(&mut scratch, |w, bytes| {
+//!             let peer = &regions[(w.peer - 10) as usize];
+//!             peer.write_bytes(w.offset, bytes)?;
+//!             if let Some((at, value)) = w.guard {
+//!                 peer.store_u64(at, value);
+//!             }
+//!             Ok(())
+//!         });
+//!         while let Some(event) = g.poll_event() {
+//!             if let (1, RdmcEvent::Completed { seq, size_bytes }) = (i, event) {
+//!                 done = Some((seq, size_bytes));
+//!             }
+//!         }
+//!     }
+//! }
+//! assert_eq!(done, Some((1, 5000)));
+//! assert_eq!(receiver.read_message()?, message);
+//! # Ok::<(), spindle_group::Error>(())
+//! ```
 
 pub mod schedule;
+#[cfg(feature = "testkit")]
+pub mod sim;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES, WRITE_BYTES_MAX};
+
+pub use schedule::{Schedule, ScheduleKind, Transfer};
+
+use crate::{Error, Result};
+
+/// Messages one RDMC group has in flight at once: one, because each member's receive
+/// buffer is sized once and reused.
+pub const RDMC_MESSAGES_IN_FLIGHT_MAX: usize = 1;
+/// Writes an [`RdmcGroup`] queues before [`RdmcGroup::drain_writes`] takes them; a step
+/// stops issuing block sends at this bound (the rest go in later steps).
+pub const RDMC_WRITES_QUEUED_MAX: usize = 64;
+/// Events an [`RdmcGroup`] queues for [`RdmcGroup::poll_event`]: at most the incoming,
+/// completed and failed events of the one message in flight.
+pub const RDMC_EVENTS_QUEUED_MAX: usize = 4;
+/// Smallest block size (one word, so every block offset stays word-aligned).
+pub const RDMC_BLOCK_BYTES_MIN: usize = WORD_BYTES;
+/// Largest message one group may carry (its buffer is registered memory).
+pub const RDMC_MESSAGE_BYTES_MAX: usize = 512 << 20;
+
+const _: () = assert!(
+    RDMC_MESSAGES_IN_FLIGHT_MAX == 1,
+    "the header holds one announcement"
+);
+const _: () = assert!(RDMC_EVENTS_QUEUED_MAX >= 3 * RDMC_MESSAGES_IN_FLIGHT_MAX);
+const _: () = assert!(RDMC_MESSAGE_BYTES_MAX <= spindle_transport_rdma::REGION_BYTES_MAX / 2);
+
+/// How an RDMC group moves its messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmcConfig {
+    /// Block size in bytes: a message of `s` bytes moves as `ceil(s / block_bytes)`
+    /// blocks. A multiple of 8, at most the fabric's `WRITE_BYTES_MAX`.
+    pub block_bytes: usize,
+    /// The largest message, in bytes: each member's buffer is this big.
+    pub message_bytes_max: usize,
+    /// The block schedule.
+    pub schedule: ScheduleKind,
+}
+
+impl Default for RdmcConfig {
+    fn default() -> Self {
+        RdmcConfig {
+            block_bytes: 1 << 20,
+            message_bytes_max: 64 << 20,
+            schedule: ScheduleKind::BinomialPipeline,
+        }
+    }
+}
+
+impl RdmcConfig {
+    /// Checks the settings against each other and the crate's bounds.
+    pub fn validate(&self) -> Result<()> {
+        if self.block_bytes < RDMC_BLOCK_BYTES_MIN
+            || self.block_bytes % WORD_BYTES != 0
+            || self.block_bytes > WRITE_BYTES_MAX
+        {
+            return Err(Error::Config(format!(
+                "RDMC block_bytes ({}) must be a multiple of {WORD_BYTES} between \
+                 {RDMC_BLOCK_BYTES_MIN} and {WRITE_BYTES_MAX}",
+                self.block_bytes
+            )));
+        }
+        if self.message_bytes_max == 0 || self.message_bytes_max > RDMC_MESSAGE_BYTES_MAX {
+            return Err(Error::Config(format!(
+                "RDMC message_bytes_max ({}) must lie between 1 and {RDMC_MESSAGE_BYTES_MAX}",
+                self.message_bytes_max
+            )));
+        }
+        let blocks = self.message_bytes_max.div_ceil(self.block_bytes);
+        if blocks > schedule::RDMC_BLOCKS_MAX as usize {
+            return Err(Error::Config(format!(
+                "RDMC message_bytes_max / block_bytes ({blocks} blocks) exceeds {}",
+                schedule::RDMC_BLOCKS_MAX
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// One one-sided write for the runtime to post: `len` bytes of the local region at
+/// `offset` go to the same `offset` of `peer`'s region, then (if `guard`) the word at
+/// `guard.0` is released with value `guard.1` (the fabric's `write_then_release`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RdmcWrite {
+    /// The member to write to.
+    pub peer: NodeId,
+    /// The region (the same id on every member).
+    pub region: RegionId,
+    /// Where the bytes start, in both regions.
+    pub offset: usize,
+    /// How many bytes.
+    pub len: usize,
+    /// `(guard_offset, guard_value)`: published after the bytes.
+    pub guard: Option<(usize, u64)>,
+}
+
+impl RdmcWrite {
+    /// Posts this write on `endpoint` with `bytes` (what [`RdmcGroup::drain_writes`] hands
+    /// out).
+    pub fn post(
+        &self,
+        endpoint: &dyn spindle_transport_rdma::Endpoint,
+        bytes: &[u8],
+    ) -> spindle_transport_rdma::Result<()> {
+        match self.guard {
+            Some((at, value)) => {
+                endpoint.write_then_release(self.peer, self.region, self.offset, bytes, at, value)
+            }
+            None => endpoint.write(self.peer, self.region, self.offset, bytes),
+        }
+    }
+}
+
+/// What an [`RdmcGroup`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RdmcEvent {
+    /// A receiver learned of message `seq` of `size_bytes` before its data.
+    Incoming {
+        /// The message's sequence number (1, 2, … per group).
+        seq: u64,
+        /// Its size.
+        size_bytes: usize,
+    },
+    /// Message `seq` is complete here: on a receiver every block has landed (read it with
+    /// [`RdmcGroup::read_message`], then [`RdmcGroup::release`]); on the root every block
+    /// has been posted and the send buffer may be reused.
+    Completed {
+        /// The message.
+        seq: u64,
+        /// Its size.
+        size_bytes: usize,
+    },
+    /// The group failed: `peer` is unreachable (or broke the protocol). Message `seq`
+    /// (0 if none was in flight) is not complete here and never will be; nothing more
+    /// moves in this group.
+    Failed {
+        /// The message in flight, or 0.
+        seq: u64,
+        /// The member whose failure ended the group.
+        peer: NodeId,
+    },
+}
+
+/// The layout of a member's region: control words, then the buffer.
+#[derive(Debug, Clone, Copy)]
+struct Header {
+    members: usize,
+}
+
+impl Header {
+    /// Announcement guard: the sequence number of the last announced message.
+    const ANNOUNCE_SEQ: usize = 0;
+    /// Announcement payload: its size in bytes.
+    const ANNOUNCE_SIZE: usize = WORD_BYTES;
+    fn blocks_from(&self, rank: usize) -> usize {
+        2 * WORD_BYTES + rank * WORD_BYTES
+    }
+    fn ready(&self, rank: usize) -> usize {
+        (2 + self.members + rank) * WORD_BYTES
+    }
+    fn data(&self) -> usize {
+        ((2 + 2 * self.members) * WORD_BYTES).next_multiple_of(64)
+    }
+}
+
+/// The message in flight on this member.
+#[derive(Debug)]
+struct Active {
+    seq: u64,
+    size_bytes: usize,
+    /// My sends, in step order, and how many are posted.
+    sends: Vec<Transfer>,
+    sends_posted: usize,
+    /// Per peer rank: the blocks it sends me, in its issue order, and how many landed.
+    expected: Vec<Vec<u32>>,
+    landed_from: Vec<usize>,
+    /// Per peer rank: the value of `blocks_from[rank]` before this message's blocks.
+    base_from: Vec<u64>,
+    have: Vec<bool>,
+    blocks_missing: usize,
+    completed: bool,
+}
+
+/// One node's part of one RDMC group. See the module docs.
+#[derive(Debug)]
+pub struct RdmcGroup {
+    node: NodeId,
+    members: Vec<NodeId>,
+    rank: usize,
+    config: RdmcConfig,
+    region: Region,
+    header: Header,
+    /// Messages this member has released (receiver) or the root has announced.
+    released: u64,
+    /// Root: a message written into the buffer and not yet announced (its size).
+    staged: Option<usize>,
+    active: Option<Active>,
+    /// Per peer rank: blocks I have written to it (the guard values), over all messages.
+    sent_to: Vec<u64>,
+    /// Per peer rank: blocks it wrote to me in the messages before the one in flight.
+    /// (Kept here, not read from the header at the start: a relay's blocks of the next
+    /// message may land before its announcement does.)
+    landed_before: Vec<u64>,
+    /// The last schedule computed, reused while the block count stays the same.
+    schedule_cache: Option<Arc<Schedule>>,
+    writes: VecDeque<RdmcWrite>,
+    events: VecDeque<RdmcEvent>,
+    failed: Option<NodeId>,
+}
+
+impl RdmcGroup {
+    /// The bytes of the region each member registers for a group of `members` members.
+    pub fn region_bytes(members: usize, config: &RdmcConfig) -> usize {
+        Header { members }.data() + config.message_bytes_max.next_multiple_of(WORD_BYTES)
+    }
+
+    /// Node `node`'s part of the group `members` (the first is the root), with `region`
+    /// registered on its endpoint, zeroed, of at least [`RdmcGroup::region_bytes`] bytes,
+    /// under the same id on every member.
+    pub fn new(
+        node: NodeId,
+        members: Vec<NodeId>,
+        config: RdmcConfig,
+        region: Region,
+    ) -> Result<RdmcGroup> {
+        config.validate()?;
+        if members.is_empty() || members.len() > schedule::RDMC_MEMBERS_MAX as usize {
+            return Err(Error::Config(format!(
+                "an RDMC group has 1 to {} members, not {}",
+                schedule::RDMC_MEMBERS_MAX,
+                members.len()
+            )));
+        }
+        let mut sorted = members.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != members.len() {
+            return Err(Error::Config("RDMC members must be distinct".into()));
+        }
+        let rank = members.iter().position(|&m| m == node).ok_or_else(|| {
+            Error::Config(format!("node {node} is not a member of the RDMC group"))
+        })?;
+        let need = RdmcGroup::region_bytes(members.len(), &config);
+        if region.len() < need {
+            return Err(Error::Config(format!(
+                "RDMC region of {} bytes is below the {need} bytes the group needs",
+                region.len()
+            )));
+        }
+        let n = members.len();
+        Ok(RdmcGroup {
+            node,
+            rank,
+            header: Header { members: n },
+            members,
+            config,
+            region,
+            released: 0,
+            staged: None,
+            active: None,
+            sent_to: vec![0; n],
+            landed_before: vec![0; n],
+            schedule_cache: None,
+            writes: VecDeque::new(),
+            events: VecDeque::new(),
+            failed: None,
+        })
+    }
+
+    /// This node.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// This node's rank (0: the root).
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The members, root first.
+    pub fn members(&self) -> &[NodeId] {
+        &self.members
+    }
+
+    /// The member whose failure ended the group, if it has.
+    pub fn failed(&self) -> Option<NodeId> {
+        self.failed
+    }
+
+    /// True if a message is staged or in flight here.
+    pub fn is_busy(&self) -> bool {
+        self.staged.is_some() || self.active.is_some()
+    }
+
+    /// Where the message buffer starts in the region.
+    pub fn data_offset(&self) -> usize {
+        self.header.data()
+    }
+
+    /// The region.
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
+    /// Root: multicasts `message` (copied into the registered send buffer). Fails with
+    /// [`Error::NotASender`]-like [`Error::Config`] on a receiver, [`Error::RdmcBusy`]
+    /// while the previous message is in flight, [`Error::PayloadTooLarge`] above
+    /// `message_bytes_max`, and [`Error::RdmcFailed`] once the group failed.
+    pub fn send(&mut self, message: &[u8]) -> Result<()> {
+        self.check_can_send(message.len())?;
+        self.region.write_bytes(self.header.data(), message)?;
+        self.staged = Some(message.len());
+        Ok(())
+    }
+
+    /// Root: multicasts the first `size_bytes` bytes the application already wrote in
+    /// place into the send buffer (the region from [`RdmcGroup::data_offset`]). Same
+    /// errors as [`RdmcGroup::send`].
+    pub fn send_in_place(&mut self, size_bytes: usize) -> Result<()> {
+        self.check_can_send(size_bytes)?;
+        self.staged = Some(size_bytes);
+        Ok(())
+    }
+
+    fn check_can_send(&self, len: usize) -> Result<()> {
+        if let Some(peer) = self.failed {
+            return Err(Error::RdmcFailed { peer });
+        }
+        if self.rank != 0 {
+            return Err(Error::Config(format!(
+                "node {} is not the root of its RDMC group",
+                self.node
+            )));
+        }
+        if self.is_busy() {
+            return Err(Error::RdmcBusy);
+        }
+        if len == 0 || len > self.config.message_bytes_max {
+            return Err(Error::PayloadTooLarge {
+                len,
+                max: self.config.message_bytes_max,
+            });
+        }
+        Ok(())
+    }
+
+    /// Receiver: the completed message's bytes (a copy, for tests and small users; the
+    /// zero-copy path reads [`RdmcGroup::region`] from [`RdmcGroup::data_offset`]).
+    pub fn read_message(&self) -> Result<Vec<u8>> {
+        match &self.active {
+            Some(a) if a.completed => Ok(self.region.to_vec(self.header.data(), a.size_bytes)?),
+            _ => Err(Error::Config("no completed RDMC message to read".into())),
+        }
+    }
+
+    /// Receiver: the application is done with the completed message; its buffer may take
+    /// the next one. (The root releases its send buffer on completion by itself.)
+    pub fn release(&mut self) {
+        if let Some(a) = &self.active {
+            if a.completed {
+                self.finish_message();
+            }
+        }
+    }
+
+    /// A member's link failed: the group ends (see the module docs).
+    pub fn handle_peer_failed(&mut self, peer: NodeId) {
+        if self.failed.is_some() || peer == self.node || !self.members.contains(&peer) {
+            return;
+        }
+        self.fail(peer);
+    }
+
+    fn fail(&mut self, peer: NodeId) {
+        self.failed = Some(peer);
+        let seq = match &self.active {
+            Some(a) if !a.completed => a.seq,
+            _ => 0,
+        };
+        self.staged = None;
+        self.writes.clear();
+        self.events.push_back(RdmcEvent::Failed { seq, peer });
+        assert!(self.events.len() <= RDMC_EVENTS_QUEUED_MAX);
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<RdmcEvent> {
+        self.events.pop_front()
+    }
+
+    /// Posts the queued writes through `post` (with the bytes each carries, read from the
+    /// region into `scratch`). A write `post` refuses with `QueueFull` stays queued for
+    /// the next call; any other error fails the group on that peer. Returns the writes
+    /// posted.
+    pub fn drain_writes(
+        &mut self,
+        scratch: &mut Vec<u8>,
+        mut post: impl FnMut(&RdmcWrite, &[u8]) -> spindle_transport_rdma::Result<()>,
+    ) -> usize {
+        let mut posted = 0;
+        while let Some(w) = self.writes.front().copied() {
+            scratch.resize(w.len, 0);
+            if let Err(e) = self.region.read_bytes(w.offset, scratch) {
+                // Offsets come from this core, never from a peer: a bad one is a bug.
+                unreachable!("RDMC write outside the region: {e}");
+            }
+            match post(&w, scratch) {
+                Ok(()) => {
+                    self.writes.pop_front();
+                    posted += 1;
+                }
+                Err(spindle_transport_rdma::Error::QueueFull { .. }) => break,
+                Err(e) => {
+                    tracing::debug!(node = self.node, peer = w.peer, error = %e, "RDMC write failed");
+                    self.fail(w.peer);
+                    break;
+                }
+            }
+        }
+        posted
+    }
+
+    /// Runs the protocol once: announce, take landed blocks, issue the sends whose blocks
+    /// are here, report completion. True if anything moved.
+    pub fn step(&mut self) -> bool {
+        if self.failed.is_some() {
+            return false;
+        }
+        let mut work = false;
+        if self.active.is_none() {
+            work |= if self.rank == 0 {
+                self.try_announce()
+            } else {
+                self.take_announcement()
+            };
+        }
+        if self.active.is_some() {
+            work |= self.take_landed_blocks();
+            if self.failed.is_some() {
+                return true;
+            }
+            work |= self.issue_sends();
+            work |= self.check_completed();
+        }
+        work
+    }
+
+    fn schedule_for(&mut self, blocks: u32) -> Result<Arc<Schedule>> {
+        if let Some(s) = &self.schedule_cache {
+            if s.blocks() == blocks {
+                return Ok(s.clone());
+            }
+        }
+        let s = Arc::new(Schedule::new(
+            self.config.schedule,
+            self.members.len() as u32,
+            blocks,
+        )?);
+        self.schedule_cache = Some(s.clone());
+        Ok(s)
+    }
+
+    fn start(&mut self, seq: u64, size_bytes: usize) -> Result<()> {
+        let blocks = size_bytes.div_ceil(self.config.block_bytes) as u32;
+        let schedule = self.schedule_for(blocks)?;
+        let n = self.members.len();
+        let me = self.rank as u32;
+        let mut expected = vec![Vec::new(); n];
+        for t in schedule.receives_of(me) {
+            expected[t.from as usize].push(t.block);
+        }
+        let base_from = self.landed_before.clone();
+        let is_root = self.rank == 0;
+        self.active = Some(Active {
+            seq,
+            size_bytes,
+            sends: schedule.sends_of(me),
+            sends_posted: 0,
+            expected,
+            landed_from: vec![0; n],
+            base_from,
+            have: vec![is_root; blocks as usize],
+            blocks_missing: if is_root { 0 } else { blocks as usize },
+            completed: false,
+        });
+        Ok(())
+    }
+
+    fn try_announce(&mut self) -> bool {
+        let Some(size_bytes) = self.staged else {
+            return false;
+        };
+        // Every member must have released the previous message (its buffer is free).
+        let seq = self.released + 1;
+        let ready = (1..self.members.len())
+            .all(|r| self.region.load_u64(self.header.ready(r)) >= self.released);
+        if !ready {
+            return false;
+        }
+        if let Err(e) = self.start(seq, size_bytes) {
+            // Sizes were checked at send; a schedule beyond its bounds is a config error.
+            unreachable!("RDMC schedule for a checked message failed: {e}");
+        }
+        self.staged = None;
+        self.region
+            .store_u64(Header::ANNOUNCE_SIZE, size_bytes as u64);
+        self.region.store_u64(Header::ANNOUNCE_SEQ, seq);
+        for r in 1..self.members.len() {
+            self.writes.push_back(RdmcWrite {
+                peer: self.members[r],
+                region: self.region.id(),
+                offset: Header::ANNOUNCE_SIZE,
+                len: WORD_BYTES,
+                guard: Some((Header::ANNOUNCE_SEQ, seq)),
+            });
+        }
+        true
+    }
+
+    fn take_announcement(&mut self) -> bool {
+        let seq = self.region.load_u64(Header::ANNOUNCE_SEQ);
+        if seq <= self.released {
+            return false;
+        }
+        let size_bytes = self.region.load_u64(Header::ANNOUNCE_SIZE);
+        // Bytes from the root: check before use, never panic on them.
+        if seq != self.released + 1
+            || size_bytes == 0
+            || size_bytes > self.config.message_bytes_max as u64
+        {
+            tracing::warn!(
+                node = self.node,
+                seq,
+                size_bytes,
+                "RDMC announcement out of protocol"
+            );
+            let root = self.members[0];
+            self.fail(root);
+            return true;
+        }
+        let size_bytes = size_bytes as usize;
+        if self.start(seq, size_bytes).is_err() {
+            let root = self.members[0];
+            self.fail(root);
+            return true;
+        }
+        self.events
+            .push_back(RdmcEvent::Incoming { seq, size_bytes });
+        true
+    }
+
+    fn take_landed_blocks(&mut self) -> bool {
+        let header = self.header;
+        let Some(a) = self.active.as_mut() else {
+            return false;
+        };
+        let mut work = false;
+        let mut broken = None;
+        for r in 0..self.members.len() {
+            let count = self.region.load_u64(header.blocks_from(r));
+            let landed = count.wrapping_sub(a.base_from[r]);
+            if landed > a.expected[r].len() as u64 {
+                // A peer wrote more blocks than the schedule gives it: protocol breach.
+                broken = Some(self.members[r]);
+                break;
+            }
+            while (a.landed_from[r] as u64) < landed {
+                let block = a.expected[r][a.landed_from[r]] as usize;
+                a.landed_from[r] += 1;
+                // Invariant: the schedule delivers each block to each receiver once.
+                assert!(!a.have[block], "RDMC block {block} landed twice");
+                a.have[block] = true;
+                a.blocks_missing -= 1;
+                work = true;
+            }
+        }
+        if let Some(peer) = broken {
+            tracing::warn!(node = self.node, peer, "RDMC peer wrote past its schedule");
+            self.fail(peer);
+            return true;
+        }
+        work
+    }
+
+    fn issue_sends(&mut self) -> bool {
+        let header = self.header;
+        let block_bytes = self.config.block_bytes;
+        let Some(a) = self.active.as_mut() else {
+            return false;
+        };
+        let mut work = false;
+        while a.sends_posted < a.sends.len() && self.writes.len() < RDMC_WRITES_QUEUED_MAX {
+            let t = a.sends[a.sends_posted];
+            if !a.have[t.block as usize] {
+                break;
+            }
+            let peer = t.to as usize;
+            self.sent_to[peer] += 1;
+            let start = t.block as usize * block_bytes;
+            let len = block_bytes.min(a.size_bytes - start);
+            self.writes.push_back(RdmcWrite {
+                peer: self.members[peer],
+                region: self.region.id(),
+                offset: header.data() + start,
+                len,
+                guard: Some((header.blocks_from(self.rank), self.sent_to[peer])),
+            });
+            a.sends_posted += 1;
+            work = true;
+        }
+        work
+    }
+
+    fn check_completed(&mut self) -> bool {
+        let Some(a) = self.active.as_mut() else {
+            return false;
+        };
+        // Complete only once the fabric has taken every write: it reads the block bytes
+        // from this buffer when they are drained.
+        if a.completed
+            || a.blocks_missing > 0
+            || a.sends_posted < a.sends.len()
+            || !self.writes.is_empty()
+        {
+            return false;
+        }
+        a.completed = true;
+        let (seq, size_bytes) = (a.seq, a.size_bytes);
+        self.events
+            .push_back(RdmcEvent::Completed { seq, size_bytes });
+        assert!(self.events.len() <= RDMC_EVENTS_QUEUED_MAX);
+        if self.rank == 0 {
+            // The root's sends are posted (the fabric copied the bytes): the send buffer
+            // is free again.
+            self.finish_message();
+        }
+        true
+    }
+
+    fn finish_message(&mut self) {
+        let Some(a) = self.active.take() else { return };
+        for (r, blocks) in a.expected.iter().enumerate() {
+            self.landed_before[r] += blocks.len() as u64;
+        }
+        self.released = a.seq;
+        if self.rank != 0 {
+            let at = self.header.ready(self.rank);
+            self.region.store_u64(at, self.released);
+            self.writes.push_back(RdmcWrite {
+                peer: self.members[0],
+                region: self.region.id(),
+                offset: at,
+                len: WORD_BYTES,
+                guard: None,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn receiver(members: usize) -> (RdmcGroup, Region) {
+        let config = RdmcConfig {
+            block_bytes: 64,
+            message_bytes_max: 1024,
+            schedule: ScheduleKind::BinomialPipeline,
+        };
+        let region = Region::new_heap(1, RdmcGroup::region_bytes(members, &config)).unwrap();
+        let ids = (1..=members as NodeId).collect();
+        (
+            RdmcGroup::new(2, ids, config, region.clone()).unwrap(),
+            region,
+        )
+    }
+
+    #[test]
+    fn an_announcement_out_of_protocol_fails_the_group_without_panic() {
+        for (seq, size) in [(1u64, 0u64), (1, 1025), (2, 10), (u64::MAX, u64::MAX)] {
+            let (mut g, region) = receiver(3);
+            region.store_u64(Header::ANNOUNCE_SIZE, size);
+            region.store_u64(Header::ANNOUNCE_SEQ, seq);
+            assert!(g.step());
+            assert_eq!(g.poll_event(), Some(RdmcEvent::Failed { seq: 0, peer: 1 }));
+            assert_eq!(g.failed(), Some(1));
+            assert!(!g.step());
+        }
+    }
+
+    #[test]
+    fn a_peer_writing_past_its_schedule_fails_the_group() {
+        let (mut g, region) = receiver(3);
+        region.store_u64(Header::ANNOUNCE_SIZE, 64);
+        region.store_u64(Header::ANNOUNCE_SEQ, 1);
+        g.step();
+        assert_eq!(
+            g.poll_event(),
+            Some(RdmcEvent::Incoming {
+                seq: 1,
+                size_bytes: 64
+            })
+        );
+        // One block among three members: rank 1 (node 2) gets it from the root only.
+        region.store_u64(g.header.blocks_from(2), 1);
+        g.step();
+        assert_eq!(g.poll_event(), Some(RdmcEvent::Failed { seq: 1, peer: 3 }));
+    }
+
+    #[test]
+    fn config_and_membership_are_checked() {
+        let config = RdmcConfig::default();
+        assert!(config.validate().is_ok());
+        for bad in [
+            RdmcConfig {
+                block_bytes: 7,
+                ..config.clone()
+            },
+            RdmcConfig {
+                block_bytes: WRITE_BYTES_MAX + 8,
+                ..config.clone()
+            },
+            RdmcConfig {
+                message_bytes_max: 0,
+                ..config.clone()
+            },
+            RdmcConfig {
+                block_bytes: 8,
+                message_bytes_max: 8 << 20,
+                ..config.clone()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+        let small = RdmcConfig {
+            message_bytes_max: 64,
+            block_bytes: 8,
+            ..config
+        };
+        let region = Region::new_heap(1, RdmcGroup::region_bytes(2, &small)).unwrap();
+        assert!(RdmcGroup::new(9, vec![1, 2], small.clone(), region.clone()).is_err());
+        assert!(RdmcGroup::new(1, vec![1, 1], small.clone(), region.clone()).is_err());
+        let mut root = RdmcGroup::new(1, vec![1, 2], small.clone(), region.clone()).unwrap();
+        assert!(matches!(
+            root.send(&[0; 65]),
+            Err(Error::PayloadTooLarge { .. })
+        ));
+        root.send(&[1; 64]).unwrap();
+        assert!(matches!(root.send(&[1; 8]), Err(Error::RdmcBusy)));
+        root.handle_peer_failed(2);
+        assert!(matches!(
+            root.send(&[1; 8]),
+            Err(Error::RdmcFailed { peer: 2 })
+        ));
+        let mut receiver = RdmcGroup::new(2, vec![1, 2], small, region).unwrap();
+        assert!(receiver.send(&[1; 8]).is_err());
+    }
+}

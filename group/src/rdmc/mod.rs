@@ -82,6 +82,7 @@
 //! # Ok::<(), spindle_group::Error>(())
 //! ```
 
+pub mod model;
 pub mod schedule;
 #[cfg(feature = "testkit")]
 pub mod sim;

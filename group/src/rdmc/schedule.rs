@@ -38,8 +38,9 @@
 
 use crate::{Error, Result};
 
-/// Most members one RDMC group may have (the sender included).
-pub const RDMC_MEMBERS_MAX: u32 = 1024;
+/// Most members one RDMC group may have (the sender included): a root and as many
+/// receivers as one endpoint may have peers.
+pub const RDMC_MEMBERS_MAX: u32 = spindle_transport_rdma::PEERS_MAX as u32 + 1;
 /// Most blocks one RDMC message may be split into.
 pub const RDMC_BLOCKS_MAX: u32 = 1 << 16;
 /// Most block transfers one computed schedule may hold (`members * blocks` bounds the

@@ -386,6 +386,16 @@ impl RdmcGroup {
         self.staged.is_some() || self.active.is_some()
     }
 
+    /// True when nothing is in flight and (on the root) every member has released every
+    /// message announced so far: the group may be closed or dropped without cutting a
+    /// transfer short.
+    pub fn all_released(&self) -> bool {
+        !self.is_busy()
+            && (self.rank != 0
+                || (1..self.members.len())
+                    .all(|r| self.region.load_u64(self.header.ready(r)) >= self.released))
+    }
+
     /// Where the message buffer starts in the region.
     pub fn data_offset(&self) -> usize {
         self.header.data()

@@ -88,7 +88,7 @@ fn run_node(
                 group.handle_peer_failed(peer);
             }
         }
-        if group.rank() == 0 && next < sizes.len() && !group.is_busy() && group.failed().is_none() {
+        if group.rank() == 0 && next < sizes.len() && group.can_send() {
             group
                 .send(&message(seed, next as u64 + 1, sizes[next]))
                 .unwrap();
@@ -140,6 +140,7 @@ fn run(backend: &str, kind: ScheduleKind, seed: u64, crash_rank: Option<usize>) 
         block_bytes: 4096,
         message_bytes_max: 200_000,
         schedule: kind,
+        window_messages: 2,
     };
     let base = NEXT_NODE.fetch_add(4, std::sync::atomic::Ordering::Relaxed);
     let members: Vec<NodeId> = (base..base + 4).collect();

@@ -24,6 +24,7 @@ fn many_seeds_survivors_agree_and_nothing_hangs() {
     let mut mid_transfer = 0;
     let mut completions = 0;
     let mut kinds = std::collections::BTreeSet::new();
+    let mut windows = std::collections::BTreeSet::new();
     for seed in 1..=SEEDS {
         let o = run_seed(seed);
         assert_clean(&o);
@@ -32,6 +33,7 @@ fn many_seeds_survivors_agree_and_nothing_hangs() {
         mid_transfer += o.failures_mid_transfer;
         completions += o.completions;
         kinds.insert(o.schedule);
+        windows.insert(o.window_messages);
     }
     // The scenario must actually exercise what it claims to: crashes that surface as
     // failures, completions, and every schedule.
@@ -42,6 +44,7 @@ fn many_seeds_survivors_agree_and_nothing_hangs() {
         "only {mid_transfer} failures mid-transfer"
     );
     assert_eq!(kinds.len(), ScheduleKind::ALL.len());
+    assert_eq!(windows.len(), 3);
 }
 
 #[test]

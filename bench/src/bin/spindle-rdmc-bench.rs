@@ -10,7 +10,7 @@
 //! `send` to the last receiver's completion (one process, one clock).
 //!
 //! The last line printed is one JSON object:
-//! `{"backend","schedule","nodes","size","block_bytes","msgs","msgs_per_s","bytes_per_s","lat_p50_us","lat_p99_us"}`
+//! `{"backend","schedule","nodes","size","block_bytes","window","msgs","msgs_per_s","bytes_per_s","lat_p50_us","lat_p99_us"}`
 //! (`bytes_per_s` counts message bytes delivered to each receiver once: `size * msgs / s`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -43,6 +43,9 @@ struct Args {
     /// Block size in bytes.
     #[arg(long, default_value_t = 1 << 20)]
     block_bytes: usize,
+    /// Messages in flight (receive buffers per member).
+    #[arg(long, default_value_t = 1)]
+    window: usize,
     /// Measuring time in seconds (at least 3 messages are sent).
     #[arg(long, default_value_t = 3.0)]
     seconds: f64,
@@ -108,6 +111,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
         block_bytes: args.block_bytes,
         message_bytes_max: args.size,
         schedule,
+        window_messages: args.window,
     };
     config.validate()?;
     let members: Vec<NodeId> = (1..=args.nodes).collect();
@@ -190,17 +194,17 @@ fn run(args: &Args) -> Result<(), BoxError> {
                         group.handle_peer_failed(peer);
                     }
                 }
-                if is_root && !group.is_busy() {
+                if is_root && (group.can_send() || !group.is_busy()) {
                     let done = started.elapsed().as_secs_f64() >= seconds && sent >= 3;
                     let all_in = sent == 0
                         || shared.completions[sent as usize].load(Ordering::Acquire) == receivers;
                     if done || sent as usize >= SAMPLES_MAX {
                         // Stop once every receiver has the last message.
-                        if all_in {
+                        if all_in && !group.is_busy() {
                             shared.stop.store(true, Ordering::Release);
                             return sent;
                         }
-                    } else if group.send(&message).is_ok() {
+                    } else if group.can_send() && group.send(&message).is_ok() {
                         sent += 1;
                         shared.sent_at.lock().unwrap().push(Instant::now());
                         work = true;
@@ -265,6 +269,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
         "nodes": args.nodes,
         "size": args.size,
         "block_bytes": args.block_bytes,
+        "window": args.window,
         "msgs": msgs,
         "msgs_per_s": ((msgs as f64 / secs) * 100.0).round() / 100.0,
         "bytes_per_s": (msgs as f64 * args.size as f64 / secs).round(),

@@ -10,37 +10,45 @@
 //!
 //! ## How a message moves
 //!
-//! Each member registers **one region**, sized once for the largest message
-//! ([`RdmcConfig::message_bytes_max`]) and reused for every message: a header of control
-//! words, then the message buffer (the root's buffer is its send buffer; the
-//! application fills it in place, or [`RdmcGroup::send`] copies into it).
+//! Each member registers **one region**, sized once and reused for every message: a
+//! header of control words, then a window of [`RdmcConfig::window_messages`] buffers of
+//! [`RdmcConfig::message_bytes_max`] each; message `seq` uses buffer `(seq - 1) % window`
+//! (the root's buffers are its send buffers; the application fills one in place, or
+//! [`RdmcGroup::send`] copies into it). Memory per member and group is therefore
+//! bounded and stated: [`RdmcGroup::region_bytes`].
 //!
-//! 1. **Ready.** A member that has released the previous message writes how many messages
-//!    it has released into the root's `ready[rank]` word (an SST-style column; RDMC's
-//!    `ready_for_block`, per message rather than per block because the buffer is sized
-//!    once for the whole message).
-//! 2. **Announcement.** When every member is ready, the root writes the size and then,
-//!    as its guard, the sequence number into each member's announcement words. A receiver
-//!    learns a message and its size before any of its data arrives (RDMC's
+//! 1. **Ready.** A member that releases a message writes how many messages it has
+//!    released into the root's `ready[rank]` word (an SST-style column; RDMC's
+//!    `ready_for_block`, per message rather than per block because each buffer is sized
+//!    once for a whole message).
+//! 2. **Announcement.** When every member has released message `seq - window` (so the
+//!    buffer is free everywhere), the root writes the size and then, as its guard, the
+//!    sequence number into announcement entry `(seq - 1) % window` of each member. A
+//!    receiver learns a message and its size before any of its data arrives (RDMC's
 //!    "incoming message" upcall: [`RdmcEvent::Incoming`]).
 //! 3. **Blocks.** Every member computes the same [`schedule::Schedule`] from (member
 //!    count, block count) and walks its own sends in step order. A block goes by one
 //!    one-sided write into the receiver's buffer at the block's offset, followed (write,
 //!    then release) by the sender's counter word `blocks_from[sender rank]` in the
-//!    receiver's header. Writes from one peer land in issue order, so the receiver knows
-//!    from its schedule exactly which block each counter increment brought. A send waits
-//!    only for its block to have arrived (RDMC's asynchronous steps: sends and receives
-//!    are decoupled).
-//! 4. **Completion.** A member whose receives have all landed and whose sends have all
-//!    been posted reports [`RdmcEvent::Completed`]; the message is in its buffer
-//!    ([`RdmcGroup::read_message`]) until it calls [`RdmcGroup::release`].
+//!    receiver's header. Writes from one peer land in issue order and every member posts
+//!    all its sends of one message before any of the next, so the receiver knows from
+//!    the schedules exactly which block of which message each counter increment brought.
+//!    A send waits only for its block to have arrived (RDMC's asynchronous steps: sends
+//!    and receives are decoupled).
+//! 4. **Completion.** A member whose receives of a message have all landed and whose
+//!    sends of it have all been posted reports [`RdmcEvent::Completed`], in sequence
+//!    order; the oldest completed message stays in its buffer
+//!    ([`RdmcGroup::read_message`], [`RdmcGroup::message_offset`]) until
+//!    [`RdmcGroup::release`].
 //! 5. **Failure.** A member's link failing ([`RdmcGroup::handle_peer_failed`]) ends the
 //!    group: an unfinished message is reported as [`RdmcEvent::Failed`] and nothing more
 //!    is sent. As in RDMC, the application (in Derecho: the view change) repairs by
 //!    making a new group.
 //!
-//! One message is in flight per group at a time ([`RDMC_MESSAGES_IN_FLIGHT_MAX`]): the
-//! receive buffer is reused, so the next announcement waits for every member's release.
+//! At most `window_messages` ([`RDMC_WINDOW_MESSAGES_MAX`] at most) messages are in
+//! flight per group: a root that has that many unreleased messages gets
+//! [`Error::RdmcBusy`] ([`RdmcGroup::can_send`] says so beforehand) — flow control,
+//! never unbounded memory.
 //!
 //! ## Two members, driven by hand
 //!
@@ -49,7 +57,7 @@
 //! use spindle_transport_rdma::Region;
 //!
 //! let config = RdmcConfig { block_bytes: 1024, message_bytes_max: 8192,
-//!     schedule: ScheduleKind::BinomialPipeline };
+//!     schedule: ScheduleKind::BinomialPipeline, window_messages: 1 };
 //! let len = RdmcGroup::region_bytes(2, &config);
 //! let regions = [Region::new_heap(1, len)?, Region::new_heap(1, len)?];
 //! let mut root = RdmcGroup::new(10, vec![10, 11], config.clone(), regions[0].clone())?;
@@ -96,25 +104,21 @@ pub use schedule::{Schedule, ScheduleKind, Transfer};
 
 use crate::{Error, Result};
 
-/// Messages one RDMC group has in flight at once: one, because each member's receive
-/// buffer is sized once and reused.
-pub const RDMC_MESSAGES_IN_FLIGHT_MAX: usize = 1;
+/// Largest [`RdmcConfig::window_messages`]: messages one RDMC group may have in flight,
+/// each with its own buffer on every member.
+pub const RDMC_WINDOW_MESSAGES_MAX: usize = 16;
 /// Writes an [`RdmcGroup`] queues before [`RdmcGroup::drain_writes`] takes them; a step
 /// stops issuing block sends at this bound (the rest go in later steps).
 pub const RDMC_WRITES_QUEUED_MAX: usize = 64;
-/// Events an [`RdmcGroup`] queues for [`RdmcGroup::poll_event`]: at most the incoming,
-/// completed and failed events of the one message in flight.
-pub const RDMC_EVENTS_QUEUED_MAX: usize = 4;
+/// Events an [`RdmcGroup`] queues for [`RdmcGroup::poll_event`]: at most the incoming
+/// and completed events of the messages in flight, and one failure.
+pub const RDMC_EVENTS_QUEUED_MAX: usize = 2 * RDMC_WINDOW_MESSAGES_MAX + 1;
 /// Smallest block size (one word, so every block offset stays word-aligned).
 pub const RDMC_BLOCK_BYTES_MIN: usize = WORD_BYTES;
 /// Largest message one group may carry (its buffer is registered memory).
 pub const RDMC_MESSAGE_BYTES_MAX: usize = 512 << 20;
 
-const _: () = assert!(
-    RDMC_MESSAGES_IN_FLIGHT_MAX == 1,
-    "the header holds one announcement"
-);
-const _: () = assert!(RDMC_EVENTS_QUEUED_MAX >= 3 * RDMC_MESSAGES_IN_FLIGHT_MAX);
+const _: () = assert!(RDMC_WINDOW_MESSAGES_MAX >= 1);
 const _: () = assert!(RDMC_MESSAGE_BYTES_MAX <= spindle_transport_rdma::REGION_BYTES_MAX / 2);
 
 /// How an RDMC group moves its messages.
@@ -129,6 +133,9 @@ pub struct RdmcConfig {
     pub message_bytes_max: usize,
     /// The block schedule.
     pub schedule: ScheduleKind,
+    /// Messages in flight at once (1 to [`RDMC_WINDOW_MESSAGES_MAX`]): every member
+    /// holds this many buffers of `message_bytes_max`.
+    pub window_messages: usize,
 }
 
 impl Default for RdmcConfig {
@@ -137,6 +144,7 @@ impl Default for RdmcConfig {
             block_bytes: 1 << 20,
             message_bytes_max: 64 << 20,
             schedule: ScheduleKind::BinomialPipeline,
+            window_messages: 1,
         }
     }
 }
@@ -158,6 +166,22 @@ impl RdmcConfig {
             return Err(Error::Config(format!(
                 "RDMC message_bytes_max ({}) must lie between 1 and {RDMC_MESSAGE_BYTES_MAX}",
                 self.message_bytes_max
+            )));
+        }
+        if self.window_messages == 0 || self.window_messages > RDMC_WINDOW_MESSAGES_MAX {
+            return Err(Error::Config(format!(
+                "RDMC window_messages ({}) must lie between 1 and {RDMC_WINDOW_MESSAGES_MAX}",
+                self.window_messages
+            )));
+        }
+        let total =
+            self.message_bytes_max.next_multiple_of(64) as u128 * self.window_messages as u128;
+        if total > spindle_transport_rdma::REGION_BYTES_MAX as u128 / 2 {
+            return Err(Error::Config(format!(
+                "RDMC message_bytes_max ({}) times window_messages ({}) exceeds {} bytes",
+                self.message_bytes_max,
+                self.window_messages,
+                spindle_transport_rdma::REGION_BYTES_MAX / 2
             )));
         }
         let blocks = self.message_bytes_max.div_ceil(self.block_bytes);
@@ -235,29 +259,52 @@ pub enum RdmcEvent {
     },
 }
 
-/// The layout of a member's region: control words, then the buffer.
+/// The layout of a member's region: control words, then the window of buffers.
 #[derive(Debug, Clone, Copy)]
 struct Header {
     members: usize,
+    window: usize,
+    buffer_stride: usize,
 }
 
 impl Header {
-    /// Announcement guard: the sequence number of the last announced message.
-    const ANNOUNCE_SEQ: usize = 0;
-    /// Announcement payload: its size in bytes.
-    const ANNOUNCE_SIZE: usize = WORD_BYTES;
+    fn new(members: usize, config: &RdmcConfig) -> Header {
+        Header {
+            members,
+            window: config.window_messages,
+            buffer_stride: config.message_bytes_max.next_multiple_of(64),
+        }
+    }
+    /// Announcement entry of `seq`: its guard word (the sequence number) …
+    fn announce_seq(&self, seq: u64) -> usize {
+        2 * self.entry(seq) * WORD_BYTES
+    }
+    /// … and its payload word (the size in bytes).
+    fn announce_size(&self, seq: u64) -> usize {
+        (2 * self.entry(seq) + 1) * WORD_BYTES
+    }
+    fn entry(&self, seq: u64) -> usize {
+        assert!(seq >= 1, "sequence numbers start at 1");
+        ((seq - 1) % self.window as u64) as usize
+    }
     fn blocks_from(&self, rank: usize) -> usize {
-        2 * WORD_BYTES + rank * WORD_BYTES
+        (2 * self.window + rank) * WORD_BYTES
     }
     fn ready(&self, rank: usize) -> usize {
-        (2 + self.members + rank) * WORD_BYTES
+        (2 * self.window + self.members + rank) * WORD_BYTES
     }
     fn data(&self) -> usize {
-        ((2 + 2 * self.members) * WORD_BYTES).next_multiple_of(64)
+        ((2 * self.window + 2 * self.members) * WORD_BYTES).next_multiple_of(64)
+    }
+    fn buffer(&self, seq: u64) -> usize {
+        self.data() + self.entry(seq) * self.buffer_stride
+    }
+    fn region_bytes(&self) -> usize {
+        self.data() + self.window * self.buffer_stride
     }
 }
 
-/// The message in flight on this member.
+/// One message in flight on this member.
 #[derive(Debug)]
 struct Active {
     seq: u64,
@@ -268,11 +315,15 @@ struct Active {
     /// Per peer rank: the blocks it sends me, in its issue order, and how many landed.
     expected: Vec<Vec<u32>>,
     landed_from: Vec<usize>,
-    /// Per peer rank: the value of `blocks_from[rank]` before this message's blocks.
-    base_from: Vec<u64>,
     have: Vec<bool>,
     blocks_missing: usize,
     completed: bool,
+}
+
+impl Active {
+    fn sends_done(&self) -> bool {
+        self.sends_posted == self.sends.len()
+    }
 }
 
 /// One node's part of one RDMC group. See the module docs.
@@ -284,17 +335,18 @@ pub struct RdmcGroup {
     config: RdmcConfig,
     region: Region,
     header: Header,
-    /// Messages this member has released (receiver) or the root has announced.
+    /// Messages this member has released (a receiver) or completed (the root).
     released: u64,
-    /// Root: a message written into the buffer and not yet announced (its size).
-    staged: Option<usize>,
-    active: Option<Active>,
+    /// The last sequence number announced (root) or taken from an announcement.
+    announced: u64,
+    /// Root: messages written into their buffers and not yet announced (their sizes).
+    staged: VecDeque<usize>,
+    /// Messages in flight here, oldest first (at most `window_messages`).
+    actives: VecDeque<Active>,
     /// Per peer rank: blocks I have written to it (the guard values), over all messages.
     sent_to: Vec<u64>,
-    /// Per peer rank: blocks it wrote to me in the messages before the one in flight.
-    /// (Kept here, not read from the header at the start: a relay's blocks of the next
-    /// message may land before its announcement does.)
-    landed_before: Vec<u64>,
+    /// Per peer rank: its counter increments already attributed to a message.
+    landed_taken: Vec<u64>,
     /// The last schedule computed, reused while the block count stays the same.
     schedule_cache: Option<Arc<Schedule>>,
     writes: VecDeque<RdmcWrite>,
@@ -303,9 +355,10 @@ pub struct RdmcGroup {
 }
 
 impl RdmcGroup {
-    /// The bytes of the region each member registers for a group of `members` members.
+    /// The bytes of the region each member registers for a group of `members` members:
+    /// the header and `window_messages` buffers of `message_bytes_max`.
     pub fn region_bytes(members: usize, config: &RdmcConfig) -> usize {
-        Header { members }.data() + config.message_bytes_max.next_multiple_of(WORD_BYTES)
+        Header::new(members, config).region_bytes()
     }
 
     /// Node `node`'s part of the group `members` (the first is the root), with `region`
@@ -345,15 +398,16 @@ impl RdmcGroup {
         Ok(RdmcGroup {
             node,
             rank,
-            header: Header { members: n },
+            header: Header::new(n, &config),
             members,
             config,
             region,
             released: 0,
-            staged: None,
-            active: None,
+            announced: 0,
+            staged: VecDeque::new(),
+            actives: VecDeque::new(),
             sent_to: vec![0; n],
-            landed_before: vec![0; n],
+            landed_taken: vec![0; n],
             schedule_cache: None,
             writes: VecDeque::new(),
             events: VecDeque::new(),
@@ -383,7 +437,19 @@ impl RdmcGroup {
 
     /// True if a message is staged or in flight here.
     pub fn is_busy(&self) -> bool {
-        self.staged.is_some() || self.active.is_some()
+        !self.staged.is_empty() || !self.actives.is_empty()
+    }
+
+    /// Root: true if [`RdmcGroup::send`] would take a message now (the group has not
+    /// failed and fewer than `window_messages` messages are unfinished here).
+    pub fn can_send(&self) -> bool {
+        self.rank == 0
+            && self.failed.is_none()
+            && self.next_seq() - 1 - self.released < self.header.window as u64
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.announced + self.staged.len() as u64 + 1
     }
 
     /// True when nothing is in flight and (on the root) every member has released every
@@ -396,9 +462,10 @@ impl RdmcGroup {
                     .all(|r| self.region.load_u64(self.header.ready(r)) >= self.released))
     }
 
-    /// Where the message buffer starts in the region.
-    pub fn data_offset(&self) -> usize {
-        self.header.data()
+    /// Root: where the buffer of the next message starts in the region (fill it, then
+    /// [`RdmcGroup::send_in_place`]); valid while [`RdmcGroup::can_send`].
+    pub fn next_send_offset(&self) -> usize {
+        self.header.buffer(self.next_seq())
     }
 
     /// The region.
@@ -406,23 +473,23 @@ impl RdmcGroup {
         &self.region
     }
 
-    /// Root: multicasts `message` (copied into the registered send buffer). Fails with
-    /// [`Error::NotASender`]-like [`Error::Config`] on a receiver, [`Error::RdmcBusy`]
-    /// while the previous message is in flight, [`Error::PayloadTooLarge`] above
-    /// `message_bytes_max`, and [`Error::RdmcFailed`] once the group failed.
+    /// Root: multicasts `message` (copied into the next registered send buffer). Fails
+    /// with [`Error::Config`] on a receiver, [`Error::RdmcBusy`] while `window_messages`
+    /// messages are unfinished, [`Error::PayloadTooLarge`] above `message_bytes_max` (or
+    /// for an empty message), and [`Error::RdmcFailed`] once the group failed.
     pub fn send(&mut self, message: &[u8]) -> Result<()> {
         self.check_can_send(message.len())?;
-        self.region.write_bytes(self.header.data(), message)?;
-        self.staged = Some(message.len());
+        self.region
+            .write_bytes(self.header.buffer(self.next_seq()), message)?;
+        self.staged.push_back(message.len());
         Ok(())
     }
 
     /// Root: multicasts the first `size_bytes` bytes the application already wrote in
-    /// place into the send buffer (the region from [`RdmcGroup::data_offset`]). Same
-    /// errors as [`RdmcGroup::send`].
+    /// place at [`RdmcGroup::next_send_offset`]. Same errors as [`RdmcGroup::send`].
     pub fn send_in_place(&mut self, size_bytes: usize) -> Result<()> {
         self.check_can_send(size_bytes)?;
-        self.staged = Some(size_bytes);
+        self.staged.push_back(size_bytes);
         Ok(())
     }
 
@@ -436,7 +503,7 @@ impl RdmcGroup {
                 self.node
             )));
         }
-        if self.is_busy() {
+        if !self.can_send() {
             return Err(Error::RdmcBusy);
         }
         if len == 0 || len > self.config.message_bytes_max {
@@ -448,22 +515,31 @@ impl RdmcGroup {
         Ok(())
     }
 
-    /// Receiver: the completed message's bytes (a copy, for tests and small users; the
-    /// zero-copy path reads [`RdmcGroup::region`] from [`RdmcGroup::data_offset`]).
+    fn oldest_completed(&self) -> Option<&Active> {
+        self.actives.front().filter(|a| a.completed)
+    }
+
+    /// Receiver: where the oldest completed, unreleased message starts in the region and
+    /// its size (the zero-copy read: [`RdmcGroup::region`] from there).
+    pub fn message_offset(&self) -> Option<(usize, usize)> {
+        self.oldest_completed()
+            .map(|a| (self.header.buffer(a.seq), a.size_bytes))
+    }
+
+    /// Receiver: a copy of the oldest completed, unreleased message (for tests and small
+    /// users; the zero-copy path is [`RdmcGroup::message_offset`]).
     pub fn read_message(&self) -> Result<Vec<u8>> {
-        match &self.active {
-            Some(a) if a.completed => Ok(self.region.to_vec(self.header.data(), a.size_bytes)?),
-            _ => Err(Error::Config("no completed RDMC message to read".into())),
+        match self.message_offset() {
+            Some((at, len)) => Ok(self.region.to_vec(at, len)?),
+            None => Err(Error::Config("no completed RDMC message to read".into())),
         }
     }
 
-    /// Receiver: the application is done with the completed message; its buffer may take
-    /// the next one. (The root releases its send buffer on completion by itself.)
+    /// Receiver: the application is done with the oldest completed message; its buffer
+    /// may take a later one. (The root frees its send buffers on completion by itself.)
     pub fn release(&mut self) {
-        if let Some(a) = &self.active {
-            if a.completed {
-                self.finish_message();
-            }
+        if self.oldest_completed().is_some() {
+            self.finish_oldest();
         }
     }
 
@@ -477,13 +553,21 @@ impl RdmcGroup {
 
     fn fail(&mut self, peer: NodeId) {
         self.failed = Some(peer);
-        let seq = match &self.active {
-            Some(a) if !a.completed => a.seq,
-            _ => 0,
-        };
-        self.staged = None;
+        let seq = self
+            .actives
+            .iter()
+            .find(|a| !a.completed)
+            .map(|a| a.seq)
+            .unwrap_or(0);
+        self.staged.clear();
         self.writes.clear();
         self.events.push_back(RdmcEvent::Failed { seq, peer });
+        assert!(self.events.len() <= RDMC_EVENTS_QUEUED_MAX);
+    }
+
+    fn push_event(&mut self, event: RdmcEvent) {
+        self.events.push_back(event);
+        // Invariant: at most two events per message in flight, plus one failure.
         assert!(self.events.len() <= RDMC_EVENTS_QUEUED_MAX);
     }
 
@@ -525,20 +609,20 @@ impl RdmcGroup {
     }
 
     /// Runs the protocol once: announce, take landed blocks, issue the sends whose blocks
-    /// are here, report completion. True if anything moved.
+    /// are here, report completions. True if anything moved.
     pub fn step(&mut self) -> bool {
         if self.failed.is_some() {
             return false;
         }
-        let mut work = false;
-        if self.active.is_none() {
-            work |= if self.rank == 0 {
-                self.try_announce()
-            } else {
-                self.take_announcement()
-            };
+        let mut work = if self.rank == 0 {
+            self.try_announce()
+        } else {
+            self.take_announcements()
+        };
+        if self.failed.is_some() {
+            return true;
         }
-        if self.active.is_some() {
+        if !self.actives.is_empty() {
             work |= self.take_landed_blocks();
             if self.failed.is_some() {
                 return true;
@@ -573,113 +657,134 @@ impl RdmcGroup {
         for t in schedule.receives_of(me) {
             expected[t.from as usize].push(t.block);
         }
-        let base_from = self.landed_before.clone();
         let is_root = self.rank == 0;
-        self.active = Some(Active {
+        self.actives.push_back(Active {
             seq,
             size_bytes,
             sends: schedule.sends_of(me),
             sends_posted: 0,
             expected,
             landed_from: vec![0; n],
-            base_from,
             have: vec![is_root; blocks as usize],
             blocks_missing: if is_root { 0 } else { blocks as usize },
             completed: false,
         });
+        // Invariant: no more messages in flight than buffers.
+        assert!(self.actives.len() <= self.header.window);
+        self.announced = seq;
         Ok(())
     }
 
     fn try_announce(&mut self) -> bool {
-        let Some(size_bytes) = self.staged else {
-            return false;
-        };
-        // Every member must have released the previous message (its buffer is free).
-        let seq = self.released + 1;
-        let ready = (1..self.members.len())
-            .all(|r| self.region.load_u64(self.header.ready(r)) >= self.released);
-        if !ready {
-            return false;
+        let mut work = false;
+        while let Some(&size_bytes) = self.staged.front() {
+            let seq = self.announced + 1;
+            // Every member must have released message seq - window: its buffer is free.
+            let free_from = seq.saturating_sub(self.header.window as u64);
+            let ready = (1..self.members.len())
+                .all(|r| self.region.load_u64(self.header.ready(r)) >= free_from);
+            if !ready {
+                break;
+            }
+            if let Err(e) = self.start(seq, size_bytes) {
+                // Sizes were checked at send; a schedule beyond its bounds is a config error.
+                unreachable!("RDMC schedule for a checked message failed: {e}");
+            }
+            self.staged.pop_front();
+            let (at_size, at_seq) = (
+                self.header.announce_size(seq),
+                self.header.announce_seq(seq),
+            );
+            self.region.store_u64(at_size, size_bytes as u64);
+            self.region.store_u64(at_seq, seq);
+            for r in 1..self.members.len() {
+                self.writes.push_back(RdmcWrite {
+                    peer: self.members[r],
+                    region: self.region.id(),
+                    offset: at_size,
+                    len: WORD_BYTES,
+                    guard: Some((at_seq, seq)),
+                });
+            }
+            work = true;
         }
-        if let Err(e) = self.start(seq, size_bytes) {
-            // Sizes were checked at send; a schedule beyond its bounds is a config error.
-            unreachable!("RDMC schedule for a checked message failed: {e}");
-        }
-        self.staged = None;
-        self.region
-            .store_u64(Header::ANNOUNCE_SIZE, size_bytes as u64);
-        self.region.store_u64(Header::ANNOUNCE_SEQ, seq);
-        for r in 1..self.members.len() {
-            self.writes.push_back(RdmcWrite {
-                peer: self.members[r],
-                region: self.region.id(),
-                offset: Header::ANNOUNCE_SIZE,
-                len: WORD_BYTES,
-                guard: Some((Header::ANNOUNCE_SEQ, seq)),
-            });
-        }
-        true
+        work
     }
 
-    fn take_announcement(&mut self) -> bool {
-        let seq = self.region.load_u64(Header::ANNOUNCE_SEQ);
-        if seq <= self.released {
-            return false;
-        }
-        let size_bytes = self.region.load_u64(Header::ANNOUNCE_SIZE);
-        // Bytes from the root: check before use, never panic on them.
-        if seq != self.released + 1
-            || size_bytes == 0
-            || size_bytes > self.config.message_bytes_max as u64
-        {
-            tracing::warn!(
-                node = self.node,
+    fn take_announcements(&mut self) -> bool {
+        let mut work = false;
+        loop {
+            let next = self.announced + 1;
+            let seq = self.region.load_u64(self.header.announce_seq(next));
+            if seq != next {
+                // The entry still holds an older message (or nothing): wait. A newer one
+                // than `next` breaks the protocol (the root must wait for our release).
+                if seq > next {
+                    tracing::warn!(node = self.node, seq, next, "RDMC announcement ahead");
+                    let root = self.members[0];
+                    self.fail(root);
+                    return true;
+                }
+                return work;
+            }
+            let size_bytes = self.region.load_u64(self.header.announce_size(next));
+            // Bytes from the root: check before use, never panic on them.
+            if size_bytes == 0
+                || size_bytes > self.config.message_bytes_max as u64
+                || self.actives.len() >= self.header.window
+                || self.start(next, size_bytes as usize).is_err()
+            {
+                tracing::warn!(
+                    node = self.node,
+                    seq,
+                    size_bytes,
+                    "RDMC announcement out of protocol"
+                );
+                let root = self.members[0];
+                self.fail(root);
+                return true;
+            }
+            self.push_event(RdmcEvent::Incoming {
                 seq,
-                size_bytes,
-                "RDMC announcement out of protocol"
-            );
-            let root = self.members[0];
-            self.fail(root);
-            return true;
+                size_bytes: size_bytes as usize,
+            });
+            work = true;
         }
-        let size_bytes = size_bytes as usize;
-        if self.start(seq, size_bytes).is_err() {
-            let root = self.members[0];
-            self.fail(root);
-            return true;
-        }
-        self.events
-            .push_back(RdmcEvent::Incoming { seq, size_bytes });
-        true
     }
 
     fn take_landed_blocks(&mut self) -> bool {
-        let header = self.header;
-        let Some(a) = self.active.as_mut() else {
-            return false;
-        };
         let mut work = false;
         let mut broken = None;
         for r in 0..self.members.len() {
-            let count = self.region.load_u64(header.blocks_from(r));
-            let landed = count.wrapping_sub(a.base_from[r]);
-            if landed > a.expected[r].len() as u64 {
-                // A peer wrote more blocks than the schedule gives it: protocol breach.
+            let count = self.region.load_u64(self.header.blocks_from(r));
+            if count < self.landed_taken[r] {
+                // A counter never goes back: protocol breach.
                 broken = Some(self.members[r]);
                 break;
             }
-            while (a.landed_from[r] as u64) < landed {
-                let block = a.expected[r][a.landed_from[r]] as usize;
-                a.landed_from[r] += 1;
-                // Invariant: the schedule delivers each block to each receiver once.
-                assert!(!a.have[block], "RDMC block {block} landed twice");
-                a.have[block] = true;
-                a.blocks_missing -= 1;
-                work = true;
+            let mut fresh = count - self.landed_taken[r];
+            // Increments belong to the messages in order (each member posts all its sends
+            // of a message before any of the next); some may belong to a message whose
+            // announcement has not landed yet: they wait.
+            for a in self.actives.iter_mut() {
+                while fresh > 0 && a.landed_from[r] < a.expected[r].len() {
+                    let block = a.expected[r][a.landed_from[r]] as usize;
+                    a.landed_from[r] += 1;
+                    // Invariant: the schedule delivers each block to each receiver once.
+                    assert!(!a.have[block], "RDMC block {block} landed twice");
+                    a.have[block] = true;
+                    a.blocks_missing -= 1;
+                    fresh -= 1;
+                    self.landed_taken[r] += 1;
+                    work = true;
+                }
+                if fresh == 0 {
+                    break;
+                }
             }
         }
         if let Some(peer) = broken {
-            tracing::warn!(node = self.node, peer, "RDMC peer wrote past its schedule");
+            tracing::warn!(node = self.node, peer, "RDMC peer counter went backwards");
             self.fail(peer);
             return true;
         }
@@ -689,63 +794,72 @@ impl RdmcGroup {
     fn issue_sends(&mut self) -> bool {
         let header = self.header;
         let block_bytes = self.config.block_bytes;
-        let Some(a) = self.active.as_mut() else {
-            return false;
-        };
         let mut work = false;
-        while a.sends_posted < a.sends.len() && self.writes.len() < RDMC_WRITES_QUEUED_MAX {
-            let t = a.sends[a.sends_posted];
-            if !a.have[t.block as usize] {
+        // Messages in order: the next one's sends only after all of this one's.
+        for a in self.actives.iter_mut() {
+            while !a.sends_done() && self.writes.len() < RDMC_WRITES_QUEUED_MAX {
+                let t = a.sends[a.sends_posted];
+                if !a.have[t.block as usize] {
+                    break;
+                }
+                let peer = t.to as usize;
+                self.sent_to[peer] += 1;
+                let start = t.block as usize * block_bytes;
+                let len = block_bytes.min(a.size_bytes - start);
+                self.writes.push_back(RdmcWrite {
+                    peer: self.members[peer],
+                    region: self.region.id(),
+                    offset: header.buffer(a.seq) + start,
+                    len,
+                    guard: Some((header.blocks_from(self.rank), self.sent_to[peer])),
+                });
+                a.sends_posted += 1;
+                work = true;
+            }
+            if !a.sends_done() {
                 break;
             }
-            let peer = t.to as usize;
-            self.sent_to[peer] += 1;
-            let start = t.block as usize * block_bytes;
-            let len = block_bytes.min(a.size_bytes - start);
-            self.writes.push_back(RdmcWrite {
-                peer: self.members[peer],
-                region: self.region.id(),
-                offset: header.data() + start,
-                len,
-                guard: Some((header.blocks_from(self.rank), self.sent_to[peer])),
-            });
-            a.sends_posted += 1;
-            work = true;
         }
         work
     }
 
     fn check_completed(&mut self) -> bool {
-        let Some(a) = self.active.as_mut() else {
-            return false;
-        };
         // Complete only once the fabric has taken every write: it reads the block bytes
-        // from this buffer when they are drained.
-        if a.completed
-            || a.blocks_missing > 0
-            || a.sends_posted < a.sends.len()
-            || !self.writes.is_empty()
-        {
+        // from these buffers when they are drained.
+        if !self.writes.is_empty() {
             return false;
         }
-        a.completed = true;
-        let (seq, size_bytes) = (a.seq, a.size_bytes);
-        self.events
-            .push_back(RdmcEvent::Completed { seq, size_bytes });
-        assert!(self.events.len() <= RDMC_EVENTS_QUEUED_MAX);
-        if self.rank == 0 {
-            // The root's sends are posted (the fabric copied the bytes): the send buffer
-            // is free again.
-            self.finish_message();
+        let mut done = Vec::new();
+        for a in self.actives.iter_mut() {
+            if a.completed {
+                continue;
+            }
+            if a.blocks_missing > 0 || !a.sends_done() {
+                break;
+            }
+            a.completed = true;
+            done.push((a.seq, a.size_bytes));
         }
-        true
+        let work = !done.is_empty();
+        for (seq, size_bytes) in done {
+            self.push_event(RdmcEvent::Completed { seq, size_bytes });
+        }
+        if self.rank == 0 {
+            // The root's sends are posted (the fabric copied the bytes): its send
+            // buffers are free again.
+            while self.oldest_completed().is_some() {
+                self.finish_oldest();
+            }
+        }
+        work
     }
 
-    fn finish_message(&mut self) {
-        let Some(a) = self.active.take() else { return };
-        for (r, blocks) in a.expected.iter().enumerate() {
-            self.landed_before[r] += blocks.len() as u64;
-        }
+    fn finish_oldest(&mut self) {
+        let Some(a) = self.actives.pop_front() else {
+            return;
+        };
+        // Invariant: messages finish in sequence order.
+        assert_eq!(a.seq, self.released + 1);
         self.released = a.seq;
         if self.rank != 0 {
             let at = self.header.ready(self.rank);
@@ -770,6 +884,7 @@ mod tests {
             block_bytes: 64,
             message_bytes_max: 1024,
             schedule: ScheduleKind::BinomialPipeline,
+            window_messages: 1,
         };
         let region = Region::new_heap(1, RdmcGroup::region_bytes(members, &config)).unwrap();
         let ids = (1..=members as NodeId).collect();
@@ -783,8 +898,9 @@ mod tests {
     fn an_announcement_out_of_protocol_fails_the_group_without_panic() {
         for (seq, size) in [(1u64, 0u64), (1, 1025), (2, 10), (u64::MAX, u64::MAX)] {
             let (mut g, region) = receiver(3);
-            region.store_u64(Header::ANNOUNCE_SIZE, size);
-            region.store_u64(Header::ANNOUNCE_SEQ, seq);
+            // Window 1: entry 0 for every sequence number.
+            region.store_u64(WORD_BYTES, size);
+            region.store_u64(0, seq);
             assert!(g.step());
             assert_eq!(g.poll_event(), Some(RdmcEvent::Failed { seq: 0, peer: 1 }));
             assert_eq!(g.failed(), Some(1));
@@ -793,10 +909,10 @@ mod tests {
     }
 
     #[test]
-    fn a_peer_writing_past_its_schedule_fails_the_group() {
+    fn a_peer_counter_going_backwards_fails_the_group() {
         let (mut g, region) = receiver(3);
-        region.store_u64(Header::ANNOUNCE_SIZE, 64);
-        region.store_u64(Header::ANNOUNCE_SEQ, 1);
+        region.store_u64(WORD_BYTES, 64);
+        region.store_u64(0, 1);
         g.step();
         assert_eq!(
             g.poll_event(),
@@ -805,10 +921,22 @@ mod tests {
                 size_bytes: 64
             })
         );
-        // One block among three members: rank 1 (node 2) gets it from the root only.
-        region.store_u64(g.header.blocks_from(2), 1);
+        // One block among three members: rank 1 (node 2) gets it from the root and
+        // forwards it to its twin, rank 2 (the write goes nowhere here).
+        region.store_u64(g.header.blocks_from(0), 1);
         g.step();
-        assert_eq!(g.poll_event(), Some(RdmcEvent::Failed { seq: 1, peer: 3 }));
+        assert_eq!(g.drain_writes(&mut Vec::new(), |_, _| Ok(())), 1);
+        g.step();
+        assert_eq!(
+            g.poll_event(),
+            Some(RdmcEvent::Completed {
+                seq: 1,
+                size_bytes: 64
+            })
+        );
+        region.store_u64(g.header.blocks_from(0), 0);
+        g.step();
+        assert_eq!(g.poll_event(), Some(RdmcEvent::Failed { seq: 0, peer: 1 }));
     }
 
     #[test]
@@ -849,7 +977,9 @@ mod tests {
             root.send(&[0; 65]),
             Err(Error::PayloadTooLarge { .. })
         ));
+        assert!(root.can_send());
         root.send(&[1; 64]).unwrap();
+        assert!(!root.can_send());
         assert!(matches!(root.send(&[1; 8]), Err(Error::RdmcBusy)));
         root.handle_peer_failed(2);
         assert!(matches!(

@@ -1,8 +1,8 @@
 //! RDMC on the deterministic sim fabric (feature `testkit`): one [`RdmcGroup`] per node
 //! over a [`SimCluster`], and the seeded fault scenario the tests run on many seeds.
 //!
-//! [`run_seed`] draws everything from its seed — members, block size, schedule, message
-//! sizes and bytes, per-delivery link delays, and whether and when a member (root or
+//! [`run_seed`] draws everything from its seed — members, block size, schedule, window,
+//! message sizes and bytes, per-delivery link delays, and whether and when a member (root or
 //! receiver) crashes mid-transfer — runs the transfer to its end, and checks:
 //!
 //! * every receiver that reports a message complete holds exactly the root's bytes;
@@ -146,6 +146,8 @@ pub struct RdmcSeedOutcome {
     pub members: Vec<NodeId>,
     /// The schedule drawn.
     pub schedule: ScheduleKind,
+    /// The window drawn (messages in flight).
+    pub window_messages: usize,
     /// The member crashed, if any.
     pub crashed: Option<NodeId>,
     /// Messages completed, summed over live receivers.
@@ -178,6 +180,7 @@ pub fn run_seed(seed: u64) -> RdmcSeedOutcome {
         block_bytes,
         message_bytes_max: 64 * 1024,
         schedule,
+        window_messages: rng.gen_range(1..=3),
     };
     let messages: Vec<usize> = (0..rng.gen_range(1..=RDMC_SIM_MESSAGES_MAX))
         .map(|_| rng.gen_range(1..=config.message_bytes_max.min(block_bytes * 40)))
@@ -202,6 +205,7 @@ pub fn run_seed(seed: u64) -> RdmcSeedOutcome {
         trace_hash: 0,
         members: members.clone(),
         schedule,
+        window_messages: config.window_messages,
         crashed: None,
         completions: 0,
         failures_reported: 0,
@@ -229,7 +233,7 @@ pub fn run_seed(seed: u64) -> RdmcSeedOutcome {
             }
         }
         let root_node = sim.nodes.get_mut(&root).expect("the root is a node");
-        if next < messages.len() && !root_node.crashed && !root_node.group.is_busy() {
+        if next < messages.len() && !root_node.crashed && root_node.group.can_send() {
             let bytes = message_bytes(seed, next as u64 + 1, messages[next]);
             match root_node.group.send(&bytes) {
                 Ok(()) => {

@@ -5,7 +5,7 @@
 # Markdown table for docs/benchmarks.md.
 #   bash scripts/bench-rdmc.sh [--seconds S] [--nodes N] [--backends "tcp shm"]
 #                              [--schedules "binomial_pipeline chain binomial_tree sequential"]
-#                              [--sizes "1048576 ..."] [--blocks "1048576 ..."]
+#                              [--sizes "1048576 ..."] [--blocks "1048576 ..."] [--windows "1 2"]
 # Every (backend, schedule, size, block) combination is one run of spindle-rdmc-bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +15,7 @@ backends="tcp shm"
 schedules="binomial_pipeline chain binomial_tree sequential"
 sizes="1048576 4194304 16777216 67108864"
 blocks="1048576"
+windows="1"
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
@@ -23,6 +24,7 @@ while [ $# -gt 0 ]; do
     --schedules) schedules="$2"; shift 2 ;;
     --sizes) sizes="$2"; shift 2 ;;
     --blocks) blocks="$2"; shift 2 ;;
+    --windows) windows="$2"; shift 2 ;;
     *) echo "bench-rdmc: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -47,8 +49,10 @@ for size in $sizes; do
     for schedule in $schedules; do
       for block in $blocks; do
         [ "$block" -gt "$size" ] && continue
-        "$bench" --backend "$backend" --schedule "$schedule" --nodes "$nodes" \
-          --size "$size" --block-bytes "$block" --seconds "$seconds" | tail -n 1 | tee -a "$out"
+        for window in $windows; do
+          "$bench" --backend "$backend" --schedule "$schedule" --nodes "$nodes" --window "$window" \
+            --size "$size" --block-bytes "$block" --seconds "$seconds" | tail -n 1 | tee -a "$out"
+        done
       done
     done
   done
@@ -61,13 +65,13 @@ iperf = next(r["bytes_per_s"] for r in rows if r.get("reference") == "iperf3")
 memcpy = {r["size"]: r["bytes_per_s"] for r in rows if r.get("reference") == "memcpy"}
 print(f"\niperf3 single stream: {iperf/1e6:.0f} MB/s; memcpy: " +
       ", ".join(f"{s} B {b/1e6:.0f} MB/s" for s, b in sorted(memcpy.items())))
-print("\n| backend | schedule | nodes | size (B) | block (B) | msgs/s | MB/s | ÷ memcpy | ÷ iperf3 | lat p50 (µs) | lat p99 (µs) |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("\n| backend | schedule | nodes | size (B) | block (B) | window | msgs/s | MB/s | ÷ memcpy | ÷ iperf3 | lat p50 (µs) | lat p99 (µs) |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for r in rows:
     if "reference" in r:
         continue
     b = r["bytes_per_s"]
-    print(f"| {r['backend']} | {r['schedule']} | {r['nodes']} | {r['size']} | {r['block_bytes']} | "
+    print(f"| {r['backend']} | {r['schedule']} | {r['nodes']} | {r['size']} | {r['block_bytes']} | {r.get('window', 1)} | "
           f"{r['msgs_per_s']} | {b/1e6:.1f} | {b/memcpy[r['size']]:.3f} | {b/iperf:.3f} | "
           f"{r['lat_p50_us']} | {r['lat_p99_us']} |")
 PY

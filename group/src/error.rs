@@ -62,6 +62,17 @@ pub enum Error {
     /// A peer's bytes or message break the membership protocol; the text names what.
     #[error("protocol: {0}")]
     Protocol(String),
+    /// The RDMC group still has a message in flight (one at a time per group); retry
+    /// after it completes.
+    #[error("the RDMC group has a message in flight")]
+    RdmcBusy,
+    /// The RDMC group failed because `peer` did; make a new group (in a subgroup: the
+    /// view change does).
+    #[error("the RDMC group failed: node {peer} is gone")]
+    RdmcFailed {
+        /// The member whose failure ended the group.
+        peer: NodeId,
+    },
     /// The fabric refused an operation.
     #[error("fabric: {0}")]
     Fabric(#[from] spindle_transport_rdma::Error),

@@ -10,6 +10,10 @@
 //! * [`Engine`] is the sans-IO core of one node: no thread, socket or clock inside.
 //! * [`runtime`] drives an engine over a real fabric with one predicate thread per node.
 //! * [`layout`] holds views, subgroup layouts and the SST byte geometry.
+//! * [`rdmc`] moves large messages by block-pipelined multicast (RDMC): the four block
+//!   schedules ([`rdmc::schedule`]) and the sans-IO transfer core [`rdmc::RdmcGroup`]
+//!   (`rdmc::sim`, feature `testkit`: the same on the sim fabric, seeded, with crashes).
+//!   It is not yet wired into a subgroup's total order (issue 14, step 3).
 //! * `testkit` (cargo feature `testkit`, off by default) is the simulation harness every
 //!   simulation of the project runs on: nodes over one deterministic sim fabric, stepped
 //!   round by round from one thread.
@@ -92,6 +96,7 @@ mod error;
 pub mod group;
 pub mod layout;
 pub mod membership;
+pub mod rdmc;
 pub mod runtime;
 mod smc;
 #[cfg(feature = "testkit")]

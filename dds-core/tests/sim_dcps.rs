@@ -761,3 +761,66 @@ fn a_participant_with_another_topic_subgroup_count_is_refused() {
         },
     );
 }
+
+/// Loaned reads give the same samples, infos and order as copying ones: `take_loaned`
+/// decodes on demand, `read_loaned` leaves the samples in the cache (READ), and a
+/// returned loan's buffers serve later deliveries.
+#[test]
+fn loaned_reads_match_copying_reads() {
+    for_seeds("loaned_reads_match_copying_reads", |seed| {
+        let (d, ps) = domain(seed, 2);
+        let loaning = reader(&ps[1], "L", keep_all(&atomic()));
+        let copying = reader(&ps[1], "L", keep_all(&atomic()));
+        let w = writer(&ps[0], "L", DataWriterQos::default());
+        for round in 0..3 {
+            for i in 0..10 {
+                w.write(&ks(&format!("k{}", i % 3), format!("{round}-{i}")))
+                    .unwrap();
+            }
+            w.dispose(&ks("k0", "")).unwrap();
+            let copied = take_n(&d, &copying, 11);
+            let mut lent = Vec::new();
+            d.run_until(ROUNDS_MAX, || {
+                let peek = loaning.read_loaned(usize::MAX, StateMask::ANY).unwrap();
+                if peek.len() < 11 {
+                    return false;
+                }
+                let again = loaning.read_loaned(usize::MAX, StateMask::ANY).unwrap();
+                assert_eq!(peek.len(), again.len(), "seed {seed}: a read leaves them");
+                assert!(again
+                    .iter()
+                    .all(|s| s.info.sample_state == spindle_dds_core::SampleState::Read));
+                drop((peek, again));
+                let loan = loaning.take_loaned(usize::MAX, StateMask::ANY).unwrap();
+                for s in loan.iter() {
+                    lent.push((*s.info, s.data().unwrap()));
+                }
+                loan.return_loan();
+                true
+            });
+            assert_eq!(lent.len(), copied.len(), "seed {seed} round {round}");
+            for ((info, data), c) in lent.iter().zip(&copied) {
+                assert_eq!(data, &c.data, "seed {seed} round {round}");
+                assert_eq!(
+                    (
+                        info.order_index,
+                        info.view_id,
+                        info.valid_data,
+                        info.instance_state
+                    ),
+                    (
+                        c.info.order_index,
+                        c.info.view_id,
+                        c.info.valid_data,
+                        c.info.instance_state
+                    ),
+                    "seed {seed} round {round}"
+                );
+            }
+            assert!(loaning
+                .take_loaned(usize::MAX, StateMask::ANY)
+                .unwrap()
+                .is_empty());
+        }
+    });
+}

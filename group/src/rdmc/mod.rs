@@ -98,10 +98,11 @@ pub mod sim;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES, WRITE_BYTES_MAX};
+use spindle_transport_rdma::{NodeId, Region, WORD_BYTES, WRITE_BYTES_MAX};
 
 pub use schedule::{Schedule, ScheduleKind, Transfer};
 
+use crate::engine::Push;
 use crate::{Error, Result};
 
 /// Largest [`RdmcConfig::window_messages`]: messages one RDMC group may have in flight,
@@ -195,39 +196,10 @@ impl RdmcConfig {
     }
 }
 
-/// One one-sided write for the runtime to post: `len` bytes of the local region at
-/// `offset` go to the same `offset` of `peer`'s region, then (if `guard`) the word at
-/// `guard.0` is released with value `guard.1` (the fabric's `write_then_release`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RdmcWrite {
-    /// The member to write to.
-    pub peer: NodeId,
-    /// The region (the same id on every member).
-    pub region: RegionId,
-    /// Where the bytes start, in both regions.
-    pub offset: usize,
-    /// How many bytes.
-    pub len: usize,
-    /// `(guard_offset, guard_value)`: published after the bytes.
-    pub guard: Option<(usize, u64)>,
-}
-
-impl RdmcWrite {
-    /// Posts this write on `endpoint` with `bytes` (what [`RdmcGroup::drain_writes`] hands
-    /// out).
-    pub fn post(
-        &self,
-        endpoint: &dyn spindle_transport_rdma::Endpoint,
-        bytes: &[u8],
-    ) -> spindle_transport_rdma::Result<()> {
-        match self.guard {
-            Some((at, value)) => {
-                endpoint.write_then_release(self.peer, self.region, self.offset, bytes, at, value)
-            }
-            None => endpoint.write(self.peer, self.region, self.offset, bytes),
-        }
-    }
-}
+/// A one-sided write an [`RdmcGroup`] wants posted: the same shape as the engine's
+/// [`crate::engine::Push`] (bytes of the local region written at the same offset of the
+/// peer's, then the guard word released), posted the same way ([`Push::post`]).
+pub type RdmcWrite = Push;
 
 /// What an [`RdmcGroup`] reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

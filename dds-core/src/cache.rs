@@ -312,8 +312,26 @@ impl Cache {
         payload: &[u8],
         o: Origin,
     ) -> Result<bool, Rejected> {
+        let now_us = self.clock.now_us();
+        self.insert_at(h, payload, o, now_us)
+    }
+
+    /// The cache's clock now, in µs (for [`Cache::insert_at`]).
+    pub fn now_us(&self) -> u64 {
+        self.clock.now_us()
+    }
+
+    /// [`Cache::insert`] at `now_us` on the cache's clock: a batch of samples delivered
+    /// together reads the clock once.
+    pub fn insert_at(
+        &mut self,
+        h: &SampleHeader,
+        payload: &[u8],
+        o: Origin,
+        now_us: u64,
+    ) -> Result<bool, Rejected> {
         let handle = InstanceHandle(h.key_hash);
-        let now = self.clock.now_us();
+        let now = now_us;
         let expires_ns = (h.lifespan_ns > 0).then(|| {
             h.source_timestamp_ns
                 .saturating_add(h.lifespan_ns.min(i64::MAX as u64) as i64)

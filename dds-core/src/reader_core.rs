@@ -111,8 +111,9 @@ impl ReaderCore {
         let mut rejected = Vec::new();
         {
             let mut cache = lock(&self.cache);
+            let now_us = cache.now_us();
             for (h, payload, o) in items {
-                match cache.insert(h, payload, o) {
+                match cache.insert_at(h, payload, o, now_us) {
                     Ok(k) => kept |= k,
                     Err(r) => rejected.push((r, h.key_hash)),
                 }

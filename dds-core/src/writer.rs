@@ -216,7 +216,7 @@ impl<T: TopicType> DataWriter<T> {
         T: Default,
     {
         self.check()?;
-        let (loan, room) = self.loan(self.blocking_deadline_us())?;
+        let (loan, room) = self.loan()?;
         Ok(LoanedSample {
             writer: self.clone(),
             loan: Some((loan, room)),
@@ -242,9 +242,12 @@ impl<T: TopicType> DataWriter<T> {
 
     /// A slot of the ring and the payload room after the header. The sender handle is
     /// cached; a view change stops its ring (`Wedged`) and the next view's is fetched.
-    fn loan(&self, deadline_us: u64) -> Result<(spindle_group::Loan, usize)> {
+    /// The RELIABILITY deadline starts at the first refusal (the clock is read only when
+    /// the writer has to wait).
+    fn loan(&self) -> Result<(spindle_group::Loan, usize)> {
         let p = &self.topic.participant;
         let mut tries = 0u32;
+        let mut deadline_us = None;
         loop {
             let cached = lock(&self.core.sender).clone();
             let sender = match cached {
@@ -275,6 +278,7 @@ impl<T: TopicType> DataWriter<T> {
                 Err(e) => return Err(e.into()),
             };
             p.check_alive()?;
+            let deadline_us = *deadline_us.get_or_insert_with(|| self.blocking_deadline_us());
             if on_delivery_thread() || p.now_us() >= deadline_us {
                 return Err(Error::Timeout(format!(
                     "writing {}: {err} (RELIABILITY max_blocking_time)",
@@ -300,9 +304,8 @@ impl<T: TopicType> DataWriter<T> {
         body: impl FnOnce(&mut [u8]) -> Result<usize>,
     ) -> Result<()> {
         self.check()?;
-        let deadline_us = self.blocking_deadline_us();
         let mut staging = lock(&self.core.write_lock);
-        let (loan, room) = self.loan(deadline_us)?;
+        let (loan, room) = self.loan()?;
         staging.resize(room, 0);
         let n = body(&mut staging[..])?;
         if self.core.deadline_us.is_some() {

@@ -332,6 +332,15 @@ impl ParticipantInner {
             ));
         }
         check_level(level, &topic.ident.name)?;
+        let endpoints = lock(&self.shared.state).endpoints.len();
+        if endpoints >= ENDPOINTS_MAX {
+            return Err(Error::OutOfResources(format!(
+                "topic {:?}: the domain holds {endpoints} readers and writers, at most \
+                 ENDPOINTS_MAX = {ENDPOINTS_MAX} (what the built-in topic's store keeps \
+                 for joiners; fixed, not a setting): delete some first",
+                topic.ident.name
+            )));
+        }
         Ok((
             self.next_entity_id(),
             Interest {
@@ -345,6 +354,10 @@ impl ParticipantInner {
         ))
     }
 }
+
+/// Most readers and writers a domain holds: every one is an announcement the built-in
+/// topic's store keeps for joiners, and the store keeps at most this many.
+pub const ENDPOINTS_MAX: usize = crate::store::STORE_SAMPLES_MAX;
 
 /// How long [`ParticipantInner::wait_sender`] lets pass between looks.
 const SENDER_POLL: Duration = Duration::from_micros(200);

@@ -137,6 +137,7 @@ pub use config::{Contact, ParticipantConfig, Transport};
 pub use declare::{subgroup_of, topic_id};
 pub use delivery::DdsApp;
 pub use error::{Error, Result};
+pub use inner::ENDPOINTS_MAX;
 pub use participant::{DomainParticipant, DomainParticipantFactory};
 pub use publisher::Publisher;
 pub use reader::{

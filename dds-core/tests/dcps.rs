@@ -164,3 +164,35 @@ fn readers_see_one_order_across_two_writers_on_overlapping_topics() {
     );
     close_all(ps);
 }
+
+/// Over real tcp: one of two participants is deleted (a graceful leave); the other keeps
+/// its majority and goes on delivering.
+#[test]
+fn the_survivor_of_two_goes_on_after_the_other_is_deleted() {
+    let mut ps = domain(2);
+    let second = ps.pop().expect("two participants");
+    second.delete().expect("delete");
+    let p = &ps[0];
+    let t = p.create_topic::<KeyedString>("after", atomic()).unwrap();
+    let r = p
+        .create_subscriber(Default::default())
+        .unwrap()
+        .create_datareader(&t, DataReaderQos::from_topic_qos(&atomic()))
+        .unwrap();
+    let w = p
+        .create_publisher(Default::default())
+        .unwrap()
+        .create_datawriter(&t, DataWriterQos::default())
+        .unwrap();
+    w.write(&ks("k", "v")).unwrap();
+    let mut got = 0;
+    assert!(
+        eventually(|| {
+            got += r.take(usize::MAX, StateMask::ANY).unwrap().len();
+            got == 1
+        }),
+        "the survivor delivers after the other left"
+    );
+    drop((r, w));
+    close_all(ps);
+}

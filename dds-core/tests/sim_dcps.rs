@@ -719,10 +719,8 @@ fn a_participant_with_another_topic_subgroup_count_is_refused() {
             let p1 = d
                 .participant_with(1, Default::default(), one)
                 .expect("participant 1");
-            let p3 = d
-                .participant_with(3, Default::default(), one)
-                .expect("participant 3");
-            // (After two members, so that the refused one leaving keeps a majority.)
+            // Refused while participant 1 is alone: its leaving does not cost participant
+            // 1 its majority.
             let e = d
                 .participant_with(2, Default::default(), |c| c.topic_subgroups = 16)
                 .expect_err("a different count is refused")
@@ -731,6 +729,9 @@ fn a_participant_with_another_topic_subgroup_count_is_refused() {
                 e.contains("topic_subgroups = 16") && e.contains("onto 1"),
                 "seed {seed}: {e}"
             );
+            let p3 = d
+                .participant_with(3, Default::default(), one)
+                .expect("participant 3");
             // One subgroup: samples of two topics written by two participants come to a
             // reader of both in one order at every reader.
             let ra = reader(&p3, "A", keep_all(&atomic()));
@@ -823,4 +824,22 @@ fn loaned_reads_match_copying_reads() {
                 .is_empty());
         }
     });
+}
+
+/// A participant that leaves (deleted) a domain of two leaves the other running: a
+/// graceful leave is not a failure, and the one left alone keeps the majority.
+#[test]
+fn the_survivor_of_a_two_member_domain_goes_on_after_the_other_leaves() {
+    for_seeds(
+        "the_survivor_of_a_two_member_domain_goes_on_after_the_other_leaves",
+        |seed| {
+            let (d, mut ps) = domain(seed, 2);
+            let second = ps.pop().expect("two participants");
+            second.delete().expect("delete");
+            let r = reader(&ps[0], "after", keep_all(&atomic()));
+            let w = writer(&ps[0], "after", DataWriterQos::default());
+            w.write(&ks("k", "v")).unwrap();
+            assert_eq!(take_n(&d, &r, 1).len(), 1, "seed {seed}");
+        },
+    );
 }

@@ -26,7 +26,11 @@
 //! `trim_tag`; readers read the gate first, with acquire.
 //!
 //! A member that can no longer reach a majority of the view, or that the others suspect,
-//! shuts itself down: a minority never installs a view (no split brain).
+//! shuts itself down: a minority never installs a view (no split brain). A member that
+//! asked to leave (its own row suspects itself) never installs a view again, so it
+//! counts toward the majority until it fails, and the others keep pushing to it until
+//! the trim that removes it: it echoes that trim and lingers until they drop it
+//! (`group::LEAVE_LINGER_US` at most), so a domain of two goes on when one leaves.
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -203,6 +207,9 @@ pub struct Membership {
     region_id: RegionId,
     region: Region,
     suspected: Vec<bool>,
+    /// Members reported failed from outside the rows (the fabric, the engine, a bad row):
+    /// unlike a member that asked to leave, these no longer take part.
+    failed: Vec<bool>,
     leaving: bool,
     changes: Vec<Change>,
     num_acked: usize,
@@ -252,6 +259,7 @@ impl Membership {
             region_id,
             region,
             suspected: vec![false; n],
+            failed: vec![false; n],
             leaving: false,
             changes: Vec::new(),
             num_acked: 0,
@@ -343,6 +351,7 @@ impl Membership {
     /// pushes are dropped.
     pub fn suspect(&mut self, node: NodeId) {
         if let Some(k) = self.view.members.iter().position(|m| *m == node) {
+            self.failed[k] = true;
             if !self.suspected[k] {
                 self.suspected[k] = true;
                 self.dirty.suspected = true;
@@ -457,7 +466,19 @@ impl Membership {
             ));
             return true;
         }
-        let alive = self.suspected.iter().filter(|s| !**s).count() + usize::from(self.leaving);
+        // A trim a majority already holds is decided: act on it before counting who is
+        // left (a leaver closes its links once it saw the trim, maybe before we did).
+        self.act();
+        if self.outcome.is_some() {
+            self.flush();
+            return true;
+        }
+        // A member that asked to leave still takes part until the trim that removes it:
+        // it counts toward the majority (a domain of two goes on when one leaves) unless
+        // it failed since.
+        let alive = (0..n)
+            .filter(|k| *k == self.rank || self.takes_part(*k))
+            .count();
         if alive * 2 <= n && self.leaving {
             // A leaver cut off from the rest (they installed the view without it and
             // closed their links) is done: it wanted out.
@@ -503,6 +524,23 @@ impl Membership {
                 );
         self.flush();
         work
+    }
+
+    /// True once every other member was reported failed (for a node that left: they all
+    /// dropped it).
+    pub fn others_failed(&self) -> bool {
+        (0..self.view.members.len()).all(|k| k == self.rank || self.failed[k])
+    }
+
+    /// True if member `k` asked to leave: its own row suspects itself.
+    fn asked_to_leave(&self, k: usize) -> bool {
+        self.peer(k, k / 64) & (1 << (k % 64)) != 0
+    }
+
+    /// True if member `k` (not this one) still takes part in this view change: it is not
+    /// suspected, or it is leaving and did not fail.
+    fn takes_part(&self, k: usize) -> bool {
+        !self.suspected[k] || (!self.failed[k] && self.asked_to_leave(k))
     }
 
     fn unsuspected_others(&self) -> impl Iterator<Item = usize> + '_ {
@@ -793,8 +831,9 @@ impl Membership {
     fn flush(&mut self) {
         let d = std::mem::take(&mut self.dirty);
         let g = self.geom.clone();
-        let peers: Vec<NodeId> = self
-            .unsuspected_others()
+        // Leavers too: they must see the trim that removes them to echo it.
+        let peers: Vec<NodeId> = (0..self.view.members.len())
+            .filter(|k| *k != self.rank && self.takes_part(*k))
             .map(|k| self.view.members[k])
             .collect();
         type Section = (usize, usize, Option<(usize, u64)>);

@@ -281,7 +281,16 @@ pub struct Group {
     /// leader, until a view carries it.
     declare_wanted: Option<Vec<u8>>,
     next_declare_us: u64,
+    /// When this node's leave was decided (the trim that removes it is held by a
+    /// majority): it lingers, echoing that trim, until the others dropped it or
+    /// [`LEAVE_LINGER_US`] passed.
+    left_at_us: Option<u64>,
 }
+
+/// How long a node that left keeps its links up so the remaining members see it echo the
+/// trim that removes it (they count it toward their majority until then; they drop it
+/// once they installed the next view).
+pub const LEAVE_LINGER_US: u64 = 2_000_000;
 
 impl std::fmt::Debug for Group {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -316,6 +325,7 @@ impl Group {
             waker: None,
             declare_wanted: None,
             next_declare_us: 0,
+            left_at_us: None,
         }
     }
 
@@ -619,8 +629,13 @@ impl Group {
                 return true;
             }
             Some(Outcome::Left) => {
-                self.finish(GroupOutput::Left);
-                return true;
+                let since = *self.left_at_us.get_or_insert(now_us);
+                if c.membership.others_failed() || now_us.saturating_sub(since) >= LEAVE_LINGER_US {
+                    self.finish(GroupOutput::Left);
+                    return true;
+                }
+                // Linger: the echo of the trim goes out with this round's pushes.
+                return work;
             }
             None => {}
         }

@@ -11,10 +11,13 @@
 //! ```
 //!
 //! the mean-plus-deviation bound of TCP's retransmission time-out (Jacobson/Karels),
-//! with one change: the deviation rises fast and decays slowly, so a loaded machine whose
-//! scheduler just stalled a peer for tens of milliseconds keeps the wider bound for a
-//! while instead of forgetting it after a few quiet ticks (Derecho §3.7 leaves the
-//! policy to the failure detector; this is ours).
+//! with two changes for the rare long gaps of a loaded machine, which a deviation
+//! averaged over hundreds of regular ticks underrates: the deviation rises fast and
+//! decays slowly, and the timeout is never below one and a half times the longest
+//! recent gap (a peak that decays slowly too). So a peer whose scheduler just stalled it
+//! for tens of milliseconds keeps a wider bound for a while instead of being suspected
+//! by the next, similar stall (Derecho §3.7 leaves the policy to the failure detector;
+//! this is ours).
 //!
 //! The probe thread itself may be stalled (the process was stopped, or starved of CPU):
 //! then every peer looks silent at once and none of it is evidence against them. A
@@ -32,6 +35,10 @@ const DEVIATION_RISE_SHIFT: u32 = 1;
 /// Gain (as a right shift) of a falling deviation: 1/64 of the way per sample, so at one
 /// sample per 10 ms probe tick a spike is remembered for about a second.
 const DEVIATION_DECAY_SHIFT: u32 = 6;
+
+/// Gain (as a right shift) of a falling peak gap: 1/1024 of the way per sample, so at one
+/// sample per 10 ms probe tick a stall is remembered for about ten seconds.
+const PEAK_DECAY_SHIFT: u32 = 10;
 
 /// The settings a [`Detector`] needs, in microseconds (from [`FabricConfig`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +89,8 @@ pub struct Detector {
     mean_gap_us: u64,
     /// Smoothed absolute deviation of the gap from the mean.
     deviation_us: u64,
+    /// The longest recent gap (jumps up, decays slowly).
+    peak_gap_us: u64,
     /// Gaps sampled so far (saturating).
     samples: u64,
 }
@@ -95,6 +104,7 @@ impl Detector {
             last_heard_us: now_us,
             mean_gap_us: cfg.initial_gap_us,
             deviation_us: cfg.initial_gap_us / 2,
+            peak_gap_us: cfg.initial_gap_us,
             samples: 0,
         }
     }
@@ -122,6 +132,11 @@ impl Detector {
         } else {
             self.mean_gap_us -= (self.mean_gap_us - gap_us) >> MEAN_GAIN_SHIFT;
         }
+        if gap_us > self.peak_gap_us {
+            self.peak_gap_us = gap_us;
+        } else {
+            self.peak_gap_us -= (self.peak_gap_us - gap_us) >> PEAK_DECAY_SHIFT;
+        }
         self.samples = self.samples.saturating_add(1);
     }
 
@@ -135,7 +150,8 @@ impl Detector {
     pub fn timeout_us(&self) -> u64 {
         let bound = self
             .mean_gap_us
-            .saturating_add(self.deviation_us.saturating_mul(self.cfg.deviations));
+            .saturating_add(self.deviation_us.saturating_mul(self.cfg.deviations))
+            .max(self.peak_gap_us.saturating_add(self.peak_gap_us / 2));
         bound.clamp(
             self.cfg.floor_us,
             self.cfg.ceiling_us.max(self.cfg.floor_us),
@@ -169,6 +185,11 @@ impl Detector {
     /// The smoothed gap between arrivals.
     pub fn mean_gap_us(&self) -> u64 {
         self.mean_gap_us
+    }
+
+    /// The longest recent gap between arrivals (decaying).
+    pub fn peak_gap_us(&self) -> u64 {
+        self.peak_gap_us
     }
 }
 
@@ -235,6 +256,25 @@ mod tests {
         let later = d.timeout_us();
         assert!(later < wide, "quiet ticks narrow it again");
         assert!(later > 50_000, "but not at once: {later}");
+    }
+
+    #[test]
+    fn one_long_gap_keeps_the_next_similar_one_from_suspecting() {
+        let mut d = Detector::new(cfg(), 0);
+        let mut t = 0;
+        for _ in 0..500 {
+            t += 10_000;
+            d.heard(t);
+        }
+        // A stall just past the floor, once: afterwards the bound covers it.
+        t += 60_000;
+        d.heard(t);
+        for _ in 0..50 {
+            t += 10_000;
+            d.heard(t);
+        }
+        assert!(d.peak_gap_us() > 55_000, "{d:?}");
+        assert_eq!(d.check(t + 60_000), Verdict::Alive, "{d:?}");
     }
 
     #[test]

@@ -59,6 +59,21 @@ pub enum Error {
     /// majority, removed from the view, left).
     #[error("shut down: {0}")]
     ShutDown(String),
+    /// The other members excluded this node: `by` heard nothing from it for `silent_ms`
+    /// (the process was stopped, swapped out or cut off) and the group moved on without
+    /// it. Start a new process (or rejoin as a new member).
+    #[error(
+        "excluded from the group in view {vid}: node {by} suspected this node after \
+         {silent_ms} ms of silence"
+    )]
+    Excluded {
+        /// The view this node was last a member of.
+        vid: u32,
+        /// The member that suspected this node (the first to say so).
+        by: NodeId,
+        /// How long `by` had found this node silent.
+        silent_ms: u64,
+    },
     /// A peer's bytes or message break the membership protocol; the text names what.
     #[error("protocol: {0}")]
     Protocol(String),

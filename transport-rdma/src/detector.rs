@@ -22,7 +22,9 @@
 //! The probe thread itself may be stalled (the process was stopped, or starved of CPU):
 //! then every peer looks silent at once and none of it is evidence against them. A
 //! backend that sees its own tick come late calls [`Detector::forgive`], which restarts
-//! the silence without taking a sample. Nothing here reads a clock: times are
+//! the silence without taking a sample. (Forgiving only the tick's lateness detects a
+//! hang sooner under load, but on one overloaded machine the peers starve together with
+//! us: measured, it suspected live members.) Nothing here reads a clock: times are
 //! microseconds on the caller's monotonic clock, so the simulator drives the same code in
 //! virtual time.
 
@@ -140,8 +142,8 @@ impl Detector {
         self.samples = self.samples.saturating_add(1);
     }
 
-    /// The local side was stalled (its tick came late): silence up to `now_us` is not the
-    /// peer's fault. Restarts the silence without sampling a gap.
+    /// Silence up to `now_us` is not the peer's fault (our tick came late, our reader was
+    /// busy, or bytes wait unread): restarts the silence without sampling a gap.
     pub fn forgive(&mut self, now_us: u64) {
         self.last_heard_us = self.last_heard_us.max(now_us);
     }
@@ -194,8 +196,7 @@ impl Detector {
 }
 
 /// How late a probe tick may come (beyond its interval) before the ticking side counts
-/// as stalled itself: half the floor, so a stall that could make a live peer look silent
-/// past the floor is always forgiven.
+/// as stalled itself (and forgives its peers' silence): half the floor.
 pub fn stall_us(cfg: &DetectorConfig) -> u64 {
     cfg.floor_us / 2
 }

@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -747,13 +748,20 @@ impl<B: SideBackend> SideLinks<B> {
     /// effort). The progress thread calls it every probe interval.
     pub(crate) fn probe_peers(&self) {
         let mut state = self.lock();
-        let cfg = DetectorConfig::from_fabric(&self.cfg);
+        // The same detector as the stream backends, but floored at the ceiling: these
+        // backends send their probes from the progress thread, which a busy workload
+        // keeps from probing for longer than the default floor (the libfabric contract
+        // tests suspected live peers at 50 ms on a loaded 2-vCPU machine). Until probes
+        // get a thread of their own, a hang here is detected after the ceiling.
+        let mut cfg = DetectorConfig::from_fabric(&self.cfg);
+        cfg.floor_us = cfg.ceiling_us;
         let now_us = monotonic_us();
         // A late tick means this process was stopped or starved: forgive the silence.
-        let late_us = self.cfg.probe_interval_ms.saturating_mul(1000) + stall_us(&cfg);
-        let stalled = state
+        let interval_us = self.cfg.probe_interval_ms.saturating_mul(1000);
+        let late_us = state
             .last_tick_us
-            .is_some_and(|t| now_us.saturating_sub(t) > late_us);
+            .map_or(0, |t| now_us.saturating_sub(t).saturating_sub(interval_us));
+        let stalled = late_us > stall_us(&cfg);
         state.last_tick_us = Some(now_us);
         let mut suspects = Vec::new();
         let mut probed = Vec::new();
@@ -775,6 +783,16 @@ impl<B: SideBackend> SideLinks<B> {
             }
             match d.check(now_us) {
                 Verdict::Alive => probed.push(peer),
+                // Bytes wait unread on the side channel: our reader is behind, the peer
+                // is not silent.
+                Verdict::Suspect { .. }
+                    if p.stream
+                        .as_ref()
+                        .is_some_and(|s| crate::link::readable(s.as_raw_fd())) =>
+                {
+                    d.forgive(now_us);
+                    probed.push(peer);
+                }
                 Verdict::Suspect {
                     silent_us,
                     timeout_us,

@@ -64,7 +64,8 @@
 //! fails a link whose silence exceeds the detector's bound; it first sends the peer an
 //! `Excluded` frame saying so (the peer, should it wake, fails the link with
 //! [`FailureReason::Excluded`]). Silence is forgiven when the probe thread's own tick
-//! came late (this process was stopped or starved) or bytes wait unread in the socket.
+//! came late (this process was stopped or starved: on one overloaded machine the peer
+//! starves too), while the reader is busy, and while bytes wait unread in the socket.
 //!
 //! ## Lock order
 //!
@@ -641,7 +642,7 @@ impl<S: LinkStream> Hub<S> {
 
 /// True if bytes wait unread in the socket `fd` (our reader is behind, so the peer is
 /// not silent however long ago we last read from it).
-fn readable(fd: RawFd) -> bool {
+pub(crate) fn readable(fd: RawFd) -> bool {
     let mut pfd = libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -664,8 +665,10 @@ fn probe_loop<S: LinkStream>(hub: std::sync::Weak<Hub<S>>) {
         let now_us = h.now_us();
         // A tick that comes late means this process was stopped or starved: every peer
         // looks silent at once, and none of it is evidence against them.
-        let late_us = h.cfg.probe_interval_ms.saturating_mul(1000) + stall_us(&h.detector_cfg);
-        let stalled = last_tick_us.is_some_and(|t| now_us.saturating_sub(t) > late_us);
+        let interval_us = h.cfg.probe_interval_ms.saturating_mul(1000);
+        let late_us =
+            last_tick_us.map_or(0, |t| now_us.saturating_sub(t).saturating_sub(interval_us));
+        let stalled = late_us > stall_us(&h.detector_cfg);
         last_tick_us = Some(now_us);
         let links: Vec<Arc<Link<S>>> = up_links(&read(&h.peers));
         for link in links {
@@ -687,6 +690,8 @@ fn probe_loop<S: LinkStream>(hub: std::sync::Weak<Hub<S>>) {
             detector.heard(heard_us);
             // Silence counts only while the reader waits on the socket with nothing
             // unread in it: time spent applying frames or starved of CPU is ours.
+            // On one overloaded box every process starves at once: a late tick of ours
+            // says the peer's silence may be the machine's, so all of it is forgiven.
             if stalled || !waiting {
                 detector.forgive(now_us);
                 continue;

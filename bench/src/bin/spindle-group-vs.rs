@@ -722,7 +722,7 @@ fn pauses_main(
         let mut said = None;
         while Instant::now() < end {
             match p.lines.recv_timeout(Duration::from_millis(100)) {
-                Ok(l) if l.starts_with("ERR ") => {
+                Ok(l) if l.starts_with("ERR spindle-group-vs:") => {
                     said = Some(l);
                     break;
                 }

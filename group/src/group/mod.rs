@@ -293,8 +293,9 @@ pub struct Exclusion {
     pub vid: u32,
     /// The member that suspected this node.
     pub by: NodeId,
-    /// How long it had found this node silent.
-    pub silent_ms: u64,
+    /// How long it had found this node silent (when its last word arrived: the
+    /// member may also be known only from its membership row).
+    pub silent_ms: Option<u64>,
 }
 
 impl Exclusion {
@@ -742,7 +743,7 @@ impl Group {
                             self.excluded = Some(Exclusion {
                                 vid: c.view.vid,
                                 by: peer,
-                                silent_ms,
+                                silent_ms: Some(silent_ms),
                             });
                         }
                     }
@@ -1294,8 +1295,19 @@ impl Group {
     }
 
     fn shut_down(&mut self, why: String) {
-        // A member told us it excluded us: that, not what we concluded from the links it
-        // then closed, is why we stop.
+        // A member told us it excluded us (its link's last word, or its membership row):
+        // that, not what we concluded from the links it then closed, is why we stop.
+        if self.excluded.is_none() {
+            if let Some(c) = &self.current {
+                if let Some(by) = c.membership.excluded_by() {
+                    self.excluded = Some(Exclusion {
+                        vid: c.view.vid,
+                        by,
+                        silent_ms: None,
+                    });
+                }
+            }
+        }
         let why = match self.excluded {
             Some(x) => format!("{}; {why}", x.error()),
             None => why,

@@ -13,7 +13,19 @@
 //! [[contacts]]                 # members to join through (and the bootstrap members' addresses)
 //! node = 1
 //! address = "127.0.0.1:7401"
+//!
+//! [fabric]                     # optional; every key defaults to the fabric's default
+//! probe_interval_ms = 10       # how often idle peers are probed
+//! suspect_floor_ms = 50        # never suspect a peer after less silence than this
+//! suspect_ceiling_ms = 2000    # always suspect a peer silent this long
+//! suspect_deviations = 4       # learned bound: mean gap + this many deviations
+//! outbound_bytes_max = 67108864
+//! connect_timeout_ms = 5000
 //! ```
+//!
+//! The `[fabric]` keys are those of `spindle_transport_rdma::FabricConfig`: the failure
+//! detector decides how long a hung (stopped, swapped-out, cut-off) member stalls the
+//! others before it is excluded, and how easily a live but slow one is suspected.
 //!
 //! Environment variables override the file: `SPINDLE_DOMAIN_ID`, `SPINDLE_NODE_ID`,
 //! `SPINDLE_TRANSPORT`, `SPINDLE_LISTEN`, `SPINDLE_BOOTSTRAP` (comma-separated ids) and
@@ -21,8 +33,8 @@
 
 use std::path::Path;
 
-use serde::Deserialize;
-use spindle_transport_rdma::NodeId;
+use serde::{Deserialize, Deserializer};
+use spindle_transport_rdma::{FabricConfig, NodeId};
 
 use crate::declare::{TOPIC_SUBGROUPS_DEFAULT, TOPIC_SUBGROUPS_MAX};
 use crate::error::{Error, Result};
@@ -85,10 +97,41 @@ pub struct ParticipantConfig {
     /// first member is refused when it joins). 1..=[`TOPIC_SUBGROUPS_MAX`].
     #[serde(default = "default_topic_subgroups")]
     pub topic_subgroups: u32,
+    /// The fabric's settings (the `[fabric]` table): failure detection, queue bounds,
+    /// connect time-out. Checked by [`ParticipantConfig::validate`].
+    #[serde(default, deserialize_with = "fabric_from_toml")]
+    pub fabric: FabricConfig,
 }
 
 fn default_topic_subgroups() -> u32 {
     TOPIC_SUBGROUPS_DEFAULT
+}
+
+/// The `[fabric]` table: every key optional, unknown keys refused.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FabricToml {
+    probe_interval_ms: Option<u64>,
+    suspect_floor_ms: Option<u64>,
+    suspect_ceiling_ms: Option<u64>,
+    suspect_deviations: Option<u32>,
+    outbound_bytes_max: Option<usize>,
+    connect_timeout_ms: Option<u64>,
+}
+
+fn fabric_from_toml<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<FabricConfig, D::Error> {
+    let t = FabricToml::deserialize(d)?;
+    let f = FabricConfig::default();
+    Ok(FabricConfig {
+        probe_interval_ms: t.probe_interval_ms.unwrap_or(f.probe_interval_ms),
+        suspect_floor_ms: t.suspect_floor_ms.unwrap_or(f.suspect_floor_ms),
+        suspect_ceiling_ms: t.suspect_ceiling_ms.unwrap_or(f.suspect_ceiling_ms),
+        suspect_deviations: t.suspect_deviations.unwrap_or(f.suspect_deviations),
+        outbound_bytes_max: t.outbound_bytes_max.unwrap_or(f.outbound_bytes_max),
+        connect_timeout_ms: t.connect_timeout_ms.unwrap_or(f.connect_timeout_ms),
+    })
 }
 
 fn default_window_slots() -> usize {
@@ -115,6 +158,7 @@ impl ParticipantConfig {
             slot_payload_bytes: default_slot_payload_bytes(),
             entity_timeout_ms: default_entity_timeout_ms(),
             topic_subgroups: default_topic_subgroups(),
+            fabric: FabricConfig::default(),
         }
     }
 
@@ -221,6 +265,13 @@ impl ParticipantConfig {
                 self.topic_subgroups
             ));
         }
+        if let Err(e) = self.fabric.validate() {
+            let why = match e {
+                spindle_transport_rdma::Error::Config(why) => why,
+                other => other.to_string(),
+            };
+            return bad(format!("[fabric] {why}"));
+        }
         if !self.bootstrap.is_empty() && self.bootstrap.contains(&self.node_id) {
             for b in self.bootstrap.iter().filter(|b| **b != self.node_id) {
                 if !self.contacts.iter().any(|c| c.node == *b) {
@@ -295,5 +346,48 @@ mod tests {
         assert!(c
             .apply_env(|k| (k == "SPINDLE_CONTACTS").then(|| "x".into()))
             .is_err());
+    }
+
+    const BOOT: &str = "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"\nbootstrap=[1]\n";
+
+    #[test]
+    fn the_fabric_table_reaches_the_failure_detector() {
+        let c = ParticipantConfig::from_toml_str(BOOT, "d.toml").unwrap();
+        assert_eq!(
+            c.fabric,
+            FabricConfig::default(),
+            "no table: the fabric defaults"
+        );
+        let text = format!("{BOOT}[fabric]\nsuspect_floor_ms = 30\nprobe_interval_ms = 5\n");
+        let c = ParticipantConfig::from_toml_str(&text, "f.toml").unwrap();
+        assert_eq!(c.fabric.suspect_floor_ms, 30);
+        assert_eq!(c.fabric.probe_interval_ms, 5);
+        assert_eq!(
+            c.fabric.suspect_ceiling_ms,
+            FabricConfig::default().suspect_ceiling_ms,
+            "unset keys keep their defaults"
+        );
+    }
+
+    #[test]
+    fn impossible_fabric_settings_are_refused_naming_the_key() {
+        for (table, want) in [
+            (
+                "suspect_floor_ms = 500\nsuspect_ceiling_ms = 100",
+                "suspect_floor_ms (500) must not exceed suspect_ceiling_ms (100)",
+            ),
+            (
+                "probe_interval_ms = 60",
+                "probe_interval_ms (60) must be below",
+            ),
+            ("suspect_deviations = 0", "suspect_deviations (0)"),
+            ("suspect_floor = 5", "unknown field `suspect_floor`"),
+        ] {
+            let text = format!("{BOOT}[fabric]\n{table}\n");
+            let e = ParticipantConfig::from_toml_str(&text, "bad.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("bad.toml") && e.contains(want), "{e}");
+        }
     }
 }

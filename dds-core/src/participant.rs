@@ -8,7 +8,7 @@ use std::sync::Arc;
 use spindle_group::{Group, GroupConfig, LocalFabric, View};
 use spindle_qos::{DomainParticipantQos, PublisherQos, SubscriberQos, TopicQos};
 use spindle_topics::TopicType;
-use spindle_transport_rdma::{Endpoint, FabricConfig, NodeId};
+use spindle_transport_rdma::{Endpoint, NodeId};
 
 use crate::clock::WallClock;
 use crate::common::{lock, TopicIdentity};
@@ -95,12 +95,12 @@ impl DomainParticipantFactory {
             Transport::Tcp => spindle_transport_rdma::tcp::TcpEndpoint::open(
                 config.node_id,
                 &config.listen,
-                FabricConfig::default(),
+                config.fabric.clone(),
             )?,
             Transport::Shm => spindle_transport_rdma::shm::ShmEndpoint::open(
                 config.node_id,
                 &config.listen,
-                FabricConfig::default(),
+                config.fabric.clone(),
             )?,
         };
         DomainParticipant::start(domain_id, qos, config.clone(), ep)

@@ -214,9 +214,12 @@ impl SimDomain {
                 link_delay_min_us: 1,
                 link_delay_max_us: 1 + seed % 100,
                 failure_detection_us: 2_000,
+                delay_spike_per_million: 0,
+                delay_spike_max_us: 0,
                 fabric: FabricConfig {
                     probe_interval_ms: 5,
-                    probe_timeout_ms: 20,
+                    suspect_floor_ms: 20,
+                    suspect_ceiling_ms: 20,
                     ..FabricConfig::default()
                 },
             },

@@ -59,6 +59,22 @@ pub enum Error {
     /// majority, removed from the view, left).
     #[error("shut down: {0}")]
     ShutDown(String),
+    /// The other members excluded this node: `by` suspected it (heard nothing from it for
+    /// `silent_ms`, when `by`'s last word arrived; the process was stopped, swapped out or
+    /// cut off) and the group moved on without it. Start a new process (or rejoin as a
+    /// new member).
+    #[error(
+        "excluded from the group in view {vid}: node {by} suspected this node{}",
+        after_silence(*.silent_ms)
+    )]
+    Excluded {
+        /// The view this node was last a member of.
+        vid: u32,
+        /// The member that suspected this node (the first to say so).
+        by: NodeId,
+        /// How long `by` had found this node silent, if its last word arrived.
+        silent_ms: Option<u64>,
+    },
     /// A peer's bytes or message break the membership protocol; the text names what.
     #[error("protocol: {0}")]
     Protocol(String),
@@ -76,6 +92,13 @@ pub enum Error {
     /// The fabric refused an operation.
     #[error("fabric: {0}")]
     Fabric(#[from] spindle_transport_rdma::Error),
+}
+
+fn after_silence(silent_ms: Option<u64>) -> String {
+    silent_ms.map_or_else(
+        || " (this node was silent)".to_string(),
+        |ms| format!(" after {ms} ms of silence"),
+    )
 }
 
 /// The crate's result type.

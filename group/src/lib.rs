@@ -111,7 +111,8 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use group::{
-    Group, GroupAction, GroupConfig, GroupOutput, GroupStats, LayoutFn, LocalFabric, ViewInstalled,
+    Exclusion, Group, GroupAction, GroupConfig, GroupOutput, GroupStats, LayoutFn, LocalFabric,
+    ViewInstalled,
 };
 pub use layout::{DeliveryMode, Layout, SubgroupId, SubgroupSpec, View, DECLARED_BYTES_MAX};
 pub use smc::{Loan, Sender};

@@ -217,6 +217,8 @@ pub struct Membership {
     leader_ack: u64,
     active: bool,
     wedge_wanted: bool,
+    /// Set when this node shut down because the members it lost had suspected it.
+    excluded_by: Option<NodeId>,
     frozen: Option<Vec<u64>>,
     trim: Option<Trim>,
     /// This node, as leader, has adopted the longest list and highest trim it found.
@@ -267,6 +269,7 @@ impl Membership {
             leader_ack: 0,
             active,
             wedge_wanted: false,
+            excluded_by: None,
             frozen: None,
             trim: None,
             adopted: false,
@@ -427,6 +430,21 @@ impl Membership {
         self.suspect(node);
     }
 
+    /// The other members whose rows (as last written here) suspect this node, suspected
+    /// or not themselves.
+    fn suspected_by(&self) -> Vec<NodeId> {
+        let (w, b) = (self.rank / 64, self.rank % 64);
+        (0..self.view.members.len())
+            .filter(|k| *k != self.rank && self.peer(*k, w) & (1 << b) != 0)
+            .map(|k| self.view.members[k])
+            .collect()
+    }
+
+    /// The member whose row suspected this node when it shut down, if that is why.
+    pub fn excluded_by(&self) -> Option<NodeId> {
+        self.excluded_by
+    }
+
     fn shut_down(&mut self, why: String) {
         tracing::info!(node = self.view.members[self.rank], %why, "shutting down");
         self.outcome = Some(Outcome::ShutDown(why));
@@ -461,6 +479,7 @@ impl Membership {
             }
         }
         if self.suspected[self.rank] && !self.leaving {
+            self.excluded_by = self.suspected_by().first().copied();
             self.shut_down(format!(
                 "removed from view {vid}: other members suspect this node"
             ));
@@ -486,9 +505,19 @@ impl Membership {
             return true;
         }
         if alive * 2 <= n {
-            self.shut_down(format!(
-                "lost the majority of view {vid}: {alive} of its {n} members reachable"
-            ));
+            // Members we lost whose rows suspect us: we were excluded (stopped or starved
+            // while they moved on), not cut off. Only the message differs.
+            let by = self.suspected_by();
+            if let Some(first) = by.first() {
+                self.excluded_by = Some(*first);
+                self.shut_down(format!(
+                    "removed from view {vid}: suspected by {by:?} (this node was silent)"
+                ));
+            } else {
+                self.shut_down(format!(
+                    "lost the majority of view {vid}: {alive} of its {n} members reachable"
+                ));
+            }
             return true;
         }
         let Some(leader) = (0..n).find(|k| !self.suspected[*k]) else {

@@ -340,6 +340,17 @@ struct GroupShared {
     declare: Mutex<Option<Vec<u8>>>,
     /// Set with `declare`, so the predicate thread takes the lock only when there is one.
     declare_pending: AtomicBool,
+    /// Why the node stopped, once it did: excluded by a member, or shut down with a
+    /// reason (`None` inside: left, or halted).
+    why: Mutex<Option<Stop>>,
+}
+
+/// Why a [`GroupNode`] stopped.
+#[derive(Debug, Clone)]
+enum Stop {
+    Excluded(crate::group::Exclusion),
+    ShutDown(String),
+    Left,
 }
 
 /// A running group member: its [`Group`] on a predicate thread of its own, delivering to
@@ -398,11 +409,22 @@ impl GroupNode {
         self.shared.done.load(Ordering::Acquire)
     }
 
+    /// The error for calls made after the node stopped: [`Error::Excluded`] if a member
+    /// excluded it (it was stopped, starved or cut off for too long),
+    /// [`Error::ShutDown`] with the group's reason, else [`Error::Stopped`].
+    pub fn stop_error(&self) -> Error {
+        match lock(&self.shared.why).clone() {
+            Some(Stop::Excluded(x)) => x.error(),
+            Some(Stop::ShutDown(why)) => Error::ShutDown(why),
+            Some(Stop::Left) | None => Error::Stopped,
+        }
+    }
+
     /// A handle for sending in `subgroup` in the current view; [`Error::Wedged`] during a
     /// view change (retry, or use [`GroupNode::send`]).
     pub fn sender(&self, subgroup: SubgroupId) -> Result<Sender> {
         if self.is_done() {
-            return Err(Error::Stopped);
+            return Err(self.stop_error());
         }
         lock(&self.shared.senders)
             .get(&subgroup)
@@ -433,7 +455,7 @@ impl GroupNode {
                 sender = None;
             }
             if self.is_done() {
-                return Err(Error::Stopped);
+                return Err(self.stop_error());
             }
             if Instant::now() >= deadline {
                 return Err(err);
@@ -519,6 +541,15 @@ fn group_loop(
         let mut work = drive(&mut group, &*ep, now_us, &mut scratch);
         while let Some(out) = group.poll() {
             work = true;
+            let stop = match (&out, group.exclusion()) {
+                (GroupOutput::ShutDown(_), Some(x)) => Some(Stop::Excluded(x)),
+                (GroupOutput::ShutDown(why), None) => Some(Stop::ShutDown(why.clone())),
+                (GroupOutput::Left, _) => Some(Stop::Left),
+                _ => None,
+            };
+            if stop.is_some() {
+                *lock(&shared.why) = stop;
+            }
             match hand_to(&mut group, &mut app, out) {
                 Handed::View(view) => {
                     *lock(&shared.view) = Some(view);

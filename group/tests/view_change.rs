@@ -230,6 +230,36 @@ fn a_member_that_is_only_slow_is_not_removed() {
 }
 
 #[test]
+fn a_member_paused_past_the_detector_is_excluded_and_told_so_when_it_wakes() {
+    for seed in 1..=10 {
+        // A round moves virtual time by 0 to 150 µs (75 µs on average): 2,000 frozen
+        // rounds (about 150 ms) outlast the swarm fabric's 20 ms suspicion floor.
+        let r = Scenario::new(4)
+            .seed(seed)
+            .at(When::Round(300), Fault::Pause(2))
+            .at(When::Round(2_300), Fault::Resume(2))
+            .safety_rounds(2_600)
+            .run();
+        check(&r);
+        assert!(
+            r.views
+                .iter()
+                .any(|(_, n, _, members)| *n != 2 && !members.contains(&2)),
+            "seed {seed}: the paused member was never excluded\nreproduce: {}",
+            reproduce_command(seed)
+        );
+        assert!(
+            r.shutdowns.iter().any(|(_, n, why)| *n == 2
+                && why.contains("excluded from the group")
+                && why.contains("ms of silence")),
+            "seed {seed}: the woken member did not stop as excluded: {:?}\nreproduce: {}",
+            r.shutdowns,
+            reproduce_command(seed)
+        );
+    }
+}
+
+#[test]
 fn a_member_leaves_gracefully() {
     for seed in 1..=5 {
         let r = Scenario::new(4)

@@ -10,9 +10,17 @@ pub enum FailureReason {
     Closed,
     /// The connection broke (reset, end of stream, process gone).
     ConnectionLost(String),
-    /// No probe or other traffic arrived from the peer within the probe time-out.
+    /// No probe or other traffic arrived from the peer within the failure detector's
+    /// time-out (this node suspected the peer).
     ProbeTimeout {
         /// How long the peer had been silent when it was declared failed.
+        silent_ms: u64,
+    },
+    /// The peer declared *this* node failed: it heard nothing from us for `silent_ms`
+    /// (we were stopped, starved or cut off) and closed the link. Our side learns it when
+    /// it wakes and reads the peer's last frame.
+    Excluded {
+        /// How long the peer had found this node silent.
         silent_ms: u64,
     },
     /// The peer sent bytes that do not decode or break the contract (out-of-bounds write,
@@ -32,6 +40,10 @@ impl std::fmt::Display for FailureReason {
             FailureReason::ProbeTimeout { silent_ms } => {
                 write!(f, "no probe from peer for {silent_ms} ms")
             }
+            FailureReason::Excluded { silent_ms } => write!(
+                f,
+                "the peer suspected this node after {silent_ms} ms of silence and closed the link"
+            ),
             FailureReason::Malformed(why) => write!(f, "peer sent malformed data: {why}"),
             FailureReason::Crashed => write!(f, "peer crashed"),
             FailureReason::LocalClose => write!(f, "link closed locally"),

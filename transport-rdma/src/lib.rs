@@ -32,8 +32,11 @@
 //!    a send is visible when the [`Event::Recv`] is polled.
 //! 6. **Failures.** A broken link surfaces once as [`Event::PeerFailed`] naming the peer;
 //!    the fabric never retransmits above its own link. Each backend probes every peer
-//!    every [`FabricConfig::probe_interval_ms`] and declares it failed after
-//!    [`FabricConfig::probe_timeout_ms`] of silence (Derecho 3.7). There is no completion
+//!    every [`FabricConfig::probe_interval_ms`] and declares it failed once its silence
+//!    exceeds the bound of the adaptive failure detector ([`detector`]: learned from the
+//!    peer's gaps between arrivals, between [`FabricConfig::suspect_floor_ms`] and
+//!    [`FabricConfig::suspect_ceiling_ms`]; Derecho 3.7). A peer that suspected this
+//!    node tells it so when it can ([`FailureReason::Excluded`]). There is no completion
 //!    per write on the hot path.
 //! 7. **Bounds.** Sizes are bounded by the `*_MAX` constants below; oversize or malformed
 //!    input — including any bytes from a peer — gives an [`Error`], never a panic. A peer
@@ -59,6 +62,7 @@ use std::time::Duration;
 mod backend;
 #[cfg(feature = "testkit")]
 pub mod conformance;
+pub mod detector;
 mod doorbell;
 mod error;
 #[cfg(feature = "libfabric")]
@@ -155,13 +159,29 @@ pub enum Event {
     },
 }
 
+/// Most a probe interval, suspicion floor or ceiling may be (ten minutes): longer is a
+/// typo, not a setting.
+pub const SUSPECT_MS_MAX: u64 = 600_000;
+
+/// Most deviations [`FabricConfig::suspect_deviations`] may ask for.
+pub const SUSPECT_DEVIATIONS_MAX: u32 = 64;
+
 /// Settings common to every backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FabricConfig {
-    /// How often each peer is probed (a one-word write that doubles as a heartbeat).
+    /// How often each idle peer is probed (a one-word write that doubles as a heartbeat),
+    /// and how often silence is judged.
     pub probe_interval_ms: u64,
-    /// Silence after which a peer is declared failed.
-    pub probe_timeout_ms: u64,
+    /// The adaptive failure detector's lower bound: a peer is never suspected after less
+    /// silence than this, however regular its traffic (see the `detector` module).
+    pub suspect_floor_ms: u64,
+    /// The adaptive failure detector's upper bound: a peer silent this long is always
+    /// suspected, however irregular its traffic was. Also bounds how long a write to a
+    /// peer that stopped reading may block.
+    pub suspect_ceiling_ms: u64,
+    /// How many mean deviations of a peer's gaps between arrivals, above the mean gap, its
+    /// silence may reach before it is suspected (TCP's retransmission time-out uses 4).
+    pub suspect_deviations: u32,
     /// Bytes that may wait in the outbound queue to one peer before writes and sends to it
     /// return [`Error::QueueFull`].
     pub outbound_bytes_max: usize,
@@ -172,11 +192,14 @@ pub struct FabricConfig {
 impl Default for FabricConfig {
     fn default() -> Self {
         FabricConfig {
-            probe_interval_ms: 20,
-            // A crashed process is detected at once by its broken connection; the probe
-            // time-out only catches peers that hang. 500 ms suspected healthy peers on a
-            // loaded 2-core machine running debug builds (a descheduled sender mid-frame).
-            probe_timeout_ms: 2_000,
+            // Measured on a 2-vCPU box (docs/benchmarks.md, "Hung members"): a stopped
+            // member is excluded within 100 ms at p99, and a soak under a bulk stream and
+            // a CPU hog suspected no live member. A crashed process is noticed at once
+            // by its broken connection; the detector only catches peers that hang.
+            probe_interval_ms: 10,
+            suspect_floor_ms: 50,
+            suspect_ceiling_ms: 2_000,
+            suspect_deviations: 4,
             outbound_bytes_max: 64 << 20,
             connect_timeout_ms: 5_000,
         }
@@ -184,26 +207,49 @@ impl Default for FabricConfig {
 }
 
 impl FabricConfig {
-    /// Checks the settings against each other and against the crate's bounds.
+    /// Checks the settings against each other and against the crate's bounds; the error
+    /// names the field.
     pub fn validate(&self) -> Result<()> {
-        if self.probe_interval_ms == 0 {
-            return Err(Error::Config("probe_interval_ms must be at least 1".into()));
+        let bad = |msg: String| Err(Error::Config(msg));
+        for (name, value) in [
+            ("probe_interval_ms", self.probe_interval_ms),
+            ("suspect_floor_ms", self.suspect_floor_ms),
+            ("suspect_ceiling_ms", self.suspect_ceiling_ms),
+        ] {
+            if value == 0 || value > SUSPECT_MS_MAX {
+                return bad(format!(
+                    "{name} ({value}) must lie between 1 and {SUSPECT_MS_MAX}"
+                ));
+            }
         }
-        if self.probe_timeout_ms <= self.probe_interval_ms {
-            return Err(Error::Config(format!(
-                "probe_timeout_ms ({}) must exceed probe_interval_ms ({})",
-                self.probe_timeout_ms, self.probe_interval_ms
-            )));
+        if self.probe_interval_ms >= self.suspect_floor_ms {
+            return bad(format!(
+                "probe_interval_ms ({}) must be below suspect_floor_ms ({}): a peer must \
+                 get at least one probe through before it can be suspected",
+                self.probe_interval_ms, self.suspect_floor_ms
+            ));
+        }
+        if self.suspect_floor_ms > self.suspect_ceiling_ms {
+            return bad(format!(
+                "suspect_floor_ms ({}) must not exceed suspect_ceiling_ms ({})",
+                self.suspect_floor_ms, self.suspect_ceiling_ms
+            ));
+        }
+        if self.suspect_deviations == 0 || self.suspect_deviations > SUSPECT_DEVIATIONS_MAX {
+            return bad(format!(
+                "suspect_deviations ({}) must lie between 1 and {SUSPECT_DEVIATIONS_MAX}",
+                self.suspect_deviations
+            ));
         }
         if self.outbound_bytes_max < WRITE_BYTES_MAX.max(SEND_BYTES_MAX)
             || self.outbound_bytes_max > OUTBOUND_BYTES_MAX
         {
-            return Err(Error::Config(format!(
+            return bad(format!(
                 "outbound_bytes_max ({}) must lie between {} and {}",
                 self.outbound_bytes_max,
                 WRITE_BYTES_MAX.max(SEND_BYTES_MAX),
                 OUTBOUND_BYTES_MAX
-            )));
+            ));
         }
         Ok(())
     }
@@ -213,9 +259,9 @@ impl FabricConfig {
         Duration::from_millis(self.probe_interval_ms)
     }
 
-    /// The probe time-out as a [`Duration`].
-    pub fn probe_timeout(&self) -> Duration {
-        Duration::from_millis(self.probe_timeout_ms)
+    /// The suspicion ceiling as a [`Duration`].
+    pub fn suspect_ceiling(&self) -> Duration {
+        Duration::from_millis(self.suspect_ceiling_ms)
     }
 }
 

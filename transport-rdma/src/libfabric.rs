@@ -26,7 +26,7 @@
 //! - **Set-up and failures.** A small TCP side channel (one stream per peer) carries the
 //!   libfabric endpoint names, region tables, region announcements and withdrawals, and
 //!   heartbeat probes. A peer is declared failed when its side channel breaks, when it is
-//!   silent for [`crate::FabricConfig::probe_timeout_ms`], or when an operation to it
+//!   silent past the failure detector's bound ([`crate::detector`]), or when an operation to it
 //!   completes in error. The peer table, the side channel's protocol and the per-peer
 //!   operation queues are shared with the verbs backend (`side_link.rs`); this module
 //!   supplies the libfabric steps (its `SideBackend`) and the completion handling.

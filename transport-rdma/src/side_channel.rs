@@ -21,6 +21,9 @@ pub(crate) const KIND_BYE: u8 = 7;
 /// The acceptor keeps its own link (tie-break of a simultaneous connect, or a link that is
 /// already up): the dialer waits for that link instead of reporting a failure.
 pub(crate) const KIND_REJECT: u8 = 8;
+/// The sender suspected us after the silence in the payload (`u64` LE, ms) and closes the
+/// link.
+pub(crate) const KIND_EXCLUDED: u8 = 9;
 /// Dial outcome for a [`KIND_REJECT`] answer.
 pub(crate) const REJECTED: &str = "the peer kept its own link";
 

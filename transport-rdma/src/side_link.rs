@@ -15,15 +15,17 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::detector::{monotonic_us, stall_us, Detector, DetectorConfig, Verdict};
 use crate::peers::{check_not_self, LinkState, PeerEntry, PeerTable};
 use crate::side_channel::{
-    frame, lock, u32_at, u64_at, FrameReader, KIND_BYE, KIND_HELLO, KIND_HELLO_ACK, KIND_PROBE,
-    KIND_READY, KIND_REGION, KIND_REJECT, KIND_WITHDRAW, REJECTED,
+    frame, lock, u32_at, u64_at, FrameReader, KIND_BYE, KIND_EXCLUDED, KIND_HELLO, KIND_HELLO_ACK,
+    KIND_PROBE, KIND_READY, KIND_REGION, KIND_REJECT, KIND_WITHDRAW, REJECTED,
 };
 use crate::{
     check_region_len, Doorbell, Error, Event, FabricConfig, FailureReason, NodeId, RegionDesc,
@@ -115,6 +117,8 @@ pub(crate) struct SidePeer<C> {
     pub(crate) in_flight: usize,
     /// When the side channel last delivered a frame.
     pub(crate) last_heard: Instant,
+    /// The peer's failure detector (made at the first probe tick).
+    pub(crate) detector: Option<Detector>,
     /// A send being reassembled: (imm, total length, bytes so far).
     pub(crate) partial: Option<(u32, usize, Vec<u8>)>,
 }
@@ -131,6 +135,7 @@ impl<C> SidePeer<C> {
             queued_bytes: 0,
             in_flight: 0,
             last_heard: Instant::now(),
+            detector: None,
             partial: None,
         }
     }
@@ -200,6 +205,8 @@ pub(crate) struct SideState<B: SideBackend> {
     pub(crate) tx_slots: Vec<Option<TxSlot>>,
     /// The backend's own state.
     pub(crate) extra: B::Extra,
+    /// When [`SideLinks::probe_peers`] last ran (monotonic µs), to tell our own stalls.
+    pub(crate) last_tick_us: Option<u64>,
 }
 
 /// The backend-specific steps of a side-channel-linked backend.
@@ -324,6 +331,7 @@ impl<B: SideBackend> SideLinks<B> {
                 tx_free: (0..tx_slots).rev().collect(),
                 tx_slots: vec![None; tx_slots],
                 extra,
+                last_tick_us: None,
             }),
             doorbell: Doorbell::new(),
             work: Doorbell::new(),
@@ -601,8 +609,8 @@ impl<B: SideBackend> SideLinks<B> {
         };
         let writer = stream.try_clone().ok()?;
         // Side-channel writes happen under the state lock: a peer that stops reading must
-        // not wedge us, so a blocked write fails the link after the probe time-out.
-        let _ = writer.set_write_timeout(Some(self.cfg.probe_timeout()));
+        // not wedge us, so a blocked write fails the link after the suspicion ceiling.
+        let _ = writer.set_write_timeout(Some(self.cfg.suspect_ceiling()));
         let link = state.peers.next_link_id();
         let old = state.peers.get_mut(peer).and_then(|p| p.conn.take());
         self.backend
@@ -721,6 +729,11 @@ impl<B: SideBackend> SideLinks<B> {
             }
             KIND_PROBE => {}
             KIND_BYE => self.fail_peer(state, peer, link, FailureReason::Closed),
+            KIND_EXCLUDED => {
+                let silent_ms =
+                    u64_at(payload, 0).ok_or_else(|| malformed("short excluded frame"))?;
+                self.fail_peer(state, peer, link, FailureReason::Excluded { silent_ms });
+            }
             other => {
                 return Err(malformed(&format!(
                     "unknown side-channel frame kind {other}"
@@ -730,32 +743,88 @@ impl<B: SideBackend> SideLinks<B> {
         Ok(())
     }
 
-    /// Probes every linked peer on its side channel and fails those silent for longer
-    /// than the probe time-out. The progress thread calls it every probe interval.
+    /// Probes every linked peer on its side channel, feeds each peer's failure detector
+    /// and fails those whose silence exceeds its bound (telling them so first, best
+    /// effort). The progress thread calls it every probe interval.
     pub(crate) fn probe_peers(&self) {
         let mut state = self.lock();
-        let timeout = self.cfg.probe_timeout();
-        let peers: Vec<(NodeId, u64, LinkState, Duration)> = state
-            .peers
-            .iter()
-            .map(|(id, p)| (id, p.link, p.state, p.last_heard.elapsed()))
-            .collect();
-        let probe = frame(KIND_PROBE, &[]);
-        for (peer, link, link_state, silent) in peers {
-            if !matches!(link_state, LinkState::Up | LinkState::Handshaking) {
+        // The same detector as the stream backends, but floored at the ceiling: these
+        // backends send their probes from the progress thread, which a busy workload
+        // keeps from probing for longer than the default floor (the libfabric contract
+        // tests suspected live peers at 50 ms on a loaded 2-vCPU machine). Until probes
+        // get a thread of their own, a hang here is detected after the ceiling.
+        let mut cfg = DetectorConfig::from_fabric(&self.cfg);
+        cfg.floor_us = cfg.ceiling_us;
+        let now_us = monotonic_us();
+        // A late tick means this process was stopped or starved: forgive the silence.
+        let interval_us = self.cfg.probe_interval_ms.saturating_mul(1000);
+        let late_us = state
+            .last_tick_us
+            .map_or(0, |t| now_us.saturating_sub(t).saturating_sub(interval_us));
+        let stalled = late_us > stall_us(&cfg);
+        state.last_tick_us = Some(now_us);
+        let mut suspects = Vec::new();
+        let mut probed = Vec::new();
+        for peer in state.peers.ids() {
+            let Some(p) = state.peers.get_mut(peer) else {
+                continue;
+            };
+            if !matches!(p.state, LinkState::Up | LinkState::Handshaking) {
                 continue;
             }
-            if silent > timeout {
-                let silent_ms = silent.as_millis().min(u64::MAX as u128) as u64;
-                self.fail_peer(
-                    &mut state,
-                    peer,
-                    link,
-                    FailureReason::ProbeTimeout { silent_ms },
-                );
-            } else {
-                self.send_side(&mut state, peer, &probe);
+            let heard_us = now_us
+                .saturating_sub(p.last_heard.elapsed().as_micros().min(u64::MAX.into()) as u64);
+            let d = p
+                .detector
+                .get_or_insert_with(|| Detector::new(cfg, heard_us));
+            d.heard(heard_us);
+            if stalled {
+                d.forgive(now_us);
             }
+            match d.check(now_us) {
+                Verdict::Alive => probed.push(peer),
+                // Bytes wait unread on the side channel: our reader is behind, the peer
+                // is not silent.
+                Verdict::Suspect { .. }
+                    if p.stream
+                        .as_ref()
+                        .is_some_and(|s| crate::link::readable(s.as_raw_fd())) =>
+                {
+                    d.forgive(now_us);
+                    probed.push(peer);
+                }
+                Verdict::Suspect {
+                    silent_us,
+                    timeout_us,
+                } => suspects.push((peer, p.link, silent_us / 1000, timeout_us / 1000)),
+            }
+        }
+        let probe = frame(KIND_PROBE, &[]);
+        for peer in probed {
+            self.send_side(&mut state, peer, &probe);
+        }
+        for (peer, link, silent_ms, timeout_ms) in suspects {
+            tracing::info!(
+                node = self.node,
+                peer,
+                silent_ms,
+                timeout_ms,
+                backend = B::NAME,
+                "suspecting a silent peer"
+            );
+            // Never block on a peer that stopped reading: one non-blocking attempt.
+            if let Some(stream) = state.peers.get_mut(peer).and_then(|p| p.stream.as_mut()) {
+                let last = frame(KIND_EXCLUDED, &silent_ms.to_le_bytes());
+                if stream.set_nonblocking(true).is_ok() {
+                    let _ = stream.write(&last);
+                }
+            }
+            self.fail_peer(
+                &mut state,
+                peer,
+                link,
+                FailureReason::ProbeTimeout { silent_ms },
+            );
         }
     }
 

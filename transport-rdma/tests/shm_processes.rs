@@ -29,7 +29,8 @@ const IMM_STREAMED: u32 = 4;
 fn cfg() -> FabricConfig {
     FabricConfig {
         probe_interval_ms: 20,
-        probe_timeout_ms: 500,
+        suspect_floor_ms: 500,
+        suspect_ceiling_ms: 500,
         ..FabricConfig::default()
     }
 }

@@ -222,7 +222,8 @@ fn short_probe() -> SimConfig {
     SimConfig {
         fabric: FabricConfig {
             probe_interval_ms: 1,
-            probe_timeout_ms: 10,
+            suspect_floor_ms: 10,
+            suspect_ceiling_ms: 10,
             ..FabricConfig::default()
         },
         ..SimConfig::default()
@@ -256,7 +257,11 @@ fn pause_past_the_probe_timeout_fails_with_probe_timeout() {
             "seed {seed}: write on a failed link applied"
         );
         let eb = events(&b);
-        assert_eq!(failed(&eb, 1).len(), 1, "seed {seed}: {eb:?}");
+        assert_eq!(
+            failed(&eb, 1),
+            vec![FailureReason::Excluded { silent_ms: 10 }],
+            "seed {seed}: the paused node learns it was excluded: {eb:?}"
+        );
     }
 }
 

@@ -28,7 +28,8 @@ fn peer_process() {
     let parent_addr = std::env::var(CHILD_ENV)
         .unwrap_or_else(|_| panic!("peer_process runs only as a child, with {CHILD_ENV} set"));
     let cfg = FabricConfig {
-        probe_timeout_ms: 20_000,
+        suspect_floor_ms: 20_000,
+        suspect_ceiling_ms: 20_000,
         ..FabricConfig::default()
     };
     let ep = TcpEndpoint::open(CHILD, "127.0.0.1:0", cfg).unwrap();
@@ -134,7 +135,8 @@ fn guarded_writes_cross_processes_and_sigkill_is_detected() {
 fn a_stopped_process_is_failed_by_probe_timeout() {
     let cfg = FabricConfig {
         probe_interval_ms: 20,
-        probe_timeout_ms: 2_000,
+        suspect_floor_ms: 2_000,
+        suspect_ceiling_ms: 2_000,
         ..FabricConfig::default()
     };
     let (ep, mut child, region) = linked_pair(cfg);

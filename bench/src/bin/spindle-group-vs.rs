@@ -11,6 +11,18 @@
 //! * `spindle-group-vs kills --backend tcp --nodes 5 --kills 50` measures the time from
 //!   SIGKILL to the new view installed at every survivor, restarting the victim as a
 //!   joiner after each kill, and prints one JSON line with p50 and p99 in ms.
+//! * `spindle-group-vs pauses --backend tcp --nodes 3 --pauses 50` measures the time from
+//!   SIGSTOP to the new view (without the stopped member) installed at every survivor;
+//!   then resumes the member (SIGCONT), checks that it exits with the "excluded" error,
+//!   and restarts it as a joiner. Its last line is one JSON object with
+//!   `pause_to_view_ms_p50`, `_p99`, `_max` and `false_suspicions` (live members that
+//!   left a view).
+//! * `spindle-group-vs soak --backend tcp --nodes 3 --seconds 600` streams unpaced from
+//!   every member and counts live members suspected (run it beside a CPU hog).
+//!
+//! The failure-detector flags (`--probe-interval-ms`, `--suspect-floor-ms`,
+//! `--suspect-ceiling-ms`, `--suspect-deviations`) override the fabric defaults of every
+//! member.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
@@ -19,7 +31,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use clap::{Parser, Subcommand};
+use clap::{Args as ClapArgs, Parser, Subcommand};
 use spindle_group::runtime::{Application, GroupNode};
 use spindle_group::{
     DeliveryBatch, DeliveryMode, Group, GroupConfig, Layout, SubgroupSpec, View, ViewInstalled,
@@ -55,6 +67,8 @@ enum Cmd {
         /// Print `RATE <unix_ns> <delivered>` this often (0: never).
         #[arg(long, default_value_t = 0)]
         rate_ms: u64,
+        #[command(flatten)]
+        fd: Detection,
     },
     /// Throughput around a join: 4 members send unpaced, a fifth joins.
     JoinDip {
@@ -72,6 +86,76 @@ enum Cmd {
         #[arg(long, default_value_t = 50)]
         kills: u32,
     },
+    /// The pause benchmark: SIGSTOP a member, time the view without it, SIGCONT it.
+    Pauses {
+        #[arg(long, default_value = "tcp")]
+        backend: String,
+        #[arg(long, default_value_t = 3)]
+        nodes: u32,
+        #[arg(long, default_value_t = 50)]
+        pauses: u32,
+        /// Pause between two sends of every member, in microseconds (0: unpaced).
+        #[arg(long, default_value_t = 200)]
+        pace_us: u64,
+        #[command(flatten)]
+        fd: Detection,
+    },
+    /// The soak: every member streams; count live members suspected.
+    Soak {
+        #[arg(long, default_value = "tcp")]
+        backend: String,
+        #[arg(long, default_value_t = 3)]
+        nodes: u32,
+        #[arg(long, default_value_t = 600)]
+        seconds: u64,
+        /// Pause between two sends of every member, in microseconds (0: unpaced).
+        #[arg(long, default_value_t = 0)]
+        pace_us: u64,
+        #[command(flatten)]
+        fd: Detection,
+    },
+}
+
+/// Failure-detector overrides (unset: the fabric's defaults).
+#[derive(ClapArgs, Debug, Clone, Default)]
+struct Detection {
+    #[arg(long)]
+    probe_interval_ms: Option<u64>,
+    #[arg(long)]
+    suspect_floor_ms: Option<u64>,
+    #[arg(long)]
+    suspect_ceiling_ms: Option<u64>,
+    #[arg(long)]
+    suspect_deviations: Option<u32>,
+}
+
+impl Detection {
+    fn fabric(&self) -> FabricConfig {
+        let d = FabricConfig::default();
+        FabricConfig {
+            probe_interval_ms: self.probe_interval_ms.unwrap_or(d.probe_interval_ms),
+            suspect_floor_ms: self.suspect_floor_ms.unwrap_or(d.suspect_floor_ms),
+            suspect_ceiling_ms: self.suspect_ceiling_ms.unwrap_or(d.suspect_ceiling_ms),
+            suspect_deviations: self.suspect_deviations.unwrap_or(d.suspect_deviations),
+            ..d
+        }
+    }
+
+    /// The same overrides as command-line flags for a member.
+    fn flags(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut add = |name: &str, v: Option<u64>| {
+            if let Some(v) = v {
+                out.push(format!("--{name}"));
+                out.push(v.to_string());
+            }
+        };
+        add("probe-interval-ms", self.probe_interval_ms);
+        add("suspect-floor-ms", self.suspect_floor_ms);
+        add("suspect-ceiling-ms", self.suspect_ceiling_ms);
+        add("suspect-deviations", self.suspect_deviations.map(u64::from));
+        out
+    }
 }
 
 /// The one subgroup: every member, every member sends, atomic.
@@ -175,8 +259,9 @@ fn node_main(
     log: Option<std::path::PathBuf>,
     pace_us: u64,
     rate_ms: u64,
+    fabric: FabricConfig,
 ) -> Result<(), BoxError> {
-    let ep = open_backend(backend, id, FabricConfig::default())?;
+    let ep = open_backend(backend, id, fabric)?;
     println!("ADDR {}", ep.address());
     std::io::stdout().flush()?;
     let mut stdin = BufReader::new(std::io::stdin());
@@ -295,13 +380,24 @@ fn spawn_node_with(
         .args(extra)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()?;
     let out: ChildStdout = child.stdout.take().ok_or("no stdout")?;
+    let err = child.stderr.take().ok_or("no stderr")?;
     let (tx, rx) = mpsc::channel();
+    let tx_err = tx.clone();
     std::thread::spawn(move || {
         for l in BufReader::new(out).lines().map_while(Result::ok) {
             if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    // A member's error output comes back as `ERR <line>` (and is echoed).
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            eprintln!("[node {id}] {l}");
+            if tx_err.send(format!("ERR {l}")).is_err() {
                 break;
             }
         }
@@ -512,6 +608,254 @@ fn join_dip_main(backend: &str, nodes: u32) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// One `VIEW` line: (vid, unix ns, members).
+fn parse_view(l: &str) -> Option<(u32, u128, Vec<NodeId>)> {
+    let f: Vec<&str> = l.split(' ').collect();
+    if f.len() != 4 || f[0] != "VIEW" {
+        return None;
+    }
+    let members = f[3].split(',').filter_map(|m| m.parse().ok()).collect();
+    Some((f[1].parse().ok()?, f[2].parse().ok()?, members))
+}
+
+/// Waits until `p` installs a view for which `want` holds; returns (unix ns, members).
+fn wait_view_where(
+    p: &Proc,
+    deadline: Instant,
+    want: impl Fn(&[NodeId]) -> bool,
+) -> Result<(u128, Vec<NodeId>), BoxError> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let l = p.lines.recv_timeout(left)?;
+        if let Some((_, t, members)) = parse_view(&l) {
+            if want(&members) {
+                return Ok((t, members));
+            }
+        }
+    }
+}
+
+fn signal(p: &Proc, sig: &str) -> Result<(), BoxError> {
+    let status = Command::new("kill")
+        .args([sig, &p.child.id().to_string()])
+        .status()?;
+    if !status.success() {
+        return Err(format!("kill {sig} failed: {status}").into());
+    }
+    Ok(())
+}
+
+/// Running members and their addresses.
+type Members = (BTreeMap<NodeId, Proc>, BTreeMap<NodeId, String>);
+
+fn start_members(backend: &str, nodes: u32, extra: &[String]) -> Result<Members, BoxError> {
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let mut procs = BTreeMap::new();
+    let mut addrs = BTreeMap::new();
+    for id in 1..=nodes {
+        let (p, a) = spawn_node_with(id, backend, 0, &extra)?;
+        procs.insert(id, p);
+        addrs.insert(id, a);
+    }
+    let line = format!("PEERS {}", peer_list(&addrs));
+    for p in procs.values_mut() {
+        say(p, &line)?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for p in procs.values() {
+        wait_view(p, 1, deadline)?;
+    }
+    Ok((procs, addrs))
+}
+
+fn peer_list(addrs: &BTreeMap<NodeId, String>) -> String {
+    addrs
+        .iter()
+        .map(|(n, a)| format!("{n}={a}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn pauses_main(
+    backend: &str,
+    nodes: u32,
+    pauses: u32,
+    pace_us: u64,
+    fd: &Detection,
+) -> Result<(), BoxError> {
+    fd.fabric().validate()?;
+    let mut extra = fd.flags();
+    extra.extend(["--pace-us".to_string(), pace_us.to_string()]);
+    let (mut procs, mut addrs) = start_members(backend, nodes, &extra)?;
+    let extra_refs: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let deadline = || Instant::now() + Duration::from_secs(60);
+    let mut samples_ms = Vec::new();
+    let mut false_suspicions = 0u32;
+    let mut excluded_errors = 0u32;
+    for k in 0..pauses {
+        std::thread::sleep(Duration::from_millis(200));
+        // Alternate the leader and a follower, as `kills` does.
+        let victim = if k % 2 == 0 {
+            1 + (k / 2) % nodes
+        } else {
+            nodes - (k / 2) % nodes
+        };
+        let mut p = procs.remove(&victim).ok_or("victim not running")?;
+        // Taken before `kill` runs: the figure includes its start-up (conservative).
+        let t_pause = unix_ns();
+        signal(&p, "-STOP")?;
+        let mut worst = 0u128;
+        let mut gone: BTreeSet<NodeId> = BTreeSet::new();
+        for q in procs.values() {
+            let (t, members) = wait_view_where(q, deadline(), |m| !m.contains(&victim))?;
+            worst = worst.max(t.saturating_sub(t_pause));
+            gone.extend(
+                addrs
+                    .keys()
+                    .filter(|n| **n != victim && !members.contains(n)),
+            );
+        }
+        samples_ms.push(worst as f64 / 1e6);
+        signal(&p, "-CONT")?;
+        // The woken member finds out it was excluded and exits with that error.
+        let end = deadline();
+        let mut said = None;
+        while Instant::now() < end {
+            match p.lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(l) if l.starts_with("ERR spindle-group-vs:") => {
+                    said = Some(l);
+                    break;
+                }
+                Ok(_) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        match &said {
+            Some(l) if l.contains("excluded") => excluded_errors += 1,
+            other => {
+                eprintln!("pause {k}: node {victim} woke without the excluded error: {other:?}")
+            }
+        }
+        let _ = p.child.kill();
+        let _ = p.child.wait();
+        // Live members that left the view were suspected falsely: restart them too.
+        false_suspicions += gone.len() as u32;
+        let mut restart = vec![victim];
+        for n in &gone {
+            eprintln!("pause {k}: live node {n} was suspected");
+            if let Some(mut q) = procs.remove(n) {
+                let _ = q.child.kill();
+                let _ = q.child.wait();
+            }
+            restart.push(*n);
+        }
+        for n in restart {
+            let (mut np, a) = spawn_node_with(n, backend, 0, &extra_refs)?;
+            addrs.insert(n, a);
+            say(&mut np, &format!("JOIN {}", peer_list(&addrs)))?;
+            procs.insert(n, np);
+        }
+        // Every member, joiners included (their first view), reaches the full view.
+        let all: Vec<NodeId> = addrs.keys().copied().collect();
+        for q in procs.values() {
+            wait_view_where(q, deadline(), |m| {
+                m.len() == all.len() && all.iter().all(|n| m.contains(n))
+            })?;
+        }
+    }
+    for p in procs.values_mut() {
+        let _ = p.child.kill();
+        let _ = p.child.wait();
+    }
+    let mut sorted = samples_ms.clone();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    let f = fd.fabric();
+    println!(
+        "{}",
+        serde_json::json!({
+            "backend": backend,
+            "nodes": nodes,
+            "pauses": pauses,
+            "probe_interval_ms": f.probe_interval_ms,
+            "suspect_floor_ms": f.suspect_floor_ms,
+            "suspect_ceiling_ms": f.suspect_ceiling_ms,
+            "suspect_deviations": f.suspect_deviations,
+            "excluded_errors": excluded_errors,
+            "pause_to_view_ms_p50": percentile(&sorted, 0.5),
+            "pause_to_view_ms_p99": percentile(&sorted, 0.99),
+            "pause_to_view_ms_max": sorted.last().copied().unwrap_or(f64::NAN),
+            "false_suspicions": false_suspicions,
+        })
+    );
+    Ok(())
+}
+
+fn soak_main(
+    backend: &str,
+    nodes: u32,
+    seconds: u64,
+    pace_us: u64,
+    fd: &Detection,
+) -> Result<(), BoxError> {
+    fd.fabric().validate()?;
+    let mut extra = fd.flags();
+    extra.extend([
+        "--pace-us".to_string(),
+        pace_us.to_string(),
+        "--rate-ms".to_string(),
+        "1000".to_string(),
+    ]);
+    let (mut procs, _) = start_members(backend, nodes, &extra)?;
+    let all: Vec<NodeId> = procs.keys().copied().collect();
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let mut suspected: BTreeSet<NodeId> = BTreeSet::new();
+    let mut views = 0u32;
+    let mut delivered = BTreeMap::new();
+    while Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+        for (id, p) in &procs {
+            while let Ok(l) = p.lines.try_recv() {
+                if let Some((_, _, members)) = parse_view(&l) {
+                    views += 1;
+                    for n in all.iter().filter(|n| !members.contains(n)) {
+                        if suspected.insert(*n) {
+                            eprintln!("soak: live node {n} left the view (seen at node {id})");
+                        }
+                    }
+                } else if let Some(rest) = l.strip_prefix("RATE ") {
+                    if let Some(c) = rest.split(' ').nth(1).and_then(|c| c.parse::<u64>().ok()) {
+                        delivered.insert(*id, c);
+                    }
+                }
+            }
+        }
+    }
+    for p in procs.values_mut() {
+        let _ = p.child.kill();
+        let _ = p.child.wait();
+    }
+    let f = fd.fabric();
+    let min_delivered = delivered.values().copied().min().unwrap_or(0);
+    println!(
+        "{}",
+        serde_json::json!({
+            "backend": backend,
+            "nodes": nodes,
+            "seconds": seconds,
+            "pace_us": pace_us,
+            "probe_interval_ms": f.probe_interval_ms,
+            "suspect_floor_ms": f.suspect_floor_ms,
+            "suspect_ceiling_ms": f.suspect_ceiling_ms,
+            "suspect_deviations": f.suspect_deviations,
+            "views_after_the_first": views,
+            "min_delivered_per_member": min_delivered,
+            "false_suspicions": suspected.len(),
+        })
+    );
+    Ok(())
+}
+
 fn main() {
     let args = Args::parse();
     let r = match args.cmd {
@@ -522,13 +866,28 @@ fn main() {
             log,
             pace_us,
             rate_ms,
-        } => node_main(id, &backend, messages, log, pace_us, rate_ms),
+            fd,
+        } => node_main(id, &backend, messages, log, pace_us, rate_ms, fd.fabric()),
         Cmd::JoinDip { backend, nodes } => join_dip_main(&backend, nodes),
         Cmd::Kills {
             backend,
             nodes,
             kills,
         } => kills_main(&backend, nodes, kills),
+        Cmd::Pauses {
+            backend,
+            nodes,
+            pauses,
+            pace_us,
+            fd,
+        } => pauses_main(&backend, nodes, pauses, pace_us, &fd),
+        Cmd::Soak {
+            backend,
+            nodes,
+            seconds,
+            pace_us,
+            fd,
+        } => soak_main(&backend, nodes, seconds, pace_us, &fd),
     };
     if let Err(e) = r {
         eprintln!("spindle-group-vs: {e}");

@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use spindle_transport_rdma::{Endpoint, Event, NodeId, Region, RegionId};
+use spindle_transport_rdma::{Endpoint, Event, FailureReason, NodeId, Region, RegionId};
 
 use crate::engine::{DeliveryBatch, Engine, EngineConfig, EngineEvent, Push};
 use crate::error::{Error, Result};
@@ -285,6 +285,32 @@ pub struct Group {
     /// majority): it lingers, echoing that trim, until the others dropped it or
     /// [`LEAVE_LINGER_US`] passed.
     left_at_us: Option<u64>,
+    /// The first peer that told this node it was excluded (its link's last word).
+    excluded: Option<Exclusion>,
+}
+
+/// Why this node was excluded, as the first peer that suspected it said (see
+/// [`spindle_transport_rdma::FailureReason::Excluded`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exclusion {
+    /// The view this node was a member of.
+    pub vid: u32,
+    /// The member that suspected this node.
+    pub by: NodeId,
+    /// How long it had found this node silent (when its last word arrived: the
+    /// member may also be known only from its membership row).
+    pub silent_ms: Option<u64>,
+}
+
+impl Exclusion {
+    /// The error an application sees for it.
+    pub fn error(&self) -> Error {
+        Error::Excluded {
+            vid: self.vid,
+            by: self.by,
+            silent_ms: self.silent_ms,
+        }
+    }
 }
 
 /// How long a node that left keeps its links up so the remaining members see it echo the
@@ -326,6 +352,7 @@ impl Group {
             declare_wanted: None,
             next_declare_us: 0,
             left_at_us: None,
+            excluded: None,
         }
     }
 
@@ -713,6 +740,12 @@ impl Group {
         }
     }
 
+    /// Why this node was excluded, once a member that suspected it said so (the
+    /// [`GroupOutput::ShutDown`] text then starts with it).
+    pub fn exclusion(&self) -> Option<Exclusion> {
+        self.excluded
+    }
+
     /// The next output, in order.
     pub fn poll(&mut self) -> Option<GroupOutput> {
         if let Some(o) = self.outputs.pop_front() {
@@ -726,8 +759,17 @@ impl Group {
 
     fn fabric_event<L: LocalFabric + ?Sized>(&mut self, local: &L, ev: Event, now_us: u64) {
         match ev {
-            Event::PeerFailed { peer, .. } => {
+            Event::PeerFailed { peer, reason } => {
                 if let Some(c) = &mut self.current {
+                    if let FailureReason::Excluded { silent_ms } = reason {
+                        if self.excluded.is_none() && c.view.members.contains(&peer) {
+                            self.excluded = Some(Exclusion {
+                                vid: c.view.vid,
+                                by: peer,
+                                silent_ms: Some(silent_ms),
+                            });
+                        }
+                    }
                     c.membership.suspect(peer);
                 }
                 if let Phase::Joining { contacts, next, .. } = &mut self.phase {
@@ -1276,6 +1318,23 @@ impl Group {
     }
 
     fn shut_down(&mut self, why: String) {
+        // A member told us it excluded us (its link's last word, or its membership row):
+        // that, not what we concluded from the links it then closed, is why we stop.
+        if self.excluded.is_none() {
+            if let Some(c) = &self.current {
+                if let Some(by) = c.membership.excluded_by() {
+                    self.excluded = Some(Exclusion {
+                        vid: c.view.vid,
+                        by,
+                        silent_ms: None,
+                    });
+                }
+            }
+        }
+        let why = match self.excluded {
+            Some(x) => format!("{}; {why}", x.error()),
+            None => why,
+        };
         tracing::info!(node = self.me, %why, "group shut down");
         self.finish(GroupOutput::ShutDown(why));
     }

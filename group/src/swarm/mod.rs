@@ -4,7 +4,9 @@
 //! each with a small application that sends named messages, keeps the delivered sequence
 //! of every subgroup as its state (shipped to joiners by state transfer), and logs what it
 //! delivered in which view. A [`Scenario`] (a small builder) schedules faults — crashes,
-//! restarts that rejoin, partitions, pauses (a slow member), leaves — at rounds or when a
+//! restarts that rejoin, partitions, pauses (a member frozen like a SIGSTOPped process,
+//! excluded by the failure detector if the pause outlasts it, told so when it wakes),
+//! leaves — over a fabric with seeded delay jitter — at rounds or when a
 //! view change is under way; [`run_seed`] draws a random scenario from a seed. Every run
 //! has a safety phase under faults and a liveness phase in which the faults heal, crashed
 //! nodes restart and rejoin, and the healed group must install one view and deliver
@@ -111,7 +113,8 @@ pub enum Fault {
     Partition(Vec<Vec<NodeId>>),
     /// Every partition heals.
     Heal,
-    /// The node's traffic is held (a slow member) until [`Fault::Resume`].
+    /// The node freezes, as a SIGSTOPped process: it does not run and the fabric holds its
+    /// traffic, until [`Fault::Resume`].
     Pause(NodeId),
     /// A paused node's traffic flows again.
     Resume(NodeId),
@@ -340,6 +343,9 @@ pub(crate) struct NodeRun {
     left: bool,
     /// Why the group stopped, if it did.
     ended: Option<String>,
+    /// Paused like a SIGSTOPped process: it neither runs nor sends, and the fabric holds
+    /// its traffic, until resumed.
+    frozen: bool,
 }
 
 impl NodeRun {
@@ -360,6 +366,7 @@ impl NodeRun {
             crashed: false,
             left: false,
             ended: None,
+            frozen: false,
         }
     }
 }
@@ -370,6 +377,9 @@ impl SimNode for NodeRun {
     }
 
     fn step(&mut self, now_us: u64, scratch: &mut Vec<u8>) -> bool {
+        if self.frozen {
+            return false;
+        }
         match self.group.as_mut() {
             Some(g) => drive(g, &*self.ep, now_us, scratch),
             None => false,
@@ -471,9 +481,14 @@ impl Cluster {
             link_delay_min_us: 1,
             link_delay_max_us: 1 + seed % 200,
             failure_detection_us: 2_000,
+            // Delay jitter on every other seed: one delivery in a thousand is held up to
+            // 2 ms longer (a descheduled sender), below the detector's 20 ms floor.
+            delay_spike_per_million: if seed % 2 == 0 { 1_000 } else { 0 },
+            delay_spike_max_us: 2_000,
             fabric: FabricConfig {
                 probe_interval_ms: 5,
-                probe_timeout_ms: 20,
+                suspect_floor_ms: 20,
+                suspect_ceiling_ms: 20,
                 ..FabricConfig::default()
             },
         };
@@ -537,7 +552,7 @@ impl Cluster {
         self.sim.world.clear_rules();
         self.cut_off.clear();
         for n in std::mem::take(&mut self.paused) {
-            self.sim.world.resume(n);
+            self.resume(n);
         }
         let mut liveness_failure = None;
         let mut settled = false;
@@ -721,14 +736,14 @@ impl Cluster {
                 self.cut_off.clear();
             }
             Fault::Pause(id) => {
-                if self.sim.nodes.get(&id).is_some_and(|n| !n.down) {
+                if let Some(n) = self.sim.nodes.get_mut(&id).filter(|n| !n.down) {
+                    n.frozen = true;
                     self.sim.world.pause(id);
                     self.paused.insert(id);
                 }
             }
             Fault::Resume(id) => {
-                self.sim.world.resume(id);
-                self.paused.remove(&id);
+                self.resume(id);
             }
             Fault::Leave(id) => {
                 self.leaving.insert(id);
@@ -747,6 +762,16 @@ impl Cluster {
                     }
                 }
             }
+        }
+    }
+
+    /// A paused node wakes: its traffic flows and it runs again (it may find that the
+    /// others excluded it meanwhile).
+    fn resume(&mut self, id: NodeId) {
+        self.sim.world.resume(id);
+        self.paused.remove(&id);
+        if let Some(n) = self.sim.nodes.get_mut(&id) {
+            n.frozen = false;
         }
     }
 
@@ -798,6 +823,9 @@ impl Cluster {
                 Ok(s) => s,
                 Err(_) => continue,
             };
+            if n.frozen {
+                continue;
+            }
             let msg: MsgId = (id, n.incarnation, n.counter);
             match sender.try_send(&payload(msg, sg, len)) {
                 Ok(_) => {

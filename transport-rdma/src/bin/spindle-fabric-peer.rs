@@ -7,7 +7,7 @@
 //! Opens an endpoint, connects to the target and issues the suite's workloads when told to.
 //! Exits 0 when the target says done, 1 with a message on any error.
 
-use spindle_transport_rdma::{conformance, open_backend, FabricConfig, NodeId};
+use spindle_transport_rdma::{conformance, open_backend, NodeId};
 
 fn main() {
     if let Err(e) = run() {
@@ -36,7 +36,8 @@ fn run() -> Result<(), String> {
     let node = node.ok_or("--node is required")?;
     let target = target.ok_or("--target is required")?;
     let address = address.ok_or("--address is required")?;
-    let ep = open_backend(&backend, node, FabricConfig::default()).map_err(|e| e.to_string())?;
+    let ep =
+        open_backend(&backend, node, conformance::contract_config()).map_err(|e| e.to_string())?;
     let result = conformance::run_peer_role(&*ep, target, &address).map_err(|e| e.to_string());
     ep.close();
     result

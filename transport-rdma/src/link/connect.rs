@@ -14,6 +14,7 @@ use super::frame::{
 use super::handshake::{self, Existing};
 use super::outbound::Outbound;
 use super::{lock, read, write, Hub, Link, LinkStream, Slot};
+use crate::detector::Detector;
 use crate::peers::Admit;
 use crate::{Error, Event, FailureReason, NodeId, RegionDesc, RegionId, Result};
 
@@ -24,7 +25,7 @@ impl<S: LinkStream> Hub<S> {
     pub(super) fn new_link(&self, id: u64, stream: S, hello: &Hello) -> Result<Arc<Link<S>>> {
         let now = self.now_ms();
         let fd = stream.as_raw_fd();
-        let _ = stream.set_write_timeout_ms(Some(self.cfg.probe_timeout()));
+        let _ = stream.set_write_timeout_ms(Some(self.cfg.suspect_ceiling()));
         let mut remote = BTreeMap::new();
         for entry in &hello.regions {
             let desc = RegionDesc {
@@ -48,6 +49,7 @@ impl<S: LinkStream> Hub<S> {
             issue: Mutex::new(()),
             remote_regions: RwLock::new(remote),
             last_heard_ms: AtomicU64::new(now),
+            detector: Mutex::new(Detector::new(self.detector_cfg, now.saturating_mul(1000))),
             waiting: AtomicBool::new(false),
             failed: AtomicBool::new(false),
         }))

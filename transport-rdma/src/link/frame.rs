@@ -59,6 +59,7 @@ const KIND_WRITE_RELEASE: u8 = 5;
 const KIND_SEND: u8 = 6;
 const KIND_PROBE: u8 = 7;
 const KIND_GOODBYE: u8 = 8;
+const KIND_EXCLUDED: u8 = 9;
 
 /// One entry of a region table, as carried by `Hello` and `RegionAnnounce`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +130,11 @@ pub enum Frame<'a> {
     Probe,
     /// The sender closes the link on purpose.
     Goodbye,
+    /// The sender suspected us after `silent_ms` of silence and closes the link.
+    Excluded {
+        /// How long we had been silent at the sender.
+        silent_ms: u64,
+    },
 }
 
 /// Result of looking at the front of a receive buffer.
@@ -225,7 +231,7 @@ pub fn decode_frame(buf: &[u8]) -> Result<Decoded<'_>> {
             "frame body of {body_len} bytes exceeds {FRAME_BODY_BYTES_MAX}"
         )));
     }
-    if !(KIND_HELLO..=KIND_GOODBYE).contains(&kind) {
+    if !(KIND_HELLO..=KIND_EXCLUDED).contains(&kind) {
         return Err(malformed(format!("unknown frame kind {kind}")));
     }
     let total = FRAME_HEADER_BYTES + body_len;
@@ -321,6 +327,11 @@ pub fn decode_frame(buf: &[u8]) -> Result<Decoded<'_>> {
         KIND_PROBE => {
             c.finish("probe")?;
             Frame::Probe
+        }
+        KIND_EXCLUDED => {
+            let silent_ms = c.u64("silent ms")?;
+            c.finish("excluded")?;
+            Frame::Excluded { silent_ms }
         }
         _ => {
             c.finish("goodbye")?;
@@ -483,6 +494,12 @@ pub fn encode_goodbye(out: &mut Vec<u8>) {
     put_header(out, KIND_GOODBYE, 0);
 }
 
+/// Appends an `Excluded` frame: we suspected the peer after `silent_ms` of silence.
+pub fn encode_excluded(out: &mut Vec<u8>, silent_ms: u64) {
+    put_header(out, KIND_EXCLUDED, 8);
+    out.extend_from_slice(&silent_ms.to_le_bytes());
+}
+
 // ---------------------------------------------------------------------------------------
 // Receive buffer
 // ---------------------------------------------------------------------------------------
@@ -494,6 +511,8 @@ pub(crate) enum Step {
     NeedRead { needed: usize },
     /// The peer said goodbye.
     Goodbye,
+    /// The peer suspected us after `silent_ms` of silence and closed the link.
+    Excluded { silent_ms: u64 },
 }
 
 /// A reusable receive buffer: frames are decoded and applied straight from it.
@@ -592,6 +611,10 @@ impl FrameReader {
         let mut applied = false;
         loop {
             match decode_frame(&self.buf[self.start..self.end])? {
+                Decoded::Frame(Frame::Excluded { silent_ms }, used) => {
+                    self.start += used;
+                    return Ok(Step::Excluded { silent_ms });
+                }
                 Decoded::Frame(frame, used) => {
                     let goodbye = matches!(frame, Frame::Goodbye);
                     let keep_going = apply(frame)?;
@@ -693,6 +716,16 @@ mod tests {
                 },
                 len
             )
+        );
+        let (buf, len) = roundtrip(|o| encode_excluded(o, 63));
+        assert_eq!(
+            decode_frame(&buf).unwrap(),
+            Decoded::Frame(Frame::Excluded { silent_ms: 63 }, len)
+        );
+        let short = [0, 0, 0, 0, KIND_EXCLUDED];
+        assert!(
+            decode_frame(&short).is_err(),
+            "an excluded frame carries its silence"
         );
         // Every strict prefix asks for more bytes.
         for cut in 0..len {

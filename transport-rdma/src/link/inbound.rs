@@ -56,6 +56,7 @@ impl<S: LinkStream> Hub<S> {
                     }
                 }
                 Ok(Step::Goodbye) => break FailureReason::Closed,
+                Ok(Step::Excluded { silent_ms }) => break FailureReason::Excluded { silent_ms },
                 Err(Error::Malformed { detail, .. }) => break FailureReason::Malformed(detail),
                 Err(Error::Closed) => break FailureReason::LocalClose,
                 Err(e) => break FailureReason::ConnectionLost(e.to_string()),
@@ -138,6 +139,8 @@ impl<S: LinkStream> Hub<S> {
                 }
             }
             Frame::Hello(_) => return Err(malformed("hello after the handshake")),
+            // `FrameReader::step` ends the link on it before it reaches us.
+            Frame::Excluded { .. } => return Ok(false),
         }
         Ok(true)
     }

@@ -60,7 +60,12 @@
 //! (backpressure, never loss). A peer counts as silent only while its reader is blocked
 //! on the socket, never while it applies a large frame or waits for event-queue room.
 //! A probe thread sends `Probe` every [`FabricConfig::probe_interval_ms`] on each idle
-//! link and fails links silent for [`FabricConfig::probe_timeout_ms`].
+//! link, feeds each link's [`crate::detector::Detector`] with the latest arrival, and
+//! fails a link whose silence exceeds the detector's bound; it first sends the peer an
+//! `Excluded` frame saying so (the peer, should it wake, fails the link with
+//! [`FailureReason::Excluded`]). Silence is forgiven when the probe thread's own tick
+//! came late (this process was stopped or starved: on one overloaded machine the peer
+//! starves too), while the reader is busy, and while bytes wait unread in the socket.
 //!
 //! ## Lock order
 //!
@@ -84,10 +89,12 @@ mod outbound;
 
 pub use frame::{decode_all, REGION_TAG_BYTES_MAX};
 use frame::{
-    encode_goodbye, encode_probe, encode_region_announce, encode_region_withdraw, RegionEntry,
+    encode_excluded, encode_goodbye, encode_probe, encode_region_announce, encode_region_withdraw,
+    RegionEntry,
 };
 use outbound::Outbound;
 
+use crate::detector::{stall_us, Detector, DetectorConfig, Verdict};
 use crate::peers::{check_not_self, LinkState, PeerEntry, PeerTable};
 use crate::{
     Doorbell, Error, Event, FabricConfig, FailureReason, NodeId, Region, RegionDesc, RegionId,
@@ -246,6 +253,8 @@ struct Link<S: LinkStream> {
     remote_regions: RwLock<BTreeMap<RegionId, RegionDesc>>,
     /// Hub clock (ms) when bytes last arrived.
     last_heard_ms: AtomicU64,
+    /// The peer's failure detector (only the probe thread uses it).
+    detector: Mutex<Detector>,
     /// The reader is blocked reading the socket: only then does silence count against
     /// the peer (not while it applies frames or waits for event-queue room).
     waiting: AtomicBool,
@@ -315,6 +324,7 @@ pub struct Hub<S: LinkStream> {
     node: NodeId,
     incarnation: u64,
     cfg: FabricConfig,
+    detector_cfg: DetectorConfig,
     hooks: Arc<dyn LinkHooks>,
     start: Instant,
     local: RwLock<Local>,
@@ -350,6 +360,7 @@ impl<S: LinkStream> Hub<S> {
         let hub = Arc::new(Hub {
             node,
             incarnation: fresh_incarnation(node),
+            detector_cfg: DetectorConfig::from_fabric(&cfg),
             cfg,
             hooks,
             start: Instant::now(),
@@ -388,6 +399,10 @@ impl<S: LinkStream> Hub<S> {
 
     fn now_ms(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
+    }
+
+    fn now_us(&self) -> u64 {
+        self.start.elapsed().as_micros() as u64
     }
 
     fn check_open(&self) -> Result<()> {
@@ -577,6 +592,20 @@ impl<S: LinkStream> Hub<S> {
         self.fail(link, FailureReason::LocalClose);
     }
 
+    /// Declares `link`'s silent peer failed, telling it why in a last frame it reads if
+    /// it ever wakes up (best effort: a peer that stopped reading may never get it).
+    fn exclude(&self, link: &Link<S>, silent_ms: u64) {
+        {
+            let mut out = lock(&link.out);
+            if !out.closed {
+                encode_excluded(&mut out.pending, silent_ms);
+                out.drain_then_close = true;
+            }
+        }
+        link.out_wake.notify_all();
+        self.fail(link, FailureReason::ProbeTimeout { silent_ms });
+    }
+
     /// Closes the link to `peer` gracefully (see [`crate::Endpoint::disconnect`]).
     pub fn disconnect(&self, peer: NodeId) -> Result<()> {
         self.check_open()?;
@@ -611,13 +640,36 @@ impl<S: LinkStream> Hub<S> {
     }
 }
 
+/// True if bytes wait unread in the socket `fd` (our reader is behind, so the peer is
+/// not silent however long ago we last read from it).
+pub(crate) fn readable(fd: RawFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: `pfd` is one valid pollfd on our stack for the duration of the call, and a
+    // zero time-out makes `poll` return at once; a closed fd only yields POLLNVAL.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n > 0 && pfd.revents & libc::POLLIN != 0
+}
+
 fn probe_loop<S: LinkStream>(hub: std::sync::Weak<Hub<S>>) {
+    let mut last_tick_us: Option<u64> = None;
     loop {
         let Some(h) = hub.upgrade() else { return };
         if h.is_closed() {
             return;
         }
         let interval = h.cfg.probe_interval();
+        let now_us = h.now_us();
+        // A tick that comes late means this process was stopped or starved: every peer
+        // looks silent at once, and none of it is evidence against them.
+        let interval_us = h.cfg.probe_interval_ms.saturating_mul(1000);
+        let late_us =
+            last_tick_us.map_or(0, |t| now_us.saturating_sub(t).saturating_sub(interval_us));
+        let stalled = late_us > stall_us(&h.detector_cfg);
+        last_tick_us = Some(now_us);
         let links: Vec<Arc<Link<S>>> = up_links(&read(&h.peers));
         for link in links {
             let idle = {
@@ -630,10 +682,39 @@ fn probe_loop<S: LinkStream>(hub: std::sync::Weak<Hub<S>>) {
             // `waiting` first: its release store follows the `last_heard_ms` store made
             // when the read began, so a reader seen waiting has a fresh `last_heard_ms`.
             let waiting = link.waiting.load(Ordering::Acquire);
-            let heard = link.last_heard_ms.load(Ordering::Acquire);
-            let silent_ms = h.now_ms().saturating_sub(heard);
-            if waiting && silent_ms > h.cfg.probe_timeout_ms {
-                h.fail(&link, FailureReason::ProbeTimeout { silent_ms });
+            let heard_us = link
+                .last_heard_ms
+                .load(Ordering::Acquire)
+                .saturating_mul(1000);
+            let mut detector = lock(&link.detector);
+            detector.heard(heard_us);
+            // Silence counts only while the reader waits on the socket with nothing
+            // unread in it: time spent applying frames or starved of CPU is ours.
+            // On one overloaded box every process starves at once: a late tick of ours
+            // says the peer's silence may be the machine's, so all of it is forgiven.
+            if stalled || !waiting {
+                detector.forgive(now_us);
+                continue;
+            }
+            if let Verdict::Suspect {
+                silent_us,
+                timeout_us,
+            } = detector.check(now_us)
+            {
+                if readable(link.fd) {
+                    detector.forgive(now_us);
+                    continue;
+                }
+                drop(detector);
+                let silent_ms = silent_us / 1000;
+                tracing::info!(
+                    node = h.node,
+                    peer = link.peer,
+                    silent_ms,
+                    timeout_ms = timeout_us / 1000,
+                    "suspecting a silent peer"
+                );
+                h.exclude(&link, silent_ms);
             }
         }
         drop(h);

@@ -142,7 +142,8 @@ impl<S: LinkStream> Hub<S> {
 
     /// Lets a frame of `frame_bytes` join `link`'s queue, whose guard `out` is, and gives
     /// the guard back: not once the link failed or closed (the link's error, else
-    /// `NotConnected`; the guard is released before the peer table is read), and, when
+    /// `NotConnected`; the guard is released before the peer table is read), not while a
+    /// broken link's reader drains (`QueueFull`: the failure follows), and, when
     /// `bounded`, not past [`FabricConfig::outbound_bytes_max`] (`QueueFull`).
     fn admit<'a>(
         &self,
@@ -151,7 +152,13 @@ impl<S: LinkStream> Hub<S> {
         frame_bytes: usize,
         bounded: bool,
     ) -> Result<MutexGuard<'a, Outbound>> {
-        if link.failed.load(Ordering::Acquire) || out.closed {
+        let failed = link.failed.load(Ordering::Acquire);
+        if out.closed && !failed {
+            // A send broke and the reader is draining the peer's last frames
+            // (`write_broke`): the link fails once it is done, with the reason it finds.
+            return Err(Error::QueueFull { peer: link.peer });
+        }
+        if failed || out.closed {
             drop(out);
             return Err(self
                 .link(link.peer)
@@ -248,7 +255,7 @@ impl<S: LinkStream> Hub<S> {
                 out.flushing = false;
                 drop(out);
                 link.out_wake.notify_all();
-                self.fail(link, FailureReason::ConnectionLost(e.to_string()));
+                self.write_broke(link, &e.to_string());
             }
         }
         Ok(())
@@ -294,7 +301,7 @@ impl<S: LinkStream> Hub<S> {
                     out.flushing = false;
                     drop(out);
                     link.out_wake.notify_all();
-                    self.fail(link, FailureReason::ConnectionLost(e.to_string()));
+                    self.write_broke(link, &e.to_string());
                     return;
                 }
             }
@@ -305,6 +312,35 @@ impl<S: LinkStream> Hub<S> {
         out.inflight = Some((buf, 0));
         drop(out);
         link.out_wake.notify_all();
+    }
+
+    /// A send to `link`'s peer failed: the connection is gone, but the peer's last frames
+    /// (an `Excluded` saying it suspected us while we were stopped, a `Goodbye`) may still
+    /// wait unread in the socket. Writing stops here and the reader drains what is left:
+    /// it reports the failure with the reason it finds there, or the connection error at
+    /// the end of the stream (a read time-out bounds the wait).
+    pub(super) fn write_broke(&self, link: &Link<S>, why: &str) {
+        {
+            let mut out = lock(&link.out);
+            if out.closed {
+                return;
+            }
+            out.closed = true;
+        }
+        link.out_wake.notify_all();
+        tracing::debug!(
+            node = self.node,
+            peer = link.peer,
+            why,
+            "send failed; draining the reader"
+        );
+        if link
+            .stream
+            .set_read_timeout_ms(Some(self.cfg.suspect_ceiling()))
+            .is_err()
+        {
+            self.fail(link, FailureReason::ConnectionLost(why.to_string()));
+        }
     }
 
     pub(super) fn writer_loop(&self, link: &Link<S>) {
@@ -348,7 +384,7 @@ impl<S: LinkStream> Hub<S> {
                     link.stream.shutdown_both();
                     return;
                 }
-                self.fail(link, FailureReason::ConnectionLost(e.to_string()));
+                self.write_broke(link, &e.to_string());
                 return;
             }
             if buf.capacity() <= self.cfg.outbound_bytes_max {

@@ -44,6 +44,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::detector::{Detector, DetectorConfig};
 use crate::{
     check_region_len, round_up_to_words, Endpoint, Error, Event, FabricConfig, FailureReason,
     NodeId, Region, RegionDesc, RegionId, Result, EVENT_QUEUE_MAX, PEERS_MAX,
@@ -66,8 +67,16 @@ pub struct SimConfig {
     pub link_delay_max_us: u64,
     /// How long after a crash its peers see [`FailureReason::Crashed`].
     pub failure_detection_us: u64,
-    /// Settings every endpoint shares (its `probe_timeout_ms` bounds pauses and
-    /// partitions, in virtual time; its `outbound_bytes_max` bounds bytes in flight).
+    /// Delay jitter: the chance, per million deliveries, that a delivery's delay gets a
+    /// spike on top (a descheduled sender, a retransmission). 0 draws nothing, so worlds
+    /// without spikes replay as before.
+    pub delay_spike_per_million: u32,
+    /// Largest extra delay of a spike (drawn uniformly from 1 to this), in virtual
+    /// microseconds.
+    pub delay_spike_max_us: u64,
+    /// Settings every endpoint shares (its failure-detector settings decide when a paused
+    /// or cut-off node is suspected, in virtual time; its `outbound_bytes_max` bounds
+    /// bytes in flight).
     pub fabric: FabricConfig,
 }
 
@@ -77,6 +86,8 @@ impl Default for SimConfig {
             link_delay_min_us: 5,
             link_delay_max_us: 50,
             failure_detection_us: 10_000,
+            delay_spike_per_million: 0,
+            delay_spike_max_us: 0,
             fabric: FabricConfig::default(),
         }
     }
@@ -377,6 +388,13 @@ impl State {
         } else {
             min
         };
+        let spikes = self.cfg.delay_spike_per_million;
+        if spikes > 0
+            && self.cfg.delay_spike_max_us > 0
+            && self.rng.gen_range(0..1_000_000u32) < spikes
+        {
+            delay = delay.saturating_add(self.rng.gen_range(1..=self.cfg.delay_spike_max_us));
+        }
         let now = self.now_us;
         if let Some(rule) = self.rules.iter().find(|r| r.matches(from, to, kind, now)) {
             if let Verdict::Delay(extra) = rule.verdict {
@@ -442,6 +460,29 @@ impl State {
             }
         }
         self.discard(|d| (d.from == a && d.to == b) || (d.from == b && d.to == a));
+    }
+
+    /// `watcher` suspected `silent` after `silent_ms`: it sees
+    /// [`FailureReason::ProbeTimeout`], `silent` sees [`FailureReason::Excluded`];
+    /// what is in flight between them is dropped.
+    fn fail_link_suspected(&mut self, watcher: NodeId, silent: NodeId, silent_ms: u64) {
+        if let Some(n) = self.nodes.get_mut(&watcher) {
+            n.fail_peer(silent, FailureReason::ProbeTimeout { silent_ms });
+        }
+        if let Some(n) = self.nodes.get_mut(&silent) {
+            n.fail_peer(watcher, FailureReason::Excluded { silent_ms });
+        }
+        self.discard(|d| {
+            (d.from == watcher && d.to == silent) || (d.from == silent && d.to == watcher)
+        });
+    }
+
+    /// How long after a peer falls silent the shared failure detector suspects it: a
+    /// fresh [`Detector`] (the simulator does not model probe traffic, so every link's
+    /// detector starts from the probe interval) fires just past its timeout.
+    fn suspicion_delay_us(&self) -> u64 {
+        let cfg = DetectorConfig::from_fabric(&self.cfg.fabric);
+        Detector::new(cfg, 0).timeout_us().saturating_add(1)
     }
 
     /// Whether a DropLink rule currently cuts `a -> b` for control traffic.
@@ -533,9 +574,7 @@ impl State {
                     .get(&node)
                     .is_some_and(|n| n.paused && n.pause_epoch == epoch);
                 if still {
-                    let reason = FailureReason::ProbeTimeout {
-                        silent_ms: self.cfg.fabric.probe_timeout_ms,
-                    };
+                    let silent_ms = self.suspicion_delay_us() / 1000;
                     let peers: Vec<NodeId> = self.nodes[&node]
                         .peers
                         .iter()
@@ -543,7 +582,9 @@ impl State {
                         .map(|(id, _)| *id)
                         .collect();
                     for peer in peers {
-                        self.fail_link(node, peer, reason.clone());
+                        // The peers suspect the paused node; it reads their last word
+                        // (that it was excluded) once it resumes.
+                        self.fail_link_suspected(peer, node, silent_ms);
                     }
                 }
             }
@@ -555,7 +596,7 @@ impl State {
                     && (self.live_link(a, b) || self.live_link(b, a))
                 {
                     let reason = FailureReason::ProbeTimeout {
-                        silent_ms: self.cfg.fabric.probe_timeout_ms,
+                        silent_ms: self.suspicion_delay_us() / 1000,
                     };
                     self.fail_link(a, b, reason);
                 }
@@ -835,12 +876,13 @@ impl SimWorld {
 
     /// Splits the world: every link between nodes on different sides drops (both
     /// directions, from now until [`SimWorld::clear_rules`]). Links that are up fail at both
-    /// ends with [`FailureReason::ProbeTimeout`] after the probe time-out if still cut,
+    /// ends with [`FailureReason::ProbeTimeout`] once the failure detector's timeout
+    /// passes with the link still cut,
     /// or earlier with [`FailureReason::ConnectionLost`] when traffic meets the cut.
     pub fn partition(&self, sides: &[&[NodeId]]) {
         let mut st = self.shared.lock();
         let now = st.now_us;
-        let timeout_us = st.cfg.fabric.probe_timeout_ms.saturating_mul(1000);
+        let timeout_us = st.suspicion_delay_us();
         let mut pairs = Vec::new();
         for (i, side) in sides.iter().enumerate() {
             for other in &sides[i + 1..] {
@@ -891,11 +933,12 @@ impl SimWorld {
     }
 
     /// Holds `node`'s traffic, in and out, until [`SimWorld::resume`]. If it stays paused
-    /// past the probe time-out (virtual), its links fail at both ends with
-    /// [`FailureReason::ProbeTimeout`].
+    /// past the failure detector's timeout (virtual), its peers fail their links to it
+    /// with [`FailureReason::ProbeTimeout`] and it sees them fail with
+    /// [`FailureReason::Excluded`] (the peer's last word, read once it resumes).
     pub fn pause(&self, node: NodeId) {
         let mut st = self.shared.lock();
-        let timeout_us = st.cfg.fabric.probe_timeout_ms.saturating_mul(1000);
+        let timeout_us = st.suspicion_delay_us();
         let now = st.now_us;
         let Some(n) = st.nodes.get_mut(&node) else {
             return;

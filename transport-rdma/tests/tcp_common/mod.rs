@@ -17,7 +17,8 @@ pub const GIVE_UP: Duration = Duration::from_secs(60);
 /// link by accident (the probe time-out has its own test).
 pub fn test_config() -> FabricConfig {
     FabricConfig {
-        probe_timeout_ms: 20_000,
+        suspect_floor_ms: 20_000,
+        suspect_ceiling_ms: 20_000,
         ..FabricConfig::default()
     }
 }

@@ -1,0 +1,216 @@
+//! A hung member, across real processes: three members over tcp (and shm) stream in one
+//! atomic subgroup; one is SIGSTOPped mid-stream. The survivors must exclude it and agree
+//! on what was delivered; once resumed (SIGCONT) it must exit on its own with the error
+//! that says it was excluded, and must not have delivered anything the survivors did not.
+//! Deadlines are generous and nothing here asserts on timing.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const VS: &str = env!("CARGO_BIN_EXE_spindle-group-vs");
+/// How long any one step may take on a loaded machine before the test gives up.
+const STEP_DEADLINE: Duration = Duration::from_secs(120);
+
+struct Proc {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        // A stopped process must be resumed to be reaped promptly.
+        let _ = signal(&self.child, "-CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn signal(child: &Child, sig: &str) -> bool {
+    Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn say(p: &mut Proc, line: &str) {
+    let s = p.child.stdin.as_mut().expect("stdin");
+    writeln!(s, "{line}").unwrap();
+    s.flush().unwrap();
+}
+
+/// Waits until `p` prints a `VIEW` line whose member list is `members`.
+fn wait_members(p: &Proc, members: &str, what: &str) {
+    let deadline = Instant::now() + STEP_DEADLINE;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let l = p
+            .lines
+            .recv_timeout(left)
+            .unwrap_or_else(|e| panic!("{what}: no view {members}: {e}"));
+        let f: Vec<&str> = l.split(' ').collect();
+        if f.len() == 4 && f[0] == "VIEW" && f[3] == members {
+            return;
+        }
+    }
+}
+
+/// The delivery lines of a log; a last line cut short (a process that exited with part
+/// of its buffer unwritten) is left out.
+fn deliveries(log: &[u8]) -> Vec<String> {
+    let whole = match log.iter().rposition(|b| *b == b'\n') {
+        Some(end) => &log[..=end],
+        None => &[],
+    };
+    String::from_utf8_lossy(whole)
+        .lines()
+        .filter(|l| !l.starts_with("VIEW"))
+        .map(str::to_string)
+        .collect()
+}
+
+fn run(backend: &str) {
+    let dir =
+        std::env::temp_dir().join(format!("spindle-vs-pause-{backend}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut procs = BTreeMap::new();
+    let mut addrs = Vec::new();
+    for id in 1..=3u32 {
+        let mut child = Command::new(VS)
+            .args(["node", "--id", &id.to_string(), "--backend", backend])
+            .args(["--messages", "0", "--log"])
+            .arg(dir.join(format!("node-{id}.log")))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start spindle-group-vs");
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let addr = rx.recv_timeout(Duration::from_secs(30)).expect("ADDR line");
+        addrs.push(format!(
+            "{id}={}",
+            addr.strip_prefix("ADDR ").expect("ADDR")
+        ));
+        procs.insert(id, Proc { child, lines: rx });
+    }
+    let peers = format!("PEERS {}", addrs.join(" "));
+    for p in procs.values_mut() {
+        say(p, &peers);
+    }
+    for (id, p) in &procs {
+        wait_members(p, "1,2,3", &format!("{backend} node {id}"));
+    }
+    // Mid-stream, node 3 hangs.
+    std::thread::sleep(Duration::from_millis(400));
+    let mut hung = procs.remove(&3).expect("node 3");
+    assert!(signal(&hung.child, "-STOP"), "{backend}: SIGSTOP failed");
+    for (id, p) in &procs {
+        wait_members(p, "1,2", &format!("{backend} node {id}"));
+    }
+    // It wakes: it must find out on its own that it was excluded, and exit saying so.
+    assert!(signal(&hung.child, "-CONT"), "{backend}: SIGCONT failed");
+    let mut err = String::new();
+    let mut stderr = hung.child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let _ = stderr.read_to_string(&mut err);
+        err
+    });
+    let deadline = Instant::now() + STEP_DEADLINE;
+    let status = loop {
+        if let Some(status) = hung.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{backend}: the woken member never exited"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let err = reader.join().unwrap();
+    assert!(
+        !status.success(),
+        "{backend}: the excluded member exited successfully: {err}"
+    );
+    // "... node N suspected this node after M ms of silence", or, when the member that
+    // suspected it is known only from its membership row, "... (this node was silent)".
+    assert!(
+        err.contains("excluded from the group")
+            && (err.contains("ms of silence") || err.contains("was silent")),
+        "{backend}: the woken member's error does not say it was excluded: {err:?}"
+    );
+    drop(hung);
+    std::thread::sleep(Duration::from_millis(300));
+    for p in procs.values_mut() {
+        say(p, "STOP");
+    }
+    for (id, p) in &procs {
+        let deadline = Instant::now() + STEP_DEADLINE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match p.lines.recv_timeout(left) {
+                Ok(l) if l == "DONE" => break,
+                Ok(_) => {}
+                Err(e) => panic!("{backend}: node {id} never finished: {e}"),
+            }
+        }
+    }
+    for p in procs.values_mut() {
+        say(p, "EXIT");
+    }
+    for (id, p) in procs.iter_mut() {
+        let status = p.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "{backend}: node {id} exited with {status}"
+        );
+    }
+    let log = |id: u32| std::fs::read(dir.join(format!("node-{id}.log"))).unwrap_or_default();
+    let (one, two) = (log(1), log(2));
+    // Virtual synchrony: the survivors delivered the same messages in the same order.
+    assert!(
+        one == two,
+        "{backend}: node 2's delivery log differs from node 1's"
+    );
+    let survived = deliveries(&one);
+    assert!(
+        survived.len() > 100,
+        "{backend}: only {} deliveries logged",
+        survived.len()
+    );
+    let text = String::from_utf8_lossy(&one);
+    assert!(
+        text.contains("VIEW 2 1,2"),
+        "{backend}: no view without node 3"
+    );
+    // The excluded member delivered nothing the survivors did not, in the same order:
+    // its deliveries are a prefix of theirs (what it logged before it hung).
+    let hung_log = deliveries(&log(3));
+    assert!(
+        hung_log.len() <= survived.len() && hung_log[..] == survived[..hung_log.len()],
+        "{backend}: the excluded member's {} deliveries are not a prefix of the survivors'",
+        hung_log.len()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tcp_a_stopped_member_is_excluded_and_told_so() {
+    run("tcp");
+}
+
+#[test]
+fn shm_a_stopped_member_is_excluded_and_told_so() {
+    run("shm");
+}

@@ -110,12 +110,8 @@ fn readers_see_one_order_across_two_writers_on_overlapping_topics() {
         .create_datawriter(&topics[0], wq.clone())
         .unwrap();
     let pub2 = ps[1].create_publisher(Default::default()).unwrap();
-    let w2 = pub2
-        .create_datawriter(&topics[1], wq.clone())
-        .unwrap();
-    let wb2 = pub2
-        .create_datawriter(&betas[1], wq)
-        .unwrap();
+    let w2 = pub2.create_datawriter(&topics[1], wq.clone()).unwrap();
+    let wb2 = pub2.create_datawriter(&betas[1], wq).unwrap();
     // Matched statuses reflect the installed view: two reading participants, two writers.
     assert_eq!(w1.publication_matched_status().current_count, 2);
     assert_eq!(r3.subscription_matched_status().current_count, 2);

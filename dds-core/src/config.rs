@@ -9,6 +9,7 @@
 //! window_slots = 64            # ring slots per writer (a power of two is used)
 //! slot_payload_bytes = 4096    # largest message when the type is unbounded
 //! entity_timeout_ms = 10000    # how long create_*/delete_* wait for their view change
+//! spin_before_park_us = 1000   # how long the predicate thread spins idle before it parks
 //!
 //! [[contacts]]                 # members to join through (and the bootstrap members' addresses)
 //! node = 1
@@ -16,8 +17,8 @@
 //! ```
 //!
 //! Environment variables override the file: `SPINDLE_DOMAIN_ID`, `SPINDLE_NODE_ID`,
-//! `SPINDLE_TRANSPORT`, `SPINDLE_LISTEN`, `SPINDLE_BOOTSTRAP` (comma-separated ids) and
-//! `SPINDLE_CONTACTS` (`id=address,id=address`).
+//! `SPINDLE_TRANSPORT`, `SPINDLE_LISTEN`, `SPINDLE_BOOTSTRAP` (comma-separated ids),
+//! `SPINDLE_CONTACTS` (`id=address,id=address`) and `SPINDLE_SPIN_BEFORE_PARK_US`.
 
 use std::path::Path;
 
@@ -76,7 +77,16 @@ pub struct ParticipantConfig {
     /// How long entity creation and deletion wait for their view change.
     #[serde(default = "default_entity_timeout_ms")]
     pub entity_timeout_ms: u64,
+    /// How long the predicate thread keeps looking for work (yielding the core between
+    /// looks) after its last work before it parks on the transport's doorbell, at most
+    /// [`SPIN_BEFORE_PARK_US_MAX`]. Longer saves the wake-up of a parked thread when
+    /// samples come often; shorter leaves the cores to other threads sooner.
+    #[serde(default = "default_spin_before_park_us")]
+    pub spin_before_park_us: u64,
 }
+
+/// The longest [`ParticipantConfig::spin_before_park_us`] accepted.
+pub const SPIN_BEFORE_PARK_US_MAX: u64 = 100_000;
 
 fn default_window_slots() -> usize {
     64
@@ -86,6 +96,9 @@ fn default_slot_payload_bytes() -> usize {
 }
 fn default_entity_timeout_ms() -> u64 {
     10_000
+}
+fn default_spin_before_park_us() -> u64 {
+    1_000
 }
 
 impl ParticipantConfig {
@@ -101,6 +114,7 @@ impl ParticipantConfig {
             window_slots: default_window_slots(),
             slot_payload_bytes: default_slot_payload_bytes(),
             entity_timeout_ms: default_entity_timeout_ms(),
+            spin_before_park_us: default_spin_before_park_us(),
         }
     }
 
@@ -163,6 +177,11 @@ impl ParticipantConfig {
                 .map(|s| num("SPINDLE_BOOTSTRAP", s.to_string()))
                 .collect::<Result<_>>()?;
         }
+        if let Some(v) = var("SPINDLE_SPIN_BEFORE_PARK_US") {
+            self.spin_before_park_us = v.trim().parse().map_err(|_| {
+                Error::Config(format!("SPINDLE_SPIN_BEFORE_PARK_US={v:?} is not a number"))
+            })?;
+        }
         if let Some(v) = var("SPINDLE_CONTACTS") {
             let mut contacts = Vec::new();
             for e in v.split(',').filter(|s| !s.trim().is_empty()) {
@@ -196,6 +215,12 @@ impl ParticipantConfig {
             return bad(format!(
                 "slot_payload_bytes = {}: must be 1..=65536",
                 self.slot_payload_bytes
+            ));
+        }
+        if self.spin_before_park_us > SPIN_BEFORE_PARK_US_MAX {
+            return bad(format!(
+                "spin_before_park_us = {}: at most {SPIN_BEFORE_PARK_US_MAX}",
+                self.spin_before_park_us
             ));
         }
         if !self.bootstrap.is_empty() && self.bootstrap.contains(&self.node_id) {
@@ -255,6 +280,17 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("window_slots"), "{e}");
+        assert_eq!(c.spin_before_park_us, 1_000);
+        c.apply_env(|k| (k == "SPINDLE_SPIN_BEFORE_PARK_US").then(|| "20".to_string()))
+            .unwrap();
+        assert_eq!(c.spin_before_park_us, 20);
+        let e = ParticipantConfig::from_toml_str(
+            "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"\nbootstrap=[1]\nspin_before_park_us=100001",
+            "s.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("spin_before_park_us"), "{e}");
         assert!(c
             .apply_env(|k| (k == "SPINDLE_CONTACTS").then(|| "x".into()))
             .is_err());

@@ -86,6 +86,9 @@ struct Args {
     /// pong process, during the round trips (`--pingpong`; 0: none).
     #[arg(long, default_value_t = 0)]
     bulk_size: usize,
+    /// The participants' `spin_before_park_us` (their default if not given).
+    #[arg(long)]
+    spin_before_park_us: Option<u64>,
     /// Topics the samples are spread over, round-robin (throughput runs).
     #[arg(long, default_value_t = 1)]
     busy_topics: usize,
@@ -150,6 +153,9 @@ fn participant(
     cfg.window_slots = a.window;
     // A Sequence is unbounded: size the slots for the payload, its CDR length and header.
     cfg.slot_payload_bytes = (a.size.max(a.bulk_size) + 128).min(64 * 1024);
+    if let Some(us) = a.spin_before_park_us {
+        cfg.spin_before_park_us = us;
+    }
     match contact {
         None => cfg.bootstrap = vec![node],
         Some(c) => {
@@ -380,6 +386,9 @@ fn bench(a: &Args) -> Result<(), BoxError> {
         }
         if a.loan {
             c.arg("--loan");
+        }
+        if let Some(us) = a.spin_before_park_us {
+            c.args(["--spin-before-park-us", &us.to_string()]);
         }
         c.args(["--busy-topics", &a.busy_topics.to_string()])
             .args(["--idle-topics", &a.idle_topics.to_string()]);

@@ -191,7 +191,7 @@ fn result_json(a: &Args, rec: &Record, secs: f64, bulk_written: u64) -> String {
     };
     let measured = rec.rtt_ns.len() as u64;
     format!(
-        "{{\"mode\":\"pingpong\",\"transport\":\"{}\",\"level\":\"{}\",\"size\":{},\"trigger\":\"{}\",\"loan\":{},\"window\":{},\"bulk_size\":{},\"warmup\":{},\"roundtrips\":{},\"complete\":{},\"seconds\":{:.3},{},\"bulk_written\":{},\"bulk_written_per_s\":{:.0}",
+        "{{\"mode\":\"pingpong\",\"transport\":\"{}\",\"level\":\"{}\",\"size\":{},\"trigger\":\"{}\",\"loan\":{},\"window\":{},\"bulk_size\":{},\"spin_before_park_us\":{},\"warmup\":{},\"roundtrips\":{},\"complete\":{},\"seconds\":{:.3},{},\"bulk_written\":{},\"bulk_written_per_s\":{:.0}",
         a.transport,
         a.level,
         a.size,
@@ -199,6 +199,8 @@ fn result_json(a: &Args, rec: &Record, secs: f64, bulk_written: u64) -> String {
         a.loan,
         a.window,
         a.bulk_size,
+        a.spin_before_park_us
+            .map_or_else(|| "null".to_string(), |u| u.to_string()),
         a.warmup,
         measured,
         measured == a.roundtrips,
@@ -457,20 +459,22 @@ pub(crate) fn pong(a: &Args, listen: &str, contact: &str) -> Result<(), BoxError
         None => None,
     };
     let started = Instant::now();
-    line("READY")?;
     let ready = sample(a.size);
     if a.listener {
+        // Before READY: a ping that arrived before the listener would never fire it.
         r.set_listener(PongListener {
             writer: w.clone(),
             loan: a.loan,
             ready,
             echoed: AtomicU64::new(0),
         });
+        line("READY")?;
         while !stop.load(Ordering::Acquire) && Instant::now() < deadline {
             std::thread::sleep(WAIT_SLICE);
         }
         r.set_listener(NoListener);
     } else {
+        line("READY")?;
         let mut ws = WaitSet::new();
         ws.attach_condition(r.create_readcondition(StateMask::ANY));
         while !stop.load(Ordering::Acquire) && Instant::now() < deadline {
@@ -512,6 +516,9 @@ pub(crate) fn bench(a: &Args) -> Result<(), BoxError> {
         }
         if a.loan {
             c.arg("--loan");
+        }
+        if let Some(us) = a.spin_before_park_us {
+            c.args(["--spin-before-park-us", &us.to_string()]);
         }
         if let Some(h) = &a.histogram {
             c.arg("--histogram").arg(h);

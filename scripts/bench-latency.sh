@@ -8,7 +8,10 @@
 #   bash scripts/bench-latency.sh [--sizes "16 1024 65536"] [--transports "tcp shm"]
 #        [--levels "unordered atomic"] [--roundtrips 100000] [--trigger listener|waitset]
 #        [--ddsperf-seconds 10] [--loaded-roundtrips 20000] [--no-loaded] [--out FILE]
-# Prints one JSON line per run (and keeps them in --out), then Markdown tables.
+#        [--histograms DIR]
+# Prints one JSON line per run (and keeps them in --out), then Markdown tables; with
+# --histograms, each unloaded run's histogram as DIR/<transport>-<level>-<size>.csv and a
+# text plot of the round-trip distribution per run (share of round trips per octave).
 # Size 65536 means a 64 KiB message: for ddsperf its `size` (which counts its 12-byte
 # fixed part), for dds_perf the largest payload whose sample fills one 64 KiB slot
 # (65,464 bytes + 8 bytes of CDR + the 64-byte sample header).
@@ -23,6 +26,7 @@ dseconds=10
 loaded_roundtrips=20000
 loaded=1
 out=""
+hdir=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --sizes) sizes="$2"; shift 2 ;;
@@ -34,6 +38,7 @@ while [ $# -gt 0 ]; do
     --loaded-roundtrips) loaded_roundtrips="$2"; shift 2 ;;
     --no-loaded) loaded=0; shift ;;
     --out) out="$2"; shift 2 ;;
+    --histograms) hdir="$2"; shift 2 ;;
     *) echo "bench-latency: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -61,8 +66,10 @@ for size in $sizes; do
     | tail -n 1 | tag "{'kind':'ddsperf','nominal_size':$size}" | tee -a "$out"
   for transport in $transports; do
     for level in $levels; do
+      hist=()
+      [ -z "$hdir" ] || { mkdir -p "$hdir"; hist=(--histogram "$hdir/$transport-$level-$size.csv"); }
       timeout 900 "$bin" --pingpong --transport "$transport" --level "$level" --size "$(ours_size "$size")" \
-        --roundtrips "$roundtrips" --seconds 300 $trig_arg | tail -n 1 \
+        --roundtrips "$roundtrips" --seconds 300 $trig_arg "${hist[@]}" | tail -n 1 \
         | tag "{'kind':'spindle','nominal_size':$size}" | tee -a "$out"
     done
   done
@@ -79,8 +86,8 @@ if [ "$loaded" = 1 ]; then
   done
 fi
 date -u +"bench-latency: end %Y-%m-%d %H:%M:%S UTC" >&2
-python3 - "$out" <<'PY'
-import json, sys
+python3 - "$out" "$hdir" <<'PY'
+import json, sys, os, math
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 failed = [r for r in rows if "error" in r]
 rows = [r for r in rows if "error" not in r]
@@ -111,6 +118,30 @@ if loaded:
         base = next((x for x in loaded if x["transport"] == r["transport"] and x["level"] == r["level"] and x["bulk_size"] == 0), {})
         bulk = "none" if r["bulk_size"] == 0 else f"{r['bulk_size']} B"
         print(f"| {r['transport']} | {r['level']} | {bulk} | {r['roundtrips']:,}{'' if r['complete'] else ' (deadline)'} | {f(r['rtt_p50_us'])} | {f(r['rtt_p99_us'])} | {f(r['rtt_p9999_us'])} | {f(r['rtt_max_us'])} | {r.get('bulk_taken_per_s', 0):,} | {ratio(r['rtt_p99_us'], base.get('rtt_p99_us'))} |")
+hdir = sys.argv[2]
+if hdir and os.path.isdir(hdir):
+    print()
+    print("Round-trip distribution (share of round trips per octave of µs; `#` = 2%):")
+    for name in sorted(os.listdir(hdir)):
+        if not name.endswith(".csv"):
+            continue
+        octaves = {}
+        total = 0
+        for line in list(open(os.path.join(hdir, name)))[1:]:
+            lo, hi, count, _ = line.strip().split(",")
+            o = int(math.floor(math.log2(max(float(lo), 0.001))))
+            octaves[o] = octaves.get(o, 0) + int(count)
+            total += int(count)
+        print()
+        print(f"{name[:-4]}:")
+        print("```")
+        for o in range(min(octaves), max(octaves) + 1):
+            share = octaves.get(o, 0) / total
+            bar = "#" * round(share * 50)
+            if share > 0 and not bar:
+                bar = "."
+            print(f"{2 ** o:>8g} – {2 ** (o + 1):<8g} µs {share * 100:6.2f}% {bar}")
+        print("```")
 for r in failed:
     print(f"failed: {json.dumps(r)}")
 PY

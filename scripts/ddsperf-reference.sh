@@ -1,26 +1,37 @@
 #!/usr/bin/env bash
 # The reference for the multicast benchmark: Cyclone DDS's ddsperf, one publisher process
 # and one subscriber process, reliable, on loopback only, measured in the same run as ours.
-#   bash scripts/ddsperf-reference.sh [--size BYTES] [--seconds S] [--ping]
+#   bash scripts/ddsperf-reference.sh [--size BYTES] [--seconds S] [--ping [--trigger listener|waitset]]
 # Prints ddsperf's own lines to stderr and, as its last line, one JSON object:
 #   {"reference":"ddsperf","size":N,"samples_per_s":N,"bytes_per_s":N,"seconds":S}
-# or with --ping (a ping/pong round trip):
-#   {"reference":"ddsperf-ping","size":N,"lat_p50_us":X,"lat_p99_us":X,"seconds":S}
+# or with --ping (a ping/pong round trip between two processes):
+#   {"reference":"ddsperf-ping","size":N,"trigger":"listener","roundtrips":N,
+#    "rtt_p50_us":X,"rtt_p90_us":X,"rtt_p99_us":X,"rtt_p9999_us":null,"rtt_max_us":X,
+#    "oneway_est_p50_us":X,"oneway_est_p90_us":X,"oneway_est_p99_us":X,"seconds":S}
+# `ddsperf ping` prints HALF the round trip (its update_roundtrip is given
+# (tnow - source timestamp) / 2): the rtt_* keys are twice its printed figures, the
+# oneway_est_* keys are its printed figures as they are (a one-way estimate). ddsperf
+# prints per-second 50%/90%/99%/max only: the rtt_p*_us keys are the median over the
+# steady seconds (the first and last are dropped), rtt_max_us the largest of their maxima,
+# and there is no p99.99 (null).
 # Installs the Debian package cyclonedds-tools when ddsperf is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size=1024
 seconds=10
 ping=0
+trigger=listener
 while [ $# -gt 0 ]; do
   case "$1" in
     --size) size="$2"; shift 2 ;;
     --seconds) seconds="$2"; shift 2 ;;
     --ping) ping=1; shift ;;
+    --trigger) trigger="$2"; shift 2 ;;
     *) echo "ddsperf-reference: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 case "$size$seconds" in *[!0-9]*) echo "ddsperf-reference: --size and --seconds take integers" >&2; exit 2 ;; esac
+case "$trigger" in listener|waitset) ;; *) echo "ddsperf-reference: --trigger listener or waitset" >&2; exit 2 ;; esac
 if ! command -v ddsperf >/dev/null 2>&1; then
   echo "ddsperf-reference: installing cyclonedds-tools" >&2
   SUDO=""
@@ -49,13 +60,14 @@ export CYCLONEDDS_URI="file://$work/cyclonedds.xml"
 domain=$((50 + RANDOM % 150))
 
 if [ "$ping" = 1 ]; then
-  timeout $((seconds + 15)) ddsperf -i "$domain" -D $((seconds + 3)) pong >"$work/pong.out" 2>&1 &
+  timeout $((seconds + 15)) ddsperf -i "$domain" -D $((seconds + 3)) pong "$trigger" >"$work/pong.out" 2>&1 &
   pids+=($!)
   sleep 1
-  timeout $((seconds + 15)) ddsperf -i "$domain" -D "$seconds" ping size "$size" >"$work/ping.out" 2>&1 || true
+  timeout $((seconds + 15)) ddsperf -i "$domain" -D "$seconds" ping size "$size" "$trigger" >"$work/ping.out" 2>&1 || true
   cat "$work/ping.out" >&2
-  # ping lines: "... mean 25.1us min 18.0us 50% 24.2us 90% 29.6us 99% 48.3us max ..."
-  python3 - "$work/ping.out" "$size" "$seconds" <<'PY'
+  # ping lines: "... size 1024 mean 25.1us min 18.0us 50% 24.2us 90% 29.6us 99% 48.3us max 90.1us cnt 4711"
+  # (each figure half a round trip).
+  python3 - "$work/ping.out" "$size" "$seconds" "$trigger" <<'PY'
 import json, re, sys
 lines = [l for l in open(sys.argv[1]) if " 50% " in l and " 99% " in l]
 if len(lines) < 3:
@@ -64,10 +76,23 @@ steady = lines[1:-1]
 def us(field, line):
     m = re.search(r" %s ([0-9.]+)us" % re.escape(field), line)
     return float(m.group(1)) if m else None
-p50 = sorted(us("50%", l) for l in steady)[len(steady) // 2]
-p99 = sorted(us("99%", l) for l in steady)[len(steady) // 2]
-print(json.dumps({"reference": "ddsperf-ping", "size": int(sys.argv[2]),
-                  "lat_p50_us": p50, "lat_p99_us": p99, "seconds": int(sys.argv[3])}))
+def median(field):
+    return sorted(us(field, l) for l in steady)[len(steady) // 2]
+def cnt(line):
+    m = re.search(r" cnt (\d+)", line)
+    return int(m.group(1)) if m else 0
+half = {k: median(f) for k, f in (("p50", "50%"), ("p90", "90%"), ("p99", "99%"))}
+half_max = max(us("max", l) for l in steady)
+out = {"reference": "ddsperf-ping", "size": int(sys.argv[2]), "trigger": sys.argv[4],
+       "roundtrips": sum(cnt(l) for l in steady)}
+for k, v in half.items():
+    out[f"rtt_{k}_us"] = round(2 * v, 3)
+out["rtt_p9999_us"] = None
+out["rtt_max_us"] = round(2 * half_max, 3)
+for k, v in half.items():
+    out[f"oneway_est_{k}_us"] = v
+out["seconds"] = int(sys.argv[3])
+print(json.dumps(out))
 PY
   exit 0
 fi

@@ -9,6 +9,7 @@
 //! window_slots = 64            # ring slots per writer (a power of two is used)
 //! slot_payload_bytes = 4096    # largest message when the type is unbounded
 //! entity_timeout_ms = 10000    # how long create_*/delete_* wait for their view change
+//! spin_before_park_us = 1000   # how long the predicate thread spins idle before it parks
 //!
 //! [[contacts]]                 # members to join through (and the bootstrap members' addresses)
 //! node = 1
@@ -28,8 +29,8 @@
 //! others before it is excluded, and how easily a live but slow one is suspected.
 //!
 //! Environment variables override the file: `SPINDLE_DOMAIN_ID`, `SPINDLE_NODE_ID`,
-//! `SPINDLE_TRANSPORT`, `SPINDLE_LISTEN`, `SPINDLE_BOOTSTRAP` (comma-separated ids) and
-//! `SPINDLE_CONTACTS` (`id=address,id=address`).
+//! `SPINDLE_TRANSPORT`, `SPINDLE_LISTEN`, `SPINDLE_BOOTSTRAP` (comma-separated ids),
+//! `SPINDLE_CONTACTS` (`id=address,id=address`) and `SPINDLE_SPIN_BEFORE_PARK_US`.
 
 use std::path::Path;
 
@@ -101,6 +102,12 @@ pub struct ParticipantConfig {
     /// connect time-out. Checked by [`ParticipantConfig::validate`].
     #[serde(default, deserialize_with = "fabric_from_toml")]
     pub fabric: FabricConfig,
+    /// How long the predicate thread keeps looking for work (yielding the core between
+    /// looks) after its last work before it parks on the transport's doorbell, at most
+    /// [`SPIN_BEFORE_PARK_US_MAX`]. Longer saves the wake-up of a parked thread when
+    /// samples come often; shorter leaves the cores to other threads sooner.
+    #[serde(default = "default_spin_before_park_us")]
+    pub spin_before_park_us: u64,
 }
 
 fn default_topic_subgroups() -> u32 {
@@ -134,6 +141,9 @@ fn fabric_from_toml<'de, D: Deserializer<'de>>(
     })
 }
 
+/// The longest [`ParticipantConfig::spin_before_park_us`] accepted.
+pub const SPIN_BEFORE_PARK_US_MAX: u64 = 100_000;
+
 fn default_window_slots() -> usize {
     64
 }
@@ -142,6 +152,9 @@ fn default_slot_payload_bytes() -> usize {
 }
 fn default_entity_timeout_ms() -> u64 {
     10_000
+}
+fn default_spin_before_park_us() -> u64 {
+    1_000
 }
 
 impl ParticipantConfig {
@@ -159,6 +172,7 @@ impl ParticipantConfig {
             entity_timeout_ms: default_entity_timeout_ms(),
             topic_subgroups: default_topic_subgroups(),
             fabric: FabricConfig::default(),
+            spin_before_park_us: default_spin_before_park_us(),
         }
     }
 
@@ -224,6 +238,11 @@ impl ParticipantConfig {
                 .map(|s| num("SPINDLE_BOOTSTRAP", s.to_string()))
                 .collect::<Result<_>>()?;
         }
+        if let Some(v) = var("SPINDLE_SPIN_BEFORE_PARK_US") {
+            self.spin_before_park_us = v.trim().parse().map_err(|_| {
+                Error::Config(format!("SPINDLE_SPIN_BEFORE_PARK_US={v:?} is not a number"))
+            })?;
+        }
         if let Some(v) = var("SPINDLE_CONTACTS") {
             let mut contacts = Vec::new();
             for e in v.split(',').filter(|s| !s.trim().is_empty()) {
@@ -271,6 +290,12 @@ impl ParticipantConfig {
                 other => other.to_string(),
             };
             return bad(format!("[fabric] {why}"));
+        }
+        if self.spin_before_park_us > SPIN_BEFORE_PARK_US_MAX {
+            return bad(format!(
+                "spin_before_park_us = {}: at most {SPIN_BEFORE_PARK_US_MAX}",
+                self.spin_before_park_us
+            ));
         }
         if !self.bootstrap.is_empty() && self.bootstrap.contains(&self.node_id) {
             for b in self.bootstrap.iter().filter(|b| **b != self.node_id) {
@@ -343,6 +368,17 @@ mod tests {
         c.apply_env(|k| (k == "SPINDLE_TOPIC_SUBGROUPS").then(|| "1".to_string()))
             .unwrap();
         assert_eq!(c.topic_subgroups, 1);
+        assert_eq!(c.spin_before_park_us, 1_000);
+        c.apply_env(|k| (k == "SPINDLE_SPIN_BEFORE_PARK_US").then(|| "20".to_string()))
+            .unwrap();
+        assert_eq!(c.spin_before_park_us, 20);
+        let e = ParticipantConfig::from_toml_str(
+            "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"\nbootstrap=[1]\nspin_before_park_us=100001",
+            "p.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("spin_before_park_us"), "{e}");
         assert!(c
             .apply_env(|k| (k == "SPINDLE_CONTACTS").then(|| "x".into()))
             .is_err());

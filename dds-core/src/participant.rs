@@ -140,7 +140,8 @@ impl DomainParticipant {
     ) -> Result<DomainParticipant> {
         let group = make_group(&config, &*ep)?;
         let shared = Shared::new(config.node_id, Arc::new(WallClock));
-        let driver = ThreadDriver::start(Arc::clone(&ep), group, &shared)?;
+        let driver =
+            ThreadDriver::start(Arc::clone(&ep), group, &shared, config.spin_before_park_us)?;
         DomainParticipant::with_driver(ParticipantInner::new(
             domain_id,
             qos,

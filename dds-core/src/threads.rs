@@ -15,8 +15,6 @@ use crate::delivery::{handle_timeout, DdsApp};
 use crate::error::{Error, Result};
 use crate::shared::{Driver, Shared, State};
 
-/// Spin time of the predicate thread before it parks on the endpoint's doorbell.
-const SPIN_BEFORE_PARK_US: u64 = 1_000;
 /// Shortest and longest DEADLINE tick.
 const DEADLINE_TICK_US_MIN: u64 = 1_000;
 const DEADLINE_TICK_US_MAX: u64 = 50_000;
@@ -30,14 +28,16 @@ pub(crate) struct ThreadDriver {
 }
 
 impl ThreadDriver {
-    /// Starts the predicate thread of `group` over `ep`, delivering into `shared`.
+    /// Starts the predicate thread of `group` over `ep`, delivering into `shared`; it
+    /// spins `spin_before_park_us` after its last work before parking on the doorbell.
     pub(crate) fn start(
         ep: Arc<dyn Endpoint>,
         group: Group,
         shared: &Arc<Shared>,
+        spin_before_park_us: u64,
     ) -> Result<ThreadDriver> {
         let app = DdsApp::new(Arc::clone(shared));
-        let node = GroupNode::start(ep, group, app, SPIN_BEFORE_PARK_US)?;
+        let node = GroupNode::start(ep, group, app, spin_before_park_us)?;
         Ok(ThreadDriver {
             node: Mutex::new(Some(node)),
             deadline_timer: AtomicBool::new(false),

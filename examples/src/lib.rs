@@ -6,9 +6,12 @@
 //!   plan (a stored topic), and two displays — one air-data computer is killed mid-run,
 //!   and the displays' logs show one identical order and the view change.
 //!
-//! The library part holds what the example and its tests share: the check that readers
-//! of a topic agree.
+//! The library part holds what the examples and their tests share: the check that readers
+//! of a topic agree, and the latency histogram and percentiles of `dds_perf --pingpong`
+//! ([`latency`]).
 #![deny(missing_docs)]
+
+pub mod latency;
 
 use std::collections::{BTreeMap, BTreeSet};
 

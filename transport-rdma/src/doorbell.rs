@@ -1,19 +1,35 @@
 //! The doorbell a predicate thread parks on when its regions are quiet.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Duration;
+
+/// What a backend adds to every ring ([`Doorbell::set_on_ring`]).
+type OnRing = Box<dyn Fn() + Send + Sync>;
 
 /// A wake-up signal that is cheap to ring when nobody sleeps (one atomic swap) and never
 /// loses a ring: a ring that happens before [`Doorbell::wait`] makes that wait return at
 /// once. Backends ring it when a peer's write lands in a local region, when an event is
-/// queued and when an outbound queue drains.
-#[derive(Debug, Default)]
+/// queued and when an outbound queue drains. A backend that parks its owner elsewhere
+/// (shm parks on a futex in shared memory) hooks every ring with
+/// [`Doorbell::set_on_ring`].
+#[derive(Default)]
 pub struct Doorbell {
     rung: AtomicBool,
     sleepers: AtomicUsize,
     lock: Mutex<()>,
     wake: Condvar,
+    on_ring: OnceLock<OnRing>,
+}
+
+impl std::fmt::Debug for Doorbell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Doorbell")
+            .field("rung", &self.rung.load(Ordering::Relaxed))
+            .field("sleepers", &self.sleepers.load(Ordering::Relaxed))
+            .field("on_ring", &self.on_ring.get().is_some())
+            .finish()
+    }
 }
 
 impl Doorbell {
@@ -22,7 +38,8 @@ impl Doorbell {
         Self::default()
     }
 
-    /// Rings the bell, waking every thread parked in [`Doorbell::wait`].
+    /// Rings the bell, waking every thread parked in [`Doorbell::wait`], then runs the
+    /// hook set by [`Doorbell::set_on_ring`], if any.
     pub fn ring(&self) {
         if !self.rung.swap(true, Ordering::AcqRel) && self.sleepers.load(Ordering::Acquire) > 0 {
             // Taking the lock orders this notify after a sleeper's check of `rung`.
@@ -32,6 +49,15 @@ impl Doorbell {
                 .unwrap_or_else(|poison| poison.into_inner());
             self.wake.notify_all();
         }
+        if let Some(f) = self.on_ring.get() {
+            f();
+        }
+    }
+
+    /// Makes every later [`Doorbell::ring`] also call `f` (once set, for good); false if a
+    /// hook was set already.
+    pub fn set_on_ring(&self, f: impl Fn() + Send + Sync + 'static) -> bool {
+        self.on_ring.set(Box::new(f)).is_ok()
     }
 
     /// Parks until the bell rings or `timeout` passes; returns true if it rang. Clears the
@@ -65,6 +91,21 @@ mod tests {
         bell.ring();
         assert!(bell.wait(Duration::from_secs(5)));
         assert!(!bell.wait(Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn the_ring_hook_runs_on_every_ring() {
+        let bell = Doorbell::new();
+        let rings = Arc::new(AtomicUsize::new(0));
+        let r = Arc::clone(&rings);
+        assert!(bell.set_on_ring(move || {
+            r.fetch_add(1, Ordering::AcqRel);
+        }));
+        assert!(!bell.set_on_ring(|| {}));
+        bell.ring();
+        bell.ring();
+        assert_eq!(rings.load(Ordering::Acquire), 2);
+        assert!(bell.wait(Duration::from_secs(5)));
     }
 
     #[test]

@@ -27,13 +27,17 @@
 //! ## Doorbell
 //!
 //! Each endpoint has a one-page control memfd, announced with its regions, holding a
-//! 32-bit sequence word and a "sleeping" flag. A writer bumps the sequence after each write
-//! and calls `FUTEX_WAKE` (shared, not private: the word lives in a mapping shared between
-//! processes) only when the owner's bell thread flagged itself asleep, so a busy owner
-//! costs writers one atomic add and one load. The bell thread parks in `FUTEX_WAIT` and
-//! rings the hub's [`crate::Doorbell`], the one place [`Endpoint::wait`] parks on (events
-//! and drained queues ring it too). A futex was chosen over an eventfd because a write to
-//! a busy owner then needs no syscall at all, where an eventfd write always is one.
+//! 32-bit sequence word and a count of the owner's threads parked on it. A writer bumps
+//! the sequence after each write and calls `FUTEX_WAKE` (shared, not private: the word
+//! lives in a mapping shared between processes) only when that count is not zero, so a
+//! busy owner — one whose predicate thread is still spinning — costs writers one atomic
+//! add and one load, and no thread of the owner is woken at all. [`Endpoint::wait`] parks
+//! the calling thread itself in `FUTEX_WAIT` on that word, so a write to a parked owner
+//! wakes its predicate thread directly (one wake-up, not two through a helper thread).
+//! Everything else that rings the hub's [`crate::Doorbell`] (events, drained queues,
+//! [`Endpoint::wake`]) bumps the same word through the doorbell's ring hook. A futex was
+//! chosen over an eventfd because a write to a busy owner then needs no syscall at all,
+//! where an eventfd write always is one.
 //!
 //! ## Control path and failures
 //!
@@ -71,8 +75,8 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use crate::link::{Hub, LinkHooks, RemoteWrite};
@@ -93,14 +97,12 @@ const PAGE_BYTES: usize = 4096;
 const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"SPNDLSHM");
 /// Byte offset of the futex sequence word in the control page.
 const CONTROL_SEQ_OFFSET: usize = 8;
-/// Byte offset of the "owner is parked" flag in the control page.
+/// Byte offset of the count of the owner's threads parked on the sequence word.
 const CONTROL_SLEEPING_OFFSET: usize = 12;
 /// Version of the region tag layout.
 const TAG_VERSION: u32 = 1;
 /// Bytes of an encoded region tag.
 const TAG_BYTES: usize = 4 + 4 + 4 + 8 + 8 + 4 + 8;
-/// How long the bell thread parks before checking whether the endpoint closed.
-const BELL_PARK: Duration = Duration::from_millis(200);
 /// Longest abstract socket name: `sun_path` (108 bytes) less the leading NUL.
 const SOCKET_NAME_BYTES_MAX: usize = 107;
 
@@ -221,6 +223,22 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
             expected,
             &ts as *const libc::timespec,
         );
+    }
+}
+
+/// Rings the doorbell of the endpoint whose control page is `control`: bumps its
+/// sequence and wakes its parked threads, if any. SeqCst pairs with the parker's count
+/// increment and re-check in [`ShmEndpoint`]'s `wait`: either it sees the new sequence
+/// or this sees it parked.
+fn ring(control: &Mapping) {
+    let seq = control.atomic_u32(CONTROL_SEQ_OFFSET);
+    seq.fetch_add(1, Ordering::SeqCst);
+    if control
+        .atomic_u32(CONTROL_SLEEPING_OFFSET)
+        .load(Ordering::SeqCst)
+        != 0
+    {
+        futex_wake(seq);
     }
 }
 
@@ -479,18 +497,7 @@ impl LinkHooks for ShmHooks {
                 region.store_u64(guard_offset, value);
             }
         }
-        // Ring the owner's bell: SeqCst pairs with the bell thread's flag store and
-        // re-check, so either it sees the new sequence or we see it asleep.
-        control
-            .atomic_u32(CONTROL_SEQ_OFFSET)
-            .fetch_add(1, Ordering::SeqCst);
-        if control
-            .atomic_u32(CONTROL_SLEEPING_OFFSET)
-            .load(Ordering::SeqCst)
-            != 0
-        {
-            futex_wake(control.atomic_u32(CONTROL_SEQ_OFFSET));
-        }
+        ring(&control);
         Ok(RemoteWrite::Done)
     }
 }
@@ -506,7 +513,8 @@ pub struct ShmEndpoint {
     hub: Arc<Hub<UnixStream>>,
     name: String,
     control: Arc<Mapping>,
-    bell_stop: Arc<AtomicBool>,
+    /// The control sequence as of the last [`Endpoint::wait`].
+    seen: AtomicU32,
 }
 
 impl ShmEndpoint {
@@ -548,15 +556,11 @@ impl ShmEndpoint {
         });
         let hub = Hub::new(node, cfg, hooks)?;
 
-        let bell_stop = Arc::new(AtomicBool::new(false));
         {
-            let hub = Arc::downgrade(&hub);
+            // Events, drained queues and wake() ring the hub's doorbell: make them bump
+            // the futex word the predicate thread parks on.
             let control = Arc::clone(&control);
-            let stop = Arc::clone(&bell_stop);
-            std::thread::Builder::new()
-                .name(format!("spindle-bell-{node}"))
-                .spawn(move || bell_loop(hub, control, stop))
-                .map_err(|e| Error::io("spawning the bell thread", e))?;
+            hub.doorbell().set_on_ring(move || ring(&control));
         }
         let accept_hub = Arc::clone(&hub);
         std::thread::Builder::new()
@@ -567,30 +571,8 @@ impl ShmEndpoint {
             hub,
             name,
             control,
-            bell_stop,
+            seen: AtomicU32::new(0),
         }))
-    }
-}
-
-/// Parks on the control page's futex and rings the hub's doorbell when a peer's write
-/// bumped the sequence.
-fn bell_loop(hub: Weak<Hub<UnixStream>>, control: Arc<Mapping>, stop: Arc<AtomicBool>) {
-    let seq = control.atomic_u32(CONTROL_SEQ_OFFSET);
-    let sleeping = control.atomic_u32(CONTROL_SLEEPING_OFFSET);
-    let mut seen = seq.load(Ordering::Acquire);
-    while !stop.load(Ordering::Acquire) {
-        let now = seq.load(Ordering::Acquire);
-        if now != seen {
-            seen = now;
-            let Some(h) = hub.upgrade() else { return };
-            h.doorbell().ring();
-            continue;
-        }
-        sleeping.store(1, Ordering::SeqCst);
-        if seq.load(Ordering::SeqCst) == seen && !stop.load(Ordering::Acquire) {
-            futex_wait(seq, seen, BELL_PARK);
-        }
-        sleeping.store(0, Ordering::SeqCst);
     }
 }
 
@@ -726,7 +708,21 @@ impl Endpoint for ShmEndpoint {
     }
 
     fn wait(&self, timeout: Duration) -> bool {
-        self.hub.wait(timeout)
+        let seq = self.control.atomic_u32(CONTROL_SEQ_OFFSET);
+        let parked = self.control.atomic_u32(CONTROL_SLEEPING_OFFSET);
+        let before = seq.load(Ordering::SeqCst);
+        // Rung (a write landed, an event, a wake) since the last wait: no need to park.
+        if self.seen.swap(before, Ordering::AcqRel) != before {
+            return true;
+        }
+        parked.fetch_add(1, Ordering::SeqCst);
+        if seq.load(Ordering::SeqCst) == before && !self.hub.is_closed() {
+            futex_wait(seq, before, timeout);
+        }
+        parked.fetch_sub(1, Ordering::SeqCst);
+        let after = seq.load(Ordering::Acquire);
+        self.seen.store(after, Ordering::Release);
+        after != before
     }
 
     fn wake(&self) {
@@ -738,8 +734,8 @@ impl Endpoint for ShmEndpoint {
             return;
         }
         self.hub.close();
-        self.bell_stop.store(true, Ordering::Release);
-        futex_wake(self.control.atomic_u32(CONTROL_SEQ_OFFSET));
+        // The hub's close rang the doorbell; wake any parked thread once more regardless.
+        ring(&self.control);
         // Wake the accept thread so it sees the hub closed and exits.
         if let Ok(addr) = parse_address(&self.name) {
             let _ = UnixStream::connect_addr(&addr);
@@ -771,6 +767,52 @@ mod tests {
         assert!(Tag::decode(&[]).is_err());
         assert!(Tag::decode(&[0xFF; TAG_BYTES]).is_err());
         assert!(Tag::decode(&tag.encode()[1..]).is_err());
+    }
+
+    /// A thread parked in `wait` with a long timeout is woken by a peer's write and by
+    /// `wake` (it parks on the futex itself: a lost wake-up would leave it parked).
+    #[test]
+    fn a_parked_wait_is_woken_by_a_write_and_by_wake() {
+        use std::sync::mpsc;
+        let ns = format!("parked-{}", std::process::id());
+        let a = ShmEndpoint::open(1, &ns, FabricConfig::default()).unwrap();
+        let b = ShmEndpoint::open(2, &ns, FabricConfig::default()).unwrap();
+        let _row = b.register_region(7, 64).unwrap();
+        a.connect(2, &b.address()).unwrap();
+        let give_up = std::time::Instant::now() + Duration::from_secs(30);
+        while a.remote_region(2, 7).is_none() {
+            assert!(std::time::Instant::now() < give_up, "link never came up");
+            a.wait(Duration::from_millis(10));
+        }
+        while b.wait(Duration::ZERO) {}
+        for via_write in [true, false] {
+            let (tx, rx) = mpsc::channel();
+            let parked = {
+                let b = Arc::clone(&b);
+                std::thread::spawn(move || {
+                    let _ = tx.send(());
+                    b.wait(Duration::from_secs(600))
+                })
+            };
+            rx.recv().unwrap();
+            // Until the waiter is parked (or returned), keep ringing: either way the
+            // parked thread must come back long before its 600 s timeout.
+            while !parked.is_finished() {
+                if via_write {
+                    a.write(2, 7, 0, &1u64.to_le_bytes()).unwrap();
+                } else {
+                    b.wake();
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            assert!(
+                parked.join().unwrap(),
+                "woken by a ring, not by its timeout"
+            );
+            while b.wait(Duration::ZERO) {}
+        }
+        a.close();
+        b.close();
     }
 
     #[test]

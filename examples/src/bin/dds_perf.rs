@@ -8,6 +8,15 @@
 //! from its first sample to its last. Latency (`--latency`: one sample in flight) is from
 //! `write` to the sample's delivery to a reader in the writer's own participant — for the
 //! ordered levels, the moment every member has it (stability), as `latency_test` measures.
+//! That is neither a round trip between the processes nor a one-way time between them.
+//!
+//! `dds_perf --pingpong [--roundtrips 100000] [--warmup 2000] [--listener] [--bulk-size N]
+//! [--histogram FILE]` measures what a DDS user compares with `ddsperf ping`/`pong`: the
+//! round trip between two processes over two topics, one sample in flight (see
+//! `dds_perf/pingpong.rs`). Its last line is one JSON object with `rtt_p50_us`,
+//! `rtt_p90_us`, `rtt_p99_us`, `rtt_p999_us`, `rtt_p9999_us`, `rtt_max_us` (exact, over
+//! every measured round trip), transport, level, size and trigger; `--histogram` writes
+//! the log-linear histogram as CSV. It stops by itself after `--seconds`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -23,6 +32,9 @@ use spindle_dds_core::{
 };
 use spindle_qos::{DataReaderQos, DataWriterQos, DurabilityKind, History, Reliability, TopicQos};
 use spindle_topics::Sequence;
+
+#[path = "dds_perf/pingpong.rs"]
+mod pingpong;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -55,6 +67,28 @@ struct Args {
     /// decoded copies.
     #[arg(long)]
     loan: bool,
+    /// Ping/pong between the two processes: the round trip, one sample in flight.
+    #[arg(long)]
+    pingpong: bool,
+    /// Round trips to record (`--pingpong`), after the warm-up.
+    #[arg(long, default_value_t = 100_000)]
+    roundtrips: u64,
+    /// Round trips to run first and not record (`--pingpong`).
+    #[arg(long, default_value_t = 2_000)]
+    warmup: u64,
+    /// The ping side stops after this many seconds even if not done (`--pingpong`).
+    #[arg(long, default_value_t = 120)]
+    seconds: u64,
+    /// Write the round-trip histogram to this file as CSV (`--pingpong`).
+    #[arg(long)]
+    histogram: Option<std::path::PathBuf>,
+    /// Payload bytes of a bulk stream on a third topic, from the ping process to the
+    /// pong process, during the round trips (`--pingpong`; 0: none).
+    #[arg(long, default_value_t = 0)]
+    bulk_size: usize,
+    /// The participants' `spin_before_park_us` (their default if not given).
+    #[arg(long)]
+    spin_before_park_us: Option<u64>,
     /// Topics the samples are spread over, round-robin (throughput runs).
     #[arg(long, default_value_t = 1)]
     busy_topics: usize,
@@ -78,10 +112,13 @@ enum Role {
 
 fn main() {
     let args = Args::parse();
-    let r = match args.role.clone() {
-        Some(Role::Pub { listen }) => publisher(&args, &listen),
-        Some(Role::Sub { listen, contact }) => subscriber(&args, &listen, &contact),
-        None => bench(&args),
+    let r = match (args.role.clone(), args.pingpong) {
+        (Some(Role::Pub { listen }), true) => pingpong::ping(&args, &listen),
+        (Some(Role::Sub { listen, contact }), true) => pingpong::pong(&args, &listen, &contact),
+        (None, true) => pingpong::bench(&args),
+        (Some(Role::Pub { listen }), false) => publisher(&args, &listen),
+        (Some(Role::Sub { listen, contact }), false) => subscriber(&args, &listen, &contact),
+        (None, false) => bench(&args),
     };
     if let Err(e) = r {
         eprintln!("dds_perf: {e}");
@@ -119,7 +156,10 @@ fn participant(
     cfg.window_slots = a.window;
     cfg.topic_subgroups = a.topic_subgroups;
     // A Sequence is unbounded: size the slots for the payload, its CDR length and header.
-    cfg.slot_payload_bytes = (a.size + 128).min(64 * 1024);
+    cfg.slot_payload_bytes = (a.size.max(a.bulk_size) + 128).min(64 * 1024);
+    if let Some(us) = a.spin_before_park_us {
+        cfg.spin_before_park_us = us;
+    }
     match contact {
         None => cfg.bootstrap = vec![node],
         Some(c) => {
@@ -356,6 +396,9 @@ fn bench(a: &Args) -> Result<(), BoxError> {
             c.arg("--loan");
         }
         c.args(["--topic-subgroups", &a.topic_subgroups.to_string()]);
+        if let Some(us) = a.spin_before_park_us {
+            c.args(["--spin-before-park-us", &us.to_string()]);
+        }
         c.args(["--busy-topics", &a.busy_topics.to_string()])
             .args(["--idle-topics", &a.idle_topics.to_string()]);
     };

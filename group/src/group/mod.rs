@@ -409,6 +409,16 @@ impl Group {
         self.current.as_ref().map(|c| &c.engine)
     }
 
+    /// This node's log of `subgroup` is durable through the first `persisted_num` messages
+    /// of the current view's delivery order: publishes it as the node's `persisted_num`
+    /// (see [`Engine::handle_persisted`]). [`Error::Wedged`] between views.
+    pub fn handle_persisted(&mut self, subgroup: SubgroupId, persisted_num: u64) -> Result<()> {
+        match self.current.as_mut() {
+            Some(c) => c.engine.handle_persisted(subgroup, persisted_num),
+            None => Err(Error::Wedged { subgroup }),
+        }
+    }
+
     /// A handle for sending in `subgroup` in the current view. During a view change, and
     /// while the previous view's re-sends are still going out, this is
     /// [`Error::Wedged`]: retry after the next [`GroupOutput::ViewInstalled`].

@@ -135,6 +135,7 @@ impl fmt::Display for Invalid {
 pub(crate) struct Decoded {
     pub meta: EntryMeta,
     pub synced_end: u64,
+    pub crc: u32,
     pub payload_len: usize,
     /// Bytes the entry takes, padding included.
     pub total_bytes: usize,
@@ -172,7 +173,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded, Invalid> {
         return Err(Invalid::Truncated);
     }
     let payload = &bytes[HEADER_BYTES..HEADER_BYTES + payload_len];
-    if checksum(&bytes[8..HEADER_BYTES], payload) != u32_at(bytes, 4) {
+    let crc = u32_at(bytes, 4);
+    if checksum(&bytes[8..HEADER_BYTES], payload) != crc {
         return Err(Invalid::BadChecksum);
     }
     Ok(Decoded {
@@ -182,6 +184,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded, Invalid> {
             timestamp_us: u64_at(bytes, 40),
         },
         synced_end: u64_at(bytes, 48),
+        crc,
         payload_len,
         total_bytes,
     })

@@ -31,6 +31,11 @@
 //! segment, offset, length), rebuilt by the verifying scan on open, searched by binary
 //! search for [`Log::range`] and [`Log::get`].
 //!
+//! **Offline inspection.** The `spindle-log` binary lists a log's entries (segment,
+//! offset, version, writer, time, length, CRC) and reports torn tails and corruption
+//! without changing a byte (`spindle-log inspect DIR`, `spindle-log verify DIR`);
+//! [`inspect_segment`] is the same reading as a pure function.
+//!
 //! ## Why not a WAL crate
 //!
 //! Write-ahead-log crates exist (okaywal, commitlog, TiKV's raft-engine). What this log
@@ -82,8 +87,8 @@ mod store;
 
 pub use entry::{entry_bytes, EntryMeta, Version, HEADER_BYTES, PAYLOAD_BYTES_MAX};
 pub use error::{LogError, Result};
-pub use scan::{SEGMENT_HEADER_BYTES, SEGMENT_MAGIC};
+pub use scan::{inspect_segment, EntryInfo, SegmentReport, SEGMENT_HEADER_BYTES, SEGMENT_MAGIC};
 pub use store::{
-    Entries, Entry, Log, LogConfig, Recovery, TornTail, SEGMENT_BYTES_MIN, SEGMENT_SUFFIX,
-    WRITE_BUFFER_BYTES_LIMIT,
+    list_segments, Entries, Entry, Log, LogConfig, Recovery, TornTail, SEGMENT_BYTES_MIN,
+    SEGMENT_SUFFIX, WRITE_BUFFER_BYTES_LIMIT,
 };

@@ -121,3 +121,82 @@ fn vouching_entry(bytes: &[u8], bad: u64) -> Option<u64> {
     }
     None
 }
+
+/// One valid entry as [`inspect_segment`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryInfo {
+    /// Byte offset of the entry in its segment.
+    pub offset: u64,
+    /// Version, writer, timestamp.
+    pub meta: crate::EntryMeta,
+    /// Payload bytes.
+    pub payload_len: usize,
+    /// The CRC-32 stored with the entry (it verified).
+    pub crc: u32,
+    /// The segment offset its writer knew durable when it appended it.
+    pub synced_end: u64,
+}
+
+/// What a segment holds, read without changing it (the offline inspector's view).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentReport {
+    /// The valid entries before any torn tail or corruption.
+    pub entries: Vec<EntryInfo>,
+    /// Where the valid prefix ends.
+    pub valid_end: u64,
+    /// A torn tail from `valid_end` on, and what was found there; [`crate::Log::open`]
+    /// would cut it.
+    pub torn: Option<String>,
+    /// Corruption: its offset and what is wrong; [`crate::Log::open`] would refuse the log.
+    pub corrupt: Option<(u64, String)>,
+}
+
+/// Reads a segment's bytes as [`crate::Log::open`] would (`last`: it is the newest
+/// segment), without changing anything. Pure; never panics, whatever the bytes.
+///
+/// ```
+/// let report = spindle_log::inspect_segment(b"SPNDLOG1", true);
+/// assert!(report.entries.is_empty() && report.torn.is_none() && report.corrupt.is_none());
+/// let report = spindle_log::inspect_segment(b"garbage!", false);
+/// assert_eq!(report.corrupt.unwrap().0, 0);
+/// ```
+pub fn inspect_segment(bytes: &[u8], last: bool) -> SegmentReport {
+    let info = |f: &Found| EntryInfo {
+        offset: f.offset,
+        meta: f.decoded.meta,
+        payload_len: f.decoded.payload_len,
+        crc: f.decoded.crc,
+        synced_end: f.decoded.synced_end,
+    };
+    match scan(bytes, last) {
+        Ok(s) => SegmentReport {
+            entries: s.entries.iter().map(info).collect(),
+            valid_end: s.valid_end,
+            torn: s.torn.map(|t| t.to_string()),
+            corrupt: None,
+        },
+        Err(c) => {
+            // The entries before the corruption, for the report.
+            let mut entries = Vec::new();
+            let mut at = SEGMENT_HEADER_BYTES as usize;
+            while (at as u64) < c.offset && at < bytes.len() {
+                match entry::decode(&bytes[at..]) {
+                    Ok(decoded) => {
+                        entries.push(info(&Found {
+                            offset: at as u64,
+                            decoded,
+                        }));
+                        at += decoded.total_bytes;
+                    }
+                    Err(_) => break,
+                }
+            }
+            SegmentReport {
+                entries,
+                valid_end: c.offset,
+                torn: None,
+                corrupt: Some((c.offset, c.reason)),
+            }
+        }
+    }
+}

@@ -137,6 +137,24 @@ fn segment_path(dir: &Path, number: u64) -> PathBuf {
     dir.join(format!("{number:020}{SEGMENT_SUFFIX}"))
 }
 
+/// The segment files of the log in `dir`, oldest first: `(number, path)`. Other files
+/// are ignored.
+pub fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut out = Vec::new();
+    for item in fs::read_dir(dir).map_err(io_err("list", dir))? {
+        let item = item.map_err(io_err("list", dir))?;
+        let name = item.file_name();
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(SEGMENT_SUFFIX)) else {
+            continue;
+        };
+        if let Ok(n) = stem.parse::<u64>() {
+            out.push((n, item.path()));
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
 fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
@@ -172,18 +190,7 @@ impl Log {
         config.check()?;
         let dir = dir.as_ref().to_path_buf();
         fs::create_dir_all(&dir).map_err(io_err("create directory", &dir))?;
-        let mut numbers = Vec::new();
-        for item in fs::read_dir(&dir).map_err(io_err("list", &dir))? {
-            let item = item.map_err(io_err("list", &dir))?;
-            let name = item.file_name();
-            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(SEGMENT_SUFFIX)) else {
-                continue;
-            };
-            if let Ok(n) = stem.parse::<u64>() {
-                numbers.push(n);
-            }
-        }
-        numbers.sort_unstable();
+        let numbers: Vec<u64> = list_segments(&dir)?.into_iter().map(|s| s.0).collect();
         let mut entries: Vec<Indexed> = Vec::new();
         let mut recovery = Recovery::default();
         let mut segments = Vec::new();

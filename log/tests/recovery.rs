@@ -205,3 +205,30 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_inspector_reports_without_changing_anything() {
+    let src = tempfile::tempdir().unwrap();
+    let lens = write_log(src.path(), 12, 3);
+    let seg = segment_file(src.path());
+    let (offs, end) = offsets(&lens);
+    let bytes = fs::read(&seg).unwrap();
+    let r = spindle_log::inspect_segment(&bytes, true);
+    assert_eq!(r.entries.len(), 12);
+    assert_eq!(
+        (r.valid_end, r.torn.clone(), r.corrupt.clone()),
+        (end, None, None)
+    );
+    assert_eq!(r.entries[4].offset, offs[4]);
+    assert_eq!(r.entries[4].meta, meta(4));
+    // A flip in entry 4: corrupt at its offset, the entries before it still listed.
+    let mut bad = bytes.clone();
+    bad[offs[4] as usize + 60] ^= 1;
+    let r = spindle_log::inspect_segment(&bad, true);
+    assert_eq!(r.corrupt.as_ref().map(|c| c.0), Some(offs[4]));
+    assert_eq!(r.entries.len(), 4);
+    // A cut inside the last entry: a torn tail.
+    let r = spindle_log::inspect_segment(&bytes[..end as usize - 3], true);
+    assert_eq!((r.entries.len(), r.valid_end), (11, offs[11]));
+    assert!(r.torn.is_some());
+}

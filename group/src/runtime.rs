@@ -527,10 +527,7 @@ fn group_loop(
                 // follows in the same order.
                 let logged = match &out {
                     GroupOutput::Delivery(b) => p.append(b),
-                    GroupOutput::ViewInstalled(v) => {
-                        p.view_installed(v.view.vid);
-                        Ok(())
-                    }
+                    GroupOutput::ViewInstalled(v) => p.view_installed(&v.view),
                     _ => Ok(()),
                 };
                 if let Err(e) = logged {

@@ -67,7 +67,9 @@ impl SimNode for Node {
                 }
                 GroupOutput::ViewInstalled(v) => {
                     self.vid = v.view.vid;
-                    self.persister.view_installed(v.view.vid);
+                    self.persister
+                        .view_installed(&v.view)
+                        .expect("log the view");
                 }
                 _ => {}
             }

@@ -6,7 +6,10 @@
 //!
 //! Which subgroups are logged, and how, is [`Persistence`]: one log per subgroup in its
 //! own directory `<dir>/subgroup-<id>`. Every member of a logged subgroup must log it (a
-//! member that does not never raises its `persisted_num`, and the frontier waits for it).
+//! member that does not never raises its `persisted_num`, and the frontier waits for it),
+//! and a logged subgroup must be in atomic mode: its versions follow the total order
+//! (unordered delivery does not give increasing global indexes, and the log refuses an
+//! append that does not increase, which stops logging on that node).
 //!
 //! **Restart after total failure** (Derecho App. B.4–B.6). Every installed view is logged
 //! and synced in `<dir>/views` before anything is delivered in it. After every process

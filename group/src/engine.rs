@@ -264,6 +264,9 @@ pub struct EngineStats {
     pub delivery_batches: u64,
     /// Events dropped because the event queue was full.
     pub events_dropped: u64,
+    /// Times a subgroup's global persistence frontier (the minimum of its members'
+    /// `persisted_num`) moved up.
+    pub persisted_frontier_moves: u64,
 }
 
 /// Why a subgroup no longer runs.
@@ -287,6 +290,10 @@ struct SubgroupState {
     received: Vec<u64>,
     /// Messages delivered (atomic: the global count; unordered: the total).
     delivered: u64,
+    /// This node's `persisted_num`: messages of the delivery order its log holds durably.
+    persisted: u64,
+    /// The minimum of every member's `persisted_num` last seen (the global frontier).
+    global_persisted: u64,
     /// This node's own ring: committed and pushed frontiers.
     committed: u64,
     pushed: u64,
@@ -473,6 +480,8 @@ impl Engine {
                 senders: spec.senders.clone().into(),
                 received: vec![0; spec.senders.len()],
                 delivered: 0,
+                persisted: 0,
+                global_persisted: 0,
                 committed: 0,
                 pushed: 0,
                 ctrl_dirty: None,
@@ -578,6 +587,34 @@ impl Engine {
         Ok(self.state(subgroup)?.delivered)
     }
 
+    /// This node's `persisted_num` in `subgroup`: how many messages of this view's
+    /// delivery order (nulls included) its log holds durably. Zero unless the runtime
+    /// reports with [`Engine::handle_persisted`] (subgroups without a log).
+    pub fn persisted_num(&self, subgroup: SubgroupId) -> Result<u64> {
+        Ok(self.state(subgroup)?.persisted)
+    }
+
+    /// The global persistence frontier of `subgroup`: the minimum of every member's
+    /// `persisted_num` as this node sees it now. Every message of this view whose global
+    /// index is below it is durable at every member.
+    pub fn global_persisted_num(&self, subgroup: SubgroupId) -> Result<u64> {
+        let s = self.state(subgroup)?;
+        Ok(Self::min_persisted(s))
+    }
+
+    fn min_persisted(s: &SubgroupState) -> u64 {
+        (0..s.geom.members)
+            .map(|m| {
+                if m == s.my_rank {
+                    s.persisted
+                } else {
+                    s.region.load_u64(s.geom.persisted_num(m))
+                }
+            })
+            .min()
+            .unwrap_or(0)
+    }
+
     /// True if no push, delivery or event is waiting to be taken out.
     pub fn is_drained(&self) -> bool {
         self.pushes.is_empty() && self.deliveries.is_empty() && self.events.is_empty()
@@ -600,6 +637,36 @@ impl Engine {
                 self.event(EngineEvent::Wedged { subgroup, peer });
             }
         }
+    }
+
+    /// This node's log of `subgroup` is durable through the first `persisted_num` messages
+    /// of this view's delivery order (the runtime appended and synced them). Publishes it
+    /// in the SST (`persisted_num`, pushed with the next acknowledgements). A lower value
+    /// than before is ignored (the frontier only moves up); a value above what this node
+    /// delivered is an error (nothing is logged before it is delivered).
+    pub fn handle_persisted(&mut self, subgroup: SubgroupId, persisted_num: u64) -> Result<()> {
+        let i = self
+            .subgroups
+            .iter()
+            .position(|s| s.spec.id == subgroup)
+            .ok_or(Error::UnknownSubgroup { subgroup })?;
+        let s = &mut self.subgroups[i];
+        if persisted_num > s.delivered {
+            return Err(Error::Config(format!(
+                "subgroup {subgroup}: persisted_num {persisted_num} is above the {} messages \
+                 delivered",
+                s.delivered
+            )));
+        }
+        if persisted_num <= s.persisted {
+            return Ok(());
+        }
+        s.persisted = persisted_num;
+        let word = s.geom.senders + 1;
+        s.region
+            .store_u64(s.geom.persisted_num(s.my_rank), persisted_num);
+        self.note_ctrl(i, word);
+        Ok(())
     }
 
     // ----- epoch termination (driven by the group layer, crate::group) -------------
@@ -789,7 +856,28 @@ impl Engine {
             }
         }
         work |= self.flush_ctrl(i);
+        self.track_persisted(i);
         work
+    }
+
+    /// Notes a move of the subgroup's global persistence frontier (a counter; the runtime
+    /// reads the frontier with [`Engine::global_persisted_num`]).
+    fn track_persisted(&mut self, i: usize) {
+        let s = &mut self.subgroups[i];
+        if s.persisted == 0 {
+            return; // no log here, or nothing durable yet: the minimum cannot move
+        }
+        let global = Self::min_persisted(s);
+        if global > s.global_persisted {
+            // Invariant: the minimum includes this node's own frontier, so a peer's word,
+            // whatever its bytes, never lifts it above what this node made durable.
+            assert!(
+                global <= s.persisted,
+                "the minimum exceeds this node's own frontier"
+            );
+            s.global_persisted = global;
+            self.stats.persisted_frontier_moves += 1;
+        }
     }
 
     /// Send predicate: advance over committed slots of this node's ring and push them.

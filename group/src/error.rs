@@ -92,6 +92,10 @@ pub enum Error {
     /// The fabric refused an operation.
     #[error("fabric: {0}")]
     Fabric(#[from] spindle_transport_rdma::Error),
+    /// A logged subgroup's log failed (its directory, the disk, or corruption found on
+    /// open); the text of the inner error names the file and what to do.
+    #[error("log: {0}")]
+    Log(#[from] spindle_log::LogError),
 }
 
 fn after_silence(silent_ms: Option<u64>) -> String {

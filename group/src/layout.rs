@@ -145,7 +145,8 @@ impl Layout {
 }
 
 /// Byte offsets of one subgroup's SST region. Every member's copy has the same layout:
-/// one control row per member (`received_num` per sender, then `delivered_num`), then one
+/// one control row per member (`received_num` per sender, then `delivered_num`, then
+/// `persisted_num`), then one
 /// ring per sender (its `published_num` guard, then `window_slots` slots).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Geometry {
@@ -204,7 +205,8 @@ impl Geometry {
                 spec.slot_payload_bytes
             ));
         }
-        let ctrl_row_bytes = ((spec.senders.len() + 1) * WORD_BYTES).div_ceil(CTRL_ROW_ALIGN_BYTES)
+        // received_num per sender, delivered_num, persisted_num.
+        let ctrl_row_bytes = ((spec.senders.len() + 2) * WORD_BYTES).div_ceil(CTRL_ROW_ALIGN_BYTES)
             * CTRL_ROW_ALIGN_BYTES;
         let slot_bytes = SLOT_HEADER_BYTES + round_up_to_words(spec.slot_payload_bytes);
         let ring_bytes = RING_HEADER_BYTES + spec.window_slots * slot_bytes;
@@ -239,6 +241,12 @@ impl Geometry {
     /// Offset of member `rank`'s `delivered_num`.
     pub fn delivered_num(&self, rank: usize) -> usize {
         self.ctrl_row(rank) + self.senders * WORD_BYTES
+    }
+
+    /// Offset of member `rank`'s `persisted_num`: how far, in the subgroup's delivery order
+    /// of this view, the member's log is durable (the logged store's second frontier).
+    pub fn persisted_num(&self, rank: usize) -> usize {
+        self.delivered_num(rank) + WORD_BYTES
     }
 
     /// Offset of sender `sender_rank`'s ring (its `published_num` guard).
@@ -299,6 +307,9 @@ mod tests {
         assert_eq!(g.slot_bytes, 16 + 16);
         assert_eq!(g.ctrl_row_bytes, 64);
         assert!(g.delivered_num(2) + 8 <= g.ring(0));
+        assert_eq!(g.persisted_num(0), g.delivered_num(0) + 8);
+        assert!(g.persisted_num(0) + 8 <= g.ctrl_row(1));
+        assert!(g.persisted_num(2) + 8 <= g.ring(0));
         assert_eq!(g.slot(0, 0), g.ring(0) + 64);
         assert_eq!(g.slot(0, 4), g.slot(0, 0), "the ring wraps");
         assert!(g.slot(0, 3) + g.slot_bytes <= g.ring(1));

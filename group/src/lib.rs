@@ -9,6 +9,9 @@
 //!
 //! * [`Engine`] is the sans-IO core of one node: no thread, socket or clock inside.
 //! * [`runtime`] drives an engine over a real fabric with one predicate thread per node.
+//! * [`persist`] is the logged store's second stage: the runtime appends a logged
+//!   subgroup's deliveries to a `spindle-log` log, syncs them in groups and publishes the
+//!   durable prefix as the member's `persisted_num` SST column.
 //! * [`layout`] holds views, subgroup layouts and the SST byte geometry.
 //! * [`rdmc`] moves large messages by block-pipelined multicast (RDMC): the four block
 //!   schedules ([`rdmc::schedule`]) and the sans-IO transfer core [`rdmc::RdmcGroup`]
@@ -96,6 +99,7 @@ mod error;
 pub mod group;
 pub mod layout;
 pub mod membership;
+pub mod persist;
 pub mod rdmc;
 pub mod runtime;
 mod smc;

@@ -19,6 +19,7 @@ use crate::engine::{DeliveryBatch, Engine, EngineConfig, EngineEvent, EngineStat
 use crate::error::{Error, Result};
 use crate::group::{Group, GroupAction, GroupOutput, ViewInstalled};
 use crate::layout::{Layout, SubgroupId, View};
+use crate::persist::{PersistedFrontier, Persister};
 use crate::smc::Sender;
 
 /// Events kept for the application before older ones are dropped.
@@ -328,6 +329,9 @@ pub trait Application: Send + 'static {
     /// every subgroup, views): work batched across subgroups, such as waking readers,
     /// is best done here once rather than after each batch.
     fn round_end(&mut self) {}
+    /// A logged subgroup's global persistence frontier moved: every message of the view
+    /// below it is durable at every member (only with [`GroupNode::start_logged`]).
+    fn persisted(&mut self, _frontier: &PersistedFrontier) {}
 }
 
 #[derive(Default)]
@@ -375,9 +379,24 @@ impl GroupNode {
     /// [`Group::join`]) over `endpoint`.
     pub fn start(
         endpoint: Arc<dyn Endpoint>,
+        group: Group,
+        app: impl Application,
+        spin_before_park_us: u64,
+    ) -> Result<GroupNode> {
+        Self::start_logged(endpoint, group, app, spin_before_park_us, None)
+    }
+
+    /// As [`GroupNode::start`], and with `persister` (from [`crate::persist::Persistence`])
+    /// the logged subgroups' deliveries are appended to their logs in delivery order,
+    /// synced once per pass of the predicate loop (group commit), published as this
+    /// member's `persisted_num`, and the global frontier's moves reach
+    /// [`Application::persisted`].
+    pub fn start_logged(
+        endpoint: Arc<dyn Endpoint>,
         mut group: Group,
         app: impl Application,
         spin_before_park_us: u64,
+        persister: Option<Persister>,
     ) -> Result<GroupNode> {
         let shared = Arc::new(GroupShared::default());
         {
@@ -389,7 +408,7 @@ impl GroupNode {
             let ep = Arc::clone(&endpoint);
             std::thread::Builder::new()
                 .name(format!("spindle-group-{}", endpoint.node()))
-                .spawn(move || group_loop(group, ep, &shared, app, spin_before_park_us))
+                .spawn(move || group_loop(group, ep, &shared, app, spin_before_park_us, persister))
                 .map_err(|e| Error::Config(format!("spawning the predicate thread: {e}")))?
         };
         Ok(GroupNode {
@@ -513,6 +532,7 @@ fn group_loop(
     shared: &GroupShared,
     mut app: impl Application,
     spin_before_park_us: u64,
+    mut persister: Option<Persister>,
 ) {
     let start = Instant::now();
     let spin = Duration::from_micros(spin_before_park_us);
@@ -550,6 +570,19 @@ fn group_loop(
             if stop.is_some() {
                 *lock(&shared.why) = stop;
             }
+            if let Some(p) = &mut persister {
+                // The first stage (delivery) is the application's; the second (the log)
+                // follows in the same order.
+                let logged = match &out {
+                    GroupOutput::Delivery(b) => p.append(b),
+                    GroupOutput::ViewInstalled(v) => p.view_installed(&v.view),
+                    _ => Ok(()),
+                };
+                if let Err(e) = logged {
+                    tracing::error!(error = %e, "logged store: logging stops, frontier frozen");
+                    persister = None;
+                }
+            }
             match hand_to(&mut group, &mut app, out) {
                 Handed::View(view) => {
                     *lock(&shared.view) = Some(view);
@@ -563,6 +596,21 @@ fn group_loop(
         }
         if work {
             app.round_end();
+        }
+        if let Some(p) = &mut persister {
+            // Group commit: one sync per log covers every delivery of this pass.
+            match p.sync(&mut group) {
+                Ok(synced) => work |= synced,
+                Err(e) => {
+                    tracing::error!(error = %e, "logged store: logging stops, frontier frozen");
+                    persister = None;
+                }
+            }
+        }
+        if let Some(p) = &mut persister {
+            for f in p.frontiers(&group) {
+                app.persisted(&f);
+            }
         }
         if group.is_done() {
             shared.done.store(true, Ordering::Release);

@@ -175,7 +175,7 @@ fn member(
             let mut logs = Logs::new(out, name);
             let pubr = p.create_publisher(Default::default())?;
             let t = p.create_topic::<FlightPlan>("FlightPlan", topic_qos(true))?;
-            let w = pubr.create_datawriter(&t, DataWriterQos::from_topic_qos(t.qos()))?;
+            let w = pubr.create_datawriter(&t, writer_qos(t.qos()))?;
             println!("READY");
             std::io::stdout().flush()?;
             let mut revision = 0u16;
@@ -267,7 +267,7 @@ fn publish<T: TopicType>(
     let t = p.create_topic::<T>(topic, topic_qos(stored))?;
     let w = p
         .create_publisher(Default::default())?
-        .create_datawriter(&t, DataWriterQos::from_topic_qos(t.qos()))?;
+        .create_datawriter(&t, writer_qos(t.qos()))?;
     println!("READY");
     std::io::stdout().flush()?;
     let mut i = 0u64;
@@ -544,4 +544,18 @@ fn report(out: &Path) -> Result<(), BoxError> {
         "every reader of every topic saw one identical order, across writers and the view change"
     );
     Ok(())
+}
+
+/// How long a write may wait for room in the ring. A view change (the SIGKILLed air-data
+/// computer, a display joining) stops writers until the next view is installed; on a
+/// loaded machine that takes longer than the default 100 ms, and a sensor should then wait
+/// rather than fail.
+const WRITE_BLOCKING_S: i64 = 10;
+
+/// The writers' QoS: the topic's, with RELIABILITY `max_blocking_time` of
+/// [`WRITE_BLOCKING_S`].
+fn writer_qos(topic: &TopicQos) -> DataWriterQos {
+    let mut q = DataWriterQos::from_topic_qos(topic);
+    q.reliability.max_blocking_time = spindle_qos::Duration::from_secs(WRITE_BLOCKING_S);
+    q
 }

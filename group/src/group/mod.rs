@@ -36,7 +36,7 @@ mod wire;
 
 pub use leaving::{Exclusion, LEAVE_LINGER_US};
 
-use wire::{Msg, NewView};
+use wire::{send, Msg, NewView};
 
 /// The immediate of every two-sided membership message (join, redirect, new view, state).
 pub const MEMBERSHIP_IMM: u32 = 0x5D5_0001;
@@ -418,6 +418,16 @@ impl Group {
     /// The current engine (its counters, received and delivered numbers).
     pub fn engine(&self) -> Option<&Engine> {
         self.current.as_ref().map(|c| &c.engine)
+    }
+
+    /// This node's log of `subgroup` is durable through the first `persisted_num` messages
+    /// of the current view's delivery order: publishes it as the node's `persisted_num`
+    /// (see [`Engine::handle_persisted`]). [`Error::Wedged`] between views.
+    pub fn handle_persisted(&mut self, subgroup: SubgroupId, persisted_num: u64) -> Result<()> {
+        match self.current.as_mut() {
+            Some(c) => c.engine.handle_persisted(subgroup, persisted_num),
+            None => Err(Error::Wedged { subgroup }),
+        }
     }
 
     /// A handle for sending in `subgroup` in the current view. During a view change, and
@@ -1322,16 +1332,6 @@ impl Group {
         }
         self.phase = Phase::Done;
         self.outputs.push_back(out);
-    }
-}
-
-/// A membership message to `peer` that the protocol repeats by itself if it is lost.
-fn send(peer: NodeId, bytes: Vec<u8>) -> GroupAction {
-    GroupAction::Send {
-        peer,
-        imm: MEMBERSHIP_IMM,
-        bytes,
-        retry: false,
     }
 }
 

@@ -297,6 +297,16 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// A membership message to `peer` that the protocol repeats by itself if it is lost.
+pub(super) fn send(peer: NodeId, bytes: Vec<u8>) -> super::GroupAction {
+    super::GroupAction::Send {
+        peer,
+        imm: super::MEMBERSHIP_IMM,
+        bytes,
+        retry: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,30 +3,11 @@
 //! install the same views and write byte-for-byte identical delivery logs.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-const VS: &str = env!("CARGO_BIN_EXE_spindle-group-vs");
-
-struct Proc {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn say(p: &mut Proc, line: &str) {
-    let s = p.child.stdin.as_mut().expect("stdin");
-    writeln!(s, "{line}").unwrap();
-    s.flush().unwrap();
-}
+mod common;
+use common::{say, start_members, Proc};
 
 /// Waits until `p` prints `VIEW <vid> ...`; returns the member list.
 fn wait_view(p: &Proc, vid: u32, what: &str) -> String {
@@ -48,38 +29,7 @@ fn run(backend: &str) {
     let dir = std::env::temp_dir().join(format!("spindle-vs-{backend}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let mut procs = BTreeMap::new();
-    let mut addrs = Vec::new();
-    for id in 1..=5u32 {
-        let mut child = Command::new(VS)
-            .args(["node", "--id", &id.to_string(), "--backend", backend])
-            .args(["--messages", "0", "--log"])
-            .arg(dir.join(format!("node-{id}.log")))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start spindle-group-vs");
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let addr = rx.recv_timeout(Duration::from_secs(30)).expect("ADDR line");
-        addrs.push(format!(
-            "{id}={}",
-            addr.strip_prefix("ADDR ").expect("ADDR")
-        ));
-        procs.insert(id, Proc { child, lines: rx });
-    }
-    let peers = format!("PEERS {}", addrs.join(" "));
-    for p in procs.values_mut() {
-        say(p, &peers);
-    }
+    let mut procs = start_members(backend, 5, &dir, Stdio::inherit);
     for (id, p) in &procs {
         assert_eq!(
             wait_view(p, 1, &format!("{backend} node {id}")),

@@ -4,43 +4,15 @@
 //! that says it was excluded, and must not have delivered anything the survivors did not.
 //! Deadlines are generous and nothing here asserts on timing.
 
-use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::io::Read;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-const VS: &str = env!("CARGO_BIN_EXE_spindle-group-vs");
+mod common;
+use common::{say, signal, start_members, Proc};
+
 /// How long any one step may take on a loaded machine before the test gives up.
 const STEP_DEADLINE: Duration = Duration::from_secs(120);
-
-struct Proc {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        // A stopped process must be resumed to be reaped promptly.
-        let _ = signal(&self.child, "-CONT");
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn signal(child: &Child, sig: &str) -> bool {
-    Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn say(p: &mut Proc, line: &str) {
-    let s = p.child.stdin.as_mut().expect("stdin");
-    writeln!(s, "{line}").unwrap();
-    s.flush().unwrap();
-}
 
 /// Waits until `p` prints a `VIEW` line whose member list is `members`.
 fn wait_members(p: &Proc, members: &str, what: &str) {
@@ -77,38 +49,7 @@ fn run(backend: &str) {
         std::env::temp_dir().join(format!("spindle-vs-pause-{backend}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let mut procs = BTreeMap::new();
-    let mut addrs = Vec::new();
-    for id in 1..=3u32 {
-        let mut child = Command::new(VS)
-            .args(["node", "--id", &id.to_string(), "--backend", backend])
-            .args(["--messages", "0", "--log"])
-            .arg(dir.join(format!("node-{id}.log")))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start spindle-group-vs");
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let addr = rx.recv_timeout(Duration::from_secs(30)).expect("ADDR line");
-        addrs.push(format!(
-            "{id}={}",
-            addr.strip_prefix("ADDR ").expect("ADDR")
-        ));
-        procs.insert(id, Proc { child, lines: rx });
-    }
-    let peers = format!("PEERS {}", addrs.join(" "));
-    for p in procs.values_mut() {
-        say(p, &peers);
-    }
+    let mut procs = start_members(backend, 3, &dir, Stdio::piped);
     for (id, p) in &procs {
         wait_members(p, "1,2,3", &format!("{backend} node {id}"));
     }

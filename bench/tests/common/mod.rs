@@ -1,0 +1,91 @@
+//! What the multi-process tests of `spindle-group-vs` share: starting members that know
+//! each other, and talking to them over stdin/stdout.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The binary under test.
+pub const VS: &str = env!("CARGO_BIN_EXE_spindle-group-vs");
+/// How long a member may take to print its address.
+const ADDR_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A member process and the lines it prints.
+pub struct Proc {
+    pub child: Child,
+    pub lines: mpsc::Receiver<String>,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        // A stopped process must be resumed to be reaped promptly.
+        let _ = signal(&self.child, "-CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends `sig` (`-STOP`, `-CONT`, ...) to `child`; true if `kill` succeeded.
+pub fn signal(child: &Child, sig: &str) -> bool {
+    Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Writes one line to `p`'s stdin.
+pub fn say(p: &mut Proc, line: &str) {
+    let s = p.child.stdin.as_mut().expect("stdin");
+    writeln!(s, "{line}").unwrap();
+    s.flush().unwrap();
+}
+
+/// Starts members `1..=n` over `backend`, each logging its deliveries to
+/// `dir/node-<id>.log` with its stderr from `stderr`, and tells every one of them the
+/// others' addresses.
+pub fn start_members(
+    backend: &str,
+    n: u32,
+    dir: &Path,
+    stderr: impl Fn() -> Stdio,
+) -> BTreeMap<u32, Proc> {
+    let mut procs = BTreeMap::new();
+    let mut addrs = Vec::new();
+    for id in 1..=n {
+        let mut child = Command::new(VS)
+            .args(["node", "--id", &id.to_string(), "--backend", backend])
+            .args(["--messages", "0", "--log"])
+            .arg(dir.join(format!("node-{id}.log")))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr())
+            .spawn()
+            .expect("start spindle-group-vs");
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let addr = rx.recv_timeout(ADDR_DEADLINE).expect("ADDR line");
+        addrs.push(format!(
+            "{id}={}",
+            addr.strip_prefix("ADDR ").expect("ADDR")
+        ));
+        procs.insert(id, Proc { child, lines: rx });
+    }
+    let peers = format!("PEERS {}", addrs.join(" "));
+    for p in procs.values_mut() {
+        say(p, &peers);
+    }
+    procs
+}

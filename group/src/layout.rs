@@ -115,6 +115,35 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// One atomic subgroup `id` of every member of `view`, every member a sender: the
+    /// layout of the workloads and tests that need no more.
+    ///
+    /// ```
+    /// use spindle_group::{DeliveryMode, Layout, View};
+    /// let view = View::new(1, vec![4, 7]);
+    /// let l = Layout::one_subgroup(&view, 3, 16, 64);
+    /// assert_eq!(l.subgroups[0].senders, vec![4, 7]);
+    /// assert_eq!(l.subgroups[0].mode, DeliveryMode::Atomic);
+    /// assert!(l.validate(&view).is_ok());
+    /// ```
+    pub fn one_subgroup(
+        view: &View,
+        id: SubgroupId,
+        window_slots: usize,
+        slot_payload_bytes: usize,
+    ) -> Layout {
+        Layout {
+            subgroups: vec![SubgroupSpec {
+                id,
+                members: view.members.clone(),
+                senders: view.members.clone(),
+                mode: DeliveryMode::Atomic,
+                window_slots,
+                slot_payload_bytes,
+            }],
+        }
+    }
+
     /// Checks every subgroup against the view and the bounds of this module.
     pub fn validate(&self, view: &View) -> Result<()> {
         view.validate()?;

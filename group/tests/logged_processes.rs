@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use spindle_group::persist::{restart_plan, PersistedFrontier, Persistence, RestartPlan};
 use spindle_group::runtime::{Application, GroupNode};
-use spindle_group::{DeliveryBatch, DeliveryMode, Group, GroupConfig, Layout, SubgroupSpec, View};
+use spindle_group::{DeliveryBatch, Group, GroupConfig, Layout, View};
 use spindle_log::{Log, LogConfig, Version};
 use spindle_transport_rdma::{open_backend, FabricConfig, NodeId};
 
@@ -32,16 +32,7 @@ const ENV_BACKEND: &str = "SPINDLE_LOGGED_CHILD_BACKEND";
 const BACKENDS: [&str; 2] = ["tcp", "shm"];
 
 fn layout(view: &View) -> Result<Layout, String> {
-    Ok(Layout {
-        subgroups: vec![SubgroupSpec {
-            id: SG,
-            members: view.members.clone(),
-            senders: view.members.clone(),
-            mode: DeliveryMode::Atomic,
-            window_slots: 16,
-            slot_payload_bytes: 64,
-        }],
-    })
+    Ok(Layout::one_subgroup(view, SG, 16, 64))
 }
 
 fn persistence(dir: &std::path::Path, id: NodeId) -> Persistence {

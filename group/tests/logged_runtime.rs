@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 
 use spindle_group::persist::{PersistedFrontier, Persistence};
 use spindle_group::runtime::{Application, GroupNode};
-use spindle_group::{
-    DeliveryBatch, DeliveryMode, Group, GroupConfig, Layout, SubgroupSpec, View, ViewInstalled,
-};
+use spindle_group::{DeliveryBatch, Group, GroupConfig, Layout, View, ViewInstalled};
 use spindle_log::{Log, LogConfig, Version};
 use spindle_transport_rdma::{open_backend, FabricConfig, NodeId};
 
@@ -48,16 +46,7 @@ impl Application for App {
 }
 
 fn layout(view: &View) -> Result<Layout, String> {
-    Ok(Layout {
-        subgroups: vec![SubgroupSpec {
-            id: SG,
-            members: view.members.clone(),
-            senders: view.members.clone(),
-            mode: DeliveryMode::Atomic,
-            window_slots: 16,
-            slot_payload_bytes: 128,
-        }],
-    })
+    Ok(Layout::one_subgroup(view, SG, 16, 128))
 }
 
 #[test]

@@ -12,9 +12,7 @@ use rand::Rng;
 use spindle_group::persist::{PersistedFrontier, Persistence, Persister};
 use spindle_group::runtime::drive;
 use spindle_group::testkit::{SimCluster, SimNode};
-use spindle_group::{
-    DeliveryMode, Group, GroupConfig, GroupOutput, Layout, LayoutFn, SubgroupSpec, View,
-};
+use spindle_group::{Group, GroupConfig, GroupOutput, Layout, LayoutFn, View};
 use spindle_log::{LogConfig, Version};
 use spindle_transport_rdma::sim::{SimConfig, SimEndpoint, SimWorld};
 use spindle_transport_rdma::{Endpoint, FabricConfig, NodeId};
@@ -25,18 +23,7 @@ const MESSAGES: u64 = 300;
 const ROUNDS_MAX: usize = 200_000;
 
 fn layout() -> LayoutFn {
-    Arc::new(|view: &View| {
-        Ok(Layout {
-            subgroups: vec![SubgroupSpec {
-                id: SG,
-                members: view.members.clone(),
-                senders: view.members.clone(),
-                mode: DeliveryMode::Atomic,
-                window_slots: 8,
-                slot_payload_bytes: 64,
-            }],
-        })
-    })
+    Arc::new(|view: &View| Ok(Layout::one_subgroup(view, SG, 8, 64)))
 }
 
 struct Node {

@@ -33,9 +33,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Args as ClapArgs, Parser, Subcommand};
 use spindle_group::runtime::{Application, GroupNode};
-use spindle_group::{
-    DeliveryBatch, DeliveryMode, Group, GroupConfig, Layout, SubgroupSpec, View, ViewInstalled,
-};
+use spindle_group::{DeliveryBatch, Group, GroupConfig, Layout, View, ViewInstalled};
 use spindle_transport_rdma::{open_backend, FabricConfig, NodeId};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -160,16 +158,7 @@ impl Detection {
 
 /// The one subgroup: every member, every member sends, atomic.
 fn layout(view: &View) -> Result<Layout, String> {
-    Ok(Layout {
-        subgroups: vec![SubgroupSpec {
-            id: 0,
-            members: view.members.clone(),
-            senders: view.members.clone(),
-            mode: DeliveryMode::Atomic,
-            window_slots: 64,
-            slot_payload_bytes: 64,
-        }],
-    })
+    Ok(Layout::one_subgroup(view, 0, 64, 64))
 }
 
 fn unix_ns() -> u128 {

@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{say, start_members, Proc};
+use common::{finish_members, start_members, Proc};
 
 /// Waits until `p` prints `VIEW <vid> ...`; returns the member list.
 fn wait_view(p: &Proc, vid: u32, what: &str) -> String {
@@ -48,31 +48,7 @@ fn run(backend: &str) {
         assert_eq!(wait_view(p, 3, &format!("{backend} node {id}")), "2,4,5");
     }
     std::thread::sleep(Duration::from_millis(300));
-    for p in procs.values_mut() {
-        say(p, "STOP");
-    }
-    // Every survivor delivers the end markers of all three, then all exit together.
-    for (id, p) in &procs {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match p.lines.recv_timeout(left) {
-                Ok(l) if l == "DONE" => break,
-                Ok(_) => {}
-                Err(e) => panic!("{backend}: node {id} never finished: {e}"),
-            }
-        }
-    }
-    for p in procs.values_mut() {
-        say(p, "EXIT");
-    }
-    for (id, p) in procs.iter_mut() {
-        let status = p.child.wait().unwrap();
-        assert!(
-            status.success(),
-            "{backend}: node {id} exited with {status}"
-        );
-    }
+    finish_members(&mut procs, backend, Duration::from_secs(120));
     let logs: BTreeMap<u32, Vec<u8>> = [2u32, 4, 5]
         .iter()
         .map(|id| {

@@ -9,7 +9,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{say, signal, start_members, Proc};
+use common::{finish_members, signal, start_members, Proc};
 
 /// How long any one step may take on a loaded machine before the test gives up.
 const STEP_DEADLINE: Duration = Duration::from_secs(120);
@@ -93,30 +93,7 @@ fn run(backend: &str) {
     );
     drop(hung);
     std::thread::sleep(Duration::from_millis(300));
-    for p in procs.values_mut() {
-        say(p, "STOP");
-    }
-    for (id, p) in &procs {
-        let deadline = Instant::now() + STEP_DEADLINE;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match p.lines.recv_timeout(left) {
-                Ok(l) if l == "DONE" => break,
-                Ok(_) => {}
-                Err(e) => panic!("{backend}: node {id} never finished: {e}"),
-            }
-        }
-    }
-    for p in procs.values_mut() {
-        say(p, "EXIT");
-    }
-    for (id, p) in procs.iter_mut() {
-        let status = p.child.wait().unwrap();
-        assert!(
-            status.success(),
-            "{backend}: node {id} exited with {status}"
-        );
-    }
+    finish_members(&mut procs, backend, STEP_DEADLINE);
     let log = |id: u32| std::fs::read(dir.join(format!("node-{id}.log"))).unwrap_or_default();
     let (one, two) = (log(1), log(2));
     // Virtual synchrony: the survivors delivered the same messages in the same order.

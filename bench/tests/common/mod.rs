@@ -89,3 +89,33 @@ pub fn start_members(
     }
     procs
 }
+
+/// Tells every member in `procs` to stop sending, waits (up to `deadline` each) until each
+/// says `DONE` (it delivered every member's end marker), then lets them exit together and
+/// asserts that each exited successfully.
+pub fn finish_members(procs: &mut BTreeMap<u32, Proc>, backend: &str, deadline: Duration) {
+    for p in procs.values_mut() {
+        say(p, "STOP");
+    }
+    for (id, p) in procs.iter() {
+        let until = std::time::Instant::now() + deadline;
+        loop {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            match p.lines.recv_timeout(left) {
+                Ok(l) if l == "DONE" => break,
+                Ok(_) => {}
+                Err(e) => panic!("{backend}: node {id} never finished: {e}"),
+            }
+        }
+    }
+    for p in procs.values_mut() {
+        say(p, "EXIT");
+    }
+    for (id, p) in procs.iter_mut() {
+        let status = p.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "{backend}: node {id} exited with {status}"
+        );
+    }
+}

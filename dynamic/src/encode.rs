@@ -376,10 +376,12 @@ impl Encoder<'_> {
             }
             None => match member {
                 Some((b, _)) if !b.default && b.labels.len() == 1 => b.labels[0],
-                Some((b, _)) => return Err(self.err(format!(
+                Some((b, _)) => {
+                    return Err(self.err(format!(
                     "member `{}` has several labels or is the default: give \"discriminator\" too",
                     b.member.name
-                ))),
+                )))
+                }
                 None => {
                     return Err(self.err(format!(
                         "a {} needs \"discriminator\" and the member it selects",

@@ -1,0 +1,110 @@
+//! `spindle`: Spindle DDS from the command line.
+//!
+//! ```text
+//! spindle sub --config node1.toml --idl avionics.idl --type Avionics::AirData --topic AirData
+//! spindle pub --config node2.toml --idl avionics.idl --type Avionics::AirData --topic AirData \
+//!     --rate 10 '{"aircraft_id": 1, ...}'
+//! spindle idl avionics.idl --out generated/       (the compiler, as spindle-idlc)
+//! spindle idl avionics.idl --template Avionics::AirData
+//! spindle log inspect DIR | spindle log verify DIR
+//! ```
+//!
+//! Exit codes: 0 done; 1 failed (a criterion not met, a timeout, the domain failed);
+//! 2 bad usage or input (arguments, configuration, IDL, JSON, type names).
+
+mod domain;
+mod pubsub;
+mod tools;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Spindle DDS from the command line: publish and subscribe with types read from IDL at
+/// run time, compile IDL, inspect logs.
+#[derive(Debug, Parser)]
+#[command(name = "spindle", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Write samples given as JSON (arguments, a file or stdin) to a topic, at a rate.
+    Pub(pubsub::PubArgs),
+    /// Read a topic and print each sample as a JSON line with its SampleInfo.
+    Sub(pubsub::SubArgs),
+    /// Compile IDL into Rust (as spindle-idlc), list its types or print a JSON template.
+    Idl(tools::IdlArgs),
+    /// Inspect or verify a logged store's log offline (as spindle-log).
+    Log(tools::LogArgs),
+}
+
+/// Why a command failed, and the exit code that says so.
+#[derive(Debug)]
+pub struct Fail {
+    /// 1: failed (a criterion, a timeout, the domain); 2: bad usage or input.
+    pub code: u8,
+    /// The message for stderr.
+    pub message: String,
+}
+
+/// Exit code of a failed run (criterion not met, time-out, domain error).
+pub const EXIT_FAILED: u8 = 1;
+/// Exit code of bad usage or input.
+pub const EXIT_BAD_INPUT: u8 = 2;
+
+impl Fail {
+    /// A failed run (exit 1).
+    pub fn failed(message: impl Into<String>) -> Fail {
+        Fail {
+            code: EXIT_FAILED,
+            message: message.into(),
+        }
+    }
+
+    /// Bad usage or input (exit 2).
+    pub fn input(message: impl Into<String>) -> Fail {
+        Fail {
+            code: EXIT_BAD_INPUT,
+            message: message.into(),
+        }
+    }
+}
+
+/// Errors of types from outside (IDL, JSON) are bad input.
+impl From<spindle_dynamic::Error> for Fail {
+    fn from(e: spindle_dynamic::Error) -> Fail {
+        Fail::input(e.to_string())
+    }
+}
+
+/// Errors of the domain are failures, except configuration errors, which are bad input.
+impl From<spindle_dds_core::Error> for Fail {
+    fn from(e: spindle_dds_core::Error) -> Fail {
+        match e {
+            spindle_dds_core::Error::Config(_)
+            | spindle_dds_core::Error::BadParameter(_)
+            | spindle_dds_core::Error::InconsistentPolicy(_) => Fail::input(e.to_string()),
+            other => Fail::failed(other.to_string()),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Pub(a) => pubsub::run_pub(a),
+        Cmd::Sub(a) => pubsub::run_sub(a),
+        Cmd::Idl(a) => tools::run_idl(a),
+        Cmd::Log(a) => tools::run_log(a),
+    };
+    match r {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            eprintln!("spindle: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}

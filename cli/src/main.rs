@@ -7,12 +7,14 @@
 //! spindle idl avionics.idl --out generated/       (the compiler, as spindle-idlc)
 //! spindle idl avionics.idl --template Avionics::AirData
 //! spindle log inspect DIR | spindle log verify DIR
+//! spindle perf --transport shm --level atomic --size 1024 --samples 100000 --min-rate 1e5
 //! ```
 //!
 //! Exit codes: 0 done; 1 failed (a criterion not met, a timeout, the domain failed);
 //! 2 bad usage or input (arguments, configuration, IDL, JSON, type names).
 
 mod domain;
+mod perf;
 mod pubsub;
 mod tools;
 
@@ -39,6 +41,9 @@ enum Cmd {
     Idl(tools::IdlArgs),
     /// Inspect or verify a logged store's log offline (as spindle-log).
     Log(tools::LogArgs),
+    /// Throughput, latency or round trip between two processes (as dds_perf), with
+    /// pass/fail criteria (--min-rate, --max-p99: exit 1 when not met).
+    Perf(perf::PerfArgs),
 }
 
 /// Why a command failed, and the exit code that says so.
@@ -99,6 +104,7 @@ fn main() -> ExitCode {
         Cmd::Sub(a) => pubsub::run_sub(a),
         Cmd::Idl(a) => tools::run_idl(a),
         Cmd::Log(a) => tools::run_log(a),
+        Cmd::Perf(a) => perf::run_perf(a),
     };
     match r {
         Ok(code) => ExitCode::from(code),

@@ -13,7 +13,7 @@
 //! `dds_perf --pingpong [--roundtrips 100000] [--warmup 2000] [--listener] [--bulk-size N]
 //! [--histogram FILE]` measures what a DDS user compares with `ddsperf ping`/`pong`: the
 //! round trip between two processes over two topics, one sample in flight (see
-//! `dds_perf/pingpong.rs`). Its last line is one JSON object with `rtt_p50_us`,
+//! `perf/pingpong.rs`). Its last line is one JSON object with `rtt_p50_us`,
 //! `rtt_p90_us`, `rtt_p99_us`, `rtt_p999_us`, `rtt_p9999_us`, `rtt_max_us` (exact, over
 //! every measured round trip), transport, level, size and trigger; `--histogram` writes
 //! the log-linear histogram as CSV. It stops by itself after `--seconds`.

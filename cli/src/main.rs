@@ -7,6 +7,7 @@
 //! spindle idl avionics.idl --out generated/       (the compiler, as spindle-idlc)
 //! spindle idl avionics.idl --template Avionics::AirData
 //! spindle log inspect DIR | spindle log verify DIR
+//! spindle status --config node3.toml --watch --topic AirData
 //! spindle perf --transport shm --level atomic --size 1024 --samples 100000 --min-rate 1e5
 //! ```
 //!
@@ -16,6 +17,7 @@
 mod domain;
 mod perf;
 mod pubsub;
+mod status;
 mod tools;
 
 use std::process::ExitCode;
@@ -44,6 +46,9 @@ enum Cmd {
     /// Throughput, latency or round trip between two processes (as dds_perf), with
     /// pass/fail criteria (--min-rate, --max-p99: exit 1 when not met).
     Perf(perf::PerfArgs),
+    /// The domain as a member sees it: the view (members, leader), subgroups, topics with
+    /// their readers and writers; --watch follows changes.
+    Status(status::StatusArgs),
 }
 
 /// Why a command failed, and the exit code that says so.
@@ -105,6 +110,7 @@ fn main() -> ExitCode {
         Cmd::Idl(a) => tools::run_idl(a),
         Cmd::Log(a) => tools::run_log(a),
         Cmd::Perf(a) => perf::run_perf(a),
+        Cmd::Status(a) => status::run_status(a),
     };
     match r {
         Ok(code) => ExitCode::from(code),

@@ -18,6 +18,7 @@ mod domain;
 mod perf;
 mod pubsub;
 mod status;
+mod sweep;
 mod tools;
 
 use std::process::ExitCode;

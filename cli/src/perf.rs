@@ -6,16 +6,41 @@
 //! sample in flight, write to delivery in the writer's own participant, `lat_p99_us`) or
 //! `--pingpong` (the round trip between the two, `rtt_p99_us`).
 
-use clap::Args;
+use clap::{Args, Subcommand};
 use serde_json::Value;
+use spindle_examples::perf::Role;
 
+use crate::sweep::SweepArgs;
 use crate::Fail;
+
+/// What `spindle perf` runs besides one benchmark.
+#[derive(Debug, Subcommand)]
+pub enum PerfMode {
+    /// A grid of sizes × levels × transports: progress bar, CSV, JSON and SVG plots.
+    Sweep(SweepArgs),
+    /// The publisher (ping) process of a run (started by `spindle perf` itself).
+    #[command(hide = true)]
+    Pub {
+        /// Where to listen.
+        listen: String,
+    },
+    /// The subscriber (pong) process of a run (started by `spindle perf` itself).
+    #[command(hide = true)]
+    Sub {
+        /// Where to listen.
+        listen: String,
+        /// The publisher's address.
+        contact: String,
+    },
+}
 
 /// `spindle perf`.
 #[derive(Debug, Args)]
 pub struct PerfArgs {
     #[command(flatten)]
     pub run: spindle_examples::perf::Args,
+    #[command(subcommand)]
+    pub mode: Option<PerfMode>,
     /// Print the result as one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -61,12 +86,23 @@ fn criteria(a: &PerfArgs, r: &Value) -> Vec<(String, bool)> {
 
 /// Runs `spindle perf`.
 pub fn run_perf(a: PerfArgs) -> Result<u8, Fail> {
-    if a.max_p99.is_some() && !a.run.latency && !a.run.pingpong && a.run.role.is_none() {
+    let role = match &a.mode {
+        Some(PerfMode::Sweep(s)) => return crate::sweep::run_sweep(&a.run, s),
+        Some(PerfMode::Pub { listen }) => Some(Role::Pub {
+            listen: listen.clone(),
+        }),
+        Some(PerfMode::Sub { listen, contact }) => Some(Role::Sub {
+            listen: listen.clone(),
+            contact: contact.clone(),
+        }),
+        None => None,
+    };
+    if a.max_p99.is_some() && !a.run.latency && !a.run.pingpong && role.is_none() {
         return Err(Fail::input(
             "--max-p99 needs --latency or --pingpong (a throughput run measures no latency)",
         ));
     }
-    let result = spindle_examples::perf::run(&a.run, &["perf".to_string()])
+    let result = spindle_examples::perf::run(&a.run, role, &["perf".to_string()])
         .map_err(|e| Fail::failed(format!("perf: {e}")))?;
     // A role's process: it spoke to its driver.
     let Some(text) = result else { return Ok(0) };

@@ -99,3 +99,59 @@ fn a_latency_bound_on_a_throughput_run_is_bad_usage() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--max-p99 needs --latency or --pingpong"));
 }
+
+#[test]
+fn a_small_sweep_writes_csv_json_and_plots() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("sweep");
+    let o = perf(&[
+        "sweep",
+        "--sizes",
+        "16,256",
+        "--levels",
+        "unordered",
+        "--transports",
+        "shm",
+        "--samples",
+        "200",
+        "--roundtrips",
+        "50",
+        "--warmup",
+        "5",
+        "--out",
+        &out.to_string_lossy(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let csv = std::fs::read_to_string(out.join("sweep.csv")).expect("sweep.csv");
+    let rows: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        rows[0],
+        "transport,level,size,msgs_per_s,rtt_p50_us,rtt_p99_us"
+    );
+    assert_eq!(rows.len(), 3, "{csv}");
+    assert!(rows[1].starts_with("shm,unordered,16,") && rows[2].starts_with("shm,unordered,256,"));
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).expect("json"))
+            .expect("sweep.json");
+    assert_eq!(json.as_array().map(Vec::len), Some(2));
+    for svg in ["rate.svg", "rtt.svg"] {
+        let text = std::fs::read_to_string(out.join(svg)).expect("plot");
+        assert!(
+            text.starts_with("<svg") && text.contains("polyline"),
+            "{svg}"
+        );
+    }
+    // Bad usage: an empty grid.
+    let o = perf(&["sweep", "--sizes", "", "--out", &out.to_string_lossy()]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

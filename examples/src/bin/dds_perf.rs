@@ -10,11 +10,13 @@ use clap::Parser;
 struct Cli {
     #[command(flatten)]
     args: spindle_examples::perf::Args,
+    #[command(subcommand)]
+    role: Option<spindle_examples::perf::Role>,
 }
 
 fn main() {
     let cli = Cli::parse();
-    match spindle_examples::perf::run(&cli.args, &[]) {
+    match spindle_examples::perf::run(&cli.args, cli.role, &[]) {
         Ok(Some(json)) => println!("{json}"),
         Ok(None) => {}
         Err(e) => {

@@ -39,8 +39,9 @@ pub mod pingpong;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The benchmark's settings (a clap argument group: `dds_perf` parses it alone, `spindle
-/// perf` beside its own flags). Without a role it is the driver: it starts the two
-/// processes (this executable again, with a role) and returns their result.
+/// perf` beside its own flags). The process's [`Role`] comes beside it (a subcommand of
+/// the binary); without one it is the driver: it starts the two processes (this
+/// executable again, with a role) and returns their result.
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {
     /// tcp or shm.
@@ -100,9 +101,6 @@ pub struct Args {
     /// Subgroups the topics hash onto (`ParticipantConfig::topic_subgroups`).
     #[arg(long, default_value_t = spindle_dds_core::declare::TOPIC_SUBGROUPS_DEFAULT)]
     pub topic_subgroups: u32,
-    #[command(subcommand)]
-    /// The process to be (the driver starts them); none: the driver.
-    pub role: Option<Role>,
 }
 
 /// The process a driver starts (with `--pingpong`: the ping and the pong process).
@@ -122,12 +120,13 @@ pub enum Role {
     },
 }
 
-/// Runs what `a` says: a role's process (returns `None`; it speaks to its driver on
-/// stdout), or the driver, which starts `std::env::current_exe()` twice with
-/// `exe_args` (e.g. `["perf"]` for `spindle perf`), then the benchmark's flags and a role,
-/// and returns the result: one JSON object.
-pub fn run(a: &Args, exe_args: &[String]) -> Result<Option<String>, BoxError> {
-    match (a.role.clone(), a.pingpong) {
+/// Runs what `a` and `role` say: a role's process (returns `None`; it speaks to its
+/// driver on stdout), or the driver (`role` `None`), which starts
+/// `std::env::current_exe()` twice with `exe_args` (e.g. `["perf"]` for `spindle perf`),
+/// then the benchmark's flags and a role (`pub LISTEN`, `sub LISTEN CONTACT`), and returns
+/// the result: one JSON object.
+pub fn run(a: &Args, role: Option<Role>, exe_args: &[String]) -> Result<Option<String>, BoxError> {
+    match (role, a.pingpong) {
         (Some(Role::Pub { listen }), true) => pingpong::ping(a, &listen).map(|_| None),
         (Some(Role::Sub { listen, contact }), true) => {
             pingpong::pong(a, &listen, &contact).map(|_| None)

@@ -35,7 +35,8 @@ pub struct PubArgs {
     pub topic: TopicArgs,
     /// Samples as JSON text (one per argument). With none, --file and --random: stdin.
     pub samples: Vec<String>,
-    /// A file of samples: JSON lines, or one JSON array of samples; `-` is stdin.
+    /// A file of samples: JSON lines, or one JSON array of samples; `-` is stdin. Input
+    /// is read to its end and every sample checked before the domain is joined.
     #[arg(long, short = 'f')]
     pub file: Option<PathBuf>,
     /// Write N random samples of the type instead (seeded by --seed).
@@ -263,8 +264,16 @@ pub fn run_sub(a: SubArgs) -> Result<u8, Fail> {
     r
 }
 
+/// A state's name in snake case (`NotAliveDisposed` → `not_alive_disposed`).
 fn state<T: std::fmt::Debug>(s: T) -> String {
-    format!("{s:?}").to_ascii_lowercase()
+    let mut out = String::new();
+    for (i, c) in format!("{s:?}").chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
 }
 
 /// One sample as a JSON line: `{"data": …, "info": {…}}`.

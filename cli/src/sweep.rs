@@ -105,10 +105,16 @@ pub fn run_sweep(base: &spindle_examples::perf::Args, a: &SweepArgs) -> Result<u
                     rtt_p50_us: number(&pp, "rtt_p50_us")?,
                     rtt_p99_us: number(&pp, "rtt_p99_us")?,
                 };
-                bar.println(format!(
+                let line = format!(
                     "{transport:<4} {level:<13} {size:>6} B  {:>10.0} samples/s  rtt p50 {:>8.1} us  p99 {:>8.1} us",
                     cell.msgs_per_s, cell.rtt_p50_us, cell.rtt_p99_us
-                ));
+                );
+                // Above the bar on a terminal; to stderr when the bar is hidden.
+                if bar.is_hidden() {
+                    eprintln!("{line}");
+                } else {
+                    bar.println(line);
+                }
                 results.push(cell);
                 bar.inc(1);
             }

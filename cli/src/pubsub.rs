@@ -9,9 +9,10 @@ use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 use spindle_dds_core::{DataReader, DomainParticipant, Sample, StateMask, WaitSet};
 use spindle_dynamic::DynType;
+use spindle_qos::History;
 use spindle_topics::{CdrSample, Endianness};
 
-use crate::domain::{join, load_config, load_type, topic, TopicArgs};
+use crate::domain::{join, load_config, load_type, topic, ReliabilityArg, TopicArgs};
 use crate::Fail;
 
 /// Most samples `take` returns at once.
@@ -61,7 +62,8 @@ pub struct PubArgs {
     #[arg(long, value_enum, default_value = "little")]
     pub endianness: EndianArg,
     /// Exit right after writing instead of waiting until this participant has seen its
-    /// own samples delivered (delivery in the topic's order means every member has them).
+    /// own samples delivered (delivery in the topic's order means every member has them;
+    /// never waited for with --reliability best-effort).
     #[arg(long)]
     pub no_wait_delivered: bool,
 }
@@ -193,10 +195,14 @@ fn publish(
     let tq = a.topic.qos.topic();
     // Our own reader: seeing our samples delivered here means the topic's order has them.
     let sub = p.create_subscriber(Default::default())?;
-    let own = if a.no_wait_delivered {
+    // KEEP_ALL, so no own sample is replaced before it is counted; best-effort samples
+    // may be lost, so there is nothing to wait for then.
+    let reliable = a.topic.qos.reliability == ReliabilityArg::Reliable;
+    let own = if a.no_wait_delivered || !reliable {
         None
     } else {
-        Some(sub.create_datareader(&topic, a.topic.qos.reader(&tq))?)
+        let q = a.topic.qos.reader(&tq).with_history(History::keep_all());
+        Some(sub.create_datareader(&topic, q)?)
     };
     let publisher = p.create_publisher(Default::default())?;
     let w = publisher.create_datawriter(&topic, a.topic.qos.writer(&tq))?;

@@ -39,6 +39,7 @@ fn header(seq: u64) -> SampleHeader {
         key_hash: KeyHash([(seq % 8) as u8; 16]),
         lifespan_ns: 0,
         ownership_strength: 0,
+        partition_tag: 0,
         level: DeliveryLevel::Atomic,
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use spindle_group::runtime::Application;
 use spindle_group::{DeliveryBatch, SubgroupId, ViewInstalled};
-use spindle_qos::DeliveryLevel;
+use spindle_qos::{partitions_match, DeliveryLevel, Partition};
 use spindle_transport_rdma::NodeId;
 
 use crate::cache::Origin;
@@ -112,10 +112,16 @@ impl Application for DdsApp {
                     continue;
                 };
                 for r in rs.iter().filter(|r| r.subgroup == sg && r.is_member()) {
-                    // Only its topic's samples, offered at the level it requests (RxO).
+                    // Only its topic's samples, offered at the level it requests (RxO),
+                    // in a partition it matches.
+                    let endpoints = &st.endpoints;
                     let mine = items
                         .iter()
-                        .filter(|(h, _, _)| h.topic_id == t && h.level >= r.level)
+                        .filter(|(h, _, o)| {
+                            h.topic_id == t
+                                && h.level >= r.level
+                                && r.accepts(h, endpoints.get(&(o.node, h.writer_id)))
+                        })
                         .map(|(h, p, o)| (h, *p, *o));
                     if r.insert_all(mine) {
                         got.push(Arc::clone(r));
@@ -262,7 +268,7 @@ impl Application for DdsApp {
             };
             for rs in st.readers.values() {
                 for r in rs.iter().filter(|r| r.subgroup == subgroup) {
-                    if r.prime(&store) {
+                    if r.prime(&store, &st.endpoints) {
                         got.push(Arc::clone(r));
                     }
                 }
@@ -346,15 +352,18 @@ fn apply_announcement(st: &mut State, node: NodeId, bytes: &[u8], touched: &mut 
 /// the level they offer (RxO).
 pub(crate) type WriterMatch = (u32, Vec<(EndpointKey, DeliveryLevel)>);
 
-/// Splits the writers among `endpoints` (all of one topic) for a reader requesting
-/// `level`.
+/// Splits the writers among `endpoints` (all of one topic) in partitions that match
+/// `partition` for a reader requesting `level` (a writer in no common partition is not
+/// matched at all, compatible or not).
 fn split_writers<'a>(
     endpoints: impl Iterator<Item = (&'a EndpointKey, &'a Endpoint)>,
     level: DeliveryLevel,
+    partition: &Partition,
 ) -> WriterMatch {
     let mut compatible = 0;
     let mut incompatible = Vec::new();
-    for (k, e) in endpoints.filter(|(_, e)| !e.reader) {
+    for (k, e) in endpoints.filter(|(_, e)| !e.reader && partitions_match(&e.partition, partition))
+    {
         if e.level >= level {
             compatible += 1;
         } else {
@@ -364,21 +373,43 @@ fn split_writers<'a>(
     (compatible, incompatible)
 }
 
-/// The writers of `topic` a reader requesting `level` matches, from the endpoint table.
-pub(crate) fn writers_of(st: &State, topic: u64, level: DeliveryLevel) -> WriterMatch {
+/// The writers of `topic` a reader requesting `level` in `partition` matches, from the
+/// endpoint table.
+pub(crate) fn writers_of(
+    st: &State,
+    topic: u64,
+    level: DeliveryLevel,
+    partition: &Partition,
+) -> WriterMatch {
     split_writers(
         st.endpoints.iter().filter(|(_, e)| e.topic_id == topic),
         level,
+        partition,
     )
 }
 
-/// The readers of `topic` a writer offering `level` matches.
-pub(crate) fn readers_of(st: &State, topic: u64, level: DeliveryLevel) -> u32 {
-    count_readers(st.endpoints.values().filter(|e| e.topic_id == topic), level)
+/// The readers of `topic` a writer offering `level` in `partition` matches.
+pub(crate) fn readers_of(
+    st: &State,
+    topic: u64,
+    level: DeliveryLevel,
+    partition: &Partition,
+) -> u32 {
+    count_readers(
+        st.endpoints.values().filter(|e| e.topic_id == topic),
+        level,
+        partition,
+    )
 }
 
-fn count_readers<'a>(endpoints: impl Iterator<Item = &'a Endpoint>, level: DeliveryLevel) -> u32 {
-    endpoints.filter(|e| e.reader && e.level <= level).count() as u32
+fn count_readers<'a>(
+    endpoints: impl Iterator<Item = &'a Endpoint>,
+    level: DeliveryLevel,
+    partition: &Partition,
+) -> u32 {
+    endpoints
+        .filter(|e| e.reader && e.level <= level && partitions_match(&e.partition, partition))
+        .count() as u32
 }
 
 /// Recomputes the matched statuses of this node's readers and writers on `topics` (every
@@ -387,10 +418,10 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>) -> Rematched {
     let vid = st.view.as_ref().map_or(0, |v| v.vid);
     let wanted = |t: &u64| topics.is_none_or(|ts| ts.contains(t));
     // One pass over the table, grouped by the topics asked for.
-    let mut by_topic: BTreeMap<u64, BTreeMap<EndpointKey, Endpoint>> = BTreeMap::new();
+    let mut by_topic: BTreeMap<u64, BTreeMap<EndpointKey, &Endpoint>> = BTreeMap::new();
     for (k, e) in &st.endpoints {
         if wanted(&e.topic_id) {
-            by_topic.entry(e.topic_id).or_default().insert(*k, *e);
+            by_topic.entry(e.topic_id).or_default().insert(*k, e);
         }
     }
     let empty = BTreeMap::new();
@@ -398,7 +429,8 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>) -> Rematched {
     for (t, rs) in st.readers.iter().filter(|(t, _)| wanted(t)) {
         let eps = by_topic.get(t).unwrap_or(&empty);
         for r in rs {
-            let (compatible, incompatible) = split_writers(eps.iter(), r.level);
+            let (compatible, incompatible) =
+                split_writers(eps.iter().map(|(k, e)| (k, *e)), r.level, &r.partition);
             let mask = r.rematch(vid, compatible, &incompatible);
             if mask != StatusMask::NONE {
                 readers.push((Arc::clone(r), mask));
@@ -408,7 +440,10 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>) -> Rematched {
     let mut writers = Vec::new();
     for w in st.writers.values().filter(|w| wanted(&w.topic.topic_id)) {
         let eps = by_topic.get(&w.topic.topic_id).unwrap_or(&empty);
-        if w.on_view(vid, count_readers(eps.values(), w.level)) {
+        if w.on_view(
+            vid,
+            count_readers(eps.values().copied(), w.level, &w.partition),
+        ) {
             writers.push(Arc::clone(w));
         }
     }

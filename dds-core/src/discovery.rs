@@ -11,20 +11,29 @@
 //!
 //! An announcement is a [`SampleHeader`] (topic [`BUILTIN_TOPIC_ID`], kind Data while the
 //! entity lives and Dispose once deleted, the entity id as `writer_id`, `(node, entity)`
-//! as the instance key) followed by [`BODY_BYTES`]: the topic id, the role and the level.
-//! The announcing node is the message's sender, as the engine reports it.
+//! as the instance key) followed by [`BODY_BYTES`] — the topic id, the role and the level —
+//! and, when its publisher or subscriber is not in the default partition, the PARTITION
+//! names (a `u16` count, then each name as a `u16` length and its UTF-8 bytes; at most
+//! [`PARTITION_BYTES_MAX`] in all). The announcing node is the message's sender, as the
+//! engine reports it.
 //!
 //! ```
-//! use spindle_dds_core::discovery::{decode, encode, Endpoint};
-//! use spindle_qos::DeliveryLevel;
-//! let e = Endpoint { entity: 7, topic_id: 42, reader: true, level: DeliveryLevel::Atomic };
+//! use spindle_dds_core::discovery::{decode, encode, partition_tag, Endpoint};
+//! use spindle_qos::{DeliveryLevel, Partition};
+//! let partition = Partition { name: vec!["fleet/*".into(), "ground".into()] };
+//! let e = Endpoint { entity: 7, topic_id: 42, reader: true, level: DeliveryLevel::Atomic,
+//!     partition };
 //! let bytes = encode(3, &e, true);
-//! assert_eq!(decode(&bytes), Ok(Some((7, Some(e)))));
+//! assert_eq!(decode(&bytes), Ok(Some((7, Some(e.clone())))));
 //! assert_eq!(decode(&encode(3, &e, false)), Ok(Some((7, None))));
 //! assert!(decode(&bytes[..bytes.len() - 1]).is_err(), "truncated");
+//! // The default partition is tag 0 whichever way it is written.
+//! assert_eq!(partition_tag(&[]), 0);
+//! assert_eq!(partition_tag(&["".to_string()]), 0);
+//! assert_ne!(partition_tag(&e.partition.name), 0);
 //! ```
 
-use spindle_qos::DeliveryLevel;
+use spindle_qos::{DeliveryLevel, Partition};
 use spindle_topics::KeyHash;
 use spindle_transport_rdma::NodeId;
 
@@ -35,8 +44,11 @@ use crate::sample::{SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
 pub const BUILTIN_TOPIC_ID: u64 = 0xD5D5_0000_0000_0001;
 /// Bytes of an announcement after its header: topic id, role, level.
 pub const BODY_BYTES: usize = 8 + 1 + 1;
-/// Bytes of one announcement.
-pub const ANNOUNCEMENT_BYTES: usize = SAMPLE_HEADER_BYTES + BODY_BYTES;
+/// Largest announcement: the built-in subgroup's slot payload.
+pub const ANNOUNCEMENT_BYTES_MAX: usize = 1024;
+/// Most bytes an endpoint's PARTITION names take in its announcement (count and lengths
+/// included): what an announcement leaves after its header and body.
+pub const PARTITION_BYTES_MAX: usize = ANNOUNCEMENT_BYTES_MAX - SAMPLE_HEADER_BYTES - BODY_BYTES;
 const ROLE_WRITER: u8 = 0;
 const ROLE_READER: u8 = 1;
 
@@ -44,7 +56,7 @@ const ROLE_READER: u8 = 1;
 pub type EndpointKey = (NodeId, u32);
 
 /// One reader or writer, as its participant announces it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
     /// The entity's id within its participant.
     pub entity: u32,
@@ -54,8 +66,42 @@ pub struct Endpoint {
     pub reader: bool,
     /// The level it requests (reader) or offers (writer).
     pub level: DeliveryLevel,
+    /// Its subscriber's or publisher's PARTITION (no names: the default partition).
+    pub partition: Partition,
 }
 
+/// The tag a writer's samples carry for its PARTITION `names`: 0 for the default
+/// partition (no names, or only `""`), else a 32-bit FNV-1a of the names in order
+/// (never 0). Readers compare it with the tag of the names the writer announced.
+pub fn partition_tag(names: &[String]) -> u32 {
+    if names.iter().all(|n| n.is_empty()) {
+        return 0;
+    }
+    let mut h: u32 = 0x811c_9dc5;
+    for n in names {
+        for b in n.bytes().chain([0xff]) {
+            h ^= u32::from(b);
+            h = h.wrapping_mul(0x0100_0193);
+        }
+    }
+    h.max(1)
+}
+
+/// Bytes `names` take in an announcement; an error naming the bound when they exceed
+/// [`PARTITION_BYTES_MAX`] (or a name exceeds `u16::MAX` bytes).
+pub fn partition_bytes(names: &[String]) -> Result<usize, String> {
+    if names.is_empty() {
+        return Ok(0);
+    }
+    let n = 2 + names.iter().map(|n| 2 + n.len()).sum::<usize>();
+    if n > PARTITION_BYTES_MAX || names.len() > usize::from(u16::MAX) {
+        return Err(format!(
+            "PARTITION names take {n} bytes in the built-in announcement (2 per name plus \
+             the names, plus 2); at most {PARTITION_BYTES_MAX} (discovery::PARTITION_BYTES_MAX)"
+        ));
+    }
+    Ok(n)
+}
 /// The instance key of entity `entity` of node `node`.
 fn key(node: NodeId, entity: u32) -> KeyHash {
     let mut k = [0u8; 16];
@@ -79,16 +125,65 @@ pub fn encode(node: NodeId, e: &Endpoint, alive: bool) -> Vec<u8> {
         key_hash: key(node, e.entity),
         lifespan_ns: 0,
         ownership_strength: 0,
+        partition_tag: 0,
         level: DeliveryLevel::VolatileStore,
     };
-    let mut out = vec![0u8; ANNOUNCEMENT_BYTES];
     let mut head = [0u8; SAMPLE_HEADER_BYTES];
     h.encode(&mut head);
-    out[..SAMPLE_HEADER_BYTES].copy_from_slice(&head);
-    out[SAMPLE_HEADER_BYTES..SAMPLE_HEADER_BYTES + 8].copy_from_slice(&e.topic_id.to_le_bytes());
-    out[SAMPLE_HEADER_BYTES + 8] = if e.reader { ROLE_READER } else { ROLE_WRITER };
-    out[SAMPLE_HEADER_BYTES + 9] = e.level.to_u8();
+    let mut out = Vec::with_capacity(SAMPLE_HEADER_BYTES + BODY_BYTES);
+    out.extend_from_slice(&head);
+    out.extend_from_slice(&e.topic_id.to_le_bytes());
+    out.push(if e.reader { ROLE_READER } else { ROLE_WRITER });
+    out.push(e.level.to_u8());
+    let names = &e.partition.name;
+    if !names.is_empty() {
+        out.extend_from_slice(&(names.len() as u16).to_le_bytes());
+        for n in names {
+            out.extend_from_slice(&(n.len() as u16).to_le_bytes());
+            out.extend_from_slice(n.as_bytes());
+        }
+    }
+    // Invariant: entity creation refused names over PARTITION_BYTES_MAX (partition_bytes).
+    assert!(
+        out.len() <= ANNOUNCEMENT_BYTES_MAX,
+        "an announcement of {} bytes: its partitions were not checked",
+        out.len()
+    );
     out
+}
+
+/// The PARTITION names after an announcement's body (none: the default partition).
+fn decode_partitions(rest: &[u8]) -> Result<Vec<String>, String> {
+    if rest.is_empty() {
+        return Ok(Vec::new());
+    }
+    let short = |what: &str| format!("a built-in announcement cut short in its partition {what}");
+    let u16_at = |at: usize, what: &str| -> Result<usize, String> {
+        rest.get(at..at + 2)
+            .map(|b| usize::from(u16::from_le_bytes([b[0], b[1]])))
+            .ok_or_else(|| short(what))
+    };
+    let count = u16_at(0, "count")?;
+    let mut at = 2;
+    let mut names = Vec::with_capacity(count.min(rest.len() / 2));
+    for i in 0..count {
+        let len = u16_at(at, "name length")?;
+        let bytes = rest
+            .get(at + 2..at + 2 + len)
+            .ok_or_else(|| short(&format!("name {i}")))?;
+        let name = std::str::from_utf8(bytes).map_err(|_| {
+            format!("a built-in announcement whose partition name {i} is not UTF-8")
+        })?;
+        names.push(name.to_string());
+        at += 2 + len;
+    }
+    if at != rest.len() {
+        return Err(format!(
+            "a built-in announcement with {} bytes after its partition names",
+            rest.len() - at
+        ));
+    }
+    Ok(names)
 }
 
 /// Reads an announcement a peer sent: `Ok(None)` if the message is not of the built-in
@@ -102,12 +197,16 @@ pub fn decode(bytes: &[u8]) -> Result<Option<(u32, Option<Endpoint>)>, String> {
     if h.kind != SampleKind::Data {
         return Ok(Some((h.writer_id, None)));
     }
-    if body.len() != BODY_BYTES {
+    if body.len() < BODY_BYTES || body.len() > ANNOUNCEMENT_BYTES_MAX - SAMPLE_HEADER_BYTES {
         return Err(format!(
-            "a built-in announcement of {} bytes after its header, not {BODY_BYTES}",
-            body.len()
+            "a built-in announcement of {} bytes after its header: {BODY_BYTES} to {}",
+            body.len(),
+            ANNOUNCEMENT_BYTES_MAX - SAMPLE_HEADER_BYTES
         ));
     }
+    let partition = Partition {
+        name: decode_partitions(&body[BODY_BYTES..])?,
+    };
     let mut t = [0u8; 8];
     t.copy_from_slice(&body[..8]);
     let reader = match body[8] {
@@ -124,6 +223,7 @@ pub fn decode(bytes: &[u8]) -> Result<Option<(u32, Option<Endpoint>)>, String> {
             topic_id: u64::from_le_bytes(t),
             reader,
             level,
+            partition,
         }),
     )))
 }

@@ -93,9 +93,13 @@
 //!   LIFESPAN (each sample carries its writer's lifespan; readers drop it once
 //!   `source_timestamp + lifespan` passed) and
 //!   OWNERSHIP EXCLUSIVE (per instance, the strongest alive writer; the total order makes
-//!   every reader pick the same owner at the same sample). LIVELINESS leases (liveliness
-//!   here is membership in the view), PARTITION and PRESENTATION's coherent/ordered access
-//!   are checked and matched by the `qos` crate but not enforced yet.
+//!   every reader pick the same owner at the same sample), and PARTITION (a reader
+//!   matches and takes samples only of writers whose publisher shares a partition with its
+//!   subscriber, names and `fnmatch` wildcards; each sample carries its writer's
+//!   partition tag and each announcement its names, [`discovery`]; fixed when the
+//!   publisher or subscriber is created). LIVELINESS leases (liveliness here is membership
+//!   in the view) and PRESENTATION's coherent/ordered access are checked and matched by
+//!   the `qos` crate but not enforced yet.
 #![deny(missing_docs)]
 
 // The layers, bottom to top; a module uses only modules of lower layers (ARCHITECTURE.md;

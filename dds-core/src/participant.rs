@@ -14,6 +14,7 @@ use crate::clock::WallClock;
 use crate::common::{lock, TopicIdentity};
 use crate::config::{ParticipantConfig, Transport};
 use crate::declare::{dds_layout, subgroup_of, topic_id};
+use crate::discovery::partition_bytes;
 use crate::error::{Error, Result};
 use crate::inner::{check_level, ParticipantInner, TopicInner};
 use crate::publisher::Publisher;
@@ -347,6 +348,7 @@ impl DomainParticipant {
     pub fn create_publisher(&self, qos: PublisherQos) -> Result<Publisher> {
         self.inner.check_alive()?;
         qos.check()?;
+        partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
         Ok(Publisher {
             participant: Arc::clone(&self.inner),
             qos,
@@ -357,6 +359,7 @@ impl DomainParticipant {
     pub fn create_subscriber(&self, qos: SubscriberQos) -> Result<Subscriber> {
         self.inner.check_alive()?;
         qos.check()?;
+        partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
         Ok(Subscriber {
             participant: Arc::clone(&self.inner),
             qos,

@@ -58,7 +58,12 @@ impl Publisher {
             store_depth(&qos.history),
         )?;
         let sg = topic.inner.ident.subgroup;
-        let core = WriterCore::new(id, Arc::clone(&topic.inner.ident), qos);
+        let core = WriterCore::new(
+            id,
+            Arc::clone(&topic.inner.ident),
+            qos,
+            self.qos.partition.clone(),
+        );
         if let Some(period) = core.deadline_us {
             p.driver.start_deadline_timer(&p.shared, period);
         }

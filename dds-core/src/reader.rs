@@ -93,7 +93,12 @@ impl<T: TopicType> DataReader<T> {
             .subgroups
             .get(&self.core.subgroup)
             .is_some_and(|d| d.spec.members.contains(&me));
-        let (compatible, incompatible) = writers_of(&st, self.core.topic.topic_id, self.core.level);
+        let (compatible, incompatible) = writers_of(
+            &st,
+            self.core.topic.topic_id,
+            self.core.level,
+            &self.core.partition,
+        );
         let members: Vec<_> = st
             .view
             .as_ref()

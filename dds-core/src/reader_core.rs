@@ -2,16 +2,16 @@
 //! listener. The typed handle over it is [`crate::DataReader`]; the participant's shared
 //! state holds these cores, and the delivery path (`delivery.rs`) feeds them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use spindle_qos::{DataReaderQos, DeliveryLevel, QosPolicyId};
+use spindle_qos::{partitions_match, DataReaderQos, DeliveryLevel, Partition, QosPolicyId};
 
 use crate::cache::{Cache, Origin};
 use crate::clock::Clock;
 use crate::common::{lock, reason, TopicIdentity};
-use crate::discovery::{Endpoint, EndpointKey};
+use crate::discovery::{partition_tag, Endpoint, EndpointKey};
 use crate::sample::{InstanceHandle, SampleHeader, WriterHandle};
 use crate::status::{
     rematch, DeadlineMissedStatus, IncompatibleQosStatus, LivelinessChangedStatus, MatchedStatus,
@@ -41,6 +41,10 @@ pub(crate) struct ReaderCore {
     pub(crate) subgroup: spindle_group::SubgroupId,
     /// The delivery level it requests (fixed once enabled).
     pub(crate) level: DeliveryLevel,
+    /// Its subscriber's PARTITION when it was created.
+    pub(crate) partition: Partition,
+    /// Whether that partition matches the default one (samples with partition tag 0).
+    default_partition: bool,
     pub(crate) qos: DataReaderQos,
     pub(crate) cache: Mutex<Cache>,
     pub(crate) status: Mutex<Statuses>,
@@ -57,6 +61,7 @@ impl ReaderCore {
             topic_id: self.topic.topic_id,
             reader: true,
             level: self.level,
+            partition: self.partition.clone(),
         }
     }
 
@@ -65,9 +70,12 @@ impl ReaderCore {
         topic: Arc<TopicIdentity>,
         qos: DataReaderQos,
         clock: Arc<dyn Clock>,
+        partition: Partition,
     ) -> Arc<ReaderCore> {
         Arc::new(ReaderCore {
             id,
+            default_partition: partitions_match(&Partition::default(), &partition),
+            partition,
             subgroup: topic.subgroup,
             level: qos.delivery_level(),
             topic,
@@ -88,6 +96,23 @@ impl ReaderCore {
             matched: AtomicBool::new(false),
             listener: Mutex::new(None),
             deleted: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether a sample with header `h`, sent by `sender`, is in a partition this reader
+    /// matches: the default partition (tag 0) when its subscriber's matches it; another
+    /// when the writer's announced names (`writer`, if the endpoint table has it) carry
+    /// the sample's tag and match. A sample of a writer not yet announced here, or written
+    /// under names it has since changed, is not taken (as a DDS reader takes nothing from
+    /// a writer before they match).
+    pub(crate) fn accepts(&self, h: &SampleHeader, writer: Option<&Endpoint>) -> bool {
+        if h.partition_tag == 0 {
+            return self.default_partition;
+        }
+        writer.is_some_and(|w| {
+            !w.reader
+                && partition_tag(&w.partition.name) == h.partition_tag
+                && partitions_match(&w.partition, &self.partition)
         })
     }
 
@@ -135,15 +160,21 @@ impl ReaderCore {
 
     /// Loads this topic's samples from a store; true if any.
     /// Only a reader that requests a store level (DURABILITY TRANSIENT_LOCAL or above)
-    /// gets history, and only samples offered at the level it requests.
-    pub(crate) fn prime(&self, store: &Store) -> bool {
+    /// gets history, and only samples offered at the level it requests, in partitions it
+    /// matches ([`ReaderCore::accepts`], by the writers in `endpoints`: the history of a
+    /// writer deleted since, outside the default partition, goes with it, as a DDS
+    /// writer's TRANSIENT_LOCAL history does).
+    pub(crate) fn prime(&self, store: &Store, endpoints: &BTreeMap<EndpointKey, Endpoint>) -> bool {
         if !self.level.keeps_history() {
             return false;
         }
         let mut any = false;
         for s in store.iter() {
             if let Ok((h, payload)) = SampleHeader::decode(&s.bytes) {
-                if h.topic_id == self.topic.topic_id && h.level >= self.level {
+                if h.topic_id == self.topic.topic_id
+                    && h.level >= self.level
+                    && self.accepts(&h, endpoints.get(&(s.origin.node, h.writer_id)))
+                {
                     any |= self.insert(&h, payload, s.origin);
                 }
             }

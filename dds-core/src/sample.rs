@@ -65,6 +65,10 @@ pub struct SampleHeader {
     /// subgroup, so a reader takes a sample only if this is at least what it requests
     /// (RxO), and a store keeps it only at a store level.
     pub level: DeliveryLevel,
+    /// The writer's PARTITION when it wrote, as [`crate::discovery::partition_tag`] of
+    /// its publisher's names (0: the default partition). A reader takes the sample only
+    /// if the writer's announced names carry this tag and match its subscriber's.
+    pub partition_tag: u32,
 }
 
 impl SampleHeader {
@@ -81,7 +85,7 @@ impl SampleHeader {
         out[32..48].copy_from_slice(&self.key_hash.0);
         out[48..56].copy_from_slice(&self.lifespan_ns.to_le_bytes());
         out[56..60].copy_from_slice(&self.ownership_strength.to_le_bytes());
-        out[60..64].copy_from_slice(&[0; 4]);
+        out[60..64].copy_from_slice(&self.partition_tag.to_le_bytes());
     }
 
     /// Reads a header from a message a peer sent; the rest of `bytes` is the payload.
@@ -122,6 +126,7 @@ impl SampleHeader {
                 lifespan_ns: u64_at(48),
                 ownership_strength: u32_at(56) as i32,
                 level,
+                partition_tag: u32_at(60),
             },
             &bytes[SAMPLE_HEADER_BYTES..],
         ))
@@ -267,6 +272,7 @@ mod tests {
             key_hash: KeyHash([3; 16]),
             lifespan_ns: 0,
             ownership_strength: 0,
+            partition_tag: 0x0102_0304,
             level: DeliveryLevel::VolatileStore,
         };
         let mut b = [0u8; SAMPLE_HEADER_BYTES];

@@ -171,6 +171,7 @@ mod tests {
             key_hash: KeyHash([key; 16]),
             lifespan_ns: 0,
             ownership_strength: 0,
+            partition_tag: 0,
             level: spindle_qos::DeliveryLevel::VolatileStore,
         };
         let mut b = [0u8; SAMPLE_HEADER_BYTES];

@@ -71,7 +71,12 @@ impl<T: TopicType> DataWriter<T> {
         let p = &self.topic.participant;
         let st = lock(&p.shared.state);
         let vid = st.view.as_ref().map_or(0, |v| v.vid);
-        let readers = readers_of(&st, self.core.topic.topic_id, self.core.level);
+        let readers = readers_of(
+            &st,
+            self.core.topic.topic_id,
+            self.core.level,
+            &self.core.partition,
+        );
         drop(st);
         self.core.on_view(vid, readers);
     }
@@ -334,6 +339,7 @@ impl<T: TopicType> DataWriter<T> {
             lifespan_ns: self.core.lifespan_ns.load(Ordering::Relaxed),
             ownership_strength: self.core.strength.load(Ordering::Relaxed),
             level: self.core.level,
+            partition_tag: self.core.partition_tag,
         };
         let mut hb = [0u8; SAMPLE_HEADER_BYTES];
         h.encode(&mut hb);

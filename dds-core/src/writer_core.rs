@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use spindle_qos::{DataWriterQos, DeliveryLevel};
+use spindle_qos::{DataWriterQos, DeliveryLevel, Partition};
 
 use crate::common::{lock, TopicIdentity};
-use crate::discovery::Endpoint;
+use crate::discovery::{partition_tag, Endpoint};
 use crate::sample::InstanceHandle;
 use crate::status::{rematch, DeadlineMissedStatus, MatchedStatus};
 
@@ -23,6 +23,9 @@ pub(crate) struct WriterCore {
     pub(crate) subgroup: spindle_group::SubgroupId,
     /// The delivery level it offers (RELIABILITY and DURABILITY: fixed once enabled).
     pub(crate) level: DeliveryLevel,
+    /// Its publisher's PARTITION when it was created, and the tag its samples carry.
+    pub(crate) partition: Partition,
+    pub(crate) partition_tag: u32,
     pub(crate) qos: Mutex<DataWriterQos>,
     pub(crate) seq: AtomicU64,
     pub(crate) write_lock: Mutex<Vec<u8>>,
@@ -50,16 +53,24 @@ impl WriterCore {
             topic_id: self.topic.topic_id,
             reader: false,
             level: self.level,
+            partition: self.partition.clone(),
         }
     }
 
-    pub(crate) fn new(id: u32, topic: Arc<TopicIdentity>, qos: DataWriterQos) -> Arc<WriterCore> {
+    pub(crate) fn new(
+        id: u32,
+        topic: Arc<TopicIdentity>,
+        qos: DataWriterQos,
+        partition: Partition,
+    ) -> Arc<WriterCore> {
         let blocking = blocking_us(&qos);
         let lifespan = lifespan_ns(&qos);
         let strength = qos.ownership_strength.value;
         let deadline_period = qos.deadline.period;
         Arc::new(WriterCore {
             id,
+            partition_tag: partition_tag(&partition.name),
+            partition,
             subgroup: topic.subgroup,
             level: qos.delivery_level(),
             topic,

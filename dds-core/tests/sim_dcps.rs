@@ -929,3 +929,92 @@ fn raw_cdr_writers_and_readers_share_a_topic_with_typed_ones() {
         },
     );
 }
+
+/// PARTITION is enforced, not only parsed: readers match and receive only the writers
+/// whose publisher shares a partition with their subscriber (names, `fnmatch` wildcards,
+/// the default partition), matched statuses count only those, and a reader in a
+/// partition nobody writes gets nothing. The wildcard reader sees both writers' samples
+/// in the one total order the others see them in.
+#[test]
+fn partitions_decide_which_writers_a_reader_matches_and_hears() {
+    use spindle_qos::{Partition, PublisherQos, SubscriberQos};
+    for_seeds(
+        "partitions_decide_which_writers_a_reader_matches_and_hears",
+        |seed| {
+            let (d, ps) = domain(seed, 3);
+            let part = |names: &[&str]| Partition {
+                name: names.iter().map(|n| n.to_string()).collect(),
+            };
+            let reader_in = |p: &DomainParticipant, names: &[&str]| {
+                let t = p.create_topic::<KeyedString>("P", atomic()).unwrap();
+                let sub = p
+                    .create_subscriber(SubscriberQos {
+                        partition: part(names),
+                        ..Default::default()
+                    })
+                    .unwrap();
+                sub.create_datareader(&t, keep_all(&atomic())).unwrap()
+            };
+            let writer_in = |p: &DomainParticipant, names: &[&str]| {
+                let t = p.create_topic::<KeyedString>("P", atomic()).unwrap();
+                let publisher = p
+                    .create_publisher(PublisherQos {
+                        partition: part(names),
+                        ..Default::default()
+                    })
+                    .unwrap();
+                publisher
+                    .create_datawriter(&t, DataWriterQos::default())
+                    .unwrap()
+            };
+            let r_a = reader_in(&ps[1], &["A"]);
+            let r_default = reader_in(&ps[1], &[]);
+            let r_wild = reader_in(&ps[2], &["*"]);
+            let r_b = reader_in(&ps[2], &["B", "C?"]);
+            let w_a = writer_in(&ps[0], &["A", "Z"]);
+            let w_default = writer_in(&ps[0], &[]);
+            for i in 0..3 {
+                w_a.write(&ks("k", format!("a{i}"))).unwrap();
+                w_default.write(&ks("k", format!("d{i}"))).unwrap();
+            }
+            let wild = take_n(&d, &r_wild, 6);
+            let a = take_n(&d, &r_a, 3);
+            let default = take_n(&d, &r_default, 3);
+            d.run_for(50_000);
+            assert_eq!(values(&a), ["a0", "a1", "a2"], "seed {seed}");
+            assert_eq!(values(&default), ["d0", "d1", "d2"], "seed {seed}");
+            let wild = values(&wild);
+            assert_eq!(wild.len(), 6, "seed {seed}: {wild:?}");
+            assert!(
+                r_a.take(usize::MAX, StateMask::ANY).unwrap().is_empty()
+                    && r_default
+                        .take(usize::MAX, StateMask::ANY)
+                        .unwrap()
+                        .is_empty()
+                    && r_b.take(usize::MAX, StateMask::ANY).unwrap().is_empty(),
+                "seed {seed}: a sample reached a reader outside its writer's partitions"
+            );
+            let counts = [&r_a, &r_default, &r_wild, &r_b]
+                .map(|r| r.subscription_matched_status().current_count);
+            assert_eq!(
+                counts,
+                [1, 1, 2, 0],
+                "seed {seed}: readers' matched writers"
+            );
+            let counts = [&w_a, &w_default].map(|w| w.publication_matched_status().current_count);
+            assert_eq!(counts, [2, 2], "seed {seed}: writers' matched readers");
+            // Names that do not fit the built-in announcement are refused up front.
+            let huge = vec!["x".repeat(600), "y".repeat(600)];
+            let e = ps[0]
+                .create_publisher(PublisherQos {
+                    partition: Partition { name: huge },
+                    ..Default::default()
+                })
+                .unwrap_err();
+            assert!(
+                e.to_string().contains("PARTITION_BYTES_MAX"),
+                "seed {seed}: {e}"
+            );
+        },
+    );
+}

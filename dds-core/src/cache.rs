@@ -105,6 +105,10 @@ struct Instance {
     /// TIME_BASED_FILTER.
     last_kept_us: Option<u64>,
     state: InstanceState,
+    /// When it left ALIVE (µs on the process clock), for READER_DATA_LIFECYCLE.
+    not_alive_since_us: Option<u64>,
+    /// The newest source timestamp kept, for DESTINATION_ORDER BY_SOURCE_TIMESTAMP.
+    newest_source_ns: Option<i64>,
     new: bool,
     disposed_generation_count: u32,
     no_writers_generation_count: u32,
@@ -136,6 +140,14 @@ pub struct Cache {
     minimum_separation_us: u64,
     /// OWNERSHIP EXCLUSIVE: per instance, only the strongest alive writer's samples.
     exclusive: bool,
+    /// DESTINATION_ORDER BY_SOURCE_TIMESTAMP: per instance, a sample older (by source
+    /// timestamp) than the newest kept is dropped.
+    by_source_timestamp: bool,
+    /// READER_DATA_LIFECYCLE: µs after an instance became NOT_ALIVE_NO_WRITERS,
+    /// respectively NOT_ALIVE_DISPOSED, its samples and the instance are purged (`None`:
+    /// never).
+    autopurge_nowriter_us: Option<u64>,
+    autopurge_disposed_us: Option<u64>,
     /// Where "now" comes from (LIFESPAN, TIME_BASED_FILTER).
     clock: Arc<dyn Clock>,
     /// Payload buffers given back after `take` (and by evictions), reused by `insert` so
@@ -174,6 +186,9 @@ impl Cache {
             deadline_us: None,
             minimum_separation_us: 0,
             exclusive: false,
+            by_source_timestamp: false,
+            autopurge_nowriter_us: None,
+            autopurge_disposed_us: None,
             clock,
             spare: Vec::new(),
             spare_bytes: 0,
@@ -219,15 +234,54 @@ impl Cache {
         self.exclusive = on;
     }
 
-    /// Drops samples whose LIFESPAN has passed.
+    /// Sets DESTINATION_ORDER: with `by_source_timestamp`, per instance, a sample whose
+    /// source timestamp is older than the newest one kept is dropped (not rejected), so
+    /// the instance's value is the one written last by the writers' clocks.
+    pub fn set_by_source_timestamp(&mut self, on: bool) {
+        self.by_source_timestamp = on;
+    }
+
+    /// Sets READER_DATA_LIFECYCLE: how long after an instance lost its last writer
+    /// (`nowriter_us`), or was disposed (`disposed_us`), its samples — read or not — and
+    /// the instance itself are purged (`None`: kept until taken).
+    pub fn set_autopurge_us(&mut self, nowriter_us: Option<u64>, disposed_us: Option<u64>) {
+        self.autopurge_nowriter_us = nowriter_us;
+        self.autopurge_disposed_us = disposed_us;
+    }
+
+    /// Drops samples whose LIFESPAN has passed, and those of instances whose
+    /// READER_DATA_LIFECYCLE autopurge delay has passed (with the instances).
     fn purge_expired(&mut self) {
         let now = self.clock.wall_ns();
+        let now_us = self.clock.now_us();
+        let (nowriter, disposed) = (self.autopurge_nowriter_us, self.autopurge_disposed_us);
+        let purged: BTreeSet<InstanceHandle> = if nowriter.is_none() && disposed.is_none() {
+            BTreeSet::new()
+        } else {
+            self.instances
+                .iter()
+                .filter(|(_, i)| {
+                    let delay = match i.state {
+                        InstanceState::Alive => None,
+                        InstanceState::NotAliveNoWriters => nowriter,
+                        InstanceState::NotAliveDisposed => disposed,
+                    };
+                    delay
+                        .zip(i.not_alive_since_us)
+                        .is_some_and(|(d, since)| now_us.saturating_sub(since) >= d)
+                })
+                .map(|(h, _)| *h)
+                .collect()
+        };
         let expired: Vec<(u64, InstanceHandle)> = self
             .samples
             .iter()
-            .filter(|(_, e)| e.expires_ns.is_some_and(|x| x <= now))
+            .filter(|(_, e)| e.expires_ns.is_some_and(|x| x <= now) || purged.contains(&e.instance))
             .map(|(a, e)| (*a, e.instance))
             .collect();
+        for h in &purged {
+            self.instances.remove(h);
+        }
         for (a, i) in expired {
             if let Some(e) = self.samples.remove(&a) {
                 self.recycle([e.payload]);
@@ -339,6 +393,14 @@ impl Cache {
         if expires_ns.is_some_and(|x| x <= self.clock.wall_ns()) {
             return Ok(false);
         }
+        if self.by_source_timestamp
+            && self.instances.get(&handle).is_some_and(|i| {
+                i.newest_source_ns
+                    .is_some_and(|newest| h.source_timestamp_ns < newest)
+            })
+        {
+            return Ok(false);
+        }
         if self.exclusive && h.kind != SampleKind::Unregister {
             let w = WriterHandle {
                 node: o.node,
@@ -387,6 +449,8 @@ impl Cache {
                     last_kept_us: None,
                     owner: None,
                     state: InstanceState::Alive,
+                    not_alive_since_us: None,
+                    newest_source_ns: None,
                     new: true,
                     disposed_generation_count: 0,
                     no_writers_generation_count: 0,
@@ -447,13 +511,19 @@ impl Cache {
                     InstanceState::Alive => {}
                 }
                 inst.state = InstanceState::Alive;
+                inst.not_alive_since_us = None;
                 inst.writers.insert(writer);
                 inst.last_kept_us = Some(now);
                 if let Some(period) = self.deadline_us {
                     inst.deadline_at_us = Some(now.saturating_add(period));
                 }
             }
-            SampleKind::Dispose => inst.state = InstanceState::NotAliveDisposed,
+            SampleKind::Dispose => {
+                if inst.state != InstanceState::NotAliveDisposed {
+                    inst.not_alive_since_us = Some(now);
+                }
+                inst.state = InstanceState::NotAliveDisposed;
+            }
             SampleKind::Unregister => {
                 inst.writers.remove(&writer);
                 if inst.owner.is_some_and(|(o, _)| o == writer) {
@@ -461,9 +531,11 @@ impl Cache {
                 }
                 if inst.writers.is_empty() && inst.state == InstanceState::Alive {
                     inst.state = InstanceState::NotAliveNoWriters;
+                    inst.not_alive_since_us = Some(now);
                 }
             }
         }
+        inst.newest_source_ns = inst.newest_source_ns.max(Some(h.source_timestamp_ns));
         let arrival = self.next_arrival;
         self.next_arrival += 1;
         inst.arrivals.push_back(arrival);
@@ -499,6 +571,7 @@ impl Cache {
     /// Writers in `gone` left the domain: instances only they wrote lose their writers
     /// (NOT_ALIVE_NO_WRITERS), as if they had unregistered.
     pub fn writers_gone(&mut self, gone: &dyn Fn(&WriterHandle) -> bool) {
+        let now_us = self.clock.now_us();
         for inst in self.instances.values_mut() {
             let before = inst.writers.len();
             inst.writers.retain(|w| !gone(w));
@@ -507,6 +580,7 @@ impl Cache {
             }
             if before > 0 && inst.writers.is_empty() && inst.state == InstanceState::Alive {
                 inst.state = InstanceState::NotAliveNoWriters;
+                inst.not_alive_since_us = Some(now_us);
             }
         }
     }

@@ -97,7 +97,11 @@
 //!   matches and takes samples only of writers whose publisher shares a partition with its
 //!   subscriber, names and `fnmatch` wildcards; each sample carries its writer's
 //!   partition tag and each announcement its names, [`discovery`]; fixed when the
-//!   publisher or subscriber is created). LIVELINESS leases (liveliness here is membership
+//!   publisher or subscriber is created), DESTINATION_ORDER BY_SOURCE_TIMESTAMP (per
+//!   instance, a sample stamped before the newest one kept is dropped) and
+//!   READER_DATA_LIFECYCLE (a disposed instance, or one without writers, is purged with
+//!   its samples once its autopurge delay passed; observed at the next read or take).
+//!   LIVELINESS leases (liveliness here is membership
 //!   in the view) and PRESENTATION's coherent/ordered access are checked and matched by
 //!   the `qos` crate but not enforced yet.
 #![deny(missing_docs)]

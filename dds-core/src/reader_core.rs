@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use spindle_qos::{partitions_match, DataReaderQos, DeliveryLevel, Partition, QosPolicyId};
+use spindle_qos::{
+    partitions_match, DataReaderQos, DeliveryLevel, DestinationOrderKind, Partition, QosPolicyId,
+};
 
 use crate::cache::{Cache, Origin};
 use crate::clock::Clock;
@@ -83,6 +85,14 @@ impl ReaderCore {
                 let mut c = Cache::with_clock(qos.history, qos.resource_limits, clock);
                 c.set_deadline_us(qos.deadline.period.to_std().map(|d| d.as_micros() as u64));
                 c.set_exclusive(qos.ownership.kind == spindle_qos::OwnershipKind::Exclusive);
+                c.set_by_source_timestamp(
+                    qos.destination_order.kind == DestinationOrderKind::BySourceTimestamp,
+                );
+                let us = |d: spindle_qos::Duration| d.to_std().map(|d| d.as_micros() as u64);
+                c.set_autopurge_us(
+                    us(qos.reader_data_lifecycle.autopurge_nowriter_samples_delay),
+                    us(qos.reader_data_lifecycle.autopurge_disposed_samples_delay),
+                );
                 c.set_minimum_separation_us(
                     qos.time_based_filter
                         .minimum_separation

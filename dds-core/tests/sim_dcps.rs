@@ -1018,3 +1018,120 @@ fn partitions_decide_which_writers_a_reader_matches_and_hears() {
         },
     );
 }
+
+/// DESTINATION_ORDER BY_SOURCE_TIMESTAMP is enforced: per instance, a sample stamped
+/// earlier than the newest one a reader kept is dropped there (a BY_RECEPTION reader keeps
+/// it), so the instance ends with the value written last by the writers' clocks. Every
+/// reader sees the same order, so every BY_SOURCE reader drops the same samples.
+#[test]
+fn destination_order_by_source_timestamp_drops_older_samples_per_instance() {
+    use spindle_qos::{DestinationOrder, DestinationOrderKind};
+    for_seeds(
+        "destination_order_by_source_timestamp_drops_older_samples_per_instance",
+        |seed| {
+            let (d, ps) = domain(seed, 3);
+            let by_source = |p: &DomainParticipant| {
+                let mut q = keep_all(&atomic());
+                q.destination_order = DestinationOrder {
+                    kind: DestinationOrderKind::BySourceTimestamp,
+                };
+                reader(p, "D", q)
+            };
+            let (s1, s2) = (by_source(&ps[1]), by_source(&ps[2]));
+            let by_reception = reader(&ps[2], "D", keep_all(&atomic()));
+            let (w0, w1) = (
+                writer(&ps[0], "D", DataWriterQos::default()),
+                writer(&ps[1], "D", DataWriterQos::default()),
+            );
+            let t = SIM_EPOCH_NS;
+            w0.write_w_timestamp(&ks("k", "late clock"), t + 2_000)
+                .unwrap();
+            take_n(&d, &by_reception, 1);
+            w1.write_w_timestamp(&ks("k", "early clock"), t + 1_000)
+                .unwrap();
+            w1.write_w_timestamp(&ks("j", "other instance"), t + 1_000)
+                .unwrap();
+            w1.write_w_timestamp(&ks("k", "latest"), t + 3_000).unwrap();
+            assert_eq!(
+                values(&take_n(&d, &by_reception, 3)),
+                ["early clock", "other instance", "latest"],
+                "seed {seed}: BY_RECEPTION keeps every sample"
+            );
+            d.run_for(10_000);
+            for r in [&s1, &s2] {
+                assert_eq!(
+                    values(&r.take(usize::MAX, StateMask::ANY).unwrap()),
+                    ["late clock", "other instance", "latest"],
+                    "seed {seed}: BY_SOURCE drops the sample stamped before the newest"
+                );
+            }
+        },
+    );
+}
+
+/// READER_DATA_LIFECYCLE is enforced in virtual time: a disposed instance's samples (and
+/// an instance whose writer unregistered it) are purged once the autopurge delay passed —
+/// read or not — while a reader with the default (infinite) delays keeps them.
+#[test]
+fn reader_data_lifecycle_autopurges_after_its_delays() {
+    use spindle_qos::{Duration as QosDuration, ReaderDataLifecycle};
+    for_seeds(
+        "reader_data_lifecycle_autopurges_after_its_delays",
+        |seed| {
+            let (d, ps) = domain(seed, 2);
+            let mut q = keep_all(&atomic());
+            q.reader_data_lifecycle = ReaderDataLifecycle {
+                autopurge_nowriter_samples_delay: QosDuration::from_millis(300),
+                autopurge_disposed_samples_delay: QosDuration::from_millis(100),
+            };
+            let purging = reader(&ps[1], "A", q);
+            let keeping = reader(&ps[1], "A", keep_all(&atomic()));
+            // Unregistering must not dispose (the default WRITER_DATA_LIFECYCLE does).
+            let mut wq = DataWriterQos::default();
+            wq.writer_data_lifecycle.autodispose_unregistered_instances = false;
+            let w = writer(&ps[0], "A", wq);
+            w.write(&ks("disposed", "d")).unwrap();
+            w.write(&ks("unregistered", "u")).unwrap();
+            w.write(&ks("alive", "a")).unwrap();
+            w.dispose(&ks("disposed", "")).unwrap();
+            w.unregister_instance(&ks("unregistered", "")).unwrap();
+            // A read (not a take) leaves the samples in both caches.
+            let seen = |r: &DataReader<KeyedString>| {
+                let mut keys: Vec<String> = r
+                    .read(usize::MAX, StateMask::ANY)
+                    .unwrap()
+                    .iter()
+                    .filter_map(|s| s.data.as_ref().map(|d| d.key.clone()))
+                    .collect();
+                keys.sort();
+                keys
+            };
+            let all = ["alive", "disposed", "unregistered"];
+            assert!(
+                d.run_until(ROUNDS_MAX, || seen(&purging).len() == 3),
+                "seed {seed}: samples arrive"
+            );
+            d.run_for(200_000);
+            assert_eq!(
+                seen(&purging),
+                ["alive", "unregistered"],
+                "seed {seed}: 200 ms"
+            );
+            d.run_for(200_000);
+            assert_eq!(seen(&purging), ["alive"], "seed {seed}: 400 ms");
+            assert_eq!(seen(&keeping), all, "seed {seed}: infinite delays keep all");
+            // A purged instance is forgotten: new data makes it NEW and ALIVE again.
+            w.write(&ks("disposed", "again")).unwrap();
+            let again = take_n(&d, &purging, 2);
+            let back = again
+                .iter()
+                .find(|s| s.data.as_ref().is_some_and(|v| v.value == "again"))
+                .expect("the new sample");
+            assert_eq!(
+                (back.info.view_state, back.info.disposed_generation_count),
+                (spindle_dds_core::ViewState::New, 0),
+                "seed {seed}"
+            );
+        },
+    );
+}

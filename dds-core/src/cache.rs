@@ -384,6 +384,10 @@ impl Cache {
         o: Origin,
         now_us: u64,
     ) -> Result<bool, Rejected> {
+        if h.kind == SampleKind::Liveliness {
+            // A lease renewal, not a sample (the delivery path handles it).
+            return Ok(false);
+        }
         let handle = InstanceHandle(h.key_hash);
         let now = now_us;
         let expires_ns = (h.lifespan_ns > 0).then(|| {
@@ -534,6 +538,7 @@ impl Cache {
                     inst.not_alive_since_us = Some(now);
                 }
             }
+            SampleKind::Liveliness => {}
         }
         inst.newest_source_ns = inst.newest_source_ns.max(Some(h.source_timestamp_ns));
         let arrival = self.next_arrival;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use spindle_group::runtime::Application;
 use spindle_group::{DeliveryBatch, SubgroupId, ViewInstalled};
-use spindle_qos::{partitions_match, DeliveryLevel, Partition};
+use spindle_qos::{partitions_match, DeliveryLevel, LivelinessKind, Partition};
 use spindle_transport_rdma::NodeId;
 
 use crate::cache::Origin;
@@ -22,7 +22,7 @@ use crate::condition::notify_all;
 use crate::declare::{dds_subgroups, BUILTIN_SUBGROUP};
 use crate::discovery::{self, Endpoint, EndpointKey};
 use crate::reader_core::ReaderCore;
-use crate::sample::{SampleHeader, WriterHandle};
+use crate::sample::{SampleHeader, SampleKind, WriterHandle};
 use crate::shared::{Shared, State};
 use crate::status::StatusMask;
 use crate::store::Store;
@@ -68,6 +68,7 @@ impl Application for DdsApp {
         set_delivery_thread(true);
         let sg = batch.subgroup();
         let mut got: Vec<Arc<ReaderCore>> = Vec::new();
+        let mut revived: Vec<(Arc<ReaderCore>, StatusMask)> = Vec::new();
         let mut announced = BTreeSet::new();
         let rematched;
         {
@@ -91,7 +92,7 @@ impl Application for DdsApp {
                     view_id: vid,
                     order_index: m.global_index,
                 };
-                if keeps && h.level.keeps_history() {
+                if keeps && h.level.keeps_history() && h.kind != SampleKind::Liveliness {
                     st.stores
                         .entry(sg)
                         .or_default()
@@ -107,10 +108,25 @@ impl Application for DdsApp {
             let mut topics: Vec<u64> = items.iter().map(|(h, _, _)| h.topic_id).collect();
             topics.sort_unstable();
             topics.dedup();
+            let mut now_us = None;
             for t in topics {
                 let Some(rs) = st.readers.get(&t) else {
                     continue;
                 };
+                // Every sample or assertion of a writer renews its LIVELINESS lease.
+                for r in rs.iter().filter(|r| r.subgroup == sg && r.has_leases()) {
+                    let now = *now_us.get_or_insert_with(|| self.shared.clock.now_us());
+                    for (h, _, o) in items.iter().filter(|(h, _, _)| h.topic_id == t) {
+                        let w = WriterHandle {
+                            node: o.node,
+                            writer_id: h.writer_id,
+                        };
+                        let m = r.heard_from(w, now);
+                        if m != StatusMask::NONE {
+                            revived.push((Arc::clone(r), m));
+                        }
+                    }
+                }
                 for r in rs.iter().filter(|r| r.subgroup == sg && r.is_member()) {
                     // Only its topic's samples, offered at the level it requests (RxO),
                     // in a partition it matches.
@@ -131,16 +147,17 @@ impl Application for DdsApp {
             rematched = if announced.is_empty() {
                 (Vec::new(), Vec::new())
             } else {
-                rematch_local(&st, Some(&announced))
+                rematch_local(&st, Some(&announced), &self.shared)
             };
         }
-        if !announced.is_empty() {
+        if !announced.is_empty() || !revived.is_empty() {
             // Matched statuses may have changed: StatusConditions wake now (rare).
             self.shared.view_changed.notify_all();
             notify_all();
         }
         self.data_available.extend(got);
         fire(rematched);
+        fire((revived, Vec::new()));
     }
 
     fn round_end(&mut self) {
@@ -238,7 +255,7 @@ impl Application for DdsApp {
             st.endpoints
                 .retain(|(node, _), _| view.members.contains(node));
             st.view = Some(view);
-            rematched = rematch_local(&st, None);
+            rematched = rematch_local(&st, None, &self.shared);
         }
         self.shared.view_changed.notify_all();
         notify_all();
@@ -290,7 +307,7 @@ impl Application for DdsApp {
             }
             st.stores.insert(subgroup, store);
             st.awaiting_state.remove(&subgroup);
-            rematched = rematch_local(&st, None);
+            rematched = rematch_local(&st, None, &self.shared);
         }
         self.shared.view_changed.notify_all();
         notify_all();
@@ -413,8 +430,10 @@ fn count_readers<'a>(
 }
 
 /// Recomputes the matched statuses of this node's readers and writers on `topics` (every
-/// topic: `None`) from the endpoint table.
-fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>) -> Rematched {
+/// topic: `None`) from the endpoint table, and the writer leases its readers watch (from
+/// now for writers newly matched, with the participant's timer asked to check them).
+fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>, shared: &Shared) -> Rematched {
+    let now_us = shared.clock.now_us();
     let vid = st.view.as_ref().map_or(0, |v| v.vid);
     let wanted = |t: &u64| topics.is_none_or(|ts| ts.contains(t));
     // One pass over the table, grouped by the topics asked for.
@@ -431,6 +450,11 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>) -> Rematched {
         for r in rs {
             let (compatible, incompatible) =
                 split_writers(eps.iter().map(|(k, e)| (k, *e)), r.level, &r.partition);
+            let leased = leased_writers(eps, r);
+            if let Some(shortest) = leased.iter().map(|(_, _, l)| *l).min() {
+                shared.want_timer(shortest);
+            }
+            r.watch_leases(&leased, now_us);
             let mask = r.rematch(vid, compatible, &incompatible);
             if mask != StatusMask::NONE {
                 readers.push((Arc::clone(r), mask));
@@ -450,9 +474,33 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>) -> Rematched {
     (readers, writers)
 }
 
+/// The matched writers of `r` (among `eps`, one topic's endpoints) with a MANUAL
+/// LIVELINESS and a finite lease, which it watches.
+fn leased_writers(
+    eps: &BTreeMap<EndpointKey, &Endpoint>,
+    r: &ReaderCore,
+) -> Vec<(WriterHandle, LivelinessKind, u64)> {
+    eps.iter()
+        .filter(|(_, e)| {
+            !e.reader
+                && e.level >= r.level
+                && e.liveliness != LivelinessKind::Automatic
+                && partitions_match(&e.partition, &r.partition)
+        })
+        .filter_map(|((node, id), e)| {
+            let w = WriterHandle {
+                node: *node,
+                writer_id: *id,
+            };
+            e.lease_us.map(|l| (w, e.liveliness, l))
+        })
+        .collect()
+}
+
 /// The passing of time up to `now_us` on the participant's clock: counts the instances
-/// of readers and writers that went a DEADLINE period without data and calls the
-/// listeners. The deadline timer thread calls it every tick; the simulation every round.
+/// of readers and writers that went a DEADLINE period without data, and the LIVELINESS
+/// leases that passed unrenewed (a reader's matched writers, a writer's own), and calls
+/// the listeners. The timer thread calls it every tick; the simulation every round.
 pub(crate) fn handle_timeout(shared: &Shared, now_us: u64) {
     let (readers, writers): (Vec<Arc<ReaderCore>>, Vec<Arc<WriterCore>>) = {
         let st = lock(&shared.state);
@@ -460,19 +508,19 @@ pub(crate) fn handle_timeout(shared: &Shared, now_us: u64) {
             st.readers
                 .values()
                 .flatten()
-                .filter(|r| r.deadline_us().is_some())
+                .filter(|r| r.deadline_us().is_some() || r.has_leases())
                 .cloned()
                 .collect(),
             st.writers
                 .values()
-                .filter(|w| w.deadline_us.is_some())
+                .filter(|w| w.deadline_us.is_some() || w.manual_lease_us().is_some())
                 .cloned()
                 .collect(),
         )
     };
     let mut any = false;
     for r in readers {
-        let m = r.check_deadlines(now_us);
+        let m = r.check_deadlines(now_us) | r.check_leases(now_us);
         if m != StatusMask::NONE {
             any = true;
             r.fire(m);
@@ -480,6 +528,7 @@ pub(crate) fn handle_timeout(shared: &Shared, now_us: u64) {
     }
     for w in writers {
         any |= w.check_deadlines(now_us);
+        any |= w.check_liveliness(now_us);
     }
     if any {
         notify_all();

@@ -11,7 +11,8 @@
 //!
 //! An announcement is a [`SampleHeader`] (topic [`BUILTIN_TOPIC_ID`], kind Data while the
 //! entity lives and Dispose once deleted, the entity id as `writer_id`, `(node, entity)`
-//! as the instance key) followed by [`BODY_BYTES`] — the topic id, the role and the level —
+//! as the instance key) followed by [`BODY_BYTES`] — the topic id, the role, the level, the
+//! LIVELINESS kind and lease (µs, `u64::MAX` for infinite) —
 //! and, when its publisher or subscriber is not in the default partition, the PARTITION
 //! names (a `u16` count, then each name as a `u16` length and its UTF-8 bytes; at most
 //! [`PARTITION_BYTES_MAX`] in all). The announcing node is the message's sender, as the
@@ -19,10 +20,10 @@
 //!
 //! ```
 //! use spindle_dds_core::discovery::{decode, encode, partition_tag, Endpoint};
-//! use spindle_qos::{DeliveryLevel, Partition};
+//! use spindle_qos::{DeliveryLevel, LivelinessKind, Partition};
 //! let partition = Partition { name: vec!["fleet/*".into(), "ground".into()] };
 //! let e = Endpoint { entity: 7, topic_id: 42, reader: true, level: DeliveryLevel::Atomic,
-//!     partition };
+//!     partition, liveliness: LivelinessKind::ManualByTopic, lease_us: Some(250_000) };
 //! let bytes = encode(3, &e, true);
 //! assert_eq!(decode(&bytes), Ok(Some((7, Some(e.clone())))));
 //! assert_eq!(decode(&encode(3, &e, false)), Ok(Some((7, None))));
@@ -33,7 +34,7 @@
 //! assert_ne!(partition_tag(&e.partition.name), 0);
 //! ```
 
-use spindle_qos::{DeliveryLevel, Partition};
+use spindle_qos::{DeliveryLevel, LivelinessKind, Partition};
 use spindle_topics::KeyHash;
 use spindle_transport_rdma::NodeId;
 
@@ -42,8 +43,9 @@ use crate::sample::{SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
 /// The topic id of the built-in topic (outside what [`crate::topic_id`] gives user names
 /// in practice: a name would have to hash to exactly this).
 pub const BUILTIN_TOPIC_ID: u64 = 0xD5D5_0000_0000_0001;
-/// Bytes of an announcement after its header: topic id, role, level.
-pub const BODY_BYTES: usize = 8 + 1 + 1;
+/// Bytes of an announcement after its header (before any partition names): topic id,
+/// role, level, LIVELINESS kind and lease.
+pub const BODY_BYTES: usize = 8 + 1 + 1 + 1 + 8;
 /// Largest announcement: the built-in subgroup's slot payload.
 pub const ANNOUNCEMENT_BYTES_MAX: usize = 1024;
 /// Most bytes an endpoint's PARTITION names take in its announcement (count and lengths
@@ -68,6 +70,10 @@ pub struct Endpoint {
     pub level: DeliveryLevel,
     /// Its subscriber's or publisher's PARTITION (no names: the default partition).
     pub partition: Partition,
+    /// Its LIVELINESS kind (a writer's offered, a reader's requested).
+    pub liveliness: LivelinessKind,
+    /// Its LIVELINESS lease in µs (`None`: infinite).
+    pub lease_us: Option<u64>,
 }
 
 /// The tag a writer's samples carry for its PARTITION `names`: 0 for the default
@@ -135,6 +141,12 @@ pub fn encode(node: NodeId, e: &Endpoint, alive: bool) -> Vec<u8> {
     out.extend_from_slice(&e.topic_id.to_le_bytes());
     out.push(if e.reader { ROLE_READER } else { ROLE_WRITER });
     out.push(e.level.to_u8());
+    out.push(match e.liveliness {
+        LivelinessKind::Automatic => 0,
+        LivelinessKind::ManualByParticipant => 1,
+        LivelinessKind::ManualByTopic => 2,
+    });
+    out.extend_from_slice(&e.lease_us.unwrap_or(u64::MAX).to_le_bytes());
     let names = &e.partition.name;
     if !names.is_empty() {
         out.extend_from_slice(&(names.len() as u16).to_le_bytes());
@@ -207,6 +219,15 @@ pub fn decode(bytes: &[u8]) -> Result<Option<(u32, Option<Endpoint>)>, String> {
     let partition = Partition {
         name: decode_partitions(&body[BODY_BYTES..])?,
     };
+    let liveliness = match body[10] {
+        0 => LivelinessKind::Automatic,
+        1 => LivelinessKind::ManualByParticipant,
+        2 => LivelinessKind::ManualByTopic,
+        k => return Err(format!("a built-in announcement with LIVELINESS kind {k}")),
+    };
+    let mut lease = [0u8; 8];
+    lease.copy_from_slice(&body[11..19]);
+    let lease_us = Some(u64::from_le_bytes(lease)).filter(|l| *l != u64::MAX);
     let mut t = [0u8; 8];
     t.copy_from_slice(&body[..8]);
     let reader = match body[8] {
@@ -224,6 +245,8 @@ pub fn decode(bytes: &[u8]) -> Result<Option<(u32, Option<Endpoint>)>, String> {
             reader,
             level,
             partition,
+            liveliness,
+            lease_us,
         }),
     )))
 }

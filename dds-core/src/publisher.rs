@@ -65,7 +65,10 @@ impl Publisher {
             self.qos.partition.clone(),
         );
         if let Some(period) = core.deadline_us {
-            p.driver.start_deadline_timer(&p.shared, period);
+            p.shared.want_timer(period);
+        }
+        if let Some(lease) = core.manual_lease_us() {
+            p.shared.want_timer(lease);
         }
         p.add_interest(id, sg, interest);
         lock(&p.shared.state).writers.insert(id, Arc::clone(&core));

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use spindle_qos::{
-    partitions_match, DataReaderQos, DeliveryLevel, DestinationOrderKind, Partition, QosPolicyId,
+    partitions_match, DataReaderQos, DeliveryLevel, DestinationOrderKind, LivelinessKind,
+    Partition, QosPolicyId,
 };
 
 use crate::cache::{Cache, Origin};
@@ -53,6 +54,20 @@ pub(crate) struct ReaderCore {
     matched: AtomicBool,
     pub(crate) listener: Mutex<Option<Listener>>,
     pub(crate) deleted: AtomicBool,
+    /// Matched writers with a MANUAL LIVELINESS and a finite lease, and whether it has
+    /// any (read per delivered batch without the lock).
+    leases: Mutex<BTreeMap<WriterHandle, WriterLease>>,
+    has_leases: AtomicBool,
+}
+
+/// A matched writer whose lease this reader watches.
+#[derive(Debug, Clone, Copy)]
+struct WriterLease {
+    kind: LivelinessKind,
+    lease_us: u64,
+    /// When it was last heard from (µs on the participant's clock).
+    last_us: u64,
+    alive: bool,
 }
 
 impl ReaderCore {
@@ -64,6 +79,13 @@ impl ReaderCore {
             reader: true,
             level: self.level,
             partition: self.partition.clone(),
+            liveliness: self.qos.liveliness.kind,
+            lease_us: self
+                .qos
+                .liveliness
+                .lease_duration
+                .to_std()
+                .map(|d| d.as_micros() as u64),
         }
     }
 
@@ -106,6 +128,8 @@ impl ReaderCore {
             matched: AtomicBool::new(false),
             listener: Mutex::new(None),
             deleted: AtomicBool::new(false),
+            leases: Mutex::new(BTreeMap::new()),
+            has_leases: AtomicBool::new(false),
         })
     }
 
@@ -199,6 +223,101 @@ impl ReaderCore {
         lock(&self.cache).writers_gone(gone);
     }
 
+    /// Sets the matched writers whose leases it watches — `(writer, kind, lease)` for
+    /// those with a MANUAL LIVELINESS and a finite lease — at `now_us`: a new one starts
+    /// alive, heard from now; one no longer matched is forgotten.
+    pub(crate) fn watch_leases(&self, writers: &[(WriterHandle, LivelinessKind, u64)], now_us: u64) {
+        let mut leases = lock(&self.leases);
+        leases.retain(|w, _| writers.iter().any(|(x, _, _)| x == w));
+        for (w, kind, lease_us) in writers {
+            let l = leases.entry(*w).or_insert(WriterLease {
+                kind: *kind,
+                lease_us: *lease_us,
+                last_us: now_us,
+                alive: true,
+            });
+            (l.kind, l.lease_us) = (*kind, *lease_us);
+        }
+        self.has_leases.store(!leases.is_empty(), Ordering::Release);
+    }
+
+    /// True if it watches some writer's lease.
+    pub(crate) fn has_leases(&self) -> bool {
+        self.has_leases.load(Ordering::Acquire)
+    }
+
+    /// `writer` was heard from at `now_us` (a sample or an assertion): its lease renews —
+    /// under MANUAL_BY_PARTICIPANT, with every such writer of its participant. Returns
+    /// LIVELINESS_CHANGED if a writer became alive again.
+    pub(crate) fn heard_from(&self, writer: WriterHandle, now_us: u64) -> StatusMask {
+        let mut back = 0u32;
+        {
+            let mut leases = lock(&self.leases);
+            let Some(kind) = leases.get(&writer).map(|l| l.kind) else {
+                return StatusMask::NONE;
+            };
+            for (w, l) in leases.iter_mut() {
+                let renewed = *w == writer
+                    || (kind == LivelinessKind::ManualByParticipant
+                        && l.kind == LivelinessKind::ManualByParticipant
+                        && w.node == writer.node);
+                if renewed {
+                    l.last_us = l.last_us.max(now_us);
+                    if !l.alive {
+                        l.alive = true;
+                        back += 1;
+                    }
+                }
+            }
+        }
+        if back == 0 {
+            return StatusMask::NONE;
+        }
+        let mut s = lock(&self.status);
+        let l = &mut s.liveliness;
+        l.alive_count += back;
+        l.alive_count_change += back as i32;
+        l.not_alive_count = l.not_alive_count.saturating_sub(back);
+        l.not_alive_count_change -= back as i32;
+        s.changes |= StatusMask::LIVELINESS_CHANGED.0;
+        StatusMask::LIVELINESS_CHANGED
+    }
+
+    /// Writers whose lease passed unrenewed by `now_us` are no longer alive: counted in
+    /// LIVELINESS_CHANGED, and the instances only they wrote become
+    /// NOT_ALIVE_NO_WRITERS. Returns the statuses that changed.
+    pub(crate) fn check_leases(&self, now_us: u64) -> StatusMask {
+        let lapsed: Vec<WriterHandle> = {
+            let mut leases = lock(&self.leases);
+            leases
+                .iter_mut()
+                .filter(|(_, l)| l.alive && now_us.saturating_sub(l.last_us) > l.lease_us)
+                .map(|(w, l)| {
+                    l.alive = false;
+                    *w
+                })
+                .collect()
+        };
+        if lapsed.is_empty() {
+            return StatusMask::NONE;
+        }
+        lock(&self.cache).writers_gone(&|w| lapsed.contains(w));
+        let n = lapsed.len() as u32;
+        let mut s = lock(&self.status);
+        let l = &mut s.liveliness;
+        l.alive_count = l.alive_count.saturating_sub(n);
+        l.alive_count_change -= n as i32;
+        l.not_alive_count += n;
+        l.not_alive_count_change += n as i32;
+        s.changes |= StatusMask::LIVELINESS_CHANGED.0;
+        StatusMask::LIVELINESS_CHANGED
+    }
+
+    /// Matched writers whose lease has lapsed (counted not alive).
+    fn lapsed(&self) -> u32 {
+        lock(&self.leases).values().filter(|l| !l.alive).count() as u32
+    }
+
     /// The writers of its topic changed (an announcement, a view): `compatible` offer at
     /// least the level it requests; `incompatible` (node, entity) offer less. Returns the
     /// statuses that changed.
@@ -222,7 +341,7 @@ impl ReaderCore {
                 l.not_alive_count_change += (before - now) as i32;
                 l.alive_count_change -= (before - now) as i32;
             }
-            l.alive_count = now;
+            l.alive_count = now.saturating_sub(self.lapsed());
             mask = mask | StatusMask::LIVELINESS_CHANGED;
         }
         for (w, offered) in incompatible {

@@ -21,6 +21,9 @@ pub enum SampleKind {
     Dispose,
     /// The writer unregistered the instance (`DataWriter::unregister_instance`).
     Unregister,
+    /// The writer asserts its LIVELINESS (`DataWriter::assert_liveliness`): no data, no
+    /// instance; readers renew the writer's lease and keep nothing.
+    Liveliness,
 }
 
 impl SampleKind {
@@ -29,6 +32,7 @@ impl SampleKind {
             SampleKind::Data => 0,
             SampleKind::Dispose => 1,
             SampleKind::Unregister => 2,
+            SampleKind::Liveliness => 3,
         }
     }
     fn from_u8(v: u8) -> Option<SampleKind> {
@@ -36,6 +40,7 @@ impl SampleKind {
             0 => SampleKind::Data,
             1 => SampleKind::Dispose,
             2 => SampleKind::Unregister,
+            3 => SampleKind::Liveliness,
             _ => return None,
         })
     }

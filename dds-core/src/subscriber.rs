@@ -58,7 +58,7 @@ impl Subscriber {
             self.qos.partition.clone(),
         );
         if let Some(period) = core.deadline_us() {
-            p.driver.start_deadline_timer(&p.shared, period);
+            p.shared.want_timer(period);
         }
         {
             // Registered and primed from this node's store (if it already holds the

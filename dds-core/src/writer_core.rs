@@ -3,16 +3,16 @@
 //! it is [`crate::DataWriter`].
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use spindle_qos::{DataWriterQos, DeliveryLevel, Partition};
+use spindle_qos::{DataWriterQos, DeliveryLevel, LivelinessKind, Partition};
 
 use crate::common::{lock, TopicIdentity};
 use crate::discovery::{partition_tag, Endpoint};
 use crate::sample::InstanceHandle;
-use crate::status::{rematch, DeadlineMissedStatus, MatchedStatus};
+use crate::status::{rematch, DeadlineMissedStatus, LivelinessLostStatus, MatchedStatus};
 
 pub(crate) type WriterListener = Arc<dyn Fn(MatchedStatus) + Send + Sync>;
 
@@ -43,6 +43,14 @@ pub(crate) struct WriterCore {
     pub(crate) deadline_us: Option<u64>,
     deadlines: Mutex<BTreeMap<InstanceHandle, u64>>,
     pub(crate) deadline_missed: Mutex<DeadlineMissedStatus>,
+    /// LIVELINESS kind and lease (µs; `None`: infinite), fixed once enabled.
+    pub(crate) liveliness: LivelinessKind,
+    pub(crate) lease_us: Option<u64>,
+    /// When it last wrote or asserted liveliness (µs on the participant's clock; 0:
+    /// not yet checked), whether the lease has passed since, and LIVELINESS_LOST.
+    last_asserted_us: AtomicU64,
+    lost: AtomicBool,
+    pub(crate) liveliness_lost: Mutex<LivelinessLostStatus>,
 }
 
 impl WriterCore {
@@ -54,6 +62,8 @@ impl WriterCore {
             reader: false,
             level: self.level,
             partition: self.partition.clone(),
+            liveliness: self.liveliness,
+            lease_us: self.lease_us,
         }
     }
 
@@ -67,8 +77,18 @@ impl WriterCore {
         let lifespan = lifespan_ns(&qos);
         let strength = qos.ownership_strength.value;
         let deadline_period = qos.deadline.period;
+        let lease_us = qos
+            .liveliness
+            .lease_duration
+            .to_std()
+            .map(|d| (d.as_micros() as u64).max(1));
         Arc::new(WriterCore {
             id,
+            liveliness: qos.liveliness.kind,
+            lease_us,
+            last_asserted_us: AtomicU64::new(0),
+            lost: AtomicBool::new(false),
+            liveliness_lost: Mutex::new(LivelinessLostStatus::default()),
             partition_tag: partition_tag(&partition.name),
             partition,
             subgroup: topic.subgroup,
@@ -90,6 +110,41 @@ impl WriterCore {
             deadlines: Mutex::new(BTreeMap::new()),
             deadline_missed: Mutex::new(DeadlineMissedStatus::default()),
         })
+    }
+
+    /// The lease the application must renew (write or assert within), for a MANUAL
+    /// LIVELINESS with a finite lease; `None` otherwise (AUTOMATIC: membership in the
+    /// view is liveliness).
+    pub(crate) fn manual_lease_us(&self) -> Option<u64> {
+        self.lease_us
+            .filter(|_| self.liveliness != LivelinessKind::Automatic)
+    }
+
+    /// The writer wrote or asserted its liveliness at `now_us`.
+    pub(crate) fn asserted(&self, now_us: u64) {
+        self.last_asserted_us.store(now_us.max(1), Ordering::Relaxed);
+        self.lost.store(false, Ordering::Relaxed);
+    }
+
+    /// Counts a lease that passed unrenewed by `now_us` (LIVELINESS_LOST, once per
+    /// lapse); true if it did now.
+    pub(crate) fn check_liveliness(&self, now_us: u64) -> bool {
+        let Some(lease) = self.manual_lease_us() else {
+            return false;
+        };
+        let last = self.last_asserted_us.load(Ordering::Relaxed);
+        if last == 0 {
+            // The lease runs from the first check after creation.
+            self.asserted(now_us);
+            return false;
+        }
+        if now_us.saturating_sub(last) <= lease || self.lost.swap(true, Ordering::Relaxed) {
+            return false;
+        }
+        let mut s = lock(&self.liveliness_lost);
+        s.total_count += 1;
+        s.total_count_change += 1;
+        true
     }
 
     /// The view changed: `readers` participants read the subgroup now.

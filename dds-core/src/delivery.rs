@@ -108,25 +108,30 @@ impl Application for DdsApp {
             let mut topics: Vec<u64> = items.iter().map(|(h, _, _)| h.topic_id).collect();
             topics.sort_unstable();
             topics.dedup();
-            let mut now_us = None;
+            if self.shared.leases_watched.load(Ordering::Acquire) && !items.is_empty() {
+                // Every sample or assertion of a writer renews its LIVELINESS lease, and
+                // under MANUAL_BY_PARTICIPANT those of its participant's writers.
+                let mut heard: Vec<WriterHandle> = items
+                    .iter()
+                    .map(|(h, _, o)| WriterHandle {
+                        node: o.node,
+                        writer_id: h.writer_id,
+                    })
+                    .collect();
+                heard.sort_unstable();
+                heard.dedup();
+                let now_us = self.shared.clock.now_us();
+                for r in st.readers.values().flatten().filter(|r| r.has_leases()) {
+                    let m = r.heard_from(&heard, now_us);
+                    if m != StatusMask::NONE {
+                        revived.push((Arc::clone(r), m));
+                    }
+                }
+            }
             for t in topics {
                 let Some(rs) = st.readers.get(&t) else {
                     continue;
                 };
-                // Every sample or assertion of a writer renews its LIVELINESS lease.
-                for r in rs.iter().filter(|r| r.subgroup == sg && r.has_leases()) {
-                    let now = *now_us.get_or_insert_with(|| self.shared.clock.now_us());
-                    for (h, _, o) in items.iter().filter(|(h, _, _)| h.topic_id == t) {
-                        let w = WriterHandle {
-                            node: o.node,
-                            writer_id: h.writer_id,
-                        };
-                        let m = r.heard_from(w, now);
-                        if m != StatusMask::NONE {
-                            revived.push((Arc::clone(r), m));
-                        }
-                    }
-                }
                 for r in rs.iter().filter(|r| r.subgroup == sg && r.is_member()) {
                     // Only its topic's samples, offered at the level it requests (RxO),
                     // in a partition it matches.
@@ -453,6 +458,7 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>, shared: &Shared) ->
             let leased = leased_writers(eps, r);
             if let Some(shortest) = leased.iter().map(|(_, _, l)| *l).min() {
                 shared.want_timer(shortest);
+                shared.leases_watched.store(true, Ordering::Release);
             }
             r.watch_leases(&leased, now_us);
             let mask = r.rematch(vid, compatible, &incompatible);

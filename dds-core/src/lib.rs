@@ -101,9 +101,13 @@
 //!   instance, a sample stamped before the newest one kept is dropped) and
 //!   READER_DATA_LIFECYCLE (a disposed instance, or one without writers, is purged with
 //!   its samples once its autopurge delay passed; observed at the next read or take).
-//!   LIVELINESS leases (liveliness here is membership
-//!   in the view) and PRESENTATION's coherent/ordered access are checked and matched by
-//!   the `qos` crate but not enforced yet.
+//!   LIVELINESS: AUTOMATIC is membership in the view (the failure detector is the
+//!   lease); MANUAL_BY_TOPIC and MANUAL_BY_PARTICIPANT with a finite lease are renewed by
+//!   writes and `assert_liveliness` (a header-only message in the topic's order), watched
+//!   by every matched reader (LIVELINESS_CHANGED, instances NOT_ALIVE_NO_WRITERS when a
+//!   lease lapses) and by the writer itself (LIVELINESS_LOST), on the participant's
+//!   timer. PRESENTATION's coherent/ordered access is checked and matched by the `qos`
+//!   crate but not enforced yet.
 #![deny(missing_docs)]
 
 // The layers, bottom to top; a module uses only modules of lower layers (ARCHITECTURE.md;

@@ -344,6 +344,24 @@ impl DomainParticipant {
         Ok(())
     }
 
+    /// Asserts the LIVELINESS of this participant's MANUAL_BY_PARTICIPANT writers
+    /// (DDS `assert_liveliness`): each sends one assertion through its topic's subgroup.
+    /// (Any write or assertion by any of its writers also renews them at the readers
+    /// that receive it.)
+    pub fn assert_liveliness(&self) -> Result<()> {
+        self.inner.check_alive()?;
+        let writers: Vec<_> = lock(&self.inner.shared.state)
+            .writers
+            .values()
+            .filter(|w| w.liveliness == spindle_qos::LivelinessKind::ManualByParticipant)
+            .cloned()
+            .collect();
+        for w in writers {
+            crate::writer::assert_liveliness_of(&w, &self.inner)?;
+        }
+        Ok(())
+    }
+
     /// A publisher (DDS `create_publisher`).
     pub fn create_publisher(&self, qos: PublisherQos) -> Result<Publisher> {
         self.inner.check_alive()?;

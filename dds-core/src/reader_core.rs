@@ -226,7 +226,11 @@ impl ReaderCore {
     /// Sets the matched writers whose leases it watches — `(writer, kind, lease)` for
     /// those with a MANUAL LIVELINESS and a finite lease — at `now_us`: a new one starts
     /// alive, heard from now; one no longer matched is forgotten.
-    pub(crate) fn watch_leases(&self, writers: &[(WriterHandle, LivelinessKind, u64)], now_us: u64) {
+    pub(crate) fn watch_leases(
+        &self,
+        writers: &[(WriterHandle, LivelinessKind, u64)],
+        now_us: u64,
+    ) {
         let mut leases = lock(&self.leases);
         leases.retain(|w, _| writers.iter().any(|(x, _, _)| x == w));
         for (w, kind, lease_us) in writers {
@@ -246,21 +250,18 @@ impl ReaderCore {
         self.has_leases.load(Ordering::Acquire)
     }
 
-    /// `writer` was heard from at `now_us` (a sample or an assertion): its lease renews —
-    /// under MANUAL_BY_PARTICIPANT, with every such writer of its participant. Returns
-    /// LIVELINESS_CHANGED if a writer became alive again.
-    pub(crate) fn heard_from(&self, writer: WriterHandle, now_us: u64) -> StatusMask {
+    /// The writers in `heard` (sorted) were heard from at `now_us` (samples or
+    /// assertions): their leases renew, and under MANUAL_BY_PARTICIPANT the lease of
+    /// every writer whose participant was heard from (any of its entities asserts it).
+    /// Returns LIVELINESS_CHANGED if a writer became alive again.
+    pub(crate) fn heard_from(&self, heard: &[WriterHandle], now_us: u64) -> StatusMask {
         let mut back = 0u32;
         {
             let mut leases = lock(&self.leases);
-            let Some(kind) = leases.get(&writer).map(|l| l.kind) else {
-                return StatusMask::NONE;
-            };
             for (w, l) in leases.iter_mut() {
-                let renewed = *w == writer
-                    || (kind == LivelinessKind::ManualByParticipant
-                        && l.kind == LivelinessKind::ManualByParticipant
-                        && w.node == writer.node);
+                let renewed = heard.binary_search(w).is_ok()
+                    || (l.kind == LivelinessKind::ManualByParticipant
+                        && heard.iter().any(|h| h.node == w.node));
                 if renewed {
                     l.last_us = l.last_us.max(now_us);
                     if !l.alive {

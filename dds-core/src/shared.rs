@@ -52,6 +52,9 @@ pub(crate) struct Shared {
     /// DEADLINE, LIVELINESS leases), in µs; `u64::MAX` while nothing needs it. Only
     /// lowered ([`Shared::want_timer`]); the driver reads it every tick.
     pub(crate) timer_tick_us: AtomicU64,
+    /// Set once a reader of this participant watches a writer's LIVELINESS lease: only
+    /// then does the delivery path note whom it heard from.
+    pub(crate) leases_watched: AtomicBool,
 }
 
 /// Shortest tick of the time checks, in µs.
@@ -90,6 +93,7 @@ impl Shared {
             view_changed: Condvar::new(),
             clock,
             timer_tick_us: AtomicU64::new(u64::MAX),
+            leases_watched: AtomicBool::new(false),
         })
     }
 }

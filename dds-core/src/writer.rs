@@ -337,8 +337,8 @@ impl<T: TopicType> LoanedSample<T> {
 /// When a write that starts now must give up waiting (RELIABILITY
 /// `max_blocking_time`), on the participant's clock.
 fn blocking_deadline_us(core: &WriterCore, p: &ParticipantInner) -> u64 {
-p.now_us()
-    .saturating_add(core.blocking_us.load(Ordering::Relaxed))
+    p.now_us()
+        .saturating_add(core.blocking_us.load(Ordering::Relaxed))
 }
 
 /// A slot of the ring and the payload room after the header. The sender handle is
@@ -361,9 +361,7 @@ fn loan(core: &WriterCore, p: &ParticipantInner) -> Result<(spindle_group::Loan,
                 Ok(l) => {
                     let max = s.payload_bytes_max();
                     let room = max.checked_sub(SAMPLE_HEADER_BYTES).ok_or_else(|| {
-                        Error::OutOfResources(format!(
-                            "slots of {max} bytes hold no sample header"
-                        ))
+                        Error::OutOfResources(format!("slots of {max} bytes hold no sample header"))
                     })?;
                     return Ok((l, room));
                 }
@@ -396,8 +394,8 @@ fn loan(core: &WriterCore, p: &ParticipantInner) -> Result<(spindle_group::Loan,
 
 /// Writes the header and `body` into the loaned slot and sends it.
 fn finish(
-core: &WriterCore,
-mut loan: spindle_group::Loan,
+    core: &WriterCore,
+    mut loan: spindle_group::Loan,
     kind: SampleKind,
     key: InstanceHandle,
     timestamp_ns: i64,

@@ -122,7 +122,8 @@ impl WriterCore {
 
     /// The writer wrote or asserted its liveliness at `now_us`.
     pub(crate) fn asserted(&self, now_us: u64) {
-        self.last_asserted_us.store(now_us.max(1), Ordering::Relaxed);
+        self.last_asserted_us
+            .store(now_us.max(1), Ordering::Relaxed);
         self.lost.store(false, Ordering::Relaxed);
     }
 

@@ -1135,3 +1135,108 @@ fn reader_data_lifecycle_autopurges_after_its_delays() {
         },
     );
 }
+
+/// LIVELINESS MANUAL_BY_TOPIC with a finite lease is enforced in virtual time: while the
+/// writer writes or asserts within its lease the reader counts it alive; once it stays
+/// silent past the lease the reader counts it not alive (LIVELINESS_CHANGED), its
+/// instances become NOT_ALIVE_NO_WRITERS and the writer counts LIVELINESS_LOST; a new
+/// write brings it back. Under MANUAL_BY_PARTICIPANT the participant's assertion renews
+/// it, and so does any other entity of its participant.
+#[test]
+fn manual_liveliness_leases_expire_and_renew() {
+    use spindle_qos::{Duration as QosDuration, Liveliness, LivelinessKind};
+    for_seeds("manual_liveliness_leases_expire_and_renew", |seed| {
+        let (d, ps) = domain(seed, 2);
+        let r = reader(&ps[1], "L", keep_all(&atomic()));
+        let manual = |kind| {
+            let q = DataWriterQos {
+                liveliness: Liveliness {
+                    kind,
+                    lease_duration: QosDuration::from_millis(100),
+                },
+                ..Default::default()
+            };
+            writer(&ps[0], "L", q)
+        };
+        let by_topic = manual(LivelinessKind::ManualByTopic);
+        let by_participant = manual(LivelinessKind::ManualByParticipant);
+        by_topic.write(&ks("t", "1")).unwrap();
+        by_participant.write(&ks("p", "1")).unwrap();
+        // Read, not taken: the samples stay to show their instances' states.
+        let held = |n: usize| r.read(usize::MAX, StateMask::ANY).unwrap().len() >= n;
+        assert!(d.run_until(ROUNDS_MAX, || held(2)), "seed {seed}");
+        let alive = |r: &DataReader<KeyedString>| r.liveliness_changed_status().alive_count;
+        assert!(
+            d.run_until(ROUNDS_MAX, || alive(&r) == 2),
+            "seed {seed}: both alive"
+        );
+        // 300 ms of participant assertions: they renew only the MANUAL_BY_PARTICIPANT
+        // writer; the MANUAL_BY_TOPIC one, silent, lapses.
+        for _ in 0..6 {
+            d.run_for(50_000);
+            ps[0].assert_liveliness().unwrap();
+        }
+        d.run_for(20_000);
+        let s = r.liveliness_changed_status();
+        assert_eq!(
+            (s.alive_count, s.not_alive_count),
+            (1, 1),
+            "seed {seed}: one renewed"
+        );
+        assert_eq!(
+            by_topic.liveliness_lost_status().total_count,
+            1,
+            "seed {seed}"
+        );
+        assert_eq!(
+            by_participant.liveliness_lost_status().total_count,
+            0,
+            "seed {seed}"
+        );
+        // Silence past the lease: both lapsed.
+        d.run_for(300_000);
+        let s = r.liveliness_changed_status();
+        assert_eq!(
+            (s.alive_count, s.not_alive_count),
+            (0, 2),
+            "seed {seed}: lapsed"
+        );
+        assert_eq!(
+            by_participant.liveliness_lost_status().total_count,
+            1,
+            "seed {seed}"
+        );
+        let states: Vec<InstanceState> = r
+            .read(usize::MAX, StateMask::ANY)
+            .unwrap()
+            .iter()
+            .map(|s| s.info.instance_state)
+            .collect();
+        assert_eq!(
+            states,
+            [InstanceState::NotAliveNoWriters; 2],
+            "seed {seed}: the lapsed writers' instances"
+        );
+        // A write brings the writer back, and its instance.
+        by_topic.write(&ks("t", "2")).unwrap();
+        assert!(d.run_until(ROUNDS_MAX, || held(3)), "seed {seed}");
+        let back = r.read(usize::MAX, StateMask::ANY).unwrap();
+        let t_state = |v: &str| {
+            back.iter()
+                .find(|s| {
+                    s.data
+                        .as_ref()
+                        .is_some_and(|d| d.value == v && d.key == "t")
+                })
+                .map(|s| s.info.instance_state)
+        };
+        assert_eq!(t_state("2"), Some(InstanceState::Alive), "seed {seed}");
+        // Any entity of a participant asserts its MANUAL_BY_PARTICIPANT writers: both back.
+        let s = r.liveliness_changed_status();
+        assert_eq!(
+            (s.alive_count, s.not_alive_count),
+            (2, 0),
+            "seed {seed}: back"
+        );
+    });
+}

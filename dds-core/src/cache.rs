@@ -8,8 +8,8 @@ use spindle_qos::{History, HistoryKind, ResourceLimits, LENGTH_UNLIMITED};
 
 use crate::clock::{Clock, WallClock};
 use crate::sample::{
-    InstanceHandle, InstanceState, SampleHeader, SampleInfo, SampleKind, SampleState, StateMask,
-    ViewState, WriterHandle,
+    Coherent, InstanceHandle, InstanceState, SampleHeader, SampleInfo, SampleKind, SampleState,
+    StateMask, ViewState, WriterHandle, COHERENT_SET_SAMPLES_MAX,
 };
 
 /// Where a delivered message came from and sits in the total order.
@@ -148,6 +148,9 @@ pub struct Cache {
     /// never).
     autopurge_nowriter_us: Option<u64>,
     autopurge_disposed_us: Option<u64>,
+    /// Coherent sets held back until they end, per writer: each sample's header, bytes
+    /// and origin (at most [`COHERENT_SET_SAMPLES_MAX`] per set; a longer one is dropped).
+    pending_sets: BTreeMap<WriterHandle, Vec<(SampleHeader, Vec<u8>, Origin)>>,
     /// Where "now" comes from (LIFESPAN, TIME_BASED_FILTER).
     clock: Arc<dyn Clock>,
     /// Payload buffers given back after `take` (and by evictions), reused by `insert` so
@@ -155,6 +158,13 @@ pub struct Cache {
     /// bytes of capacity in all.
     spare: Vec<Vec<u8>>,
     spare_bytes: usize,
+}
+
+/// A sample's bytes on their way into the cache: borrowed from a delivery (copied in), or
+/// already copied (a held-back coherent set's).
+enum Bytes<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
 }
 
 /// Most capacity, in bytes, a cache keeps in spare payload buffers.
@@ -189,6 +199,7 @@ impl Cache {
             by_source_timestamp: false,
             autopurge_nowriter_us: None,
             autopurge_disposed_us: None,
+            pending_sets: BTreeMap::new(),
             clock,
             spare: Vec::new(),
             spare_bytes: 0,
@@ -376,7 +387,8 @@ impl Cache {
     }
 
     /// [`Cache::insert`] at `now_us` on the cache's clock: a batch of samples delivered
-    /// together reads the clock once.
+    /// together reads the clock once. A sample of a coherent set is held back (`Ok(false)`)
+    /// until the set's end, which inserts the whole set (see [`Coherent`]).
     pub fn insert_at(
         &mut self,
         h: &SampleHeader,
@@ -384,10 +396,75 @@ impl Cache {
         o: Origin,
         now_us: u64,
     ) -> Result<bool, Rejected> {
-        if h.kind == SampleKind::Liveliness {
+        let writer = WriterHandle {
+            node: o.node,
+            writer_id: h.writer_id,
+        };
+        match (h.kind, h.coherent) {
             // A lease renewal, not a sample (the delivery path handles it).
-            return Ok(false);
+            (SampleKind::Liveliness, _) => Ok(false),
+            (SampleKind::CoherentEnd, _) => self.end_set(writer, now_us),
+            (_, Coherent::No) => self.insert_one(h, Bytes::Borrowed(payload), o, now_us),
+            (_, mark) => {
+                let copy = self.copy_payload(payload);
+                if mark == Coherent::Begins {
+                    // A set left unended by this writer is dropped: it never ended.
+                    if let Some(old) = self.pending_sets.remove(&writer) {
+                        self.recycle(old.into_iter().map(|(_, b, _)| Payload::Owned(b)));
+                    }
+                    self.pending_sets.insert(writer, Vec::new());
+                }
+                // A set whose first sample this reader did not see is not held at all.
+                let over = match self.pending_sets.get_mut(&writer) {
+                    Some(set) if set.len() < COHERENT_SET_SAMPLES_MAX => {
+                        set.push((*h, copy, o));
+                        false
+                    }
+                    Some(_) => true,
+                    None => false,
+                };
+                if over {
+                    if let Some(old) = self.pending_sets.remove(&writer) {
+                        self.recycle(old.into_iter().map(|(_, b, _)| Payload::Owned(b)));
+                    }
+                }
+                Ok(false)
+            }
         }
+    }
+
+    /// `writer`'s coherent set ended: its samples go in, in their order; true if any was
+    /// kept (the first rejection is returned if none was).
+    fn end_set(&mut self, writer: WriterHandle, now_us: u64) -> Result<bool, Rejected> {
+        let Some(set) = self.pending_sets.remove(&writer) else {
+            return Ok(false);
+        };
+        let mut kept = false;
+        let mut rejected = None;
+        for (h, bytes, o) in set {
+            let h = SampleHeader {
+                coherent: Coherent::No,
+                ..h
+            };
+            match self.insert_one(&h, Bytes::Owned(bytes), o, now_us) {
+                Ok(k) => kept |= k,
+                Err(r) => rejected = rejected.or(Some(r)),
+            }
+        }
+        match rejected {
+            Some(r) if !kept => Err(r),
+            _ => Ok(kept),
+        }
+    }
+
+    /// Inserts one sample outside any coherent set.
+    fn insert_one(
+        &mut self,
+        h: &SampleHeader,
+        payload: Bytes<'_>,
+        o: Origin,
+        now_us: u64,
+    ) -> Result<bool, Rejected> {
         let handle = InstanceHandle(h.key_hash);
         let now = now_us;
         let expires_ns = (h.lifespan_ns > 0).then(|| {
@@ -485,10 +562,14 @@ impl Cache {
         }
         let valid = h.kind == SampleKind::Data;
         // No rejection after this point: the copy is kept.
-        let copy = if valid {
-            self.copy_payload(payload)
-        } else {
-            Vec::new()
+        let copy = match payload {
+            Bytes::Owned(b) if valid => b,
+            Bytes::Borrowed(b) if valid => self.copy_payload(b),
+            Bytes::Owned(b) => {
+                self.keep_spare(b);
+                Vec::new()
+            }
+            Bytes::Borrowed(_) => Vec::new(),
         };
         let copy = Payload::Owned(copy);
         let Some(inst) = self.instances.get_mut(&handle) else {
@@ -538,7 +619,7 @@ impl Cache {
                     inst.not_alive_since_us = Some(now);
                 }
             }
-            SampleKind::Liveliness => {}
+            SampleKind::Liveliness | SampleKind::CoherentEnd => {}
         }
         inst.newest_source_ns = inst.newest_source_ns.max(Some(h.source_timestamp_ns));
         let arrival = self.next_arrival;
@@ -577,6 +658,18 @@ impl Cache {
     /// (NOT_ALIVE_NO_WRITERS), as if they had unregistered.
     pub fn writers_gone(&mut self, gone: &dyn Fn(&WriterHandle) -> bool) {
         let now_us = self.clock.now_us();
+        // Their unended coherent sets never end: dropped (every reader drops the same).
+        let unended: Vec<WriterHandle> = self
+            .pending_sets
+            .keys()
+            .filter(|w| gone(w))
+            .copied()
+            .collect();
+        for w in unended {
+            if let Some(set) = self.pending_sets.remove(&w) {
+                self.recycle(set.into_iter().map(|(_, b, _)| Payload::Owned(b)));
+            }
+        }
         for inst in self.instances.values_mut() {
             let before = inst.writers.len();
             inst.writers.retain(|w| !gone(w));
@@ -722,6 +815,7 @@ mod tests {
             lifespan_ns: 0,
             ownership_strength: 0,
             partition_tag: 0,
+            coherent: Coherent::No,
             level: spindle_qos::DeliveryLevel::VolatileStore,
         }
     }

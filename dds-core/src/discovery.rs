@@ -38,7 +38,7 @@ use spindle_qos::{DeliveryLevel, LivelinessKind, Partition};
 use spindle_topics::KeyHash;
 use spindle_transport_rdma::NodeId;
 
-use crate::sample::{SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
+use crate::sample::{Coherent, SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
 
 /// The topic id of the built-in topic (outside what [`crate::topic_id`] gives user names
 /// in practice: a name would have to hash to exactly this).
@@ -132,6 +132,7 @@ pub fn encode(node: NodeId, e: &Endpoint, alive: bool) -> Vec<u8> {
         lifespan_ns: 0,
         ownership_strength: 0,
         partition_tag: 0,
+        coherent: Coherent::No,
         level: DeliveryLevel::VolatileStore,
     };
     let mut head = [0u8; SAMPLE_HEADER_BYTES];

@@ -106,8 +106,11 @@
 //!   writes and `assert_liveliness` (a header-only message in the topic's order), watched
 //!   by every matched reader (LIVELINESS_CHANGED, instances NOT_ALIVE_NO_WRITERS when a
 //!   lease lapses) and by the writer itself (LIVELINESS_LOST), on the participant's
-//!   timer. PRESENTATION's coherent/ordered access is checked and matched by the `qos`
-//!   crate but not enforced yet.
+//!   timer. PRESENTATION `coherent_access` (TOPIC and INSTANCE scope):
+//!   `begin_coherent_changes`/`end_coherent_changes` on the publisher; readers hold a
+//!   set back until its end and take it whole, and a set whose writer fails first is
+//!   dropped by every reader alike; stores keep finished sets only (GROUP scope is
+//!   refused: a publisher's topics may ride different subgroups).
 #![deny(missing_docs)]
 
 // The layers, bottom to top; a module uses only modules of lower layers (ARCHITECTURE.md;

@@ -22,6 +22,7 @@ use crate::shared::Shared;
 use crate::subscriber::Subscriber;
 use crate::threads::ThreadDriver;
 use crate::topic::Topic;
+use crate::writer_core::CoherentSet;
 
 /// How long a joiner waits before it asks its contacts again.
 const JOIN_RETRY_US: u64 = 50_000;
@@ -357,7 +358,7 @@ impl DomainParticipant {
             .cloned()
             .collect();
         for w in writers {
-            crate::writer::assert_liveliness_of(&w, &self.inner)?;
+            crate::writer::send_control(&w, &self.inner, crate::sample::SampleKind::Liveliness)?;
         }
         Ok(())
     }
@@ -367,8 +368,13 @@ impl DomainParticipant {
         self.inner.check_alive()?;
         qos.check()?;
         partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
+        check_presentation(&qos.presentation, "publisher")?;
         Ok(Publisher {
             participant: Arc::clone(&self.inner),
+            coherent: qos
+                .presentation
+                .coherent_access
+                .then(|| Arc::new(CoherentSet::default())),
             qos,
         })
     }
@@ -378,6 +384,7 @@ impl DomainParticipant {
         self.inner.check_alive()?;
         qos.check()?;
         partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
+        check_presentation(&qos.presentation, "subscriber")?;
         Ok(Subscriber {
             participant: Arc::clone(&self.inner),
             qos,
@@ -420,4 +427,17 @@ impl DomainParticipant {
             .stopped_flag
             .store(true, Ordering::Release);
     }
+}
+
+/// Refuses PRESENTATION GROUP scope with coherent access: a publisher's topics may ride
+/// different subgroups, which share no order, so a set across them cannot be made
+/// all-or-none.
+fn check_presentation(p: &spindle_qos::Presentation, whose: &str) -> Result<()> {
+    if p.access_scope == spindle_qos::PresentationAccessScope::Group && p.coherent_access {
+        return Err(Error::Unsupported(format!(
+            "the {whose}'s PRESENTATION asks coherent_access with GROUP access_scope: not \
+             supported (its topics may ride different subgroups); use TOPIC or INSTANCE scope"
+        )));
+    }
+    Ok(())
 }

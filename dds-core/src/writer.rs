@@ -12,7 +12,7 @@ use crate::common::{instance_of, lock, on_delivery_thread};
 use crate::delivery::readers_of;
 use crate::error::{Error, Result};
 use crate::inner::{ParticipantInner, TopicInner};
-use crate::sample::{InstanceHandle, SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
+use crate::sample::{Coherent, InstanceHandle, SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
 use crate::status::{DeadlineMissedStatus, LivelinessLostStatus, MatchedStatus};
 use crate::writer_core::{blocking_us, lifespan_ns, WriterCore};
 
@@ -166,7 +166,7 @@ impl<T: TopicType> DataWriter<T> {
     /// not alive (LIVELINESS_CHANGED) and its instances NOT_ALIVE_NO_WRITERS, and the
     /// writer counts LIVELINESS_LOST. Harmless under AUTOMATIC.
     pub fn assert_liveliness(&self) -> Result<()> {
-        assert_liveliness_of(&self.core, &self.topic.participant)
+        send_control(&self.core, &self.topic.participant, SampleKind::Liveliness)
     }
 
     /// `LIVELINESS_LOST_STATUS`: leases this writer let pass without writing or asserting
@@ -401,6 +401,12 @@ fn finish(
     timestamp_ns: i64,
     body: &[u8],
 ) -> Result<()> {
+    let coherent = match (&core.coherent, kind) {
+        (Some(set), SampleKind::Data | SampleKind::Dispose | SampleKind::Unregister) => {
+            set.mark(core.id)?
+        }
+        _ => Coherent::No,
+    };
     let seq = core.seq.fetch_add(1, Ordering::Relaxed) + 1;
     let h = SampleHeader {
         kind,
@@ -413,6 +419,7 @@ fn finish(
         ownership_strength: core.strength.load(Ordering::Relaxed),
         level: core.level,
         partition_tag: core.partition_tag,
+        coherent,
     };
     let mut hb = [0u8; SAMPLE_HEADER_BYTES];
     h.encode(&mut hb);
@@ -422,21 +429,28 @@ fn finish(
     Ok(())
 }
 
-/// Sends a LIVELINESS assertion of `core` (a header, no body) through its topic's
-/// subgroup, and renews its own lease.
-pub(crate) fn assert_liveliness_of(core: &WriterCore, p: &ParticipantInner) -> Result<()> {
+/// Sends a control message of `core` — a LIVELINESS assertion or a coherent set's end: a
+/// header, no body — through its topic's subgroup; it renews the writer's own lease.
+pub(crate) fn send_control(
+    core: &WriterCore,
+    p: &ParticipantInner,
+    kind: SampleKind,
+) -> Result<()> {
     if core.deleted.load(Ordering::Acquire) {
         return Err(Error::AlreadyDeleted(format!("writer {}", core.id)));
     }
     p.check_alive()?;
     let (l, _) = loan(core, p)?;
     core.asserted(p.now_us());
-    finish(
-        core,
-        l,
-        SampleKind::Liveliness,
-        InstanceHandle::default(),
-        p.wall_ns(),
-        &[],
-    )
+    finish(core, l, kind, control_key(core, p), p.wall_ns(), &[])
+}
+
+/// The key hash of a writer's control messages: none is an instance (readers keep no
+/// sample of them), but a store keeps them apart from every instance's history, one
+/// "instance" per writer.
+fn control_key(core: &WriterCore, p: &ParticipantInner) -> InstanceHandle {
+    let mut k = [0xC7u8; 16];
+    k[..4].copy_from_slice(&p.me().to_le_bytes());
+    k[4..8].copy_from_slice(&core.id.to_le_bytes());
+    InstanceHandle(spindle_topics::KeyHash(k))
 }

@@ -11,10 +11,62 @@ use spindle_qos::{DataWriterQos, DeliveryLevel, LivelinessKind, Partition};
 
 use crate::common::{lock, TopicIdentity};
 use crate::discovery::{partition_tag, Endpoint};
-use crate::sample::InstanceHandle;
+use crate::sample::{Coherent, InstanceHandle, COHERENT_SET_SAMPLES_MAX};
 use crate::status::{rematch, DeadlineMissedStatus, LivelinessLostStatus, MatchedStatus};
 
 pub(crate) type WriterListener = Arc<dyn Fn(MatchedStatus) + Send + Sync>;
+
+/// A publisher's coherent set (PRESENTATION `coherent_access`), shared with its writers.
+#[derive(Debug, Default)]
+pub(crate) struct CoherentSet {
+    /// Open between `begin_coherent_changes` and `end_coherent_changes`.
+    open: AtomicBool,
+    /// The writers that wrote in the open set, and how many samples each.
+    written: Mutex<BTreeMap<u32, usize>>,
+}
+
+impl CoherentSet {
+    /// Opens a set; false if one is open already.
+    pub(crate) fn begin(&self) -> bool {
+        !self.open.swap(true, Ordering::AcqRel)
+    }
+
+    /// Closes the set: the writers that wrote in it (each must end it at its readers);
+    /// `None` if none was open.
+    pub(crate) fn end(&self) -> Option<Vec<u32>> {
+        if !self.open.swap(false, Ordering::AcqRel) {
+            return None;
+        }
+        Some(
+            std::mem::take(&mut *lock(&self.written))
+                .into_keys()
+                .collect(),
+        )
+    }
+
+    /// The mark for writer `id`'s next sample: `No` outside a set, `Begins` for its first
+    /// in the open set, else `Continues`; `OutOfResources` past
+    /// [`COHERENT_SET_SAMPLES_MAX`].
+    pub(crate) fn mark(&self, id: u32) -> crate::error::Result<Coherent> {
+        if !self.open.load(Ordering::Acquire) {
+            return Ok(Coherent::No);
+        }
+        let mut written = lock(&self.written);
+        let n = written.entry(id).or_insert(0);
+        if *n >= COHERENT_SET_SAMPLES_MAX {
+            return Err(crate::error::Error::OutOfResources(format!(
+                "writer {id}: a coherent set of more than {COHERENT_SET_SAMPLES_MAX} samples \
+                 (COHERENT_SET_SAMPLES_MAX); end it and begin another"
+            )));
+        }
+        *n += 1;
+        Ok(if *n == 1 {
+            Coherent::Begins
+        } else {
+            Coherent::Continues
+        })
+    }
+}
 
 /// One writer's state. See the module docs.
 pub(crate) struct WriterCore {
@@ -51,6 +103,8 @@ pub(crate) struct WriterCore {
     last_asserted_us: AtomicU64,
     lost: AtomicBool,
     pub(crate) liveliness_lost: Mutex<LivelinessLostStatus>,
+    /// Its publisher's coherent set, under PRESENTATION `coherent_access`.
+    pub(crate) coherent: Option<Arc<CoherentSet>>,
 }
 
 impl WriterCore {
@@ -72,6 +126,7 @@ impl WriterCore {
         topic: Arc<TopicIdentity>,
         qos: DataWriterQos,
         partition: Partition,
+        coherent: Option<Arc<CoherentSet>>,
     ) -> Arc<WriterCore> {
         let blocking = blocking_us(&qos);
         let lifespan = lifespan_ns(&qos);
@@ -89,6 +144,7 @@ impl WriterCore {
             last_asserted_us: AtomicU64::new(0),
             lost: AtomicBool::new(false),
             liveliness_lost: Mutex::new(LivelinessLostStatus::default()),
+            coherent,
             partition_tag: partition_tag(&partition.name),
             partition,
             subgroup: topic.subgroup,

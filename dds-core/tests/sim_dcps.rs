@@ -1240,3 +1240,84 @@ fn manual_liveliness_leases_expire_and_renew() {
         );
     });
 }
+
+/// PRESENTATION coherent sets (TOPIC scope): a set's samples reach each reader all at
+/// once when the set ends, never before; when the writer crashes inside a set, every
+/// reader drops the whole set — each holds exactly the finished sets, the same samples in
+/// the same order. Misuse is an error, and GROUP scope is refused up front.
+#[test]
+fn coherent_sets_arrive_whole_or_not_at_all_even_when_the_writer_crashes() {
+    use spindle_qos::{Presentation, PresentationAccessScope, PublisherQos};
+    for_seeds(
+        "coherent_sets_arrive_whole_or_not_at_all_even_when_the_writer_crashes",
+        |seed| {
+            let (d, ps) = domain(seed, 3);
+            let readers = [
+                reader(&ps[1], "C", keep_all(&atomic())),
+                reader(&ps[2], "C", keep_all(&atomic())),
+            ];
+            let coherent = |scope| PublisherQos {
+                presentation: Presentation {
+                    access_scope: scope,
+                    coherent_access: true,
+                    ordered_access: false,
+                },
+                ..Default::default()
+            };
+            let refused = ps[0].create_publisher(coherent(PresentationAccessScope::Group));
+            assert!(matches!(refused, Err(Error::Unsupported(_))), "seed {seed}");
+            let publisher = ps[0]
+                .create_publisher(coherent(PresentationAccessScope::Topic))
+                .unwrap();
+            let t = ps[0].create_topic::<KeyedString>("C", atomic()).unwrap();
+            let w = publisher
+                .create_datawriter(&t, DataWriterQos::default())
+                .unwrap();
+            assert!(matches!(
+                publisher.end_coherent_changes(),
+                Err(Error::PreconditionNotMet(_))
+            ));
+            // Three finished sets of four samples over two instances.
+            for set in 0..3 {
+                publisher.begin_coherent_changes().unwrap();
+                assert!(publisher.begin_coherent_changes().is_err(), "seed {seed}");
+                for i in 0..4 {
+                    w.write(&ks(&format!("k{}", i % 2), format!("s{set}-{i}")))
+                        .unwrap();
+                }
+                d.run_for(20_000);
+                for r in &readers {
+                    assert!(
+                        r.take(usize::MAX, StateMask::ANY).unwrap().is_empty(),
+                        "seed {seed}: set {set} is held back until it ends"
+                    );
+                }
+                publisher.end_coherent_changes().unwrap();
+                for r in &readers {
+                    assert_eq!(take_n(&d, r, 4).len(), 4, "seed {seed}: set {set} whole");
+                }
+            }
+            // A fourth set, cut by the writer's crash after some of it reached the readers.
+            publisher.begin_coherent_changes().unwrap();
+            let before_crash = 1 + (seed % 4) as usize;
+            for i in 0..before_crash {
+                w.write(&ks("k0", format!("cut-{i}"))).unwrap();
+                d.run_for(5_000);
+            }
+            d.crash(1);
+            assert!(
+                d.run_until(ROUNDS_MAX, || ps[1]
+                    .view()
+                    .is_some_and(|v| !v.members.contains(&1))),
+                "seed {seed}: the crash is noticed"
+            );
+            d.run_for(50_000);
+            for r in &readers {
+                assert!(
+                    r.take(usize::MAX, StateMask::ANY).unwrap().is_empty(),
+                    "seed {seed}: no sample of the cut set ({before_crash} written) arrives"
+                );
+            }
+        },
+    );
+}

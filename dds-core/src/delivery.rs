@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use spindle_group::runtime::Application;
 use spindle_group::{DeliveryBatch, SubgroupId, ViewInstalled};
-use spindle_qos::{partitions_match, DeliveryLevel, LivelinessKind, Partition};
+use spindle_qos::{partitions_match, DeliveryLevel, LivelinessKind, QosPolicyId};
 use spindle_transport_rdma::NodeId;
 
 use crate::cache::Origin;
@@ -136,12 +136,18 @@ impl Application for DdsApp {
                     // Only its topic's samples, offered at the level it requests (RxO),
                     // in a partition it matches.
                     let endpoints = &st.endpoints;
+                    let blocked = r.blocked();
                     let mine = items
                         .iter()
                         .filter(|(h, _, o)| {
                             h.topic_id == t
                                 && h.level >= r.level
-                                && r.accepts(h, endpoints.get(&(o.node, h.writer_id)))
+                                && r.accepts(
+                                    h,
+                                    o.node,
+                                    endpoints.get(&(o.node, h.writer_id)),
+                                    &blocked,
+                                )
                         })
                         .map(|(h, p, o)| (h, *p, *o));
                     if r.insert_all(mine) {
@@ -371,66 +377,65 @@ fn apply_announcement(st: &mut State, node: NodeId, bytes: &[u8], touched: &mut 
 }
 
 /// Writers a reader of some topic sees: how many it matches, and those it does not with
-/// the level they offer (RxO).
-pub(crate) type WriterMatch = (u32, Vec<(EndpointKey, DeliveryLevel)>);
+/// the first policy that fails (RxO).
+pub(crate) type WriterMatch = (u32, Vec<(EndpointKey, QosPolicyId)>);
 
-/// Splits the writers among `endpoints` (all of one topic) in partitions that match
-/// `partition` for a reader requesting `level` (a writer in no common partition is not
-/// matched at all, compatible or not).
+/// Why writer `w` does not serve reader `r` though they share a partition: it offers a
+/// lower delivery level (RELIABILITY, or DURABILITY when both are reliable), or another
+/// policy fails the DDS request/offer rules ([`discovery::incompatible`]).
+fn unmatched(w: &Endpoint, r: &Endpoint) -> Option<QosPolicyId> {
+    if w.level < r.level {
+        return Some(if w.level == DeliveryLevel::Unordered {
+            QosPolicyId::Reliability
+        } else {
+            QosPolicyId::Durability
+        });
+    }
+    discovery::incompatible(w, r)
+}
+
+/// Splits the writers among `endpoints` (all of one topic) that share a partition with
+/// reader `r` into those it matches (counted) and those whose QoS it cannot accept (a
+/// writer in no common partition is not matched at all, compatible or not).
 fn split_writers<'a>(
     endpoints: impl Iterator<Item = (&'a EndpointKey, &'a Endpoint)>,
-    level: DeliveryLevel,
-    partition: &Partition,
+    r: &Endpoint,
 ) -> WriterMatch {
     let mut compatible = 0;
     let mut incompatible = Vec::new();
-    for (k, e) in endpoints.filter(|(_, e)| !e.reader && partitions_match(&e.partition, partition))
+    for (k, w) in
+        endpoints.filter(|(_, w)| !w.reader && partitions_match(&w.partition, &r.partition))
     {
-        if e.level >= level {
-            compatible += 1;
-        } else {
-            incompatible.push((*k, e.level));
+        match unmatched(w, r) {
+            None => compatible += 1,
+            Some(policy) => incompatible.push((*k, policy)),
         }
     }
     (compatible, incompatible)
 }
 
-/// The writers of `topic` a reader requesting `level` in `partition` matches, from the
-/// endpoint table.
-pub(crate) fn writers_of(
-    st: &State,
-    topic: u64,
-    level: DeliveryLevel,
-    partition: &Partition,
-) -> WriterMatch {
+/// The writers of `r`'s topic that reader `r` matches, from the endpoint table.
+pub(crate) fn writers_of(st: &State, r: &Endpoint) -> WriterMatch {
     split_writers(
-        st.endpoints.iter().filter(|(_, e)| e.topic_id == topic),
-        level,
-        partition,
+        st.endpoints
+            .iter()
+            .filter(|(_, e)| e.topic_id == r.topic_id),
+        r,
     )
 }
 
-/// The readers of `topic` a writer offering `level` in `partition` matches.
-pub(crate) fn readers_of(
-    st: &State,
-    topic: u64,
-    level: DeliveryLevel,
-    partition: &Partition,
-) -> u32 {
+/// The readers of `w`'s topic that writer `w` matches.
+pub(crate) fn readers_of(st: &State, w: &Endpoint) -> u32 {
     count_readers(
-        st.endpoints.values().filter(|e| e.topic_id == topic),
-        level,
-        partition,
+        st.endpoints.values().filter(|e| e.topic_id == w.topic_id),
+        w,
     )
 }
 
-fn count_readers<'a>(
-    endpoints: impl Iterator<Item = &'a Endpoint>,
-    level: DeliveryLevel,
-    partition: &Partition,
-) -> u32 {
+fn count_readers<'a>(endpoints: impl Iterator<Item = &'a Endpoint>, w: &Endpoint) -> u32 {
     endpoints
-        .filter(|e| e.reader && e.level <= level && partitions_match(&e.partition, partition))
+        .filter(|r| r.reader && partitions_match(&w.partition, &r.partition))
+        .filter(|r| unmatched(w, r).is_none())
         .count() as u32
 }
 
@@ -453,8 +458,8 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>, shared: &Shared) ->
     for (t, rs) in st.readers.iter().filter(|(t, _)| wanted(t)) {
         let eps = by_topic.get(t).unwrap_or(&empty);
         for r in rs {
-            let (compatible, incompatible) =
-                split_writers(eps.iter().map(|(k, e)| (k, *e)), r.level, &r.partition);
+            let me = r.endpoint();
+            let (compatible, incompatible) = split_writers(eps.iter().map(|(k, e)| (k, *e)), &me);
             let leased = leased_writers(eps, r);
             if let Some(shortest) = leased.iter().map(|(_, _, l)| *l).min() {
                 shared.want_timer(shortest);
@@ -470,10 +475,7 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>, shared: &Shared) ->
     let mut writers = Vec::new();
     for w in st.writers.values().filter(|w| wanted(&w.topic.topic_id)) {
         let eps = by_topic.get(&w.topic.topic_id).unwrap_or(&empty);
-        if w.on_view(
-            vid,
-            count_readers(eps.values().copied(), w.level, &w.partition),
-        ) {
+        if w.on_view(vid, count_readers(eps.values().copied(), &w.endpoint())) {
             writers.push(Arc::clone(w));
         }
     }
@@ -486,12 +488,13 @@ fn leased_writers(
     eps: &BTreeMap<EndpointKey, &Endpoint>,
     r: &ReaderCore,
 ) -> Vec<(WriterHandle, LivelinessKind, u64)> {
+    let me = r.endpoint();
     eps.iter()
         .filter(|(_, e)| {
             !e.reader
-                && e.level >= r.level
                 && e.liveliness != LivelinessKind::Automatic
-                && partitions_match(&e.partition, &r.partition)
+                && partitions_match(&e.partition, &me.partition)
+                && unmatched(e, &me).is_none()
         })
         .filter_map(|((node, id), e)| {
             let w = WriterHandle {

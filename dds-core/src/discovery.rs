@@ -12,7 +12,9 @@
 //! An announcement is a [`SampleHeader`] (topic [`BUILTIN_TOPIC_ID`], kind Data while the
 //! entity lives and Dispose once deleted, the entity id as `writer_id`, `(node, entity)`
 //! as the instance key) followed by [`BODY_BYTES`] — the topic id, the role, the level, the
-//! LIVELINESS kind and lease (µs, `u64::MAX` for infinite) —
+//! LIVELINESS kind and lease (µs, `u64::MAX` for infinite), and the other
+//! requested-versus-offered policies ([`Rxo`]: DURABILITY, PRESENTATION, DEADLINE,
+//! LATENCY_BUDGET, OWNERSHIP, RELIABILITY and DESTINATION_ORDER kinds and durations) —
 //! and, when its publisher or subscriber is not in the default partition, the PARTITION
 //! names (a `u16` count, then each name as a `u16` length and its UTF-8 bytes; at most
 //! [`PARTITION_BYTES_MAX`] in all). The announcing node is the message's sender, as the
@@ -23,7 +25,8 @@
 //! use spindle_qos::{DeliveryLevel, LivelinessKind, Partition};
 //! let partition = Partition { name: vec!["fleet/*".into(), "ground".into()] };
 //! let e = Endpoint { entity: 7, topic_id: 42, reader: true, level: DeliveryLevel::Atomic,
-//!     partition, liveliness: LivelinessKind::ManualByTopic, lease_us: Some(250_000) };
+//!     partition, liveliness: LivelinessKind::ManualByTopic, lease_us: Some(250_000),
+//!     rxo: Default::default() };
 //! let bytes = encode(3, &e, true);
 //! assert_eq!(decode(&bytes), Ok(Some((7, Some(e.clone())))));
 //! assert_eq!(decode(&encode(3, &e, false)), Ok(Some((7, None))));
@@ -34,7 +37,11 @@
 //! assert_ne!(partition_tag(&e.partition.name), 0);
 //! ```
 
-use spindle_qos::{DeliveryLevel, LivelinessKind, Partition};
+use spindle_qos::{
+    incompatible_policies, DataReaderQos, DataWriterQos, DeliveryLevel, DestinationOrderKind,
+    DurabilityKind, Duration, Liveliness, LivelinessKind, OwnershipKind, Partition, Presentation,
+    PresentationAccessScope, PublisherQos, QosPolicyId, ReliabilityKind, SubscriberQos,
+};
 use spindle_topics::KeyHash;
 use spindle_transport_rdma::NodeId;
 
@@ -44,8 +51,97 @@ use crate::sample::{Coherent, SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
 /// in practice: a name would have to hash to exactly this).
 pub const BUILTIN_TOPIC_ID: u64 = 0xD5D5_0000_0000_0001;
 /// Bytes of an announcement after its header (before any partition names): topic id,
-/// role, level, LIVELINESS kind and lease.
-pub const BODY_BYTES: usize = 8 + 1 + 1 + 1 + 8;
+/// role, level, LIVELINESS kind and lease, then [`Rxo`].
+pub const BODY_BYTES: usize = 8 + 1 + 1 + 1 + 8 + RXO_BYTES;
+/// Bytes of [`Rxo`] in an announcement.
+const RXO_BYTES: usize = 4 + 8 + 8 + 3;
+
+/// The requested-versus-offered policies an endpoint announces besides its level and
+/// LIVELINESS (a writer's offered, a reader's requested), for the DDS matching rules
+/// ([`incompatible`]). Durations in µs, `None` for infinite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Rxo {
+    /// DURABILITY kind.
+    pub durability: DurabilityKind,
+    /// PRESENTATION (of its publisher or subscriber).
+    pub presentation: Presentation,
+    /// DEADLINE period.
+    pub deadline_us: Option<u64>,
+    /// LATENCY_BUDGET duration.
+    pub latency_budget_us: Option<u64>,
+    /// OWNERSHIP kind.
+    pub ownership: OwnershipKind,
+    /// RELIABILITY kind.
+    pub reliability: ReliabilityKind,
+    /// DESTINATION_ORDER kind.
+    pub destination_order: DestinationOrderKind,
+}
+
+impl Rxo {
+    /// The policies of a writer's (with its publisher's) or a reader's QoS.
+    pub fn of(
+        durability: DurabilityKind,
+        presentation: Presentation,
+        deadline: Duration,
+        latency_budget: Duration,
+        ownership: OwnershipKind,
+        reliability: ReliabilityKind,
+        destination_order: DestinationOrderKind,
+    ) -> Rxo {
+        let us = |d: Duration| d.to_std().map(|d| d.as_micros() as u64);
+        Rxo {
+            durability,
+            presentation,
+            deadline_us: us(deadline),
+            latency_budget_us: us(latency_budget),
+            ownership,
+            reliability,
+            destination_order,
+        }
+    }
+}
+
+/// The first policy on which writer `w` fails what reader `r` requests (DDS 1.4's
+/// request/offer rules, [`spindle_qos::incompatible_policies`], from what each announced),
+/// or `None` when they match.
+pub fn incompatible(w: &Endpoint, r: &Endpoint) -> Option<QosPolicyId> {
+    let duration = |us: Option<u64>| {
+        us.map_or(Duration::INFINITE, |us| {
+            Duration::from_micros(i64::try_from(us).unwrap_or(i64::MAX))
+        })
+    };
+    let liveliness = |e: &Endpoint| Liveliness {
+        kind: e.liveliness,
+        lease_duration: duration(e.lease_us),
+    };
+    let mut offered = DataWriterQos::default();
+    offered.durability.kind = w.rxo.durability;
+    offered.deadline.period = duration(w.rxo.deadline_us);
+    offered.latency_budget.duration = duration(w.rxo.latency_budget_us);
+    offered.ownership.kind = w.rxo.ownership;
+    offered.liveliness = liveliness(w);
+    offered.reliability.kind = w.rxo.reliability;
+    offered.destination_order.kind = w.rxo.destination_order;
+    let mut requested = DataReaderQos::default();
+    requested.durability.kind = r.rxo.durability;
+    requested.deadline.period = duration(r.rxo.deadline_us);
+    requested.latency_budget.duration = duration(r.rxo.latency_budget_us);
+    requested.ownership.kind = r.rxo.ownership;
+    requested.liveliness = liveliness(r);
+    requested.reliability.kind = r.rxo.reliability;
+    requested.destination_order.kind = r.rxo.destination_order;
+    let publisher = PublisherQos {
+        presentation: w.rxo.presentation,
+        ..Default::default()
+    };
+    let subscriber = SubscriberQos {
+        presentation: r.rxo.presentation,
+        ..Default::default()
+    };
+    incompatible_policies(&offered, &publisher, &requested, &subscriber)
+        .first()
+        .copied()
+}
 /// Largest announcement: the built-in subgroup's slot payload.
 pub const ANNOUNCEMENT_BYTES_MAX: usize = 1024;
 /// Most bytes an endpoint's PARTITION names take in its announcement (count and lengths
@@ -74,6 +170,8 @@ pub struct Endpoint {
     pub liveliness: LivelinessKind,
     /// Its LIVELINESS lease in µs (`None`: infinite).
     pub lease_us: Option<u64>,
+    /// Its other requested-versus-offered policies.
+    pub rxo: Rxo,
 }
 
 /// The tag a writer's samples carry for its PARTITION `names`: 0 for the default
@@ -148,6 +246,20 @@ pub fn encode(node: NodeId, e: &Endpoint, alive: bool) -> Vec<u8> {
         LivelinessKind::ManualByTopic => 2,
     });
     out.extend_from_slice(&e.lease_us.unwrap_or(u64::MAX).to_le_bytes());
+    let x = &e.rxo;
+    out.extend_from_slice(&[
+        x.durability as u8,
+        x.presentation.access_scope as u8,
+        u8::from(x.presentation.coherent_access),
+        u8::from(x.presentation.ordered_access),
+    ]);
+    out.extend_from_slice(&x.deadline_us.unwrap_or(u64::MAX).to_le_bytes());
+    out.extend_from_slice(&x.latency_budget_us.unwrap_or(u64::MAX).to_le_bytes());
+    out.extend_from_slice(&[
+        x.ownership as u8,
+        x.reliability as u8,
+        x.destination_order as u8,
+    ]);
     let names = &e.partition.name;
     if !names.is_empty() {
         out.extend_from_slice(&(names.len() as u16).to_le_bytes());
@@ -163,6 +275,57 @@ pub fn encode(node: NodeId, e: &Endpoint, alive: bool) -> Vec<u8> {
         out.len()
     );
     out
+}
+
+/// The [`Rxo`] of an announcement (`b` is exactly [`RXO_BYTES`] long).
+fn decode_rxo(b: &[u8]) -> Result<Rxo, String> {
+    let bad = |what: &str, v: u8| format!("a built-in announcement with {what} {v}");
+    let u64_at = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[i..i + 8]);
+        Some(u64::from_le_bytes(w)).filter(|v| *v != u64::MAX)
+    };
+    let flag = |v: u8, what: &str| match v {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(bad(what, v)),
+    };
+    Ok(Rxo {
+        durability: match b[0] {
+            0 => DurabilityKind::Volatile,
+            1 => DurabilityKind::TransientLocal,
+            2 => DurabilityKind::Transient,
+            3 => DurabilityKind::Persistent,
+            v => return Err(bad("DURABILITY kind", v)),
+        },
+        presentation: Presentation {
+            access_scope: match b[1] {
+                0 => PresentationAccessScope::Instance,
+                1 => PresentationAccessScope::Topic,
+                2 => PresentationAccessScope::Group,
+                v => return Err(bad("PRESENTATION scope", v)),
+            },
+            coherent_access: flag(b[2], "PRESENTATION coherent_access")?,
+            ordered_access: flag(b[3], "PRESENTATION ordered_access")?,
+        },
+        deadline_us: u64_at(4),
+        latency_budget_us: u64_at(12),
+        ownership: match b[20] {
+            0 => OwnershipKind::Shared,
+            1 => OwnershipKind::Exclusive,
+            v => return Err(bad("OWNERSHIP kind", v)),
+        },
+        reliability: match b[21] {
+            0 => ReliabilityKind::BestEffort,
+            1 => ReliabilityKind::Reliable,
+            v => return Err(bad("RELIABILITY kind", v)),
+        },
+        destination_order: match b[22] {
+            0 => DestinationOrderKind::ByReceptionTimestamp,
+            1 => DestinationOrderKind::BySourceTimestamp,
+            v => return Err(bad("DESTINATION_ORDER kind", v)),
+        },
+    })
 }
 
 /// The PARTITION names after an announcement's body (none: the default partition).
@@ -229,6 +392,7 @@ pub fn decode(bytes: &[u8]) -> Result<Option<(u32, Option<Endpoint>)>, String> {
     let mut lease = [0u8; 8];
     lease.copy_from_slice(&body[11..19]);
     let lease_us = Some(u64::from_le_bytes(lease)).filter(|l| *l != u64::MAX);
+    let rxo = decode_rxo(&body[19..19 + RXO_BYTES])?;
     let mut t = [0u8; 8];
     t.copy_from_slice(&body[..8]);
     let reader = match body[8] {
@@ -248,6 +412,7 @@ pub fn decode(bytes: &[u8]) -> Result<Option<(u32, Option<Endpoint>)>, String> {
             partition,
             liveliness,
             lease_us,
+            rxo,
         }),
     )))
 }

@@ -110,7 +110,7 @@ impl Publisher {
             id,
             Arc::clone(&topic.inner.ident),
             qos,
-            self.qos.partition.clone(),
+            &self.qos,
             self.coherent.clone(),
         );
         if let Some(period) = core.deadline_us {

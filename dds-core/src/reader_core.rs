@@ -8,19 +8,20 @@ use std::sync::{Arc, Mutex};
 
 use spindle_qos::{
     partitions_match, DataReaderQos, DeliveryLevel, DestinationOrderKind, LivelinessKind,
-    Partition, QosPolicyId,
+    Partition, Presentation, QosPolicyId, SubscriberQos,
 };
 
 use crate::cache::{Cache, Origin};
 use crate::clock::Clock;
 use crate::common::{lock, reason, TopicIdentity};
-use crate::discovery::{partition_tag, Endpoint, EndpointKey};
+use crate::discovery::{partition_tag, Endpoint, EndpointKey, Rxo};
 use crate::sample::{InstanceHandle, SampleHeader, WriterHandle};
 use crate::status::{
     rematch, DeadlineMissedStatus, IncompatibleQosStatus, LivelinessChangedStatus, MatchedStatus,
     SampleRejectedStatus, StatusMask,
 };
 use crate::store::Store;
+use spindle_transport_rdma::NodeId;
 
 pub(crate) type Listener = Arc<dyn Fn(StatusMask) + Send + Sync>;
 
@@ -44,8 +45,9 @@ pub(crate) struct ReaderCore {
     pub(crate) subgroup: spindle_group::SubgroupId,
     /// The delivery level it requests (fixed once enabled).
     pub(crate) level: DeliveryLevel,
-    /// Its subscriber's PARTITION when it was created.
+    /// Its subscriber's PARTITION and PRESENTATION when it was created.
     pub(crate) partition: Partition,
+    presentation: Presentation,
     /// Whether that partition matches the default one (samples with partition tag 0).
     default_partition: bool,
     pub(crate) qos: DataReaderQos,
@@ -58,6 +60,9 @@ pub(crate) struct ReaderCore {
     /// any (read per delivered batch without the lock).
     leases: Mutex<BTreeMap<WriterHandle, WriterLease>>,
     has_leases: AtomicBool,
+    /// Writers of its topic whose QoS it cannot accept (REQUESTED_INCOMPATIBLE_QOS): their
+    /// samples are not taken. Swapped whole when matching changes; read once per batch.
+    blocked: Mutex<Arc<BTreeSet<WriterHandle>>>,
 }
 
 /// A matched writer whose lease this reader watches.
@@ -86,6 +91,15 @@ impl ReaderCore {
                 .lease_duration
                 .to_std()
                 .map(|d| d.as_micros() as u64),
+            rxo: Rxo::of(
+                self.qos.durability.kind,
+                self.presentation,
+                self.qos.deadline.period,
+                self.qos.latency_budget.duration,
+                self.qos.ownership.kind,
+                self.qos.reliability.kind,
+                self.qos.destination_order.kind,
+            ),
         }
     }
 
@@ -94,10 +108,12 @@ impl ReaderCore {
         topic: Arc<TopicIdentity>,
         qos: DataReaderQos,
         clock: Arc<dyn Clock>,
-        partition: Partition,
+        subscriber: &SubscriberQos,
     ) -> Arc<ReaderCore> {
+        let partition = subscriber.partition.clone();
         Arc::new(ReaderCore {
             id,
+            presentation: subscriber.presentation,
             default_partition: partitions_match(&Partition::default(), &partition),
             partition,
             subgroup: topic.subgroup,
@@ -130,16 +146,37 @@ impl ReaderCore {
             deleted: AtomicBool::new(false),
             leases: Mutex::new(BTreeMap::new()),
             has_leases: AtomicBool::new(false),
+            blocked: Mutex::new(Arc::new(BTreeSet::new())),
         })
     }
 
-    /// Whether a sample with header `h`, sent by `sender`, is in a partition this reader
+    /// The writers whose samples it does not take (their QoS fails its request).
+    pub(crate) fn blocked(&self) -> Arc<BTreeSet<WriterHandle>> {
+        Arc::clone(&lock(&self.blocked))
+    }
+
+    /// Whether a sample with header `h`, sent by `sender`, comes from a writer it matches:
+    /// not one in `blocked` (see [`ReaderCore::blocked`]), and in a partition this reader
     /// matches: the default partition (tag 0) when its subscriber's matches it; another
     /// when the writer's announced names (`writer`, if the endpoint table has it) carry
     /// the sample's tag and match. A sample of a writer not yet announced here, or written
     /// under names it has since changed, is not taken (as a DDS reader takes nothing from
     /// a writer before they match).
-    pub(crate) fn accepts(&self, h: &SampleHeader, writer: Option<&Endpoint>) -> bool {
+    pub(crate) fn accepts(
+        &self,
+        h: &SampleHeader,
+        sender: NodeId,
+        writer: Option<&Endpoint>,
+        blocked: &BTreeSet<WriterHandle>,
+    ) -> bool {
+        if !blocked.is_empty()
+            && blocked.contains(&WriterHandle {
+                node: sender,
+                writer_id: h.writer_id,
+            })
+        {
+            return false;
+        }
         if h.partition_tag == 0 {
             return self.default_partition;
         }
@@ -203,11 +240,17 @@ impl ReaderCore {
             return false;
         }
         let mut any = false;
+        let blocked = self.blocked();
         for s in store.iter() {
             if let Ok((h, payload)) = SampleHeader::decode(&s.bytes) {
                 if h.topic_id == self.topic.topic_id
                     && h.level >= self.level
-                    && self.accepts(&h, endpoints.get(&(s.origin.node, h.writer_id)))
+                    && self.accepts(
+                        &h,
+                        s.origin.node,
+                        endpoints.get(&(s.origin.node, h.writer_id)),
+                        &blocked,
+                    )
                 {
                     any |= self.insert(&h, payload, s.origin);
                 }
@@ -326,7 +369,7 @@ impl ReaderCore {
         &self,
         vid: u32,
         compatible: u32,
-        incompatible: &[(EndpointKey, DeliveryLevel)],
+        incompatible: &[(EndpointKey, QosPolicyId)],
     ) -> StatusMask {
         let mut mask = StatusMask::NONE;
         let mut s = lock(&self.status);
@@ -345,20 +388,24 @@ impl ReaderCore {
             l.alive_count = now.saturating_sub(self.lapsed());
             mask = mask | StatusMask::LIVELINESS_CHANGED;
         }
-        for (w, offered) in incompatible {
+        for (w, policy) in incompatible {
             if !s.incompatible_seen.insert(*w) {
                 continue;
             }
-            // RELIABILITY and DURABILITY are requested-vs-offered policies.
             s.incompatible.total_count += 1;
             s.incompatible.total_count_change += 1;
-            s.incompatible.last_policy_id = Some(if *offered == DeliveryLevel::Unordered {
-                QosPolicyId::Reliability
-            } else {
-                QosPolicyId::Durability
-            });
+            s.incompatible.last_policy_id = Some(*policy);
             mask = mask | StatusMask::REQUESTED_INCOMPATIBLE_QOS;
         }
+        // Their samples are not taken: they do not match.
+        let blocked: BTreeSet<WriterHandle> = incompatible
+            .iter()
+            .map(|((node, writer_id), _)| WriterHandle {
+                node: *node,
+                writer_id: *writer_id,
+            })
+            .collect();
+        *lock(&self.blocked) = Arc::new(blocked);
         s.changes |= mask.0;
         mask
     }

@@ -55,7 +55,7 @@ impl Subscriber {
             Arc::clone(&topic.inner.ident),
             qos,
             Arc::clone(&p.shared.clock),
-            self.qos.partition.clone(),
+            &self.qos,
         );
         if let Some(period) = core.deadline_us() {
             p.shared.want_timer(period);

@@ -71,12 +71,7 @@ impl<T: TopicType> DataWriter<T> {
         let p = &self.topic.participant;
         let st = lock(&p.shared.state);
         let vid = st.view.as_ref().map_or(0, |v| v.vid);
-        let readers = readers_of(
-            &st,
-            self.core.topic.topic_id,
-            self.core.level,
-            &self.core.partition,
-        );
+        let readers = readers_of(&st, &self.core.endpoint());
         drop(st);
         self.core.on_view(vid, readers);
     }

@@ -7,10 +7,12 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use spindle_qos::{DataWriterQos, DeliveryLevel, LivelinessKind, Partition};
+use spindle_qos::{
+    DataWriterQos, DeliveryLevel, LivelinessKind, Partition, Presentation, PublisherQos,
+};
 
 use crate::common::{lock, TopicIdentity};
-use crate::discovery::{partition_tag, Endpoint};
+use crate::discovery::{partition_tag, Endpoint, Rxo};
 use crate::sample::{Coherent, InstanceHandle, COHERENT_SET_SAMPLES_MAX};
 use crate::status::{rematch, DeadlineMissedStatus, LivelinessLostStatus, MatchedStatus};
 
@@ -75,8 +77,10 @@ pub(crate) struct WriterCore {
     pub(crate) subgroup: spindle_group::SubgroupId,
     /// The delivery level it offers (RELIABILITY and DURABILITY: fixed once enabled).
     pub(crate) level: DeliveryLevel,
-    /// Its publisher's PARTITION when it was created, and the tag its samples carry.
+    /// Its publisher's PARTITION and PRESENTATION when it was created, and the tag its
+    /// samples carry.
     pub(crate) partition: Partition,
+    presentation: Presentation,
     pub(crate) partition_tag: u32,
     pub(crate) qos: Mutex<DataWriterQos>,
     pub(crate) seq: AtomicU64,
@@ -118,6 +122,18 @@ impl WriterCore {
             partition: self.partition.clone(),
             liveliness: self.liveliness,
             lease_us: self.lease_us,
+            rxo: {
+                let q = lock(&self.qos);
+                Rxo::of(
+                    q.durability.kind,
+                    self.presentation,
+                    q.deadline.period,
+                    q.latency_budget.duration,
+                    q.ownership.kind,
+                    q.reliability.kind,
+                    q.destination_order.kind,
+                )
+            },
         }
     }
 
@@ -125,9 +141,10 @@ impl WriterCore {
         id: u32,
         topic: Arc<TopicIdentity>,
         qos: DataWriterQos,
-        partition: Partition,
+        publisher: &PublisherQos,
         coherent: Option<Arc<CoherentSet>>,
     ) -> Arc<WriterCore> {
+        let partition = publisher.partition.clone();
         let blocking = blocking_us(&qos);
         let lifespan = lifespan_ns(&qos);
         let strength = qos.ownership_strength.value;
@@ -139,6 +156,7 @@ impl WriterCore {
             .map(|d| (d.as_micros() as u64).max(1));
         Arc::new(WriterCore {
             id,
+            presentation: publisher.presentation,
             liveliness: qos.liveliness.kind,
             lease_us,
             last_asserted_us: AtomicU64::new(0),

@@ -411,10 +411,15 @@ fn lifespan_ends_in_virtual_time_and_exclusive_ownership_keeps_the_strongest_wri
             .write_w_timestamp(&ks("old", "stale"), hour_ago)
             .unwrap();
         strong.write(&ks("k", "s3")).unwrap();
-        let everything = values(&take_n(&d, &all, 5));
-        assert_eq!(everything, ["w1", "s1", "w2", "s2", "s3"], "seed {seed}");
-        let owned = values(&r.take(usize::MAX, StateMask::ANY).unwrap());
+        let owned = values(&take_n(&d, &r, 4));
         assert_eq!(owned, ["w1", "s1", "s2", "s3"], "seed {seed}");
+        // The shared reader matches only the shared writer (OWNERSHIP kinds must be equal),
+        // whose stale sample never arrives.
+        d.run_for(20_000);
+        assert!(
+            all.take(usize::MAX, StateMask::ANY).unwrap().is_empty(),
+            "seed {seed}: a stale sample, or one of an exclusive writer, reached the shared reader"
+        );
         // The strong writer unregisters: ownership falls back to the weak one.
         strong.unregister_instance(&ks("k", "")).unwrap();
         weak.write(&ks("k", "w3")).unwrap();
@@ -1039,9 +1044,16 @@ fn destination_order_by_source_timestamp_drops_older_samples_per_instance() {
             };
             let (s1, s2) = (by_source(&ps[1]), by_source(&ps[2]));
             let by_reception = reader(&ps[2], "D", keep_all(&atomic()));
+            // The writers offer BY_SOURCE_TIMESTAMP, which the BY_SOURCE readers request.
+            let offered = DataWriterQos {
+                destination_order: DestinationOrder {
+                    kind: DestinationOrderKind::BySourceTimestamp,
+                },
+                ..Default::default()
+            };
             let (w0, w1) = (
-                writer(&ps[0], "D", DataWriterQos::default()),
-                writer(&ps[1], "D", DataWriterQos::default()),
+                writer(&ps[0], "D", offered.clone()),
+                writer(&ps[1], "D", offered),
             );
             let t = SIM_EPOCH_NS;
             w0.write_w_timestamp(&ks("k", "late clock"), t + 2_000)
@@ -1318,6 +1330,76 @@ fn coherent_sets_arrive_whole_or_not_at_all_even_when_the_writer_crashes() {
                     "seed {seed}: no sample of the cut set ({before_crash} written) arrives"
                 );
             }
+        },
+    );
+}
+
+/// Matching follows the DDS request/offer rules beyond RELIABILITY and DURABILITY: a
+/// writer offering a longer DEADLINE than a reader requests, or another OWNERSHIP kind, is
+/// not matched — counted in REQUESTED_INCOMPATIBLE_QOS with that policy — and its samples
+/// never reach the reader, while a compatible writer's do.
+#[test]
+fn writers_failing_a_readers_requested_qos_are_not_matched_and_not_heard() {
+    use spindle_qos::{Deadline, Duration as QosDuration, Ownership, OwnershipKind, QosPolicyId};
+    for_seeds(
+        "writers_failing_a_readers_requested_qos_are_not_matched_and_not_heard",
+        |seed| {
+            let (d, ps) = domain(seed, 2);
+            let mut rq = keep_all(&atomic());
+            rq.deadline = Deadline {
+                period: QosDuration::from_millis(100),
+            };
+            let strict = reader(&ps[1], "Q", rq);
+            let mut eq = keep_all(&atomic());
+            eq.ownership = Ownership {
+                kind: OwnershipKind::Exclusive,
+            };
+            let exclusive = reader(&ps[1], "Q", eq);
+            let lax = writer(&ps[0], "Q", DataWriterQos::default());
+            let prompt = writer(
+                &ps[0],
+                "Q",
+                DataWriterQos {
+                    deadline: Deadline {
+                        period: QosDuration::from_millis(50),
+                    },
+                    ..Default::default()
+                },
+            );
+            lax.write(&ks("a", "lax")).unwrap();
+            prompt.write(&ks("b", "prompt")).unwrap();
+            assert_eq!(values(&take_n(&d, &strict, 1)), ["prompt"], "seed {seed}");
+            d.run_for(20_000);
+            assert!(
+                strict.take(usize::MAX, StateMask::ANY).unwrap().is_empty(),
+                "seed {seed}: the writer with the longer deadline is not heard"
+            );
+            let s = strict.requested_incompatible_qos_status();
+            assert_eq!(
+                (s.total_count, s.last_policy_id),
+                (1, Some(QosPolicyId::Deadline)),
+                "seed {seed}"
+            );
+            assert_eq!(strict.subscription_matched_status().current_count, 1);
+            // Neither shared-ownership writer serves the exclusive reader.
+            assert!(
+                exclusive
+                    .take(usize::MAX, StateMask::ANY)
+                    .unwrap()
+                    .is_empty(),
+                "seed {seed}"
+            );
+            let s = exclusive.requested_incompatible_qos_status();
+            assert_eq!(
+                (s.total_count, s.last_policy_id),
+                (2, Some(QosPolicyId::Ownership)),
+                "seed {seed}"
+            );
+            assert_eq!(
+                [&lax, &prompt].map(|w| w.publication_matched_status().current_count),
+                [0, 1],
+                "seed {seed}: writers count only the readers they serve"
+            );
         },
     );
 }

@@ -335,10 +335,15 @@ impl Application for DdsApp {
     }
 
     fn stopped(&mut self, why: Option<&str>) {
-        lock(&self.shared.state).stopped = Some(why.unwrap_or("left the domain").to_string());
+        let why = why.unwrap_or("left the domain").to_string();
+        lock(&self.shared.state).stopped = Some(why.clone());
         self.shared.view_changed.notify_all();
         notify_all();
         self.shared.stopped_flag.store(true, Ordering::Release);
+        let listener = lock(&self.shared.stopped_listener).clone();
+        if let Some(l) = listener {
+            crate::shared::fire_stopped(&l, &why);
+        }
     }
 }
 

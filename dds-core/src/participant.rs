@@ -2,7 +2,7 @@
 //! of the domain's top-level group each.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use spindle_group::{Group, GroupConfig, LocalFabric, View};
@@ -211,8 +211,24 @@ impl DomainParticipant {
     }
 
     /// Why the participant stopped (shut down by the view change protocol, or left).
+    /// A participant the others excluded — it fell silent past their failure detector's
+    /// bound: stopped, swapped out, cut off — learns it when it runs again, and the text
+    /// says so ("excluded from the group in view V: node N suspected this node after M ms
+    /// of silence"); its entities then fail with `AlreadyDeleted`.
     pub fn stopped(&self) -> Option<String> {
         lock(&self.inner.shared.state).stopped.clone()
+    }
+
+    /// Calls `on_stopped` once, with the reason [`DomainParticipant::stopped`] gives, when
+    /// the participant stops (excluded, shut down by the view change protocol, or left);
+    /// at once if it already has. It runs on the delivery thread. Replaces an earlier one.
+    pub fn set_stopped_listener(&self, on_stopped: impl Fn(&str) + Send + Sync + 'static) {
+        let l: crate::shared::StoppedListener =
+            Arc::new((AtomicBool::new(false), Box::new(on_stopped)));
+        *lock(&self.inner.shared.stopped_listener) = Some(Arc::clone(&l));
+        if let Some(why) = self.stopped() {
+            crate::shared::fire_stopped(&l, &why);
+        }
     }
 
     /// Registers topic `name` of type `T` (DDS `create_topic`). Creating the same name

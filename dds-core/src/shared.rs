@@ -55,6 +55,19 @@ pub(crate) struct Shared {
     /// Set once a reader of this participant watches a writer's LIVELINESS lease: only
     /// then does the delivery path note whom it heard from.
     pub(crate) leases_watched: AtomicBool,
+    /// Called once with the reason when the participant stops (excluded, shut down, left).
+    pub(crate) stopped_listener: Mutex<Option<StoppedListener>>,
+}
+
+/// What [`Shared::stopped_listener`] holds: the callback, and whether it ran (the
+/// participant's stop and the listener's registration may race; it runs once).
+pub(crate) type StoppedListener = Arc<(AtomicBool, Box<dyn Fn(&str) + Send + Sync>)>;
+
+/// Runs a stopped listener with `why`, unless it ran already.
+pub(crate) fn fire_stopped(l: &StoppedListener, why: &str) {
+    if !l.0.swap(true, Ordering::AcqRel) {
+        (l.1)(why);
+    }
 }
 
 /// Shortest tick of the time checks, in µs.
@@ -94,6 +107,7 @@ impl Shared {
             clock,
             timer_tick_us: AtomicU64::new(u64::MAX),
             leases_watched: AtomicBool::new(false),
+            stopped_listener: Mutex::new(None),
         })
     }
 }

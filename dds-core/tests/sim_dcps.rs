@@ -1403,3 +1403,52 @@ fn writers_failing_a_readers_requested_qos_are_not_matched_and_not_heard() {
         },
     );
 }
+
+/// A participant silent past the others' failure detector (paused) is excluded; the
+/// others go on and deliver; when it runs again it learns it was excluded — its
+/// `stopped()` and its stopped listener (called once) say so and by whom — and its
+/// writer fails instead of writing into a view it is no longer in.
+#[test]
+fn a_paused_participant_is_excluded_and_learns_why_when_it_wakes() {
+    for_seeds(
+        "a_paused_participant_is_excluded_and_learns_why_when_it_wakes",
+        |seed| {
+            let (d, ps) = domain(seed, 3);
+            let r = reader(&ps[0], "X", keep_all(&atomic()));
+            let w2 = writer(&ps[1], "X", DataWriterQos::default());
+            let w3 = writer(&ps[2], "X", DataWriterQos::default());
+            let calls = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+            let seen = Arc::clone(&calls);
+            ps[2].set_stopped_listener(move |why| seen.lock().unwrap().push(why.to_string()));
+            w3.write(&ks("3", "before")).unwrap();
+            take_n(&d, &r, 1);
+            d.world().pause(3);
+            assert!(
+                d.run_until(ROUNDS_MAX, || ps[0]
+                    .view()
+                    .is_some_and(|v| !v.members.contains(&3))),
+                "seed {seed}: the silent member is excluded"
+            );
+            w2.write(&ks("2", "after")).unwrap();
+            assert_eq!(values(&take_n(&d, &r, 1)), ["after"], "seed {seed}");
+            d.world().resume(3);
+            assert!(
+                d.run_until(ROUNDS_MAX, || ps[2].stopped().is_some()),
+                "seed {seed}: the woken member learns it stopped"
+            );
+            let why = ps[2].stopped().unwrap();
+            assert!(why.contains("excluded"), "seed {seed}: {why}");
+            assert!(why.contains("suspected"), "seed {seed}: {why}");
+            d.run_for(10_000);
+            assert_eq!(*calls.lock().unwrap(), [why.clone()], "seed {seed}: once");
+            // A listener set later is called at once, with the same reason.
+            let late = Arc::new(AtomicUsize::new(0));
+            let l2 = Arc::clone(&late);
+            ps[2].set_stopped_listener(move |_| {
+                l2.fetch_add(1, Ordering::SeqCst);
+            });
+            assert_eq!(late.load(Ordering::SeqCst), 1, "seed {seed}");
+            assert!(w3.write(&ks("3", "late")).is_err(), "seed {seed}");
+        },
+    );
+}

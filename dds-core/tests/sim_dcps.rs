@@ -1440,7 +1440,7 @@ fn a_paused_participant_is_excluded_and_learns_why_when_it_wakes() {
             assert!(why.contains("excluded"), "seed {seed}: {why}");
             assert!(why.contains("suspected"), "seed {seed}: {why}");
             d.run_for(10_000);
-            assert_eq!(*calls.lock().unwrap(), [why.clone()], "seed {seed}: once");
+            assert_eq!(*calls.lock().unwrap(), [why], "seed {seed}: once");
             // A listener set later is called at once, with the same reason.
             let late = Arc::new(AtomicUsize::new(0));
             let l2 = Arc::clone(&late);

@@ -114,22 +114,22 @@ pub fn incompatible(w: &Endpoint, r: &Endpoint) -> Option<QosPolicyId> {
         kind: e.liveliness,
         lease_duration: duration(e.lease_us),
     };
-    let mut offered = DataWriterQos::default();
-    offered.durability.kind = w.rxo.durability;
-    offered.deadline.period = duration(w.rxo.deadline_us);
-    offered.latency_budget.duration = duration(w.rxo.latency_budget_us);
-    offered.ownership.kind = w.rxo.ownership;
-    offered.liveliness = liveliness(w);
-    offered.reliability.kind = w.rxo.reliability;
-    offered.destination_order.kind = w.rxo.destination_order;
-    let mut requested = DataReaderQos::default();
-    requested.durability.kind = r.rxo.durability;
-    requested.deadline.period = duration(r.rxo.deadline_us);
-    requested.latency_budget.duration = duration(r.rxo.latency_budget_us);
-    requested.ownership.kind = r.rxo.ownership;
-    requested.liveliness = liveliness(r);
-    requested.reliability.kind = r.rxo.reliability;
-    requested.destination_order.kind = r.rxo.destination_order;
+    // The writer's and the reader's QoS share these fields' names and types.
+    macro_rules! announced {
+        ($qos:expr, $e:expr) => {{
+            let mut q = $qos;
+            q.durability.kind = $e.rxo.durability;
+            q.deadline.period = duration($e.rxo.deadline_us);
+            q.latency_budget.duration = duration($e.rxo.latency_budget_us);
+            q.ownership.kind = $e.rxo.ownership;
+            q.liveliness = liveliness($e);
+            q.reliability.kind = $e.rxo.reliability;
+            q.destination_order.kind = $e.rxo.destination_order;
+            q
+        }};
+    }
+    let offered = announced!(DataWriterQos::default(), w);
+    let requested = announced!(DataReaderQos::default(), r);
     let publisher = PublisherQos {
         presentation: w.rxo.presentation,
         ..Default::default()

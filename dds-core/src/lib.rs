@@ -88,6 +88,10 @@
 //! * A member whose state transfer is cut by a further view change keeps going with the
 //!   store it had; if it then ships that store to a later reader, the reader may miss
 //!   history (never order or all-or-none of new samples).
+//! * The DDS filter language ([`filter`]: comparisons, `BETWEEN`, `LIKE`, `AND`/`OR`/`NOT`,
+//!   nested member paths, `%n` parameters; errors name the byte) is parsed and evaluated
+//!   on a sample's member values; `ContentFilteredTopic` and `QueryCondition` do not use
+//!   it yet.
 //! * Enforced at run time: DEADLINE on both sides (REQUESTED_ and OFFERED_DEADLINE_MISSED,
 //!   by a timer thread per participant, or every round in simulation), TIME_BASED_FILTER,
 //!   LIFESPAN (each sample carries its writer's lifespan; readers drop it once
@@ -115,7 +119,7 @@
 
 // The layers, bottom to top; a module uses only modules of lower layers (ARCHITECTURE.md;
 // scripts/check-layering.py checks that no two modules use each other):
-// 1. data: clock, sample, status, store, cache, condition, config, declare, discovery,
+// 1. data: clock, sample, status, store, cache, condition, config, declare, discovery, filter,
 //    error
 // 2. entity state: common; reader_core, writer_core; shared (+ the Driver trait)
 // 3. the delivery path: delivery (DdsApp and handle_timeout: engine output enters here)
@@ -130,6 +134,7 @@ pub mod declare;
 mod delivery;
 pub mod discovery;
 mod error;
+pub mod filter;
 mod inner;
 mod participant;
 mod publisher;

@@ -95,9 +95,8 @@ impl QosArgs {
 
     /// A writer's QoS on a topic of QoS `topic`.
     pub fn writer(&self, topic: &TopicQos) -> DataWriterQos {
-        let mut q = DataWriterQos::from_topic_qos(topic);
-        q.reliability.max_blocking_time = spindle_qos::Duration::from_secs(self.max_blocking_s);
-        q
+        DataWriterQos::from_topic_qos(topic)
+            .with_max_blocking_time(spindle_qos::Duration::from_secs(self.max_blocking_s))
     }
 }
 

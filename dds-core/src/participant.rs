@@ -218,7 +218,7 @@ impl DomainParticipant {
         lock(&self.inner.shared.state)
             .endpoints
             .iter()
-            .map(|((node, _), e)| (*node, *e))
+            .map(|((node, _), e)| (*node, e.clone()))
             .collect()
     }
 

@@ -243,8 +243,8 @@ fn publisher(a: &Args, listen: &str) -> Result<(), BoxError> {
         let t = p.create_topic::<Sequence>(name, q.clone())?;
         // A benchmark writes as fast as the window allows: it waits for room however long
         // a loaded machine takes (the default max_blocking_time is 100 ms).
-        let mut wq = DataWriterQos::from_topic_qos(&q);
-        wq.reliability.max_blocking_time = spindle_qos::Duration::from_secs(60);
+        let wq = DataWriterQos::from_topic_qos(&q)
+            .with_max_blocking_time(spindle_qos::Duration::from_secs(60));
         writers.push(publ.create_datawriter(&t, wq)?);
     }
     for w in &writers {

@@ -76,9 +76,17 @@ fn wait_output(mut g: Guard, what: &str) -> Output {
     child.wait_with_output().expect("output")
 }
 
-/// Runs `spindle sub` for `count` samples and `spindle pub` of `random` seeded samples;
-/// returns sub's stdout lines.
-fn exchange(type_name: &str, topic: &str, count: u64, seed: u64) -> Vec<Value> {
+/// How `pub` gets its samples.
+enum Source {
+    /// `--random N --seed S`.
+    Random(u64),
+    /// JSON lines on stdin (`--file -`).
+    Stdin(String),
+}
+
+/// Runs `spindle sub` for `count` samples and `spindle pub` of `source`; returns sub's
+/// stdout lines.
+fn exchange(type_name: &str, topic: &str, count: u64, source: Source) -> Vec<Value> {
     let dir = tempfile::tempdir().expect("tempdir");
     let (n1, n2) = configs(dir.path());
     let count_s = count.to_string();
@@ -110,25 +118,30 @@ fn exchange(type_name: &str, topic: &str, count: u64, seed: u64) -> Vec<Value> {
             break;
         }
     }
-    let publ = Guard(
-        Command::new(BIN)
-            .args(["pub", "--config"])
-            .arg(&n2)
-            .args(["--idl", IDL, "--type", type_name, "--topic", topic])
-            .args([
-                "--random",
-                &count_s,
-                "--seed",
-                &seed.to_string(),
-                "--rate",
-                "50",
-            ])
-            .args(["--timeout-s", "90"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start pub"),
-    );
+    let mut cmd = Command::new(BIN);
+    cmd.args(["pub", "--config"])
+        .arg(&n2)
+        .args(["--idl", IDL, "--type", type_name, "--topic", topic])
+        .args(["--rate", "50", "--timeout-s", "90"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    match &source {
+        Source::Random(seed) => {
+            cmd.args(["--random", &count_s, "--seed", &seed.to_string()]);
+        }
+        Source::Stdin(_) => {
+            cmd.args(["--file", "-"]);
+        }
+    }
+    let mut publ = Guard(cmd.spawn().expect("start pub"));
+    {
+        use std::io::Write;
+        let mut stdin = publ.0.stdin.take().expect("pub stdin");
+        if let Source::Stdin(text) = &source {
+            stdin.write_all(text.as_bytes()).expect("write pub stdin");
+        }
+    }
     let p = wait_output(publ, "pub");
     assert!(
         p.status.success(),
@@ -146,11 +159,24 @@ fn exchange(type_name: &str, topic: &str, count: u64, seed: u64) -> Vec<Value> {
 
 /// The samples sub printed decode, with the generated type, to what pub wrote; their
 /// SampleInfo names pub's writer, in one increasing order, with the instance's key hash.
-fn check_exchange<T: TopicType + PartialEq + std::fmt::Debug>(type_name: &str, topic: &str) {
+/// `stdin`: pub reads the samples as JSON lines on stdin, else `--random`.
+fn check_exchange<T: TopicType + PartialEq + std::fmt::Debug>(
+    type_name: &str,
+    topic: &str,
+    stdin: bool,
+) {
     const COUNT: u64 = 5;
     const SEED: u64 = 42;
-    let lines = exchange(type_name, topic, COUNT, SEED);
     let t = DynType::from_idl_file(Path::new(IDL), &[] as &[&str], type_name).expect("type");
+    let source = if stdin {
+        let text: Vec<String> = (0..COUNT)
+            .map(|i| t.random_json(SEED + i).to_string())
+            .collect();
+        Source::Stdin(text.join("\n") + "\n")
+    } else {
+        Source::Random(SEED)
+    };
+    let lines = exchange(type_name, topic, COUNT, source);
     let samples: Vec<&Value> = lines.iter().filter(|l| l.get("data").is_some()).collect();
     assert_eq!(samples.len() as u64, COUNT, "{lines:?}");
     assert!(
@@ -192,12 +218,19 @@ fn check_exchange<T: TopicType + PartialEq + std::fmt::Debug>(type_name: &str, t
 
 #[test]
 fn pub_and_sub_exchange_avionics_flight_plans_given_only_the_idl() {
-    check_exchange::<avionics::FlightPlan>("Avionics::FlightPlan", "FlightPlan");
+    check_exchange::<avionics::FlightPlan>("Avionics::FlightPlan", "FlightPlan", false);
 }
 
 #[test]
 fn pub_and_sub_exchange_avionics_track_reports_given_only_the_idl() {
-    check_exchange::<avionics::TrackReport>("::Avionics::TrackReport", "Tracks");
+    check_exchange::<avionics::TrackReport>("::Avionics::TrackReport", "Tracks", false);
+}
+
+/// A string key that can be longer than 16 bytes (so the key hash is an MD5), samples as
+/// JSON lines on stdin.
+#[test]
+fn pub_reads_json_lines_from_stdin_and_sub_gets_health_heartbeats() {
+    check_exchange::<avionics::HealthHeartbeat>("Avionics::HealthHeartbeat", "Health", true);
 }
 
 fn run(args: &[&str], stdin: Option<&str>) -> Output {

@@ -377,3 +377,32 @@ fn idl_lists_types_and_prints_a_template_that_pub_accepts() {
     );
     assert_exit_2(&o, "expected `;` after the member declaration");
 }
+
+#[test]
+fn rust_log_shows_the_engines_events_on_stderr() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (n1, _) = configs(dir.path());
+    let o = Command::new(BIN)
+        .args(["sub", "--config"])
+        .arg(&n1)
+        .args([
+            "--idl",
+            IDL,
+            "--type",
+            "Avionics::AirData",
+            "--topic",
+            "AirData",
+        ])
+        .args(["--count", "1", "--timeout-s", "1"])
+        .env("RUST_LOG", "spindle_group=info")
+        .output()
+        .expect("run sub");
+    // No sample comes (nobody writes): exit 1 after the time-out, but the view was logged.
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("installing view"), "{err}");
+    assert!(
+        !err.contains('\u{1b}'),
+        "no colour codes off a terminal: {err}"
+    );
+}

@@ -186,7 +186,7 @@ fn print_table(s: &Value) {
             "{:<20} {:<18} {:<9} {:<20} {:<20}",
             t["topic"].as_str().unwrap_or("?"),
             t["topic_id"].as_str().unwrap_or("-"),
-            t["subgroup"],
+            t["subgroup"].to_string(),
             list(&t["readers"]),
             list(&t["writers"])
         );

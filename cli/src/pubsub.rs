@@ -58,6 +58,11 @@ pub struct PubArgs {
     /// How long to wait for readers, and for the samples' delivery, seconds.
     #[arg(long, default_value_t = 30)]
     pub timeout_s: u64,
+    /// Read JSON lines on stdin while running and write each as it comes (`tail -f … |
+    /// spindle pub --stream …`); a line that is not a valid sample is reported with its
+    /// line number and skipped, and the exit code is then 2.
+    #[arg(long, conflicts_with_all = ["samples", "file", "random", "count"])]
+    pub stream: bool,
     /// Byte order of the samples.
     #[arg(long, value_enum, default_value = "little")]
     pub endianness: EndianArg,
@@ -156,11 +161,12 @@ pub fn run_pub(a: PubArgs) -> Result<u8, Fail> {
         )));
     }
     let t = Arc::new(load_type(&a.topic)?);
-    let values = gather(&a, &t)?;
-    let e = match a.endianness {
-        EndianArg::Little => Endianness::Little,
-        EndianArg::Big => Endianness::Big,
+    let values = if a.stream {
+        Vec::new()
+    } else {
+        gather(&a, &t)?
     };
+    let e = endianness(a.endianness);
     let mut samples = Vec::with_capacity(values.len());
     for (i, v) in values.iter().enumerate() {
         let s = t
@@ -174,6 +180,13 @@ pub fn run_pub(a: PubArgs) -> Result<u8, Fail> {
     let r = publish(&p, &a, &t, &samples);
     leave(p);
     r
+}
+
+fn endianness(e: EndianArg) -> Endianness {
+    match e {
+        EndianArg::Little => Endianness::Little,
+        EndianArg::Big => Endianness::Big,
+    }
 }
 
 /// Leaves the domain: a view change without this participant (the others keep their
@@ -206,7 +219,7 @@ fn publish(
     };
     let publisher = p.create_publisher(Default::default())?;
     let w = publisher.create_datawriter(&topic, a.topic.qos.writer(&tq))?;
-    let r = write_all(p, a, samples, &w, own.as_ref());
+    let r = write_all(p, a, t, samples, &w, own.as_ref());
     publisher.delete_datawriter(w)?;
     if let Some(own) = own {
         sub.delete_datareader(own)?;
@@ -217,6 +230,7 @@ fn publish(
 fn write_all(
     p: &DomainParticipant,
     a: &PubArgs,
+    t: &DynType,
     samples: &[CdrSample],
     w: &spindle_dds_core::DataWriter<CdrSample>,
     own: Option<&DataReader<CdrSample>>,
@@ -225,15 +239,46 @@ fn write_all(
     let readers = a.wait_readers + u32::from(own.is_some());
     w.wait_for_readers(readers, timeout)
         .map_err(|e| Fail::failed(format!("waiting for {} readers: {e}", a.wait_readers)))?;
-    let total = a.count.unwrap_or(samples.len() as u64);
     let start = Instant::now();
-    for i in 0..total {
-        w.write(&samples[(i % samples.len() as u64) as usize])?;
+    let pace = |i: u64| {
         if a.rate > 0.0 {
             let next = start + Duration::from_secs_f64((i + 1) as f64 / a.rate);
             std::thread::sleep(next.saturating_duration_since(Instant::now()));
         }
-    }
+    };
+    let mut refused = 0u64;
+    let total = if a.stream {
+        let mut written = 0u64;
+        for (n, line) in std::io::stdin().lock().lines().enumerate() {
+            let line = line.map_err(|e| Fail::input(format!("stdin: {e}")))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let sample = t
+                .encode_json_str(&line, endianness(a.endianness))
+                .map_err(|e| e.to_string())
+                .and_then(|s| CdrSample::new(s.bytes, s.key_hash).map_err(|e| e.to_string()));
+            match sample {
+                Ok(s) => {
+                    w.write(&s)?;
+                    pace(written);
+                    written += 1;
+                }
+                Err(e) => {
+                    eprintln!("spindle pub: stdin:{}: {e} (skipped)", n + 1);
+                    refused += 1;
+                }
+            }
+        }
+        written
+    } else {
+        let total = a.count.unwrap_or(samples.len() as u64);
+        for i in 0..total {
+            w.write(&samples[(i % samples.len() as u64) as usize])?;
+            pace(i);
+        }
+        total
+    };
     eprintln!("spindle pub: wrote {total} samples to {}", a.topic.topic);
     if let Some(r) = own {
         let me = p.node_id();
@@ -256,6 +301,12 @@ fn write_all(
             }
         }
         eprintln!("spindle pub: {total} samples delivered");
+    }
+    if refused > 0 {
+        return Err(Fail::input(format!(
+            "{refused} lines of stdin were not samples of {}",
+            t.type_name()
+        )));
     }
     Ok(0)
 }

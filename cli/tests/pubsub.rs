@@ -82,6 +82,8 @@ enum Source {
     Random(u64),
     /// JSON lines on stdin (`--file -`).
     Stdin(String),
+    /// JSON lines on stdin written as they come (`--stream`), one of them bad.
+    Stream(String),
 }
 
 /// Runs `spindle sub` for `count` samples and `spindle pub` of `source`; returns sub's
@@ -133,21 +135,27 @@ fn exchange(type_name: &str, topic: &str, count: u64, source: Source) -> Vec<Val
         Source::Stdin(_) => {
             cmd.args(["--file", "-"]);
         }
+        Source::Stream(_) => {
+            cmd.arg("--stream");
+        }
     }
     let mut publ = Guard(cmd.spawn().expect("start pub"));
     {
         use std::io::Write;
         let mut stdin = publ.0.stdin.take().expect("pub stdin");
-        if let Source::Stdin(text) = &source {
+        if let Source::Stdin(text) | Source::Stream(text) = &source {
             stdin.write_all(text.as_bytes()).expect("write pub stdin");
         }
     }
     let p = wait_output(publ, "pub");
-    assert!(
-        p.status.success(),
-        "pub failed: {}",
-        String::from_utf8_lossy(&p.stderr)
-    );
+    let perr = String::from_utf8_lossy(&p.stderr);
+    if let Source::Stream(_) = source {
+        // The bad line is named and skipped; the run says so with exit 2.
+        assert_eq!(p.status.code(), Some(2), "pub: {perr}");
+        assert!(perr.contains("stdin:3: malformed JSON"), "pub: {perr}");
+    } else {
+        assert!(p.status.success(), "pub failed: {perr}");
+    }
     let s = wait_output(sub, "sub");
     let errs: Vec<String> = rx.try_iter().collect();
     assert!(s.status.success(), "sub failed: {errs:?}");
@@ -159,22 +167,26 @@ fn exchange(type_name: &str, topic: &str, count: u64, source: Source) -> Vec<Val
 
 /// The samples sub printed decode, with the generated type, to what pub wrote; their
 /// SampleInfo names pub's writer, in one increasing order, with the instance's key hash.
-/// `stdin`: pub reads the samples as JSON lines on stdin, else `--random`.
+/// `how`: "random" (`--random`), "stdin" (JSON lines, `--file -`) or "stream" (JSON
+/// lines with a malformed third line, `--stream`).
 fn check_exchange<T: TopicType + PartialEq + std::fmt::Debug>(
     type_name: &str,
     topic: &str,
-    stdin: bool,
+    how: &str,
 ) {
     const COUNT: u64 = 5;
     const SEED: u64 = 42;
     let t = DynType::from_idl_file(Path::new(IDL), &[] as &[&str], type_name).expect("type");
-    let source = if stdin {
-        let text: Vec<String> = (0..COUNT)
-            .map(|i| t.random_json(SEED + i).to_string())
-            .collect();
-        Source::Stdin(text.join("\n") + "\n")
-    } else {
-        Source::Random(SEED)
+    let mut text: Vec<String> = (0..COUNT)
+        .map(|i| t.random_json(SEED + i).to_string())
+        .collect();
+    let source = match how {
+        "stdin" => Source::Stdin(text.join("\n") + "\n"),
+        "stream" => {
+            text.insert(2, "{\"aircraft_id\": ".to_string());
+            Source::Stream(text.join("\n") + "\n")
+        }
+        _ => Source::Random(SEED),
     };
     let lines = exchange(type_name, topic, COUNT, source);
     let samples: Vec<&Value> = lines.iter().filter(|l| l.get("data").is_some()).collect();
@@ -218,19 +230,25 @@ fn check_exchange<T: TopicType + PartialEq + std::fmt::Debug>(
 
 #[test]
 fn pub_and_sub_exchange_avionics_flight_plans_given_only_the_idl() {
-    check_exchange::<avionics::FlightPlan>("Avionics::FlightPlan", "FlightPlan", false);
+    check_exchange::<avionics::FlightPlan>("Avionics::FlightPlan", "FlightPlan", "random");
 }
 
 #[test]
 fn pub_and_sub_exchange_avionics_track_reports_given_only_the_idl() {
-    check_exchange::<avionics::TrackReport>("::Avionics::TrackReport", "Tracks", false);
+    check_exchange::<avionics::TrackReport>("::Avionics::TrackReport", "Tracks", "random");
 }
 
 /// A string key that can be longer than 16 bytes (so the key hash is an MD5), samples as
 /// JSON lines on stdin.
 #[test]
 fn pub_reads_json_lines_from_stdin_and_sub_gets_health_heartbeats() {
-    check_exchange::<avionics::HealthHeartbeat>("Avionics::HealthHeartbeat", "Health", true);
+    check_exchange::<avionics::HealthHeartbeat>("Avionics::HealthHeartbeat", "Health", "stdin");
+}
+
+/// `--stream` writes each line as it comes, names and skips a bad one, and exits 2.
+#[test]
+fn pub_streams_stdin_skipping_a_bad_line() {
+    check_exchange::<avionics::AirData>("Avionics::AirData", "AirData", "stream");
 }
 
 fn run(args: &[&str], stdin: Option<&str>) -> Output {

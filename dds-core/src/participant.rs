@@ -210,6 +210,18 @@ impl DomainParticipant {
         lock(&self.inner.shared.state).view.clone()
     }
 
+    /// Every reader and writer of the domain, as the built-in topic announced them
+    /// ([`crate::discovery`]): `(participant's node, endpoint)`, sorted by node and entity.
+    /// Topics appear as ids ([`crate::topic_id`] of their names): announcements carry no
+    /// names. What `spindle status` shows as matched readers and writers.
+    pub fn discovered_endpoints(&self) -> Vec<(NodeId, crate::discovery::Endpoint)> {
+        lock(&self.inner.shared.state)
+            .endpoints
+            .iter()
+            .map(|((node, _), e)| (*node, e.clone()))
+            .collect()
+    }
+
     /// Why the participant stopped (shut down by the view change protocol, or left).
     /// A participant the others excluded — it fell silent past their failure detector's
     /// bound: stopped, swapped out, cut off — learns it when it runs again, and the text

@@ -10,6 +10,7 @@ use std::sync::{Arc, MutexGuard};
 
 use super::frame::Head;
 use super::{lock, read, Hub, Link, LinkStream, RemoteWrite};
+use crate::trust::SendCipher;
 use crate::{
     Error, FailureReason, NodeId, RegionDesc, RegionId, Result, SEND_BYTES_MAX, WORD_BYTES,
     WRITE_BYTES_MAX,
@@ -45,9 +46,35 @@ pub(super) struct Outbound {
     pub(super) closed: bool,
     /// Send everything queued, then shut the stream down.
     pub(super) drain_then_close: bool,
+    /// Seals frames into records before they join `pending` (an encrypted link). The
+    /// records' nonces follow their order in `pending`, so frames are sealed under the
+    /// same lock that orders them.
+    pub(super) seal: Option<SendCipher>,
+    /// Plaintext scratch for sealing (kept up to [`SEAL_SCRATCH_BYTES_KEPT`]).
+    scratch: Vec<u8>,
 }
 
+/// Capacity of the sealing scratch buffer kept between frames.
+const SEAL_SCRATCH_BYTES_KEPT: usize = 256 << 10;
+
 impl Outbound {
+    /// Appends the frame(s) `encode` writes to `pending`, sealed if the link is
+    /// encrypted.
+    pub(super) fn append(&mut self, encode: impl FnOnce(&mut Vec<u8>)) {
+        match &mut self.seal {
+            None => encode(&mut self.pending),
+            Some(seal) => {
+                let mut plain = std::mem::take(&mut self.scratch);
+                plain.clear();
+                encode(&mut plain);
+                seal.seal(&plain, &mut self.pending);
+                if plain.capacity() <= SEAL_SCRATCH_BYTES_KEPT {
+                    self.scratch = plain;
+                }
+            }
+        }
+    }
+
     fn queued_bytes(&self) -> usize {
         self.pending.len() + self.inflight.as_ref().map_or(0, |(b, s)| b.len() - s)
     }
@@ -182,7 +209,7 @@ impl<S: LinkStream> Hub<S> {
     ) -> Result<()> {
         {
             let mut out = self.admit(link, lock(&link.out), frame_bytes, !control)?;
-            encode(&mut out.pending);
+            out.append(encode);
             if out.flushing {
                 return Ok(());
             }
@@ -213,9 +240,12 @@ impl<S: LinkStream> Hub<S> {
         }
         {
             let mut out = self.admit(link, lock(&link.out), frame_bytes, bounded)?;
-            if out.flushing || !out.pending.is_empty() {
-                out.pending.extend_from_slice(head);
-                out.pending.extend_from_slice(payload);
+            // An encrypted link seals every frame into the queue: no direct send.
+            if out.flushing || !out.pending.is_empty() || out.seal.is_some() {
+                out.append(|p| {
+                    p.extend_from_slice(head);
+                    p.extend_from_slice(payload);
+                });
                 let idle = !out.flushing;
                 drop(out);
                 if idle {

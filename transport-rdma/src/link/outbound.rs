@@ -46,33 +46,39 @@ pub(super) struct Outbound {
     pub(super) closed: bool,
     /// Send everything queued, then shut the stream down.
     pub(super) drain_then_close: bool,
-    /// Seals frames into records before they join `pending` (an encrypted link). The
-    /// records' nonces follow their order in `pending`, so frames are sealed under the
-    /// same lock that orders them.
+    /// Seals what is sent into records (an encrypted link): `pending` holds plaintext
+    /// frames, and whoever takes it to send ([`Outbound::take_pending`]) seals the whole
+    /// batch at once. Only the one sender (`flushing`) takes it, so records reach the
+    /// socket in the order of their nonces.
     pub(super) seal: Option<SendCipher>,
-    /// Plaintext scratch for sealing (kept up to [`SEAL_SCRATCH_BYTES_KEPT`]).
-    scratch: Vec<u8>,
+    /// The plaintext buffer of the last sealed batch, kept for reuse like `spare`.
+    plain_spare: Vec<u8>,
 }
 
-/// Capacity of the sealing scratch buffer kept between frames.
-const SEAL_SCRATCH_BYTES_KEPT: usize = 256 << 10;
-
 impl Outbound {
-    /// Appends the frame(s) `encode` writes to `pending`, sealed if the link is
-    /// encrypted.
+    /// Appends the frame(s) `encode` writes to the queue.
     pub(super) fn append(&mut self, encode: impl FnOnce(&mut Vec<u8>)) {
-        match &mut self.seal {
-            None => encode(&mut self.pending),
-            Some(seal) => {
-                let mut plain = std::mem::take(&mut self.scratch);
-                plain.clear();
-                encode(&mut plain);
-                seal.seal(&plain, &mut self.pending);
-                if plain.capacity() <= SEAL_SCRATCH_BYTES_KEPT {
-                    self.scratch = plain;
-                }
-            }
+        encode(&mut self.pending);
+    }
+
+    /// Takes everything queued for sending, leaving an empty (reused) buffer: the frames
+    /// themselves, or on an encrypted link the records sealing them. Callers hold
+    /// `flushing` (or drain a closed link): one sender at a time.
+    pub(super) fn take_pending(&mut self, keep_bytes_max: usize) -> Vec<u8> {
+        let spare = std::mem::take(&mut self.spare);
+        let plain = std::mem::replace(&mut self.pending, spare);
+        let Some(seal) = &mut self.seal else {
+            return plain;
+        };
+        let mut sealed = std::mem::take(&mut self.plain_spare);
+        sealed.clear();
+        seal.seal(&plain, &mut sealed);
+        if plain.capacity() <= keep_bytes_max {
+            let mut plain = plain;
+            plain.clear();
+            self.plain_spare = plain;
         }
+        sealed
     }
 
     fn queued_bytes(&self) -> usize {
@@ -300,8 +306,7 @@ impl<S: LinkStream> Hub<S> {
         }
         out.flushing = true;
         for _ in 0..CALLER_FLUSH_ROUNDS_MAX {
-            let spare = std::mem::take(&mut out.spare);
-            let buf = std::mem::replace(&mut out.pending, spare);
+            let buf = out.take_pending(self.cfg.outbound_bytes_max);
             drop(out);
             let result = send_nonblocking(link.fd, &buf);
             out = lock(&link.out);
@@ -337,8 +342,7 @@ impl<S: LinkStream> Hub<S> {
             }
         }
         // Others keep queuing: let the writer thread carry on.
-        let spare = std::mem::take(&mut out.spare);
-        let buf = std::mem::replace(&mut out.pending, spare);
+        let buf = out.take_pending(self.cfg.outbound_bytes_max);
         out.inflight = Some((buf, 0));
         drop(out);
         link.out_wake.notify_all();
@@ -391,8 +395,7 @@ impl<S: LinkStream> Hub<S> {
                             return;
                         }
                         out.flushing = true;
-                        let spare = std::mem::take(&mut out.spare);
-                        let buf = std::mem::replace(&mut out.pending, spare);
+                        let buf = out.take_pending(self.cfg.outbound_bytes_max);
                         break (buf, 0);
                     }
                     if out.closed && !out.drain_then_close {
@@ -427,8 +430,7 @@ impl<S: LinkStream> Hub<S> {
                 drop(out);
                 self.doorbell.ring();
             } else {
-                let spare = std::mem::take(&mut out.spare);
-                let next = std::mem::replace(&mut out.pending, spare);
+                let next = out.take_pending(self.cfg.outbound_bytes_max);
                 out.inflight = Some((next, 0));
             }
         }

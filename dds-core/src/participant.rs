@@ -16,6 +16,7 @@ use crate::config::{ParticipantConfig, Transport};
 use crate::declare::{dds_layout, subgroup_of, topic_id};
 use crate::error::{Error, Result};
 use crate::inner::{check_level, ParticipantInner, TopicInner};
+use crate::logged;
 use crate::publisher::Publisher;
 use crate::shared::Shared;
 use crate::subscriber::Subscriber;
@@ -26,10 +27,12 @@ use crate::topic::Topic;
 const JOIN_RETRY_US: u64 = 50_000;
 
 /// The participant's group: bootstrapped with the other `bootstrap` members if it is one
-/// of them, else joining through its contacts.
+/// of them (in the view after `logged_vid`, the last one its log holds, if any), else
+/// joining through its contacts.
 pub(crate) fn make_group<L: LocalFabric + ?Sized>(
     config: &ParticipantConfig,
     local: &L,
+    logged_vid: Option<u32>,
 ) -> Result<Group> {
     let me = config.node_id;
     let mut gcfg = GroupConfig::new(dds_layout());
@@ -44,7 +47,10 @@ pub(crate) fn make_group<L: LocalFabric + ?Sized>(
         addresses.insert(me, local.local_address());
         Group::bootstrap(
             local,
-            View::new(1, config.bootstrap.clone()),
+            View::new(
+                logged_vid.map_or(1, |v| v.saturating_add(1)),
+                config.bootstrap.clone(),
+            ),
             addresses,
             gcfg,
             0,
@@ -138,10 +144,20 @@ impl DomainParticipant {
         config: ParticipantConfig,
         ep: Arc<dyn Endpoint>,
     ) -> Result<DomainParticipant> {
-        let group = make_group(&config, &*ep)?;
+        let recovered = logged::open(&config)?;
+        let group = make_group(&config, &*ep, recovered.as_ref().and_then(|r| r.last_vid))?;
         let shared = Shared::new(config.node_id, Arc::new(WallClock));
-        let driver =
-            ThreadDriver::start(Arc::clone(&ep), group, &shared, config.spin_before_park_us)?;
+        let persister = recovered.map(|r| {
+            lock(&shared.state).recovered = r.stores;
+            r.persister
+        });
+        let driver = ThreadDriver::start(
+            Arc::clone(&ep),
+            group,
+            &shared,
+            config.spin_before_park_us,
+            persister,
+        )?;
         DomainParticipant::with_driver(ParticipantInner::new(
             domain_id,
             qos,
@@ -215,7 +231,8 @@ impl DomainParticipant {
 
     /// Registers topic `name` of type `T` (DDS `create_topic`). Creating the same name
     /// again with the same type returns another handle to it; with another type,
-    /// `PreconditionNotMet`. `LoggedStore` (PERSISTENT) is not supported yet.
+    /// `PreconditionNotMet`. PERSISTENT (`LoggedStore`) needs the participant's
+    /// `data_dir`.
     pub fn create_topic<T: TopicType>(&self, name: &str, qos: TopicQos) -> Result<Topic<T>> {
         self.inner.check_alive()?;
         if name.is_empty() || name.len() > 256 {
@@ -224,7 +241,7 @@ impl DomainParticipant {
             )));
         }
         qos.check()?;
-        check_level(qos.delivery_level(), name)?;
+        check_level(&self.inner.config, qos.delivery_level(), name)?;
         let mut topics = lock(&self.inner.topics);
         if let Some((ty, _, count)) = topics.get_mut(name) {
             if ty != T::TYPE_NAME {

@@ -209,6 +209,58 @@ impl<T: TopicType> DataWriter<T> {
         }
     }
 
+    /// Waits until every sample this writer wrote so far is acknowledged (DDS
+    /// `wait_for_acknowledgments`): on a PERSISTENT (LoggedStore) topic, durable in the
+    /// synced log of every member of the topic's subgroup ([`crate::logged`]); on the
+    /// other levels, delivered here, which for the ordered levels means stable: every
+    /// member of the subgroup received it and delivers it in the same order. `Timeout`
+    /// once `timeout` passes (on the participant's clock); `IllegalOperation` from a
+    /// listener (the delivery thread, which does the acknowledging).
+    pub fn wait_for_acknowledgments(&self, timeout: Duration) -> Result<()> {
+        if on_delivery_thread() {
+            return Err(Error::IllegalOperation(
+                "wait_for_acknowledgments from a listener would block the deliveries it \
+                 waits for"
+                    .into(),
+            ));
+        }
+        self.check()?;
+        let target = self.core.seq.load(Ordering::Acquire);
+        if target == 0 {
+            return Ok(());
+        }
+        let (id, sg, logged) = (
+            self.core.id,
+            self.core.subgroup,
+            self.core.level == spindle_qos::DeliveryLevel::LoggedStore,
+        );
+        let p = &self.topic.participant;
+        p.shared.ack_waiters.fetch_add(1, Ordering::AcqRel);
+        let done = p.wait_until(
+            timeout,
+            || {
+                format!(
+                    "writer {id} on {:?}: sample {target} not acknowledged ({}) within {} ms",
+                    self.core.topic.name,
+                    if logged {
+                        "durable at every member"
+                    } else {
+                        "delivered"
+                    },
+                    timeout.as_millis()
+                )
+            },
+            |st| {
+                st.own_delivered.get(&id).is_some_and(|(seq, vid, index)| {
+                    *seq >= target
+                        && (!logged || st.durable.get(&sg).is_some_and(|d| d.covers(*vid, *index)))
+                })
+            },
+        );
+        p.shared.ack_waiters.fetch_sub(1, Ordering::AcqRel);
+        done
+    }
+
     /// Borrows the next slot of the writer's ring with a default `T` to fill in place
     /// (DDS `loan_sample`); [`LoanedSample::write`] sends it.
     pub fn loan_sample(&self) -> Result<LoanedSample<T>>

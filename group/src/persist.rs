@@ -47,7 +47,7 @@ use spindle_log::{EntryMeta, Log, LogConfig, Version};
 
 use crate::engine::DeliveryBatch;
 use crate::error::{Error, Result};
-use crate::group::Group;
+use crate::group::{Group, GroupOutput};
 use crate::layout::{SubgroupId, View};
 use spindle_transport_rdma::NodeId;
 
@@ -137,8 +137,16 @@ pub fn restart_plan(reports: &[RestartReport]) -> RestartPlan {
 /// Reads the sender's timestamp (microseconds since the Unix epoch) from a payload.
 pub type TimestampFn = fn(&[u8]) -> u64;
 
+/// Says whether a delivered payload belongs in the log (DCPS: only samples offered at
+/// the LoggedStore level; other topics may share the subgroup).
+pub type KeepFn = fn(&[u8]) -> bool;
+
 fn no_timestamp(_: &[u8]) -> u64 {
     0
+}
+
+fn keep_all(_: &[u8]) -> bool {
+    true
 }
 
 /// Which subgroups a node logs, where, and how.
@@ -150,6 +158,9 @@ pub struct Persistence {
     pub subgroups: BTreeMap<SubgroupId, LogConfig>,
     /// Reads an entry's timestamp from its payload.
     pub timestamp_us: TimestampFn,
+    /// Which delivered payloads are appended (by default all). A message that is not
+    /// kept still counts in `persisted_num`: nothing of it needs to be durable.
+    pub keep: KeepFn,
 }
 
 impl Persistence {
@@ -159,6 +170,7 @@ impl Persistence {
             dir: dir.as_ref().to_path_buf(),
             subgroups: BTreeMap::new(),
             timestamp_us: no_timestamp,
+            keep: keep_all,
         }
     }
 
@@ -171,6 +183,12 @@ impl Persistence {
     /// Reads entry timestamps with `f`.
     pub fn timestamps(mut self, f: TimestampFn) -> Persistence {
         self.timestamp_us = f;
+        self
+    }
+
+    /// Appends only the payloads `f` keeps.
+    pub fn keeping(mut self, f: KeepFn) -> Persistence {
+        self.keep = f;
         self
     }
 
@@ -200,6 +218,7 @@ impl Persistence {
             views,
             vid: None,
             timestamp_us: self.timestamp_us,
+            keep: self.keep,
         })
     }
 }
@@ -224,6 +243,7 @@ pub struct Persister {
     views: Log,
     vid: Option<u32>,
     timestamp_us: TimestampFn,
+    keep: KeepFn,
 }
 
 /// A logged subgroup's global persistence frontier moved.
@@ -372,16 +392,50 @@ impl Persister {
             return Ok(());
         };
         for m in batch.iter() {
+            l.appended_vid = Some(vid);
+            l.appended_num = m.global_index + 1;
+            if !(self.keep)(m.payload) {
+                continue;
+            }
             let meta = EntryMeta {
                 version: Version::new(u64::from(vid), m.global_index),
                 writer: u64::from(m.sender),
                 timestamp_us: (self.timestamp_us)(m.payload),
             };
             l.log.append(meta, m.payload)?;
-            l.appended_vid = Some(vid);
-            l.appended_num = m.global_index + 1;
         }
         Ok(())
+    }
+
+    /// The second stage for one output of the group, before the application sees it: a
+    /// delivery is appended ([`Persister::append`]), a view logged
+    /// ([`Persister::view_installed`]).
+    pub fn record(&mut self, out: &GroupOutput) -> Result<()> {
+        match out {
+            GroupOutput::Delivery(b) => self.append(b),
+            GroupOutput::ViewInstalled(v) => self.view_installed(&v.view),
+            _ => Ok(()),
+        }
+    }
+
+    /// The end of a pass of the runner: the group commit ([`Persister::sync`]), then the
+    /// frontiers that moved go to `moved` (the runtime's `Application::persisted`).
+    /// Returns whether anything was synced.
+    pub fn commit(
+        &mut self,
+        group: &mut Group,
+        mut moved: impl FnMut(&PersistedFrontier),
+    ) -> Result<bool> {
+        let synced = self.sync(group)?;
+        for f in self.frontiers(group) {
+            moved(&f);
+        }
+        Ok(synced)
+    }
+
+    /// The logged subgroups.
+    pub fn subgroups(&self) -> impl Iterator<Item = SubgroupId> + '_ {
+        self.logs.keys().copied()
     }
 
     /// Syncs every log with appends waiting (one `fdatasync` each: the group commit of

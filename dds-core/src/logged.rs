@@ -1,0 +1,231 @@
+//! The LoggedStore level (RELIABLE + DURABILITY PERSISTENT) on the DCPS side: which
+//! messages a participant logs, where, what it recovers from its logs when it starts, and
+//! which samples are durable everywhere.
+//!
+//! **Where.** A participant with a `data_dir` ([`crate::ParticipantConfig::data_dir`], env
+//! `SPINDLE_DATA_DIR`) logs every topic subgroup it is a member of, each in its own
+//! subdirectory `<data_dir>/subgroup-<id>`, beside the log of installed views
+//! (`<data_dir>/views`); the engine's second stage does the work
+//! ([`spindle_group::persist`]): deliveries are appended in delivery order, synced once per
+//! pass of the predicate loop (group commit), and the durable prefix is published as the
+//! member's `persisted_num`. Only samples offered at the LoggedStore level are appended
+//! (topics of other levels may share the subgroup); the others count as durable at once.
+//! Every member of a subgroup that carries a PERSISTENT topic must have a `data_dir`: one
+//! that has none never reports, and the subgroup's frontier does not move.
+//!
+//! **Durable everywhere.** The global persistence frontier of a subgroup in view `v` (the
+//! minimum of its members' `persisted_num`) reaches the delivery path as
+//! [`spindle_group::persist::PersistedFrontier`]; [`Durable`] keeps it per view. A sample
+//! delivered at `(v, i)` is durable everywhere once `i` is below `v`'s frontier (every
+//! member of the subgroup in view `v` holds it in its synced log), or once a later view's
+//! frontier moved and every member of that later view was a member of the subgroup since
+//! `v` (each logged `v`'s deliveries, in order, before the later ones it synced).
+//! [`crate::SampleInfo::durable`] says it for each sample of a LoggedStore reader, and
+//! [`crate::DataWriter::wait_for_acknowledgments`] waits for it.
+//!
+//! **Recovery.** When a participant starts, its logs are read back ([`open`]): the samples
+//! they hold become the participant's store of that subgroup when it enters the subgroup
+//! and nobody holds one (the domain restarted), or are merged into the store a member
+//! ships it (each sample once, by its place in the order). A late reader of a PERSISTENT
+//! topic is primed from that store, up to its HISTORY depth: it gets the durable history
+//! from the log, not only what this process delivered.
+
+use std::collections::BTreeMap;
+
+use spindle_group::persist::{Persistence, Persister};
+use spindle_group::SubgroupId;
+use spindle_log::LogConfig;
+use spindle_qos::DeliveryLevel;
+
+use crate::cache::Origin;
+use crate::config::ParticipantConfig;
+use crate::error::{Error, Result};
+use crate::sample::SampleHeader;
+use crate::store::Store;
+
+/// Views whose frontier [`Durable`] remembers per subgroup (the oldest go first; their
+/// samples stay durable through the later-view rule while the membership is unchanged).
+pub const FRONTIER_VIEWS_MAX: usize = 64;
+
+/// True if a delivered message is a sample offered at the LoggedStore level: the only
+/// messages a logged subgroup appends.
+pub fn is_logged(payload: &[u8]) -> bool {
+    SampleHeader::decode(payload).is_ok_and(|(h, _)| h.level == DeliveryLevel::LoggedStore)
+}
+
+/// A logged message's timestamp: the sample's source timestamp in µs (the sender's clock).
+pub fn timestamp_us(payload: &[u8]) -> u64 {
+    SampleHeader::decode(payload).map_or(0, |(h, _)| (h.source_timestamp_ns.max(0) / 1_000) as u64)
+}
+
+/// The persistence of a participant configured with a `data_dir`: every topic subgroup
+/// `0..topic_subgroups`, only LoggedStore samples.
+pub fn persistence(config: &ParticipantConfig) -> Option<Persistence> {
+    let dir = config.data_dir.as_ref()?;
+    let mut p = Persistence::new(dir)
+        .timestamps(timestamp_us)
+        .keeping(is_logged);
+    for sg in 0..config.topic_subgroups {
+        p = p.subgroup(sg, LogConfig::default());
+    }
+    Some(p)
+}
+
+/// What a participant brings back from its data directory when it starts.
+#[derive(Debug)]
+pub(crate) struct Recovered {
+    /// The open logs, handed to the group's runner.
+    pub(crate) persister: Persister,
+    /// The last view it logged, if any: a domain it starts must begin above it (a log
+    /// refuses versions that do not increase).
+    pub(crate) last_vid: Option<u32>,
+    /// Per subgroup, the samples its log holds (bounded as any store).
+    pub(crate) stores: BTreeMap<SubgroupId, Store>,
+}
+
+/// Opens (creating, or recovering) the logs of a participant configured with a
+/// `data_dir`, and reads them back. `None` without a `data_dir`. A log that does not
+/// verify is an error naming the file and offset ([`spindle_log::LogError`]).
+pub(crate) fn open(config: &ParticipantConfig) -> Result<Option<Recovered>> {
+    let Some(p) = persistence(config) else {
+        return Ok(None);
+    };
+    let what =
+        |e: spindle_group::Error| Error::Config(format!("data_dir {}: {e}", p.dir.display()));
+    let mut persister = p.open().map_err(what)?;
+    let last_vid = persister.last_view().map_err(what)?.map(|v| v.vid);
+    let mut stores = BTreeMap::new();
+    let ids: Vec<SubgroupId> = persister.subgroups().collect();
+    for sg in ids {
+        let Some(log) = persister.log_mut(sg) else {
+            continue;
+        };
+        if log.is_empty() {
+            continue;
+        }
+        let mut store = Store::default();
+        let entries = log.range(..).map_err(|e| what(e.into()))?;
+        for e in entries {
+            let e = e.map_err(|e| what(e.into()))?;
+            let (Ok((h, _)), Ok(view_id)) = (
+                SampleHeader::decode(&e.payload),
+                u32::try_from(e.meta.version.view_id),
+            ) else {
+                tracing::warn!(subgroup = sg, version = %e.meta.version, "logged entry is no sample; skipped");
+                continue;
+            };
+            let origin = Origin {
+                node: u32::try_from(e.meta.writer).unwrap_or(u32::MAX),
+                view_id,
+                order_index: e.meta.version.order_index,
+            };
+            store.push(&h, origin, &e.payload, 0);
+        }
+        stores.insert(sg, store);
+    }
+    Ok(Some(Recovered {
+        persister,
+        last_vid,
+        stores,
+    }))
+}
+
+/// One subgroup's global persistence frontiers, as the delivery path learns them. See the
+/// module docs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Durable {
+    /// Per view, the frontier last seen: every message of that view's order below it is
+    /// in every member's synced log.
+    frontiers: BTreeMap<u32, u64>,
+    /// The first view since which every member of the subgroup now was a member of it.
+    since: u32,
+}
+
+impl Durable {
+    /// The frontier of `vid` moved to `num`.
+    pub fn moved(&mut self, vid: u32, num: u64) {
+        let f = self.frontiers.entry(vid).or_default();
+        *f = (*f).max(num);
+        while self.frontiers.len() > FRONTIER_VIEWS_MAX {
+            self.frontiers.pop_first();
+        }
+    }
+
+    /// A view installed in which the subgroup's members are `now`; `before` were its
+    /// members in the previous view (empty: it did not exist, or this node was not in it).
+    pub fn view_installed(&mut self, vid: u32, before: &[u32], now: &[u32]) {
+        if before.is_empty() || now.iter().any(|m| !before.contains(m)) {
+            self.since = vid;
+        }
+    }
+
+    /// True if the message delivered at `(view_id, order_index)` is durable everywhere.
+    pub fn covers(&self, view_id: u32, order_index: u64) -> bool {
+        if self
+            .frontiers
+            .get(&view_id)
+            .is_some_and(|f| order_index < *f)
+        {
+            return true;
+        }
+        self.since <= view_id
+            && self
+                .frontiers
+                .last_key_value()
+                .is_some_and(|(v, f)| *v > view_id && *f > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frontiers_cover_their_view_and_earlier_views_of_the_same_members() {
+        let mut d = Durable::default();
+        d.view_installed(3, &[], &[1, 2]);
+        assert!(!d.covers(3, 0));
+        d.moved(3, 5);
+        assert!(d.covers(3, 4) && !d.covers(3, 5));
+        // A member left: the later view vouches for view 3's tail.
+        d.view_installed(4, &[1, 2], &[1]);
+        assert!(!d.covers(3, 7));
+        d.moved(4, 1);
+        assert!(d.covers(3, 7) && d.covers(4, 0) && !d.covers(4, 1));
+        // A member entered: its log lacks views 3 and 4, so view 5's frontier vouches only
+        // for view 5; what was known before stays known.
+        d.view_installed(5, &[1], &[1, 3]);
+        d.moved(5, 2);
+        assert!(d.covers(5, 1) && d.covers(3, 4) && d.covers(4, 0));
+        assert!(!d.covers(4, 1), "not known durable at node 3");
+        for v in 6..200 {
+            d.moved(v, 1);
+        }
+        assert!(d.frontiers.len() <= FRONTIER_VIEWS_MAX);
+    }
+
+    #[test]
+    fn only_logged_store_samples_are_logged() {
+        use crate::sample::{SampleKind, SAMPLE_HEADER_BYTES};
+        let mut h = SampleHeader {
+            kind: SampleKind::Data,
+            writer_id: 1,
+            topic_id: 2,
+            writer_seq: 1,
+            source_timestamp_ns: 5_000,
+            key_hash: Default::default(),
+            lifespan_ns: 0,
+            ownership_strength: 0,
+            level: DeliveryLevel::LoggedStore,
+        };
+        let mut b = [0u8; SAMPLE_HEADER_BYTES];
+        h.encode(&mut b);
+        assert!(is_logged(&b));
+        assert_eq!(timestamp_us(&b), 5);
+        h.level = DeliveryLevel::VolatileStore;
+        h.encode(&mut b);
+        assert!(!is_logged(&b));
+        assert!(!is_logged(b"garbage"));
+        assert_eq!(timestamp_us(b"garbage"), 0);
+    }
+}

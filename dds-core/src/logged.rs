@@ -33,6 +33,7 @@
 use std::collections::BTreeMap;
 
 use spindle_group::persist::{Persistence, Persister};
+use spindle_group::restart::RestartConfig;
 use spindle_group::SubgroupId;
 use spindle_log::LogConfig;
 use spindle_qos::DeliveryLevel;
@@ -71,22 +72,10 @@ pub fn persistence(config: &ParticipantConfig) -> Option<Persistence> {
     Some(p)
 }
 
-/// What a participant brings back from its data directory when it starts.
-#[derive(Debug)]
-pub(crate) struct Recovered {
-    /// The open logs, handed to the group's runner.
-    pub(crate) persister: Persister,
-    /// The last view it logged, if any: a domain it starts must begin above it (a log
-    /// refuses versions that do not increase).
-    pub(crate) last_vid: Option<u32>,
-    /// Per subgroup, the samples its log holds (bounded as any store).
-    pub(crate) stores: BTreeMap<SubgroupId, Store>,
-}
-
-/// Opens (creating, or recovering) the logs of a participant configured with a
-/// `data_dir`, and reads them back. `None` without a `data_dir`. A log that does not
-/// verify is an error naming the file and offset ([`spindle_log::LogError`]).
-pub(crate) fn open(config: &ParticipantConfig) -> Result<Option<Recovered>> {
+/// The logs of a participant configured with a `data_dir`, opened (created, or
+/// recovered: a torn tail is cut, corruption is an error naming file and offset), and the
+/// last view they logged, if any. `None` without a `data_dir`.
+pub(crate) fn open_logs(config: &ParticipantConfig) -> Result<Option<(Persister, Option<u32>)>> {
     let Some(p) = persistence(config) else {
         return Ok(None);
     };
@@ -94,6 +83,58 @@ pub(crate) fn open(config: &ParticipantConfig) -> Result<Option<Recovered>> {
         |e: spindle_group::Error| Error::Config(format!("data_dir {}: {e}", p.dir.display()));
     let mut persister = p.open().map_err(what)?;
     let last_vid = persister.last_view().map_err(what)?.map(|v| v.vid);
+    Ok(Some((persister, last_vid)))
+}
+
+/// Whether a participant whose logs hold a view restarts the domain with the others
+/// ([`spindle_group::restart`]): it is one of several bootstrap members. A single
+/// bootstrap member has no majority to ask and begins above its own last logged view; a
+/// member that joins through contacts joins the running domain.
+pub(crate) fn restarts(config: &ParticipantConfig, last_vid: Option<u32>) -> bool {
+    last_vid.is_some() && config.bootstrap.len() > 1 && config.bootstrap.contains(&config.node_id)
+}
+
+/// How long a restart leader waits for the rest of the last view once a majority is back.
+pub const RESTART_GRACE_US: u64 = 2_000_000;
+
+/// The restart settings of a participant: the leader is the lowest bootstrap member; the
+/// restart may take the entity time-out.
+pub(crate) fn restart_config(
+    config: &ParticipantConfig,
+    own_address: &str,
+) -> Result<RestartConfig> {
+    let leader = config
+        .bootstrap
+        .iter()
+        .copied()
+        .min()
+        .unwrap_or(config.node_id);
+    let leader_address = if leader == config.node_id {
+        own_address.to_string()
+    } else {
+        config
+            .contacts
+            .iter()
+            .find(|c| c.node == leader)
+            .map(|c| c.address.clone())
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "the restart leader, bootstrap member {leader}, has no entry in contacts"
+                ))
+            })?
+    };
+    Ok(RestartConfig {
+        leader,
+        leader_address,
+        grace_us: RESTART_GRACE_US,
+        timeout: std::time::Duration::from_millis(config.entity_timeout_ms),
+    })
+}
+
+/// Reads every logged subgroup's samples back (each subgroup's store when the participant
+/// enters it; see the module docs).
+pub(crate) fn read_back(persister: &mut Persister) -> Result<BTreeMap<SubgroupId, Store>> {
+    let what = |e: spindle_log::LogError| Error::Config(format!("reading a log back: {e}"));
     let mut stores = BTreeMap::new();
     let ids: Vec<SubgroupId> = persister.subgroups().collect();
     for sg in ids {
@@ -104,9 +145,8 @@ pub(crate) fn open(config: &ParticipantConfig) -> Result<Option<Recovered>> {
             continue;
         }
         let mut store = Store::default();
-        let entries = log.range(..).map_err(|e| what(e.into()))?;
-        for e in entries {
-            let e = e.map_err(|e| what(e.into()))?;
+        for e in log.range(..).map_err(what)? {
+            let e = e.map_err(what)?;
             let (Ok((h, _)), Ok(view_id)) = (
                 SampleHeader::decode(&e.payload),
                 u32::try_from(e.meta.version.view_id),
@@ -123,11 +163,7 @@ pub(crate) fn open(config: &ParticipantConfig) -> Result<Option<Recovered>> {
         }
         stores.insert(sg, store);
     }
-    Ok(Some(Recovered {
-        persister,
-        last_vid,
-        stores,
-    }))
+    Ok(stores)
 }
 
 /// One subgroup's global persistence frontiers, as the delivery path learns them. See the

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use spindle_group::restart::Plan;
 use spindle_group::{Group, GroupConfig, LocalFabric, View};
 use spindle_qos::{DomainParticipantQos, PublisherQos, SubscriberQos, TopicQos};
 use spindle_topics::TopicType;
@@ -33,11 +34,15 @@ pub(crate) fn make_group<L: LocalFabric + ?Sized>(
     config: &ParticipantConfig,
     local: &L,
     logged_vid: Option<u32>,
+    restarted: Option<Plan>,
 ) -> Result<Group> {
     let me = config.node_id;
     let mut gcfg = GroupConfig::new(dds_layout());
     gcfg.join_retry_us = JOIN_RETRY_US;
-    let group = if config.bootstrap.contains(&me) {
+    let group = if let Some(plan) = restarted {
+        // The domain restarts after total failure in the view the restart leader chose.
+        Group::bootstrap(local, plan.view, plan.addresses, gcfg, 0)?
+    } else if config.bootstrap.contains(&me) {
         let mut addresses: BTreeMap<NodeId, String> = config
             .contacts
             .iter()
@@ -144,13 +149,25 @@ impl DomainParticipant {
         config: ParticipantConfig,
         ep: Arc<dyn Endpoint>,
     ) -> Result<DomainParticipant> {
-        let recovered = logged::open(&config)?;
-        let group = make_group(&config, &*ep, recovered.as_ref().and_then(|r| r.last_vid))?;
+        let mut logs = logged::open_logs(&config)?;
+        let last_vid = logs.as_ref().and_then(|(_, v)| *v);
+        let mut restarted = None;
+        if let Some((persister, _)) = logs
+            .as_mut()
+            .filter(|_| logged::restarts(&config, last_vid))
+        {
+            let rc = logged::restart_config(&config, &ep.address())?;
+            restarted = Some(spindle_group::restart::run(&*ep, rc, persister)?);
+        }
+        let group = make_group(&config, &*ep, last_vid, restarted)?;
         let shared = Shared::new(config.node_id, Arc::new(WallClock));
-        let persister = recovered.map(|r| {
-            lock(&shared.state).recovered = r.stores;
-            r.persister
-        });
+        let persister = match logs {
+            Some((mut p, _)) => {
+                lock(&shared.state).recovered = logged::read_back(&mut p)?;
+                Some(p)
+            }
+            None => None,
+        };
         let driver = ThreadDriver::start(
             Arc::clone(&ep),
             group,

@@ -330,14 +330,20 @@ impl SimDomain {
         }
         tune(&mut config);
         config.validate("simulated participant configuration")?;
-        let recovered = crate::logged::open(&config)?;
-        let group = make_group(&config, &*ep, recovered.as_ref().and_then(|r| r.last_vid))?;
+        // No restart protocol in simulation (it runs before the group, over a blocking
+        // loop): a participant with logs begins above its own last logged view.
+        let logs = crate::logged::open_logs(&config)?;
+        let last_vid = logs.as_ref().and_then(|(_, v)| *v);
+        let group = make_group(&config, &*ep, last_vid, None)?;
         let clock: Arc<dyn Clock> = self.clock.clone();
         let shared = Shared::new(node, clock);
-        let persister = recovered.map(|r| {
-            lock(&shared.state).recovered = r.stores;
-            r.persister
-        });
+        let persister = match logs {
+            Some((mut p, _)) => {
+                lock(&shared.state).recovered = crate::logged::read_back(&mut p)?;
+                Some(p)
+            }
+            None => None,
+        };
         let link = Arc::new(MemberLink::default());
         lock(&self.core).cluster.nodes.insert(
             node,

@@ -108,7 +108,7 @@
 // 2. entity state: common; reader_core, writer_core; shared (+ the Driver trait)
 // 3. the delivery path: delivery (DdsApp and handle_timeout: engine output enters here)
 // 4. drivers and handles: inner; threads; topic; reader, writer; publisher, subscriber;
-//    participant; sim (feature testkit)
+//    participant; history (reads over a PERSISTENT reader's log); sim (feature testkit)
 pub mod cache;
 pub mod clock;
 mod common;
@@ -118,6 +118,7 @@ pub mod declare;
 mod delivery;
 pub mod discovery;
 mod error;
+mod history;
 mod inner;
 pub mod logged;
 mod participant;

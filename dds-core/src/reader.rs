@@ -22,8 +22,8 @@ use crate::status::{
 
 /// Reads samples of `T` from a topic (DDS `DataReader`). Cheap to clone.
 pub struct DataReader<T: TopicType> {
-    core: Arc<ReaderCore>,
-    topic: Arc<TopicInner>,
+    pub(crate) core: Arc<ReaderCore>,
+    pub(crate) topic: Arc<TopicInner>,
     _t: PhantomData<fn() -> T>,
 }
 

@@ -274,3 +274,70 @@ fn late_readers_and_a_restarted_domain_get_the_durable_history() {
         },
     );
 }
+
+#[test]
+fn reads_over_history_by_version_time_and_range() {
+    for_seeds("reads_over_history_by_version_time_and_range", |seed| {
+        let root = tempfile::tempdir().unwrap();
+        let d = SimDomain::new(seed);
+        let ps = participants(&d, root.path(), &[1, 2], true);
+        let r = reader(&ps[1], persistent(), keep_all(&persistent()));
+        let w = writer(&ps[0], persistent());
+        let t0 = spindle_dds_core::sim::SIM_EPOCH_NS + 1_000_000;
+        let n = 12 + seed as usize;
+        let keys = ["A", "B", "C"];
+        for i in 0..n {
+            let at = t0 + i as i64 * 1_000;
+            w.write_w_timestamp(&ks(keys[i % 3], format!("e{i}")), at)
+                .unwrap();
+        }
+        w.wait_for_acknowledgments(ACK_TIMEOUT)
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let live = read_n(&d, &r, n);
+        // The range over all of history is what the reader delivered, in the same order.
+        let all: Vec<Sample<KeyedString>> = r.read_range(..).unwrap().collect();
+        let place = |s: &[Sample<KeyedString>]| -> Vec<(u32, u64, String)> {
+            s.iter()
+                .map(|s| {
+                    (
+                        s.info.view_id,
+                        s.info.order_index,
+                        s.data.as_ref().unwrap().value.clone(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(place(&all), place(&live), "seed {seed}");
+        // One version.
+        let mid = &live[n / 2];
+        let got = r
+            .read_version(mid.info.view_id, mid.info.order_index)
+            .unwrap()
+            .expect("logged");
+        assert_eq!(got.data, mid.data, "seed {seed}");
+        assert_eq!(got.info.writer_seq, mid.info.writer_seq);
+        // A sub-range, bounds inclusive.
+        let (a, b) = (&live[2].info, &live[5].info);
+        let some: Vec<_> = r
+            .read_range((a.view_id, a.order_index)..=(b.view_id, b.order_index))
+            .unwrap()
+            .collect();
+        assert_eq!(place(&some), place(&live[2..6]), "seed {seed}");
+        // The state as of a time: per key, the last sample written at or before it.
+        let k = 7usize;
+        let state = r.read_at(t0 + k as i64 * 1_000).unwrap();
+        let mut values: Vec<String> = values(&state);
+        values.sort();
+        let mut want: Vec<String> = (k - 2..=k).map(|i| format!("e{i}")).collect();
+        want.sort();
+        assert_eq!(values, want, "seed {seed}");
+        assert!(r.read_at(t0 - 1).unwrap().is_empty());
+        // Only PERSISTENT readers read history.
+        let tl = atomic().with_durability(DurabilityKind::TransientLocal);
+        let volatile = reader(&ps[1], tl.clone(), keep_all(&tl));
+        assert!(matches!(
+            volatile.read_range(..),
+            Err(Error::PreconditionNotMet(_))
+        ));
+    });
+}

@@ -32,7 +32,7 @@
 
 use std::collections::BTreeMap;
 
-use spindle_group::persist::{Persistence, Persister};
+use spindle_group::persist::{Persistence, Persister, Retention, RetentionHandle};
 use spindle_group::restart::RestartConfig;
 use spindle_group::SubgroupId;
 use spindle_log::LogConfig;
@@ -166,6 +166,32 @@ pub(crate) fn read_back(persister: &mut Persister) -> Result<BTreeMap<SubgroupId
     Ok(stores)
 }
 
+/// The retention a PERSISTENT writer's QoS asks of its subgroup's log: DURABILITY_SERVICE
+/// `max_samples` (if not unlimited) bounds the entries, LIFESPAN (if finite) their age.
+/// The log is shared by the subgroup's topics and cut by whole segments, so a per-instance
+/// `history_depth` cannot be kept in it: that bound is the in-memory store's.
+pub fn retention_of(qos: &spindle_qos::DataWriterQos) -> Retention {
+    let max = qos.durability_service.max_samples;
+    Retention {
+        entries_max: (max > 0).then_some(max as u64),
+        age_max_us: qos.lifespan.duration.to_std().map(|d| d.as_micros() as u64),
+    }
+}
+
+/// Widens subgroup `sg`'s retention in `handle` to keep at least what `r` keeps: the
+/// loosest of every PERSISTENT writer this participant created on the subgroup (`None`,
+/// keep all, wins). Never narrowed, so no writer's history is cut short.
+pub fn widen_retention(handle: &RetentionHandle, sg: SubgroupId, r: Retention) {
+    let mut map = handle.lock().unwrap_or_else(|p| p.into_inner());
+    let loosest = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| a.max(b));
+    map.entry(sg)
+        .and_modify(|e| {
+            e.entries_max = loosest(e.entries_max, r.entries_max);
+            e.age_max_us = loosest(e.age_max_us, r.age_max_us);
+        })
+        .or_insert(r);
+}
+
 /// One subgroup's global persistence frontiers, as the delivery path learns them. See the
 /// module docs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -238,6 +264,25 @@ mod tests {
             d.moved(v, 1);
         }
         assert!(d.frontiers.len() <= FRONTIER_VIEWS_MAX);
+    }
+
+    #[test]
+    fn retention_widens_to_the_loosest_writer() {
+        let h = RetentionHandle::default();
+        let r = |n: Option<u64>, a: Option<u64>| Retention {
+            entries_max: n,
+            age_max_us: a,
+        };
+        widen_retention(&h, 1, r(Some(10), Some(5)));
+        widen_retention(&h, 1, r(Some(20), Some(2)));
+        assert_eq!(h.lock().unwrap()[&1], r(Some(20), Some(5)));
+        widen_retention(&h, 1, r(None, Some(1)));
+        assert_eq!(h.lock().unwrap()[&1], r(None, Some(5)));
+        let mut q = spindle_qos::DataWriterQos::default();
+        assert_eq!(retention_of(&q), r(None, None));
+        q.durability_service.max_samples = 100;
+        q.lifespan.duration = spindle_qos::Duration::from_millis(3);
+        assert_eq!(retention_of(&q), r(Some(100), Some(3_000)));
     }
 
     #[test]

@@ -163,6 +163,7 @@ impl DomainParticipant {
         let shared = Shared::new(config.node_id, Arc::new(WallClock));
         let persister = match logs {
             Some((mut p, _)) => {
+                lock(&shared.state).retention = Some(p.retention());
                 lock(&shared.state).recovered = logged::read_back(&mut p)?;
                 Some(p)
             }

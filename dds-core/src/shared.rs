@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+use spindle_group::persist::RetentionHandle;
 use spindle_group::{Sender, SubgroupId, View};
 use spindle_transport_rdma::NodeId;
 
@@ -48,6 +49,9 @@ pub(crate) struct State {
     /// Per writer of this participant (by id): its last sample delivered here, as
     /// (writer_seq, view id, order index).
     pub(crate) own_delivered: BTreeMap<u32, (u64, u32, u64)>,
+    /// The logs' retention, shared with the predicate thread's persister (with a
+    /// `data_dir`).
+    pub(crate) retention: Option<RetentionHandle>,
 }
 
 /// One participant's shared state. See the module docs.
@@ -81,6 +85,7 @@ impl Shared {
                 recovered: BTreeMap::new(),
                 durable: BTreeMap::new(),
                 own_delivered: BTreeMap::new(),
+                retention: None,
             }),
             view_changed: Condvar::new(),
             clock,

@@ -339,6 +339,7 @@ impl SimDomain {
         let shared = Shared::new(node, clock);
         let persister = match logs {
             Some((mut p, _)) => {
+                lock(&shared.state).retention = Some(p.retention());
                 lock(&shared.state).recovered = crate::logged::read_back(&mut p)?;
                 Some(p)
             }

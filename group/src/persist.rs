@@ -42,6 +42,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use spindle_log::{EntryMeta, Log, LogConfig, Version};
 
@@ -134,6 +135,24 @@ pub fn restart_plan(reports: &[RestartReport]) -> RestartPlan {
     }
 }
 
+/// How much history a logged subgroup's log keeps (retention). Whole segments go, oldest
+/// first, once every entry in them is past a bound, so a log keeps at least what the
+/// bounds say and at most one segment more.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Keep the newest this many entries (`None`: all).
+    pub entries_max: Option<u64>,
+    /// Keep entries whose timestamp is at most this old (`None`: any age).
+    pub age_max_us: Option<u64>,
+}
+
+/// The retention of each subgroup, shared with the application, which may change it while
+/// the runtime runs (DCPS: from its writers' QoS).
+pub type RetentionHandle = Arc<Mutex<BTreeMap<SubgroupId, Retention>>>;
+
+/// How often the runtime applies retention (µs of wall-clock time).
+pub const RETENTION_CHECK_US: u64 = 1_000_000;
+
 /// Reads the sender's timestamp (microseconds since the Unix epoch) from a payload.
 pub type TimestampFn = fn(&[u8]) -> u64;
 
@@ -161,6 +180,8 @@ pub struct Persistence {
     /// Which delivered payloads are appended (by default all). A message that is not
     /// kept still counts in `persisted_num`: nothing of it needs to be durable.
     pub keep: KeepFn,
+    /// Each subgroup's retention (by default none: keep everything).
+    pub retention: RetentionHandle,
 }
 
 impl Persistence {
@@ -171,6 +192,7 @@ impl Persistence {
             subgroups: BTreeMap::new(),
             timestamp_us: no_timestamp,
             keep: keep_all,
+            retention: RetentionHandle::default(),
         }
     }
 
@@ -219,6 +241,8 @@ impl Persistence {
             vid: None,
             timestamp_us: self.timestamp_us,
             keep: self.keep,
+            retention: Arc::clone(&self.retention),
+            next_retention_us: 0,
         })
     }
 }
@@ -244,6 +268,9 @@ pub struct Persister {
     vid: Option<u32>,
     timestamp_us: TimestampFn,
     keep: KeepFn,
+    retention: RetentionHandle,
+    /// When (wall clock, µs) `commit` next applies retention.
+    next_retention_us: u64,
 }
 
 /// A logged subgroup's global persistence frontier moved.
@@ -430,7 +457,59 @@ impl Persister {
         for f in self.frontiers(group) {
             moved(&f);
         }
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        if now_us >= self.next_retention_us {
+            self.next_retention_us = now_us + RETENTION_CHECK_US;
+            self.retain(now_us)?;
+        }
         Ok(synced)
+    }
+
+    /// Applies each subgroup's [`Retention`] as of `now_us` (µs since the Unix epoch, the
+    /// clock of the entries' timestamps): removes the whole old segments past its bounds.
+    /// Returns how many entries went. `commit` calls it every [`RETENTION_CHECK_US`].
+    pub fn retain(&mut self, now_us: u64) -> Result<usize> {
+        let rules: Vec<(SubgroupId, Retention)> = self
+            .retention
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(k, v)| (*k, *v))
+            .collect();
+        let mut gone = 0;
+        for (sg, r) in rules {
+            let Some(l) = self.logs.get_mut(&sg) else {
+                continue;
+            };
+            let log = &mut l.log;
+            // The newest entry that may go: past the count bound, or (a prefix) past the
+            // age bound.
+            let len = log.len() as u64;
+            let by_count = r
+                .entries_max
+                .filter(|max| len > *max)
+                .and_then(|max| log.metas().nth((len - max - 1) as usize))
+                .map(|m| m.version);
+            let by_age = r.age_max_us.and_then(|age| {
+                let cutoff = now_us.saturating_sub(age);
+                log.metas()
+                    .take_while(|m| m.timestamp_us < cutoff)
+                    .last()
+                    .map(|m| m.version)
+            });
+            if let Some(v) = by_count.max(by_age) {
+                // Never past what is durable: only sealed (synced) segments go anyway.
+                gone += log.remove_segments_through(v)?;
+            }
+        }
+        Ok(gone)
+    }
+
+    /// The retention handle (shared with the [`Persistence`] this came from).
+    pub fn retention(&self) -> RetentionHandle {
+        Arc::clone(&self.retention)
     }
 
     /// The logged subgroups.

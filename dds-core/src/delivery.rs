@@ -89,6 +89,9 @@ impl Application for DdsApp {
                         continue;
                     }
                 };
+                if h.topic_id == crate::logged::NUDGE_TOPIC_ID {
+                    continue; // only moves the persistence frontier
+                }
                 let origin = Origin {
                     node: m.sender,
                     view_id: vid,

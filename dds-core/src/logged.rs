@@ -18,12 +18,25 @@
 //! [`spindle_group::persist::PersistedFrontier`]; [`Durable`] keeps it per view. A sample
 //! delivered at `(v, i)` is durable everywhere once `i` is below `v`'s frontier (every
 //! member of the subgroup in view `v` holds it in its synced log), or once a later view's
-//! frontier moved and every member of that later view was a member of the subgroup since
-//! `v` (each logged `v`'s deliveries, in order, before the later ones it synced).
+//! frontier moved and the subgroup was continuously held since `v`: each member logged
+//! `v`'s deliveries, or the history shipped to it when it entered, in order, before the
+//! later ones it synced. A writer whose last sample was delivered in an earlier view than
+//! the current one sends a header-only *nudge* ([`NUDGE_TOPIC_ID`]) so that the current
+//! view's frontier moves even with no other traffic.
 //! [`crate::SampleInfo::durable`] says it for each sample of a LoggedStore reader, and
 //! [`crate::DataWriter::wait_for_acknowledgments`] waits for it.
 //!
-//! **Recovery.** When a participant starts, its logs are read back ([`open`]): the samples
+//! **Restart after total failure.** A participant that is one of several bootstrap
+//! members and whose logs hold a view runs [`spindle_group::restart`] before its group
+//! exists (the leader is the lowest bootstrap member; it waits, saying how many of the last
+//! view are back, up to `entity_timeout_ms`), then bootstraps in the view the leader chose
+//! with its logs brought to the restored state. A single bootstrap member has no majority
+//! to ask and begins above its own last logged view (so does every simulated participant).
+//!
+//! **Retention.** A PERSISTENT writer's DURABILITY_SERVICE `max_samples` and LIFESPAN bound
+//! its subgroup's log ([`retention_of`], [`widen_retention`]); whole old segments go.
+//!
+//! **Recovery.** When a participant starts, its logs are read back (`read_back`): the samples
 //! they hold become the participant's store of that subgroup when it enters the subgroup
 //! and nobody holds one (the domain restarted), or are merged into the store a member
 //! ships it (each sample once, by its place in the order). A late reader of a PERSISTENT
@@ -35,7 +48,7 @@ use std::collections::BTreeMap;
 use spindle_group::persist::{Persistence, Persister, Retention, RetentionHandle};
 use spindle_group::restart::RestartConfig;
 use spindle_group::SubgroupId;
-use spindle_log::LogConfig;
+use spindle_log::{EntryMeta, LogConfig, Version};
 use spindle_qos::DeliveryLevel;
 
 use crate::cache::Origin;
@@ -48,10 +61,37 @@ use crate::store::Store;
 /// samples stay durable through the later-view rule while the membership is unchanged).
 pub const FRONTIER_VIEWS_MAX: usize = 64;
 
-/// True if a delivered message is a sample offered at the LoggedStore level: the only
-/// messages a logged subgroup appends.
+/// The topic id of a *nudge*: a header-only message a writer waiting for acknowledgment
+/// sends when its last sample was delivered in an earlier view and the current view has
+/// seen no traffic. Every member's `persisted_num` in the current view then moves (the
+/// nudge counts without being logged, and a member reports it only after syncing all it
+/// logged before), which vouches for the earlier views' samples (see [`Durable`]).
+/// Readers, stores and logs ignore it.
+pub const NUDGE_TOPIC_ID: u64 = 0;
+
+/// The bytes of a nudge (see [`NUDGE_TOPIC_ID`]).
+pub fn nudge() -> [u8; crate::sample::SAMPLE_HEADER_BYTES] {
+    let h = SampleHeader {
+        kind: crate::sample::SampleKind::Data,
+        writer_id: u32::MAX,
+        topic_id: NUDGE_TOPIC_ID,
+        writer_seq: 0,
+        source_timestamp_ns: 0,
+        key_hash: Default::default(),
+        lifespan_ns: 0,
+        ownership_strength: 0,
+        level: DeliveryLevel::LoggedStore,
+    };
+    let mut b = [0u8; crate::sample::SAMPLE_HEADER_BYTES];
+    h.encode(&mut b);
+    b
+}
+
+/// True if a delivered message is a sample offered at the LoggedStore level (not a
+/// nudge): the only messages a logged subgroup appends.
 pub fn is_logged(payload: &[u8]) -> bool {
-    SampleHeader::decode(payload).is_ok_and(|(h, _)| h.level == DeliveryLevel::LoggedStore)
+    SampleHeader::decode(payload)
+        .is_ok_and(|(h, _)| h.level == DeliveryLevel::LoggedStore && h.topic_id != NUDGE_TOPIC_ID)
 }
 
 /// A logged message's timestamp: the sample's source timestamp in µs (the sender's clock).
@@ -59,13 +99,34 @@ pub fn timestamp_us(payload: &[u8]) -> u64 {
     SampleHeader::decode(payload).map_or(0, |(h, _)| (h.source_timestamp_ns.max(0) / 1_000) as u64)
 }
 
+/// The logged samples of a store snapshot (a state transfer): a member that enters a
+/// subgroup logs the history the others delivered before (bounded as the store is).
+pub fn snapshot_entries(state: &[u8]) -> Vec<(EntryMeta, Vec<u8>)> {
+    let Ok(store) = Store::from_snapshot(state, 0) else {
+        return Vec::new(); // the delivery path reports the bad snapshot
+    };
+    store
+        .iter()
+        .filter(|s| is_logged(&s.bytes))
+        .map(|s| {
+            let meta = EntryMeta {
+                version: Version::new(u64::from(s.origin.view_id), s.origin.order_index),
+                writer: u64::from(s.origin.node),
+                timestamp_us: timestamp_us(&s.bytes),
+            };
+            (meta, s.bytes.clone())
+        })
+        .collect()
+}
+
 /// The persistence of a participant configured with a `data_dir`: every topic subgroup
-/// `0..topic_subgroups`, only LoggedStore samples.
+/// `0..topic_subgroups`, only LoggedStore samples; state transfers logged too.
 pub fn persistence(config: &ParticipantConfig) -> Option<Persistence> {
     let dir = config.data_dir.as_ref()?;
     let mut p = Persistence::new(dir)
         .timestamps(timestamp_us)
-        .keeping(is_logged);
+        .keeping(is_logged)
+        .state_entries(snapshot_entries);
     for sg in 0..config.topic_subgroups {
         p = p.subgroup(sg, LogConfig::default());
     }
@@ -214,9 +275,12 @@ impl Durable {
     }
 
     /// A view installed in which the subgroup's members are `now`; `before` were its
-    /// members in the previous view (empty: it did not exist, or this node was not in it).
+    /// members in the previous view (empty: it did not exist). A member that enters a
+    /// subgroup someone held logs the history shipped to it before anything of the new
+    /// view ([`snapshot_entries`]), so the later frontiers vouch for the earlier views;
+    /// only a subgroup that no member kept starts over.
     pub fn view_installed(&mut self, vid: u32, before: &[u32], now: &[u32]) {
-        if before.is_empty() || now.iter().any(|m| !before.contains(m)) {
+        if !now.iter().any(|m| before.contains(m)) {
             self.since = vid;
         }
     }
@@ -254,12 +318,20 @@ mod tests {
         assert!(!d.covers(3, 7));
         d.moved(4, 1);
         assert!(d.covers(3, 7) && d.covers(4, 0) && !d.covers(4, 1));
-        // A member entered: its log lacks views 3 and 4, so view 5's frontier vouches only
-        // for view 5; what was known before stays known.
+        // A member entered: it logged the history shipped to it, so view 5's frontier
+        // vouches for views 3 and 4 too.
         d.view_installed(5, &[1], &[1, 3]);
+        assert!(!d.covers(4, 1));
         d.moved(5, 2);
-        assert!(d.covers(5, 1) && d.covers(3, 4) && d.covers(4, 0));
-        assert!(!d.covers(4, 1), "not known durable at node 3");
+        assert!(d.covers(5, 1) && d.covers(3, 4) && d.covers(4, 1));
+        // Nobody kept the subgroup: the new members' logs lack the old views.
+        d.view_installed(6, &[1, 3], &[4]);
+        d.moved(6, 1);
+        assert!(
+            d.covers(6, 0) && d.covers(5, 1),
+            "known before, still known"
+        );
+        assert!(!d.covers(5, 2), "not in the new member's log");
         for v in 6..200 {
             d.moved(v, 1);
         }
@@ -307,6 +379,7 @@ mod tests {
         h.encode(&mut b);
         assert!(!is_logged(&b));
         assert!(!is_logged(b"garbage"));
+        assert!(!is_logged(&nudge()), "a nudge counts, but is not logged");
         assert_eq!(timestamp_us(b"garbage"), 0);
     }
 }

@@ -159,9 +159,24 @@ fn spawn(dir: &std::path::Path, id: u32, round: u32, transport: &str, members: &
         .env(ENV_MEMBERS, members)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::from(
+            std::fs::File::create(dir.join(format!("node-{id}-round-{round}.stderr"))).unwrap(),
+        ))
         .spawn()
         .unwrap()
+}
+
+/// What the children of `round` wrote to stderr (for a failure's message).
+fn stderr_of(dir: &std::path::Path, round: u32) -> String {
+    IDS.iter()
+        .map(|id| {
+            let p = dir.join(format!("node-{id}-round-{round}.stderr"));
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(5).collect();
+            format!("node {id}: {:?}", tail)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The text after `tag` in a child's stdout line (the harness may print before it).
@@ -231,7 +246,10 @@ fn total_failure_of_a_dcps_domain_and_restart_over_the_network() {
         let mark = ACK_EVERY * (2 + u64::from(round % 3));
         while ready.iter().any(|r| !r) || acks.iter().any(|a| *a < mark) {
             let (i, line) = rx.recv_timeout(WAIT_MAX).unwrap_or_else(|e| {
-                panic!("round {round} ({transport}): ready {ready:?}, acks {acks:?}: {e}")
+                panic!(
+                    "round {round} ({transport}): ready {ready:?}, acks {acks:?}: {e}\n{}",
+                    stderr_of(dir.path(), round)
+                )
             });
             if let Some(v) = after(&line, "STARTED view ") {
                 views[i] = v.trim().parse().unwrap();

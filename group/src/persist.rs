@@ -18,9 +18,14 @@
 //! majority of the last view has reported, then restore each subgroup to the longest
 //! reported log and resume in the next view id. Each member brings its log to that state
 //! with [`Persister::restore`] (cut what lies beyond it, append what it lacks, check the
-//! two logs meet). The decision and the log repair are built and tested in simulation
-//! (`tests/restart.rs`); carrying the reports and the log suffixes between processes
-//! over the fabric is not built yet.
+//! two logs meet). The decision and the log repair are tested in simulation
+//! (`tests/restart.rs`); [`crate::restart`] carries the reports, the plan and the log
+//! suffixes between processes over the fabric.
+//!
+//! A member that enters a logged subgroup someone held gets its state by transfer; with
+//! [`Persistence::state_entries`] the entries of that state which its log lacks are
+//! appended before anything of the new view, so every member's log is a prefix of one
+//! sequence. [`Retention`] bounds a log by count and age, removing whole old segments.
 //!
 //! An entry's version is `(view id, global index)` of the delivery, its writer the
 //! sender's node id, its timestamp what [`Persistence::timestamp_us`] reads from the
@@ -160,6 +165,11 @@ pub type TimestampFn = fn(&[u8]) -> u64;
 /// the LoggedStore level; other topics may share the subgroup).
 pub type KeepFn = fn(&[u8]) -> bool;
 
+/// Reads the log entries out of a state transfer's snapshot of a subgroup (the
+/// application's format): what a member entering a logged subgroup appends to its log, so
+/// that its log holds the history delivered before it entered, as the others' do.
+pub type StateEntriesFn = fn(&[u8]) -> Vec<(EntryMeta, Vec<u8>)>;
+
 fn no_timestamp(_: &[u8]) -> u64 {
     0
 }
@@ -182,6 +192,8 @@ pub struct Persistence {
     pub keep: KeepFn,
     /// Each subgroup's retention (by default none: keep everything).
     pub retention: RetentionHandle,
+    /// Reads the entries of a state transfer (by default none are logged).
+    pub state_entries: Option<StateEntriesFn>,
 }
 
 impl Persistence {
@@ -193,6 +205,7 @@ impl Persistence {
             timestamp_us: no_timestamp,
             keep: keep_all,
             retention: RetentionHandle::default(),
+            state_entries: None,
         }
     }
 
@@ -205,6 +218,12 @@ impl Persistence {
     /// Reads entry timestamps with `f`.
     pub fn timestamps(mut self, f: TimestampFn) -> Persistence {
         self.timestamp_us = f;
+        self
+    }
+
+    /// Logs what a state transfer brings, read with `f`.
+    pub fn state_entries(mut self, f: StateEntriesFn) -> Persistence {
+        self.state_entries = Some(f);
         self
     }
 
@@ -243,6 +262,7 @@ impl Persistence {
             keep: self.keep,
             retention: Arc::clone(&self.retention),
             next_retention_us: 0,
+            state_entries: self.state_entries,
         })
     }
 }
@@ -271,6 +291,7 @@ pub struct Persister {
     retention: RetentionHandle,
     /// When (wall clock, µs) `commit` next applies retention.
     next_retention_us: u64,
+    state_entries: Option<StateEntriesFn>,
 }
 
 /// A logged subgroup's global persistence frontier moved.
@@ -441,8 +462,26 @@ impl Persister {
         match out {
             GroupOutput::Delivery(b) => self.append(b),
             GroupOutput::ViewInstalled(v) => self.view_installed(&v.view),
+            GroupOutput::InstallState { subgroup, state } => self.install(*subgroup, state),
             _ => Ok(()),
         }
+    }
+
+    /// This node entered logged subgroup `id` and a member shipped its state: the entries
+    /// in it that this log lacks (past its last version) are appended, oldest first, before
+    /// anything the new view delivers, so the log holds the history as the others' do.
+    fn install(&mut self, id: SubgroupId, state: &[u8]) -> Result<()> {
+        let (Some(f), Some(l)) = (self.state_entries, self.logs.get_mut(&id)) else {
+            return Ok(());
+        };
+        let mut entries = f(state);
+        entries.sort_by_key(|(m, _)| m.version);
+        for (meta, payload) in entries {
+            if Some(meta.version) > l.log.last_version() {
+                l.log.append(meta, &payload)?;
+            }
+        }
+        Ok(())
     }
 
     /// The end of a pass of the runner: the group commit ([`Persister::sync`]), then the

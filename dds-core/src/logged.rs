@@ -155,8 +155,10 @@ pub(crate) fn restarts(config: &ParticipantConfig, last_vid: Option<u32>) -> boo
     last_vid.is_some() && config.bootstrap.len() > 1 && config.bootstrap.contains(&config.node_id)
 }
 
-/// How long a restart leader waits for the rest of the last view once a majority is back.
-pub const RESTART_GRACE_US: u64 = 2_000_000;
+/// How long a restart leader waits for the rest of the last view once a majority is back
+/// (a member that starts later than this is left out of the restarted view, and its
+/// restart fails with an error saying so when `entity_timeout_ms` passes).
+pub const RESTART_GRACE_US: u64 = 10_000_000;
 
 /// The restart settings of a participant: the leader is the lowest bootstrap member; the
 /// restart may take the entity time-out.

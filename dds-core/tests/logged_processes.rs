@@ -172,8 +172,15 @@ fn stderr_of(dir: &std::path::Path, round: u32) -> String {
         .map(|id| {
             let p = dir.join(format!("node-{id}-round-{round}.stderr"));
             let text = std::fs::read_to_string(&p).unwrap_or_default();
-            let tail: Vec<&str> = text.lines().rev().take(5).collect();
-            format!("node {id}: {:?}", tail)
+            // The panic's message (the line after "panicked at"), not the backtrace.
+            let lines: Vec<&str> = text.lines().collect();
+            let why: Vec<&str> = lines
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.contains("panicked at"))
+                .flat_map(|(i, _)| lines[i..(i + 2).min(lines.len())].iter().copied())
+                .collect();
+            format!("node {id}: {why:?}")
         })
         .collect::<Vec<_>>()
         .join("\n")

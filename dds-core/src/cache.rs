@@ -644,6 +644,7 @@ impl Cache {
                     view_id: o.view_id,
                     order_index: o.order_index,
                     writer_seq: h.writer_seq,
+                    durable: false,
                 },
                 payload: copy,
             },

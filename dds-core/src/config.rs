@@ -10,6 +10,7 @@
 //! slot_payload_bytes = 4096    # largest message when the type is unbounded
 //! entity_timeout_ms = 10000    # how long create_*/delete_* wait for their view change
 //! spin_before_park_us = 1000   # how long the predicate thread spins idle before it parks
+//! data_dir = "/var/lib/spindle/node-2" # optional: the logs of PERSISTENT topics
 //!
 //! [[contacts]]                 # members to join through (and the bootstrap members' addresses)
 //! node = 1
@@ -38,10 +39,10 @@
 //! Environment variables override the file: `SPINDLE_DOMAIN_ID`, `SPINDLE_NODE_ID`,
 //! `SPINDLE_TRANSPORT`, `SPINDLE_LISTEN`, `SPINDLE_BOOTSTRAP` (comma-separated ids),
 //! `SPINDLE_CONTACTS` (`id=address,id=address`), `SPINDLE_SPIN_BEFORE_PARK_US`,
-//! `SPINDLE_DOMAIN_SECRET` (the secret), `SPINDLE_DOMAIN_SECRET_FILE` (a key file) and
-//! `SPINDLE_ENCRYPT_LINKS` (`true`/`false`).
+//! `SPINDLE_DATA_DIR`, `SPINDLE_DOMAIN_SECRET` (the secret), `SPINDLE_DOMAIN_SECRET_FILE`
+//! (a key file) and `SPINDLE_ENCRYPT_LINKS` (`true`/`false`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer};
 use spindle_transport_rdma::{DomainSecret, FabricConfig, NodeId};
@@ -117,6 +118,12 @@ pub struct ParticipantConfig {
     /// samples come often; shorter leaves the cores to other threads sooner.
     #[serde(default = "default_spin_before_park_us")]
     pub spin_before_park_us: u64,
+    /// Where this participant keeps the logs of its DURABILITY PERSISTENT (LoggedStore)
+    /// topics: one subdirectory per topic subgroup (`subgroup-<id>`) and the log of
+    /// installed views (`views`); see [`crate::logged`]. Without it, PERSISTENT topics
+    /// are refused. One directory per participant: two processes must not share one.
+    #[serde(default)]
+    pub data_dir: Option<PathBuf>,
 }
 
 fn default_topic_subgroups() -> u32 {
@@ -214,6 +221,7 @@ impl ParticipantConfig {
             topic_subgroups: default_topic_subgroups(),
             fabric: FabricConfig::default(),
             spin_before_park_us: default_spin_before_park_us(),
+            data_dir: None,
         }
     }
 
@@ -319,6 +327,9 @@ impl ParticipantConfig {
                 }
             };
         }
+        if let Some(v) = var("SPINDLE_DATA_DIR") {
+            self.data_dir = (!v.trim().is_empty()).then(|| PathBuf::from(v.trim()));
+        }
         if let Some(v) = var("SPINDLE_CONTACTS") {
             let mut contacts = Vec::new();
             for e in v.split(',').filter(|s| !s.trim().is_empty()) {
@@ -372,6 +383,13 @@ impl ParticipantConfig {
                 "spin_before_park_us = {}: at most {SPIN_BEFORE_PARK_US_MAX}",
                 self.spin_before_park_us
             ));
+        }
+        if self
+            .data_dir
+            .as_ref()
+            .is_some_and(|d| d.as_os_str().is_empty())
+        {
+            return bad("data_dir: must not be empty (leave it out for no logs)".into());
         }
         if !self.bootstrap.is_empty() && self.bootstrap.contains(&self.node_id) {
             for b in self.bootstrap.iter().filter(|b| **b != self.node_id) {
@@ -461,6 +479,23 @@ mod tests {
     }
 
     const BOOT: &str = "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"\nbootstrap=[1]\n";
+
+    #[test]
+    fn the_data_dir_comes_from_the_file_or_the_environment() {
+        let base = "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"\nbootstrap=[1]\n";
+        let mut c = ParticipantConfig::from_toml_str(base, "d.toml").unwrap();
+        assert_eq!(c.data_dir, None);
+        let text = format!("{base}data_dir = \"/var/lib/spindle/1\"");
+        let c2 = ParticipantConfig::from_toml_str(&text, "d.toml").unwrap();
+        assert_eq!(c2.data_dir, Some(PathBuf::from("/var/lib/spindle/1")));
+        c.apply_env(|k| (k == "SPINDLE_DATA_DIR").then(|| "/tmp/x".to_string()))
+            .unwrap();
+        assert_eq!(c.data_dir, Some(PathBuf::from("/tmp/x")));
+        let e = ParticipantConfig::from_toml_str(&format!("{base}data_dir = \"\""), "e.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("e.toml") && e.contains("data_dir"), "{e}");
+    }
 
     #[test]
     fn the_fabric_table_reaches_the_failure_detector() {

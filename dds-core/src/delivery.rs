@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use spindle_group::persist::PersistedFrontier;
 use spindle_group::runtime::Application;
 use spindle_group::{DeliveryBatch, SubgroupId, ViewInstalled};
 use spindle_qos::{partitions_match, DeliveryLevel, LivelinessKind, QosPolicyId};
@@ -71,6 +72,8 @@ impl Application for DdsApp {
         let mut revived: Vec<(Arc<ReaderCore>, StatusMask)> = Vec::new();
         let mut announced = BTreeSet::new();
         let rematched;
+        let me = self.shared.me;
+        let mut own = false;
         {
             let mut st = lock(&self.shared.state);
             let vid = st.view.as_ref().map_or(0, |v| v.vid);
@@ -87,11 +90,21 @@ impl Application for DdsApp {
                         continue;
                     }
                 };
+                if h.topic_id == crate::logged::NUDGE_TOPIC_ID {
+                    continue; // only moves the persistence frontier
+                }
                 let origin = Origin {
                     node: m.sender,
                     view_id: vid,
                     order_index: m.global_index,
                 };
+                if m.sender == me {
+                    // Where this participant's writer's sample landed in the order
+                    // (`wait_for_acknowledgments` waits for it to be durable).
+                    st.own_delivered
+                        .insert(h.writer_id, (h.writer_seq, vid, m.global_index));
+                    own = true;
+                }
                 if keeps && h.level.keeps_history() && h.kind != SampleKind::Liveliness {
                     st.stores
                         .entry(sg)
@@ -165,6 +178,8 @@ impl Application for DdsApp {
             // Matched statuses may have changed: StatusConditions wake now (rare).
             self.shared.view_changed.notify_all();
             notify_all();
+        } else if own && self.shared.ack_waiters.load(Ordering::Acquire) > 0 {
+            self.shared.view_changed.notify_all();
         }
         self.data_available.extend(got);
         fire(rematched);
@@ -200,6 +215,7 @@ impl Application for DdsApp {
             );
         }
         let rematched;
+        let mut primed = Vec::new();
         {
             let mut st = lock(&self.shared.state);
             let view = v.view.clone();
@@ -248,8 +264,31 @@ impl Application for DdsApp {
             st.awaiting_state
                 .retain(|sg| mine.iter().any(|(m, _)| m == sg));
             for (sg, keeps) in &mine {
-                if *keeps && !st.awaiting_state.contains(sg) {
-                    st.stores.entry(*sg).or_default();
+                if *keeps && !st.awaiting_state.contains(sg) && !st.stores.contains_key(sg) {
+                    // Nobody holds the subgroup's store: it starts from what this
+                    // participant's log recovered (a restarted domain), or empty.
+                    let store = match st.recovered.remove(sg) {
+                        Some(r) => {
+                            let depth = st.subgroups.get(sg).map_or(0, |d| d.store_depth);
+                            Store::merged(&r, &Store::default(), depth)
+                        }
+                        None => Store::default(),
+                    };
+                    primed.extend(prime_readers(&st, *sg, &store));
+                    st.stores.insert(*sg, store);
+                }
+            }
+            {
+                let st = &mut *st;
+                for d in st.subgroups.values() {
+                    let before: &[NodeId] = previous
+                        .get(&d.spec.id)
+                        .map_or(&[], |p| p.spec.members.as_slice());
+                    st.durable.entry(d.spec.id).or_default().view_installed(
+                        view.vid,
+                        before,
+                        &d.spec.members,
+                    );
                 }
             }
             let gone = |w: &WriterHandle| !view.members.contains(&w.node);
@@ -270,7 +309,19 @@ impl Application for DdsApp {
         }
         self.shared.view_changed.notify_all();
         notify_all();
+        DdsApp::listeners(primed, StatusMask::DATA_AVAILABLE);
         fire(rematched);
+    }
+
+    fn persisted(&mut self, f: &PersistedFrontier) {
+        lock(&self.shared.state)
+            .durable
+            .entry(f.subgroup)
+            .or_default()
+            .moved(f.vid, f.global_persisted_num);
+        if self.shared.ack_waiters.load(Ordering::Acquire) > 0 {
+            self.shared.view_changed.notify_all();
+        }
     }
 
     fn snapshot(&mut self, subgroup: SubgroupId) -> Vec<u8> {
@@ -287,20 +338,18 @@ impl Application for DdsApp {
         {
             let mut st = lock(&self.shared.state);
             let depth = st.subgroups.get(&subgroup).map_or(0, |d| d.store_depth);
-            let store = match Store::from_snapshot(state, depth) {
+            let mut store = match Store::from_snapshot(state, depth) {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::error!(subgroup, error = %e, "bad store snapshot; starting empty");
                     Store::default()
                 }
             };
-            for rs in st.readers.values() {
-                for r in rs.iter().filter(|r| r.subgroup == subgroup) {
-                    if r.prime(&store, &st.endpoints) {
-                        got.push(Arc::clone(r));
-                    }
-                }
+            if let Some(r) = st.recovered.remove(&subgroup) {
+                // What this participant's own log holds, with what the member shipped.
+                store = Store::merged(&store, &r, depth);
             }
+            got.extend(prime_readers(&st, subgroup, &store));
             let mut announced = BTreeSet::new();
             if subgroup == BUILTIN_SUBGROUP {
                 // The built-in table as the giver had it: rebuilt from its store.
@@ -345,6 +394,22 @@ impl Application for DdsApp {
             crate::shared::fire_stopped(&l, &why);
         }
     }
+}
+
+/// Primes this node's readers of `subgroup` from `store`; returns those that got samples.
+fn prime_readers(st: &State, subgroup: SubgroupId, store: &Store) -> Vec<Arc<ReaderCore>> {
+    let mut got = Vec::new();
+    if store.is_empty() {
+        return got;
+    }
+    for rs in st.readers.values() {
+        for r in rs.iter().filter(|r| r.subgroup == subgroup) {
+            if r.prime(store, &st.endpoints) {
+                got.push(Arc::clone(r));
+            }
+        }
+    }
+    got
 }
 
 /// Status changes to report: readers with the statuses that changed, writers whose

@@ -331,7 +331,7 @@ impl ParticipantInner {
                 "the topic belongs to another participant".into(),
             ));
         }
-        check_level(level, &topic.ident.name)?;
+        check_level(&self.config, level, &topic.ident.name)?;
         let endpoints = lock(&self.shared.state).endpoints.len();
         if endpoints >= ENDPOINTS_MAX {
             return Err(Error::OutOfResources(format!(
@@ -362,13 +362,20 @@ pub const ENDPOINTS_MAX: usize = crate::store::STORE_SAMPLES_MAX;
 /// How long [`ParticipantInner::wait_sender`] lets pass between looks.
 const SENDER_POLL: Duration = Duration::from_micros(200);
 
-/// `Unsupported` for the levels not built yet.
-pub(crate) fn check_level(level: DeliveryLevel, topic: &str) -> Result<()> {
-    if level == DeliveryLevel::LoggedStore {
-        return Err(Error::Unsupported(format!(
-            "topic {topic:?}: DURABILITY PERSISTENT (the LoggedStore level) needs the \
-             persistent log, which is not built yet; use TRANSIENT_LOCAL or TRANSIENT \
-             (VolatileStore) instead"
+/// `PreconditionNotMet` for a PERSISTENT (LoggedStore) topic of a participant without a
+/// `data_dir` to log it to.
+pub(crate) fn check_level(
+    config: &ParticipantConfig,
+    level: DeliveryLevel,
+    topic: &str,
+) -> Result<()> {
+    if level == DeliveryLevel::LoggedStore && config.data_dir.is_none() {
+        return Err(Error::PreconditionNotMet(format!(
+            "topic {topic:?}: DURABILITY PERSISTENT (the LoggedStore level) logs every \
+             sample to the participant's data directory, and participant {} has none: set \
+             data_dir in its configuration (or SPINDLE_DATA_DIR), or use TRANSIENT_LOCAL \
+             (VolatileStore)",
+            config.node_id
         )));
     }
     Ok(())

@@ -18,8 +18,11 @@
 //! * The delivery level follows from RELIABILITY and DURABILITY ([`DeliveryLevel`]):
 //!   BEST_EFFORT is Unordered; RELIABLE + VOLATILE is Atomic (one total order across all
 //!   writers, all-or-none across crashes); RELIABLE + TRANSIENT_LOCAL/TRANSIENT is
-//!   VolatileStore (as Atomic, and late readers get the stored history); PERSISTENT
-//!   (LoggedStore) returns [`Error::Unsupported`] until the persistent log exists.
+//!   VolatileStore (as Atomic, and late readers get the stored history); RELIABLE +
+//!   PERSISTENT is LoggedStore (as VolatileStore, and every member logs the samples to
+//!   its `data_dir`; [`DataWriter::wait_for_acknowledgments`] waits until they are durable
+//!   at every member, [`SampleInfo::durable`] says so per sample, and a participant that
+//!   restarts reads its history back from the log: module [`logged`]).
 //! * Every participant runs over a driver: on threads (a predicate thread and the wall
 //!   clock; what [`DomainParticipantFactory`] makes) or, with the `testkit` feature, in a
 //!   simulated domain (`sim::SimDomain`: every participant on the deterministic sim
@@ -120,11 +123,11 @@
 // The layers, bottom to top; a module uses only modules of lower layers (ARCHITECTURE.md;
 // scripts/check-layering.py checks that no two modules use each other):
 // 1. data: clock, sample, status, store, cache, condition, config, declare, discovery, filter,
-//    error
+//    error, logged
 // 2. entity state: common; reader_core, writer_core; shared (+ the Driver trait)
 // 3. the delivery path: delivery (DdsApp and handle_timeout: engine output enters here)
 // 4. drivers and handles: inner; threads; topic; reader, writer; publisher, subscriber;
-//    participant; sim (feature testkit)
+//    participant; history (reads over a PERSISTENT reader's log); sim (feature testkit)
 pub mod cache;
 pub mod clock;
 mod common;
@@ -135,7 +138,9 @@ mod delivery;
 pub mod discovery;
 mod error;
 pub mod filter;
+mod history;
 mod inner;
+pub mod logged;
 mod participant;
 mod publisher;
 mod reader;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use spindle_group::restart::Plan;
 use spindle_group::{Group, GroupConfig, LocalFabric, View};
 use spindle_qos::{DomainParticipantQos, PublisherQos, SubscriberQos, TopicQos};
 use spindle_topics::{CdrSample, TopicType};
@@ -17,6 +18,7 @@ use crate::declare::{dds_layout, subgroup_of, topic_id};
 use crate::discovery::partition_bytes;
 use crate::error::{Error, Result};
 use crate::inner::{check_level, ParticipantInner, TopicInner};
+use crate::logged;
 use crate::publisher::Publisher;
 use crate::shared::Shared;
 use crate::subscriber::Subscriber;
@@ -28,15 +30,21 @@ use crate::writer_core::CoherentSet;
 const JOIN_RETRY_US: u64 = 50_000;
 
 /// The participant's group: bootstrapped with the other `bootstrap` members if it is one
-/// of them, else joining through its contacts.
+/// of them (in the view after `logged_vid`, the last one its log holds, if any), else
+/// joining through its contacts.
 pub(crate) fn make_group<L: LocalFabric + ?Sized>(
     config: &ParticipantConfig,
     local: &L,
+    logged_vid: Option<u32>,
+    restarted: Option<Plan>,
 ) -> Result<Group> {
     let me = config.node_id;
     let mut gcfg = GroupConfig::new(dds_layout());
     gcfg.join_retry_us = JOIN_RETRY_US;
-    let group = if config.bootstrap.contains(&me) {
+    let group = if let Some(plan) = restarted {
+        // The domain restarts after total failure in the view the restart leader chose.
+        Group::bootstrap(local, plan.view, plan.addresses, gcfg, 0)?
+    } else if config.bootstrap.contains(&me) {
         let mut addresses: BTreeMap<NodeId, String> = config
             .contacts
             .iter()
@@ -46,7 +54,10 @@ pub(crate) fn make_group<L: LocalFabric + ?Sized>(
         addresses.insert(me, local.local_address());
         Group::bootstrap(
             local,
-            View::new(1, config.bootstrap.clone()),
+            View::new(
+                logged_vid.map_or(1, |v| v.saturating_add(1)),
+                config.bootstrap.clone(),
+            ),
             addresses,
             gcfg,
             0,
@@ -140,10 +151,33 @@ impl DomainParticipant {
         config: ParticipantConfig,
         ep: Arc<dyn Endpoint>,
     ) -> Result<DomainParticipant> {
-        let group = make_group(&config, &*ep)?;
+        let mut logs = logged::open_logs(&config)?;
+        let last_vid = logs.as_ref().and_then(|(_, v)| *v);
+        let mut restarted = None;
+        if let Some((persister, _)) = logs
+            .as_mut()
+            .filter(|_| logged::restarts(&config, last_vid))
+        {
+            let rc = logged::restart_config(&config, &ep.address())?;
+            restarted = Some(spindle_group::restart::run(&*ep, rc, persister)?);
+        }
+        let group = make_group(&config, &*ep, last_vid, restarted)?;
         let shared = Shared::new(config.node_id, Arc::new(WallClock));
-        let driver =
-            ThreadDriver::start(Arc::clone(&ep), group, &shared, config.spin_before_park_us)?;
+        let persister = match logs {
+            Some((mut p, _)) => {
+                lock(&shared.state).retention = Some(p.retention());
+                lock(&shared.state).recovered = logged::read_back(&mut p)?;
+                Some(p)
+            }
+            None => None,
+        };
+        let driver = ThreadDriver::start(
+            Arc::clone(&ep),
+            group,
+            &shared,
+            config.spin_before_park_us,
+            persister,
+        )?;
         DomainParticipant::with_driver(ParticipantInner::new(
             domain_id,
             qos,
@@ -245,7 +279,8 @@ impl DomainParticipant {
 
     /// Registers topic `name` of type `T` (DDS `create_topic`). Creating the same name
     /// again with the same type returns another handle to it; with another type,
-    /// `PreconditionNotMet`. `LoggedStore` (PERSISTENT) is not supported yet.
+    /// `PreconditionNotMet`. PERSISTENT (`LoggedStore`) needs the participant's
+    /// `data_dir`.
     pub fn create_topic<T: TopicType>(&self, name: &str, qos: TopicQos) -> Result<Topic<T>> {
         if T::TYPE_NAME_AT_RUNTIME {
             return Err(Error::BadParameter(format!(
@@ -322,7 +357,7 @@ impl DomainParticipant {
             )));
         }
         qos.check()?;
-        check_level(qos.delivery_level(), name)?;
+        check_level(&self.inner.config, qos.delivery_level(), name)?;
         let mut topics = lock(&self.inner.topics);
         if let Some((ty, _, count)) = topics.get_mut(name) {
             if ty != type_name {

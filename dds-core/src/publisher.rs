@@ -106,6 +106,11 @@ impl Publisher {
             store_depth(&qos.history),
         )?;
         let sg = topic.inner.ident.subgroup;
+        if let Some(h) = &lock(&p.shared.state).retention {
+            if qos.delivery_level() == spindle_qos::DeliveryLevel::LoggedStore {
+                crate::logged::widen_retention(h, sg, crate::logged::retention_of(&qos));
+            }
+        }
         let core = WriterCore::new(
             id,
             Arc::clone(&topic.inner.ident),

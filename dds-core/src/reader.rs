@@ -4,7 +4,7 @@ use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use spindle_qos::DataReaderQos;
+use spindle_qos::{DataReaderQos, DeliveryLevel};
 use spindle_topics::TopicType;
 
 use crate::cache::Payload;
@@ -22,8 +22,8 @@ use crate::status::{
 
 /// Reads samples of `T` from a topic (DDS `DataReader`). Cheap to clone.
 pub struct DataReader<T: TopicType> {
-    core: Arc<ReaderCore>,
-    topic: Arc<TopicInner>,
+    pub(crate) core: Arc<ReaderCore>,
+    pub(crate) topic: Arc<TopicInner>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -131,8 +131,16 @@ impl<T: TopicType> DataReader<T> {
         take: bool,
     ) -> Result<Vec<(SampleInfo, Payload)>> {
         self.check()?;
-        let raw = lock(&self.core.cache).access(max, mask, instance, take);
+        let mut raw = lock(&self.core.cache).access(max, mask, instance, take);
         lock(&self.core.status).changes &= !StatusMask::DATA_AVAILABLE.0;
+        if self.core.level == DeliveryLevel::LoggedStore && !raw.is_empty() {
+            let st = lock(&self.topic.participant.shared.state);
+            if let Some(d) = st.durable.get(&self.core.subgroup) {
+                for (info, _) in &mut raw {
+                    info.durable = d.covers(info.view_id, info.order_index);
+                }
+            }
+        }
         Ok(raw)
     }
 

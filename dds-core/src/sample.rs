@@ -309,6 +309,10 @@ pub struct SampleInfo {
     pub order_index: u64,
     /// The writer's own sequence number.
     pub writer_seq: u64,
+    /// On a PERSISTENT (LoggedStore) reader: the sample is durable everywhere, in the
+    /// synced log of every member of its subgroup ([`crate::logged`]); as of the access
+    /// that returned it. Always false on other levels.
+    pub durable: bool,
 }
 
 /// A sample taken or read: the data (if `info.valid_data`) and its info.

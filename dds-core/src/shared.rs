@@ -10,10 +10,11 @@
 //! every participant of a simulated domain on the caller's thread, in virtual time).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+use spindle_group::persist::RetentionHandle;
 use spindle_group::{Sender, SubgroupId, View};
 use spindle_transport_rdma::NodeId;
 
@@ -21,6 +22,7 @@ use crate::clock::Clock;
 use crate::declare::DdsSubgroup;
 use crate::discovery::{Endpoint, EndpointKey};
 use crate::error::Result;
+use crate::logged::Durable;
 use crate::reader_core::ReaderCore;
 use crate::store::Store;
 use crate::writer_core::WriterCore;
@@ -38,6 +40,18 @@ pub(crate) struct State {
     /// Every reader and writer of the domain, by (participant, entity): the built-in
     /// topic's table ([`crate::discovery`]).
     pub(crate) endpoints: BTreeMap<EndpointKey, Endpoint>,
+    /// Per logged subgroup, the samples this participant's log held when it started
+    /// ([`crate::logged`]): its store when it enters the subgroup, merged with any store
+    /// a member ships.
+    pub(crate) recovered: BTreeMap<SubgroupId, Store>,
+    /// Per subgroup, the global persistence frontiers seen.
+    pub(crate) durable: BTreeMap<SubgroupId, Durable>,
+    /// Per writer of this participant (by id): its last sample delivered here, as
+    /// (writer_seq, view id, order index).
+    pub(crate) own_delivered: BTreeMap<u32, (u64, u32, u64)>,
+    /// The logs' retention, shared with the predicate thread's persister (with a
+    /// `data_dir`).
+    pub(crate) retention: Option<RetentionHandle>,
 }
 
 /// One participant's shared state. See the module docs.
@@ -45,6 +59,9 @@ pub(crate) struct Shared {
     pub(crate) me: NodeId,
     /// Set once `stopped` is (read without the state lock on every write).
     pub(crate) stopped_flag: AtomicBool,
+    /// Callers in `wait_for_acknowledgments`: the delivery path wakes them (a condition
+    /// variable's notify costs a system call, so only when someone waits).
+    pub(crate) ack_waiters: AtomicUsize,
     pub(crate) state: Mutex<State>,
     pub(crate) view_changed: Condvar,
     pub(crate) clock: Arc<dyn Clock>,
@@ -93,6 +110,7 @@ impl Shared {
         Arc::new(Shared {
             me,
             stopped_flag: AtomicBool::new(false),
+            ack_waiters: AtomicUsize::new(0),
             state: Mutex::new(State {
                 view: None,
                 subgroups: BTreeMap::new(),
@@ -102,6 +120,10 @@ impl Shared {
                 awaiting_state: BTreeSet::new(),
                 stopped: None,
                 endpoints: BTreeMap::new(),
+                recovered: BTreeMap::new(),
+                durable: BTreeMap::new(),
+                own_delivered: BTreeMap::new(),
+                retention: None,
             }),
             view_changed: Condvar::new(),
             clock,

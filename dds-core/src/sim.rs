@@ -50,6 +50,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use spindle_group::persist::Persister;
 use spindle_group::runtime::{drive, hand_to, Application, Handed};
 use spindle_group::testkit::{SimCluster, SimNode};
 use spindle_group::{Group, Sender, SubgroupId};
@@ -109,6 +110,9 @@ impl MemberLink {
 struct Member {
     ep: Arc<SimEndpoint>,
     group: Group,
+    /// The logs of a participant with a `data_dir` (a real directory: the simulation has
+    /// no simulated disk; a crash loses nothing that was synced, as on a real one).
+    persister: Option<Persister>,
     app: DdsApp,
     shared: Arc<Shared>,
     link: Arc<MemberLink>,
@@ -134,12 +138,29 @@ impl SimNode for Member {
         let mut work = drive(&mut self.group, &*self.ep, now_us, scratch);
         while let Some(out) = self.group.poll() {
             work = true;
+            if let Some(p) = &mut self.persister {
+                if let Err(e) = p.record(&out) {
+                    tracing::error!(error = %e, "sim: logged store: logging stops");
+                    self.persister = None;
+                }
+            }
             if let Handed::Stopped = hand_to(&mut self.group, &mut self.app, out) {
                 self.link.done.store(true, Ordering::Release);
             }
         }
         if work {
             self.app.round_end();
+        }
+        if let Some(p) = &mut self.persister {
+            // The group commit of the round, as the predicate thread's per pass.
+            let app = &mut self.app;
+            match p.commit(&mut self.group, |f| app.persisted(f)) {
+                Ok(synced) => work |= synced,
+                Err(e) => {
+                    tracing::error!(error = %e, "sim: logged store: logging stops");
+                    self.persister = None;
+                }
+            }
         }
         if self.group.is_done() {
             self.link.done.store(true, Ordering::Release);
@@ -308,15 +329,28 @@ impl SimDomain {
         }
         tune(&mut config);
         config.validate("simulated participant configuration")?;
-        let group = make_group(&config, &*ep)?;
+        // No restart protocol in simulation (it runs before the group, over a blocking
+        // loop): a participant with logs begins above its own last logged view.
+        let logs = crate::logged::open_logs(&config)?;
+        let last_vid = logs.as_ref().and_then(|(_, v)| *v);
+        let group = make_group(&config, &*ep, last_vid, None)?;
         let clock: Arc<dyn Clock> = self.clock.clone();
         let shared = Shared::new(node, clock);
+        let persister = match logs {
+            Some((mut p, _)) => {
+                lock(&shared.state).retention = Some(p.retention());
+                lock(&shared.state).recovered = crate::logged::read_back(&mut p)?;
+                Some(p)
+            }
+            None => None,
+        };
         let link = Arc::new(MemberLink::default());
         lock(&self.core).cluster.nodes.insert(
             node,
             Member {
                 ep,
                 group,
+                persister,
                 app: DdsApp::new(Arc::clone(&shared)),
                 shared: Arc::clone(&shared),
                 link: Arc::clone(&link),

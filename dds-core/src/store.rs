@@ -127,6 +127,24 @@ impl Store {
         self.order.is_empty()
     }
 
+    /// The union of two stores of one subgroup (a member's, and what a log recovered):
+    /// each message once, by its place in the order `(view_id, order_index)`, oldest
+    /// first; `depth` as in [`Store::push`].
+    pub fn merged(a: &Store, b: &Store, depth: u16) -> Store {
+        let mut all: BTreeMap<(u32, u64), &Stored> = BTreeMap::new();
+        for s in a.iter().chain(b.iter()) {
+            all.entry((s.origin.view_id, s.origin.order_index))
+                .or_insert(s);
+        }
+        let mut out = Store::default();
+        for s in all.values() {
+            if let Ok((h, _)) = SampleHeader::decode(&s.bytes) {
+                out.push(&h, s.origin, &s.bytes, depth);
+            }
+        }
+        out
+    }
+
     /// The store as a state-transfer snapshot.
     pub fn snapshot(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.bytes + self.order.len() * 24);
@@ -291,5 +309,31 @@ mod tests {
         }
         assert_eq!(marks(&s), [Coherent::No; 4]);
         assert_eq!(s.iter().collect::<Vec<_>>(), t.iter().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn merged_stores_hold_each_message_once_in_order() {
+        let push = |s: &mut Store, i: u64| {
+            let (h, b) = msg(0, i);
+            let o = Origin {
+                node: 1,
+                view_id: 2,
+                order_index: i,
+            };
+            s.push(&h, o, &b, 0);
+        };
+        let (mut a, mut b) = (Store::default(), Store::default());
+        for i in 0..6 {
+            push(&mut a, i);
+        }
+        for i in 3..9 {
+            push(&mut b, i);
+        }
+        let m = Store::merged(&a, &b, 0);
+        let order: Vec<u64> = m.iter().map(|s| s.origin.order_index).collect();
+        assert_eq!(order, (0..9).collect::<Vec<_>>());
+        let m = Store::merged(&b, &a, 4);
+        let order: Vec<u64> = m.iter().map(|s| s.origin.order_index).collect();
+        assert_eq!(order, vec![5, 6, 7, 8], "depth 4 keeps the newest");
     }
 }

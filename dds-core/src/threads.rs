@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use spindle_group::persist::Persister;
 use spindle_group::runtime::GroupNode;
 use spindle_group::{Group, Sender, SubgroupId};
 use spindle_transport_rdma::Endpoint;
@@ -30,14 +31,16 @@ pub(crate) struct ThreadDriver {
 impl ThreadDriver {
     /// Starts the predicate thread of `group` over `ep`, delivering into `shared`; it
     /// spins `spin_before_park_us` after its last work before parking on the doorbell.
+    /// With `persister`, it logs the LoggedStore subgroups ([`crate::logged`]).
     pub(crate) fn start(
         ep: Arc<dyn Endpoint>,
         group: Group,
         shared: &Arc<Shared>,
         spin_before_park_us: u64,
+        persister: Option<Persister>,
     ) -> Result<ThreadDriver> {
         let app = DdsApp::new(Arc::clone(shared));
-        let node = GroupNode::start(ep, group, app, spin_before_park_us)?;
+        let node = GroupNode::start_logged(ep, group, app, spin_before_park_us, persister)?;
         start_timer(shared);
         Ok(ThreadDriver {
             node: Mutex::new(Some(node)),

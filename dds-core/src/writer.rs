@@ -20,6 +20,8 @@ use crate::writer_core::{blocking_us, lifespan_ns, WriterCore};
 /// yields between).
 const LOAN_PAUSE: Duration = Duration::from_micros(50);
 const LOAN_TRIES_PER_PAUSE: u32 = 64;
+/// How long `wait_for_acknowledgments` waits before it looks whether to nudge.
+const NUDGE_AFTER: Duration = Duration::from_millis(20);
 /// How long `wait_for_readers` lets pass between looks.
 const READERS_POLL: Duration = Duration::from_millis(1);
 
@@ -225,6 +227,109 @@ impl<T: TopicType> DataWriter<T> {
             Err(Error::Timeout(format!(
                 "fewer than {count} readers matched"
             )))
+        }
+    }
+
+    /// Waits until every sample this writer wrote so far is acknowledged (DDS
+    /// `wait_for_acknowledgments`): on a PERSISTENT (LoggedStore) topic, durable in the
+    /// synced log of every member of the topic's subgroup ([`crate::logged`]); on the
+    /// other levels, delivered here, which for the ordered levels means stable: every
+    /// member of the subgroup received it and delivers it in the same order. `Timeout`
+    /// once `timeout` passes (on the participant's clock); `IllegalOperation` from a
+    /// listener (the delivery thread, which does the acknowledging).
+    pub fn wait_for_acknowledgments(&self, timeout: Duration) -> Result<()> {
+        if on_delivery_thread() {
+            return Err(Error::IllegalOperation(
+                "wait_for_acknowledgments from a listener would block the deliveries it \
+                 waits for"
+                    .into(),
+            ));
+        }
+        self.check()?;
+        let target = self.core.seq.load(Ordering::Acquire);
+        if target == 0 {
+            return Ok(());
+        }
+        let (id, sg, logged) = (
+            self.core.id,
+            self.core.subgroup,
+            self.core.level == spindle_qos::DeliveryLevel::LoggedStore,
+        );
+        let p = &self.topic.participant;
+        let what = || {
+            format!(
+                "writer {id} on {:?}: sample {target} not acknowledged ({}) within {} ms",
+                self.core.topic.name,
+                if logged {
+                    "durable at every member"
+                } else {
+                    "delivered"
+                },
+                timeout.as_millis()
+            )
+        };
+        let acknowledged = |st: &crate::shared::State| {
+            st.own_delivered.get(&id).is_some_and(|(seq, vid, index)| {
+                *seq >= target
+                    && (!logged || st.durable.get(&sg).is_some_and(|d| d.covers(*vid, *index)))
+            })
+        };
+        p.shared.ack_waiters.fetch_add(1, Ordering::AcqRel);
+        let done = self.wait_acknowledged(target, logged, timeout, |slice| {
+            p.wait_until(slice, what, acknowledged)
+        });
+        p.shared.ack_waiters.fetch_sub(1, Ordering::AcqRel);
+        done
+    }
+
+    /// Runs `wait` in slices of at most [`NUDGE_AFTER`] until it succeeds or `timeout`
+    /// passes. Between slices, on a PERSISTENT topic whose last sample (`target`) was
+    /// delivered in an earlier view than the current one, sends one nudge per view
+    /// ([`crate::logged::NUDGE_TOPIC_ID`]): with no traffic in the current view its
+    /// frontier would never move to vouch for that sample.
+    fn wait_acknowledged(
+        &self,
+        target: u64,
+        logged: bool,
+        timeout: Duration,
+        wait: impl Fn(Duration) -> Result<()>,
+    ) -> Result<()> {
+        let p = &self.topic.participant;
+        let deadline_us = p.now_us().saturating_add(timeout.as_micros() as u64);
+        let mut nudged_vid = None;
+        loop {
+            let left_us = deadline_us.saturating_sub(p.now_us());
+            let slice = Duration::from_micros(left_us).min(NUDGE_AFTER);
+            match wait(slice) {
+                Err(Error::Timeout(why)) if left_us <= slice.as_micros() as u64 => {
+                    return Err(Error::Timeout(why))
+                }
+                Err(Error::Timeout(_)) => {}
+                other => return other,
+            }
+            if !logged {
+                continue;
+            }
+            let (delivered_vid, current_vid) = {
+                let st = lock(&p.shared.state);
+                (
+                    st.own_delivered
+                        .get(&self.core.id)
+                        .filter(|(seq, _, _)| *seq >= target)
+                        .map(|(_, vid, _)| *vid),
+                    st.view.as_ref().map(|v| v.vid),
+                )
+            };
+            if let (Some(d), Some(c)) = (delivered_vid, current_vid) {
+                if d < c && nudged_vid != Some(c) {
+                    let sent = p
+                        .sender(self.core.subgroup)
+                        .and_then(|s| s.try_send(&crate::logged::nudge()));
+                    if sent.is_ok() {
+                        nudged_vid = Some(c);
+                    }
+                }
+            }
         }
     }
 

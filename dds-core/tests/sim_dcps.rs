@@ -146,10 +146,11 @@ fn bad_qos_and_misuse_are_dds_errors_not_panics() {
         let (_d, ps) = domain(1, 1);
         let p = &ps[0];
         let persistent = atomic().with_durability(DurabilityKind::Persistent);
-        assert!(matches!(
-            p.create_topic::<KeyedString>("logged", persistent),
-            Err(Error::Unsupported(_))
-        ));
+        // PERSISTENT without a data_dir to log to: refused, naming the setting.
+        match p.create_topic::<KeyedString>("logged", persistent) {
+            Err(Error::PreconditionNotMet(why)) => assert!(why.contains("data_dir"), "{why}"),
+            other => panic!("expected PreconditionNotMet, got {other:?}"),
+        }
         let bad = atomic()
             .with_history(History::keep_last(10))
             .with_resource_limits(ResourceLimits {

@@ -96,6 +96,10 @@ pub enum Error {
     /// open); the text of the inner error names the file and what to do.
     #[error("log: {0}")]
     Log(#[from] spindle_log::LogError),
+    /// A restart after total failure could not go on: too few members came back in time
+    /// (the text says how many of how many), or the leader restarted without this node.
+    #[error("restart after total failure: {0}")]
+    Restart(String),
 }
 
 fn after_silence(silent_ms: Option<u64>) -> String {

@@ -12,6 +12,9 @@
 //! * [`persist`] is the logged store's second stage: the runtime appends a logged
 //!   subgroup's deliveries to a `spindle-log` log, syncs them in groups and publishes the
 //!   durable prefix as the member's `persisted_num` SST column.
+//! * [`restart`] is the restart after total failure over the network: reports to a
+//!   restart leader, its plan from a majority, the logs brought to the restored state,
+//!   then the group bootstraps in the view after the last logged one.
 //! * [`layout`] holds views, subgroup layouts and the SST byte geometry.
 //! * [`rdmc`] moves large messages by block-pipelined multicast (RDMC): the four block
 //!   schedules ([`rdmc::schedule`]) and the sans-IO transfer core [`rdmc::RdmcGroup`]
@@ -101,6 +104,7 @@ pub mod layout;
 pub mod membership;
 pub mod persist;
 pub mod rdmc;
+pub mod restart;
 pub mod runtime;
 mod smc;
 #[cfg(feature = "testkit")]

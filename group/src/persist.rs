@@ -18,9 +18,14 @@
 //! majority of the last view has reported, then restore each subgroup to the longest
 //! reported log and resume in the next view id. Each member brings its log to that state
 //! with [`Persister::restore`] (cut what lies beyond it, append what it lacks, check the
-//! two logs meet). The decision and the log repair are built and tested in simulation
-//! (`tests/restart.rs`); carrying the reports and the log suffixes between processes
-//! over the fabric is not built yet.
+//! two logs meet). The decision and the log repair are tested in simulation
+//! (`tests/restart.rs`); [`crate::restart`] carries the reports, the plan and the log
+//! suffixes between processes over the fabric.
+//!
+//! A member that enters a logged subgroup someone held gets its state by transfer; with
+//! [`Persistence::state_entries`] the entries of that state which its log lacks are
+//! appended before anything of the new view, so every member's log is a prefix of one
+//! sequence. [`Retention`] bounds a log by count and age, removing whole old segments.
 //!
 //! An entry's version is `(view id, global index)` of the delivery, its writer the
 //! sender's node id, its timestamp what [`Persistence::timestamp_us`] reads from the
@@ -42,12 +47,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use spindle_log::{EntryMeta, Log, LogConfig, Version};
 
 use crate::engine::DeliveryBatch;
 use crate::error::{Error, Result};
-use crate::group::Group;
+use crate::group::{Group, GroupOutput};
 use crate::layout::{SubgroupId, View};
 use spindle_transport_rdma::NodeId;
 
@@ -134,11 +140,42 @@ pub fn restart_plan(reports: &[RestartReport]) -> RestartPlan {
     }
 }
 
+/// How much history a logged subgroup's log keeps (retention). Whole segments go, oldest
+/// first, once every entry in them is past a bound, so a log keeps at least what the
+/// bounds say and at most one segment more.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Keep the newest this many entries (`None`: all).
+    pub entries_max: Option<u64>,
+    /// Keep entries whose timestamp is at most this old (`None`: any age).
+    pub age_max_us: Option<u64>,
+}
+
+/// The retention of each subgroup, shared with the application, which may change it while
+/// the runtime runs (DCPS: from its writers' QoS).
+pub type RetentionHandle = Arc<Mutex<BTreeMap<SubgroupId, Retention>>>;
+
+/// How often the runtime applies retention (µs of wall-clock time).
+pub const RETENTION_CHECK_US: u64 = 1_000_000;
+
 /// Reads the sender's timestamp (microseconds since the Unix epoch) from a payload.
 pub type TimestampFn = fn(&[u8]) -> u64;
 
+/// Says whether a delivered payload belongs in the log (DCPS: only samples offered at
+/// the LoggedStore level; other topics may share the subgroup).
+pub type KeepFn = fn(&[u8]) -> bool;
+
+/// Reads the log entries out of a state transfer's snapshot of a subgroup (the
+/// application's format): what a member entering a logged subgroup appends to its log, so
+/// that its log holds the history delivered before it entered, as the others' do.
+pub type StateEntriesFn = fn(&[u8]) -> Vec<(EntryMeta, Vec<u8>)>;
+
 fn no_timestamp(_: &[u8]) -> u64 {
     0
+}
+
+fn keep_all(_: &[u8]) -> bool {
+    true
 }
 
 /// Which subgroups a node logs, where, and how.
@@ -150,6 +187,13 @@ pub struct Persistence {
     pub subgroups: BTreeMap<SubgroupId, LogConfig>,
     /// Reads an entry's timestamp from its payload.
     pub timestamp_us: TimestampFn,
+    /// Which delivered payloads are appended (by default all). A message that is not
+    /// kept still counts in `persisted_num`: nothing of it needs to be durable.
+    pub keep: KeepFn,
+    /// Each subgroup's retention (by default none: keep everything).
+    pub retention: RetentionHandle,
+    /// Reads the entries of a state transfer (by default none are logged).
+    pub state_entries: Option<StateEntriesFn>,
 }
 
 impl Persistence {
@@ -159,6 +203,9 @@ impl Persistence {
             dir: dir.as_ref().to_path_buf(),
             subgroups: BTreeMap::new(),
             timestamp_us: no_timestamp,
+            keep: keep_all,
+            retention: RetentionHandle::default(),
+            state_entries: None,
         }
     }
 
@@ -171,6 +218,18 @@ impl Persistence {
     /// Reads entry timestamps with `f`.
     pub fn timestamps(mut self, f: TimestampFn) -> Persistence {
         self.timestamp_us = f;
+        self
+    }
+
+    /// Logs what a state transfer brings, read with `f`.
+    pub fn state_entries(mut self, f: StateEntriesFn) -> Persistence {
+        self.state_entries = Some(f);
+        self
+    }
+
+    /// Appends only the payloads `f` keeps.
+    pub fn keeping(mut self, f: KeepFn) -> Persistence {
+        self.keep = f;
         self
     }
 
@@ -200,6 +259,10 @@ impl Persistence {
             views,
             vid: None,
             timestamp_us: self.timestamp_us,
+            keep: self.keep,
+            retention: Arc::clone(&self.retention),
+            next_retention_us: 0,
+            state_entries: self.state_entries,
         })
     }
 }
@@ -224,6 +287,11 @@ pub struct Persister {
     views: Log,
     vid: Option<u32>,
     timestamp_us: TimestampFn,
+    keep: KeepFn,
+    retention: RetentionHandle,
+    /// When (wall clock, µs) `commit` next applies retention.
+    next_retention_us: u64,
+    state_entries: Option<StateEntriesFn>,
 }
 
 /// A logged subgroup's global persistence frontier moved.
@@ -372,16 +440,120 @@ impl Persister {
             return Ok(());
         };
         for m in batch.iter() {
+            l.appended_vid = Some(vid);
+            l.appended_num = m.global_index + 1;
+            if !(self.keep)(m.payload) {
+                continue;
+            }
             let meta = EntryMeta {
                 version: Version::new(u64::from(vid), m.global_index),
                 writer: u64::from(m.sender),
                 timestamp_us: (self.timestamp_us)(m.payload),
             };
             l.log.append(meta, m.payload)?;
-            l.appended_vid = Some(vid);
-            l.appended_num = m.global_index + 1;
         }
         Ok(())
+    }
+
+    /// The second stage for one output of the group, before the application sees it: a
+    /// delivery is appended ([`Persister::append`]), a view logged
+    /// ([`Persister::view_installed`]).
+    pub fn record(&mut self, out: &GroupOutput) -> Result<()> {
+        match out {
+            GroupOutput::Delivery(b) => self.append(b),
+            GroupOutput::ViewInstalled(v) => self.view_installed(&v.view),
+            GroupOutput::InstallState { subgroup, state } => self.install(*subgroup, state),
+            _ => Ok(()),
+        }
+    }
+
+    /// This node entered logged subgroup `id` and a member shipped its state: the entries
+    /// in it that this log lacks (past its last version) are appended, oldest first, before
+    /// anything the new view delivers, so the log holds the history as the others' do.
+    fn install(&mut self, id: SubgroupId, state: &[u8]) -> Result<()> {
+        let (Some(f), Some(l)) = (self.state_entries, self.logs.get_mut(&id)) else {
+            return Ok(());
+        };
+        let mut entries = f(state);
+        entries.sort_by_key(|(m, _)| m.version);
+        for (meta, payload) in entries {
+            if Some(meta.version) > l.log.last_version() {
+                l.log.append(meta, &payload)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The end of a pass of the runner: the group commit ([`Persister::sync`]), then the
+    /// frontiers that moved go to `moved` (the runtime's `Application::persisted`).
+    /// Returns whether anything was synced.
+    pub fn commit(
+        &mut self,
+        group: &mut Group,
+        mut moved: impl FnMut(&PersistedFrontier),
+    ) -> Result<bool> {
+        let synced = self.sync(group)?;
+        for f in self.frontiers(group) {
+            moved(&f);
+        }
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        if now_us >= self.next_retention_us {
+            self.next_retention_us = now_us + RETENTION_CHECK_US;
+            self.retain(now_us)?;
+        }
+        Ok(synced)
+    }
+
+    /// Applies each subgroup's [`Retention`] as of `now_us` (µs since the Unix epoch, the
+    /// clock of the entries' timestamps): removes the whole old segments past its bounds.
+    /// Returns how many entries went. `commit` calls it every [`RETENTION_CHECK_US`].
+    pub fn retain(&mut self, now_us: u64) -> Result<usize> {
+        let rules: Vec<(SubgroupId, Retention)> = self
+            .retention
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(k, v)| (*k, *v))
+            .collect();
+        let mut gone = 0;
+        for (sg, r) in rules {
+            let Some(l) = self.logs.get_mut(&sg) else {
+                continue;
+            };
+            let log = &mut l.log;
+            // The newest entry that may go: past the count bound, or (a prefix) past the
+            // age bound.
+            let len = log.len() as u64;
+            let by_count = r
+                .entries_max
+                .filter(|max| len > *max)
+                .and_then(|max| log.metas().nth((len - max - 1) as usize))
+                .map(|m| m.version);
+            let by_age = r.age_max_us.and_then(|age| {
+                let cutoff = now_us.saturating_sub(age);
+                log.metas()
+                    .take_while(|m| m.timestamp_us < cutoff)
+                    .last()
+                    .map(|m| m.version)
+            });
+            if let Some(v) = by_count.max(by_age) {
+                // Never past what is durable: only sealed (synced) segments go anyway.
+                gone += log.remove_segments_through(v)?;
+            }
+        }
+        Ok(gone)
+    }
+
+    /// The retention handle (shared with the [`Persistence`] this came from).
+    pub fn retention(&self) -> RetentionHandle {
+        Arc::clone(&self.retention)
+    }
+
+    /// The logged subgroups.
+    pub fn subgroups(&self) -> impl Iterator<Item = SubgroupId> + '_ {
+        self.logs.keys().copied()
     }
 
     /// Syncs every log with appends waiting (one `fdatasync` each: the group commit of

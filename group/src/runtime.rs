@@ -573,12 +573,7 @@ fn group_loop(
             if let Some(p) = &mut persister {
                 // The first stage (delivery) is the application's; the second (the log)
                 // follows in the same order.
-                let logged = match &out {
-                    GroupOutput::Delivery(b) => p.append(b),
-                    GroupOutput::ViewInstalled(v) => p.view_installed(&v.view),
-                    _ => Ok(()),
-                };
-                if let Err(e) = logged {
+                if let Err(e) = p.record(&out) {
                     tracing::error!(error = %e, "logged store: logging stops, frontier frozen");
                     persister = None;
                 }
@@ -599,17 +594,12 @@ fn group_loop(
         }
         if let Some(p) = &mut persister {
             // Group commit: one sync per log covers every delivery of this pass.
-            match p.sync(&mut group) {
+            match p.commit(&mut group, |f| app.persisted(f)) {
                 Ok(synced) => work |= synced,
                 Err(e) => {
                     tracing::error!(error = %e, "logged store: logging stops, frontier frozen");
                     persister = None;
                 }
-            }
-        }
-        if let Some(p) = &mut persister {
-            for f in p.frontiers(&group) {
-                app.persisted(&f);
             }
         }
         if group.is_done() {

@@ -90,6 +90,6 @@ pub use entry::{entry_bytes, EntryMeta, Version, HEADER_BYTES, PAYLOAD_BYTES_MAX
 pub use error::{LogError, Result};
 pub use scan::{inspect_segment, EntryInfo, SegmentReport, SEGMENT_HEADER_BYTES, SEGMENT_MAGIC};
 pub use store::{
-    list_segments, Entries, Entry, Log, LogConfig, Recovery, TornTail, SEGMENT_BYTES_MIN,
-    SEGMENT_SUFFIX, WRITE_BUFFER_BYTES_LIMIT,
+    list_segments, read_entries, Entries, Entry, Log, LogConfig, Recovery, TornTail,
+    SEGMENT_BYTES_MIN, SEGMENT_SUFFIX, WRITE_BUFFER_BYTES_LIMIT,
 };

@@ -155,6 +155,46 @@ pub fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(out)
 }
 
+/// Reads, without opening the log for writing, the entries of the log in `dir` whose
+/// versions lie in `range`, oldest first: how another thread reads the history of a log
+/// that its owner keeps appending to (DCPS's reads over history). Each segment is read
+/// whole and verified as [`inspect_segment`](crate::inspect_segment) does; the bytes past
+/// the last whole entry of a segment (an append under way) are left out, a segment that
+/// retention removed meanwhile is skipped, and corruption is
+/// [`LogError::Corrupt`] naming the file and offset.
+pub fn read_entries(dir: &Path, range: impl RangeBounds<Version>) -> Result<Vec<Entry>> {
+    let mut out = Vec::new();
+    for (_, path) in list_segments(dir)? {
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err("read", &path)(e)),
+        };
+        let report = scan::inspect_segment(&bytes, true);
+        if let Some((offset, reason)) = report.corrupt {
+            return Err(LogError::Corrupt {
+                path,
+                offset,
+                reason,
+            });
+        }
+        for e in report
+            .entries
+            .iter()
+            .filter(|e| range.contains(&e.meta.version))
+        {
+            let at = e.offset as usize + HEADER_BYTES;
+            // Invariant: inspect_segment reports only entries whose payload lies inside
+            // `bytes` (it verified their checksum over it).
+            out.push(Entry {
+                meta: e.meta,
+                payload: bytes[at..at + e.payload_len].to_vec(),
+            });
+        }
+    }
+    Ok(out)
+}
+
 fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())

@@ -4,6 +4,11 @@
 //!
 //! `avionics [--out DIR] [--transport tcp|shm] [--seconds S]` runs the whole domain;
 //! `avionics member ...` is one process of it (started by the former).
+//!
+//! `avionics recorder [--out DIR] [--transport tcp|shm] [--seconds S]` runs the
+//! flight-data recorder (module `recorder`): a PERSISTENT (logged) topic written by three
+//! processes, the whole domain SIGKILLed and restarted from its data directories, every
+//! durable event read back.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -40,11 +45,35 @@ struct Args {
     #[arg(long, default_value_t = 6)]
     seconds: u64,
     #[command(subcommand)]
-    member: Option<Member>,
+    member: Option<Sub>,
 }
 
+#[path = "avionics/recorder.rs"]
+mod recorder;
+
 #[derive(Subcommand)]
-enum Member {
+enum Sub {
+    /// The flight-data recorder: a logged topic; the whole domain is killed and restarted,
+    /// and every durable event is read back.
+    Recorder {
+        /// Data directories go to `DIR/fdr-<node>`.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// tcp or shm.
+        #[arg(long, default_value = "tcp")]
+        transport: String,
+        /// How long the recorders record before the kill.
+        #[arg(long, default_value_t = 2)]
+        seconds: u64,
+    },
+    /// One recorder process (started by `recorder`).
+    RecorderMember {
+        node: u32,
+        transport: String,
+        members: String,
+        data_dir: PathBuf,
+        phase: String,
+    },
     /// One process of the domain (started by the domain itself).
     Member {
         name: String,
@@ -71,7 +100,7 @@ const KILLED: &str = "adc2";
 fn main() {
     let args = Args::parse();
     let r = match args.member {
-        Some(Member::Member {
+        Some(Sub::Member {
             name,
             node,
             transport,
@@ -79,6 +108,18 @@ fn main() {
             contact,
             out,
         }) => member(&name, node, &transport, &listen, &contact, &out),
+        Some(Sub::Recorder {
+            out,
+            transport,
+            seconds,
+        }) => recorder::domain(out, &transport, seconds),
+        Some(Sub::RecorderMember {
+            node,
+            transport,
+            members,
+            data_dir,
+            phase,
+        }) => recorder::member(node, &transport, &members, &data_dir, &phase),
         None => domain(args.out, &args.transport, args.seconds),
     };
     if let Err(e) = r {

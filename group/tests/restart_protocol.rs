@@ -1,0 +1,203 @@
+//! The restart protocol's core ([`spindle_group::restart::Restart`]) between members whose
+//! messages this test carries, over logs on disk: the leader waits (and says so) while
+//! fewer than a majority of the last view reported; with every member, or a majority
+//! after the grace period, every log becomes the longest reported one and the plan
+//! resumes in the next view. The logs differ in length as after a crash mid-stream.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use spindle_group::persist::{Persistence, Persister};
+use spindle_group::restart::{Plan, Restart, RestartConfig};
+use spindle_group::View;
+use spindle_log::{EntryMeta, LogConfig, Version};
+
+const SG: u32 = 6;
+const GRACE_US: u64 = 1_000_000;
+
+fn persister(dir: &std::path::Path, id: u32, entries: u64) -> Persister {
+    let mut p = Persistence::new(dir.join(format!("node-{id}")))
+        .subgroup(SG, LogConfig::default())
+        .open()
+        .unwrap();
+    p.view_installed(&View::new(1, vec![1, 2, 3])).unwrap();
+    let log = p.log_mut(SG).unwrap();
+    for i in 0..entries {
+        let meta = EntryMeta {
+            version: Version::new(1, i),
+            writer: 1 + i % 3,
+            timestamp_us: i,
+        };
+        log.append(meta, format!("m{i}").as_bytes()).unwrap();
+    }
+    log.sync().unwrap();
+    p
+}
+
+fn config() -> RestartConfig {
+    RestartConfig {
+        leader: 1,
+        leader_address: "addr-1".into(),
+        grace_us: GRACE_US,
+        timeout: Duration::from_secs(60),
+    }
+}
+
+/// Runs the members in `ids` until every one finished or `until_us` of simulated time
+/// passed (steps of 10 ms); returns each one's plan, if it finished.
+fn run(
+    nodes: &mut BTreeMap<u32, (Restart, Persister)>,
+    until_us: u64,
+) -> BTreeMap<u32, Option<Plan>> {
+    let mut now_us = 0;
+    while now_us < until_us {
+        let ids: Vec<u32> = nodes.keys().copied().collect();
+        for id in &ids {
+            let (r, p) = nodes.get_mut(id).unwrap();
+            r.handle_time(now_us, p).unwrap();
+        }
+        // Carry every queued message until none is left (self-sends included).
+        loop {
+            let mut moved = false;
+            for id in &ids {
+                while let Some((to, bytes)) = nodes.get_mut(id).unwrap().0.poll_send() {
+                    moved = true;
+                    if let Some((r, p)) = nodes.get_mut(&to) {
+                        r.handle_message(*id, &bytes, now_us, p).unwrap();
+                    }
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+        if nodes.values().all(|(r, _)| r.finished().is_some()) {
+            break;
+        }
+        now_us += 10_000;
+    }
+    nodes
+        .iter()
+        .map(|(id, (r, _))| (*id, r.finished().cloned()))
+        .collect()
+}
+
+fn log_of(p: &mut Persister) -> Vec<(Version, Vec<u8>)> {
+    p.log_mut(SG)
+        .unwrap()
+        .range(..)
+        .unwrap()
+        .map(|e| e.map(|e| (e.meta.version, e.payload)))
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+fn start(dir: &std::path::Path, lengths: &[(u32, u64)]) -> BTreeMap<u32, (Restart, Persister)> {
+    lengths
+        .iter()
+        .map(|(id, n)| {
+            let mut p = persister(dir, *id, *n);
+            let r = Restart::new(*id, format!("addr-{id}"), config(), &mut p).unwrap();
+            (*id, (r, p))
+        })
+        .collect()
+}
+
+#[test]
+fn one_member_of_three_waits_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = start(dir.path(), &[(1, 5)]);
+    let plans = run(&mut nodes, 10 * GRACE_US);
+    assert_eq!(plans[&1], None, "one of three never restarts");
+    let why = nodes[&1].0.waiting_for();
+    assert!(
+        why.contains("view 1") && why.contains("1 of its members") && why.contains("2 needed"),
+        "{why}"
+    );
+    // Its log is untouched.
+    assert_eq!(log_of(&mut nodes.get_mut(&1).unwrap().1).len(), 5);
+}
+
+#[test]
+fn every_member_back_restores_the_longest_log_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = start(dir.path(), &[(1, 6), (2, 9), (3, 3)]);
+    let longest = log_of(&mut nodes.get_mut(&2).unwrap().1);
+    let plans = run(&mut nodes, 100 * GRACE_US);
+    for (id, plan) in &plans {
+        let plan = plan
+            .as_ref()
+            .unwrap_or_else(|| panic!("node {id} did not finish"));
+        assert_eq!(plan.view, View::new(2, vec![1, 2, 3]), "node {id}");
+        assert_eq!(plan.sources[&SG], (2, Some(Version::new(1, 8))));
+        assert_eq!(plan.addresses[&3], "addr-3");
+    }
+    for (id, (_, p)) in nodes.iter_mut() {
+        assert_eq!(log_of(p), longest, "node {id}'s log");
+    }
+}
+
+#[test]
+fn a_majority_restarts_after_the_grace_period_without_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    // Node 2 (the longest log) stays dead; 1 and 3 are a majority of view 1.
+    let mut nodes = start(dir.path(), &[(1, 6), (3, 3)]);
+    let want = log_of(&mut nodes.get_mut(&1).unwrap().1);
+    let plans = run(&mut nodes, 100 * GRACE_US);
+    for (id, plan) in &plans {
+        let plan = plan
+            .as_ref()
+            .unwrap_or_else(|| panic!("node {id} did not finish"));
+        assert_eq!(plan.view, View::new(2, vec![1, 3]), "node {id}");
+    }
+    for (id, (_, p)) in nodes.iter_mut() {
+        assert_eq!(log_of(p), want, "node {id}'s log");
+    }
+    // Node 2 comes back later with a longer log: it is not in the restarted view.
+    let mut p2 = persister(dir.path(), 2, 0);
+    let mut late = Restart::new(2, "addr-2".into(), config(), &mut p2).unwrap();
+    late.handle_time(0, &mut p2).unwrap();
+    let (to, report) = late.poll_send().unwrap();
+    assert_eq!(to, 1);
+    let (r1, p1) = nodes.get_mut(&1).unwrap();
+    r1.handle_message(2, &report, 0, p1).unwrap();
+    assert!(
+        r1.poll_send().is_none(),
+        "no plan for a node outside the view"
+    );
+}
+
+#[test]
+fn a_shorter_log_gets_the_tail_of_the_longest_across_views() {
+    let dir = tempfile::tempdir().unwrap();
+    // Both logged views 1 and 2; node 1 also logged three deliveries of view 2 that
+    // node 3 had not synced when everything died. Node 2 stays dead.
+    let mut p1 = persister(dir.path(), 1, 4);
+    {
+        p1.view_installed(&View::new(2, vec![1, 3])).unwrap();
+        let log = p1.log_mut(SG).unwrap();
+        for i in 0..3 {
+            let meta = EntryMeta {
+                version: Version::new(2, i),
+                writer: 1,
+                timestamp_us: 0,
+            };
+            log.append(meta, b"stale").unwrap();
+        }
+        log.sync().unwrap();
+    }
+    let mut p3 = persister(dir.path(), 3, 4);
+    p3.view_installed(&View::new(2, vec![1, 3])).unwrap();
+    let r1 = Restart::new(1, "addr-1".into(), config(), &mut p1).unwrap();
+    let r3 = Restart::new(3, "addr-3".into(), config(), &mut p3).unwrap();
+    let mut nodes: BTreeMap<u32, (Restart, Persister)> = [(1, (r1, p1)), (3, (r3, p3))].into();
+    let plans = run(&mut nodes, 100 * GRACE_US);
+    // The longest log is node 1's: it is the restored state, and node 3 gets its tail.
+    let plan = plans[&3].clone().expect("node 3 finished");
+    assert_eq!(plan.view.vid, 3);
+    assert_eq!(plan.sources[&SG], (1, Some(Version::new(2, 2))));
+    let a = log_of(&mut nodes.get_mut(&1).unwrap().1);
+    let b = log_of(&mut nodes.get_mut(&3).unwrap().1);
+    assert_eq!(a.len(), 7);
+    assert_eq!(a, b);
+}

@@ -319,6 +319,7 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
                     },
                     window_slots: i.window_slots,
                     slot_payload_bytes: i.slot_payload_bytes,
+                    rdmc: None,
                 },
                 level: offered,
                 store_depth: i.store_depth,

@@ -15,7 +15,7 @@
 //! * [`layout`] holds views, subgroup layouts and the SST byte geometry.
 //! * [`rdmc`] moves large messages by block-pipelined multicast (RDMC): the four block
 //!   schedules ([`rdmc::schedule`]) and the sans-IO transfer core [`rdmc::RdmcGroup`]
-//!   (`rdmc::sim`, feature `testkit`: the same on the sim fabric, seeded, with crashes).
+//!   (`rdmc_sim`, feature `testkit`: the same on the sim fabric, seeded, with crashes).
 //!   It is not yet wired into a subgroup's total order (issue 14, step 3).
 //! * `testkit` (cargo feature `testkit`, off by default) is the simulation harness every
 //!   simulation of the project runs on: nodes over one deterministic sim fabric, stepped
@@ -50,6 +50,7 @@
 //!         mode: DeliveryMode::Atomic,
 //!         window_slots: 16,
 //!         slot_payload_bytes: 64,
+//!         rdmc: None,
 //!     }],
 //! };
 //! let mut regions = BTreeMap::new();
@@ -97,10 +98,14 @@
 mod engine;
 mod error;
 pub mod group;
+mod large;
 pub mod layout;
 pub mod membership;
 pub mod persist;
+mod push;
 pub mod rdmc;
+#[cfg(feature = "testkit")]
+pub mod rdmc_sim;
 pub mod runtime;
 mod smc;
 #[cfg(feature = "testkit")]

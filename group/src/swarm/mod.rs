@@ -78,6 +78,7 @@ pub fn swarm_layout(window_slots: usize) -> LayoutFn {
             mode,
             window_slots,
             slot_payload_bytes: 96,
+            rdmc: None,
         };
         Ok(Layout {
             subgroups: vec![

@@ -443,4 +443,69 @@ mod tests {
         };
         assert!(matches!(layout.validate(&view), Err(Error::Config(m)) if m.contains("member 3")));
     }
+
+    #[test]
+    fn rdmc_bounds_are_checked_and_its_memory_stated() {
+        let rdmc = RdmcConfig {
+            block_bytes: 4096,
+            message_bytes_max: 1 << 20,
+            schedule: crate::rdmc::ScheduleKind::BinomialPipeline,
+            window_messages: 2,
+        };
+        let mut s = spec(3);
+        s.slot_payload_bytes = 16;
+        s.rdmc = Some(rdmc.clone());
+        assert!(Geometry::new(&s).is_ok());
+        // Three senders, three members: one region of two 1 MiB buffers per sender.
+        let per_group = RdmcGroup::region_bytes(3, &rdmc);
+        assert!(
+            per_group >= 2 << 20 && per_group < (2 << 20) + 4096,
+            "{per_group}"
+        );
+        assert_eq!(s.rdmc_bytes_per_member(), 3 * per_group);
+        assert_eq!(spec(3).rdmc_bytes_per_member(), 0);
+        // An announcement needs two words of slot.
+        let mut small = s.clone();
+        small.slot_payload_bytes = 15;
+        assert!(
+            matches!(Geometry::new(&small), Err(Error::Config(m)) if m.contains("RDMC announcement"))
+        );
+        // The RDMC config's own bounds, named in the error.
+        let mut bad = s.clone();
+        bad.rdmc = Some(RdmcConfig {
+            window_messages: 0,
+            ..rdmc.clone()
+        });
+        assert!(
+            matches!(Geometry::new(&bad), Err(Error::Config(m)) if m.contains("subgroup 7") && m.contains("window_messages"))
+        );
+        // Too many RDMC groups in one layout.
+        let view = View::new(1, (1..=64).collect());
+        let wide = |id| SubgroupSpec {
+            id,
+            members: view.members.clone(),
+            senders: view.members.clone(),
+            mode: DeliveryMode::Atomic,
+            window_slots: 1,
+            slot_payload_bytes: 16,
+            rdmc: Some(RdmcConfig {
+                message_bytes_max: 64,
+                block_bytes: 64,
+                ..rdmc.clone()
+            }),
+        };
+        let fits = Layout {
+            subgroups: (0..(RDMC_GROUPS_MAX / 64) as u32).map(wide).collect(),
+        };
+        assert!(fits.validate(&view).is_ok());
+        let over = Layout {
+            subgroups: (0..=(RDMC_GROUPS_MAX / 64) as u32).map(wide).collect(),
+        };
+        assert!(matches!(over.validate(&view), Err(Error::Config(m)) if m.contains("RDMC groups")));
+        assert_ne!(rdmc_region_id(1, 0), sst_region_id(1, 0));
+        assert_ne!(
+            rdmc_region_id(1, RDMC_GROUPS_MAX - 1),
+            sst_region_id(1, (1 << 12) - 1)
+        );
+    }
 }

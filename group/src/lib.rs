@@ -16,7 +16,9 @@
 //! * [`rdmc`] moves large messages by block-pipelined multicast (RDMC): the four block
 //!   schedules ([`rdmc::schedule`]) and the sans-IO transfer core [`rdmc::RdmcGroup`]
 //!   (`rdmc_sim`, feature `testkit`: the same on the sim fabric, seeded, with crashes).
-//!   It is not yet wired into a subgroup's total order (issue 14, step 3).
+//!   A subgroup with [`SubgroupSpec::rdmc`] sends a message above its slot by its
+//!   sender's RDMC group, in the same total order as the small ones (Derecho §3.6; the
+//!   engine's side is the private module `large`).
 //! * `testkit` (cargo feature `testkit`, off by default) is the simulation harness every
 //!   simulation of the project runs on: nodes over one deterministic sim fabric, stepped
 //!   round by round from one thread.

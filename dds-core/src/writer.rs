@@ -117,20 +117,14 @@ impl<T: TopicType> DataWriter<T> {
     /// Writes `data` with the source timestamp `timestamp_ns` (ns since the Unix epoch).
     /// Blocks while the window is full or a view change runs, up to RELIABILITY's
     /// `max_blocking_time`, then returns `Timeout`.
+    /// A sample whose encoding exceeds the slot goes by RDMC in the same order when the
+    /// participant's `sample_bytes_max` allows it (encoded once, into the writer's staging
+    /// buffer, then copied once into the registered send buffer); above that, or above
+    /// the slot without it, `OutOfResources` naming the limit.
     pub fn write_w_timestamp(&self, data: &T, timestamp_ns: i64) -> Result<()> {
         let key = instance_of(data)?;
         self.send(SampleKind::Data, key, timestamp_ns, |buf| {
             data.encode_into(Endianness::Little, buf)
-                .map_err(|e| match e {
-                    spindle_topics::Error::BufferTooSmall { needed, .. } => {
-                        Error::OutOfResources(format!(
-                            "a sample of {needed} bytes does not fit the topic's {}-byte slots; \
-                     raise slot_payload_bytes or bound the type",
-                            buf.len()
-                        ))
-                    }
-                    e => Error::Topic(e),
-                })
         })
     }
 
@@ -245,6 +239,19 @@ impl<T: TopicType> DataWriter<T> {
     /// The RELIABILITY deadline starts at the first refusal (the clock is read only when
     /// the writer has to wait).
     fn loan(&self) -> Result<(spindle_group::Loan, usize)> {
+        let (l, max) = self.with_room(|s| Ok((s.try_loan()?, s.payload_bytes_max())))?;
+        let room = max.checked_sub(SAMPLE_HEADER_BYTES).ok_or_else(|| {
+            Error::OutOfResources(format!("slots of {max} bytes hold no sample header"))
+        })?;
+        Ok((l, room))
+    }
+
+    /// Runs `attempt` on the writer's sender until it finds room: waits while the window
+    /// is full or a view change runs, up to RELIABILITY's `max_blocking_time`.
+    fn with_room<R>(
+        &self,
+        mut attempt: impl FnMut(&spindle_group::Sender) -> spindle_group::Result<R>,
+    ) -> Result<R> {
         let p = &self.topic.participant;
         let mut tries = 0u32;
         let mut deadline_us = None;
@@ -257,16 +264,8 @@ impl<T: TopicType> DataWriter<T> {
                 }),
             };
             let err = match sender {
-                Ok(s) => match s.try_loan() {
-                    Ok(l) => {
-                        let max = s.payload_bytes_max();
-                        let room = max.checked_sub(SAMPLE_HEADER_BYTES).ok_or_else(|| {
-                            Error::OutOfResources(format!(
-                                "slots of {max} bytes hold no sample header"
-                            ))
-                        })?;
-                        return Ok((l, room));
-                    }
+                Ok(s) => match attempt(&s) {
+                    Ok(r) => return Ok(r),
                     Err(e @ spindle_group::Error::WindowFull { .. }) => e,
                     Err(e @ spindle_group::Error::Wedged { .. }) => {
                         *lock(&self.core.sender) = None;
@@ -301,18 +300,77 @@ impl<T: TopicType> DataWriter<T> {
         kind: SampleKind,
         key: InstanceHandle,
         timestamp_ns: i64,
-        body: impl FnOnce(&mut [u8]) -> Result<usize>,
+        body: impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
     ) -> Result<()> {
         self.check()?;
+        let loaned = self.loan()?;
+        self.send_in(loaned, kind, key, timestamp_ns, body)
+    }
+
+    /// Encodes with `body` into the staging buffer and writes it in the loaned slot, or,
+    /// when it does not fit, by RDMC (the loan is dropped: a null keeps its turn).
+    fn send_in(
+        &self,
+        (loan, room): (spindle_group::Loan, usize),
+        kind: SampleKind,
+        key: InstanceHandle,
+        timestamp_ns: i64,
+        mut body: impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
+    ) -> Result<()> {
         let mut staging = lock(&self.core.write_lock);
-        let (loan, room) = self.loan()?;
         staging.resize(room, 0);
-        let n = body(&mut staging[..])?;
+        let small = match body(&mut staging[..]) {
+            Ok(n) => Some((loan, n)),
+            Err(spindle_topics::Error::BufferTooSmall { needed, .. }) => {
+                drop(loan);
+                let total = SAMPLE_HEADER_BYTES.saturating_add(needed);
+                let max = self.with_room(|s| Ok(s.message_bytes_max()))?;
+                if total > max {
+                    let limit = self.topic.participant.config.sample_bytes_max;
+                    return Err(Error::OutOfResources(format!(
+                        "a sample of {needed} bytes (with its {SAMPLE_HEADER_BYTES}-byte \
+                         header) exceeds the largest message of topic {:?}'s subgroup, \
+                         {max} bytes: the slot ({room} bytes of payload) and \
+                         sample_bytes_max = {limit} (at most {}); raise them or bound the type",
+                        self.core.topic.name,
+                        crate::config::SAMPLE_BYTES_MAX_LIMIT
+                    )));
+                }
+                staging.resize(total, 0);
+                let n = body(&mut staging[SAMPLE_HEADER_BYTES..])?;
+                let h = self.header(kind, key, timestamp_ns);
+                let mut hb = [0u8; SAMPLE_HEADER_BYTES];
+                h.encode(&mut hb);
+                staging[..SAMPLE_HEADER_BYTES].copy_from_slice(&hb);
+                let sample = &staging[..SAMPLE_HEADER_BYTES + n];
+                self.with_room(|s| s.try_send(sample))?;
+                None
+            }
+            Err(e) => return Err(Error::Topic(e)),
+        };
         if self.core.deadline_us.is_some() {
             let now_us = self.topic.participant.now_us();
             self.core.wrote(key, kind != SampleKind::Data, now_us);
         }
-        self.finish(loan, kind, key, timestamp_ns, &staging[..n])
+        match small {
+            Some((loan, n)) => self.finish(loan, kind, key, timestamp_ns, &staging[..n]),
+            None => Ok(()),
+        }
+    }
+
+    fn header(&self, kind: SampleKind, key: InstanceHandle, timestamp_ns: i64) -> SampleHeader {
+        let seq = self.core.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        SampleHeader {
+            kind,
+            writer_id: self.core.id,
+            topic_id: self.core.topic.topic_id,
+            writer_seq: seq,
+            source_timestamp_ns: timestamp_ns,
+            key_hash: key.0,
+            lifespan_ns: self.core.lifespan_ns.load(Ordering::Relaxed),
+            ownership_strength: self.core.strength.load(Ordering::Relaxed),
+            level: self.core.level,
+        }
     }
 
     fn finish(
@@ -323,18 +381,7 @@ impl<T: TopicType> DataWriter<T> {
         timestamp_ns: i64,
         body: &[u8],
     ) -> Result<()> {
-        let seq = self.core.seq.fetch_add(1, Ordering::Relaxed) + 1;
-        let h = SampleHeader {
-            kind,
-            writer_id: self.core.id,
-            topic_id: self.core.topic.topic_id,
-            writer_seq: seq,
-            source_timestamp_ns: timestamp_ns,
-            key_hash: key.0,
-            lifespan_ns: self.core.lifespan_ns.load(Ordering::Relaxed),
-            ownership_strength: self.core.strength.load(Ordering::Relaxed),
-            level: self.core.level,
-        };
+        let h = self.header(kind, key, timestamp_ns);
         let mut hb = [0u8; SAMPLE_HEADER_BYTES];
         h.encode(&mut hb);
         loan.write_at(0, &hb)?;
@@ -382,17 +429,14 @@ impl<T: TopicType> LoanedSample<T> {
             ));
         };
         let key = instance_of(&self.value)?;
-        let mut staging = lock(&self.writer.core.write_lock);
-        staging.resize(room, 0);
-        let n = self
-            .value
-            .encode_into(Endianness::Little, &mut staging[..])?;
-        self.writer.finish(
-            loan,
+        let value = &self.value;
+        // A value grown past the slot goes by RDMC, as for `write`.
+        self.writer.send_in(
+            (loan, room),
             SampleKind::Data,
             key,
             self.writer.now_ns(),
-            &staging[..n],
+            |buf| value.encode_into(Endianness::Little, buf),
         )
     }
 }

@@ -459,7 +459,7 @@ mod tests {
         // Three senders, three members: one region of two 1 MiB buffers per sender.
         let per_group = RdmcGroup::region_bytes(3, &rdmc);
         assert!(
-            per_group >= 2 << 20 && per_group < (2 << 20) + 4096,
+            (2 << 20..(2 << 20) + 4096).contains(&per_group),
             "{per_group}"
         );
         assert_eq!(s.rdmc_bytes_per_member(), 3 * per_group);

@@ -151,10 +151,7 @@ fn fabric_from_toml<'de, D: Deserializer<'de>>(
     })
 }
 
-/// The largest [`ParticipantConfig::sample_bytes_max`] accepted (256 MiB: one RDMC
-/// buffer per writing member, registered memory).
-pub const SAMPLE_BYTES_MAX_LIMIT: usize = 256 << 20;
-const _: () = assert!(SAMPLE_BYTES_MAX_LIMIT <= spindle_group::rdmc::RDMC_MESSAGE_BYTES_MAX);
+pub use crate::declare::SAMPLE_BYTES_MAX_LIMIT;
 
 /// The longest [`ParticipantConfig::spin_before_park_us`] accepted.
 pub const SPIN_BEFORE_PARK_US_MAX: u64 = 100_000;

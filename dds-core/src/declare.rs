@@ -45,7 +45,10 @@ const LARGE_SHIFT: u8 = 2;
 /// Smallest and largest declared log2 of a large sample (64 KiB … 256 MiB).
 const LARGE_LOG2_MIN: u32 = 16;
 const LARGE_LOG2_MAX: u32 = 28;
-const _: () = assert!(1 << LARGE_LOG2_MAX == crate::config::SAMPLE_BYTES_MAX_LIMIT);
+/// The largest `ParticipantConfig::sample_bytes_max` accepted (256 MiB: one RDMC buffer
+/// per writing member, registered memory).
+pub const SAMPLE_BYTES_MAX_LIMIT: usize = 1 << LARGE_LOG2_MAX;
+const _: () = assert!(SAMPLE_BYTES_MAX_LIMIT <= spindle_group::rdmc::RDMC_MESSAGE_BYTES_MAX);
 /// RDMC block size of the topic subgroups (the RDMC default, chosen by measurement:
 /// docs/benchmarks.md, "RDMC"), or the whole message when smaller.
 const LARGE_BLOCK_BYTES: usize = 1 << 20;
@@ -113,7 +116,7 @@ pub struct Interest {
     /// by [`crate::store::STORE_SAMPLES_MAX`]).
     pub store_depth: u16,
     /// A writer's largest sample above the slot, by RDMC (a power of two from 64 KiB to
-    /// [`crate::config::SAMPLE_BYTES_MAX_LIMIT`]; 0: none).
+    /// [`SAMPLE_BYTES_MAX_LIMIT`]; 0: none).
     pub sample_bytes_max: usize,
 }
 

@@ -9,7 +9,12 @@ use std::process::Command;
 use spindle_examples::large_samples::{sizes, PARTICIPANTS};
 use spindle_examples::parse_log;
 
+/// The two transports' runs take turns (six processes moving 16 MiB samples at once on a
+/// small shared host would starve each other).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn run(transport: &str) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = std::env::temp_dir().join(format!(
         "spindle-large-samples-test-{transport}-{}",
         std::process::id()

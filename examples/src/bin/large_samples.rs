@@ -75,6 +75,11 @@ fn member(
     let mut cfg = member_config(node, transport, listen, contact)?;
     cfg.entity_timeout_ms = 60_000;
     cfg.sample_bytes_max = SAMPLE_BYTES_MAX;
+    // This run is about one order for small and large samples, not failure detection: on
+    // a loaded host a debug build copying 16 MiB samples may stall a process for tens of
+    // milliseconds, which the default floor (50 ms) would take for a hung member.
+    cfg.fabric.suspect_floor_ms = 5_000;
+    cfg.fabric.suspect_ceiling_ms = 10_000;
     let p = DomainParticipantFactory::instance().create_participant(0, Default::default(), &cfg)?;
     let mut stdin = BufReader::new(std::io::stdin());
     let say = |line: &str| -> Result<(), BoxError> {

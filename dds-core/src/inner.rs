@@ -229,7 +229,7 @@ impl ParticipantInner {
                 writer: true,
                 level: DeliveryLevel::VolatileStore,
                 window_slots: BUILTIN_WINDOW_SLOTS,
-                slot_payload_bytes: discovery::ANNOUNCEMENT_BYTES,
+                slot_payload_bytes: discovery::ANNOUNCEMENT_BYTES_MAX,
                 store_depth: 1,
                 sample_bytes_max: 0,
             },
@@ -249,7 +249,7 @@ impl ParticipantInner {
             .endpoints
             .iter()
             .filter(|((node, _), _)| *node == me)
-            .map(|(_, e)| *e)
+            .map(|(_, e)| e.clone())
             .collect();
         for e in stale {
             self.announce(e, false)?;
@@ -403,4 +403,6 @@ pub(crate) struct TopicInner {
     pub(crate) participant: Arc<ParticipantInner>,
     pub(crate) ident: Arc<TopicIdentity>,
     pub(crate) qos: TopicQos,
+    /// The DDS type name (`T::TYPE_NAME`, or the one given for a raw CDR topic).
+    pub(crate) type_name: String,
 }

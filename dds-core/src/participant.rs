@@ -2,18 +2,19 @@
 //! of the domain's top-level group each.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use spindle_group::{Group, GroupConfig, LocalFabric, View};
 use spindle_qos::{DomainParticipantQos, PublisherQos, SubscriberQos, TopicQos};
-use spindle_topics::TopicType;
+use spindle_topics::{CdrSample, TopicType};
 use spindle_transport_rdma::{Endpoint, NodeId};
 
 use crate::clock::WallClock;
 use crate::common::{lock, TopicIdentity};
 use crate::config::{ParticipantConfig, Transport};
 use crate::declare::{dds_layout, subgroup_of, topic_id};
+use crate::discovery::partition_bytes;
 use crate::error::{Error, Result};
 use crate::inner::{check_level, ParticipantInner, TopicInner};
 use crate::publisher::Publisher;
@@ -21,6 +22,7 @@ use crate::shared::Shared;
 use crate::subscriber::Subscriber;
 use crate::threads::ThreadDriver;
 use crate::topic::Topic;
+use crate::writer_core::CoherentSet;
 
 /// How long a joiner waits before it asks its contacts again.
 const JOIN_RETRY_US: u64 = 50_000;
@@ -208,15 +210,111 @@ impl DomainParticipant {
         lock(&self.inner.shared.state).view.clone()
     }
 
+    /// Every reader and writer of the domain, as the built-in topic announced them
+    /// ([`crate::discovery`]): `(participant's node, endpoint)`, sorted by node and entity.
+    /// Topics appear as ids ([`crate::topic_id`] of their names): announcements carry no
+    /// names. What `spindle status` shows as matched readers and writers.
+    pub fn discovered_endpoints(&self) -> Vec<(NodeId, crate::discovery::Endpoint)> {
+        lock(&self.inner.shared.state)
+            .endpoints
+            .iter()
+            .map(|((node, _), e)| (*node, e.clone()))
+            .collect()
+    }
+
     /// Why the participant stopped (shut down by the view change protocol, or left).
+    /// A participant the others excluded — it fell silent past their failure detector's
+    /// bound: stopped, swapped out, cut off — learns it when it runs again, and the text
+    /// says so ("excluded from the group in view V: node N suspected this node after M ms
+    /// of silence"); its entities then fail with `AlreadyDeleted`.
     pub fn stopped(&self) -> Option<String> {
         lock(&self.inner.shared.state).stopped.clone()
+    }
+
+    /// Calls `on_stopped` once, with the reason [`DomainParticipant::stopped`] gives, when
+    /// the participant stops (excluded, shut down by the view change protocol, or left);
+    /// at once if it already has. It runs on the delivery thread. Replaces an earlier one.
+    pub fn set_stopped_listener(&self, on_stopped: impl Fn(&str) + Send + Sync + 'static) {
+        let l: crate::shared::StoppedListener =
+            Arc::new((AtomicBool::new(false), Box::new(on_stopped)));
+        *lock(&self.inner.shared.stopped_listener) = Some(Arc::clone(&l));
+        if let Some(why) = self.stopped() {
+            crate::shared::fire_stopped(&l, &why);
+        }
     }
 
     /// Registers topic `name` of type `T` (DDS `create_topic`). Creating the same name
     /// again with the same type returns another handle to it; with another type,
     /// `PreconditionNotMet`. `LoggedStore` (PERSISTENT) is not supported yet.
     pub fn create_topic<T: TopicType>(&self, name: &str, qos: TopicQos) -> Result<Topic<T>> {
+        if T::TYPE_NAME_AT_RUNTIME {
+            return Err(Error::BadParameter(format!(
+                "topic {name:?}: {} carries any type; create it with create_cdr_topic and \
+                 the DDS type name",
+                T::TYPE_NAME
+            )));
+        }
+        self.register_topic(name, T::TYPE_NAME, qos)
+    }
+
+    /// Registers topic `name` of the DDS type `type_name` for samples moved as CDR bytes
+    /// ([`CdrSample`]), without the type's Rust code: what a bridge to another DDS or a
+    /// tool with run-time types uses. The topic is the same topic as a typed one of the
+    /// same name and type name, in this participant and in every other: a typed writer's
+    /// samples reach a raw reader as their encoding, and a raw writer's reach a typed
+    /// reader decoded. Errors as [`DomainParticipant::create_topic`]; the type name must be
+    /// 1 to 256 bytes.
+    ///
+    /// ```
+    /// use spindle_dds_core::{DomainParticipantFactory, ParticipantConfig, StateMask, Transport};
+    /// use spindle_qos::{DataReaderQos, DomainParticipantQos, Reliability, TopicQos};
+    /// use spindle_topics::{CdrSample, KeyedString, TopicType};
+    ///
+    /// let mut cfg = ParticipantConfig::new(1, Transport::Tcp, "127.0.0.1:0");
+    /// cfg.bootstrap = vec![1];
+    /// let factory = DomainParticipantFactory::instance();
+    /// let p = factory.create_participant(0, DomainParticipantQos::default(), &cfg)?;
+    /// // A typed writer and a raw reader on one topic.
+    /// let typed = p.create_topic::<KeyedString>("greetings", TopicQos::default())?;
+    /// let raw = p.create_cdr_topic("greetings", "DDS::KeyedString", TopicQos::default())?;
+    /// let reader = p.create_subscriber(Default::default())?.create_datareader(
+    ///     &raw,
+    ///     DataReaderQos::default().with_reliability(Reliability::reliable()),
+    /// )?;
+    /// let writer = p.create_publisher(Default::default())?.create_datawriter(&typed, Default::default())?;
+    /// let hello = KeyedString { key: "a".into(), value: "hello".into() };
+    /// writer.write(&hello)?;
+    /// let mut got = Vec::new();
+    /// while got.is_empty() {
+    ///     got = reader.take(10, StateMask::ANY)?;
+    /// }
+    /// let sample: &CdrSample = got[0].data.as_ref().expect("a sample, not a notice");
+    /// assert_eq!(KeyedString::decode(sample.bytes())?, hello);
+    /// assert_eq!(sample.key_hash_value(), hello.key_hash()?);
+    /// p.close();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn create_cdr_topic(
+        &self,
+        name: &str,
+        type_name: &str,
+        qos: TopicQos,
+    ) -> Result<Topic<CdrSample>> {
+        if type_name.is_empty() || type_name.len() > 256 {
+            return Err(Error::BadParameter(format!(
+                "topic {name:?}: type name {type_name:?}: 1 to 256 bytes"
+            )));
+        }
+        self.register_topic(name, type_name, qos)
+    }
+
+    /// Registers a topic handle of type name `type_name` (shared by the two creators).
+    fn register_topic<T: TopicType>(
+        &self,
+        name: &str,
+        type_name: &str,
+        qos: TopicQos,
+    ) -> Result<Topic<T>> {
         self.inner.check_alive()?;
         if name.is_empty() || name.len() > 256 {
             return Err(Error::BadParameter(format!(
@@ -227,15 +325,14 @@ impl DomainParticipant {
         check_level(qos.delivery_level(), name)?;
         let mut topics = lock(&self.inner.topics);
         if let Some((ty, _, count)) = topics.get_mut(name) {
-            if ty != T::TYPE_NAME {
+            if ty != type_name {
                 return Err(Error::PreconditionNotMet(format!(
-                    "topic {name:?} exists with type {ty}, not {}",
-                    T::TYPE_NAME
+                    "topic {name:?} exists with type {ty}, not {type_name}"
                 )));
             }
             *count += 1;
         } else {
-            topics.insert(name.to_string(), (T::TYPE_NAME.to_string(), qos.clone(), 1));
+            topics.insert(name.to_string(), (type_name.to_string(), qos.clone(), 1));
         }
         Ok(Topic::new(Arc::new(TopicInner {
             participant: Arc::clone(&self.inner),
@@ -245,16 +342,23 @@ impl DomainParticipant {
                 subgroup: subgroup_of(name, self.inner.config.topic_subgroups),
             }),
             qos,
+            type_name: type_name.to_string(),
         })))
     }
 
-    /// Finds a topic this participant created (DDS `find_topic`, local only).
+    /// Finds a topic this participant created (DDS `find_topic`, local only); a raw CDR
+    /// topic ([`CdrSample`]) is found whatever its DDS type name.
     pub fn find_topic<T: TopicType>(&self, name: &str) -> Result<Topic<T>> {
-        let qos = lock(&self.inner.topics)
+        let (type_name, qos) = lock(&self.inner.topics)
             .get(name)
-            .map(|t| t.1.clone())
+            .map(|t| (t.0.clone(), t.1.clone()))
             .ok_or_else(|| Error::PreconditionNotMet(format!("no topic {name:?}")))?;
-        self.create_topic(name, qos)
+        let type_name = if T::TYPE_NAME_AT_RUNTIME {
+            type_name
+        } else {
+            T::TYPE_NAME.to_string()
+        };
+        self.register_topic(name, &type_name, qos)
     }
 
     /// Deletes a topic handle (DDS `delete_topic`).
@@ -269,12 +373,36 @@ impl DomainParticipant {
         Ok(())
     }
 
+    /// Asserts the LIVELINESS of this participant's MANUAL_BY_PARTICIPANT writers
+    /// (DDS `assert_liveliness`): each sends one assertion through its topic's subgroup.
+    /// (Any write or assertion by any of its writers also renews them at the readers
+    /// that receive it.)
+    pub fn assert_liveliness(&self) -> Result<()> {
+        self.inner.check_alive()?;
+        let writers: Vec<_> = lock(&self.inner.shared.state)
+            .writers
+            .values()
+            .filter(|w| w.liveliness == spindle_qos::LivelinessKind::ManualByParticipant)
+            .cloned()
+            .collect();
+        for w in writers {
+            crate::writer::send_control(&w, &self.inner, crate::sample::SampleKind::Liveliness)?;
+        }
+        Ok(())
+    }
+
     /// A publisher (DDS `create_publisher`).
     pub fn create_publisher(&self, qos: PublisherQos) -> Result<Publisher> {
         self.inner.check_alive()?;
         qos.check()?;
+        partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
+        check_presentation(&qos.presentation, "publisher")?;
         Ok(Publisher {
             participant: Arc::clone(&self.inner),
+            coherent: qos
+                .presentation
+                .coherent_access
+                .then(|| Arc::new(CoherentSet::default())),
             qos,
         })
     }
@@ -283,6 +411,8 @@ impl DomainParticipant {
     pub fn create_subscriber(&self, qos: SubscriberQos) -> Result<Subscriber> {
         self.inner.check_alive()?;
         qos.check()?;
+        partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
+        check_presentation(&qos.presentation, "subscriber")?;
         Ok(Subscriber {
             participant: Arc::clone(&self.inner),
             qos,
@@ -325,4 +455,17 @@ impl DomainParticipant {
             .stopped_flag
             .store(true, Ordering::Release);
     }
+}
+
+/// Refuses PRESENTATION GROUP scope with coherent access: a publisher's topics may ride
+/// different subgroups, which share no order, so a set across them cannot be made
+/// all-or-none.
+fn check_presentation(p: &spindle_qos::Presentation, whose: &str) -> Result<()> {
+    if p.access_scope == spindle_qos::PresentationAccessScope::Group && p.coherent_access {
+        return Err(Error::Unsupported(format!(
+            "the {whose}'s PRESENTATION asks coherent_access with GROUP access_scope: not \
+             supported (its topics may ride different subgroups); use TOPIC or INSTANCE scope"
+        )));
+    }
+    Ok(())
 }

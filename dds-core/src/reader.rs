@@ -93,7 +93,7 @@ impl<T: TopicType> DataReader<T> {
             .subgroups
             .get(&self.core.subgroup)
             .is_some_and(|d| d.spec.members.contains(&me));
-        let (compatible, incompatible) = writers_of(&st, self.core.topic.topic_id, self.core.level);
+        let (compatible, incompatible) = writers_of(&st, &self.core.endpoint());
         let members: Vec<_> = st
             .view
             .as_ref()
@@ -149,7 +149,7 @@ impl<T: TopicType> DataReader<T> {
             .into_iter()
             .map(|(info, bytes)| {
                 let data = if info.valid_data {
-                    Some(T::decode(&bytes)?)
+                    Some(T::decode_with_key_hash(&bytes, &info.instance_handle.0)?)
                 } else {
                     None
                 };
@@ -410,7 +410,10 @@ impl<'a, T: TopicType> LoanedRead<'a, T> {
     /// Decodes the value (`None` for dispose and unregister notices).
     pub fn data(&self) -> Result<Option<T>> {
         if self.info.valid_data {
-            Ok(Some(T::decode(self.bytes)?))
+            Ok(Some(T::decode_with_key_hash(
+                self.bytes,
+                &self.info.instance_handle.0,
+            )?))
         } else {
             Ok(None)
         }

@@ -6,7 +6,12 @@
 #   bash scripts/bench-rdmc.sh [--seconds S] [--nodes N] [--backends "tcp shm"]
 #                              [--schedules "binomial_pipeline chain binomial_tree sequential"]
 #                              [--sizes "1048576 ..."] [--blocks "1048576 ..."] [--windows "1 2"]
+#                              [--dcps]
 # Every (backend, schedule, size, block) combination is one run of spindle-rdmc-bench.
+# --dcps adds, per (backend, size), DCPS between two processes (dds_perf --size, atomic:
+# samples above the 64 KiB slot go by RDMC in the topic subgroup's order), in the same
+# run, and a table of DCPS ÷ raw RDMC (binomial pipeline, same backend and size; run with
+# --nodes 2 for the same number of processes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=2
@@ -16,6 +21,7 @@ schedules="binomial_pipeline chain binomial_tree sequential"
 sizes="1048576 4194304 16777216 67108864"
 blocks="1048576"
 windows="1"
+dcps=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
@@ -25,12 +31,17 @@ while [ $# -gt 0 ]; do
     --sizes) sizes="$2"; shift 2 ;;
     --blocks) blocks="$2"; shift 2 ;;
     --windows) windows="$2"; shift 2 ;;
+    --dcps) dcps=1; shift ;;
     *) echo "bench-rdmc: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 command -v iperf3 >/dev/null || bash scripts/setup.sh
 cargo build --release -q -p spindle-bench --bin spindle-rdmc-bench
 bench="${CARGO_TARGET_DIR:-target}/release/spindle-rdmc-bench"
+if [ "$dcps" -eq 1 ]; then
+  cargo build --release -q -p spindle-examples --bin dds_perf
+fi
+dds_perf="${CARGO_TARGET_DIR:-target}/release/dds_perf"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
@@ -55,6 +66,13 @@ for size in $sizes; do
         done
       done
     done
+    if [ "$dcps" -eq 1 ]; then
+      # Bounded: about 256 MiB per run, at least 20 samples.
+      samples=$(( 268435456 / size )); [ "$samples" -lt 20 ] && samples=20
+      "$dds_perf" --transport "$backend" --level atomic --size "$size" --samples "$samples" |
+        tail -n 1 | python3 -c 'import json,sys; r=json.load(sys.stdin); r["reference"]="dds_perf"; print(json.dumps(r))' |
+        tee -a "$out"
+    fi
   done
 done
 
@@ -74,4 +92,15 @@ for r in rows:
     print(f"| {r['backend']} | {r['schedule']} | {r['nodes']} | {r['size']} | {r['block_bytes']} | {r.get('window', 1)} | "
           f"{r['msgs_per_s']} | {b/1e6:.1f} | {b/memcpy[r['size']]:.3f} | {b/iperf:.3f} | "
           f"{r['lat_p50_us']} | {r['lat_p99_us']} |")
+dcps = [r for r in rows if r.get("reference") == "dds_perf"]
+if dcps:
+    print("\n| backend | size (B) | DCPS samples/s | DCPS MB/s | raw RDMC MB/s (binomial pipeline) | DCPS ÷ raw | DCPS ÷ memcpy | DCPS ÷ iperf3 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for d in dcps:
+        raw = [r["bytes_per_s"] for r in rows if "reference" not in r and r["backend"] == d["transport"]
+               and r["size"] == d["size"] and r["schedule"] == "binomial_pipeline"]
+        b = d["bytes_per_s"]
+        rr = f"{raw[0]/1e6:.1f} | {b/raw[0]:.2f}" if raw else "- | -"
+        print(f"| {d['transport']} | {d['size']} | {d['msgs_per_s']} | {b/1e6:.1f} | {rr} | "
+              f"{b/memcpy[d['size']]:.3f} | {b/iperf:.3f} |")
 PY

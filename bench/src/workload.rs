@@ -236,6 +236,7 @@ impl Args {
             mode,
             window_slots: self.window,
             slot_payload_bytes: self.size,
+            rdmc: None,
         };
         let all = self.members();
         let mut subgroups = vec![spec(0, all.clone())];

@@ -8,6 +8,7 @@
 //! bootstrap = [1]              # the nodes that start the domain's first view together
 //! window_slots = 64            # ring slots per writer (a power of two is used)
 //! slot_payload_bytes = 4096    # largest message when the type is unbounded
+//! sample_bytes_max = 16777216  # larger samples by RDMC, up to this (0: off, the default)
 //! entity_timeout_ms = 10000    # how long create_*/delete_* wait for their view change
 //! spin_before_park_us = 1000   # how long the predicate thread spins idle before it parks
 //! data_dir = "/var/lib/spindle/node-2" # optional: the logs of PERSISTENT topics
@@ -97,6 +98,15 @@ pub struct ParticipantConfig {
     /// Slot payload for types without a bound.
     #[serde(default = "default_slot_payload_bytes")]
     pub slot_payload_bytes: usize,
+    /// The largest sample a writer of this participant may write (header included):
+    /// samples above the slot go by RDMC in the same order (0, the default: none, a
+    /// sample must fit the slot). Rounded up to a power of two and declared per writer;
+    /// every member of a subgroup with such a writer then registers, per such sender, a
+    /// buffer of that many bytes (so 16 MiB × 3 writing members = 48 MiB per member of
+    /// the subgroup). At most [`SAMPLE_BYTES_MAX_LIMIT`]. TOML `sample_bytes_max`, env
+    /// `SPINDLE_SAMPLE_BYTES_MAX`.
+    #[serde(default)]
+    pub sample_bytes_max: usize,
     /// How long entity creation and deletion wait for their view change.
     #[serde(default = "default_entity_timeout_ms")]
     pub entity_timeout_ms: u64,
@@ -179,6 +189,8 @@ fn fabric_from_toml<'de, D: Deserializer<'de>>(
     })
 }
 
+pub use crate::declare::SAMPLE_BYTES_MAX_LIMIT;
+
 /// A TOML error naming `origin`. The full message quotes the offending line, so an error
 /// about the domain secret gives only its own words: the secret stays out of logs.
 fn toml_error(origin: &str, e: &toml::de::Error) -> Error {
@@ -217,6 +229,7 @@ impl ParticipantConfig {
             contacts: Vec::new(),
             window_slots: default_window_slots(),
             slot_payload_bytes: default_slot_payload_bytes(),
+            sample_bytes_max: 0,
             entity_timeout_ms: default_entity_timeout_ms(),
             topic_subgroups: default_topic_subgroups(),
             fabric: FabricConfig::default(),
@@ -275,6 +288,11 @@ impl ParticipantConfig {
         }
         if let Some(v) = var("SPINDLE_TOPIC_SUBGROUPS") {
             self.topic_subgroups = num("SPINDLE_TOPIC_SUBGROUPS", v)?;
+        }
+        if let Some(v) = var("SPINDLE_SAMPLE_BYTES_MAX") {
+            self.sample_bytes_max = v.trim().parse().map_err(|_| {
+                Error::Config(format!("SPINDLE_SAMPLE_BYTES_MAX={v:?} is not a number"))
+            })?;
         }
         if let Some(v) = var("SPINDLE_LISTEN") {
             self.listen = v;
@@ -363,6 +381,12 @@ impl ParticipantConfig {
             return bad(format!(
                 "slot_payload_bytes = {}: must be 1..=65536",
                 self.slot_payload_bytes
+            ));
+        }
+        if self.sample_bytes_max > SAMPLE_BYTES_MAX_LIMIT {
+            return bad(format!(
+                "sample_bytes_max = {}: at most {SAMPLE_BYTES_MAX_LIMIT} (256 MiB)",
+                self.sample_bytes_max
             ));
         }
         if self.topic_subgroups == 0 || self.topic_subgroups > TOPIC_SUBGROUPS_MAX {
@@ -456,6 +480,30 @@ mod tests {
         .to_string();
         assert!(
             e.contains("s.toml") && e.contains("topic_subgroups = 0"),
+            "{e}"
+        );
+        assert_eq!(c.sample_bytes_max, 0, "large samples are off by default");
+        c.apply_env(|k| (k == "SPINDLE_SAMPLE_BYTES_MAX").then(|| "16777216".to_string()))
+            .unwrap();
+        assert_eq!(c.sample_bytes_max, 16 << 20);
+        assert!(c
+            .apply_env(|k| (k == "SPINDLE_SAMPLE_BYTES_MAX").then(|| "big".to_string()))
+            .is_err());
+        let base = "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"\nbootstrap=[1]\n";
+        let ok = ParticipantConfig::from_toml_str(
+            &format!("{base}sample_bytes_max = 1048576"),
+            "l.toml",
+        )
+        .unwrap();
+        assert_eq!(ok.sample_bytes_max, 1 << 20);
+        let e = ParticipantConfig::from_toml_str(
+            &format!("{base}sample_bytes_max = {}", SAMPLE_BYTES_MAX_LIMIT + 1),
+            "l.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("l.toml") && e.contains("sample_bytes_max"),
             "{e}"
         );
         assert_eq!(c.topic_subgroups, TOPIC_SUBGROUPS_DEFAULT);

@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 
+use spindle_group::rdmc::{RdmcConfig, ScheduleKind};
 use spindle_group::{
     DeliveryMode, Layout, LayoutFn, SubgroupId, SubgroupSpec, View, DECLARED_BYTES_MAX,
 };
@@ -38,6 +39,19 @@ const SLOT_KIB_MAX: u8 = 64;
 
 const FLAG_READER: u8 = 1;
 const FLAG_WRITER: u8 = 2;
+/// The flags byte's bits above the reader and writer flags hold log2 of the largest
+/// sample a writer declares (0: none above the slot).
+const LARGE_SHIFT: u8 = 2;
+/// Smallest and largest declared log2 of a large sample (64 KiB … 256 MiB).
+const LARGE_LOG2_MIN: u32 = 16;
+const LARGE_LOG2_MAX: u32 = 28;
+/// The largest `ParticipantConfig::sample_bytes_max` accepted (256 MiB: one RDMC buffer
+/// per writing member, registered memory).
+pub const SAMPLE_BYTES_MAX_LIMIT: usize = 1 << LARGE_LOG2_MAX;
+const _: () = assert!(SAMPLE_BYTES_MAX_LIMIT <= spindle_group::rdmc::RDMC_MESSAGE_BYTES_MAX);
+/// RDMC block size of the topic subgroups (the RDMC default, chosen by measurement:
+/// docs/benchmarks.md, "RDMC"), or the whole message when smaller.
+const LARGE_BLOCK_BYTES: usize = 1 << 20;
 
 /// The stable 64-bit id of a topic name (FNV-1a).
 pub fn topic_id(name: &str) -> u64 {
@@ -101,6 +115,23 @@ pub struct Interest {
     /// History depth per instance a store-level subgroup keeps (0: keep all, bounded
     /// by [`crate::store::STORE_SAMPLES_MAX`]).
     pub store_depth: u16,
+    /// A writer's largest sample above the slot, by RDMC (a power of two from 64 KiB to
+    /// [`SAMPLE_BYTES_MAX_LIMIT`]; 0: none).
+    pub sample_bytes_max: usize,
+}
+
+impl Interest {
+    /// The declared form of a configured `sample_bytes_max` for a writer whose slots hold
+    /// `slot_payload_bytes`: 0 when every sample fits the slot, else a power of two of at
+    /// least 64 KiB.
+    pub fn large_for(sample_bytes_max: usize, slot_payload_bytes: usize) -> usize {
+        if sample_bytes_max <= slot_payload_bytes {
+            return 0;
+        }
+        sample_bytes_max
+            .next_power_of_two()
+            .clamp(1 << LARGE_LOG2_MIN, 1 << LARGE_LOG2_MAX)
+    }
 }
 
 impl Interest {
@@ -112,6 +143,7 @@ impl Interest {
         self.window_slots = self.window_slots.max(other.window_slots);
         self.slot_payload_bytes = self.slot_payload_bytes.max(other.slot_payload_bytes);
         self.store_depth = merge_depth(self.store_depth, other.store_depth);
+        self.sample_bytes_max = self.sample_bytes_max.max(other.sample_bytes_max);
     }
 }
 
@@ -158,8 +190,19 @@ pub fn encode_declaration(
             .slot_payload_bytes
             .div_ceil(1024)
             .clamp(1, SLOT_KIB_MAX as usize) as u8;
+        let large_log2 = match i.sample_bytes_max {
+            0 => 0,
+            n => n
+                .next_power_of_two()
+                .trailing_zeros()
+                .clamp(LARGE_LOG2_MIN, LARGE_LOG2_MAX) as u8,
+        };
         out.extend_from_slice(&sg.to_le_bytes());
-        out.push((u8::from(i.reader) * FLAG_READER) | (u8::from(i.writer) * FLAG_WRITER));
+        out.push(
+            (u8::from(i.reader) * FLAG_READER)
+                | (u8::from(i.writer) * FLAG_WRITER)
+                | (large_log2 << LARGE_SHIFT),
+        );
         out.push(i.level.to_u8());
         out.push(window_log2);
         out.push(slot_kib);
@@ -208,7 +251,9 @@ pub fn decode_declaration(bytes: &[u8]) -> std::result::Result<Declaration, Stri
         let flags = e[4];
         let level = DeliveryLevel::from_u8(e[5])
             .ok_or_else(|| format!("subgroup {sg}: delivery level {} unknown", e[5]))?;
-        if e[6] > WINDOW_LOG2_MAX || e[7] == 0 || e[7] > SLOT_KIB_MAX || flags & !3 != 0 {
+        let large_log2 = u32::from(flags >> LARGE_SHIFT);
+        let large_ok = large_log2 == 0 || (LARGE_LOG2_MIN..=LARGE_LOG2_MAX).contains(&large_log2);
+        if e[6] > WINDOW_LOG2_MAX || e[7] == 0 || e[7] > SLOT_KIB_MAX || !large_ok {
             return Err(format!("subgroup {sg}: entry {e:?} out of range"));
         }
         out.insert(
@@ -220,6 +265,7 @@ pub fn decode_declaration(bytes: &[u8]) -> std::result::Result<Declaration, Stri
                 window_slots: 1 << e[6],
                 slot_payload_bytes: usize::from(e[7]) * 1024,
                 store_depth: u16::from_le_bytes([e[8], e[9]]),
+                sample_bytes_max: if large_log2 == 0 { 0 } else { 1 << large_log2 },
             },
         );
     }
@@ -320,6 +366,12 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
                     },
                     window_slots: i.window_slots,
                     slot_payload_bytes: i.slot_payload_bytes,
+                    rdmc: (i.sample_bytes_max > 0).then(|| RdmcConfig {
+                        block_bytes: LARGE_BLOCK_BYTES.min(i.sample_bytes_max),
+                        message_bytes_max: i.sample_bytes_max,
+                        schedule: ScheduleKind::BinomialPipeline,
+                        window_messages: 1,
+                    }),
                 },
                 level: offered,
                 store_depth: i.store_depth,
@@ -357,6 +409,7 @@ mod tests {
             window_slots: 64,
             slot_payload_bytes: 4096,
             store_depth: 0,
+            sample_bytes_max: 0,
         }
     }
 
@@ -379,6 +432,37 @@ mod tests {
         let bytes = encode_declaration(TOPIC_SUBGROUPS_MAX, &all).unwrap();
         assert!(bytes.len() <= DECLARED_BYTES_MAX, "{} bytes", bytes.len());
         assert_eq!(decode_declaration(&bytes).unwrap().1.len(), all.len());
+    }
+
+    #[test]
+    fn a_writers_large_samples_are_declared_and_give_its_subgroup_rdmc() {
+        assert_eq!(Interest::large_for(0, 4096), 0);
+        assert_eq!(Interest::large_for(4096, 4096), 0);
+        assert_eq!(Interest::large_for(5000, 4096), 1 << 16);
+        assert_eq!(Interest::large_for(3 << 20, 4096), 4 << 20);
+        assert_eq!(Interest::large_for(usize::MAX / 2, 4096), 256 << 20);
+        let mut w = interest(false, true);
+        w.sample_bytes_max = 4 << 20;
+        let mut i = BTreeMap::new();
+        i.insert(3, w);
+        let bytes = encode_declaration(8, &i).unwrap();
+        assert_eq!(decode_declaration(&bytes).unwrap().1, i);
+        let mut view = View::new(1, vec![1, 2]);
+        view.declared.insert(1, bytes);
+        let mut r = BTreeMap::new();
+        r.insert(3, interest(true, false));
+        view.declared.insert(2, encode_declaration(8, &r).unwrap());
+        let sgs = dds_subgroups(&view);
+        let rdmc = sgs[0].spec.rdmc.clone().expect("RDMC for the large writer");
+        assert_eq!(rdmc.message_bytes_max, 4 << 20);
+        assert_eq!(rdmc.block_bytes, LARGE_BLOCK_BYTES);
+        assert!(dds_layout()(&view).is_ok());
+        // A log2 outside 16..=28 in the flags is refused.
+        let mut bad = encode_declaration(8, &i).unwrap();
+        bad[HEADER_BYTES + 4] = FLAG_WRITER | (29 << LARGE_SHIFT);
+        assert!(decode_declaration(&bad).is_err());
+        bad[HEADER_BYTES + 4] = FLAG_WRITER | (3 << LARGE_SHIFT);
+        assert!(decode_declaration(&bad).is_err());
     }
 
     #[test]

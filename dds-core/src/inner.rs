@@ -231,6 +231,7 @@ impl ParticipantInner {
                 window_slots: BUILTIN_WINDOW_SLOTS,
                 slot_payload_bytes: discovery::ANNOUNCEMENT_BYTES_MAX,
                 store_depth: 1,
+                sample_bytes_max: 0,
             },
         );
         let me = self.me();
@@ -350,6 +351,11 @@ impl ParticipantInner {
                 window_slots: self.config.window_slots,
                 slot_payload_bytes: slot_bytes_for::<T>(&self.config),
                 store_depth,
+                sample_bytes_max: if reader {
+                    0
+                } else {
+                    large_for::<T>(&self.config)
+                },
             },
         ))
     }
@@ -387,6 +393,16 @@ fn slot_bytes_for<T: TopicType>(cfg: &ParticipantConfig) -> usize {
         m + crate::sample::SAMPLE_HEADER_BYTES
     });
     need.clamp(1, 64 * 1024)
+}
+
+/// The declared largest sample of a writer of `T` ([`Interest::large_for`]): none when
+/// the type's bound fits the slot.
+fn large_for<T: TopicType>(cfg: &ParticipantConfig) -> usize {
+    let slot = slot_bytes_for::<T>(cfg);
+    match T::MAX_SERIALIZED_SIZE {
+        Some(m) if m + crate::sample::SAMPLE_HEADER_BYTES <= slot => 0,
+        _ => Interest::large_for(cfg.sample_bytes_max, slot),
+    }
 }
 
 /// A topic's inner state: its participant, identity and QoS.

@@ -73,9 +73,14 @@
 //!   peers write one-sidedly, kept as atomic words so no word is ever torn; handing the
 //!   CDR encoder a `&mut [u8]` over it would be unsound, so the word-wise copy is the
 //!   in-place write here. `loan_sample` reserves the slot first and builds the value
-//!   beside it. Samples must fit the topic's slot (bounded types size it; set
-//!   `slot_payload_bytes` for unbounded ones) — larger ones are `OutOfResources` until
-//!   RDMC carries large messages.
+//!   beside it. A sample above the topic's slot (bounded types size it; set
+//!   `slot_payload_bytes` for unbounded ones) goes by RDMC, in the same order, when the
+//!   participant's `sample_bytes_max` allows it: its encoding is measured against the
+//!   slot, encoded again at its exact size into the staging buffer and copied once into
+//!   the writer's registered RDMC send buffer (the slot it had loaned becomes a null);
+//!   above `sample_bytes_max`, or above the slot without it, `OutOfResources` naming the
+//!   setting. On delivery it is copied out of the RDMC buffer into the delivered batch,
+//!   as a small one is out of its slot.
 //! * Reads: the delivery path copies each sample once, from the delivered batch into the
 //!   reader's cache (into a recycled buffer). [`DataReader::take_loaned`] and
 //!   [`DataReader::read_loaned`] lend those bytes without decoding them

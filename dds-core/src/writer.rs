@@ -119,20 +119,14 @@ impl<T: TopicType> DataWriter<T> {
     /// Writes `data` with the source timestamp `timestamp_ns` (ns since the Unix epoch).
     /// Blocks while the window is full or a view change runs, up to RELIABILITY's
     /// `max_blocking_time`, then returns `Timeout`.
+    /// A sample whose encoding exceeds the slot goes by RDMC in the same order when the
+    /// participant's `sample_bytes_max` allows it (encoded into the writer's staging
+    /// buffer at its exact size, then copied once into the registered send buffer);
+    /// above that, or above the slot without it, `OutOfResources` naming the limit.
     pub fn write_w_timestamp(&self, data: &T, timestamp_ns: i64) -> Result<()> {
         let key = instance_of(data)?;
         self.send(SampleKind::Data, key, timestamp_ns, |buf| {
             data.encode_into(Endianness::Little, buf)
-                .map_err(|e| match e {
-                    spindle_topics::Error::BufferTooSmall { needed, .. } => {
-                        Error::OutOfResources(format!(
-                            "a sample of {needed} bytes does not fit the topic's {}-byte slots; \
-                     raise slot_payload_bytes or bound the type",
-                            buf.len()
-                        ))
-                    }
-                    e => Error::Topic(e),
-                })
         })
     }
 
@@ -355,28 +349,71 @@ impl<T: TopicType> DataWriter<T> {
         self.topic.participant.check_alive()
     }
 
-    /// Encodes with `body` into the staging buffer, then loans a slot and writes the
-    /// header and body into it.
+    /// Loans a slot, then encodes with `body` and writes the header and body into it
+    /// (or by RDMC, see [`DataWriter::send_in`]).
     fn send(
         &self,
         kind: SampleKind,
         key: InstanceHandle,
         timestamp_ns: i64,
-        body: impl FnOnce(&mut [u8]) -> Result<usize>,
+        body: impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
     ) -> Result<()> {
         self.check()?;
+        let loaned = loan(&self.core, &self.topic.participant)?;
+        self.send_in(loaned, kind, key, timestamp_ns, body)
+    }
+
+    /// Encodes with `body` into the staging buffer and writes it in the loaned slot, or,
+    /// when it does not fit, by RDMC (the loan is dropped: a null keeps its turn).
+    fn send_in(
+        &self,
+        (loan, room): (spindle_group::Loan, usize),
+        kind: SampleKind,
+        key: InstanceHandle,
+        timestamp_ns: i64,
+        mut body: impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
+    ) -> Result<()> {
+        let p = &self.topic.participant;
         let mut staging = lock(&self.core.write_lock);
-        let (loan, room) = loan(&self.core, &self.topic.participant)?;
         staging.resize(room, 0);
-        let n = body(&mut staging[..])?;
+        let small = match body(&mut staging[..]) {
+            Ok(n) => Some((loan, n)),
+            Err(spindle_topics::Error::BufferTooSmall { needed, .. }) => {
+                drop(loan);
+                let total = SAMPLE_HEADER_BYTES.saturating_add(needed);
+                let max = with_room(&self.core, p, |s| Ok(s.message_bytes_max()))?;
+                if total > max {
+                    return Err(Error::OutOfResources(format!(
+                        "a sample of {needed} bytes (with its {SAMPLE_HEADER_BYTES}-byte \
+                         header) exceeds the largest message of topic {:?}'s subgroup, \
+                         {max} bytes: the slot ({room} bytes of payload) and \
+                         sample_bytes_max = {} (at most {}); raise them or bound the type",
+                        self.core.topic.name,
+                        p.config.sample_bytes_max,
+                        crate::config::SAMPLE_BYTES_MAX_LIMIT
+                    )));
+                }
+                staging.resize(total, 0);
+                let n = body(&mut staging[SAMPLE_HEADER_BYTES..])?;
+                let mut hb = [0u8; SAMPLE_HEADER_BYTES];
+                header(&self.core, kind, key, timestamp_ns)?.encode(&mut hb);
+                staging[..SAMPLE_HEADER_BYTES].copy_from_slice(&hb);
+                let sample = &staging[..SAMPLE_HEADER_BYTES + n];
+                with_room(&self.core, p, |s| s.try_send(sample))?;
+                None
+            }
+            Err(e) => return Err(Error::Topic(e)),
+        };
         if self.core.deadline_us.is_some() && kind != SampleKind::Liveliness {
-            let now_us = self.topic.participant.now_us();
-            self.core.wrote(key, kind != SampleKind::Data, now_us);
+            self.core.wrote(key, kind != SampleKind::Data, p.now_us());
         }
         if self.core.manual_lease_us().is_some() {
-            self.core.asserted(self.topic.participant.now_us());
+            self.core.asserted(p.now_us());
         }
-        finish(&self.core, loan, kind, key, timestamp_ns, &staging[..n])
+        match small {
+            Some((loan, n)) => finish(&self.core, loan, kind, key, timestamp_ns, &staging[..n]),
+            None => Ok(()),
+        }
     }
 }
 
@@ -418,18 +455,14 @@ impl<T: TopicType> LoanedSample<T> {
             ));
         };
         let key = instance_of(&self.value)?;
-        let mut staging = lock(&self.writer.core.write_lock);
-        staging.resize(room, 0);
-        let n = self
-            .value
-            .encode_into(Endianness::Little, &mut staging[..])?;
-        finish(
-            &self.writer.core,
-            loan,
+        let value = &self.value;
+        // A value grown past the slot goes by RDMC, as for `write`.
+        self.writer.send_in(
+            (loan, room),
             SampleKind::Data,
             key,
             self.writer.now_ns(),
-            &staging[..n],
+            |buf| value.encode_into(Endianness::Little, buf),
         )
     }
 }
@@ -446,6 +479,20 @@ fn blocking_deadline_us(core: &WriterCore, p: &ParticipantInner) -> u64 {
 /// The RELIABILITY deadline starts at the first refusal (the clock is read only when
 /// the writer has to wait).
 fn loan(core: &WriterCore, p: &ParticipantInner) -> Result<(spindle_group::Loan, usize)> {
+    let (l, max) = with_room(core, p, |s| Ok((s.try_loan()?, s.payload_bytes_max())))?;
+    let room = max.checked_sub(SAMPLE_HEADER_BYTES).ok_or_else(|| {
+        Error::OutOfResources(format!("slots of {max} bytes hold no sample header"))
+    })?;
+    Ok((l, room))
+}
+
+/// Runs `attempt` on the writer's sender until it finds room: waits while the window is
+/// full or a view change runs, up to RELIABILITY's `max_blocking_time`.
+fn with_room<R>(
+    core: &WriterCore,
+    p: &ParticipantInner,
+    mut attempt: impl FnMut(&spindle_group::Sender) -> spindle_group::Result<R>,
+) -> Result<R> {
     let mut tries = 0u32;
     let mut deadline_us = None;
     loop {
@@ -457,14 +504,8 @@ fn loan(core: &WriterCore, p: &ParticipantInner) -> Result<(spindle_group::Loan,
             }),
         };
         let err = match sender {
-            Ok(s) => match s.try_loan() {
-                Ok(l) => {
-                    let max = s.payload_bytes_max();
-                    let room = max.checked_sub(SAMPLE_HEADER_BYTES).ok_or_else(|| {
-                        Error::OutOfResources(format!("slots of {max} bytes hold no sample header"))
-                    })?;
-                    return Ok((l, room));
-                }
+            Ok(s) => match attempt(&s) {
+                Ok(r) => return Ok(r),
                 Err(e @ spindle_group::Error::WindowFull { .. }) => e,
                 Err(e @ spindle_group::Error::Wedged { .. }) => {
                     *lock(&core.sender) = None;
@@ -501,6 +542,23 @@ fn finish(
     timestamp_ns: i64,
     body: &[u8],
 ) -> Result<()> {
+    let h = header(core, kind, key, timestamp_ns)?;
+    let mut hb = [0u8; SAMPLE_HEADER_BYTES];
+    h.encode(&mut hb);
+    loan.write_at(0, &hb)?;
+    loan.write_at(SAMPLE_HEADER_BYTES, body)?;
+    loan.commit();
+    Ok(())
+}
+
+/// The header of the writer's next sample (its sequence number taken, its coherent set
+/// marked).
+fn header(
+    core: &WriterCore,
+    kind: SampleKind,
+    key: InstanceHandle,
+    timestamp_ns: i64,
+) -> Result<SampleHeader> {
     let coherent = match (&core.coherent, kind) {
         (Some(set), SampleKind::Data | SampleKind::Dispose | SampleKind::Unregister) => {
             set.mark(core.id)?
@@ -521,12 +579,7 @@ fn finish(
         partition_tag: core.partition_tag,
         coherent,
     };
-    let mut hb = [0u8; SAMPLE_HEADER_BYTES];
-    h.encode(&mut hb);
-    loan.write_at(0, &hb)?;
-    loan.write_at(SAMPLE_HEADER_BYTES, body)?;
-    loan.commit();
-    Ok(())
+    Ok(h)
 }
 
 /// Sends a control message of `core` — a LIVELINESS assertion or a coherent set's end: a

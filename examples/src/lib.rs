@@ -223,6 +223,50 @@ pub mod many_topics {
     }
 }
 
+pub mod large_samples {
+    //! The shared plan of the `large_samples` example and its test.
+
+    /// Participants (processes) of the domain.
+    pub const PARTICIPANTS: u32 = 3;
+    /// The one topic.
+    pub const TOPIC: &str = "terrain-tiles";
+    /// Every participant's `sample_bytes_max` (16 MiB).
+    pub const SAMPLE_BYTES_MAX: usize = 16 << 20;
+
+    /// The payload sizes participant `node` writes, in order: small and large
+    /// interleaved, from 100 B to just under 16 MiB (a sample's 64-byte header and CDR
+    /// framing ride in the same message).
+    pub fn sizes(node: u32) -> Vec<usize> {
+        let mut v = vec![100, 1 << 20, 2048, (16 << 20) - 4096, 300, 4 << 20];
+        let k = node as usize % v.len();
+        v.rotate_left(k);
+        v
+    }
+
+    /// A payload of `len` bytes (at least 12) naming its writer and index, the rest a
+    /// pattern of them.
+    pub fn payload(node: u32, i: u64, len: usize) -> Vec<u8> {
+        let mut p = Vec::with_capacity(len.max(12));
+        p.extend_from_slice(&node.to_le_bytes());
+        p.extend_from_slice(&i.to_le_bytes());
+        let mut x = (u64::from(node) << 32) ^ i;
+        while p.len() < len {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            p.push((x >> 56) as u8);
+        }
+        p
+    }
+
+    /// The writer and index a payload names.
+    pub fn parse(p: &[u8]) -> Option<(u32, u64)> {
+        let node = u32::from_le_bytes(p.get(..4)?.try_into().ok()?);
+        let i = u64::from_le_bytes(p.get(4..12)?.try_into().ok()?);
+        Some((node, i))
+    }
+}
+
 /// The processes of a multi-process example: a child started with piped stdin and
 /// stdout, its stdout read line by line on a thread of its own.
 pub mod procs {

@@ -33,6 +33,7 @@ impl Pair {
                 mode,
                 window_slots: WINDOW_SLOTS,
                 slot_payload_bytes: PAYLOAD_BYTES,
+                rdmc: None,
             }],
         };
         let mut regions = BTreeMap::new();

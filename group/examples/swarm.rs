@@ -5,7 +5,9 @@
 //! `cargo run --release -p spindle-group --example swarm -- --start S --seeds N`
 //!
 //! Prints each failing seed with the command that reruns it, then one JSON line:
-//! `{"start","seeds","violations","liveness_failures","views_installed","messages_delivered"}`.
+//! `{"start","seeds","violations","liveness_failures","views_installed","messages_delivered",
+//! "large_delivered","large_later_view"}` (large: above the slot, by RDMC in the same
+//! order; later view: cut off by a view change and re-sent)..
 //! Exits with 1 if any seed failed.
 
 use clap::Parser;
@@ -29,10 +31,13 @@ fn main() {
     let args = Args::parse();
     let cfg = SwarmConfig::default();
     let (mut violations, mut liveness, mut views, mut delivered) = (0u64, 0u64, 0u64, 0u64);
+    let (mut large, mut large_later) = (0u64, 0u64);
     for seed in args.start..args.start.saturating_add(args.seeds) {
         let r = run_seed(seed, &cfg);
         views += r.views_installed;
         delivered += r.messages_delivered;
+        large += r.large_delivered;
+        large_later += r.large_later_view;
         if args.verbose {
             println!("{r:?}");
         }
@@ -61,6 +66,8 @@ fn main() {
             "liveness_failures": liveness,
             "views_installed": views,
             "messages_delivered": delivered,
+            "large_delivered": large,
+            "large_later_view": large_later,
         })
     );
     if violations > 0 || liveness > 0 {

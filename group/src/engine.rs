@@ -14,10 +14,13 @@ use std::sync::{Arc, Mutex};
 use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES};
 
 use crate::error::{Error, Result};
+use crate::large::Large;
 use crate::layout::{
     sst_region_id, DeliveryMode, Geometry, Layout, SubgroupId, SubgroupSpec, View, NULL_LEN,
-    SLOT_HEADER_BYTES,
+    RDMC_LEN, SLOT_HEADER_BYTES,
 };
+pub(crate) use crate::push::drain_queue;
+pub use crate::push::Push;
 use crate::smc::{Ring, Sender};
 
 /// Most messages one receive predicate takes from one sender in one step (batching bound;
@@ -111,40 +114,6 @@ impl Techniques {
 pub struct EngineConfig {
     /// Which Spindle techniques are on.
     pub techniques: Techniques,
-}
-
-/// A one-sided write the engine wants posted: bytes `offset..offset + len` of the node's
-/// own copy of region `region`, written at the same offset of `peer`'s copy; then, if
-/// `guard` is set, the word at the guard offset stored with release semantics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Push {
-    /// The member to write to.
-    pub peer: NodeId,
-    /// The SST region.
-    pub region: RegionId,
-    /// Where the bytes start.
-    pub offset: usize,
-    /// How many bytes.
-    pub len: usize,
-    /// `(guard_offset, guard_value)`: published after the bytes.
-    pub guard: Option<(usize, u64)>,
-}
-
-impl Push {
-    /// Posts this push on `endpoint` with `bytes` (what [`Engine::drain_pushes`] hands
-    /// out): a plain write, or a write then the guard's release.
-    pub fn post(
-        &self,
-        endpoint: &dyn spindle_transport_rdma::Endpoint,
-        bytes: &[u8],
-    ) -> spindle_transport_rdma::Result<()> {
-        match self.guard {
-            Some((at, value)) => {
-                endpoint.write_then_release(self.peer, self.region, self.offset, bytes, at, value)
-            }
-            None => endpoint.write(self.peer, self.region, self.offset, bytes),
-        }
-    }
 }
 
 /// One delivered message, borrowed from its [`DeliveryBatch`].
@@ -305,6 +274,8 @@ struct SubgroupState {
     /// already delivered in the previous view (unordered mode; counted, not upcalled).
     skip: Vec<u64>,
     halt: Halt,
+    /// The senders' RDMC groups, when the subgroup moves large messages (crate::large).
+    large: Option<Large>,
 }
 
 /// Queues the same range of `s`'s region for every other member of the subgroup.
@@ -326,67 +297,6 @@ fn push_to_peers(
         });
         stats.pushes += 1;
     }
-}
-
-/// Posts the pushes of `queue` in order per peer (see [`Engine::drain_pushes`]); `region`
-/// finds the local region a push reads from. Stops scanning once `peers_total` peers are
-/// held. Returns how many were posted and the peers whose post failed for good (their
-/// pushes are dropped).
-pub(crate) fn drain_queue<'r>(
-    queue: &mut VecDeque<Push>,
-    scratch: &mut Vec<u8>,
-    peers_total: usize,
-    region: impl Fn(RegionId) -> Option<&'r Region>,
-    mut post: impl FnMut(&Push, &[u8]) -> spindle_transport_rdma::Result<()>,
-) -> (usize, Vec<NodeId>) {
-    let mut posted = 0;
-    let mut held: Vec<NodeId> = Vec::new();
-    let mut failed: Vec<NodeId> = Vec::new();
-    let mut kept = VecDeque::new();
-    while let Some(push) = queue.pop_front() {
-        if held.contains(&push.peer) {
-            kept.push_back(push);
-            if held.len() >= peers_total {
-                break;
-            }
-            continue;
-        }
-        if failed.contains(&push.peer) {
-            continue;
-        }
-        let Some(r) = region(push.region) else {
-            continue;
-        };
-        // Grow only: a short push after a long one must not zero the long one's bytes
-        // again (a memset per slot push).
-        if scratch.len() < push.len {
-            scratch.resize(push.len, 0);
-        }
-        let bytes = &mut scratch[..push.len];
-        if r.read_bytes(push.offset, bytes).is_err() {
-            continue;
-        }
-        match post(&push, bytes) {
-            Ok(()) => posted += 1,
-            Err(spindle_transport_rdma::Error::QueueFull { .. }) => {
-                held.push(push.peer);
-                kept.push_back(push);
-                if held.len() >= peers_total {
-                    break;
-                }
-            }
-            Err(_) => failed.push(push.peer),
-        }
-    }
-    // What was not scanned keeps its place behind what was held (no allocation when
-    // nothing was held, the common case).
-    if !failed.is_empty() {
-        queue.retain(|p| !failed.contains(&p.peer));
-    }
-    while let Some(p) = kept.pop_back() {
-        queue.push_front(p);
-    }
-    (posted, failed)
 }
 
 /// The engine of one node for one view. See the module docs.
@@ -444,7 +354,10 @@ impl Engine {
         let techniques = config.techniques;
         let post_lock = (!techniques.early_lock_release).then(|| Arc::new(Mutex::new(())));
         let mut subgroups = Vec::new();
+        let mut rdmc_groups = 0;
         for (index, spec) in layout.subgroups.into_iter().enumerate() {
+            let rdmc_first = rdmc_groups;
+            rdmc_groups += spec.rdmc.as_ref().map_or(0, |_| spec.senders.len());
             let Some(my_rank) = spec.members.iter().position(|m| *m == node) else {
                 continue;
             };
@@ -459,8 +372,15 @@ impl Engine {
                     geom.region_bytes
                 )));
             }
+            let (large, mut large_tx) = match &spec.rdmc {
+                Some(c) => {
+                    let (l, tx) = Large::new(node, view.vid, &spec, c, rdmc_first, &mut register)?;
+                    (Some(l), tx)
+                }
+                None => (None, None),
+            };
             let ring = spec.senders.iter().position(|s| *s == node).map(|rank| {
-                Arc::new(Ring::new(
+                let mut ring = Ring::new(
                     spec.id,
                     node,
                     region.clone(),
@@ -468,7 +388,9 @@ impl Engine {
                     spec.mode,
                     rank,
                     post_lock.clone(),
-                ))
+                );
+                ring.large = large_tx.take();
+                Arc::new(ring)
             });
             subgroups.push(SubgroupState {
                 peers: spec
@@ -488,6 +410,7 @@ impl Engine {
                 batch_open: false,
                 skip: vec![0; spec.senders.len()],
                 halt: Halt::Running,
+                large,
                 ring,
                 my_rank,
                 region_id,
@@ -532,9 +455,15 @@ impl Engine {
     /// The subgroups this node is a member of, with their SST region ids and the other
     /// members that write into them (a driver waits until each peer's region is known).
     pub fn regions(&self) -> Vec<(SubgroupId, RegionId, Vec<NodeId>)> {
+        let large =
+            |s: &SubgroupState| s.large.iter().flat_map(|l| l.regions()).collect::<Vec<_>>();
         self.subgroups
             .iter()
-            .map(|s| (s.spec.id, s.region_id, s.peers.clone()))
+            .flat_map(|s| {
+                std::iter::once(s.region_id)
+                    .chain(large(s))
+                    .map(|r| (s.spec.id, r, s.peers.clone()))
+            })
             .collect()
     }
 
@@ -768,10 +697,15 @@ impl Engine {
         for k in first..committed {
             let slot = s.geom.slot(rank, k);
             let len = s.region.load_u64(slot + WORD_BYTES);
-            if len == NULL_LEN {
-                continue;
+            match (len, &s.large) {
+                (NULL_LEN, _) => {}
+                (RDMC_LEN, Some(l)) => {
+                    let mut bytes = vec![0; Large::size(&s.region, &s.geom, rank, k)];
+                    l.peek(&s.region, &s.geom, rank, k, &mut bytes)?;
+                    out.push(bytes);
+                }
+                _ => out.push(s.region.to_vec(slot + SLOT_HEADER_BYTES, len as usize)?),
             }
-            out.push(s.region.to_vec(slot + SLOT_HEADER_BYTES, len as usize)?);
         }
         Ok(Some(out))
     }
@@ -836,6 +770,13 @@ impl Engine {
             return false;
         }
         let mut work = self.send_predicate(i);
+        match self.step_large(i) {
+            Ok(w) => work |= w,
+            Err((peer, detail)) => {
+                self.misbehaved(i, peer, detail);
+                return true;
+            }
+        }
         let received = match self.receive_predicate(i) {
             Ok(r) => r,
             Err((peer, detail)) => {
@@ -858,6 +799,31 @@ impl Engine {
         work |= self.flush_ctrl(i);
         self.track_persisted(i);
         work
+    }
+
+    /// Runs the subgroup's RDMC groups (crate::large) and frees the send buffers of own
+    /// messages every member consumed (the rule that frees a slot, `Ring::refresh_limit`).
+    fn step_large(&mut self, i: usize) -> std::result::Result<bool, (NodeId, String)> {
+        let s = &mut self.subgroups[i];
+        let Some(l) = &mut s.large else {
+            return Ok(false);
+        };
+        let work = l.step()?;
+        if let Some(ring) = &s.ring {
+            let (g, region, rank) = (&s.geom, &s.region, ring.sender_rank);
+            let consumed = |k: u64| {
+                (0..g.members).all(|m| match s.spec.mode {
+                    DeliveryMode::Atomic => {
+                        g.messages_before(rank, region.load_u64(g.delivered_num(m))) > k
+                    }
+                    DeliveryMode::Unordered => region.load_u64(g.received_num(m, rank)) > k,
+                })
+            };
+            if let (Some(freed), Some(tx)) = (l.free_own(consumed), &ring.large) {
+                tx.freed.store(freed, std::sync::atomic::Ordering::Release);
+            }
+        }
+        Ok(work)
     }
 
     /// Notes a move of the subgroup's global persistence frontier (a counter; the runtime
@@ -897,6 +863,13 @@ impl Engine {
         let rank = ring.sender_rank;
         if committed > s.committed {
             let old = s.committed;
+            if let Some(l) = &mut s.large {
+                for k in old..committed {
+                    if s.region.load_u64(s.geom.slot(rank, k) + WORD_BYTES) == RDMC_LEN {
+                        l.on_commit(&s.region, &s.geom, k);
+                    }
+                }
+            }
             s.committed = committed;
             // Own messages count as received at commit.
             s.received[rank] = committed;
@@ -926,10 +899,10 @@ impl Engine {
             let offset = s.geom.slot(rank, first);
             // The last slot is pushed only up to its payload's end.
             let last_len = s.region.load_u64(s.geom.slot(rank, last) + WORD_BYTES);
-            let last_payload = if last_len == NULL_LEN {
-                0
-            } else {
-                spindle_transport_rdma::round_up_to_words(last_len as usize)
+            let last_payload = match last_len {
+                NULL_LEN => 0,
+                RDMC_LEN => crate::layout::RDMC_ANNOUNCE_BYTES,
+                _ => spindle_transport_rdma::round_up_to_words(last_len as usize),
             };
             let len = (n as usize - 1) * s.geom.slot_bytes + SLOT_HEADER_BYTES + last_payload;
             let guard = Some((s.geom.ring(rank), first + n));
@@ -977,7 +950,9 @@ impl Engine {
                     ),
                 ));
             }
-            let upto = published.min(have + batch);
+            let mut upto = published.min(have + batch);
+            let s = &mut self.subgroups[i];
+            let g = &s.geom;
             for k in have..upto {
                 let slot = g.slot(rank, k);
                 let tag = s.region.load_u64(slot);
@@ -985,7 +960,13 @@ impl Engine {
                     return Err((sender, format!("slot of message {k} is tagged {tag}")));
                 }
                 let len = s.region.load_u64(slot + WORD_BYTES);
-                if len != NULL_LEN && len > g.slot_payload_bytes as u64 {
+                if let (RDMC_LEN, Some(l)) = (len, &mut s.large) {
+                    // Received only once its RDMC transfer completed here (Derecho §3.6).
+                    if !l.receive(&s.region, g, rank, k).map_err(|e| (sender, e))? {
+                        upto = k;
+                        break;
+                    }
+                } else if len != NULL_LEN && len > g.slot_payload_bytes as u64 {
                     return Err((
                         sender,
                         format!(
@@ -994,6 +975,9 @@ impl Engine {
                         ),
                     ));
                 }
+            }
+            if upto == have {
+                continue;
             }
             if mode == DeliveryMode::Unordered {
                 for k in have..upto {
@@ -1092,7 +1076,8 @@ impl Engine {
             );
             let slot = self.subgroups[i].geom.slot(rank, k);
             let len = self.subgroups[i].region.load_u64(slot + WORD_BYTES);
-            if len != NULL_LEN && len > self.subgroups[i].geom.slot_payload_bytes as u64 {
+            let large = len == RDMC_LEN && self.subgroups[i].large.is_some();
+            if len != NULL_LEN && !large && len > self.subgroups[i].geom.slot_payload_bytes as u64 {
                 let sender = self.subgroups[i].senders[rank];
                 return Err((
                     sender,
@@ -1117,10 +1102,19 @@ impl Engine {
     fn deliver_one(&mut self, i: usize, rank: usize, k: u64) {
         let s = &mut self.subgroups[i];
         let slot = s.geom.slot(rank, k);
-        let len = s.region.load_u64(slot + WORD_BYTES);
+        let mut len = s.region.load_u64(slot + WORD_BYTES);
         s.delivered += 1;
+        let large = if let (RDMC_LEN, Some(l)) = (len, &mut s.large) {
+            len = Large::size(&s.region, &s.geom, rank, k) as u64;
+            Some(l)
+        } else {
+            None
+        };
         if k < s.skip[rank] {
             // A re-send of a message this node delivered in the previous view.
+            if let Some(l) = large {
+                let _ = l.take(&s.region, &s.geom, rank, k, None);
+            }
             return;
         }
         if len == NULL_LEN {
@@ -1156,11 +1150,17 @@ impl Engine {
             .expect("a batch was just ensured");
         let start = batch.payload.len();
         batch.payload.resize(start + len, 0);
-        // The length was checked against the slot at receipt and before delivery.
-        if s.region
-            .read_bytes(slot + SLOT_HEADER_BYTES, &mut batch.payload[start..])
-            .is_err()
-        {
+        // The length was checked against the slot (or the RDMC transfer) at receipt and
+        // before delivery.
+        let out = &mut batch.payload[start..];
+        let read = match large {
+            Some(l) => l.take(&s.region, &s.geom, rank, k, Some(out)),
+            None => s
+                .region
+                .read_bytes(slot + SLOT_HEADER_BYTES, out)
+                .map_err(Error::from),
+        };
+        if read.is_err() {
             batch.payload.truncate(start);
             return;
         }
@@ -1252,13 +1252,20 @@ impl Engine {
         let held = post_lock
             .as_ref()
             .map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut post = post;
+        let mut posted = 0;
+        for s in &mut self.subgroups {
+            if let Some(l) = &mut s.large {
+                posted += l.drain(scratch, &mut post);
+            }
+        }
         let subgroups = &self.subgroups;
         let peers_total = subgroups
             .iter()
             .flat_map(|s| s.peers.iter())
             .collect::<std::collections::BTreeSet<_>>()
             .len();
-        let (posted, failed) = drain_queue(
+        let (smc_posted, failed) = drain_queue(
             &mut self.pushes,
             scratch,
             peers_total,
@@ -1270,6 +1277,7 @@ impl Engine {
             },
             post,
         );
+        let posted = posted + smc_posted;
         drop(held);
         for peer in failed {
             tracing::debug!(node = self.node, peer, "push failed");

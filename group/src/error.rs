@@ -40,6 +40,20 @@ pub enum Error {
         /// The subgroup's `slot_payload_bytes`.
         max: usize,
     },
+    /// The message is larger than the largest message of the subgroup (its RDMC
+    /// `message_bytes_max`).
+    #[error(
+        "message of {len} bytes exceeds the largest message of subgroup {subgroup}: {max} bytes \
+         (its RDMC message_bytes_max)"
+    )]
+    MessageTooLarge {
+        /// The subgroup.
+        subgroup: SubgroupId,
+        /// The message length.
+        len: usize,
+        /// The subgroup's RDMC `message_bytes_max`.
+        max: usize,
+    },
     /// The engine has stopped (a peer broke the protocol or the node shut down).
     #[error("the engine has stopped")]
     Stopped,

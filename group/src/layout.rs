@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use spindle_transport_rdma::{round_up_to_words, NodeId, RegionId, REGION_BYTES_MAX, WORD_BYTES};
 
 use crate::error::{Error, Result};
+use crate::rdmc::{RdmcConfig, RdmcGroup};
 
 /// A subgroup's id, unique within a layout.
 pub type SubgroupId = u32;
@@ -20,8 +21,22 @@ pub const SUBGROUPS_MAX: usize = 1024;
 pub const SUBGROUP_MEMBERS_MAX: usize = 64;
 /// Most slots in one sender's ring.
 pub const WINDOW_SLOTS_MAX: usize = 4096;
-/// Largest slot payload (larger messages go by RDMC, a later issue).
+/// Largest slot payload (larger messages go by RDMC when the subgroup has an
+/// [`SubgroupSpec::rdmc`] configuration).
 pub const SLOT_PAYLOAD_BYTES_MAX: usize = 64 << 10;
+/// The length word of a slot that announces an RDMC message (Derecho §3.6): its payload
+/// is two words, the message's RDMC sequence number (1, 2, … per sender and view) and its
+/// size in bytes; the bytes themselves move by the sender's RDMC group.
+pub const RDMC_LEN: u64 = u64::MAX - 1;
+/// Payload bytes of an RDMC announcement slot (the smallest slot payload of a subgroup
+/// with RDMC).
+pub const RDMC_ANNOUNCE_BYTES: usize = 2 * WORD_BYTES;
+/// Most RDMC groups in one layout (one per sender of every subgroup with RDMC): their
+/// region ids take the indices above the subgroups' and below the membership's.
+pub const RDMC_GROUPS_MAX: usize = 2046;
+const RDMC_REGION_INDEX_BASE: usize = 2048;
+const _: () = assert!(SUBGROUPS_MAX <= RDMC_REGION_INDEX_BASE);
+const _: () = assert!(RDMC_REGION_INDEX_BASE + RDMC_GROUPS_MAX < (1 << 12) - 1);
 /// Bytes of the header in front of every slot's payload: the message's index + 1, then
 /// its length (or [`NULL_LEN`]).
 pub const SLOT_HEADER_BYTES: usize = 2 * WORD_BYTES;
@@ -105,6 +120,22 @@ pub struct SubgroupSpec {
     pub window_slots: usize,
     /// Largest message payload, in bytes.
     pub slot_payload_bytes: usize,
+    /// Large messages: `Some` lets a sender send messages above `slot_payload_bytes`, up
+    /// to `message_bytes_max`, by RDMC in the same total order (one RDMC group per sender,
+    /// root = that sender). Every member then registers, per sender, a region of
+    /// [`RdmcGroup::region_bytes`] (about `window_messages × message_bytes_max`): see
+    /// [`SubgroupSpec::rdmc_bytes_per_member`].
+    pub rdmc: Option<RdmcConfig>,
+}
+
+impl SubgroupSpec {
+    /// The RDMC memory each member of this subgroup registers: one region per sender
+    /// (zero without RDMC).
+    pub fn rdmc_bytes_per_member(&self) -> usize {
+        self.rdmc.as_ref().map_or(0, |c| {
+            self.senders.len() * RdmcGroup::region_bytes(self.members.len(), c)
+        })
+    }
 }
 
 /// The subgroups of a view, computed the same way by every member.
@@ -140,6 +171,7 @@ impl Layout {
                 mode: DeliveryMode::Atomic,
                 window_slots,
                 slot_payload_bytes,
+                rdmc: None,
             }],
         }
     }
@@ -154,6 +186,18 @@ impl Layout {
             )));
         }
         let mut ids = BTreeSet::new();
+        let rdmc_groups: usize = self
+            .subgroups
+            .iter()
+            .filter(|s| s.rdmc.is_some())
+            .map(|s| s.senders.len())
+            .sum();
+        if rdmc_groups > RDMC_GROUPS_MAX {
+            return Err(Error::Config(format!(
+                "{rdmc_groups} RDMC groups (senders of subgroups with RDMC), at most \
+                 {RDMC_GROUPS_MAX}"
+            )));
+        }
         for sg in &self.subgroups {
             if !ids.insert(sg.id) {
                 return Err(Error::Config(format!(
@@ -233,6 +277,18 @@ impl Geometry {
                 "slot_payload_bytes {} exceeds {SLOT_PAYLOAD_BYTES_MAX}",
                 spec.slot_payload_bytes
             ));
+        }
+        if let Some(c) = &spec.rdmc {
+            if spec.slot_payload_bytes < RDMC_ANNOUNCE_BYTES {
+                return bad(format!(
+                    "slot_payload_bytes {} is below the {RDMC_ANNOUNCE_BYTES} bytes of an RDMC \
+                     announcement",
+                    spec.slot_payload_bytes
+                ));
+            }
+            if let Err(e) = c.validate() {
+                return bad(format!("{e}"));
+            }
         }
         // received_num per sender, delivered_num, persisted_num.
         let ctrl_row_bytes = ((spec.senders.len() + 2) * WORD_BYTES).div_ceil(CTRL_ROW_ALIGN_BYTES)
@@ -315,6 +371,16 @@ pub fn sst_region_id(vid: u32, index: usize) -> RegionId {
     ((vid & 0xF_FFFF) << 12) | index as u32
 }
 
+/// The region id of the RDMC group numbered `n` in view `vid`: the groups of a layout
+/// are numbered in layout order, subgroup by subgroup (those with RDMC), sender by sender.
+pub fn rdmc_region_id(vid: u32, n: usize) -> RegionId {
+    assert!(
+        n < RDMC_GROUPS_MAX,
+        "Layout::validate bounds the RDMC groups"
+    );
+    sst_region_id(vid, RDMC_REGION_INDEX_BASE + n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,6 +393,7 @@ mod tests {
             mode: DeliveryMode::Atomic,
             window_slots: 4,
             slot_payload_bytes: 13,
+            rdmc: None,
         }
     }
 
@@ -375,5 +442,70 @@ mod tests {
             subgroups: vec![spec(1)],
         };
         assert!(matches!(layout.validate(&view), Err(Error::Config(m)) if m.contains("member 3")));
+    }
+
+    #[test]
+    fn rdmc_bounds_are_checked_and_its_memory_stated() {
+        let rdmc = RdmcConfig {
+            block_bytes: 4096,
+            message_bytes_max: 1 << 20,
+            schedule: crate::rdmc::ScheduleKind::BinomialPipeline,
+            window_messages: 2,
+        };
+        let mut s = spec(3);
+        s.slot_payload_bytes = 16;
+        s.rdmc = Some(rdmc.clone());
+        assert!(Geometry::new(&s).is_ok());
+        // Three senders, three members: one region of two 1 MiB buffers per sender.
+        let per_group = RdmcGroup::region_bytes(3, &rdmc);
+        assert!(
+            (2 << 20..(2 << 20) + 4096).contains(&per_group),
+            "{per_group}"
+        );
+        assert_eq!(s.rdmc_bytes_per_member(), 3 * per_group);
+        assert_eq!(spec(3).rdmc_bytes_per_member(), 0);
+        // An announcement needs two words of slot.
+        let mut small = s.clone();
+        small.slot_payload_bytes = 15;
+        assert!(
+            matches!(Geometry::new(&small), Err(Error::Config(m)) if m.contains("RDMC announcement"))
+        );
+        // The RDMC config's own bounds, named in the error.
+        let mut bad = s.clone();
+        bad.rdmc = Some(RdmcConfig {
+            window_messages: 0,
+            ..rdmc.clone()
+        });
+        assert!(
+            matches!(Geometry::new(&bad), Err(Error::Config(m)) if m.contains("subgroup 7") && m.contains("window_messages"))
+        );
+        // Too many RDMC groups in one layout.
+        let view = View::new(1, (1..=64).collect());
+        let wide = |id| SubgroupSpec {
+            id,
+            members: view.members.clone(),
+            senders: view.members.clone(),
+            mode: DeliveryMode::Atomic,
+            window_slots: 1,
+            slot_payload_bytes: 16,
+            rdmc: Some(RdmcConfig {
+                message_bytes_max: 64,
+                block_bytes: 64,
+                ..rdmc.clone()
+            }),
+        };
+        let fits = Layout {
+            subgroups: (0..(RDMC_GROUPS_MAX / 64) as u32).map(wide).collect(),
+        };
+        assert!(fits.validate(&view).is_ok());
+        let over = Layout {
+            subgroups: (0..=(RDMC_GROUPS_MAX / 64) as u32).map(wide).collect(),
+        };
+        assert!(matches!(over.validate(&view), Err(Error::Config(m)) if m.contains("RDMC groups")));
+        assert_ne!(rdmc_region_id(1, 0), sst_region_id(1, 0));
+        assert_ne!(
+            rdmc_region_id(1, RDMC_GROUPS_MAX - 1),
+            sst_region_id(1, (1 << 12) - 1)
+        );
     }
 }

@@ -18,8 +18,10 @@
 //! * [`layout`] holds views, subgroup layouts and the SST byte geometry.
 //! * [`rdmc`] moves large messages by block-pipelined multicast (RDMC): the four block
 //!   schedules ([`rdmc::schedule`]) and the sans-IO transfer core [`rdmc::RdmcGroup`]
-//!   (`rdmc::sim`, feature `testkit`: the same on the sim fabric, seeded, with crashes).
-//!   It is not yet wired into a subgroup's total order (issue 14, step 3).
+//!   (`rdmc_sim`, feature `testkit`: the same on the sim fabric, seeded, with crashes).
+//!   A subgroup with [`SubgroupSpec::rdmc`] sends a message above its slot by its
+//!   sender's RDMC group, in the same total order as the small ones (Derecho §3.6; the
+//!   engine's side is the private module `large`).
 //! * `testkit` (cargo feature `testkit`, off by default) is the simulation harness every
 //!   simulation of the project runs on: nodes over one deterministic sim fabric, stepped
 //!   round by round from one thread.
@@ -53,6 +55,7 @@
 //!         mode: DeliveryMode::Atomic,
 //!         window_slots: 16,
 //!         slot_payload_bytes: 64,
+//!         rdmc: None,
 //!     }],
 //! };
 //! let mut regions = BTreeMap::new();
@@ -100,10 +103,14 @@
 mod engine;
 mod error;
 pub mod group;
+mod large;
 pub mod layout;
 pub mod membership;
 pub mod persist;
+mod push;
 pub mod rdmc;
+#[cfg(feature = "testkit")]
+pub mod rdmc_sim;
 pub mod restart;
 pub mod runtime;
 mod smc;

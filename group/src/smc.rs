@@ -15,10 +15,42 @@ use std::sync::{Arc, Mutex, OnceLock};
 use spindle_transport_rdma::{NodeId, Region, WORD_BYTES};
 
 use crate::error::{Error, Result};
-use crate::layout::{DeliveryMode, Geometry, SubgroupId, NULL_LEN, SLOT_HEADER_BYTES};
+use crate::layout::{DeliveryMode, Geometry, SubgroupId, NULL_LEN, RDMC_LEN, SLOT_HEADER_BYTES};
+use crate::rdmc::{RdmcConfig, RdmcGroup};
 
 /// What wakes the predicate thread after a commit (set by the runtime).
 pub(crate) type Waker = Box<dyn Fn() + Send + Sync>;
+
+/// A sender's side of its RDMC group, shared by its application threads and the predicate
+/// thread (Derecho §3.6): a large message is written in place into the next send buffer
+/// of the sender's RDMC region and announced by a slot of the ring ([`RDMC_LEN`]: its
+/// RDMC sequence number and size), so it takes its turn in the round-robin order.
+pub(crate) struct LargeTx {
+    pub(crate) region: Region,
+    pub(crate) members: usize,
+    pub(crate) config: RdmcConfig,
+    /// Held while a large send takes its RDMC sequence number and its slot, so the
+    /// announcements in the ring come in RDMC order whatever threads send.
+    order: Mutex<()>,
+    /// Large messages reserved so far (the next has RDMC sequence number `reserved + 1`).
+    reserved: AtomicU64,
+    /// Large messages whose send buffer may be reused: consumed by every member (as a
+    /// slot is) and posted by the RDMC group. Set by the predicate thread.
+    pub(crate) freed: AtomicU64,
+}
+
+impl LargeTx {
+    pub(crate) fn new(region: Region, members: usize, config: RdmcConfig) -> LargeTx {
+        LargeTx {
+            region,
+            members,
+            config,
+            order: Mutex::new(()),
+            reserved: AtomicU64::new(0),
+            freed: AtomicU64::new(0),
+        }
+    }
+}
 
 /// The ring shared by a sender's application threads and the predicate thread.
 pub(crate) struct Ring {
@@ -40,6 +72,8 @@ pub(crate) struct Ring {
     /// Held by the runtime while it posts writes when the early-lock-release technique is
     /// off (the Derecho baseline); commits then take it too.
     pub(crate) post_lock: Option<Arc<Mutex<()>>>,
+    /// Large messages by RDMC, when the subgroup has them.
+    pub(crate) large: Option<LargeTx>,
 }
 
 impl fmt::Debug for Ring {
@@ -78,6 +112,7 @@ impl Ring {
             stopped: AtomicBool::new(false),
             waker: OnceLock::new(),
             post_lock,
+            large: None,
         }
     }
 
@@ -181,7 +216,7 @@ impl Ring {
 /// # use spindle_transport_rdma::Region;
 /// # let view = View::new(1, vec![1]);
 /// # let spec = SubgroupSpec { id: 0, members: vec![1], senders: vec![1],
-/// #     mode: DeliveryMode::Atomic, window_slots: 8, slot_payload_bytes: 64 };
+/// #     mode: DeliveryMode::Atomic, window_slots: 8, slot_payload_bytes: 64, rdmc: None };
 /// # let layout = Layout { subgroups: vec![spec] };
 /// # let mut engine = Engine::new(1, view, layout, EngineConfig::default(),
 /// #     |id, len| Ok(Region::new_heap(id, len)?))?;
@@ -204,9 +239,24 @@ impl Sender {
         self.ring.subgroup
     }
 
-    /// The largest payload one message may carry.
+    /// The largest payload one message may carry in a slot (a [`Loan`]).
     pub fn payload_bytes_max(&self) -> usize {
         self.ring.geom.slot_payload_bytes
+    }
+
+    /// The largest message [`Sender::try_send`] takes: the RDMC `message_bytes_max` when
+    /// the subgroup moves large messages by RDMC, else the slot payload.
+    pub fn message_bytes_max(&self) -> usize {
+        match &self.ring.large {
+            Some(tx) => tx.config.message_bytes_max.max(self.payload_bytes_max()),
+            None => self.payload_bytes_max(),
+        }
+    }
+
+    /// The sender sequence number the next message gets, unless another thread (or a
+    /// null of the predicate thread) takes it first.
+    pub fn next_seq(&self) -> u64 {
+        self.ring.reserved()
     }
 
     /// Borrows the next slot. [`Error::WindowFull`] when every slot holds a message some
@@ -232,18 +282,60 @@ impl Sender {
     }
 
     /// Sends `payload` as one message (a loan, a copy, a commit); returns its sender
-    /// sequence number.
+    /// sequence number. A payload above the slot goes by RDMC when the subgroup has it
+    /// (copied once into the registered send buffer), in the same order; one above
+    /// [`Sender::message_bytes_max`] is [`Error::MessageTooLarge`] (or
+    /// [`Error::PayloadTooLarge`] without RDMC). [`Error::WindowFull`] also when every
+    /// RDMC send buffer holds a message some member has not consumed.
     pub fn try_send(&self, payload: &[u8]) -> Result<u64> {
         let max = self.payload_bytes_max();
         if payload.len() > max {
-            return Err(Error::PayloadTooLarge {
-                len: payload.len(),
-                max,
-            });
+            return self.send_large(payload);
         }
         let mut loan = self.try_loan()?;
         loan.write_at(0, payload)?;
         Ok(loan.commit())
+    }
+}
+
+impl Sender {
+    fn send_large(&self, payload: &[u8]) -> Result<u64> {
+        let ring = &self.ring;
+        let len = payload.len();
+        let Some(tx) = &ring.large else {
+            return Err(Error::PayloadTooLarge {
+                len,
+                max: ring.geom.slot_payload_bytes,
+            });
+        };
+        if len > tx.config.message_bytes_max {
+            return Err(Error::MessageTooLarge {
+                subgroup: ring.subgroup,
+                len,
+                max: tx.config.message_bytes_max,
+            });
+        }
+        let _order = tx.order.lock().unwrap_or_else(|p| p.into_inner());
+        let seq = tx.reserved.load(Ordering::Acquire) + 1;
+        if seq - 1 - tx.freed.load(Ordering::Acquire) >= tx.config.window_messages as u64 {
+            return Err(Error::WindowFull {
+                subgroup: ring.subgroup,
+            });
+        }
+        let mut loan = self.try_loan()?;
+        // A failed write drops the loan: a null takes the slot, the sequence number is
+        // not used.
+        tx.region.write_bytes(
+            RdmcGroup::buffer_offset(tx.members, &tx.config, seq),
+            payload,
+        )?;
+        let at = ring.geom.slot(ring.sender_rank, loan.index) + SLOT_HEADER_BYTES;
+        ring.region.store_u64(at, seq);
+        ring.region.store_u64(at + WORD_BYTES, len as u64);
+        tx.reserved.store(seq, Ordering::Release);
+        let index = loan.index;
+        loan.finish(RDMC_LEN);
+        Ok(index)
     }
 }
 

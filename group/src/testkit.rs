@@ -23,6 +23,7 @@
 //!         mode: DeliveryMode::Atomic,
 //!         window_slots: 4,
 //!         slot_payload_bytes: 64,
+//!         rdmc: None,
 //!     }],
 //! };
 //! let world = SimWorld::new(7, SimConfig::default());

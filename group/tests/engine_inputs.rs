@@ -22,6 +22,7 @@ fn spec() -> SubgroupSpec {
         mode: DeliveryMode::Atomic,
         window_slots: WINDOW,
         slot_payload_bytes: PAYLOAD,
+        rdmc: None,
     }
 }
 

@@ -2,8 +2,8 @@
 //! receiver) crashed mid-transfer. A failing seed is printed with the command that
 //! replays it.
 
-use spindle_group::rdmc::sim::{run_seed, RdmcSeedOutcome};
 use spindle_group::rdmc::ScheduleKind;
+use spindle_group::rdmc_sim::{run_seed, RdmcSeedOutcome};
 
 const SEEDS: u64 = 200;
 

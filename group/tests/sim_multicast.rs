@@ -103,6 +103,7 @@ fn one_subgroup(senders: Vec<u32>, window_slots: usize) -> Layout {
             mode: DeliveryMode::Atomic,
             window_slots,
             slot_payload_bytes: 32,
+            rdmc: None,
         }],
     }
 }

@@ -171,6 +171,10 @@ fn participant(
     cfg.topic_subgroups = a.topic_subgroups;
     // A Sequence is unbounded: size the slots for the payload, its CDR length and header.
     cfg.slot_payload_bytes = (a.size.max(a.bulk_size) + 128).min(64 * 1024);
+    if a.size.max(a.bulk_size) + 128 > 64 * 1024 {
+        // Larger samples go by RDMC (the writer declares its largest sample).
+        cfg.sample_bytes_max = a.size.max(a.bulk_size) + 128;
+    }
     if let Some(us) = a.spin_before_park_us {
         cfg.spin_before_park_us = us;
     }

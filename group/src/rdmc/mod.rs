@@ -92,8 +92,6 @@
 
 pub mod model;
 pub mod schedule;
-#[cfg(feature = "testkit")]
-pub mod sim;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -102,7 +100,7 @@ use spindle_transport_rdma::{NodeId, Region, WORD_BYTES, WRITE_BYTES_MAX};
 
 pub use schedule::{Schedule, ScheduleKind, Transfer};
 
-use crate::engine::Push;
+use crate::push::Push;
 use crate::{Error, Result};
 
 /// Largest [`RdmcConfig::window_messages`]: messages one RDMC group may have in flight,
@@ -385,6 +383,17 @@ impl RdmcGroup {
             events: VecDeque::new(),
             failed: None,
         })
+    }
+
+    /// Where the buffer of message `seq` (1, 2, …) starts in the region of a member of a
+    /// group of `members` members.
+    pub fn buffer_offset(members: usize, config: &RdmcConfig, seq: u64) -> usize {
+        Header::new(members, config).buffer(seq)
+    }
+
+    /// Messages this member has released (a receiver) or completed (the root).
+    pub fn released(&self) -> u64 {
+        self.released
     }
 
     /// This node.

@@ -39,6 +39,7 @@ use crate::engine::{EngineConfig, Techniques};
 use crate::error::Error;
 use crate::group::{Group, GroupConfig, GroupOutput, LayoutFn};
 use crate::layout::{DeliveryMode, Layout, SubgroupId, SubgroupSpec, View};
+use crate::rdmc::{RdmcConfig, ScheduleKind};
 use crate::runtime::drive;
 use crate::testkit::{SimCluster, SimNode};
 
@@ -58,10 +59,32 @@ pub const SG_TAIL: SubgroupId = 1;
 /// Every member, unordered; the first two send.
 pub const SG_UNORDERED: SubgroupId = 2;
 
+/// Slot payload of the swarm's subgroups: a message above it is large and goes by RDMC.
+pub const SWARM_SLOT_PAYLOAD_BYTES: usize = 96;
+/// The largest message of the swarm (its subgroups' RDMC `message_bytes_max`).
+pub const SWARM_MESSAGE_BYTES_MAX: usize = 3000;
+
+/// The swarm's RDMC settings for `seed` (schedule, block size and window vary with it).
+pub fn swarm_rdmc(seed: u64) -> RdmcConfig {
+    let schedule = [
+        ScheduleKind::BinomialPipeline,
+        ScheduleKind::Chain,
+        ScheduleKind::BinomialTree,
+        ScheduleKind::Sequential,
+    ][(seed % 4) as usize];
+    RdmcConfig {
+        block_bytes: 256 << (seed / 4 % 3),
+        message_bytes_max: SWARM_MESSAGE_BYTES_MAX,
+        schedule,
+        window_messages: 1 + (seed / 12 % 2) as usize,
+    }
+}
+
 /// The swarm's deterministic layout function: [`SG_ALL`] (every member sends, atomic),
-/// [`SG_TAIL`] (ranks 1.., the first two send, atomic) and [`SG_UNORDERED`]; a view of
-/// fewer than 3 members is inadequate.
-pub fn swarm_layout(window_slots: usize) -> LayoutFn {
+/// [`SG_TAIL`] (ranks 1.., the first two send, atomic) and [`SG_UNORDERED`], each with
+/// large messages by RDMC when `rdmc` is set; a view of fewer than 3 members is
+/// inadequate.
+pub fn swarm_layout(window_slots: usize, rdmc: Option<RdmcConfig>) -> LayoutFn {
     Arc::new(move |view: &View| {
         let m = &view.members;
         if m.len() < 3 {
@@ -77,7 +100,8 @@ pub fn swarm_layout(window_slots: usize) -> LayoutFn {
             senders,
             mode,
             window_slots,
-            slot_payload_bytes: 96,
+            slot_payload_bytes: SWARM_SLOT_PAYLOAD_BYTES,
+            rdmc: rdmc.clone(),
         };
         Ok(Layout {
             subgroups: vec![
@@ -165,6 +189,9 @@ pub struct Scenario {
     pub send_percent: u32,
     /// Send window of every subgroup.
     pub window_slots: usize,
+    /// Percent of sends that are large (above the slot, by RDMC, up to
+    /// [`SWARM_MESSAGE_BYTES_MAX`]); 0 runs the subgroups without RDMC.
+    pub large_percent: u32,
     /// Whether the liveness phase restarts crashed and shut-down nodes.
     pub restart_in_liveness: bool,
     /// Apply every fault even when more than a minority would be impaired (scripted
@@ -183,6 +210,7 @@ impl Scenario {
             liveness_rounds_max: 60_000,
             send_percent: 30,
             window_slots: 8,
+            large_percent: 0,
             restart_in_liveness: true,
             unbounded_faults: false,
         }
@@ -292,6 +320,8 @@ pub fn scenario_for_seed(seed: u64, cfg: &SwarmConfig) -> Scenario {
         }
     }
     s.safety_rounds = round + 300;
+    // Drawn last, so the faults of a seed stay what they were before large messages.
+    s.large_percent = [0, 10, 25][rng.gen_range(0..3)];
     s
 }
 
@@ -310,6 +340,12 @@ pub struct Report {
     pub views_installed: u64,
     /// Application messages delivered, summed over nodes.
     pub messages_delivered: u64,
+    /// Of those, large ones (by RDMC).
+    pub large_delivered: u64,
+    /// Large deliveries in a later view than the one the sender was in when it sent: the
+    /// message was cut off by a view change (its RDMC transfer, or its stability, was
+    /// incomplete at the trim) and re-sent.
+    pub large_later_view: u64,
     /// Faults that fired.
     pub faults_fired: usize,
     /// Every view installed: `(round, node, vid, members)`, in order.
@@ -405,6 +441,10 @@ struct Cluster {
     /// Nodes asked to leave.
     leaving: BTreeSet<NodeId>,
     delivered_total: u64,
+    large_delivered: u64,
+    /// Large messages sent, with the view their sender was in.
+    large_sent_in: BTreeMap<MsgId, u32>,
+    large_later_view: u64,
     delivery_hash: u64,
     /// Print every non-delivery output (set by `SPINDLE_SWARM_DEBUG`).
     debug: bool,
@@ -500,7 +540,10 @@ impl Cluster {
         };
         let cfg = GroupConfig {
             engine: EngineConfig { techniques },
-            layout: swarm_layout(sc.window_slots),
+            layout: swarm_layout(
+                sc.window_slots,
+                (sc.large_percent > 0).then(|| swarm_rdmc(seed)),
+            ),
             activation_timeout_us: 60_000,
             join_retry_us: 3_000,
         };
@@ -533,6 +576,9 @@ impl Cluster {
             cut_off: BTreeSet::new(),
             leaving: BTreeSet::new(),
             delivered_total: 0,
+            large_delivered: 0,
+            large_sent_in: BTreeMap::new(),
+            large_later_view: 0,
             delivery_hash: 0xcbf2_9ce4_8422_2325,
             debug: std::env::var_os("SPINDLE_SWARM_DEBUG").is_some(),
             view_log: Vec::new(),
@@ -596,6 +642,8 @@ impl Cluster {
             liveness_failure,
             views_installed,
             messages_delivered: self.delivered_total,
+            large_delivered: self.large_delivered,
+            large_later_view: self.large_later_view,
             faults_fired: self.fired.iter().filter(|f| **f).count(),
             views: self.view_log,
             shutdowns: self.shutdown_log,
@@ -814,7 +862,13 @@ impl Cluster {
                 continue;
             }
             let sg = [SG_ALL, SG_TAIL, SG_UNORDERED][self.sim.rng.gen_range(0..3)];
-            let len = self.sim.rng.gen_range(20..=96);
+            let len = if self.sim.rng.gen_range(0..100) < self.sc.large_percent {
+                self.sim
+                    .rng
+                    .gen_range(SWARM_SLOT_PAYLOAD_BYTES + 1..=SWARM_MESSAGE_BYTES_MAX)
+            } else {
+                self.sim.rng.gen_range(20..=SWARM_SLOT_PAYLOAD_BYTES)
+            };
             let n = self.sim.nodes.get_mut(&id).expect("live node");
             let Some(g) = n.group.as_ref() else {
                 continue;
@@ -831,6 +885,10 @@ impl Cluster {
                 Ok(_) => {
                     n.counter += 1;
                     n.sent.push((sg, msg));
+                    if len > SWARM_SLOT_PAYLOAD_BYTES {
+                        let vid = n.views.last().map_or(0, |v| v.vid);
+                        self.large_sent_in.insert(msg, vid);
+                    }
                 }
                 Err(Error::WindowFull { .. } | Error::Wedged { .. }) => {}
                 Err(e) => self
@@ -870,10 +928,16 @@ impl Cluster {
                 let sg = b.subgroup();
                 for m in b.iter() {
                     self.delivered_total += 1;
+                    if m.payload.len() > SWARM_SLOT_PAYLOAD_BYTES {
+                        self.large_delivered += 1;
+                    }
                     let list = n.state.entry(sg).or_default();
                     let Some(msg) = self.checker.delivery(id, vid, sg, m.payload, list) else {
                         continue;
                     };
+                    if self.large_sent_in.get(&msg).is_some_and(|v| *v < vid) {
+                        self.large_later_view += 1;
+                    }
                     list.push(msg);
                     n.per_view.entry((vid, sg)).or_default().push(msg);
                     fnv(&mut self.delivery_hash, &id.to_le_bytes());

@@ -107,6 +107,25 @@ impl Sim {
     pub fn send(&mut self, node: NodeId, subgroup: SubgroupId, len: usize) -> bool {
         let seed = self.seed;
         let sender = self.engine(node).sender(subgroup).unwrap();
+        if len > sender.payload_bytes_max() {
+            // A large message, by RDMC in the same order (the harness is one thread: the
+            // next sequence number is known before the send).
+            let seq = sender.next_seq();
+            let bytes = payload(subgroup, node, seq, len);
+            return match sender.try_send(&bytes) {
+                Ok(got) => {
+                    assert_eq!(got, seq, "seed {seed}: sender seq");
+                    self.sent
+                        .entry((subgroup, node))
+                        .or_default()
+                        .insert(seq, bytes.len());
+                    true
+                }
+                Err(Error::WindowFull { .. }) => false,
+                Err(Error::Wedged { .. }) if self.any_crashed() => false,
+                Err(e) => panic!("seed {seed}: send: {e}"),
+            };
+        }
         match sender.try_loan() {
             Ok(mut loan) => {
                 let seq = loan.seq();
@@ -332,6 +351,7 @@ pub fn overlapping_layout(window_slots: usize, slot_payload_bytes: usize) -> Lay
         mode,
         window_slots,
         slot_payload_bytes,
+        rdmc: None,
     };
     Layout {
         subgroups: vec![

@@ -13,9 +13,9 @@
 //! The same seed gives the same run and the same [`RdmcSeedOutcome::trace_hash`].
 //!
 //! ```
-//! let outcome = spindle_group::rdmc::sim::run_seed(3);
+//! let outcome = spindle_group::rdmc_sim::run_seed(3);
 //! assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
-//! assert_eq!(spindle_group::rdmc::sim::run_seed(3).trace_hash, outcome.trace_hash);
+//! assert_eq!(spindle_group::rdmc_sim::run_seed(3).trace_hash, outcome.trace_hash);
 //! ```
 
 use std::collections::BTreeMap;
@@ -26,7 +26,7 @@ use rand_chacha::ChaCha8Rng;
 use spindle_transport_rdma::sim::{SimConfig, SimEndpoint, SimWorld};
 use spindle_transport_rdma::{Endpoint, Event, NodeId, RegionId};
 
-use super::{RdmcConfig, RdmcEvent, RdmcGroup, ScheduleKind};
+use crate::rdmc::{RdmcConfig, RdmcEvent, RdmcGroup, ScheduleKind};
 use crate::testkit::{SimCluster, SimNode, CONNECT_STEPS_MAX};
 use crate::{Error, Result};
 

@@ -1,0 +1,205 @@
+//! Large samples in deterministic simulation: with `sample_bytes_max` set, a sample above
+//! the slot is written by RDMC with the same API and delivered in the one total order of
+//! its topic's subgroup, among the small samples of the same topic, intact, to every
+//! reader. Each test runs several seeds; a failure prints its seed and the command that
+//! reproduces it (`SPINDLE_SIM_SEED=<seed> cargo test -p spindle-dds-core --test
+//! sim_large <test>`).
+
+mod common;
+use common::{atomic, keep_all};
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use spindle_dds_core::sim::SimDomain;
+use spindle_dds_core::{DataReader, DataWriter, DomainParticipant, Error, StateMask};
+use spindle_qos::{DataWriterQos, DomainParticipantQos};
+use spindle_topics::Sequence;
+
+/// Seeds each test runs (override with `SPINDLE_SIM_SEED`).
+const SEEDS: std::ops::RangeInclusive<u64> = 1..=3;
+/// Rounds a test waits for something before it fails.
+const ROUNDS_MAX: u64 = 400_000;
+/// The participants' `sample_bytes_max`.
+const SAMPLE_BYTES_MAX: usize = 2 << 20;
+/// Samples each writer writes.
+const SAMPLES_PER_WRITER: u64 = 9;
+
+fn for_seeds(name: &str, test: impl Fn(u64)) {
+    let seeds: Vec<u64> = match std::env::var("SPINDLE_SIM_SEED") {
+        Ok(s) => vec![s.parse().expect("SPINDLE_SIM_SEED is a number")],
+        Err(_) => SEEDS.collect(),
+    };
+    for seed in seeds {
+        if let Err(e) = catch_unwind(AssertUnwindSafe(|| test(seed))) {
+            eprintln!(
+                "{name} failed with seed {seed}; reproduce: SPINDLE_SIM_SEED={seed} cargo test \
+                 -p spindle-dds-core --test sim_large {name}"
+            );
+            std::panic::resume_unwind(e);
+        }
+    }
+}
+
+fn domain(seed: u64, n: u32, sample_bytes_max: usize) -> (SimDomain, Vec<DomainParticipant>) {
+    let d = SimDomain::new(seed);
+    let ps = (1..=n)
+        .map(|id| {
+            d.participant_with(id, DomainParticipantQos::default(), |c| {
+                c.sample_bytes_max = sample_bytes_max;
+            })
+            .expect("participant")
+        })
+        .collect();
+    (d, ps)
+}
+
+/// A payload of `len` bytes naming its writer and index, the rest a pattern of them.
+fn payload(writer: u32, i: u64, len: usize) -> Vec<u8> {
+    let mut p = Vec::with_capacity(len);
+    p.extend_from_slice(&writer.to_le_bytes());
+    p.extend_from_slice(&i.to_le_bytes());
+    let mut x = (u64::from(writer) << 32) ^ i;
+    while p.len() < len {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        p.push((x >> 56) as u8);
+    }
+    p
+}
+
+fn parse(p: &[u8]) -> (u32, u64) {
+    let w = u32::from_le_bytes(p[..4].try_into().expect("4 bytes"));
+    let i = u64::from_le_bytes(p[4..12].try_into().expect("8 bytes"));
+    (w, i)
+}
+
+/// Sizes of writer `w`'s samples: small ones (100 B) and large ones (64 KiB … 1.9 MiB)
+/// interleaved.
+fn size(seed: u64, w: u32, i: u64) -> usize {
+    if (i + u64::from(w) + seed) % 3 == 0 {
+        100
+    } else {
+        (64 << 10) + ((i * 211_000 + seed * 7_919) as usize % (SAMPLE_BYTES_MAX - (128 << 10)))
+    }
+}
+
+/// What a reader got: (view, order index, writer, index, bytes).
+type Got = (u32, u64, u32, u64, usize);
+
+fn endpoints(p: &DomainParticipant, topic: &str) -> (DataReader<Sequence>, DataWriter<Sequence>) {
+    let t = p.create_topic::<Sequence>(topic, atomic()).unwrap();
+    let r = p
+        .create_subscriber(Default::default())
+        .unwrap()
+        .create_datareader(&t, keep_all(&atomic()))
+        .unwrap();
+    let w = p
+        .create_publisher(Default::default())
+        .unwrap()
+        .create_datawriter(&t, DataWriterQos::from_topic_qos(&atomic()))
+        .unwrap();
+    (r, w)
+}
+
+#[test]
+fn large_and_small_samples_of_a_topic_arrive_in_one_order_intact() {
+    for_seeds(
+        "large_and_small_samples_of_a_topic_arrive_in_one_order_intact",
+        |seed| {
+            let (d, ps) = domain(seed, 3, SAMPLE_BYTES_MAX);
+            let eps: Vec<_> = ps.iter().map(|p| endpoints(p, "terrain-tiles")).collect();
+            for (_, w) in &eps {
+                w.wait_for_readers(3, Duration::from_secs(60)).unwrap();
+            }
+            // Writers 1 and 2 write; 3 only reads.
+            for i in 0..SAMPLES_PER_WRITER {
+                for (k, (_, w)) in eps.iter().take(2).enumerate() {
+                    let wid = k as u32 + 1;
+                    let data = Sequence {
+                        payload: payload(wid, i, size(seed, wid, i)),
+                    };
+                    w.write(&data)
+                        .unwrap_or_else(|e| panic!("seed {seed}: write: {e}"));
+                }
+            }
+            let want = 2 * SAMPLES_PER_WRITER as usize;
+            let mut got: Vec<Vec<Got>> = vec![Vec::new(); 3];
+            let done = d.run_until(ROUNDS_MAX, || {
+                for (n, (r, _)) in eps.iter().enumerate() {
+                    for s in r.take(usize::MAX, StateMask::ANY).unwrap() {
+                        let data = s.data.expect("valid data");
+                        let (w, i) = parse(&data.payload);
+                        assert_eq!(
+                            data.payload,
+                            payload(w, i, size(seed, w, i)),
+                            "seed {seed}: reader {n}: sample {i} of writer {w} corrupted"
+                        );
+                        got[n].push((s.info.view_id, s.info.order_index, w, i, data.payload.len()));
+                    }
+                }
+                got.iter().all(|g| g.len() >= want)
+            });
+            assert!(
+                done,
+                "seed {seed}: readers got {:?} of {want}",
+                got.iter().map(Vec::len).collect::<Vec<_>>()
+            );
+            for g in &got {
+                assert_eq!(g.len(), want, "seed {seed}: no duplicates");
+                assert_eq!(g, &got[0], "seed {seed}: every reader, one order");
+                for w in 1..=2 {
+                    let seq: Vec<u64> = g.iter().filter(|s| s.2 == w).map(|s| s.3).collect();
+                    assert_eq!(
+                        seq,
+                        (0..SAMPLES_PER_WRITER).collect::<Vec<_>>(),
+                        "seed {seed}: writer {w}'s order"
+                    );
+                }
+            }
+            let large = got[0].iter().filter(|s| s.4 > 64 << 10).count();
+            assert!(large >= 8, "seed {seed}: only {large} large samples");
+            assert!(
+                got[0].iter().any(|s| s.4 == 100),
+                "seed {seed}: small samples too"
+            );
+        },
+    );
+}
+
+#[test]
+fn a_sample_above_the_limit_is_out_of_resources_naming_the_setting() {
+    for_seeds(
+        "a_sample_above_the_limit_is_out_of_resources_naming_the_setting",
+        |seed| {
+            let (_d, ps) = domain(seed, 1, SAMPLE_BYTES_MAX);
+            let (_, w) = endpoints(&ps[0], "big");
+            let too_big = Sequence {
+                payload: vec![1; SAMPLE_BYTES_MAX],
+            };
+            match w.write(&too_big) {
+                Err(Error::OutOfResources(m)) => {
+                    assert!(m.contains("sample_bytes_max = 2097152"), "{m}")
+                }
+                other => panic!("seed {seed}: {other:?}"),
+            }
+            // The writer still writes what fits.
+            w.write(&Sequence {
+                payload: vec![2; 1 << 20],
+            })
+            .unwrap();
+            // Without the setting, a sample above the slot is refused the same way.
+            let (_d, ps) = domain(seed, 1, 0);
+            let (_, w) = endpoints(&ps[0], "big");
+            match w.write(&Sequence {
+                payload: vec![3; 10_000],
+            }) {
+                Err(Error::OutOfResources(m)) => {
+                    assert!(m.contains("sample_bytes_max = 0"), "{m}")
+                }
+                other => panic!("seed {seed}: {other:?}"),
+            }
+        },
+    );
+}

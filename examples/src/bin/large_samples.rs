@@ -1,0 +1,214 @@
+//! Large samples across processes: three participants (separate processes) share one
+//! topic of `Spindle::Sequence` samples; each writes small (100 B … 2 KiB) and large
+//! (1 MiB … 16 MiB, by RDMC) samples interleaved, and every reader logs what it took. The
+//! logs must be identical: one order for small and large samples together, every sample
+//! intact (each process checks the bytes of every sample it takes).
+//!
+//! `large_samples [--transport tcp|shm] [--out DIR]` runs the domain;
+//! `large_samples member ...` is one process of it (started by the former).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use spindle_dds_core::{DomainParticipantFactory, ParticipantConfig, StateMask};
+use spindle_examples::large_samples::{payload, sizes, PARTICIPANTS, SAMPLE_BYTES_MAX, TOPIC};
+use spindle_qos::{DataReaderQos, DataWriterQos, History, Reliability, TopicQos};
+use spindle_topics::Sequence;
+
+use spindle_examples::procs::{free_port, member_config, BoxError, Proc};
+
+/// How long a process may take for one step before the domain gives up.
+const STEP_TIMEOUT: Duration = Duration::from_secs(180);
+
+#[derive(Parser)]
+#[command(about = "Three processes, small and 1-16 MiB samples on one topic, one order")]
+struct Args {
+    /// tcp or shm.
+    #[arg(long, default_value = "tcp")]
+    transport: String,
+    /// Write each reader's log to `DIR/<node>.log`.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    #[command(subcommand)]
+    member: Option<Member>,
+}
+
+#[derive(Subcommand)]
+enum Member {
+    /// One process of the domain (started by the domain itself).
+    Member {
+        node: u32,
+        transport: String,
+        listen: String,
+        contact: String,
+        out: PathBuf,
+    },
+}
+
+fn main() {
+    let args = Args::parse();
+    let r = match args.member {
+        Some(Member::Member {
+            node,
+            transport,
+            listen,
+            contact,
+            out,
+        }) => member(node, &transport, &listen, &contact, &out),
+        None => domain(&args.transport, args.out),
+    };
+    if let Err(e) = r {
+        eprintln!("large_samples: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn member(
+    node: u32,
+    transport: &str,
+    listen: &str,
+    contact: &str,
+    out: &Path,
+) -> Result<(), BoxError> {
+    let mut cfg = member_config(node, transport, listen, contact)?;
+    cfg.entity_timeout_ms = 60_000;
+    cfg.sample_bytes_max = SAMPLE_BYTES_MAX;
+    // This run is about one order for small and large samples, not failure detection: on
+    // a loaded host a debug build copying 16 MiB samples may stall a process for tens of
+    // milliseconds, which the default floor (50 ms) would take for a hung member.
+    cfg.fabric.suspect_floor_ms = 5_000;
+    cfg.fabric.suspect_ceiling_ms = 10_000;
+    let p = DomainParticipantFactory::instance().create_participant(0, Default::default(), &cfg)?;
+    let mut stdin = BufReader::new(std::io::stdin());
+    let say = |line: &str| -> Result<(), BoxError> {
+        println!("{line}");
+        std::io::stdout().flush()?;
+        Ok(())
+    };
+    let next = |stdin: &mut BufReader<std::io::Stdin>| -> String {
+        let mut l = String::new();
+        let _ = stdin.read_line(&mut l);
+        l.trim().to_string()
+    };
+    say("JOINED")?;
+    if next(&mut stdin) != "CREATE" {
+        return Ok(());
+    }
+    let qos = TopicQos::default().with_reliability(Reliability::reliable());
+    let mut wqos = DataWriterQos::from_topic_qos(&qos);
+    wqos.reliability.max_blocking_time = spindle_qos::Duration::from_secs(60);
+    let t = p.create_topic::<Sequence>(TOPIC, qos.clone())?;
+    let r = p.create_subscriber(Default::default())?.create_datareader(
+        &t,
+        DataReaderQos::from_topic_qos(&qos).with_history(History::keep_all()),
+    )?;
+    let w = p
+        .create_publisher(Default::default())?
+        .create_datawriter(&t, wqos)?;
+    w.wait_for_readers(PARTICIPANTS, STEP_TIMEOUT)?;
+    say("CREATED")?;
+    if next(&mut stdin) != "WRITE" {
+        return Ok(());
+    }
+    for (i, len) in sizes(node).into_iter().enumerate() {
+        w.write(&Sequence {
+            payload: payload(node, i as u64, len),
+        })?;
+    }
+    say("WROTE")?;
+    let want = (1..=PARTICIPANTS).map(|n| sizes(n).len()).sum::<usize>();
+    let mut lines = Vec::new();
+    let deadline = std::time::Instant::now() + STEP_TIMEOUT;
+    while lines.len() < want {
+        if std::time::Instant::now() > deadline {
+            return Err(format!("node {node}: took {} of {want} samples", lines.len()).into());
+        }
+        for s in r.take(usize::MAX, StateMask::ANY)? {
+            let data = s.data.as_ref().ok_or("a sample without data")?;
+            let (from, i) = spindle_examples::large_samples::parse(&data.payload)
+                .ok_or("a sample too short to name its writer")?;
+            let len = data.payload.len();
+            if data.payload != payload(from, i, len) {
+                return Err(
+                    format!("node {node}: sample {i} of {from} ({len} bytes) corrupted").into(),
+                );
+            }
+            lines.push(format!(
+                "{} {} {} {from}.{i}.{len} {}",
+                s.info.view_id, s.info.order_index, s.info.publication_handle, s.info.writer_seq
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::fs::create_dir_all(out)?;
+    std::fs::write(out.join(format!("{node}.log")), lines.join("\n") + "\n")?;
+    say("DONE")?;
+    // Stay a member until the domain ends, so no view change cuts the others.
+    let _ = next(&mut stdin);
+    Ok(())
+}
+
+fn domain(transport: &str, out: Option<PathBuf>) -> Result<(), BoxError> {
+    let out = out.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("spindle-large-samples-{}", std::process::id()))
+    });
+    std::fs::create_dir_all(&out)?;
+    let ns = format!("ls{}", std::process::id());
+    let listen_of = || -> Result<String, BoxError> {
+        Ok(match transport {
+            "tcp" => format!("127.0.0.1:{}", free_port()?),
+            "shm" => ns.clone(),
+            t => return Err(format!("--transport {t:?}: tcp or shm").into()),
+        })
+    };
+    let first = listen_of()?;
+    let contact = match transport {
+        "tcp" => first.clone(),
+        _ => ParticipantConfig::shm_address(&ns, 1),
+    };
+    println!(
+        "large_samples: {PARTICIPANTS} processes over {transport}, topic {TOPIC}, \
+         sample_bytes_max {SAMPLE_BYTES_MAX}; logs in {}",
+        out.display()
+    );
+    let spawn = |node: u32, listen: &str| {
+        let args: Vec<String> = ["member", &node.to_string(), transport, listen, &contact]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([out.to_string_lossy().to_string()])
+            .collect();
+        Proc::spawn_self(&format!("participant {node}"), &args)
+    };
+    let mut procs = vec![spawn(1, &first)?];
+    procs[0].expect("JOINED", STEP_TIMEOUT)?;
+    for node in 2..=PARTICIPANTS {
+        let p = spawn(node, &listen_of()?)?;
+        p.expect("JOINED", STEP_TIMEOUT)?;
+        procs.push(p);
+    }
+    for step in [("CREATE", "CREATED"), ("WRITE", "WROTE")] {
+        for p in &mut procs {
+            p.say(step.0);
+        }
+        for p in &procs {
+            p.expect(step.1, STEP_TIMEOUT)?;
+        }
+    }
+    for p in &procs {
+        p.expect("DONE", STEP_TIMEOUT)?;
+    }
+    for p in &mut procs {
+        p.say("EXIT");
+        p.stdin = None;
+    }
+    for p in &mut procs {
+        let st = p.child.wait()?;
+        if !st.success() {
+            return Err(format!("{} exited with {st}", p.name).into());
+        }
+    }
+    println!("  every participant logged its reader");
+    Ok(())
+}

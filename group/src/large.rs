@@ -1,0 +1,251 @@
+//! Large messages in a subgroup's total order (Derecho §3.6): the engine's side of the
+//! subgroup's RDMC groups.
+//!
+//! A subgroup with an RDMC configuration ([`crate::SubgroupSpec::rdmc`]) has one
+//! [`RdmcGroup`] per sender, made at view installation from the view (root = that sender,
+//! then the other members in subgroup order; region ids from [`rdmc_region_id`]) and
+//! dropped with the engine at the view change. A sender writes a large message into its
+//! next send buffer and announces it in its next SMC slot ([`RDMC_LEN`]: RDMC sequence
+//! number and size), so the slot sequence keeps the round-robin order; the RDMC group
+//! moves the bytes. A member counts that slot as **received** (its `received_num` for
+//! the sender moves past it) only once the RDMC transfer of that message completed
+//! locally, so stability — the minimum over members — waits for every member to hold the
+//! whole message, exactly as for SMC, and the ragged trim of a view change never keeps an
+//! incomplete one. Delivery copies the message out of the RDMC buffer into the delivery
+//! batch and releases the buffer; a sender reuses a send buffer only once the message it
+//! held is consumed by every member (as a slot is) and posted, so a message past a trim
+//! can still be re-sent from it in the next view.
+
+use std::collections::VecDeque;
+
+use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES};
+
+use crate::error::Result;
+use crate::layout::{rdmc_region_id, Geometry, SubgroupSpec, SLOT_HEADER_BYTES};
+use crate::push::Push;
+use crate::rdmc::{RdmcConfig, RdmcEvent, RdmcGroup, RDMC_WINDOW_MESSAGES_MAX};
+use crate::smc::LargeTx;
+
+/// The subgroup's RDMC groups as one member sees them.
+pub(crate) struct Large {
+    /// Per sender rank: this node's part of that sender's RDMC group.
+    groups: Vec<RdmcGroup>,
+    config: RdmcConfig,
+    /// This node's sender rank, if it sends.
+    own: Option<usize>,
+    /// Per sender rank: messages completed here and not yet delivered, `(seq, size)`,
+    /// oldest first (at most the RDMC window).
+    completed: Vec<VecDeque<(u64, usize)>>,
+    /// Per sender rank: the RDMC sequence number the next announcement must carry.
+    next_seq: Vec<u64>,
+    /// Own messages committed and whose send buffer is not free yet: `(seq, slot index)`.
+    own_pending: VecDeque<(u64, u64)>,
+}
+
+impl Large {
+    /// The RDMC groups of `spec` (numbered from `first` in the layout) for `node`, and the
+    /// sender side shared with the ring when `node` sends.
+    pub(crate) fn new(
+        node: NodeId,
+        vid: u32,
+        spec: &SubgroupSpec,
+        config: &RdmcConfig,
+        first: usize,
+        mut register: impl FnMut(RegionId, usize) -> Result<Region>,
+    ) -> Result<(Large, Option<LargeTx>)> {
+        let mut groups = Vec::new();
+        let mut tx = None;
+        let own = spec.senders.iter().position(|s| *s == node);
+        for (r, sender) in spec.senders.iter().enumerate() {
+            let mut members = vec![*sender];
+            members.extend(spec.members.iter().copied().filter(|m| m != sender));
+            let bytes = RdmcGroup::region_bytes(members.len(), config);
+            let region = register(rdmc_region_id(vid, first + r), bytes)?;
+            if own == Some(r) {
+                tx = Some(LargeTx::new(region.clone(), members.len(), config.clone()));
+            }
+            groups.push(RdmcGroup::new(node, members, config.clone(), region)?);
+        }
+        let senders = spec.senders.len();
+        Ok((
+            Large {
+                groups,
+                config: config.clone(),
+                own,
+                completed: vec![VecDeque::new(); senders],
+                next_seq: vec![1; senders],
+                own_pending: VecDeque::new(),
+            },
+            tx,
+        ))
+    }
+
+    /// The region ids of the groups (one per sender).
+    pub(crate) fn regions(&self) -> impl Iterator<Item = RegionId> + '_ {
+        self.groups.iter().map(|g| g.region().id())
+    }
+
+    /// Runs every group once and takes its events. `Err` names the member whose failure
+    /// (or breach) ended a group.
+    pub(crate) fn step(&mut self) -> std::result::Result<bool, (NodeId, String)> {
+        let mut work = false;
+        for (r, g) in self.groups.iter_mut().enumerate() {
+            work |= g.step();
+            while let Some(e) = g.poll_event() {
+                match e {
+                    RdmcEvent::Completed { seq, size_bytes } if Some(r) != self.own => {
+                        self.completed[r].push_back((seq, size_bytes));
+                        // Invariant: a receiver holds at most a window of messages.
+                        assert!(self.completed[r].len() <= RDMC_WINDOW_MESSAGES_MAX);
+                    }
+                    RdmcEvent::Failed { seq, peer } => {
+                        let root = g.members()[0];
+                        return Err((
+                            peer,
+                            format!("the RDMC group of sender {root} failed (message {seq})"),
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(work)
+    }
+
+    /// The own message in slot `k` (just committed) goes out by RDMC.
+    pub(crate) fn on_commit(&mut self, region: &Region, geom: &Geometry, k: u64) {
+        let Some(own) = self.own else { return };
+        let (seq, size) = announcement(region, geom, own, k);
+        // Invariant: the sender wrote its announcements in RDMC order (LargeTx::order).
+        assert_eq!(
+            seq, self.next_seq[own],
+            "own RDMC announcements out of order"
+        );
+        self.next_seq[own] += 1;
+        self.own_pending.push_back((seq, k));
+        if let Err(e) = self.groups[own].send_in_place(size as usize) {
+            // Only a failed group refuses (LargeTx bounds the window): its Failed event
+            // stops the subgroup.
+            tracing::debug!(seq, error = %e, "RDMC send refused");
+        }
+    }
+
+    /// How many own messages' send buffers are free: those consumed by every member
+    /// (`consumed(k)` for their slot) and completed by the RDMC group.
+    pub(crate) fn free_own(&mut self, consumed: impl Fn(u64) -> bool) -> Option<u64> {
+        let own = self.own?;
+        let posted = self.groups[own].released();
+        let mut freed = None;
+        while let Some(&(seq, k)) = self.own_pending.front() {
+            if seq > posted || !consumed(k) {
+                break;
+            }
+            self.own_pending.pop_front();
+            freed = Some(seq);
+        }
+        freed
+    }
+
+    /// Receive predicate, for the announcement in slot `k` of sender `rank`: `Ok(true)`
+    /// when its message is complete here (the slot counts as received), `Ok(false)` while
+    /// it is not, `Err` when the announcement breaks the protocol.
+    pub(crate) fn receive(
+        &mut self,
+        region: &Region,
+        geom: &Geometry,
+        rank: usize,
+        k: u64,
+    ) -> std::result::Result<bool, String> {
+        let (seq, size) = announcement(region, geom, rank, k);
+        if seq != self.next_seq[rank] {
+            return Err(format!(
+                "slot {k} announces RDMC message {seq}, expected {}",
+                self.next_seq[rank]
+            ));
+        }
+        if size == 0 || size > self.config.message_bytes_max as u64 {
+            return Err(format!(
+                "slot {k} announces an RDMC message of {size} bytes, the largest is {}",
+                self.config.message_bytes_max
+            ));
+        }
+        match self.completed[rank].iter().find(|(s, _)| *s == seq) {
+            None => Ok(false),
+            Some((_, got)) if *got as u64 != size => Err(format!(
+                "RDMC message {seq} has {got} bytes, its slot announced {size}"
+            )),
+            Some(_) => {
+                self.next_seq[rank] += 1;
+                Ok(true)
+            }
+        }
+    }
+
+    /// The size of the message announced in slot `k` of sender `rank`.
+    pub(crate) fn size(region: &Region, geom: &Geometry, rank: usize, k: u64) -> usize {
+        announcement(region, geom, rank, k).1 as usize
+    }
+
+    /// Copies the message announced in slot `k` of sender `rank` into `out` (its size,
+    /// see [`Large::size`]) and, on a receiver, releases its buffer. `copy: false` only
+    /// releases (a re-send this node delivered in an earlier view).
+    pub(crate) fn take(
+        &mut self,
+        region: &Region,
+        geom: &Geometry,
+        rank: usize,
+        k: u64,
+        out: Option<&mut [u8]>,
+    ) -> Result<()> {
+        let (seq, _) = announcement(region, geom, rank, k);
+        let g = &mut self.groups[rank];
+        let at = RdmcGroup::buffer_offset(g.members().len(), &self.config, seq);
+        let read = out.map_or(Ok(()), |out| g.region().read_bytes(at, out));
+        if Some(rank) != self.own {
+            // Invariant: messages are delivered in their sender's order, each after its
+            // completion here (receive), so the oldest completed one is this one.
+            assert_eq!(
+                self.completed[rank].pop_front().map(|(s, _)| s),
+                Some(seq),
+                "RDMC message delivered out of order"
+            );
+            g.release();
+        }
+        Ok(read?)
+    }
+
+    /// Copies the message announced in slot `k` of sender `rank` into `out`, keeping it
+    /// (an own message past a trim, re-sent in the next view: its send buffer is not
+    /// reused before every member consumed it).
+    pub(crate) fn peek(
+        &self,
+        region: &Region,
+        geom: &Geometry,
+        rank: usize,
+        k: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let (seq, _) = announcement(region, geom, rank, k);
+        let g = &self.groups[rank];
+        let at = RdmcGroup::buffer_offset(g.members().len(), &self.config, seq);
+        Ok(g.region().read_bytes(at, out)?)
+    }
+
+    /// Posts the groups' queued writes through `post` (see [`RdmcGroup::drain_writes`]).
+    pub(crate) fn drain(
+        &mut self,
+        scratch: &mut Vec<u8>,
+        mut post: impl FnMut(&Push, &[u8]) -> spindle_transport_rdma::Result<()>,
+    ) -> usize {
+        self.groups
+            .iter_mut()
+            .map(|g| g.drain_writes(scratch, &mut post))
+            .sum()
+    }
+}
+
+/// The RDMC sequence number and size an announcement slot carries.
+fn announcement(region: &Region, geom: &Geometry, rank: usize, k: u64) -> (u64, u64) {
+    let at = geom.slot(rank, k) + SLOT_HEADER_BYTES;
+    (region.load_u64(at), region.load_u64(at + WORD_BYTES))
+}

@@ -387,4 +387,6 @@ pub(crate) struct TopicInner {
     pub(crate) participant: Arc<ParticipantInner>,
     pub(crate) ident: Arc<TopicIdentity>,
     pub(crate) qos: TopicQos,
+    /// The DDS type name (`T::TYPE_NAME`, or the one given for a raw CDR topic).
+    pub(crate) type_name: String,
 }

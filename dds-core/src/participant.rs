@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use spindle_group::{Group, GroupConfig, LocalFabric, View};
 use spindle_qos::{DomainParticipantQos, PublisherQos, SubscriberQos, TopicQos};
-use spindle_topics::TopicType;
+use spindle_topics::{CdrSample, TopicType};
 use spindle_transport_rdma::{Endpoint, NodeId};
 
 use crate::clock::WallClock;
@@ -217,6 +217,74 @@ impl DomainParticipant {
     /// again with the same type returns another handle to it; with another type,
     /// `PreconditionNotMet`. `LoggedStore` (PERSISTENT) is not supported yet.
     pub fn create_topic<T: TopicType>(&self, name: &str, qos: TopicQos) -> Result<Topic<T>> {
+        if T::TYPE_NAME_AT_RUNTIME {
+            return Err(Error::BadParameter(format!(
+                "topic {name:?}: {} carries any type; create it with create_cdr_topic and \
+                 the DDS type name",
+                T::TYPE_NAME
+            )));
+        }
+        self.register_topic(name, T::TYPE_NAME, qos)
+    }
+
+    /// Registers topic `name` of the DDS type `type_name` for samples moved as CDR bytes
+    /// ([`CdrSample`]), without the type's Rust code: what a bridge to another DDS or a
+    /// tool with run-time types uses. The topic is the same topic as a typed one of the
+    /// same name and type name, in this participant and in every other: a typed writer's
+    /// samples reach a raw reader as their encoding, and a raw writer's reach a typed
+    /// reader decoded. Errors as [`DomainParticipant::create_topic`]; the type name must be
+    /// 1 to 256 bytes.
+    ///
+    /// ```
+    /// use spindle_dds_core::{DomainParticipantFactory, ParticipantConfig, StateMask, Transport};
+    /// use spindle_qos::{DataReaderQos, DomainParticipantQos, Reliability, TopicQos};
+    /// use spindle_topics::{CdrSample, KeyedString, TopicType};
+    ///
+    /// let mut cfg = ParticipantConfig::new(1, Transport::Tcp, "127.0.0.1:0");
+    /// cfg.bootstrap = vec![1];
+    /// let factory = DomainParticipantFactory::instance();
+    /// let p = factory.create_participant(0, DomainParticipantQos::default(), &cfg)?;
+    /// // A typed writer and a raw reader on one topic.
+    /// let typed = p.create_topic::<KeyedString>("greetings", TopicQos::default())?;
+    /// let raw = p.create_cdr_topic("greetings", "DDS::KeyedString", TopicQos::default())?;
+    /// let reader = p.create_subscriber(Default::default())?.create_datareader(
+    ///     &raw,
+    ///     DataReaderQos::default().with_reliability(Reliability::reliable()),
+    /// )?;
+    /// let writer = p.create_publisher(Default::default())?.create_datawriter(&typed, Default::default())?;
+    /// let hello = KeyedString { key: "a".into(), value: "hello".into() };
+    /// writer.write(&hello)?;
+    /// let mut got = Vec::new();
+    /// while got.is_empty() {
+    ///     got = reader.take(10, StateMask::ANY)?;
+    /// }
+    /// let sample: &CdrSample = got[0].data.as_ref().expect("a sample, not a notice");
+    /// assert_eq!(KeyedString::decode(sample.bytes())?, hello);
+    /// assert_eq!(sample.key_hash_value(), hello.key_hash()?);
+    /// p.close();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn create_cdr_topic(
+        &self,
+        name: &str,
+        type_name: &str,
+        qos: TopicQos,
+    ) -> Result<Topic<CdrSample>> {
+        if type_name.is_empty() || type_name.len() > 256 {
+            return Err(Error::BadParameter(format!(
+                "topic {name:?}: type name {type_name:?}: 1 to 256 bytes"
+            )));
+        }
+        self.register_topic(name, type_name, qos)
+    }
+
+    /// Registers a topic handle of type name `type_name` (shared by the two creators).
+    fn register_topic<T: TopicType>(
+        &self,
+        name: &str,
+        type_name: &str,
+        qos: TopicQos,
+    ) -> Result<Topic<T>> {
         self.inner.check_alive()?;
         if name.is_empty() || name.len() > 256 {
             return Err(Error::BadParameter(format!(
@@ -227,15 +295,14 @@ impl DomainParticipant {
         check_level(qos.delivery_level(), name)?;
         let mut topics = lock(&self.inner.topics);
         if let Some((ty, _, count)) = topics.get_mut(name) {
-            if ty != T::TYPE_NAME {
+            if ty != type_name {
                 return Err(Error::PreconditionNotMet(format!(
-                    "topic {name:?} exists with type {ty}, not {}",
-                    T::TYPE_NAME
+                    "topic {name:?} exists with type {ty}, not {type_name}"
                 )));
             }
             *count += 1;
         } else {
-            topics.insert(name.to_string(), (T::TYPE_NAME.to_string(), qos.clone(), 1));
+            topics.insert(name.to_string(), (type_name.to_string(), qos.clone(), 1));
         }
         Ok(Topic::new(Arc::new(TopicInner {
             participant: Arc::clone(&self.inner),
@@ -245,16 +312,23 @@ impl DomainParticipant {
                 subgroup: subgroup_of(name, self.inner.config.topic_subgroups),
             }),
             qos,
+            type_name: type_name.to_string(),
         })))
     }
 
-    /// Finds a topic this participant created (DDS `find_topic`, local only).
+    /// Finds a topic this participant created (DDS `find_topic`, local only); a raw CDR
+    /// topic ([`CdrSample`]) is found whatever its DDS type name.
     pub fn find_topic<T: TopicType>(&self, name: &str) -> Result<Topic<T>> {
-        let qos = lock(&self.inner.topics)
+        let (type_name, qos) = lock(&self.inner.topics)
             .get(name)
-            .map(|t| t.1.clone())
+            .map(|t| (t.0.clone(), t.1.clone()))
             .ok_or_else(|| Error::PreconditionNotMet(format!("no topic {name:?}")))?;
-        self.create_topic(name, qos)
+        let type_name = if T::TYPE_NAME_AT_RUNTIME {
+            type_name
+        } else {
+            T::TYPE_NAME.to_string()
+        };
+        self.register_topic(name, &type_name, qos)
     }
 
     /// Deletes a topic handle (DDS `delete_topic`).

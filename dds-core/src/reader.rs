@@ -149,7 +149,7 @@ impl<T: TopicType> DataReader<T> {
             .into_iter()
             .map(|(info, bytes)| {
                 let data = if info.valid_data {
-                    Some(T::decode(&bytes)?)
+                    Some(T::decode_with_key_hash(&bytes, &info.instance_handle.0)?)
                 } else {
                     None
                 };
@@ -410,7 +410,10 @@ impl<'a, T: TopicType> LoanedRead<'a, T> {
     /// Decodes the value (`None` for dispose and unregister notices).
     pub fn data(&self) -> Result<Option<T>> {
         if self.info.valid_data {
-            Ok(Some(T::decode(self.bytes)?))
+            Ok(Some(T::decode_with_key_hash(
+                self.bytes,
+                &self.info.instance_handle.0,
+            )?))
         } else {
             Ok(None)
         }

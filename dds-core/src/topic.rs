@@ -37,7 +37,7 @@ impl<T: TopicType> std::fmt::Debug for Topic<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Topic")
             .field("name", &self.inner.ident.name)
-            .field("type", &T::TYPE_NAME)
+            .field("type", &self.inner.type_name)
             .field("subgroup", &self.inner.ident.subgroup)
             .finish()
     }
@@ -49,8 +49,8 @@ impl<T: TopicType> Topic<T> {
         &self.inner.ident.name
     }
     /// The type's name.
-    pub fn type_name(&self) -> &'static str {
-        T::TYPE_NAME
+    pub fn type_name(&self) -> &str {
+        &self.inner.type_name
     }
     /// The topic's QoS.
     pub fn qos(&self) -> &TopicQos {

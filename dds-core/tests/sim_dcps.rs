@@ -843,3 +843,89 @@ fn the_survivor_of_a_two_member_domain_goes_on_after_the_other_leaves() {
         },
     );
 }
+
+/// Raw CDR topics (`create_cdr_topic`) are the typed topic of the same name: a raw writer's
+/// samples and disposes reach a typed reader in another participant as if a typed writer
+/// had written them, and a typed writer's reach a raw reader as their exact encoding, with
+/// the instance's key hash.
+#[test]
+fn raw_cdr_writers_and_readers_share_a_topic_with_typed_ones() {
+    use spindle_topics::{CdrSample, Endianness, TopicType};
+    for_seeds(
+        "raw_cdr_writers_and_readers_share_a_topic_with_typed_ones",
+        |seed| {
+            let (d, ps) = domain(seed, 2);
+            let raw_topic = ps[0]
+                .create_cdr_topic("R", KeyedString::TYPE_NAME, atomic())
+                .unwrap();
+            let raw_reader = ps[0]
+                .create_subscriber(Default::default())
+                .unwrap()
+                .create_datareader(&raw_topic, keep_all(&atomic()))
+                .unwrap();
+            let raw_writer = ps[0]
+                .create_publisher(Default::default())
+                .unwrap()
+                .create_datawriter(&raw_topic, DataWriterQos::default())
+                .unwrap();
+            let typed_reader = reader(&ps[1], "R", keep_all(&atomic()));
+            let typed_writer = writer(&ps[1], "R", DataWriterQos::default());
+            let raw = |k: &str, v: &str, e| {
+                let s = ks(k, v.to_string());
+                CdrSample::new(s.encode(e).unwrap(), s.key_hash().unwrap()).unwrap()
+            };
+            // Both byte orders: a raw sample keeps the one it was encoded in.
+            raw_writer
+                .write(&raw("a", "1", Endianness::Little))
+                .unwrap();
+            raw_writer.write(&raw("b", "2", Endianness::Big)).unwrap();
+            raw_writer
+                .dispose(&raw("a", "", Endianness::Little))
+                .unwrap();
+            let got = take_n(&d, &typed_reader, 3);
+            assert_eq!(values(&got), ["1", "2"], "seed {seed}");
+            assert!(
+                !got[2].info.valid_data,
+                "seed {seed}: the dispose is a notice"
+            );
+            assert_eq!(
+                got[2].info.instance_state,
+                InstanceState::NotAliveDisposed,
+                "seed {seed}"
+            );
+            assert_eq!(got[2].info.instance_handle, got[0].info.instance_handle);
+            let hello = ks("c", "3".to_string());
+            typed_writer.write(&hello).unwrap();
+            let mut seen = Vec::new();
+            let arrived = d.run_until(ROUNDS_MAX, || {
+                seen.extend(raw_reader.take(usize::MAX, StateMask::ANY).unwrap());
+                seen.iter()
+                    .filter_map(|s| s.data.as_ref())
+                    .any(|s| s.key_hash_value() == hello.key_hash().unwrap())
+            });
+            assert!(
+                arrived,
+                "seed {seed}: the typed sample reaches the raw reader, keyed"
+            );
+            let from_typed = seen
+                .iter()
+                .filter_map(|s| s.data.as_ref())
+                .find(|s| s.key_hash_value() == hello.key_hash().unwrap())
+                .unwrap();
+            assert_eq!(
+                from_typed.bytes(),
+                hello.encode(Endianness::Little).unwrap().as_slice(),
+                "seed {seed}"
+            );
+            // The raw type refuses a typed topic creation, and a raw topic of another type.
+            assert!(matches!(
+                ps[0].create_topic::<CdrSample>("R2", atomic()),
+                Err(Error::BadParameter(_))
+            ));
+            assert!(matches!(
+                ps[1].create_cdr_topic("R", "Other::Type", atomic()),
+                Err(Error::PreconditionNotMet(_))
+            ));
+        },
+    );
+}

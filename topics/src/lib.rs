@@ -150,6 +150,7 @@ extern crate self as spindle_topics;
 pub mod builtin;
 pub mod cdr;
 mod error;
+pub mod raw;
 
 mod generated {
     //! `idl/avionics.idl`, compiled by `build.rs` with `spindle-idl`.
@@ -162,6 +163,7 @@ pub use generated::avionics;
 
 pub use builtin::{KeyedString, Sequence};
 pub use error::{Error, Result};
+pub use raw::CdrSample;
 
 /// CDR byte order of an encapsulation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -201,6 +203,9 @@ pub const ENCODE_INITIAL_LEN_MAX: usize = 64 * 1024;
 pub trait TopicType: Sized + Clone + Send + Sync + 'static {
     /// Registered type name, IDL scoped with "::", e.g. "Avionics::AirData".
     const TYPE_NAME: &'static str;
+    /// True when one Rust type carries samples of any DDS type ([`CdrSample`]): the
+    /// topic's type name is then given when the topic is created, not by `TYPE_NAME`.
+    const TYPE_NAME_AT_RUNTIME: bool = false;
     /// True when the type has @key members.
     const HAS_KEY: bool;
     /// Largest encoding incl. the 4-byte encapsulation header, when every member is bounded.
@@ -235,6 +240,15 @@ pub trait TopicType: Sized + Clone + Send + Sync + 'static {
 
     /// Decodes from a borrowed slice that starts with the encapsulation header. Never panics.
     fn decode(bytes: &[u8]) -> Result<Self>;
+
+    /// Decodes a sample whose instance's key hash the middleware already knows (a reader
+    /// has it from the sample's header). The default ignores it and calls
+    /// [`TopicType::decode`]; a type that carries the key hash rather than the key
+    /// ([`CdrSample`]) keeps it.
+    fn decode_with_key_hash(bytes: &[u8], key_hash: &KeyHash) -> Result<Self> {
+        let _ = key_hash;
+        Self::decode(bytes)
+    }
 
     /// Appends the big-endian CDR serialization of the key members, in declaration order
     /// (RTPS 9.6.3.8); appends nothing when `HAS_KEY` is false.

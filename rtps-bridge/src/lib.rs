@@ -9,10 +9,12 @@
 //! [`DomainParticipant`]: spindle_dds_core::DomainParticipant
 #![deny(missing_docs)]
 
+pub mod bridge;
 pub mod config;
 mod error;
 pub mod keys;
 pub mod rtps;
 
+pub use bridge::{Bridge, StatsSnapshot};
 pub use config::{BridgeConfig, Direction, TopicConfig};
 pub use error::{Error, Result};

@@ -15,12 +15,15 @@
 //!   not forwarded (RustDDS 0.15 has no unregister).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rustdds::{no_key, with_key, InstanceState as RtpsInstanceState, RTPSEntity, TopicKind};
+use rustdds::{
+    no_key, with_key, DataWriterStatus, InstanceState as RtpsInstanceState, RTPSEntity,
+    StatusEvented, TopicKind,
+};
 use spindle_dds_core::{
     DataReader, DataWriter, DomainParticipant, DomainParticipantFactory, InstanceState,
     ParticipantConfig, StateMask, WriterHandle,
@@ -42,8 +45,8 @@ use crate::rtps::{
 /// stands in for RustDDS's mio 0.6 wake-ups, which can be missed).
 pub const POLL_IDLE_US: u64 = 200;
 
-/// Most samples a Spindle → RTPS thread takes at once.
-pub const TAKE_BATCH_MAX: usize = 256;
+/// Most samples a forwarding thread takes from its reader at once.
+pub const TAKE_BATCH_MAX: usize = 1024;
 
 /// Most instance keys a Spindle → RTPS topic remembers for disposes (oldest forgotten).
 pub const INSTANCE_KEYS_MAX: usize = 1 << 16;
@@ -70,6 +73,9 @@ pub struct Stats {
     /// Samples not forwarded because they could not be (bad bytes, unknown key, a
     /// refused write); each is also logged.
     pub dropped: AtomicU64,
+    /// RTPS readers matched with the bridge's RTPS writers now (summed over topics): a
+    /// volatile RTPS reader gets only what is written after it matched.
+    pub rtps_readers_matched: AtomicI64,
 }
 
 /// A snapshot of [`Stats`].
@@ -83,6 +89,8 @@ pub struct StatsSnapshot {
     pub skipped_own: u64,
     /// See [`Stats::dropped`].
     pub dropped: u64,
+    /// See [`Stats::rtps_readers_matched`].
+    pub rtps_readers_matched: i64,
 }
 
 impl Stats {
@@ -92,6 +100,7 @@ impl Stats {
             into_rtps: self.into_rtps.load(Ordering::Relaxed),
             skipped_own: self.skipped_own.load(Ordering::Relaxed),
             dropped: self.dropped.load(Ordering::Relaxed),
+            rtps_readers_matched: self.rtps_readers_matched.load(Ordering::Relaxed),
         }
     }
 }
@@ -291,6 +300,11 @@ impl Bridge {
         })
     }
 
+    /// The live counters (shared with the forwarding threads).
+    pub fn stats_handle(&self) -> Arc<Stats> {
+        Arc::clone(&self.stats)
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> StatsSnapshot {
         self.stats.snapshot()
@@ -376,45 +390,57 @@ impl RtpsReader {
         r.map_err(|e| Error::Rtps(format!("reader of {:?}: {e:?}", t.name)))
     }
 
-    fn take(&mut self, layout: Option<&KeyLayout>) -> std::result::Result<Option<Taken>, String> {
+    /// Takes up to [`TAKE_BATCH_MAX`] samples, in order per writer. (RustDDS's
+    /// `take_next_sample` sorts the whole cache for each sample: a batch sorts it once.)
+    fn take(&mut self, layout: Option<&KeyLayout>) -> std::result::Result<Vec<Taken>, String> {
         match self {
             RtpsReader::Keyed(r) => {
-                let s = with_key_layout(layout, || r.take_next_sample())
-                    .map_err(|e| format!("{e:?}"))?;
-                Ok(s.map(|s| {
-                    let info = s.sample_info();
-                    let writer_prefix = prefix_of(info.writer_guid());
-                    let source_timestamp_ns = info.source_timestamp().map(timestamp_to_ns);
-                    let state = info.instance_state();
-                    let change = match s.into_value() {
-                        with_key::Sample::Value(v) => Change::Data(v),
-                        with_key::Sample::Dispose(k)
-                            if state == RtpsInstanceState::NotAliveNoWriters =>
-                        {
-                            Change::Unregister(k)
+                let got = with_key_layout(layout, || {
+                    r.take(TAKE_BATCH_MAX, rustdds::ReadCondition::not_read())
+                })
+                .map_err(|e| format!("{e:?}"))?;
+                Ok(got
+                    .into_iter()
+                    .map(|s| {
+                        let info = s.sample_info();
+                        let writer_prefix = prefix_of(info.writer_guid());
+                        let source_timestamp_ns = info.source_timestamp().map(timestamp_to_ns);
+                        let state = info.instance_state();
+                        let change = match s.into_value() {
+                            with_key::Sample::Value(v) => Change::Data(v),
+                            with_key::Sample::Dispose(k)
+                                if state == RtpsInstanceState::NotAliveNoWriters =>
+                            {
+                                Change::Unregister(k)
+                            }
+                            with_key::Sample::Dispose(k) => Change::Dispose(k),
+                        };
+                        Taken {
+                            change,
+                            writer_prefix,
+                            source_timestamp_ns,
                         }
-                        with_key::Sample::Dispose(k) => Change::Dispose(k),
-                    };
-                    Taken {
-                        change,
-                        writer_prefix,
-                        source_timestamp_ns,
-                    }
-                }))
+                    })
+                    .collect())
             }
             RtpsReader::Plain(r) => {
-                let s = with_key_layout(None, || r.take_next_sample())
-                    .map_err(|e| format!("{e:?}"))?;
-                Ok(s.map(|s| {
-                    let info = s.sample_info();
-                    let writer_prefix = prefix_of(info.writer_guid());
-                    let source_timestamp_ns = info.source_timestamp().map(timestamp_to_ns);
-                    Taken {
-                        change: Change::Data(s.into_value()),
-                        writer_prefix,
-                        source_timestamp_ns,
-                    }
-                }))
+                let got = with_key_layout(None, || {
+                    r.take(TAKE_BATCH_MAX, rustdds::ReadCondition::not_read())
+                })
+                .map_err(|e| format!("{e:?}"))?;
+                Ok(got
+                    .into_iter()
+                    .map(|s| {
+                        let info = s.sample_info();
+                        let writer_prefix = prefix_of(info.writer_guid());
+                        let source_timestamp_ns = info.source_timestamp().map(timestamp_to_ns);
+                        Taken {
+                            change: Change::Data(s.into_value()),
+                            writer_prefix,
+                            source_timestamp_ns,
+                        }
+                    })
+                    .collect())
             }
         }
     }
@@ -436,40 +462,47 @@ fn notice(key: &RawKey) -> CdrSample {
 fn rtps_to_spindle(ctx: Ctx, mut reader: RtpsReader, writer: DataWriter<CdrSample>) {
     let layout = ctx.topic.key.clone();
     while !ctx.stop.load(Ordering::Relaxed) {
-        let taken = match reader.take(layout.as_ref()) {
-            Ok(Some(t)) => t,
-            Ok(None) => {
+        let batch = match reader.take(layout.as_ref()) {
+            Ok(b) if b.is_empty() => {
                 std::thread::sleep(Duration::from_micros(POLL_IDLE_US));
                 continue;
             }
+            Ok(b) => b,
             Err(e) => {
-                ctx.dropped(format_args!("RTPS sample not readable: {e}"));
+                ctx.dropped(format_args!("RTPS samples not readable: {e}"));
+                std::thread::sleep(Duration::from_micros(POLL_IDLE_US));
                 continue;
             }
         };
-        let from_bridge = ctx
-            .prefixes
-            .read()
-            .map(|s| s.contains(&taken.writer_prefix))
-            .unwrap_or(false);
-        if from_bridge {
-            ctx.stats.skipped_own.fetch_add(1, Ordering::Relaxed);
-            continue;
+        for taken in batch {
+            forward_into_spindle(&ctx, &writer, taken);
         }
-        let ts = taken.source_timestamp_ns.unwrap_or_else(now_ns) as i64;
-        let r = match &taken.change {
-            Change::Data(raw) => CdrSample::new(raw.to_encapsulated(), KeyHash(raw.key.hash))
-                .map_err(spindle_dds_core::Error::from)
-                .and_then(|s| writer.write_w_timestamp(&s, ts)),
-            Change::Dispose(k) => writer.dispose(&notice(k)),
-            Change::Unregister(k) => writer.unregister_instance(&notice(k)),
-        };
-        match r {
-            Ok(()) => {
-                ctx.stats.into_spindle.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => ctx.dropped(format_args!("Spindle write refused: {e}")),
+    }
+}
+
+fn forward_into_spindle(ctx: &Ctx, writer: &DataWriter<CdrSample>, taken: Taken) {
+    let from_bridge = ctx
+        .prefixes
+        .read()
+        .map(|s| s.contains(&taken.writer_prefix))
+        .unwrap_or(false);
+    if from_bridge {
+        ctx.stats.skipped_own.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let ts = taken.source_timestamp_ns.unwrap_or_else(now_ns) as i64;
+    let r = match &taken.change {
+        Change::Data(raw) => CdrSample::new(raw.to_encapsulated(), KeyHash(raw.key.hash))
+            .map_err(spindle_dds_core::Error::from)
+            .and_then(|s| writer.write_w_timestamp(&s, ts)),
+        Change::Dispose(k) => writer.dispose(&notice(k)),
+        Change::Unregister(k) => writer.unregister_instance(&notice(k)),
+    };
+    match r {
+        Ok(()) => {
+            ctx.stats.into_spindle.fetch_add(1, Ordering::Relaxed);
         }
+        Err(e) => ctx.dropped(format_args!("Spindle write refused: {e}")),
     }
 }
 
@@ -511,6 +544,24 @@ impl RtpsWriter {
                 .dispose(k, Some(timestamp_from_ns(ts_ns.max(0) as u64)))
                 .map_err(|e| format!("{e:?}")),
             RtpsWriter::Plain(_) => Err("dispose on a keyless topic".into()),
+        }
+    }
+
+    /// The change in matched RTPS readers since the last call.
+    fn matched_change(&self) -> i64 {
+        let mut change = 0i64;
+        loop {
+            let st = match self {
+                RtpsWriter::Keyed(w) => w.try_recv_status(),
+                RtpsWriter::Plain(w) => w.try_recv_status(),
+            };
+            match st {
+                Some(DataWriterStatus::PublicationMatched { current, .. }) => {
+                    change += current.count_change() as i64;
+                }
+                Some(_) => {}
+                None => return change,
+            }
         }
     }
 
@@ -556,6 +607,12 @@ fn spindle_to_rtps(
 ) {
     let mut keys = KnownKeys::default();
     while !ctx.stop.load(Ordering::Relaxed) {
+        let change = writer.matched_change();
+        if change != 0 {
+            ctx.stats
+                .rtps_readers_matched
+                .fetch_add(change, Ordering::Relaxed);
+        }
         let got = match reader.take(TAKE_BATCH_MAX, StateMask::ANY) {
             Ok(g) => g,
             Err(e) => {
@@ -609,8 +666,12 @@ fn forward_data(
     let (encoding, body) = split_header(cdr.bytes()).map_err(|e| e.to_string())?;
     let key = match &ctx.topic.key {
         Some(layout) => {
-            let k = RawKey::extract(layout, body, encoding == rustdds::RepresentationIdentifier::CDR_LE)
-                .map_err(|e| e.to_string())?;
+            let k = RawKey::extract(
+                layout,
+                body,
+                encoding == rustdds::RepresentationIdentifier::CDR_LE,
+            )
+            .map_err(|e| e.to_string())?;
             keys.remember(&k);
             k
         }

@@ -10,11 +10,12 @@
 #![deny(missing_docs)]
 
 pub mod bridge;
+pub mod cli;
 pub mod config;
 mod error;
 pub mod keys;
 pub mod rtps;
 
-pub use bridge::{Bridge, StatsSnapshot};
+pub use bridge::{Bridge, Stats, StatsSnapshot};
 pub use config::{BridgeConfig, Direction, TopicConfig};
 pub use error::{Error, Result};

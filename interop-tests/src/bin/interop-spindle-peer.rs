@@ -1,0 +1,158 @@
+//! A plain Spindle DDS application (`spindle-dds-core` only; no RTPS crate) for the
+//! interop tests: publishes or checks the interop workload in a Spindle domain.
+//!
+//! ```text
+//! interop-spindle-peer pub CONFIG.toml WRITER COUNT PAYLOAD_BYTES
+//!     waits for a matched reader, writes COUNT samples and a dispose of k0, prints
+//!     `SENT COUNT`, and stays up until stdin closes
+//! interop-spindle-peer host CONFIG.toml
+//!     joins (or starts) the domain with no reader or writer, prints `READY`, stays up
+//!     until stdin closes
+//! interop-spindle-peer sub CONFIG.toml WRITERS COUNT PAYLOAD_BYTES TIMEOUT_S
+//!     prints `READY`, takes until WRITERS writers delivered COUNT samples and a dispose
+//!     each, prints the checker's summary (`OK …` or `INCOMPLETE …`), stays up until stdin
+//!     closes; exit 0 iff OK
+//! ```
+
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use spindle_dds_core::{DomainParticipantFactory, InstanceState, ParticipantConfig, StateMask};
+use spindle_interop_tests::workload::{key_of, value_of, Checker, DISPOSED_KEY};
+use spindle_interop_tests::TOPIC;
+use spindle_qos::{
+    DataReaderQos, DataWriterQos, DomainParticipantQos, History, Reliability, TopicQos,
+};
+use spindle_topics::{KeyedString, TopicType};
+
+fn arg<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> T {
+    args.get(i)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("argument {i} ({what}) missing or bad: {args:?}"))
+}
+
+fn wait_stdin() {
+    for line in std::io::stdin().lock().lines() {
+        if line.map(|l| l.trim() == "stop").unwrap_or(true) {
+            break;
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mode = args.first().map(String::as_str).unwrap_or("");
+    let path: PathBuf = arg(&args, 1, "config");
+    let cfg = ParticipantConfig::from_toml_file(&path).expect("participant config");
+    let p = DomainParticipantFactory::instance()
+        .create_participant(cfg.domain_id, DomainParticipantQos::default(), &cfg)
+        .expect("participant");
+    let topic = p
+        .create_topic::<KeyedString>(TOPIC, TopicQos::default())
+        .expect("topic");
+    let reliable = Reliability {
+        max_blocking_time: spindle_qos::Duration::from_millis(10_000),
+        ..Reliability::reliable()
+    };
+    let code = match mode {
+        "pub" => {
+            let writer_id: u32 = arg(&args, 2, "writer");
+            let count: u64 = arg(&args, 3, "count");
+            let bytes: usize = arg(&args, 4, "payload bytes");
+            let writer = p
+                .create_publisher(Default::default())
+                .expect("publisher")
+                .create_datawriter(&topic, DataWriterQos::default().with_reliability(reliable))
+                .expect("writer");
+            writer
+                .wait_for_readers(1, Duration::from_secs(30))
+                .expect("a matched reader");
+            for seq in 0..count {
+                writer
+                    .write(&KeyedString {
+                        key: key_of(seq),
+                        value: value_of(writer_id, seq, bytes),
+                    })
+                    .expect("write");
+            }
+            writer
+                .dispose(&KeyedString {
+                    key: DISPOSED_KEY.into(),
+                    value: String::new(),
+                })
+                .expect("dispose");
+            println!("SENT {count}");
+            wait_stdin();
+            ExitCode::SUCCESS
+        }
+        "sub" => {
+            let writers: usize = arg(&args, 2, "writers");
+            let count: u64 = arg(&args, 3, "count");
+            let bytes: usize = arg(&args, 4, "payload bytes");
+            let timeout_s: u64 = arg(&args, 5, "timeout");
+            let reader = p
+                .create_subscriber(Default::default())
+                .expect("subscriber")
+                .create_datareader(
+                    &topic,
+                    DataReaderQos::default()
+                        .with_reliability(reliable)
+                        .with_history(History::keep_all()),
+                )
+                .expect("reader");
+            println!("READY");
+            let mut check = Checker::new(count, bytes);
+            let mut keys: HashMap<[u8; 16], String> = HashMap::new();
+            let deadline = Instant::now() + Duration::from_secs(timeout_s);
+            while !check.complete(writers) && Instant::now() < deadline {
+                let got = reader.take(256, StateMask::ANY).expect("take");
+                if got.is_empty() {
+                    std::thread::sleep(Duration::from_micros(500));
+                }
+                for s in got {
+                    match s.data {
+                        Some(v) => {
+                            if let Ok(h) = v.key_hash() {
+                                keys.entry(h.0).or_insert_with(|| v.key.clone());
+                            }
+                            check.data(&v.key, &v.value);
+                        }
+                        None if s.info.instance_state == InstanceState::NotAliveDisposed => {
+                            let k = keys
+                                .get(&s.info.instance_handle.0 .0)
+                                .cloned()
+                                .unwrap_or_else(|| format!("unknown {}", s.info.instance_handle.0));
+                            check.dispose(&k);
+                        }
+                        None => {}
+                    }
+                }
+            }
+            for p in check.problems() {
+                println!("PROBLEM {p}");
+            }
+            println!("{}", check.summary(writers));
+            let ok = check.complete(writers) && check.problems().is_empty();
+            wait_stdin();
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        "host" => {
+            println!("READY");
+            wait_stdin();
+            ExitCode::SUCCESS
+        }
+        other => {
+            eprintln!("interop-spindle-peer: mode {other:?}: pub, sub or host");
+            ExitCode::from(2)
+        }
+    };
+    p.close();
+    code
+}

@@ -76,6 +76,8 @@ pub struct Stats {
     /// RTPS readers matched with the bridge's RTPS writers now (summed over topics): a
     /// volatile RTPS reader gets only what is written after it matched.
     pub rtps_readers_matched: AtomicI64,
+    /// Bridges known on the registry topic (this one included).
+    pub bridges_known: AtomicI64,
 }
 
 /// A snapshot of [`Stats`].
@@ -207,6 +209,7 @@ impl Bridge {
         {
             let stop = Arc::clone(&stop);
             let prefixes = Arc::clone(&prefixes);
+            let registry_stats = Arc::clone(&stats);
             threads.push(spawn("bridge-registry", move || {
                 let _keep = reg_writer;
                 while !stop.load(Ordering::Relaxed) {
@@ -218,6 +221,9 @@ impl Bridge {
                                     set.insert(p);
                                 }
                             }
+                            registry_stats
+                                .bridges_known
+                                .store(set.len() as i64, Ordering::Relaxed);
                         }
                         Ok(_) => std::thread::sleep(Duration::from_millis(10)),
                         Err(e) => {

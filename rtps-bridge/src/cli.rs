@@ -5,7 +5,8 @@
 //! prints `READY` on standard output once every reader and writer exists, and
 //! `STATS into_spindle=… into_rtps=… skipped_own=… dropped=…` when it stops; in between,
 //! `MATCHED rtps_readers=N` whenever the number of RTPS readers matched with its writers
-//! changes (a volatile RTPS reader gets only what is written after it matched).
+//! changes (a volatile RTPS reader gets only what is written after it matched) and
+//! `BRIDGES N` whenever it learns of another bridge in its Spindle domain.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -56,13 +57,19 @@ pub fn main_with_args(args: &[String]) -> ExitCode {
     let watcher = {
         let done = Arc::clone(&done);
         std::thread::spawn(move || {
-            let mut last = 0i64;
+            let (mut last, mut last_bridges) = (0i64, 0i64);
             while !done.load(Ordering::Relaxed) {
                 let now = stats.rtps_readers_matched.load(Ordering::Relaxed);
                 if now != last {
                     println!("MATCHED rtps_readers={now}");
                     let _ = std::io::stdout().flush();
                     last = now;
+                }
+                let bridges = stats.bridges_known.load(Ordering::Relaxed);
+                if bridges != last_bridges {
+                    println!("BRIDGES {bridges}");
+                    let _ = std::io::stdout().flush();
+                    last_bridges = bridges;
                 }
                 std::thread::sleep(Duration::from_millis(MATCH_WATCH_MS));
             }

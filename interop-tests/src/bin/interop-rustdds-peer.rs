@@ -2,8 +2,8 @@
 //! tests: publishes or checks the interop workload on RTPS over UDP, on loopback only.
 //!
 //! ```text
-//! interop-rustdds-peer pub DOMAIN WRITER COUNT PAYLOAD_BYTES
-//!     waits for a matched reader, writes COUNT samples and a dispose of k0, waits for
+//! interop-rustdds-peer pub DOMAIN WRITER COUNT PAYLOAD_BYTES [READERS]
+//!     waits for READERS (default 1) matched readers, writes COUNT samples and a dispose of k0, waits for
 //!     every acknowledgment, prints `SENT COUNT`, and stays up until stdin closes
 //! interop-rustdds-peer sub DOMAIN WRITERS COUNT PAYLOAD_BYTES TIMEOUT_S
 //!     prints `READY`, takes until WRITERS writers delivered COUNT samples and a dispose
@@ -89,12 +89,14 @@ fn main() -> ExitCode {
             let writer = publisher
                 .create_datawriter_cdr::<KeyedString>(&topic, Some(qos()))
                 .expect("writer");
+            let readers: usize = args.get(5).and_then(|a| a.parse().ok()).unwrap_or(1);
             let deadline = Instant::now() + Duration::from_secs(30);
-            // Wait for a reader to match (RustDDS 0.15's matched-subscriptions call is a
+            let mut matched = 0;
+            // Wait for the readers to match (RustDDS 0.15's matched-subscriptions call is a
             // placeholder; the status events are not).
-            loop {
+            while matched < readers {
                 match writer.try_recv_status() {
-                    Some(DataWriterStatus::PublicationMatched { .. }) => break,
+                    Some(DataWriterStatus::PublicationMatched { .. }) => matched += 1,
                     Some(_) => {}
                     None => {
                         assert!(Instant::now() < deadline, "no reader matched in 30 s");

@@ -5,6 +5,9 @@
 //! interop-spindle-peer pub CONFIG.toml WRITER COUNT PAYLOAD_BYTES
 //!     waits for a matched reader, writes COUNT samples and a dispose of k0, prints
 //!     `SENT COUNT`, and stays up until stdin closes
+//! interop-spindle-peer count CONFIG.toml EXPECTED TIMEOUT_S
+//!     prints `READY`, counts data samples until EXPECTED arrived and then QUIET_MS more
+//!     (or TIMEOUT_S), prints `COUNT n`, stays up until stdin closes
 //! interop-spindle-peer host CONFIG.toml
 //!     joins (or starts) the domain with no reader or writer, prints `READY`, stays up
 //!     until stdin closes
@@ -27,6 +30,9 @@ use spindle_qos::{
     DataReaderQos, DataWriterQos, DomainParticipantQos, History, Reliability, TopicQos,
 };
 use spindle_topics::{KeyedString, TopicType};
+
+/// How long `count` keeps counting after the expected number arrived.
+const QUIET_MS: u64 = 1_500;
 
 fn arg<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> T {
     args.get(i)
@@ -142,6 +148,38 @@ fn main() -> ExitCode {
             } else {
                 ExitCode::FAILURE
             }
+        }
+        "count" => {
+            let expected: u64 = arg(&args, 2, "expected");
+            let timeout_s: u64 = arg(&args, 3, "timeout");
+            let reader = p
+                .create_subscriber(Default::default())
+                .expect("subscriber")
+                .create_datareader(
+                    &topic,
+                    DataReaderQos::default()
+                        .with_reliability(reliable)
+                        .with_history(History::keep_all()),
+                )
+                .expect("reader");
+            println!("READY");
+            let deadline = Instant::now() + Duration::from_secs(timeout_s);
+            let mut n = 0u64;
+            let mut quiet_until: Option<Instant> = None;
+            while Instant::now() < deadline && quiet_until.is_none_or(|q| Instant::now() < q) {
+                let got = reader.take(256, StateMask::ANY).expect("take");
+                if got.is_empty() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                n += got.iter().filter(|s| s.info.valid_data).count() as u64;
+                if n >= expected && quiet_until.is_none() {
+                    // Then watch a while longer: a loop would keep samples coming.
+                    quiet_until = Some(Instant::now() + Duration::from_millis(QUIET_MS));
+                }
+            }
+            println!("COUNT {n}");
+            wait_stdin();
+            ExitCode::SUCCESS
         }
         "host" => {
             println!("READY");

@@ -21,8 +21,19 @@ impl Peer {
     /// Starts `program args…`, its stdin a pipe (closing it stops bridge and publisher
     /// peers), its stderr inherited.
     pub fn start(name: &str, program: &Path, args: &[String]) -> Peer {
+        Self::start_with_env(name, program, args, &[])
+    }
+
+    /// As [`Peer::start`], with extra environment variables.
+    pub fn start_with_env(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+    ) -> Peer {
         let mut child = Command::new(program)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -168,4 +179,50 @@ pub fn bridge_config(
 /// A shm namespace unique to this test process and `tag`.
 pub fn namespace(tag: &str) -> String {
     format!("interop-{tag}-{}", std::process::id())
+}
+
+/// A Cyclone DDS configuration restricted to loopback (the `lo` interface, no multicast,
+/// unicast discovery to 127.0.0.1), written into `dir`; returns the `CYCLONEDDS_URI`.
+pub fn cyclone_uri(dir: &Path) -> String {
+    let path = dir.join("cyclonedds.xml");
+    std::fs::write(
+        &path,
+        "<CycloneDDS><Domain id=\"any\"><General><Interfaces><NetworkInterface name=\"lo\"/>\
+         </Interfaces><AllowMulticast>false</AllowMulticast></General><Discovery><Peers>\
+         <Peer address=\"127.0.0.1\"/></Peers><ParticipantIndex>auto</ParticipantIndex>\
+         <MaxAutoParticipantIndex>20</MaxAutoParticipantIndex></Discovery></Domain></CycloneDDS>",
+    )
+    .expect("write cyclone config");
+    format!("file://{}", path.display())
+}
+
+/// The Python of the virtualenv with Cyclone DDS's binding that the CDR cross-check uses
+/// (topics/tests/crosscheck/setup.sh builds it when missing), or why it cannot be had.
+pub fn cyclone_python() -> Result<PathBuf, String> {
+    let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("../topics/tests/crosscheck/setup.sh");
+    let out = Command::new("bash")
+        .arg(&setup)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", setup.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed ({}): {}",
+            setup.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let path = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    Ok(PathBuf::from(path))
+}
+
+/// The Cyclone peer script (`interop-tests/cyclone/cyclone_peer.py`).
+pub fn cyclone_peer_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("cyclone/cyclone_peer.py")
 }

@@ -17,6 +17,7 @@
 //! the process plumbing the tests share; it links neither DDS stack.
 #![deny(missing_docs)]
 
+pub mod perf;
 pub mod procs;
 pub mod workload;
 

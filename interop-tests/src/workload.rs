@@ -197,3 +197,55 @@ mod tests {
         assert_eq!(parse_value("nonsense"), None);
     }
 }
+
+/// What a reader of the semantic comparison holds: its samples as `(writer, seq)` in
+/// arrival order.
+#[derive(Debug, Default)]
+pub struct Record {
+    order: Vec<(u32, u64)>,
+}
+
+impl Record {
+    /// A data sample with workload value `value`.
+    pub fn data(&mut self, value: &str) {
+        if let Some(ws) = parse_value(value) {
+            self.order.push(ws);
+        }
+    }
+
+    /// Samples held.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// True when it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// `RECORD samples=N set=<hash of the sorted samples> order=<hash in arrival order>`:
+    /// readers with the same samples have the same `set`; in the same order, the same
+    /// `order`.
+    pub fn line(&self) -> String {
+        let hash = |it: &mut dyn Iterator<Item = &(u32, u64)>| {
+            let mut h = 0xcbf2_9ce4_8422_2325u64;
+            for (w, s) in it {
+                for b in w.to_le_bytes().iter().chain(s.to_le_bytes().iter()) {
+                    h = (h ^ *b as u64).wrapping_mul(0x100_0000_01b3);
+                }
+            }
+            h
+        };
+        let mut sorted = self.order.clone();
+        sorted.sort_unstable();
+        format!(
+            "RECORD samples={} set={:016x} order={:016x}",
+            self.order.len(),
+            hash(&mut sorted.iter()),
+            hash(&mut self.order.iter())
+        )
+    }
+}
+
+/// How long a recording reader waits, after its last sample, before it reports.
+pub const RECORD_QUIET_MS: u64 = 3_000;

@@ -2,12 +2,19 @@
 //! tests: publishes or checks the interop workload on RTPS over UDP, on loopback only.
 //!
 //! ```text
-//! interop-rustdds-peer pub DOMAIN WRITER COUNT PAYLOAD_BYTES [READERS]
-//!     waits for READERS (default 1) matched readers, writes COUNT samples and a dispose of k0, waits for
+//! interop-rustdds-peer pub DOMAIN WRITER COUNT PAYLOAD_BYTES [READERS [GAP_US]]
+//!     waits for READERS (default 1) matched readers, pausing GAP_US between samples, writes COUNT samples and a dispose of k0, waits for
 //!     every acknowledgment, prints `SENT COUNT`, and stays up until stdin closes
 //! interop-rustdds-peer sub DOMAIN WRITERS COUNT PAYLOAD_BYTES TIMEOUT_S
 //!     prints `READY`, takes until WRITERS writers delivered COUNT samples and a dispose
 //!     each, prints the checker's summary (`OK …` or `INCOMPLETE …`); exit 0 iff OK
+//! interop-rustdds-peer record DOMAIN TIMEOUT_S
+//!     prints `READY`, takes until RECORD_QUIET_MS pass without a sample, prints
+//!     `RECORD samples=N set=… order=…` (the semantic comparison)
+//! interop-rustdds-peer perf-pub DOMAIN MODE SIZE COUNT
+//! interop-rustdds-peer perf-sub DOMAIN MODE SIZE COUNT TIMEOUT_S STACK
+//!     the comparison workload (`spindle_interop_tests::perf`): MODE is `throughput` or
+//!     `latency`; the subscriber prints `READY`, then one JSON line labelled STACK
 //! ```
 
 use std::io::BufRead;
@@ -21,7 +28,10 @@ use rustdds::{
     ReadCondition, StatusEvented, TopicKind,
 };
 use serde::{Deserialize, Serialize};
-use spindle_interop_tests::workload::{key_of, value_of, Checker, DISPOSED_KEY};
+use spindle_interop_tests::perf::{now_ns, perf_value, PerfStats, LATENCY_GAP_US, PERF_TOPIC};
+use spindle_interop_tests::workload::{
+    key_of, value_of, Checker, Record, DISPOSED_KEY, RECORD_QUIET_MS,
+};
 use spindle_interop_tests::{TOPIC, TYPE_NAME};
 
 /// `DDS::KeyedString`: `@key string key; string value;`.
@@ -72,6 +82,12 @@ fn main() -> ExitCode {
         .with_only_networks(["127.0.0.1".parse::<std::net::IpAddr>().expect("ip")])
         .build()
         .expect("RustDDS participant");
+    if mode.starts_with("perf") {
+        return match mode {
+            "perf-pub" => perf_pub(&participant, &args),
+            _ => perf_sub(&participant, &args),
+        };
+    }
     let topic = participant
         .create_topic(
             TOPIC.to_string(),
@@ -90,6 +106,7 @@ fn main() -> ExitCode {
                 .create_datawriter_cdr::<KeyedString>(&topic, Some(qos()))
                 .expect("writer");
             let readers: usize = args.get(5).and_then(|a| a.parse().ok()).unwrap_or(1);
+            let gap_us: u64 = args.get(6).and_then(|a| a.parse().ok()).unwrap_or(0);
             let deadline = Instant::now() + Duration::from_secs(30);
             let mut matched = 0;
             // Wait for the readers to match (RustDDS 0.15's matched-subscriptions call is a
@@ -105,6 +122,9 @@ fn main() -> ExitCode {
                 }
             }
             for seq in 0..count {
+                if gap_us > 0 {
+                    std::thread::sleep(Duration::from_micros(gap_us));
+                }
                 let v = KeyedString {
                     key: key_of(seq),
                     value: value_of(writer_id, seq, bytes),
@@ -125,6 +145,40 @@ fn main() -> ExitCode {
             // Linger: reliable delivery finishes only while the writer lives.
             let acked = writer.wait_for_acknowledgments(Duration::from_secs(60));
             println!("SENT {count} acked={acked:?}");
+            for line in std::io::stdin().lock().lines() {
+                if line.map(|l| l.trim() == "stop").unwrap_or(true) {
+                    break;
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        "record" => {
+            let timeout_s: u64 = arg(&args, 2, "timeout");
+            let subscriber = participant.create_subscriber(&qos()).expect("subscriber");
+            let mut reader = subscriber
+                .create_datareader_cdr::<KeyedString>(&topic, Some(qos()))
+                .expect("reader");
+            println!("READY");
+            let mut rec = Record::default();
+            let deadline = Instant::now() + Duration::from_secs(timeout_s);
+            let mut last = Instant::now();
+            while Instant::now() < deadline
+                && (rec.is_empty() || last.elapsed() < Duration::from_millis(RECORD_QUIET_MS))
+            {
+                match reader.take(TAKE_BATCH, ReadCondition::not_read()) {
+                    Ok(got) if got.is_empty() => std::thread::sleep(Duration::from_millis(1)),
+                    Ok(got) => {
+                        for s in got {
+                            if let Sample::Value(v) = s.into_value() {
+                                rec.data(&v.value);
+                                last = Instant::now();
+                            }
+                        }
+                    }
+                    Err(e) => eprintln!("take: {e:?}"),
+                }
+            }
+            println!("{}", rec.line());
             for line in std::io::stdin().lock().lines() {
                 if line.map(|l| l.trim() == "stop").unwrap_or(true) {
                     break;
@@ -171,8 +225,103 @@ fn main() -> ExitCode {
             }
         }
         other => {
-            eprintln!("interop-rustdds-peer: mode {other:?}: pub or sub");
+            eprintln!("interop-rustdds-peer: mode {other:?}: pub, sub, perf-pub or perf-sub");
             ExitCode::from(2)
         }
+    }
+}
+
+/// How long a perf subscriber sleeps when its reader had nothing (a timed poll).
+const PERF_POLL_US: u64 = 50;
+
+fn perf_topic(participant: &rustdds::DomainParticipant) -> rustdds::Topic {
+    participant
+        .create_topic(
+            PERF_TOPIC.to_string(),
+            TYPE_NAME.to_string(),
+            &qos(),
+            TopicKind::WithKey,
+        )
+        .expect("topic")
+}
+
+fn perf_pub(participant: &rustdds::DomainParticipant, args: &[String]) -> ExitCode {
+    let mode: String = arg(args, 2, "mode");
+    let size: usize = arg(args, 3, "size");
+    let count: u64 = arg(args, 4, "count");
+    let topic = perf_topic(participant);
+    let publisher = participant.create_publisher(&qos()).expect("publisher");
+    let writer = publisher
+        .create_datawriter_cdr::<KeyedString>(&topic, Some(qos()))
+        .expect("writer");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match writer.try_recv_status() {
+            Some(DataWriterStatus::PublicationMatched { .. }) => break,
+            Some(_) => {}
+            None => {
+                assert!(Instant::now() < deadline, "no reader matched in 60 s");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+    for seq in 0..count {
+        if mode == "latency" {
+            std::thread::sleep(Duration::from_micros(LATENCY_GAP_US));
+        }
+        let mut v = Some(KeyedString {
+            key: key_of(seq),
+            value: perf_value(now_ns(), seq, size),
+        });
+        while let Some(s) = v.take() {
+            if let Err(rustdds::dds::result::WriteError::WouldBlock { data }) =
+                writer.write(s, None)
+            {
+                v = Some(data);
+            }
+        }
+    }
+    let acked = writer.wait_for_acknowledgments(Duration::from_secs(120));
+    println!("SENT {count} acked={acked:?}");
+    for line in std::io::stdin().lock().lines() {
+        if line.map(|l| l.trim() == "stop").unwrap_or(true) {
+            break;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn perf_sub(participant: &rustdds::DomainParticipant, args: &[String]) -> ExitCode {
+    let mode: String = arg(args, 2, "mode");
+    let size: usize = arg(args, 3, "size");
+    let count: u64 = arg(args, 4, "count");
+    let timeout_s: u64 = arg(args, 5, "timeout");
+    let stack: String = arg(args, 6, "stack");
+    let topic = perf_topic(participant);
+    let subscriber = participant.create_subscriber(&qos()).expect("subscriber");
+    let mut reader = subscriber
+        .create_datareader_cdr::<KeyedString>(&topic, Some(qos()))
+        .expect("reader");
+    println!("READY");
+    let mut stats = PerfStats::default();
+    let deadline = Instant::now() + Duration::from_secs(timeout_s);
+    while stats.samples() < count && Instant::now() < deadline {
+        match reader.take(TAKE_BATCH, ReadCondition::not_read()) {
+            Ok(got) if got.is_empty() => std::thread::sleep(Duration::from_micros(PERF_POLL_US)),
+            Ok(got) => {
+                for s in got {
+                    if let Sample::Value(v) = s.into_value() {
+                        stats.sample(&v.value);
+                    }
+                }
+            }
+            Err(e) => eprintln!("take: {e:?}"),
+        }
+    }
+    println!("{}", stats.json(&stack, &mode, size));
+    if stats.samples() >= count {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }

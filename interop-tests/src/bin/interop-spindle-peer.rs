@@ -2,12 +2,19 @@
 //! interop tests: publishes or checks the interop workload in a Spindle domain.
 //!
 //! ```text
-//! interop-spindle-peer pub CONFIG.toml WRITER COUNT PAYLOAD_BYTES
-//!     waits for a matched reader, writes COUNT samples and a dispose of k0, prints
+//! interop-spindle-peer pub CONFIG.toml WRITER COUNT PAYLOAD_BYTES [READERS [GAP_US]]
+//!     waits for READERS (default 1) matched readers, pausing GAP_US between samples writes COUNT samples and a dispose of k0, prints
 //!     `SENT COUNT`, and stays up until stdin closes
 //! interop-spindle-peer count CONFIG.toml EXPECTED TIMEOUT_S
 //!     prints `READY`, counts data samples until EXPECTED arrived and then QUIET_MS more
 //!     (or TIMEOUT_S), prints `COUNT n`, stays up until stdin closes
+//! interop-spindle-peer perf-pub CONFIG.toml MODE SIZE COUNT
+//! interop-spindle-peer perf-sub CONFIG.toml MODE SIZE COUNT TIMEOUT_S STACK
+//!     the comparison workload (`spindle_interop_tests::perf`): MODE is `throughput` or
+//!     `latency`; the subscriber prints `READY`, then one JSON line labelled STACK
+//! interop-spindle-peer record CONFIG.toml TIMEOUT_S
+//!     prints `READY`, takes until RECORD_QUIET_MS pass without a sample, prints
+//!     `RECORD samples=N set=… order=…` (the semantic comparison)
 //! interop-spindle-peer host CONFIG.toml
 //!     joins (or starts) the domain with no reader or writer, prints `READY`, stays up
 //!     until stdin closes
@@ -24,12 +31,18 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use spindle_dds_core::{DomainParticipantFactory, InstanceState, ParticipantConfig, StateMask};
-use spindle_interop_tests::workload::{key_of, value_of, Checker, DISPOSED_KEY};
+use spindle_interop_tests::perf::{now_ns, perf_value, PerfStats, LATENCY_GAP_US, PERF_TOPIC};
+use spindle_interop_tests::workload::{
+    key_of, value_of, Checker, Record, DISPOSED_KEY, RECORD_QUIET_MS,
+};
 use spindle_interop_tests::TOPIC;
 use spindle_qos::{
     DataReaderQos, DataWriterQos, DomainParticipantQos, History, Reliability, TopicQos,
 };
 use spindle_topics::{KeyedString, TopicType};
+
+/// How long a perf subscriber sleeps when its reader had nothing (a timed poll).
+const PERF_POLL_US: u64 = 50;
 
 /// How long `count` keeps counting after the expected number arrived.
 const QUIET_MS: u64 = 1_500;
@@ -56,8 +69,13 @@ fn main() -> ExitCode {
     let p = DomainParticipantFactory::instance()
         .create_participant(cfg.domain_id, DomainParticipantQos::default(), &cfg)
         .expect("participant");
+    let topic_name = if mode.starts_with("perf") {
+        PERF_TOPIC
+    } else {
+        TOPIC
+    };
     let topic = p
-        .create_topic::<KeyedString>(TOPIC, TopicQos::default())
+        .create_topic::<KeyedString>(topic_name, TopicQos::default())
         .expect("topic");
     let reliable = Reliability {
         max_blocking_time: spindle_qos::Duration::from_millis(10_000),
@@ -73,10 +91,15 @@ fn main() -> ExitCode {
                 .expect("publisher")
                 .create_datawriter(&topic, DataWriterQos::default().with_reliability(reliable))
                 .expect("writer");
+            let readers: u32 = args.get(5).and_then(|a| a.parse().ok()).unwrap_or(1);
+            let gap_us: u64 = args.get(6).and_then(|a| a.parse().ok()).unwrap_or(0);
             writer
-                .wait_for_readers(1, Duration::from_secs(30))
-                .expect("a matched reader");
+                .wait_for_readers(readers, Duration::from_secs(30))
+                .expect("matched readers");
             for seq in 0..count {
+                if gap_us > 0 {
+                    std::thread::sleep(Duration::from_micros(gap_us));
+                }
                 writer
                     .write(&KeyedString {
                         key: key_of(seq),
@@ -178,6 +201,106 @@ fn main() -> ExitCode {
                 }
             }
             println!("COUNT {n}");
+            wait_stdin();
+            ExitCode::SUCCESS
+        }
+        "perf-pub" => {
+            let mode: String = arg(&args, 2, "mode");
+            let size: usize = arg(&args, 3, "size");
+            let count: u64 = arg(&args, 4, "count");
+            let writer = p
+                .create_publisher(Default::default())
+                .expect("publisher")
+                .create_datawriter(&topic, DataWriterQos::default().with_reliability(reliable))
+                .expect("writer");
+            writer
+                .wait_for_readers(1, Duration::from_secs(60))
+                .expect("a matched reader");
+            for seq in 0..count {
+                if mode == "latency" {
+                    std::thread::sleep(Duration::from_micros(LATENCY_GAP_US));
+                }
+                writer
+                    .write(&KeyedString {
+                        key: key_of(seq),
+                        value: perf_value(now_ns(), seq, size),
+                    })
+                    .expect("write");
+            }
+            println!("SENT {count}");
+            wait_stdin();
+            ExitCode::SUCCESS
+        }
+        "perf-sub" => {
+            let mode: String = arg(&args, 2, "mode");
+            let size: usize = arg(&args, 3, "size");
+            let count: u64 = arg(&args, 4, "count");
+            let timeout_s: u64 = arg(&args, 5, "timeout");
+            let stack: String = arg(&args, 6, "stack");
+            let reader = p
+                .create_subscriber(Default::default())
+                .expect("subscriber")
+                .create_datareader(
+                    &topic,
+                    DataReaderQos::default()
+                        .with_reliability(reliable)
+                        .with_history(History::keep_all()),
+                )
+                .expect("reader");
+            println!("READY");
+            let mut stats = PerfStats::default();
+            let deadline = Instant::now() + Duration::from_secs(timeout_s);
+            while stats.samples() < count && Instant::now() < deadline {
+                let got = reader.take_loaned(1024, StateMask::ANY).expect("take");
+                if got.is_empty() {
+                    std::thread::sleep(Duration::from_micros(PERF_POLL_US));
+                }
+                for s in got.iter() {
+                    if let Ok(Some(v)) = s.data() {
+                        stats.sample(&v.value);
+                    }
+                }
+            }
+            println!("{}", stats.json(&stack, &mode, size));
+            let ok = stats.samples() >= count;
+            wait_stdin();
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        "record" => {
+            let timeout_s: u64 = arg(&args, 2, "timeout");
+            let reader = p
+                .create_subscriber(Default::default())
+                .expect("subscriber")
+                .create_datareader(
+                    &topic,
+                    DataReaderQos::default()
+                        .with_reliability(reliable)
+                        .with_history(History::keep_all()),
+                )
+                .expect("reader");
+            println!("READY");
+            let mut rec = Record::default();
+            let deadline = Instant::now() + Duration::from_secs(timeout_s);
+            let mut last = Instant::now();
+            while Instant::now() < deadline
+                && (rec.is_empty() || last.elapsed() < Duration::from_millis(RECORD_QUIET_MS))
+            {
+                let got = reader.take(256, StateMask::ANY).expect("take");
+                if got.is_empty() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                for s in got {
+                    if let Some(v) = s.data {
+                        rec.data(&v.value);
+                        last = Instant::now();
+                    }
+                }
+            }
+            println!("{}", rec.line());
             wait_stdin();
             ExitCode::SUCCESS
         }

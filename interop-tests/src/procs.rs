@@ -226,3 +226,12 @@ pub fn cyclone_python() -> Result<PathBuf, String> {
 pub fn cyclone_peer_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("cyclone/cyclone_peer.py")
 }
+
+/// The RTPS domain id of interop test `offset` (0..=4, distinct per test across the test
+/// files): a multiple of 5 picked by the test process's pid, plus `offset`, so two test
+/// runs at once (two worktrees, two CI jobs) rarely share a domain and one run's tests
+/// never do.
+pub fn rtps_domain(offset: u16) -> u16 {
+    assert!(offset < 5, "offsets 0..=4 keep the tests of one run apart");
+    10 + (std::process::id() % 40) as u16 * 5 + offset
+}

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use spindle_interop_tests::procs::{
-    bridge_config, cyclone_peer_script, cyclone_python, cyclone_uri, namespace, spindle_config,
-    test_dir, Peer,
+    bridge_config, cyclone_peer_script, cyclone_python, cyclone_uri, namespace, rtps_domain,
+    spindle_config, test_dir, Peer,
 };
 
 /// Samples per writer: the 10,000 (a debug build ran both tests in about 10 s).
@@ -58,7 +58,7 @@ fn a_cyclone_writer_reaches_a_spindle_reader_through_the_bridge() {
     let dir = test_dir("cyclone-to-spindle");
     let uri = cyclone_uri(&dir);
     let ns = namespace("c2s");
-    let domain = 44;
+    let domain = rtps_domain(3);
     let c1 = spindle_config(&dir, &ns, 1);
     let c2 = spindle_config(&dir, &ns, 2);
     let bcfg = bridge_config(&dir, "bridge", domain, &c2, "rtps_to_spindle");
@@ -118,7 +118,7 @@ fn a_spindle_writer_reaches_a_cyclone_reader_through_the_bridge() {
     let dir = test_dir("spindle-to-cyclone");
     let uri = cyclone_uri(&dir);
     let ns = namespace("s2c");
-    let domain = 45;
+    let domain = rtps_domain(4);
     let c1 = spindle_config(&dir, &ns, 1);
     let c2 = spindle_config(&dir, &ns, 2);
     let c3 = spindle_config(&dir, &ns, 3);

@@ -3,13 +3,20 @@
 //!
 //! Counts: [`COUNT`] = 10,000 samples per writer, as the issue asks (both tests together
 //! took about 5 s in a debug build on the shared 2-core machine; a subscriber gives up
-//! after [`TIMEOUT_S`]). Set `INTEROP_SAMPLES` to run another count. RTPS traffic stays on loopback (`only_networks = 127.0.0.1`); each test has
-//! its own RTPS domain id and Spindle shm namespace.
+//! after [`TIMEOUT_S`]). Set `INTEROP_SAMPLES` to run another count.
+//!
+//! RTPS traffic stays on loopback: every RustDDS participant (peers and bridge) is built
+//! with `with_only_networks([127.0.0.1])`, so it joins and sends multicast only on `lo`
+//! and advertises only 127.0.0.1 locators (its unicast sockets bind the wildcard address,
+//! but no peer is ever told another address). Each test has its own RTPS domain id
+//! ([`rtps_domain`]) and Spindle shm namespace.
 
 use std::path::Path;
 use std::time::Duration;
 
-use spindle_interop_tests::procs::{bridge_config, namespace, spindle_config, test_dir, Peer};
+use spindle_interop_tests::procs::{
+    bridge_config, namespace, rtps_domain, spindle_config, test_dir, Peer,
+};
 
 /// Samples per writer (see the module docs).
 const COUNT: u64 = 10_000;
@@ -47,7 +54,7 @@ fn rustdds_writers_reach_spindle_readers_through_the_bridge() {
     let n = count();
     let dir = test_dir("rustdds-to-spindle");
     let ns = namespace("r2s");
-    let domain = 41;
+    let domain = rtps_domain(0);
     let c1 = spindle_config(&dir, &ns, 1);
     let c2 = spindle_config(&dir, &ns, 2);
     let c3 = spindle_config(&dir, &ns, 3);
@@ -114,7 +121,7 @@ fn a_spindle_writer_reaches_a_rustdds_reader_through_the_bridge() {
     let n = count();
     let dir = test_dir("spindle-to-rustdds");
     let ns = namespace("s2r");
-    let domain = 42;
+    let domain = rtps_domain(1);
     let c1 = spindle_config(&dir, &ns, 1);
     let c2 = spindle_config(&dir, &ns, 2);
     let c3 = spindle_config(&dir, &ns, 3);
@@ -184,7 +191,7 @@ fn two_bridges_both_ways_do_not_loop() {
     let n = count().min(1_000);
     let dir = test_dir("two-bridges");
     let ns = namespace("loop");
-    let domain = 43;
+    let domain = rtps_domain(2);
     let c1 = spindle_config(&dir, &ns, 1);
     let ca = spindle_config(&dir, &ns, 2);
     let cb = spindle_config(&dir, &ns, 3);

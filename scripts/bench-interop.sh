@@ -8,7 +8,8 @@
 #   (c) Cyclone DDS ddsperf over UDP loopback         (scripts/ddsperf-reference.sh)
 #   (d) RustDDS → bridge → Spindle (shm) → bridge → RustDDS (two RTPS domains)
 # then the semantic comparison (2 writers, 3 readers, one writer killed mid-stream: do
-# the readers hold the same samples in the same order?) for Spindle and RustDDS.
+# the readers hold the same samples in the same order?) for Spindle, RustDDS and Cyclone
+# DDS (its Python binding, the cross-check's venv).
 # Writes JSON lines to docs/bench-interop.jsonl, the Markdown table to stdout and the
 # plots to docs/bench-interop-{throughput,latency}.svg.
 #   bash scripts/bench-interop.sh [--sizes "16 1024 65000"] [--quick]
@@ -60,16 +61,18 @@ wait_line() {
   cat "$work/$1.out" "$work/$1.err" >&2
   return 1
 }
-# stop NAME: close its stdin, wait up to 30 s, then kill it (by its pid only).
+# stop NAME…: close their stdins (all first: peers leave together), wait up to 30 s,
+# then kill what is left (by its pid only).
 stop() {
-  local fd=${fd_of[$1]}
-  exec {fd}>&-
-  local i
-  for ((i = 0; i < 300; i++)); do kill -0 "${pid_of[$1]}" 2>/dev/null || break; sleep 0.1; done
-  kill "${pid_of[$1]}" 2>/dev/null || true
-  wait "${pid_of[$1]}" 2>/dev/null || true
-  unset "pid_of[$1]" "fd_of[$1]"
-  rm -f "$work/$1.in"
+  local n fd i
+  for n in "$@"; do fd=${fd_of[$n]}; exec {fd}>&-; done
+  for n in "$@"; do
+    for ((i = 0; i < 300; i++)); do kill -0 "${pid_of[$n]}" 2>/dev/null || break; sleep 0.1; done
+    kill "${pid_of[$n]}" 2>/dev/null || true
+    wait "${pid_of[$n]}" 2>/dev/null || true
+    unset "pid_of[$n]" "fd_of[$n]"
+    rm -f "$work/$n.in"
+  done
 }
 
 count_for() { # mode size
@@ -80,14 +83,16 @@ count_for() { # mode size
   esac
 }
 
-# spindle_cfg FILE NODE TRANSPORT NS_OR_PORTBASE
+# spindle_cfg FILE NODE TRANSPORT NS_OR_PORTBASE [SIZE]: slots of 4 KiB for samples up to
+# 1 KiB, of 64 KiB for larger ones (KeyedString is unbounded: the slot is configured).
 spindle_cfg() {
-  local file=$1 node=$2 transport=$3 base=$4
+  local file=$1 node=$2 transport=$3 base=$4 size=${5:-1024} slot=4096
+  [ "$size" -gt 1024 ] && slot=65536
   {
     echo "domain_id = 0"
     echo "node_id = $node"
     echo "transport = \"$transport\""
-    echo "slot_payload_bytes = 65536"
+    echo "slot_payload_bytes = $slot"
     echo "window_slots = 64"
     echo "entity_timeout_ms = 30000"
     if [ "$transport" = tcp ]; then
@@ -110,12 +115,12 @@ spindle_native() { # transport mode size
   local base ns n
   n=$(count_for "$2" "$3")
   if [ "$1" = tcp ]; then base=$((20000 + (RANDOM % 2000) * 10)); else base="bench-interop-$$-$run"; fi
-  spindle_cfg "$work/p1.toml" 1 "$1" "$base"
-  spindle_cfg "$work/p2.toml" 2 "$1" "$base"
+  spindle_cfg "$work/p1.toml" 1 "$1" "$base" "$3"
+  spindle_cfg "$work/p2.toml" 2 "$1" "$base" "$3"
   start pub "$bin/interop-spindle-peer" perf-pub "$work/p1.toml" "$2" "$3" "$n"
   start sub "$bin/interop-spindle-peer" perf-sub "$work/p2.toml" "$2" "$3" "$n" 120 "spindle-$1"
   wait_line sub '{' 150 | tee -a "$out.tmp" || true
-  stop pub; stop sub
+  stop pub sub
 }
 
 rustdds_native() { # mode size
@@ -125,14 +130,14 @@ rustdds_native() { # mode size
   wait_line sub READY 30 >/dev/null
   start pub "$bin/interop-rustdds-peer" perf-pub "$domain" "$1" "$2" "$n"
   wait_line sub '{' 150 | tee -a "$out.tmp" || true
-  stop pub; stop sub
+  stop pub sub
 }
 
 bridged() { # mode size
   run=$((run + 1))
   local n ns="bench-interop-$$-$run" a=$((100 + RANDOM % 50)) b=$((150 + RANDOM % 50))
   n=$(count_for "$1" "$2")
-  for node in 1 2 3; do spindle_cfg "$work/b$node.toml" "$node" shm "$ns"; done
+  for node in 1 2 3; do spindle_cfg "$work/b$node.toml" "$node" shm "$ns" "$2"; done
   for side in in out; do
     local dom dir cfg
     if [ $side = in ]; then dom=$a; dir=rtps_to_spindle; cfg=b2; else dom=$b; dir=spindle_to_rtps; cfg=b3; fi
@@ -162,7 +167,7 @@ EOF
   wait_line bout "MATCHED rtps_readers=1" 60 >/dev/null
   start pub "$bin/interop-rustdds-peer" perf-pub "$a" "$1" "$2" "$n"
   wait_line sub '{' 150 | tee -a "$out.tmp" || true
-  stop pub; stop sub; stop bout; stop bin; stop host
+  stop pub sub bout bin host
 }
 
 ddsperf_ref() { # size
@@ -196,6 +201,10 @@ semantic() { # stack
     for r in 1 2 3; do start "r$r" "$bin/interop-spindle-peer" record "$work/s$r.toml" 60; wait_line "r$r" READY 30 >/dev/null; done
     start w1 "$bin/interop-spindle-peer" pub "$work/s4.toml" 1 "$n" 64 3 1000
     start w2 "$bin/interop-spindle-peer" pub "$work/s5.toml" 2 "$n" 64 3 1000
+  elif [ "$1" = cyclone ]; then
+    for r in 1 2 3; do start "r$r" env CYCLONEDDS_URI="$cyclone_uri" "$cyc_python" "$cyc_peer" record "$domain" 60; wait_line "r$r" READY 30 >/dev/null; done
+    start w1 env CYCLONEDDS_URI="$cyclone_uri" "$cyc_python" "$cyc_peer" pub "$domain" 1 "$n" 64 3 1000
+    start w2 env CYCLONEDDS_URI="$cyclone_uri" "$cyc_python" "$cyc_peer" pub "$domain" 2 "$n" 64 3 1000
   else
     for r in 1 2 3; do start "r$r" "$bin/interop-rustdds-peer" record "$domain" 60; wait_line "r$r" READY 30 >/dev/null; done
     start w1 "$bin/interop-rustdds-peer" pub "$domain" 1 "$n" 64 3 1000
@@ -209,8 +218,7 @@ semantic() { # stack
   for r in 1 2 3; do
     hashes="$hashes $(wait_line "r$r" RECORD 120 || echo RECORD none)"
   done
-  stop w1; stop w2 2>/dev/null || true
-  for r in 1 2 3; do stop "r$r"; done
+  stop w1 w2 r1 r2 r3
   python3 - "$1" "$hashes" <<'PY' | tee -a "$out.tmp"
 import json, sys
 stack, text = sys.argv[1], sys.argv[2]
@@ -222,8 +230,18 @@ print(json.dumps({"stack": stack, "mode": "semantic", "readers": len(recs),
                   "same_samples": same_set, "same_order": same_order}))
 PY
 }
+cyc_python=$(bash topics/tests/crosscheck/setup.sh 2>/dev/null | tail -n 1) || cyc_python=""
+cyc_peer=interop-tests/cyclone/cyclone_peer.py
+cat >"$work/cyclonedds.xml" <<'XML'
+<CycloneDDS><Domain id="any"><General><Interfaces><NetworkInterface name="lo"/></Interfaces>
+<AllowMulticast>false</AllowMulticast></General><Discovery><Peers><Peer address="127.0.0.1"/></Peers>
+<ParticipantIndex>auto</ParticipantIndex><MaxAutoParticipantIndex>20</MaxAutoParticipantIndex>
+</Discovery></Domain></CycloneDDS>
+XML
+cyclone_uri="file://$work/cyclonedds.xml"
 semantic spindle
 semantic rustdds
+if [ -n "$cyc_python" ]; then semantic cyclone; else echo "bench-interop: no cyclonedds venv, Cyclone semantic run skipped" >&2; fi
 
 mv "$out.tmp" "$out"
 "$bin/interop-plot" "$out" docs/bench-interop

@@ -3,17 +3,23 @@
 tests: the same workload and checks as interop-rustdds-peer and interop-spindle-peer
 (interop-tests/src/workload.rs, restated here from its docs).
 
-  cyclone_peer.py pub DOMAIN WRITER COUNT PAYLOAD_BYTES
-      waits for a matched reader, writes COUNT samples and a dispose of k0, waits for
+  cyclone_peer.py pub DOMAIN WRITER COUNT PAYLOAD_BYTES [READERS [GAP_US]]
+      waits for READERS (default 1) matched readers, pausing GAP_US between samples, writes COUNT samples and a dispose of k0, waits for
       acknowledgments, prints `SENT COUNT`, stays up until stdin closes
+  cyclone_peer.py record DOMAIN TIMEOUT_S
+      the semantic comparison's reader: `RECORD samples=N set=… order=…`
   cyclone_peer.py sub DOMAIN WRITERS COUNT PAYLOAD_BYTES TIMEOUT_S
       prints `READY`, takes until WRITERS writers delivered COUNT samples and a dispose
       each (checking the order per writer within each instance: Cyclone's take groups
       samples by instance), prints `OK …` or `INCOMPLETE …`; exit 0 iff OK
 
+With INTEROP_WAIT_GO=1, `pub` prints `MATCHED` once matched and waits for a line `go` on
+stdin; `sub` prints `MATCHED` once it knows a writer.
+
 Loopback only: run with CYCLONEDDS_URI naming the lo interface (the Rust test does).
 """
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -69,19 +75,60 @@ QOS = Qos(
 )
 
 
+def fnv(pairs):
+    h = 0xCBF29CE484222325
+    for w, s in pairs:
+        for b in w.to_bytes(4, "little") + s.to_bytes(8, "little"):
+            h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def record(dp, topic, timeout_s):
+    """The semantic comparison's reader: as RECORD_QUIET_MS in workload.rs."""
+    r = DataReader(dp, topic, qos=QOS)
+    print("READY", flush=True)
+    order, last, deadline = [], time.time(), time.time() + timeout_s
+    while time.time() < deadline and (not order or time.time() - last < 3.0):
+        got = r.take(N=1024)
+        if not got:
+            time.sleep(0.001)
+        for s in got:
+            if s.sample_info.valid_data:
+                p = parse_value(s.value)
+                if p:
+                    order.append(p)
+                    last = time.time()
+    print(f"RECORD samples={len(order)} set={fnv(sorted(order)):016x} order={fnv(order):016x}",
+          flush=True)
+    for line in sys.stdin:
+        if line.strip() == "stop":
+            break
+    return 0
+
+
 def main():
     mode, domain = sys.argv[1], int(sys.argv[2])
     dp = DomainParticipant(domain)
     topic = Topic(dp, TOPIC, KeyedString, qos=QOS)
     if mode == "pub":
         writer_id, count, nbytes = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+        readers = int(sys.argv[6]) if len(sys.argv) > 6 else 1
+        gap_s = int(sys.argv[7]) / 1e6 if len(sys.argv) > 7 else 0
         w = DataWriter(dp, topic, qos=QOS)
         deadline = time.time() + 30
-        while w.get_publication_matched_status().current_count < 1:
+        while w.get_publication_matched_status().current_count < readers:
             if time.time() > deadline:
                 sys.exit("no reader matched in 30 s")
             time.sleep(0.02)
+        if os.environ.get("INTEROP_WAIT_GO") == "1":
+            # Matched; write once the test says the other side knows this writer too.
+            print("MATCHED", flush=True)
+            for line in sys.stdin:
+                if line.strip() == "go":
+                    break
         for seq in range(count):
+            if gap_s:
+                time.sleep(gap_s)
             w.write(KeyedString(key=key_of(seq), value=value_of(writer_id, seq, nbytes)))
         w.dispose(KeyedString(key=DISPOSED_KEY, value=""))
         acked = w.wait_for_acks(duration(seconds=60))
@@ -90,6 +137,8 @@ def main():
             if line.strip() == "stop":
                 break
         return 0
+    if mode == "record":
+        return record(dp, topic, int(sys.argv[3]))
     writers, count, nbytes, timeout_s = (int(a) for a in sys.argv[3:7])
     r = DataReader(dp, topic, qos=QOS)
     print("READY", flush=True)
@@ -107,7 +156,11 @@ def main():
 
     k0_disposed = False
     deadline = time.time() + timeout_s
+    matched = False
     while not complete() and time.time() < deadline:
+        if not matched and r.get_subscription_matched_status().current_count > 0:
+            print("MATCHED", flush=True)
+            matched = True
         got = r.take(N=1024)
         if not got:
             time.sleep(0.001)

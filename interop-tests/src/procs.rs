@@ -88,6 +88,14 @@ impl Peer {
         }
     }
 
+    /// Sends one line on its stdin.
+    pub fn send_line(&mut self, line: &str) {
+        if let Some(s) = self.stdin.as_mut() {
+            writeln!(s, "{line}").unwrap_or_else(|e| panic!("{}: stdin: {e}", self.name));
+            let _ = s.flush();
+        }
+    }
+
     /// Sends `stop` and closes stdin (a graceful stop for the bridge and publishers).
     pub fn close_stdin(&mut self) {
         if let Some(mut s) = self.stdin.take() {

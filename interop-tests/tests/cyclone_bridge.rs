@@ -88,8 +88,12 @@ fn a_cyclone_writer_reaches_a_spindle_reader_through_the_bridge() {
             s(COUNT),
             s(PAYLOAD_BYTES),
         ],
-        &[("CYCLONEDDS_URI", &uri)],
+        &[("CYCLONEDDS_URI", &uri), ("INTEROP_WAIT_GO", "1")],
     );
+    // Write once both sides know each other.
+    publisher.wait_line("MATCHED", START);
+    bridge.wait_line("MATCHED rtps_writers=1", START);
+    publisher.send_line("go");
     let got = sub.wait_line("OK", Duration::from_secs(TIMEOUT_S + 30));
     assert!(
         got.contains(&format!("received={COUNT}")) && got.contains("disposes=1"),
@@ -147,6 +151,7 @@ fn a_spindle_writer_reaches_a_cyclone_reader_through_the_bridge() {
     let mut bridge = Peer::start("bridge", exe("bridge"), &[s(bcfg.display())]);
     bridge.wait_line("READY", START);
     bridge.wait_line("MATCHED rtps_readers=1", START);
+    sub.wait_line("MATCHED", START);
     let mut publisher = Peer::start(
         "spindle-pub",
         exe("spindle"),

@@ -46,6 +46,9 @@ fn s(v: impl ToString) -> String {
 
 const START: Duration = Duration::from_secs(60);
 
+/// Publishers print `MATCHED` and wait for `go` (see `interop-rustdds-peer`).
+const GO: &[(&str, &str)] = &[("INTEROP_WAIT_GO", "1")];
+
 /// Two RustDDS writers → bridge → two Spindle readers: every sample, in order per
 /// writer, same key and bytes, the disposes as disposes, and both Spindle readers in one
 /// order (the bridge puts what comes from RTPS into Spindle's total order).
@@ -75,15 +78,25 @@ fn rustdds_writers_reach_spindle_readers_through_the_bridge() {
     sub2.wait_line("READY", START);
     let mut bridge = Peer::start("bridge", exe("bridge"), &[s(bcfg.display())]);
     bridge.wait_line("READY", START);
-    let pubs: Vec<Peer> = (1..=2)
+    let mut pubs: Vec<Peer> = (1..=2)
         .map(|w| {
-            Peer::start(
+            Peer::start_with_env(
                 &format!("rustdds-pub-{w}"),
                 exe("rustdds"),
                 &[s("pub"), s(domain), s(w), s(n), s(PAYLOAD_BYTES)],
+                GO,
             )
         })
         .collect();
+    // Write once both sides know each other: a reliable RTPS reader takes a writer's
+    // samples only after it matched the writer.
+    for p in &mut pubs {
+        p.wait_line("MATCHED", START);
+    }
+    bridge.wait_line("MATCHED rtps_writers=2", START);
+    for p in &mut pubs {
+        p.send_line("go");
+    }
     let r1 = sub1.wait_line("OK", Duration::from_secs(TIMEOUT_S + 30));
     let r2 = sub2.wait_line("OK", Duration::from_secs(TIMEOUT_S + 30));
     assert!(r1.contains(&format!("received={}", 2 * n)), "{r1}");
@@ -151,6 +164,7 @@ fn a_spindle_writer_reaches_a_rustdds_reader_through_the_bridge() {
     let mut bridge = Peer::start("bridge", exe("bridge"), &[s(bcfg.display())]);
     bridge.wait_line("READY", START);
     bridge.wait_line("MATCHED rtps_readers=1", START);
+    sub.wait_line("MATCHED", START);
     let publisher = Peer::start(
         "spindle-pub",
         exe("spindle"),
@@ -209,11 +223,17 @@ fn two_bridges_both_ways_do_not_loop() {
     b.wait_line("READY", START);
     a.wait_line("BRIDGES 2", START);
     b.wait_line("BRIDGES 2", START);
-    let publisher = Peer::start(
+    let mut publisher = Peer::start_with_env(
         "rustdds-pub",
         exe("rustdds"),
         &[s("pub"), s(domain), s(1), s(n), s(PAYLOAD_BYTES), s(2)],
+        GO,
     );
+    publisher.wait_line("MATCHED", START);
+    // Each bridge's reader knows the publisher and the other bridge's writer.
+    a.wait_line("MATCHED rtps_writers=2", START);
+    b.wait_line("MATCHED rtps_writers=2", START);
+    publisher.send_line("go");
     let got = counter.wait_line("COUNT", Duration::from_secs(TIMEOUT_S + 30));
     assert_eq!(
         got,

@@ -21,8 +21,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rustdds::{
-    no_key, with_key, DataWriterStatus, InstanceState as RtpsInstanceState, RTPSEntity,
-    StatusEvented, TopicKind,
+    no_key, with_key, DataReaderStatus, DataWriterStatus, InstanceState as RtpsInstanceState,
+    RTPSEntity, StatusEvented, TopicKind,
 };
 use spindle_dds_core::{
     DataReader, DataWriter, DomainParticipant, DomainParticipantFactory, InstanceState,
@@ -76,6 +76,9 @@ pub struct Stats {
     /// RTPS readers matched with the bridge's RTPS writers now (summed over topics): a
     /// volatile RTPS reader gets only what is written after it matched.
     pub rtps_readers_matched: AtomicI64,
+    /// RTPS writers matched with the bridge's RTPS readers now (summed over topics): an
+    /// RTPS writer's samples are taken only once its reader knows it.
+    pub rtps_writers_matched: AtomicI64,
     /// Bridges known on the registry topic (this one included).
     pub bridges_known: AtomicI64,
 }
@@ -396,6 +399,24 @@ impl RtpsReader {
         r.map_err(|e| Error::Rtps(format!("reader of {:?}: {e:?}", t.name)))
     }
 
+    /// The change in matched RTPS writers since the last call.
+    fn matched_change(&self) -> i64 {
+        let mut change = 0i64;
+        loop {
+            let st = match self {
+                RtpsReader::Keyed(r) => r.try_recv_status(),
+                RtpsReader::Plain(r) => r.try_recv_status(),
+            };
+            match st {
+                Some(DataReaderStatus::SubscriptionMatched { current, .. }) => {
+                    change += current.count_change() as i64;
+                }
+                Some(_) => {}
+                None => return change,
+            }
+        }
+    }
+
     /// Takes up to [`TAKE_BATCH_MAX`] samples, in order per writer. (RustDDS's
     /// `take_next_sample` sorts the whole cache for each sample: a batch sorts it once.)
     fn take(&mut self, layout: Option<&KeyLayout>) -> std::result::Result<Vec<Taken>, String> {
@@ -468,6 +489,12 @@ fn notice(key: &RawKey) -> CdrSample {
 fn rtps_to_spindle(ctx: Ctx, mut reader: RtpsReader, writer: DataWriter<CdrSample>) {
     let layout = ctx.topic.key.clone();
     while !ctx.stop.load(Ordering::Relaxed) {
+        let change = reader.matched_change();
+        if change != 0 {
+            ctx.stats
+                .rtps_writers_matched
+                .fetch_add(change, Ordering::Relaxed);
+        }
         let batch = match reader.take(layout.as_ref()) {
             Ok(b) if b.is_empty() => {
                 std::thread::sleep(Duration::from_micros(POLL_IDLE_US));

@@ -5,7 +5,9 @@
 //! prints `READY` on standard output once every reader and writer exists, and
 //! `STATS into_spindle=… into_rtps=… skipped_own=… dropped=…` when it stops; in between,
 //! `MATCHED rtps_readers=N` whenever the number of RTPS readers matched with its writers
-//! changes (a volatile RTPS reader gets only what is written after it matched) and
+//! changes (a volatile RTPS reader gets only what is written after it matched),
+//! `MATCHED rtps_writers=N` whenever the number of RTPS writers its readers know changes,
+//! and
 //! `BRIDGES N` whenever it learns of another bridge in its Spindle domain.
 
 use std::io::{BufRead, Write};
@@ -57,13 +59,19 @@ pub fn main_with_args(args: &[String]) -> ExitCode {
     let watcher = {
         let done = Arc::clone(&done);
         std::thread::spawn(move || {
-            let (mut last, mut last_bridges) = (0i64, 0i64);
+            let (mut last, mut last_bridges, mut last_writers) = (0i64, 0i64, 0i64);
             while !done.load(Ordering::Relaxed) {
                 let now = stats.rtps_readers_matched.load(Ordering::Relaxed);
                 if now != last {
                     println!("MATCHED rtps_readers={now}");
                     let _ = std::io::stdout().flush();
                     last = now;
+                }
+                let writers = stats.rtps_writers_matched.load(Ordering::Relaxed);
+                if writers != last_writers {
+                    println!("MATCHED rtps_writers={writers}");
+                    let _ = std::io::stdout().flush();
+                    last_writers = writers;
                 }
                 let bridges = stats.bridges_known.load(Ordering::Relaxed);
                 if bridges != last_bridges {

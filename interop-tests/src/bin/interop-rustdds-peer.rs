@@ -6,7 +6,7 @@
 //!     waits for READERS (default 1) matched readers, pausing GAP_US between samples, writes COUNT samples and a dispose of k0, waits for
 //!     every acknowledgment, prints `SENT COUNT`, and stays up until stdin closes
 //! interop-rustdds-peer sub DOMAIN WRITERS COUNT PAYLOAD_BYTES TIMEOUT_S
-//!     prints `READY`, takes until WRITERS writers delivered COUNT samples and a dispose
+//!     prints `READY` (and `MATCHED` once it knows a writer), takes until WRITERS writers delivered COUNT samples and a dispose
 //!     each, prints the checker's summary (`OK …` or `INCOMPLETE …`); exit 0 iff OK
 //! interop-rustdds-peer record DOMAIN TIMEOUT_S
 //!     prints `READY`, takes until RECORD_QUIET_MS pass without a sample, prints
@@ -15,6 +15,8 @@
 //! interop-rustdds-peer perf-sub DOMAIN MODE SIZE COUNT TIMEOUT_S STACK
 //!     the comparison workload (`spindle_interop_tests::perf`): MODE is `throughput` or
 //!     `latency`; the subscriber prints `READY`, then one JSON line labelled STACK
+//! With `INTEROP_WAIT_GO=1`, `pub` prints `MATCHED` once matched and waits for a line
+//! `go` on stdin before it writes.
 //! ```
 
 use std::io::BufRead;
@@ -24,8 +26,8 @@ use std::time::{Duration, Instant};
 use rustdds::policy::{History, Reliability, ResourceLimits};
 use rustdds::with_key::Sample;
 use rustdds::{
-    DataWriterStatus, DomainParticipantBuilder, Keyed, QosPolicies, QosPolicyBuilder,
-    ReadCondition, StatusEvented, TopicKind,
+    DataReaderStatus, DataWriterStatus, DomainParticipantBuilder, Keyed, QosPolicies,
+    QosPolicyBuilder, ReadCondition, StatusEvented, TopicKind,
 };
 use serde::{Deserialize, Serialize};
 use spindle_interop_tests::perf::{now_ns, perf_value, PerfStats, LATENCY_GAP_US, PERF_TOPIC};
@@ -45,6 +47,21 @@ impl Keyed for KeyedString {
     type K = String;
     fn key(&self) -> String {
         self.key.clone()
+    }
+}
+
+/// With `INTEROP_WAIT_GO=1` a publisher, once matched, prints `MATCHED` and waits for a
+/// line `go` on stdin (the test sends it when the other side knows this writer too).
+fn wait_go() {
+    if std::env::var("INTEROP_WAIT_GO").is_ok_and(|v| v == "1") {
+        println!("MATCHED");
+        let mut line = String::new();
+        while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {
+            if line.trim() == "go" {
+                return;
+            }
+            line.clear();
+        }
     }
 }
 
@@ -121,6 +138,7 @@ fn main() -> ExitCode {
                     }
                 }
             }
+            wait_go();
             for seq in 0..count {
                 if gap_us > 0 {
                     std::thread::sleep(Duration::from_micros(gap_us));
@@ -196,9 +214,17 @@ fn main() -> ExitCode {
                 .create_datareader_cdr::<KeyedString>(&topic, Some(qos()))
                 .expect("reader");
             println!("READY");
+            let mut matched = false;
             let mut check = Checker::new(count, bytes);
             let deadline = Instant::now() + Duration::from_secs(timeout_s);
             while !check.complete(writers) && Instant::now() < deadline {
+                while let Some(st) = reader.try_recv_status() {
+                    if !matched && matches!(st, DataReaderStatus::SubscriptionMatched { .. }) {
+                        // The reader knows a writer: what it writes now reaches us.
+                        println!("MATCHED");
+                        matched = true;
+                    }
+                }
                 // In batches: RustDDS sorts its whole cache on every take.
                 match reader.take(TAKE_BATCH, ReadCondition::not_read()) {
                     // A timed poll: the mio 0.6 wake-ups can be missed.

@@ -37,6 +37,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'echo "bench-interop: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 # start NAME CMD… : runs CMD with stdin a fifo held open by us (closing it stops the
 # peer), stdout to $work/NAME.out.
@@ -73,6 +74,15 @@ stop() {
     unset "pid_of[$n]" "fd_of[$n]"
     rm -f "$work/$n.in"
   done
+}
+
+# abort STACK MODE SIZE WHY: a run that could not finish (a peer failed to start, e.g. a
+# Spindle member excluded by a false suspicion on an overloaded machine) is recorded as
+# such, its peers stopped, and the harness goes on.
+abort() {
+  echo "{\"stack\":\"$1\",\"mode\":\"$2\",\"size\":$3,\"error\":\"$4\"}" | tee -a "$out.tmp"
+  local n
+  for n in "${!pid_of[@]}"; do stop "$n"; done
 }
 
 count_for() { # mode size
@@ -118,7 +128,7 @@ spindle_native() { # transport mode size
   spindle_cfg "$work/p1.toml" 1 "$1" "$base" "$3"
   spindle_cfg "$work/p2.toml" 2 "$1" "$base" "$3"
   start pub "$bin/interop-spindle-peer" perf-pub "$work/p1.toml" "$2" "$3" "$n"
-  start sub "$bin/interop-spindle-peer" perf-sub "$work/p2.toml" "$2" "$3" "$n" 120 "spindle-$1"
+  start sub "$bin/interop-spindle-peer" perf-sub "$work/p2.toml" "$2" "$3" "$n" 60 "spindle-$1"
   wait_line sub '{' 150 | tee -a "$out.tmp" || true
   stop pub sub
 }
@@ -126,8 +136,8 @@ spindle_native() { # transport mode size
 rustdds_native() { # mode size
   local n domain=$((100 + RANDOM % 100))
   n=$(count_for "$1" "$2")
-  start sub "$bin/interop-rustdds-peer" perf-sub "$domain" "$1" "$2" "$n" 120 rustdds-udp
-  wait_line sub READY 30 >/dev/null
+  start sub "$bin/interop-rustdds-peer" perf-sub "$domain" "$1" "$2" "$n" 60 rustdds-udp
+  wait_line sub READY 30 >/dev/null || { abort rustdds-udp "$1" "$2" "subscriber did not start"; return 0; }
   start pub "$bin/interop-rustdds-peer" perf-pub "$domain" "$1" "$2" "$n"
   wait_line sub '{' 150 | tee -a "$out.tmp" || true
   stop pub sub
@@ -156,15 +166,16 @@ direction = "$dir"
 reliability = "reliable"
 EOF
   done
+  local stack=rustdds-bridge-spindle-bridge-rustdds
   start host "$bin/interop-spindle-peer" host "$work/b1.toml"
-  wait_line host READY 30 >/dev/null
+  wait_line host READY 30 >/dev/null || { abort $stack "$1" "$2" "host did not start"; return 0; }
   start bin "$bin/interop-bridge" "$work/bridge-in.toml"
-  wait_line bin READY 60 >/dev/null
+  wait_line bin READY 60 >/dev/null || { abort $stack "$1" "$2" "bridge in did not start"; return 0; }
   start bout "$bin/interop-bridge" "$work/bridge-out.toml"
-  wait_line bout READY 60 >/dev/null
-  start sub "$bin/interop-rustdds-peer" perf-sub "$b" "$1" "$2" "$n" 120 rustdds-bridge-spindle-bridge-rustdds
-  wait_line sub READY 30 >/dev/null
-  wait_line bout "MATCHED rtps_readers=1" 60 >/dev/null
+  wait_line bout READY 60 >/dev/null || { abort $stack "$1" "$2" "bridge out did not start"; return 0; }
+  start sub "$bin/interop-rustdds-peer" perf-sub "$b" "$1" "$2" "$n" 60 $stack
+  wait_line sub READY 30 >/dev/null || { abort $stack "$1" "$2" "subscriber did not start"; return 0; }
+  wait_line bout "MATCHED rtps_readers=1" 60 >/dev/null || { abort $stack "$1" "$2" "no match"; return 0; }
   start pub "$bin/interop-rustdds-peer" perf-pub "$a" "$1" "$2" "$n"
   wait_line sub '{' 150 | tee -a "$out.tmp" || true
   stop pub sub bout bin host
@@ -198,15 +209,15 @@ semantic() { # stack
   [ "$quick" = 1 ] && n=1000
   if [ "$1" = spindle ]; then
     for node in 1 2 3 4 5; do spindle_cfg "$work/s$node.toml" "$node" shm "$ns"; done
-    for r in 1 2 3; do start "r$r" "$bin/interop-spindle-peer" record "$work/s$r.toml" 60; wait_line "r$r" READY 30 >/dev/null; done
+    for r in 1 2 3; do start "r$r" "$bin/interop-spindle-peer" record "$work/s$r.toml" 60; wait_line "r$r" READY 30 >/dev/null || { abort "$1" semantic 64 "reader did not start"; return 0; }; done
     start w1 "$bin/interop-spindle-peer" pub "$work/s4.toml" 1 "$n" 64 3 1000
     start w2 "$bin/interop-spindle-peer" pub "$work/s5.toml" 2 "$n" 64 3 1000
   elif [ "$1" = cyclone ]; then
-    for r in 1 2 3; do start "r$r" env CYCLONEDDS_URI="$cyclone_uri" "$cyc_python" "$cyc_peer" record "$domain" 60; wait_line "r$r" READY 30 >/dev/null; done
+    for r in 1 2 3; do start "r$r" env CYCLONEDDS_URI="$cyclone_uri" "$cyc_python" "$cyc_peer" record "$domain" 60; wait_line "r$r" READY 30 >/dev/null || { abort "$1" semantic 64 "reader did not start"; return 0; }; done
     start w1 env CYCLONEDDS_URI="$cyclone_uri" "$cyc_python" "$cyc_peer" pub "$domain" 1 "$n" 64 3 1000
     start w2 env CYCLONEDDS_URI="$cyclone_uri" "$cyc_python" "$cyc_peer" pub "$domain" 2 "$n" 64 3 1000
   else
-    for r in 1 2 3; do start "r$r" "$bin/interop-rustdds-peer" record "$domain" 60; wait_line "r$r" READY 30 >/dev/null; done
+    for r in 1 2 3; do start "r$r" "$bin/interop-rustdds-peer" record "$domain" 60; wait_line "r$r" READY 30 >/dev/null || { abort "$1" semantic 64 "reader did not start"; return 0; }; done
     start w1 "$bin/interop-rustdds-peer" pub "$domain" 1 "$n" 64 3 1000
     start w2 "$bin/interop-rustdds-peer" pub "$domain" 2 "$n" 64 3 1000
   fi
@@ -222,7 +233,7 @@ semantic() { # stack
   python3 - "$1" "$hashes" <<'PY' | tee -a "$out.tmp"
 import json, sys
 stack, text = sys.argv[1], sys.argv[2]
-recs = [dict(kv.split("=", 1) for kv in l.split()[1:]) for l in text.split("RECORD") if "=" in l]
+recs = [dict(kv.split("=", 1) for kv in l.split()) for l in text.split("RECORD") if "=" in l]
 same_set = len({(r["samples"], r["set"]) for r in recs}) == 1
 same_order = len({r["order"] for r in recs}) == 1
 print(json.dumps({"stack": stack, "mode": "semantic", "readers": len(recs),
@@ -254,6 +265,8 @@ print("| stack | size (B) | msgs/s | MB/s | one-way p50 (µs) | one-way p99 (µs
 print("|---|---:|---:|---:|---:|---:|")
 by = {}
 for r in rows:
+    if r.get("error") or r.get("complete") is False:
+        continue
     if r["mode"] in ("throughput", "latency"):
         by.setdefault((r["stack"], r["size"]), {})[r["mode"]] = r
 for (stack, size), m in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
@@ -265,6 +278,11 @@ print()
 print("| semantic: 2 writers, 3 readers, one writer killed | samples per reader | same samples | same order |")
 print("|---|---|---|---|")
 for r in rows:
-    if r["mode"] == "semantic":
+    if r["mode"] == "semantic" and not r.get("error"):
         print(f"| {r['stack']} | {r['samples']} | {r['same_samples']} | {r['same_order']} |")
+for r in rows:
+    if r.get("error"):
+        print(f"\nNot measured: {r['stack']} {r['mode']} {r['size']} B: {r['error']}")
+    elif r.get("complete") is False:
+        print(f"\nNot measured: {r['stack']} {r['mode']} {r['size']} B: only {r['samples']} samples arrived before the subscriber's timeout")
 PY

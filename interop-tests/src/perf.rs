@@ -86,9 +86,10 @@ impl PerfStats {
         self.samples
     }
 
-    /// The JSON line: stack, mode, size, samples, msgs_per_s, bytes_per_s, lat_p50_us,
-    /// lat_p99_us, out_of_order (per the single writer's sequence).
-    pub fn json(&mut self, stack: &str, mode: &str, size: usize) -> String {
+    /// The JSON line: stack, mode, size, samples, complete (all `expected` arrived),
+    /// msgs_per_s, bytes_per_s, lat_p50_us, lat_p99_us, out_of_order (per the single
+    /// writer's sequence).
+    pub fn json(&mut self, stack: &str, mode: &str, size: usize, expected: u64) -> String {
         self.latencies_ns.sort_unstable();
         let pct = |p: f64| -> f64 {
             if self.latencies_ns.is_empty() {
@@ -105,9 +106,11 @@ impl PerfStats {
         };
         format!(
             "{{\"stack\":\"{stack}\",\"mode\":\"{mode}\",\"size\":{size},\"samples\":{},\
+             \"complete\":{},\
              \"msgs_per_s\":{:.0},\"bytes_per_s\":{:.0},\"lat_p50_us\":{:.1},\
              \"lat_p99_us\":{:.1},\"out_of_order\":{}}}",
             self.samples,
+            self.samples >= expected,
             rate,
             rate * size as f64,
             pct(0.50),
@@ -136,7 +139,7 @@ mod tests {
             s.sample(&perf_value(now_ns(), seq, 64));
         }
         s.sample(&perf_value(now_ns(), 3, 64));
-        let j = s.json("x", "throughput", 64);
+        let j = s.json("x", "throughput", 64, 11);
         assert!(
             j.contains("\"samples\":11") && j.contains("\"out_of_order\":1"),
             "{j}"

@@ -344,7 +344,7 @@ fn perf_sub(participant: &rustdds::DomainParticipant, args: &[String]) -> ExitCo
             Err(e) => eprintln!("take: {e:?}"),
         }
     }
-    println!("{}", stats.json(&stack, &mode, size));
+    println!("{}", stats.json(&stack, &mode, size, count));
     if stats.samples() >= count {
         ExitCode::SUCCESS
     } else {

@@ -261,7 +261,7 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            println!("{}", stats.json(&stack, &mode, size));
+            println!("{}", stats.json(&stack, &mode, size, count));
             let ok = stats.samples() >= count;
             wait_stdin();
             if ok {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # DCPS benchmark (issue 7): DataWriter -> DataReader throughput and latency at 1 KiB and
-# 10 KiB for each delivery level over tcp and shm (examples/src/bin/dds_perf.rs, two
+# 10 KiB for each delivery level over tcp and shm (examples/src/perf/mod.rs, two
 # processes), next to the raw engine's bandwidth_test / latency_test in the same run
 # (2 nodes, 1 sender, the same window), so the DCPS layer's cost reads as a ratio.
 # Prints one JSON line per run, then a Markdown table for docs/benchmarks.md.

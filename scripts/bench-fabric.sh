@@ -4,7 +4,8 @@
 # measurement and a Markdown table for docs/benchmarks.md.
 #   bash scripts/bench-fabric.sh [--seconds S] [--backends "tcp shm libfabric-tcp libfabric-shm"] [--sizes "64 1024 ..."]
 # libfabric-* backends build the bench with the libfabric feature (scripts/setup-rdma.sh
-# installs what that needs).
+# installs what that needs). tcp-noise is tcp with a domain secret (Noise handshake, then
+# ChaCha20-Poly1305 records); tcp-auth is the same handshake with frames in clear after it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=4

@@ -6,7 +6,9 @@
 
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use spindle_dds_core::cache::{Cache, Origin};
-use spindle_dds_core::sample::{SampleHeader, SampleKind, StateMask, SAMPLE_HEADER_BYTES};
+use spindle_dds_core::sample::{
+    Coherent, SampleHeader, SampleKind, StateMask, SAMPLE_HEADER_BYTES,
+};
 use spindle_dds_core::store::Store;
 use spindle_qos::{DeliveryLevel, History, ResourceLimits};
 use spindle_topics::avionics::AirData;
@@ -39,6 +41,8 @@ fn header(seq: u64) -> SampleHeader {
         key_hash: KeyHash([(seq % 8) as u8; 16]),
         lifespan_ns: 0,
         ownership_strength: 0,
+        partition_tag: 0,
+        coherent: Coherent::No,
         level: DeliveryLevel::Atomic,
     }
 }

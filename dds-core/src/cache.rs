@@ -8,8 +8,8 @@ use spindle_qos::{History, HistoryKind, ResourceLimits, LENGTH_UNLIMITED};
 
 use crate::clock::{Clock, WallClock};
 use crate::sample::{
-    InstanceHandle, InstanceState, SampleHeader, SampleInfo, SampleKind, SampleState, StateMask,
-    ViewState, WriterHandle,
+    Coherent, InstanceHandle, InstanceState, SampleHeader, SampleInfo, SampleKind, SampleState,
+    StateMask, ViewState, WriterHandle, COHERENT_SET_SAMPLES_MAX,
 };
 
 /// Where a delivered message came from and sits in the total order.
@@ -105,6 +105,10 @@ struct Instance {
     /// TIME_BASED_FILTER.
     last_kept_us: Option<u64>,
     state: InstanceState,
+    /// When it left ALIVE (µs on the process clock), for READER_DATA_LIFECYCLE.
+    not_alive_since_us: Option<u64>,
+    /// The newest source timestamp kept, for DESTINATION_ORDER BY_SOURCE_TIMESTAMP.
+    newest_source_ns: Option<i64>,
     new: bool,
     disposed_generation_count: u32,
     no_writers_generation_count: u32,
@@ -136,6 +140,17 @@ pub struct Cache {
     minimum_separation_us: u64,
     /// OWNERSHIP EXCLUSIVE: per instance, only the strongest alive writer's samples.
     exclusive: bool,
+    /// DESTINATION_ORDER BY_SOURCE_TIMESTAMP: per instance, a sample older (by source
+    /// timestamp) than the newest kept is dropped.
+    by_source_timestamp: bool,
+    /// READER_DATA_LIFECYCLE: µs after an instance became NOT_ALIVE_NO_WRITERS,
+    /// respectively NOT_ALIVE_DISPOSED, its samples and the instance are purged (`None`:
+    /// never).
+    autopurge_nowriter_us: Option<u64>,
+    autopurge_disposed_us: Option<u64>,
+    /// Coherent sets held back until they end, per writer: each sample's header, bytes
+    /// and origin (at most [`COHERENT_SET_SAMPLES_MAX`] per set; a longer one is dropped).
+    pending_sets: BTreeMap<WriterHandle, Vec<(SampleHeader, Vec<u8>, Origin)>>,
     /// Where "now" comes from (LIFESPAN, TIME_BASED_FILTER).
     clock: Arc<dyn Clock>,
     /// Payload buffers given back after `take` (and by evictions), reused by `insert` so
@@ -143,6 +158,13 @@ pub struct Cache {
     /// bytes of capacity in all.
     spare: Vec<Vec<u8>>,
     spare_bytes: usize,
+}
+
+/// A sample's bytes on their way into the cache: borrowed from a delivery (copied in), or
+/// already copied (a held-back coherent set's).
+enum Bytes<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
 }
 
 /// Most capacity, in bytes, a cache keeps in spare payload buffers.
@@ -174,6 +196,10 @@ impl Cache {
             deadline_us: None,
             minimum_separation_us: 0,
             exclusive: false,
+            by_source_timestamp: false,
+            autopurge_nowriter_us: None,
+            autopurge_disposed_us: None,
+            pending_sets: BTreeMap::new(),
             clock,
             spare: Vec::new(),
             spare_bytes: 0,
@@ -219,15 +245,54 @@ impl Cache {
         self.exclusive = on;
     }
 
-    /// Drops samples whose LIFESPAN has passed.
+    /// Sets DESTINATION_ORDER: with `by_source_timestamp`, per instance, a sample whose
+    /// source timestamp is older than the newest one kept is dropped (not rejected), so
+    /// the instance's value is the one written last by the writers' clocks.
+    pub fn set_by_source_timestamp(&mut self, on: bool) {
+        self.by_source_timestamp = on;
+    }
+
+    /// Sets READER_DATA_LIFECYCLE: how long after an instance lost its last writer
+    /// (`nowriter_us`), or was disposed (`disposed_us`), its samples — read or not — and
+    /// the instance itself are purged (`None`: kept until taken).
+    pub fn set_autopurge_us(&mut self, nowriter_us: Option<u64>, disposed_us: Option<u64>) {
+        self.autopurge_nowriter_us = nowriter_us;
+        self.autopurge_disposed_us = disposed_us;
+    }
+
+    /// Drops samples whose LIFESPAN has passed, and those of instances whose
+    /// READER_DATA_LIFECYCLE autopurge delay has passed (with the instances).
     fn purge_expired(&mut self) {
         let now = self.clock.wall_ns();
+        let now_us = self.clock.now_us();
+        let (nowriter, disposed) = (self.autopurge_nowriter_us, self.autopurge_disposed_us);
+        let purged: BTreeSet<InstanceHandle> = if nowriter.is_none() && disposed.is_none() {
+            BTreeSet::new()
+        } else {
+            self.instances
+                .iter()
+                .filter(|(_, i)| {
+                    let delay = match i.state {
+                        InstanceState::Alive => None,
+                        InstanceState::NotAliveNoWriters => nowriter,
+                        InstanceState::NotAliveDisposed => disposed,
+                    };
+                    delay
+                        .zip(i.not_alive_since_us)
+                        .is_some_and(|(d, since)| now_us.saturating_sub(since) >= d)
+                })
+                .map(|(h, _)| *h)
+                .collect()
+        };
         let expired: Vec<(u64, InstanceHandle)> = self
             .samples
             .iter()
-            .filter(|(_, e)| e.expires_ns.is_some_and(|x| x <= now))
+            .filter(|(_, e)| e.expires_ns.is_some_and(|x| x <= now) || purged.contains(&e.instance))
             .map(|(a, e)| (*a, e.instance))
             .collect();
+        for h in &purged {
+            self.instances.remove(h);
+        }
         for (a, i) in expired {
             if let Some(e) = self.samples.remove(&a) {
                 self.recycle([e.payload]);
@@ -322,11 +387,81 @@ impl Cache {
     }
 
     /// [`Cache::insert`] at `now_us` on the cache's clock: a batch of samples delivered
-    /// together reads the clock once.
+    /// together reads the clock once. A sample of a coherent set is held back (`Ok(false)`)
+    /// until the set's end, which inserts the whole set (see [`Coherent`]).
     pub fn insert_at(
         &mut self,
         h: &SampleHeader,
         payload: &[u8],
+        o: Origin,
+        now_us: u64,
+    ) -> Result<bool, Rejected> {
+        let writer = WriterHandle {
+            node: o.node,
+            writer_id: h.writer_id,
+        };
+        match (h.kind, h.coherent) {
+            // A lease renewal, not a sample (the delivery path handles it).
+            (SampleKind::Liveliness, _) => Ok(false),
+            (SampleKind::CoherentEnd, _) => self.end_set(writer, now_us),
+            (_, Coherent::No) => self.insert_one(h, Bytes::Borrowed(payload), o, now_us),
+            (_, mark) => {
+                let copy = self.copy_payload(payload);
+                if mark == Coherent::Begins {
+                    // A set left unended by this writer is dropped: it never ended.
+                    if let Some(old) = self.pending_sets.remove(&writer) {
+                        self.recycle(old.into_iter().map(|(_, b, _)| Payload::Owned(b)));
+                    }
+                    self.pending_sets.insert(writer, Vec::new());
+                }
+                // A set whose first sample this reader did not see is not held at all.
+                let over = match self.pending_sets.get_mut(&writer) {
+                    Some(set) if set.len() < COHERENT_SET_SAMPLES_MAX => {
+                        set.push((*h, copy, o));
+                        false
+                    }
+                    Some(_) => true,
+                    None => false,
+                };
+                if over {
+                    if let Some(old) = self.pending_sets.remove(&writer) {
+                        self.recycle(old.into_iter().map(|(_, b, _)| Payload::Owned(b)));
+                    }
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    /// `writer`'s coherent set ended: its samples go in, in their order; true if any was
+    /// kept (the first rejection is returned if none was).
+    fn end_set(&mut self, writer: WriterHandle, now_us: u64) -> Result<bool, Rejected> {
+        let Some(set) = self.pending_sets.remove(&writer) else {
+            return Ok(false);
+        };
+        let mut kept = false;
+        let mut rejected = None;
+        for (h, bytes, o) in set {
+            let h = SampleHeader {
+                coherent: Coherent::No,
+                ..h
+            };
+            match self.insert_one(&h, Bytes::Owned(bytes), o, now_us) {
+                Ok(k) => kept |= k,
+                Err(r) => rejected = rejected.or(Some(r)),
+            }
+        }
+        match rejected {
+            Some(r) if !kept => Err(r),
+            _ => Ok(kept),
+        }
+    }
+
+    /// Inserts one sample outside any coherent set.
+    fn insert_one(
+        &mut self,
+        h: &SampleHeader,
+        payload: Bytes<'_>,
         o: Origin,
         now_us: u64,
     ) -> Result<bool, Rejected> {
@@ -337,6 +472,14 @@ impl Cache {
                 .saturating_add(h.lifespan_ns.min(i64::MAX as u64) as i64)
         });
         if expires_ns.is_some_and(|x| x <= self.clock.wall_ns()) {
+            return Ok(false);
+        }
+        if self.by_source_timestamp
+            && self.instances.get(&handle).is_some_and(|i| {
+                i.newest_source_ns
+                    .is_some_and(|newest| h.source_timestamp_ns < newest)
+            })
+        {
             return Ok(false);
         }
         if self.exclusive && h.kind != SampleKind::Unregister {
@@ -387,6 +530,8 @@ impl Cache {
                     last_kept_us: None,
                     owner: None,
                     state: InstanceState::Alive,
+                    not_alive_since_us: None,
+                    newest_source_ns: None,
                     new: true,
                     disposed_generation_count: 0,
                     no_writers_generation_count: 0,
@@ -417,10 +562,14 @@ impl Cache {
         }
         let valid = h.kind == SampleKind::Data;
         // No rejection after this point: the copy is kept.
-        let copy = if valid {
-            self.copy_payload(payload)
-        } else {
-            Vec::new()
+        let copy = match payload {
+            Bytes::Owned(b) if valid => b,
+            Bytes::Borrowed(b) if valid => self.copy_payload(b),
+            Bytes::Owned(b) => {
+                self.keep_spare(b);
+                Vec::new()
+            }
+            Bytes::Borrowed(_) => Vec::new(),
         };
         let copy = Payload::Owned(copy);
         let Some(inst) = self.instances.get_mut(&handle) else {
@@ -447,13 +596,19 @@ impl Cache {
                     InstanceState::Alive => {}
                 }
                 inst.state = InstanceState::Alive;
+                inst.not_alive_since_us = None;
                 inst.writers.insert(writer);
                 inst.last_kept_us = Some(now);
                 if let Some(period) = self.deadline_us {
                     inst.deadline_at_us = Some(now.saturating_add(period));
                 }
             }
-            SampleKind::Dispose => inst.state = InstanceState::NotAliveDisposed,
+            SampleKind::Dispose => {
+                if inst.state != InstanceState::NotAliveDisposed {
+                    inst.not_alive_since_us = Some(now);
+                }
+                inst.state = InstanceState::NotAliveDisposed;
+            }
             SampleKind::Unregister => {
                 inst.writers.remove(&writer);
                 if inst.owner.is_some_and(|(o, _)| o == writer) {
@@ -461,9 +616,12 @@ impl Cache {
                 }
                 if inst.writers.is_empty() && inst.state == InstanceState::Alive {
                     inst.state = InstanceState::NotAliveNoWriters;
+                    inst.not_alive_since_us = Some(now);
                 }
             }
+            SampleKind::Liveliness | SampleKind::CoherentEnd => {}
         }
+        inst.newest_source_ns = inst.newest_source_ns.max(Some(h.source_timestamp_ns));
         let arrival = self.next_arrival;
         self.next_arrival += 1;
         inst.arrivals.push_back(arrival);
@@ -499,6 +657,19 @@ impl Cache {
     /// Writers in `gone` left the domain: instances only they wrote lose their writers
     /// (NOT_ALIVE_NO_WRITERS), as if they had unregistered.
     pub fn writers_gone(&mut self, gone: &dyn Fn(&WriterHandle) -> bool) {
+        let now_us = self.clock.now_us();
+        // Their unended coherent sets never end: dropped (every reader drops the same).
+        let unended: Vec<WriterHandle> = self
+            .pending_sets
+            .keys()
+            .filter(|w| gone(w))
+            .copied()
+            .collect();
+        for w in unended {
+            if let Some(set) = self.pending_sets.remove(&w) {
+                self.recycle(set.into_iter().map(|(_, b, _)| Payload::Owned(b)));
+            }
+        }
         for inst in self.instances.values_mut() {
             let before = inst.writers.len();
             inst.writers.retain(|w| !gone(w));
@@ -507,6 +678,7 @@ impl Cache {
             }
             if before > 0 && inst.writers.is_empty() && inst.state == InstanceState::Alive {
                 inst.state = InstanceState::NotAliveNoWriters;
+                inst.not_alive_since_us = Some(now_us);
             }
         }
     }
@@ -642,6 +814,8 @@ mod tests {
             key_hash: KeyHash([key; 16]),
             lifespan_ns: 0,
             ownership_strength: 0,
+            partition_tag: 0,
+            coherent: Coherent::No,
             level: spindle_qos::DeliveryLevel::VolatileStore,
         }
     }

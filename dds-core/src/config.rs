@@ -22,7 +22,14 @@
 //! suspect_deviations = 4       # learned bound: mean gap + this many deviations
 //! outbound_bytes_max = 67108864
 //! connect_timeout_ms = 5000
+//! domain_secret_file = "/etc/spindle/domain.key"  # or domain_secret = "..." (16+ bytes)
+//! encrypt_links = true         # with a secret: encrypt tcp links (the default)
 //! ```
+//!
+//! A domain secret makes every link start with a handshake that proves both sides know
+//! it (`spindle_transport_rdma::trust`): a process without it is refused before it sees
+//! a region or reaches the membership protocol. It is never logged (its `Debug` is
+//! redacted). Prefer the key file or the environment to the secret itself in the file.
 //!
 //! The `[fabric]` keys are those of `spindle_transport_rdma::FabricConfig`: the failure
 //! detector decides how long a hung (stopped, swapped-out, cut-off) member stalls the
@@ -30,12 +37,14 @@
 //!
 //! Environment variables override the file: `SPINDLE_DOMAIN_ID`, `SPINDLE_NODE_ID`,
 //! `SPINDLE_TRANSPORT`, `SPINDLE_LISTEN`, `SPINDLE_BOOTSTRAP` (comma-separated ids),
-//! `SPINDLE_CONTACTS` (`id=address,id=address`) and `SPINDLE_SPIN_BEFORE_PARK_US`.
+//! `SPINDLE_CONTACTS` (`id=address,id=address`), `SPINDLE_SPIN_BEFORE_PARK_US`,
+//! `SPINDLE_DOMAIN_SECRET` (the secret), `SPINDLE_DOMAIN_SECRET_FILE` (a key file) and
+//! `SPINDLE_ENCRYPT_LINKS` (`true`/`false`).
 
 use std::path::Path;
 
 use serde::{Deserialize, Deserializer};
-use spindle_transport_rdma::{FabricConfig, NodeId};
+use spindle_transport_rdma::{DomainSecret, FabricConfig, NodeId};
 
 use crate::declare::{TOPIC_SUBGROUPS_DEFAULT, TOPIC_SUBGROUPS_MAX};
 use crate::error::{Error, Result};
@@ -124,14 +133,36 @@ struct FabricToml {
     suspect_deviations: Option<u32>,
     outbound_bytes_max: Option<usize>,
     connect_timeout_ms: Option<u64>,
+    domain_secret: Option<String>,
+    domain_secret_file: Option<std::path::PathBuf>,
+    encrypt_links: Option<bool>,
 }
 
 fn fabric_from_toml<'de, D: Deserializer<'de>>(
     d: D,
 ) -> std::result::Result<FabricConfig, D::Error> {
+    use serde::de::Error as _;
     let t = FabricToml::deserialize(d)?;
     let f = FabricConfig::default();
+    let domain_secret = match (&t.domain_secret, &t.domain_secret_file) {
+        (Some(_), Some(_)) => {
+            return Err(D::Error::custom(
+                "[fabric] domain_secret and domain_secret_file: set one, not both",
+            ))
+        }
+        (Some(text), None) => Some(
+            DomainSecret::new(text.as_bytes())
+                .map_err(|e| D::Error::custom(format!("[fabric] domain_secret: {e}")))?,
+        ),
+        (None, Some(path)) => Some(
+            DomainSecret::from_file(path)
+                .map_err(|e| D::Error::custom(format!("[fabric] domain_secret_file: {e}")))?,
+        ),
+        (None, None) => None,
+    };
     Ok(FabricConfig {
+        domain_secret,
+        encrypt_links: t.encrypt_links.unwrap_or(f.encrypt_links),
         probe_interval_ms: t.probe_interval_ms.unwrap_or(f.probe_interval_ms),
         suspect_floor_ms: t.suspect_floor_ms.unwrap_or(f.suspect_floor_ms),
         suspect_ceiling_ms: t.suspect_ceiling_ms.unwrap_or(f.suspect_ceiling_ms),
@@ -139,6 +170,16 @@ fn fabric_from_toml<'de, D: Deserializer<'de>>(
         outbound_bytes_max: t.outbound_bytes_max.unwrap_or(f.outbound_bytes_max),
         connect_timeout_ms: t.connect_timeout_ms.unwrap_or(f.connect_timeout_ms),
     })
+}
+
+/// A TOML error naming `origin`. The full message quotes the offending line, so an error
+/// about the domain secret gives only its own words: the secret stays out of logs.
+fn toml_error(origin: &str, e: &toml::de::Error) -> Error {
+    if e.message().contains("domain_secret") {
+        Error::Config(format!("{origin}: {}", e.message()))
+    } else {
+        Error::Config(format!("{origin}: {e}"))
+    }
 }
 
 /// The longest [`ParticipantConfig::spin_before_park_us`] accepted.
@@ -183,8 +224,7 @@ impl ParticipantConfig {
 
     /// Parses TOML text; `origin` names it in errors.
     pub fn from_toml_str(text: &str, origin: &str) -> Result<Self> {
-        let cfg: ParticipantConfig =
-            toml::from_str(text).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        let cfg: ParticipantConfig = toml::from_str(text).map_err(|e| toml_error(origin, &e))?;
         cfg.validate(origin)?;
         Ok(cfg)
     }
@@ -195,7 +235,7 @@ impl ParticipantConfig {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::Config(format!("{origin}: cannot read: {e}")))?;
         let mut cfg: ParticipantConfig =
-            toml::from_str(&text).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+            toml::from_str(&text).map_err(|e| toml_error(&origin, &e))?;
         cfg.apply_env(|k| std::env::var(k).ok())?;
         cfg.validate(&origin)?;
         Ok(cfg)
@@ -242,6 +282,42 @@ impl ParticipantConfig {
             self.spin_before_park_us = v.trim().parse().map_err(|_| {
                 Error::Config(format!("SPINDLE_SPIN_BEFORE_PARK_US={v:?} is not a number"))
             })?;
+        }
+        match (
+            var("SPINDLE_DOMAIN_SECRET"),
+            var("SPINDLE_DOMAIN_SECRET_FILE"),
+        ) {
+            (Some(_), Some(_)) => {
+                return Err(Error::Config(
+                    "SPINDLE_DOMAIN_SECRET and SPINDLE_DOMAIN_SECRET_FILE: set one, not both"
+                        .into(),
+                ))
+            }
+            // The error names the variable and the length rule, never the value.
+            (Some(v), None) => {
+                self.fabric.domain_secret = Some(
+                    DomainSecret::new(v.as_bytes())
+                        .map_err(|e| Error::Config(format!("SPINDLE_DOMAIN_SECRET: {e}")))?,
+                )
+            }
+            (None, Some(path)) => {
+                self.fabric.domain_secret = Some(
+                    DomainSecret::from_file(Path::new(&path))
+                        .map_err(|e| Error::Config(format!("SPINDLE_DOMAIN_SECRET_FILE: {e}")))?,
+                )
+            }
+            (None, None) => {}
+        }
+        if let Some(v) = var("SPINDLE_ENCRYPT_LINKS") {
+            self.fabric.encrypt_links = match v.trim() {
+                "true" | "1" => true,
+                "false" | "0" => false,
+                other => {
+                    return Err(Error::Config(format!(
+                        "SPINDLE_ENCRYPT_LINKS={other:?}: expected true or false"
+                    )))
+                }
+            };
         }
         if let Some(v) = var("SPINDLE_CONTACTS") {
             let mut contacts = Vec::new();
@@ -403,6 +479,67 @@ mod tests {
             FabricConfig::default().suspect_ceiling_ms,
             "unset keys keep their defaults"
         );
+    }
+
+    #[test]
+    fn the_domain_secret_comes_from_the_file_a_key_file_or_the_environment_never_shown() {
+        let c = ParticipantConfig::from_toml_str(BOOT, "t.toml").unwrap();
+        assert_eq!(
+            c.fabric.domain_secret, None,
+            "no secret: links unauthenticated"
+        );
+        let text = format!("{BOOT}[fabric]\ndomain_secret = \"sixteen+ bytes of secret\"\n");
+        let c = ParticipantConfig::from_toml_str(&text, "t.toml").unwrap();
+        let want = DomainSecret::new(b"sixteen+ bytes of secret").unwrap();
+        assert_eq!(c.fabric.domain_secret.as_ref(), Some(&want));
+        assert!(c.fabric.encrypt_links, "encrypted by default with a secret");
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("sixteen+"),
+            "Debug leaks the secret: {shown}"
+        );
+        // A key file, and encryption turned off.
+        let dir = std::env::temp_dir().join(format!("spindle-cfg-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("domain.key");
+        std::fs::write(&key, "sixteen+ bytes of secret\n").unwrap();
+        let text = format!(
+            "{BOOT}[fabric]\ndomain_secret_file = {:?}\nencrypt_links = false\n",
+            key.display().to_string()
+        );
+        let c = ParticipantConfig::from_toml_str(&text, "t.toml").unwrap();
+        assert_eq!(c.fabric.domain_secret.as_ref(), Some(&want));
+        assert!(!c.fabric.encrypt_links);
+        // The environment overrides, and its errors name the variable, not the value.
+        let mut c = ParticipantConfig::from_toml_str(BOOT, "t.toml").unwrap();
+        let p = key.display().to_string();
+        c.apply_env(|k| (k == "SPINDLE_DOMAIN_SECRET_FILE").then(|| p.clone()))
+            .unwrap();
+        assert_eq!(c.fabric.domain_secret.as_ref(), Some(&want));
+        let short = "[fabric]\ndomain_secret = \"too short\"\n";
+        let e = ParticipantConfig::from_toml_str(&format!("{BOOT}{short}"), "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("domain_secret") && !e.contains("too short"),
+            "{e}"
+        );
+        let e = c
+            .apply_env(|k| (k == "SPINDLE_DOMAIN_SECRET").then(|| "too short".to_string()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("SPINDLE_DOMAIN_SECRET") && !e.contains("too short"),
+            "{e}"
+        );
+        let both = format!(
+            "{BOOT}[fabric]\ndomain_secret = \"sixteen+ bytes of secret\"\ndomain_secret_file = \"x\"\n"
+        );
+        let e = ParticipantConfig::from_toml_str(&both, "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not both"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

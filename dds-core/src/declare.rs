@@ -267,7 +267,8 @@ pub fn domain_topic_subgroups(view: &View) -> Option<(NodeId, u32)> {
     })
 }
 
-/// The DDS layout of `view`: one subgroup per declared id with at least one writer.
+/// The DDS layout of `view`: one subgroup per declared id with at least one writer, the
+/// built-in subgroup first, then by id.
 pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
     let decl = declarations(view);
     /// Per subgroup: the merged interest, its members, senders and readers, and the
@@ -303,7 +304,7 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
             }
         }
     }
-    merged
+    let mut subgroups = merged
         .into_iter()
         .filter(|(_, (_, _, senders, _, _))| !senders.is_empty())
         .map(
@@ -325,7 +326,12 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
                 readers,
             },
         )
-        .collect()
+        .collect::<Vec<_>>();
+    // The built-in subgroup first: the engine evaluates its subgroups in layout order,
+    // so an announcement that becomes stable in the same step as a sample of the
+    // announced writer is delivered before it (readers need the writer's PARTITION).
+    subgroups.sort_by_key(|s| s.spec.id != BUILTIN_SUBGROUP);
+    subgroups
 }
 
 /// The layout function every participant of a domain runs.

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use spindle_group::runtime::Application;
 use spindle_group::{DeliveryBatch, SubgroupId, ViewInstalled};
-use spindle_qos::DeliveryLevel;
+use spindle_qos::{partitions_match, DeliveryLevel, LivelinessKind, QosPolicyId};
 use spindle_transport_rdma::NodeId;
 
 use crate::cache::Origin;
@@ -22,7 +22,7 @@ use crate::condition::notify_all;
 use crate::declare::{dds_subgroups, BUILTIN_SUBGROUP};
 use crate::discovery::{self, Endpoint, EndpointKey};
 use crate::reader_core::ReaderCore;
-use crate::sample::{SampleHeader, WriterHandle};
+use crate::sample::{SampleHeader, SampleKind, WriterHandle};
 use crate::shared::{Shared, State};
 use crate::status::StatusMask;
 use crate::store::Store;
@@ -68,6 +68,7 @@ impl Application for DdsApp {
         set_delivery_thread(true);
         let sg = batch.subgroup();
         let mut got: Vec<Arc<ReaderCore>> = Vec::new();
+        let mut revived: Vec<(Arc<ReaderCore>, StatusMask)> = Vec::new();
         let mut announced = BTreeSet::new();
         let rematched;
         {
@@ -91,7 +92,7 @@ impl Application for DdsApp {
                     view_id: vid,
                     order_index: m.global_index,
                 };
-                if keeps && h.level.keeps_history() {
+                if keeps && h.level.keeps_history() && h.kind != SampleKind::Liveliness {
                     st.stores
                         .entry(sg)
                         .or_default()
@@ -107,15 +108,47 @@ impl Application for DdsApp {
             let mut topics: Vec<u64> = items.iter().map(|(h, _, _)| h.topic_id).collect();
             topics.sort_unstable();
             topics.dedup();
+            if self.shared.leases_watched.load(Ordering::Acquire) && !items.is_empty() {
+                // Every sample or assertion of a writer renews its LIVELINESS lease, and
+                // under MANUAL_BY_PARTICIPANT those of its participant's writers.
+                let mut heard: Vec<WriterHandle> = items
+                    .iter()
+                    .map(|(h, _, o)| WriterHandle {
+                        node: o.node,
+                        writer_id: h.writer_id,
+                    })
+                    .collect();
+                heard.sort_unstable();
+                heard.dedup();
+                let now_us = self.shared.clock.now_us();
+                for r in st.readers.values().flatten().filter(|r| r.has_leases()) {
+                    let m = r.heard_from(&heard, now_us);
+                    if m != StatusMask::NONE {
+                        revived.push((Arc::clone(r), m));
+                    }
+                }
+            }
             for t in topics {
                 let Some(rs) = st.readers.get(&t) else {
                     continue;
                 };
                 for r in rs.iter().filter(|r| r.subgroup == sg && r.is_member()) {
-                    // Only its topic's samples, offered at the level it requests (RxO).
+                    // Only its topic's samples, offered at the level it requests (RxO),
+                    // in a partition it matches.
+                    let endpoints = &st.endpoints;
+                    let blocked = r.blocked();
                     let mine = items
                         .iter()
-                        .filter(|(h, _, _)| h.topic_id == t && h.level >= r.level)
+                        .filter(|(h, _, o)| {
+                            h.topic_id == t
+                                && h.level >= r.level
+                                && r.accepts(
+                                    h,
+                                    o.node,
+                                    endpoints.get(&(o.node, h.writer_id)),
+                                    &blocked,
+                                )
+                        })
                         .map(|(h, p, o)| (h, *p, *o));
                     if r.insert_all(mine) {
                         got.push(Arc::clone(r));
@@ -125,16 +158,17 @@ impl Application for DdsApp {
             rematched = if announced.is_empty() {
                 (Vec::new(), Vec::new())
             } else {
-                rematch_local(&st, Some(&announced))
+                rematch_local(&st, Some(&announced), &self.shared)
             };
         }
-        if !announced.is_empty() {
+        if !announced.is_empty() || !revived.is_empty() {
             // Matched statuses may have changed: StatusConditions wake now (rare).
             self.shared.view_changed.notify_all();
             notify_all();
         }
         self.data_available.extend(got);
         fire(rematched);
+        fire((revived, Vec::new()));
     }
 
     fn round_end(&mut self) {
@@ -232,7 +266,7 @@ impl Application for DdsApp {
             st.endpoints
                 .retain(|(node, _), _| view.members.contains(node));
             st.view = Some(view);
-            rematched = rematch_local(&st, None);
+            rematched = rematch_local(&st, None, &self.shared);
         }
         self.shared.view_changed.notify_all();
         notify_all();
@@ -262,7 +296,7 @@ impl Application for DdsApp {
             };
             for rs in st.readers.values() {
                 for r in rs.iter().filter(|r| r.subgroup == subgroup) {
-                    if r.prime(&store) {
+                    if r.prime(&store, &st.endpoints) {
                         got.push(Arc::clone(r));
                     }
                 }
@@ -284,7 +318,7 @@ impl Application for DdsApp {
             }
             st.stores.insert(subgroup, store);
             st.awaiting_state.remove(&subgroup);
-            rematched = rematch_local(&st, None);
+            rematched = rematch_local(&st, None, &self.shared);
         }
         self.shared.view_changed.notify_all();
         notify_all();
@@ -301,10 +335,15 @@ impl Application for DdsApp {
     }
 
     fn stopped(&mut self, why: Option<&str>) {
-        lock(&self.shared.state).stopped = Some(why.unwrap_or("left the domain").to_string());
+        let why = why.unwrap_or("left the domain").to_string();
+        lock(&self.shared.state).stopped = Some(why.clone());
         self.shared.view_changed.notify_all();
         notify_all();
         self.shared.stopped_flag.store(true, Ordering::Release);
+        let listener = lock(&self.shared.stopped_listener).clone();
+        if let Some(l) = listener {
+            crate::shared::fire_stopped(&l, &why);
+        }
     }
 }
 
@@ -343,54 +382,80 @@ fn apply_announcement(st: &mut State, node: NodeId, bytes: &[u8], touched: &mut 
 }
 
 /// Writers a reader of some topic sees: how many it matches, and those it does not with
-/// the level they offer (RxO).
-pub(crate) type WriterMatch = (u32, Vec<(EndpointKey, DeliveryLevel)>);
+/// the first policy that fails (RxO).
+pub(crate) type WriterMatch = (u32, Vec<(EndpointKey, QosPolicyId)>);
 
-/// Splits the writers among `endpoints` (all of one topic) for a reader requesting
-/// `level`.
+/// Why writer `w` does not serve reader `r` though they share a partition: it offers a
+/// lower delivery level (RELIABILITY, or DURABILITY when both are reliable), or another
+/// policy fails the DDS request/offer rules ([`discovery::incompatible`]).
+fn unmatched(w: &Endpoint, r: &Endpoint) -> Option<QosPolicyId> {
+    if w.level < r.level {
+        return Some(if w.level == DeliveryLevel::Unordered {
+            QosPolicyId::Reliability
+        } else {
+            QosPolicyId::Durability
+        });
+    }
+    discovery::incompatible(w, r)
+}
+
+/// Splits the writers among `endpoints` (all of one topic) that share a partition with
+/// reader `r` into those it matches (counted) and those whose QoS it cannot accept (a
+/// writer in no common partition is not matched at all, compatible or not).
 fn split_writers<'a>(
     endpoints: impl Iterator<Item = (&'a EndpointKey, &'a Endpoint)>,
-    level: DeliveryLevel,
+    r: &Endpoint,
 ) -> WriterMatch {
     let mut compatible = 0;
     let mut incompatible = Vec::new();
-    for (k, e) in endpoints.filter(|(_, e)| !e.reader) {
-        if e.level >= level {
-            compatible += 1;
-        } else {
-            incompatible.push((*k, e.level));
+    for (k, w) in
+        endpoints.filter(|(_, w)| !w.reader && partitions_match(&w.partition, &r.partition))
+    {
+        match unmatched(w, r) {
+            None => compatible += 1,
+            Some(policy) => incompatible.push((*k, policy)),
         }
     }
     (compatible, incompatible)
 }
 
-/// The writers of `topic` a reader requesting `level` matches, from the endpoint table.
-pub(crate) fn writers_of(st: &State, topic: u64, level: DeliveryLevel) -> WriterMatch {
+/// The writers of `r`'s topic that reader `r` matches, from the endpoint table.
+pub(crate) fn writers_of(st: &State, r: &Endpoint) -> WriterMatch {
     split_writers(
-        st.endpoints.iter().filter(|(_, e)| e.topic_id == topic),
-        level,
+        st.endpoints
+            .iter()
+            .filter(|(_, e)| e.topic_id == r.topic_id),
+        r,
     )
 }
 
-/// The readers of `topic` a writer offering `level` matches.
-pub(crate) fn readers_of(st: &State, topic: u64, level: DeliveryLevel) -> u32 {
-    count_readers(st.endpoints.values().filter(|e| e.topic_id == topic), level)
+/// The readers of `w`'s topic that writer `w` matches.
+pub(crate) fn readers_of(st: &State, w: &Endpoint) -> u32 {
+    count_readers(
+        st.endpoints.values().filter(|e| e.topic_id == w.topic_id),
+        w,
+    )
 }
 
-fn count_readers<'a>(endpoints: impl Iterator<Item = &'a Endpoint>, level: DeliveryLevel) -> u32 {
-    endpoints.filter(|e| e.reader && e.level <= level).count() as u32
+fn count_readers<'a>(endpoints: impl Iterator<Item = &'a Endpoint>, w: &Endpoint) -> u32 {
+    endpoints
+        .filter(|r| r.reader && partitions_match(&w.partition, &r.partition))
+        .filter(|r| unmatched(w, r).is_none())
+        .count() as u32
 }
 
 /// Recomputes the matched statuses of this node's readers and writers on `topics` (every
-/// topic: `None`) from the endpoint table.
-fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>) -> Rematched {
+/// topic: `None`) from the endpoint table, and the writer leases its readers watch (from
+/// now for writers newly matched, with the participant's timer asked to check them).
+fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>, shared: &Shared) -> Rematched {
+    let now_us = shared.clock.now_us();
     let vid = st.view.as_ref().map_or(0, |v| v.vid);
     let wanted = |t: &u64| topics.is_none_or(|ts| ts.contains(t));
     // One pass over the table, grouped by the topics asked for.
-    let mut by_topic: BTreeMap<u64, BTreeMap<EndpointKey, Endpoint>> = BTreeMap::new();
+    let mut by_topic: BTreeMap<u64, BTreeMap<EndpointKey, &Endpoint>> = BTreeMap::new();
     for (k, e) in &st.endpoints {
         if wanted(&e.topic_id) {
-            by_topic.entry(e.topic_id).or_default().insert(*k, *e);
+            by_topic.entry(e.topic_id).or_default().insert(*k, e);
         }
     }
     let empty = BTreeMap::new();
@@ -398,7 +463,14 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>) -> Rematched {
     for (t, rs) in st.readers.iter().filter(|(t, _)| wanted(t)) {
         let eps = by_topic.get(t).unwrap_or(&empty);
         for r in rs {
-            let (compatible, incompatible) = split_writers(eps.iter(), r.level);
+            let me = r.endpoint();
+            let (compatible, incompatible) = split_writers(eps.iter().map(|(k, e)| (k, *e)), &me);
+            let leased = leased_writers(eps, r);
+            if let Some(shortest) = leased.iter().map(|(_, _, l)| *l).min() {
+                shared.want_timer(shortest);
+                shared.leases_watched.store(true, Ordering::Release);
+            }
+            r.watch_leases(&leased, now_us);
             let mask = r.rematch(vid, compatible, &incompatible);
             if mask != StatusMask::NONE {
                 readers.push((Arc::clone(r), mask));
@@ -408,16 +480,41 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>) -> Rematched {
     let mut writers = Vec::new();
     for w in st.writers.values().filter(|w| wanted(&w.topic.topic_id)) {
         let eps = by_topic.get(&w.topic.topic_id).unwrap_or(&empty);
-        if w.on_view(vid, count_readers(eps.values(), w.level)) {
+        if w.on_view(vid, count_readers(eps.values().copied(), &w.endpoint())) {
             writers.push(Arc::clone(w));
         }
     }
     (readers, writers)
 }
 
+/// The matched writers of `r` (among `eps`, one topic's endpoints) with a MANUAL
+/// LIVELINESS and a finite lease, which it watches.
+fn leased_writers(
+    eps: &BTreeMap<EndpointKey, &Endpoint>,
+    r: &ReaderCore,
+) -> Vec<(WriterHandle, LivelinessKind, u64)> {
+    let me = r.endpoint();
+    eps.iter()
+        .filter(|(_, e)| {
+            !e.reader
+                && e.liveliness != LivelinessKind::Automatic
+                && partitions_match(&e.partition, &me.partition)
+                && unmatched(e, &me).is_none()
+        })
+        .filter_map(|((node, id), e)| {
+            let w = WriterHandle {
+                node: *node,
+                writer_id: *id,
+            };
+            e.lease_us.map(|l| (w, e.liveliness, l))
+        })
+        .collect()
+}
+
 /// The passing of time up to `now_us` on the participant's clock: counts the instances
-/// of readers and writers that went a DEADLINE period without data and calls the
-/// listeners. The deadline timer thread calls it every tick; the simulation every round.
+/// of readers and writers that went a DEADLINE period without data, and the LIVELINESS
+/// leases that passed unrenewed (a reader's matched writers, a writer's own), and calls
+/// the listeners. The timer thread calls it every tick; the simulation every round.
 pub(crate) fn handle_timeout(shared: &Shared, now_us: u64) {
     let (readers, writers): (Vec<Arc<ReaderCore>>, Vec<Arc<WriterCore>>) = {
         let st = lock(&shared.state);
@@ -425,19 +522,19 @@ pub(crate) fn handle_timeout(shared: &Shared, now_us: u64) {
             st.readers
                 .values()
                 .flatten()
-                .filter(|r| r.deadline_us().is_some())
+                .filter(|r| r.deadline_us().is_some() || r.has_leases())
                 .cloned()
                 .collect(),
             st.writers
                 .values()
-                .filter(|w| w.deadline_us.is_some())
+                .filter(|w| w.deadline_us.is_some() || w.manual_lease_us().is_some())
                 .cloned()
                 .collect(),
         )
     };
     let mut any = false;
     for r in readers {
-        let m = r.check_deadlines(now_us);
+        let m = r.check_deadlines(now_us) | r.check_leases(now_us);
         if m != StatusMask::NONE {
             any = true;
             r.fire(m);
@@ -445,6 +542,7 @@ pub(crate) fn handle_timeout(shared: &Shared, now_us: u64) {
     }
     for w in writers {
         any |= w.check_deadlines(now_us);
+        any |= w.check_liveliness(now_us);
     }
     if any {
         notify_all();

@@ -229,7 +229,7 @@ impl ParticipantInner {
                 writer: true,
                 level: DeliveryLevel::VolatileStore,
                 window_slots: BUILTIN_WINDOW_SLOTS,
-                slot_payload_bytes: discovery::ANNOUNCEMENT_BYTES,
+                slot_payload_bytes: discovery::ANNOUNCEMENT_BYTES_MAX,
                 store_depth: 1,
             },
         );
@@ -248,7 +248,7 @@ impl ParticipantInner {
             .endpoints
             .iter()
             .filter(|((node, _), _)| *node == me)
-            .map(|(_, e)| *e)
+            .map(|(_, e)| e.clone())
             .collect();
         for e in stale {
             self.announce(e, false)?;

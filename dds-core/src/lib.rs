@@ -88,19 +88,38 @@
 //! * A member whose state transfer is cut by a further view change keeps going with the
 //!   store it had; if it then ships that store to a later reader, the reader may miss
 //!   history (never order or all-or-none of new samples).
+//! * The DDS filter language ([`filter`]: comparisons, `BETWEEN`, `LIKE`, `AND`/`OR`/`NOT`,
+//!   nested member paths, `%n` parameters; errors name the byte) is parsed and evaluated
+//!   on a sample's member values; `ContentFilteredTopic` and `QueryCondition` do not use
+//!   it yet.
 //! * Enforced at run time: DEADLINE on both sides (REQUESTED_ and OFFERED_DEADLINE_MISSED,
 //!   by a timer thread per participant, or every round in simulation), TIME_BASED_FILTER,
 //!   LIFESPAN (each sample carries its writer's lifespan; readers drop it once
 //!   `source_timestamp + lifespan` passed) and
 //!   OWNERSHIP EXCLUSIVE (per instance, the strongest alive writer; the total order makes
-//!   every reader pick the same owner at the same sample). LIVELINESS leases (liveliness
-//!   here is membership in the view), PARTITION and PRESENTATION's coherent/ordered access
-//!   are checked and matched by the `qos` crate but not enforced yet.
+//!   every reader pick the same owner at the same sample), and PARTITION (a reader
+//!   matches and takes samples only of writers whose publisher shares a partition with its
+//!   subscriber, names and `fnmatch` wildcards; each sample carries its writer's
+//!   partition tag and each announcement its names, [`discovery`]; fixed when the
+//!   publisher or subscriber is created), DESTINATION_ORDER BY_SOURCE_TIMESTAMP (per
+//!   instance, a sample stamped before the newest one kept is dropped) and
+//!   READER_DATA_LIFECYCLE (a disposed instance, or one without writers, is purged with
+//!   its samples once its autopurge delay passed; observed at the next read or take).
+//!   LIVELINESS: AUTOMATIC is membership in the view (the failure detector is the
+//!   lease); MANUAL_BY_TOPIC and MANUAL_BY_PARTICIPANT with a finite lease are renewed by
+//!   writes and `assert_liveliness` (a header-only message in the topic's order), watched
+//!   by every matched reader (LIVELINESS_CHANGED, instances NOT_ALIVE_NO_WRITERS when a
+//!   lease lapses) and by the writer itself (LIVELINESS_LOST), on the participant's
+//!   timer. PRESENTATION `coherent_access` (TOPIC and INSTANCE scope):
+//!   `begin_coherent_changes`/`end_coherent_changes` on the publisher; readers hold a
+//!   set back until its end and take it whole, and a set whose writer fails first is
+//!   dropped by every reader alike; stores keep finished sets only (GROUP scope is
+//!   refused: a publisher's topics may ride different subgroups).
 #![deny(missing_docs)]
 
 // The layers, bottom to top; a module uses only modules of lower layers (ARCHITECTURE.md;
 // scripts/check-layering.py checks that no two modules use each other):
-// 1. data: clock, sample, status, store, cache, condition, config, declare, discovery,
+// 1. data: clock, sample, status, store, cache, condition, config, declare, discovery, filter,
 //    error
 // 2. entity state: common; reader_core, writer_core; shared (+ the Driver trait)
 // 3. the delivery path: delivery (DdsApp and handle_timeout: engine output enters here)
@@ -115,6 +134,7 @@ pub mod declare;
 mod delivery;
 pub mod discovery;
 mod error;
+pub mod filter;
 mod inner;
 mod participant;
 mod publisher;

@@ -2,7 +2,7 @@
 //! of the domain's top-level group each.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use spindle_group::{Group, GroupConfig, LocalFabric, View};
@@ -14,6 +14,7 @@ use crate::clock::WallClock;
 use crate::common::{lock, TopicIdentity};
 use crate::config::{ParticipantConfig, Transport};
 use crate::declare::{dds_layout, subgroup_of, topic_id};
+use crate::discovery::partition_bytes;
 use crate::error::{Error, Result};
 use crate::inner::{check_level, ParticipantInner, TopicInner};
 use crate::publisher::Publisher;
@@ -21,6 +22,7 @@ use crate::shared::Shared;
 use crate::subscriber::Subscriber;
 use crate::threads::ThreadDriver;
 use crate::topic::Topic;
+use crate::writer_core::CoherentSet;
 
 /// How long a joiner waits before it asks its contacts again.
 const JOIN_RETRY_US: u64 = 50_000;
@@ -208,9 +210,37 @@ impl DomainParticipant {
         lock(&self.inner.shared.state).view.clone()
     }
 
+    /// Every reader and writer of the domain, as the built-in topic announced them
+    /// ([`crate::discovery`]): `(participant's node, endpoint)`, sorted by node and entity.
+    /// Topics appear as ids ([`crate::topic_id`] of their names): announcements carry no
+    /// names. What `spindle status` shows as matched readers and writers.
+    pub fn discovered_endpoints(&self) -> Vec<(NodeId, crate::discovery::Endpoint)> {
+        lock(&self.inner.shared.state)
+            .endpoints
+            .iter()
+            .map(|((node, _), e)| (*node, e.clone()))
+            .collect()
+    }
+
     /// Why the participant stopped (shut down by the view change protocol, or left).
+    /// A participant the others excluded — it fell silent past their failure detector's
+    /// bound: stopped, swapped out, cut off — learns it when it runs again, and the text
+    /// says so ("excluded from the group in view V: node N suspected this node after M ms
+    /// of silence"); its entities then fail with `AlreadyDeleted`.
     pub fn stopped(&self) -> Option<String> {
         lock(&self.inner.shared.state).stopped.clone()
+    }
+
+    /// Calls `on_stopped` once, with the reason [`DomainParticipant::stopped`] gives, when
+    /// the participant stops (excluded, shut down by the view change protocol, or left);
+    /// at once if it already has. It runs on the delivery thread. Replaces an earlier one.
+    pub fn set_stopped_listener(&self, on_stopped: impl Fn(&str) + Send + Sync + 'static) {
+        let l: crate::shared::StoppedListener =
+            Arc::new((AtomicBool::new(false), Box::new(on_stopped)));
+        *lock(&self.inner.shared.stopped_listener) = Some(Arc::clone(&l));
+        if let Some(why) = self.stopped() {
+            crate::shared::fire_stopped(&l, &why);
+        }
     }
 
     /// Registers topic `name` of type `T` (DDS `create_topic`). Creating the same name
@@ -343,12 +373,36 @@ impl DomainParticipant {
         Ok(())
     }
 
+    /// Asserts the LIVELINESS of this participant's MANUAL_BY_PARTICIPANT writers
+    /// (DDS `assert_liveliness`): each sends one assertion through its topic's subgroup.
+    /// (Any write or assertion by any of its writers also renews them at the readers
+    /// that receive it.)
+    pub fn assert_liveliness(&self) -> Result<()> {
+        self.inner.check_alive()?;
+        let writers: Vec<_> = lock(&self.inner.shared.state)
+            .writers
+            .values()
+            .filter(|w| w.liveliness == spindle_qos::LivelinessKind::ManualByParticipant)
+            .cloned()
+            .collect();
+        for w in writers {
+            crate::writer::send_control(&w, &self.inner, crate::sample::SampleKind::Liveliness)?;
+        }
+        Ok(())
+    }
+
     /// A publisher (DDS `create_publisher`).
     pub fn create_publisher(&self, qos: PublisherQos) -> Result<Publisher> {
         self.inner.check_alive()?;
         qos.check()?;
+        partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
+        check_presentation(&qos.presentation, "publisher")?;
         Ok(Publisher {
             participant: Arc::clone(&self.inner),
+            coherent: qos
+                .presentation
+                .coherent_access
+                .then(|| Arc::new(CoherentSet::default())),
             qos,
         })
     }
@@ -357,6 +411,8 @@ impl DomainParticipant {
     pub fn create_subscriber(&self, qos: SubscriberQos) -> Result<Subscriber> {
         self.inner.check_alive()?;
         qos.check()?;
+        partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
+        check_presentation(&qos.presentation, "subscriber")?;
         Ok(Subscriber {
             participant: Arc::clone(&self.inner),
             qos,
@@ -399,4 +455,17 @@ impl DomainParticipant {
             .stopped_flag
             .store(true, Ordering::Release);
     }
+}
+
+/// Refuses PRESENTATION GROUP scope with coherent access: a publisher's topics may ride
+/// different subgroups, which share no order, so a set across them cannot be made
+/// all-or-none.
+fn check_presentation(p: &spindle_qos::Presentation, whose: &str) -> Result<()> {
+    if p.access_scope == spindle_qos::PresentationAccessScope::Group && p.coherent_access {
+        return Err(Error::Unsupported(format!(
+            "the {whose}'s PRESENTATION asks coherent_access with GROUP access_scope: not \
+             supported (its topics may ride different subgroups); use TOPIC or INSTANCE scope"
+        )));
+    }
+    Ok(())
 }

@@ -10,10 +10,11 @@ use spindle_topics::TopicType;
 use crate::common::lock;
 use crate::error::{Error, Result};
 use crate::inner::ParticipantInner;
+use crate::sample::SampleKind;
 use crate::shared::State;
 use crate::topic::Topic;
 use crate::writer::DataWriter;
-use crate::writer_core::WriterCore;
+use crate::writer_core::{CoherentSet, WriterCore};
 
 /// The depth a store keeps per instance (0: all).
 pub(crate) fn store_depth(history: &spindle_qos::History) -> u16 {
@@ -28,6 +29,9 @@ pub(crate) fn store_depth(history: &spindle_qos::History) -> u16 {
 pub struct Publisher {
     pub(crate) participant: Arc<ParticipantInner>,
     pub(crate) qos: PublisherQos,
+    /// Its coherent set, under PRESENTATION `coherent_access` (shared by its clones
+    /// and its writers).
+    pub(crate) coherent: Option<Arc<CoherentSet>>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -40,6 +44,50 @@ impl Publisher {
     /// The publisher's QoS.
     pub fn qos(&self) -> &PublisherQos {
         &self.qos
+    }
+
+    /// Opens a coherent set (DDS `begin_coherent_changes`, PRESENTATION `coherent_access`
+    /// with TOPIC or INSTANCE scope): what this publisher's writers write until
+    /// [`Publisher::end_coherent_changes`] reaches each reader all at once or not at all —
+    /// held back at the readers until the set ends, dropped by every reader alike if the
+    /// writer fails first. Each writer's part of the set is its own set (TOPIC scope), of
+    /// at most [`crate::sample::COHERENT_SET_SAMPLES_MAX`] samples.
+    /// `PreconditionNotMet` without `coherent_access` or with a set already open.
+    pub fn begin_coherent_changes(&self) -> Result<()> {
+        let set = self.coherent.as_ref().ok_or_else(|| {
+            Error::PreconditionNotMet(
+                "begin_coherent_changes: the publisher's PRESENTATION has no coherent_access"
+                    .into(),
+            )
+        })?;
+        if set.begin() {
+            Ok(())
+        } else {
+            Err(Error::PreconditionNotMet(
+                "begin_coherent_changes: a coherent set is already open".into(),
+            ))
+        }
+    }
+
+    /// Ends the open coherent set (DDS `end_coherent_changes`): each writer that wrote in
+    /// it sends the set's end through its topic's order, and readers take the set.
+    /// `PreconditionNotMet` if no set is open.
+    pub fn end_coherent_changes(&self) -> Result<()> {
+        let ids = self
+            .coherent
+            .as_ref()
+            .and_then(|s| s.end())
+            .ok_or_else(|| {
+                Error::PreconditionNotMet("end_coherent_changes: no coherent set is open".into())
+            })?;
+        let p = &self.participant;
+        for id in ids {
+            let core = lock(&p.shared.state).writers.get(&id).cloned();
+            if let Some(core) = core {
+                crate::writer::send_control(&core, p, SampleKind::CoherentEnd)?;
+            }
+        }
+        Ok(())
     }
 
     /// Creates a writer on `topic` and waits until the view carries it: when this
@@ -58,9 +106,18 @@ impl Publisher {
             store_depth(&qos.history),
         )?;
         let sg = topic.inner.ident.subgroup;
-        let core = WriterCore::new(id, Arc::clone(&topic.inner.ident), qos);
+        let core = WriterCore::new(
+            id,
+            Arc::clone(&topic.inner.ident),
+            qos,
+            &self.qos,
+            self.coherent.clone(),
+        );
         if let Some(period) = core.deadline_us {
-            p.driver.start_deadline_timer(&p.shared, period);
+            p.shared.want_timer(period);
+        }
+        if let Some(lease) = core.manual_lease_us() {
+            p.shared.want_timer(lease);
         }
         p.add_interest(id, sg, interest);
         lock(&p.shared.state).writers.insert(id, Arc::clone(&core));

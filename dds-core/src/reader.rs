@@ -93,7 +93,7 @@ impl<T: TopicType> DataReader<T> {
             .subgroups
             .get(&self.core.subgroup)
             .is_some_and(|d| d.spec.members.contains(&me));
-        let (compatible, incompatible) = writers_of(&st, self.core.topic.topic_id, self.core.level);
+        let (compatible, incompatible) = writers_of(&st, &self.core.endpoint());
         let members: Vec<_> = st
             .view
             .as_ref()

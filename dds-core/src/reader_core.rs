@@ -2,22 +2,26 @@
 //! listener. The typed handle over it is [`crate::DataReader`]; the participant's shared
 //! state holds these cores, and the delivery path (`delivery.rs`) feeds them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use spindle_qos::{DataReaderQos, DeliveryLevel, QosPolicyId};
+use spindle_qos::{
+    partitions_match, DataReaderQos, DeliveryLevel, DestinationOrderKind, LivelinessKind,
+    Partition, Presentation, QosPolicyId, SubscriberQos,
+};
 
 use crate::cache::{Cache, Origin};
 use crate::clock::Clock;
 use crate::common::{lock, reason, TopicIdentity};
-use crate::discovery::{Endpoint, EndpointKey};
+use crate::discovery::{partition_tag, Endpoint, EndpointKey, Rxo};
 use crate::sample::{InstanceHandle, SampleHeader, WriterHandle};
 use crate::status::{
     rematch, DeadlineMissedStatus, IncompatibleQosStatus, LivelinessChangedStatus, MatchedStatus,
     SampleRejectedStatus, StatusMask,
 };
 use crate::store::Store;
+use spindle_transport_rdma::NodeId;
 
 pub(crate) type Listener = Arc<dyn Fn(StatusMask) + Send + Sync>;
 
@@ -41,12 +45,34 @@ pub(crate) struct ReaderCore {
     pub(crate) subgroup: spindle_group::SubgroupId,
     /// The delivery level it requests (fixed once enabled).
     pub(crate) level: DeliveryLevel,
+    /// Its subscriber's PARTITION and PRESENTATION when it was created.
+    pub(crate) partition: Partition,
+    presentation: Presentation,
+    /// Whether that partition matches the default one (samples with partition tag 0).
+    default_partition: bool,
     pub(crate) qos: DataReaderQos,
     pub(crate) cache: Mutex<Cache>,
     pub(crate) status: Mutex<Statuses>,
     matched: AtomicBool,
     pub(crate) listener: Mutex<Option<Listener>>,
     pub(crate) deleted: AtomicBool,
+    /// Matched writers with a MANUAL LIVELINESS and a finite lease, and whether it has
+    /// any (read per delivered batch without the lock).
+    leases: Mutex<BTreeMap<WriterHandle, WriterLease>>,
+    has_leases: AtomicBool,
+    /// Writers of its topic whose QoS it cannot accept (REQUESTED_INCOMPATIBLE_QOS): their
+    /// samples are not taken. Swapped whole when matching changes; read once per batch.
+    blocked: Mutex<Arc<BTreeSet<WriterHandle>>>,
+}
+
+/// A matched writer whose lease this reader watches.
+#[derive(Debug, Clone, Copy)]
+struct WriterLease {
+    kind: LivelinessKind,
+    lease_us: u64,
+    /// When it was last heard from (µs on the participant's clock).
+    last_us: u64,
+    alive: bool,
 }
 
 impl ReaderCore {
@@ -57,6 +83,23 @@ impl ReaderCore {
             topic_id: self.topic.topic_id,
             reader: true,
             level: self.level,
+            partition: self.partition.clone(),
+            liveliness: self.qos.liveliness.kind,
+            lease_us: self
+                .qos
+                .liveliness
+                .lease_duration
+                .to_std()
+                .map(|d| d.as_micros() as u64),
+            rxo: Rxo::of(
+                self.qos.durability.kind,
+                self.presentation,
+                self.qos.deadline.period,
+                self.qos.latency_budget.duration,
+                self.qos.ownership.kind,
+                self.qos.reliability.kind,
+                self.qos.destination_order.kind,
+            ),
         }
     }
 
@@ -65,9 +108,14 @@ impl ReaderCore {
         topic: Arc<TopicIdentity>,
         qos: DataReaderQos,
         clock: Arc<dyn Clock>,
+        subscriber: &SubscriberQos,
     ) -> Arc<ReaderCore> {
+        let partition = subscriber.partition.clone();
         Arc::new(ReaderCore {
             id,
+            presentation: subscriber.presentation,
+            default_partition: partitions_match(&Partition::default(), &partition),
+            partition,
             subgroup: topic.subgroup,
             level: qos.delivery_level(),
             topic,
@@ -75,6 +123,14 @@ impl ReaderCore {
                 let mut c = Cache::with_clock(qos.history, qos.resource_limits, clock);
                 c.set_deadline_us(qos.deadline.period.to_std().map(|d| d.as_micros() as u64));
                 c.set_exclusive(qos.ownership.kind == spindle_qos::OwnershipKind::Exclusive);
+                c.set_by_source_timestamp(
+                    qos.destination_order.kind == DestinationOrderKind::BySourceTimestamp,
+                );
+                let us = |d: spindle_qos::Duration| d.to_std().map(|d| d.as_micros() as u64);
+                c.set_autopurge_us(
+                    us(qos.reader_data_lifecycle.autopurge_nowriter_samples_delay),
+                    us(qos.reader_data_lifecycle.autopurge_disposed_samples_delay),
+                );
                 c.set_minimum_separation_us(
                     qos.time_based_filter
                         .minimum_separation
@@ -88,6 +144,46 @@ impl ReaderCore {
             matched: AtomicBool::new(false),
             listener: Mutex::new(None),
             deleted: AtomicBool::new(false),
+            leases: Mutex::new(BTreeMap::new()),
+            has_leases: AtomicBool::new(false),
+            blocked: Mutex::new(Arc::new(BTreeSet::new())),
+        })
+    }
+
+    /// The writers whose samples it does not take (their QoS fails its request).
+    pub(crate) fn blocked(&self) -> Arc<BTreeSet<WriterHandle>> {
+        Arc::clone(&lock(&self.blocked))
+    }
+
+    /// Whether a sample with header `h`, sent by `sender`, comes from a writer it matches:
+    /// not one in `blocked` (see [`ReaderCore::blocked`]), and in a partition this reader
+    /// matches: the default partition (tag 0) when its subscriber's matches it; another
+    /// when the writer's announced names (`writer`, if the endpoint table has it) carry
+    /// the sample's tag and match. A sample of a writer not yet announced here, or written
+    /// under names it has since changed, is not taken (as a DDS reader takes nothing from
+    /// a writer before they match).
+    pub(crate) fn accepts(
+        &self,
+        h: &SampleHeader,
+        sender: NodeId,
+        writer: Option<&Endpoint>,
+        blocked: &BTreeSet<WriterHandle>,
+    ) -> bool {
+        if !blocked.is_empty()
+            && blocked.contains(&WriterHandle {
+                node: sender,
+                writer_id: h.writer_id,
+            })
+        {
+            return false;
+        }
+        if h.partition_tag == 0 {
+            return self.default_partition;
+        }
+        writer.is_some_and(|w| {
+            !w.reader
+                && partition_tag(&w.partition.name) == h.partition_tag
+                && partitions_match(&w.partition, &self.partition)
         })
     }
 
@@ -135,15 +231,27 @@ impl ReaderCore {
 
     /// Loads this topic's samples from a store; true if any.
     /// Only a reader that requests a store level (DURABILITY TRANSIENT_LOCAL or above)
-    /// gets history, and only samples offered at the level it requests.
-    pub(crate) fn prime(&self, store: &Store) -> bool {
+    /// gets history, and only samples offered at the level it requests, in partitions it
+    /// matches ([`ReaderCore::accepts`], by the writers in `endpoints`: the history of a
+    /// writer deleted since, outside the default partition, goes with it, as a DDS
+    /// writer's TRANSIENT_LOCAL history does).
+    pub(crate) fn prime(&self, store: &Store, endpoints: &BTreeMap<EndpointKey, Endpoint>) -> bool {
         if !self.level.keeps_history() {
             return false;
         }
         let mut any = false;
+        let blocked = self.blocked();
         for s in store.iter() {
             if let Ok((h, payload)) = SampleHeader::decode(&s.bytes) {
-                if h.topic_id == self.topic.topic_id && h.level >= self.level {
+                if h.topic_id == self.topic.topic_id
+                    && h.level >= self.level
+                    && self.accepts(
+                        &h,
+                        s.origin.node,
+                        endpoints.get(&(s.origin.node, h.writer_id)),
+                        &blocked,
+                    )
+                {
                     any |= self.insert(&h, payload, s.origin);
                 }
             }
@@ -158,6 +266,102 @@ impl ReaderCore {
         lock(&self.cache).writers_gone(gone);
     }
 
+    /// Sets the matched writers whose leases it watches — `(writer, kind, lease)` for
+    /// those with a MANUAL LIVELINESS and a finite lease — at `now_us`: a new one starts
+    /// alive, heard from now; one no longer matched is forgotten.
+    pub(crate) fn watch_leases(
+        &self,
+        writers: &[(WriterHandle, LivelinessKind, u64)],
+        now_us: u64,
+    ) {
+        let mut leases = lock(&self.leases);
+        leases.retain(|w, _| writers.iter().any(|(x, _, _)| x == w));
+        for (w, kind, lease_us) in writers {
+            let l = leases.entry(*w).or_insert(WriterLease {
+                kind: *kind,
+                lease_us: *lease_us,
+                last_us: now_us,
+                alive: true,
+            });
+            (l.kind, l.lease_us) = (*kind, *lease_us);
+        }
+        self.has_leases.store(!leases.is_empty(), Ordering::Release);
+    }
+
+    /// True if it watches some writer's lease.
+    pub(crate) fn has_leases(&self) -> bool {
+        self.has_leases.load(Ordering::Acquire)
+    }
+
+    /// The writers in `heard` (sorted) were heard from at `now_us` (samples or
+    /// assertions): their leases renew, and under MANUAL_BY_PARTICIPANT the lease of
+    /// every writer whose participant was heard from (any of its entities asserts it).
+    /// Returns LIVELINESS_CHANGED if a writer became alive again.
+    pub(crate) fn heard_from(&self, heard: &[WriterHandle], now_us: u64) -> StatusMask {
+        let mut back = 0u32;
+        {
+            let mut leases = lock(&self.leases);
+            for (w, l) in leases.iter_mut() {
+                let renewed = heard.binary_search(w).is_ok()
+                    || (l.kind == LivelinessKind::ManualByParticipant
+                        && heard.iter().any(|h| h.node == w.node));
+                if renewed {
+                    l.last_us = l.last_us.max(now_us);
+                    if !l.alive {
+                        l.alive = true;
+                        back += 1;
+                    }
+                }
+            }
+        }
+        if back == 0 {
+            return StatusMask::NONE;
+        }
+        let mut s = lock(&self.status);
+        let l = &mut s.liveliness;
+        l.alive_count += back;
+        l.alive_count_change += back as i32;
+        l.not_alive_count = l.not_alive_count.saturating_sub(back);
+        l.not_alive_count_change -= back as i32;
+        s.changes |= StatusMask::LIVELINESS_CHANGED.0;
+        StatusMask::LIVELINESS_CHANGED
+    }
+
+    /// Writers whose lease passed unrenewed by `now_us` are no longer alive: counted in
+    /// LIVELINESS_CHANGED, and the instances only they wrote become
+    /// NOT_ALIVE_NO_WRITERS. Returns the statuses that changed.
+    pub(crate) fn check_leases(&self, now_us: u64) -> StatusMask {
+        let lapsed: Vec<WriterHandle> = {
+            let mut leases = lock(&self.leases);
+            leases
+                .iter_mut()
+                .filter(|(_, l)| l.alive && now_us.saturating_sub(l.last_us) > l.lease_us)
+                .map(|(w, l)| {
+                    l.alive = false;
+                    *w
+                })
+                .collect()
+        };
+        if lapsed.is_empty() {
+            return StatusMask::NONE;
+        }
+        lock(&self.cache).writers_gone(&|w| lapsed.contains(w));
+        let n = lapsed.len() as u32;
+        let mut s = lock(&self.status);
+        let l = &mut s.liveliness;
+        l.alive_count = l.alive_count.saturating_sub(n);
+        l.alive_count_change -= n as i32;
+        l.not_alive_count += n;
+        l.not_alive_count_change += n as i32;
+        s.changes |= StatusMask::LIVELINESS_CHANGED.0;
+        StatusMask::LIVELINESS_CHANGED
+    }
+
+    /// Matched writers whose lease has lapsed (counted not alive).
+    fn lapsed(&self) -> u32 {
+        lock(&self.leases).values().filter(|l| !l.alive).count() as u32
+    }
+
     /// The writers of its topic changed (an announcement, a view): `compatible` offer at
     /// least the level it requests; `incompatible` (node, entity) offer less. Returns the
     /// statuses that changed.
@@ -165,7 +369,7 @@ impl ReaderCore {
         &self,
         vid: u32,
         compatible: u32,
-        incompatible: &[(EndpointKey, DeliveryLevel)],
+        incompatible: &[(EndpointKey, QosPolicyId)],
     ) -> StatusMask {
         let mut mask = StatusMask::NONE;
         let mut s = lock(&self.status);
@@ -181,23 +385,27 @@ impl ReaderCore {
                 l.not_alive_count_change += (before - now) as i32;
                 l.alive_count_change -= (before - now) as i32;
             }
-            l.alive_count = now;
+            l.alive_count = now.saturating_sub(self.lapsed());
             mask = mask | StatusMask::LIVELINESS_CHANGED;
         }
-        for (w, offered) in incompatible {
+        for (w, policy) in incompatible {
             if !s.incompatible_seen.insert(*w) {
                 continue;
             }
-            // RELIABILITY and DURABILITY are requested-vs-offered policies.
             s.incompatible.total_count += 1;
             s.incompatible.total_count_change += 1;
-            s.incompatible.last_policy_id = Some(if *offered == DeliveryLevel::Unordered {
-                QosPolicyId::Reliability
-            } else {
-                QosPolicyId::Durability
-            });
+            s.incompatible.last_policy_id = Some(*policy);
             mask = mask | StatusMask::REQUESTED_INCOMPATIBLE_QOS;
         }
+        // Their samples are not taken: they do not match.
+        let blocked: BTreeSet<WriterHandle> = incompatible
+            .iter()
+            .map(|((node, writer_id), _)| WriterHandle {
+                node: *node,
+                writer_id: *writer_id,
+            })
+            .collect();
+        *lock(&self.blocked) = Arc::new(blocked);
         s.changes |= mask.0;
         mask
     }

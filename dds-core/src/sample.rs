@@ -21,6 +21,12 @@ pub enum SampleKind {
     Dispose,
     /// The writer unregistered the instance (`DataWriter::unregister_instance`).
     Unregister,
+    /// The writer asserts its LIVELINESS (`DataWriter::assert_liveliness`): no data, no
+    /// instance; readers renew the writer's lease and keep nothing.
+    Liveliness,
+    /// The writer's coherent set ends (`Publisher::end_coherent_changes`): readers take
+    /// the set's samples, held back until now, all at once. No data, no instance.
+    CoherentEnd,
 }
 
 impl SampleKind {
@@ -29,6 +35,8 @@ impl SampleKind {
             SampleKind::Data => 0,
             SampleKind::Dispose => 1,
             SampleKind::Unregister => 2,
+            SampleKind::Liveliness => 3,
+            SampleKind::CoherentEnd => 4,
         }
     }
     fn from_u8(v: u8) -> Option<SampleKind> {
@@ -36,6 +44,8 @@ impl SampleKind {
             0 => SampleKind::Data,
             1 => SampleKind::Dispose,
             2 => SampleKind::Unregister,
+            3 => SampleKind::Liveliness,
+            4 => SampleKind::CoherentEnd,
             _ => return None,
         })
     }
@@ -65,6 +75,52 @@ pub struct SampleHeader {
     /// subgroup, so a reader takes a sample only if this is at least what it requests
     /// (RxO), and a store keeps it only at a store level.
     pub level: DeliveryLevel,
+    /// The writer's PARTITION when it wrote, as [`crate::discovery::partition_tag`] of
+    /// its publisher's names (0: the default partition). A reader takes the sample only
+    /// if the writer's announced names carry this tag and match its subscriber's.
+    pub partition_tag: u32,
+    /// Where the sample sits in its writer's coherent set (PRESENTATION
+    /// `coherent_access`): outside any, opening one, or inside one.
+    pub coherent: Coherent,
+}
+
+/// Most samples one writer may write in one coherent set: readers hold a set back until
+/// it ends, so it is bounded.
+pub const COHERENT_SET_SAMPLES_MAX: usize = 4096;
+
+/// A sample's place in a coherent set (`Publisher::begin_coherent_changes` …
+/// `end_coherent_changes`). Readers hold a set's samples back until its
+/// [`SampleKind::CoherentEnd`] and then take them all; a set whose writer leaves the view
+/// before its end is dropped — by every reader alike, since they all see the writer's
+/// messages up to the same point — and a reader that did not see a set's first sample
+/// drops the set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Coherent {
+    /// Not in a coherent set.
+    #[default]
+    No,
+    /// The first sample of a set.
+    Begins,
+    /// A later sample of the set.
+    Continues,
+}
+
+impl Coherent {
+    fn to_u8(self) -> u8 {
+        match self {
+            Coherent::No => 0,
+            Coherent::Begins => 1,
+            Coherent::Continues => 2,
+        }
+    }
+    fn from_u8(v: u8) -> Option<Coherent> {
+        Some(match v {
+            0 => Coherent::No,
+            1 => Coherent::Begins,
+            2 => Coherent::Continues,
+            _ => return None,
+        })
+    }
 }
 
 impl SampleHeader {
@@ -73,7 +129,7 @@ impl SampleHeader {
         out[0] = SAMPLE_MAGIC;
         out[1] = self.kind.to_u8();
         out[2] = self.level.to_u8();
-        out[3] = 0;
+        out[3] = self.coherent.to_u8();
         out[4..8].copy_from_slice(&self.writer_id.to_le_bytes());
         out[8..16].copy_from_slice(&self.topic_id.to_le_bytes());
         out[16..24].copy_from_slice(&self.writer_seq.to_le_bytes());
@@ -81,7 +137,15 @@ impl SampleHeader {
         out[32..48].copy_from_slice(&self.key_hash.0);
         out[48..56].copy_from_slice(&self.lifespan_ns.to_le_bytes());
         out[56..60].copy_from_slice(&self.ownership_strength.to_le_bytes());
-        out[60..64].copy_from_slice(&[0; 4]);
+        out[60..64].copy_from_slice(&self.partition_tag.to_le_bytes());
+    }
+
+    /// Marks the message in `bytes` (header first) as outside any coherent set: its set
+    /// ended, so the sample now stands alone (what a store keeps of a finished set).
+    pub fn clear_coherent(bytes: &mut [u8]) {
+        if let Some(b) = bytes.get_mut(3) {
+            *b = Coherent::No.to_u8();
+        }
     }
 
     /// Reads a header from a message a peer sent; the rest of `bytes` is the payload.
@@ -102,6 +166,8 @@ impl SampleHeader {
             .ok_or_else(|| Error::Error(format!("unknown sample kind {}", bytes[1])))?;
         let level = DeliveryLevel::from_u8(bytes[2])
             .ok_or_else(|| Error::Error(format!("unknown delivery level {}", bytes[2])))?;
+        let coherent = Coherent::from_u8(bytes[3])
+            .ok_or_else(|| Error::Error(format!("unknown coherent-set mark {}", bytes[3])))?;
         let u32_at =
             |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
         let u64_at = |i: usize| {
@@ -122,6 +188,8 @@ impl SampleHeader {
                 lifespan_ns: u64_at(48),
                 ownership_strength: u32_at(56) as i32,
                 level,
+                partition_tag: u32_at(60),
+                coherent,
             },
             &bytes[SAMPLE_HEADER_BYTES..],
         ))
@@ -267,6 +335,8 @@ mod tests {
             key_hash: KeyHash([3; 16]),
             lifespan_ns: 0,
             ownership_strength: 0,
+            partition_tag: 0x0102_0304,
+            coherent: Coherent::Continues,
             level: DeliveryLevel::VolatileStore,
         };
         let mut b = [0u8; SAMPLE_HEADER_BYTES];

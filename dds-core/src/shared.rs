@@ -10,7 +10,7 @@
 //! every participant of a simulated domain on the caller's thread, in virtual time).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -48,9 +48,47 @@ pub(crate) struct Shared {
     pub(crate) state: Mutex<State>,
     pub(crate) view_changed: Condvar,
     pub(crate) clock: Arc<dyn Clock>,
+    /// How often the passing of time must be checked ([`crate::delivery::handle_timeout`]:
+    /// DEADLINE, LIVELINESS leases), in µs; `u64::MAX` while nothing needs it. Only
+    /// lowered ([`Shared::want_timer`]); the driver reads it every tick.
+    pub(crate) timer_tick_us: AtomicU64,
+    /// Set once a reader of this participant watches a writer's LIVELINESS lease: only
+    /// then does the delivery path note whom it heard from.
+    pub(crate) leases_watched: AtomicBool,
+    /// Called once with the reason when the participant stops (excluded, shut down, left).
+    pub(crate) stopped_listener: Mutex<Option<StoppedListener>>,
 }
 
+/// What [`Shared::stopped_listener`] holds: the callback, and whether it ran (the
+/// participant's stop and the listener's registration may race; it runs once).
+pub(crate) type StoppedListener = Arc<(AtomicBool, Box<dyn Fn(&str) + Send + Sync>)>;
+
+/// Runs a stopped listener with `why`, unless it ran already.
+pub(crate) fn fire_stopped(l: &StoppedListener, why: &str) {
+    if !l.0.swap(true, Ordering::AcqRel) {
+        (l.1)(why);
+    }
+}
+
+/// Shortest tick of the time checks, in µs.
+pub(crate) const TIMER_TICK_US_MIN: u64 = 1_000;
+/// Longest tick of the time checks, in µs (when some period needs them at all).
+pub(crate) const TIMER_TICK_US_MAX: u64 = 50_000;
+
 impl Shared {
+    /// Something needs time checked at least every `period_us` (a DEADLINE period, a
+    /// LIVELINESS lease): the tick becomes a quarter of it, within
+    /// [`TIMER_TICK_US_MIN`]..=[`TIMER_TICK_US_MAX`], if that is shorter than now.
+    pub(crate) fn want_timer(&self, period_us: u64) {
+        let tick = (period_us / 4).clamp(TIMER_TICK_US_MIN, TIMER_TICK_US_MAX);
+        self.timer_tick_us.fetch_min(tick, Ordering::AcqRel);
+    }
+
+    /// The tick the time checks need now (`None`: none needed).
+    pub(crate) fn timer_tick_us(&self) -> Option<u64> {
+        Some(self.timer_tick_us.load(Ordering::Acquire)).filter(|t| *t != u64::MAX)
+    }
+
     pub(crate) fn new(me: NodeId, clock: Arc<dyn Clock>) -> Arc<Shared> {
         Arc::new(Shared {
             me,
@@ -67,6 +105,9 @@ impl Shared {
             }),
             view_changed: Condvar::new(),
             clock,
+            timer_tick_us: AtomicU64::new(u64::MAX),
+            leases_watched: AtomicBool::new(false),
+            stopped_listener: Mutex::new(None),
         })
     }
 }
@@ -92,7 +133,4 @@ pub(crate) trait Driver: Send + Sync {
     /// Lets about `hint` pass while a caller polls for something (zero: just yield): a
     /// sleep on threads; one round in simulation.
     fn idle(&self, hint: Duration);
-    /// Makes sure DEADLINE is checked every `period_us / 4` or so: a timer thread on
-    /// threads (started once); the simulation checks every round.
-    fn start_deadline_timer(&self, shared: &Arc<Shared>, period_us: u64);
 }

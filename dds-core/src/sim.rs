@@ -96,7 +96,6 @@ struct MemberLink {
     leave: AtomicBool,
     /// Stopped: crashed, closed, shut down or left.
     done: AtomicBool,
-    deadlines: AtomicBool,
 }
 
 impl MemberLink {
@@ -160,7 +159,7 @@ impl SimNode for Member {
             }
         }
         drop(senders);
-        if self.link.deadlines.load(Ordering::Acquire) {
+        if self.shared.timer_tick_us().is_some() {
             handle_timeout(&self.shared, now_us);
         }
         work
@@ -464,9 +463,5 @@ impl Driver for SimDriver {
 
     fn idle(&self, _hint: Duration) {
         self.domain.round();
-    }
-
-    fn start_deadline_timer(&self, _shared: &Arc<Shared>, _period_us: u64) {
-        self.link.deadlines.store(true, Ordering::Release);
     }
 }

@@ -86,12 +86,24 @@ pub enum SampleRejectedReason {
     BySamplesPerInstanceLimit,
 }
 
-/// `LIVELINESS_CHANGED_STATUS`: matched writers' participants alive in the view.
+/// `LIVELINESS_LOST_STATUS`: how often a writer with a MANUAL_BY_PARTICIPANT or
+/// MANUAL_BY_TOPIC LIVELINESS let its lease pass without writing or asserting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LivelinessLostStatus {
+    /// Leases missed in all.
+    pub total_count: u32,
+    /// Change of `total_count` since last read.
+    pub total_count_change: i32,
+}
+
+/// `LIVELINESS_CHANGED_STATUS`: matched writers alive — in the view, and for writers with
+/// a manual LIVELINESS and a finite lease, heard from within their lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LivelinessChangedStatus {
     /// Writers alive.
     pub alive_count: u32,
-    /// Writers that left the view since matched.
+    /// Writers no longer alive: each that left the view after it matched, plus each
+    /// matched writer whose lease passed unasserted (until it is heard from again).
     pub not_alive_count: u32,
     /// Change of `alive_count` since last read.
     pub alive_count_change: i32,

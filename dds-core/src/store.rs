@@ -9,7 +9,8 @@ use spindle_topics::KeyHash;
 
 use crate::cache::Origin;
 use crate::error::{Error, Result};
-use crate::sample::SampleHeader;
+use crate::sample::{Coherent, SampleHeader, SampleKind, COHERENT_SET_SAMPLES_MAX};
+use spindle_transport_rdma::NodeId;
 
 /// Most messages one store keeps (the oldest go first).
 pub const STORE_SAMPLES_MAX: usize = 65_536;
@@ -32,11 +33,29 @@ pub struct Store {
     order: BTreeMap<u64, Stored>,
     per_instance: BTreeMap<(u64, KeyHash), VecDeque<u64>>,
     bytes: usize,
+    /// Coherent sets not ended yet, per writer (node, writer id): where their samples sit.
+    /// An ended set's samples are stored as plain samples and its end is not stored, so
+    /// a later reader gets every finished set and no unfinished one; replaying a snapshot
+    /// rebuilds this from the samples still marked.
+    open_sets: BTreeMap<(NodeId, u32), Vec<u64>>,
 }
 
 impl Store {
     /// Adds a delivered message; `depth` (0: keep all) bounds each instance.
     pub fn push(&mut self, h: &SampleHeader, origin: Origin, bytes: &[u8], depth: u16) {
+        let writer = (origin.node, h.writer_id);
+        match h.kind {
+            SampleKind::Liveliness => return,
+            SampleKind::CoherentEnd => {
+                for at in self.open_sets.remove(&writer).unwrap_or_default() {
+                    if let Some(s) = self.order.get_mut(&at) {
+                        SampleHeader::clear_coherent(&mut s.bytes);
+                    }
+                }
+                return;
+            }
+            _ => {}
+        }
         let key = (h.topic_id, h.key_hash);
         let q = self.per_instance.entry(key).or_default();
         let at = self.next;
@@ -63,6 +82,22 @@ impl Store {
                 bytes: bytes.to_vec(),
             },
         );
+        match h.coherent {
+            Coherent::No => {}
+            Coherent::Begins => {
+                self.open_sets.insert(writer, vec![at]);
+            }
+            Coherent::Continues => {
+                // Past the bound (a peer's), the set is left unended: never handed out.
+                if let Some(set) = self.open_sets.get_mut(&writer) {
+                    if set.len() < COHERENT_SET_SAMPLES_MAX {
+                        set.push(at);
+                    } else {
+                        self.open_sets.remove(&writer);
+                    }
+                }
+            }
+        }
         while self.order.len() > STORE_SAMPLES_MAX || self.bytes > STORE_BYTES_MAX {
             let Some((old, s)) = self.order.pop_first() else {
                 break;
@@ -159,7 +194,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample::{SampleKind, SAMPLE_HEADER_BYTES};
+    use crate::sample::SAMPLE_HEADER_BYTES;
 
     fn msg(key: u8, seq: u64) -> (SampleHeader, Vec<u8>) {
         let h = SampleHeader {
@@ -171,6 +206,8 @@ mod tests {
             key_hash: KeyHash([key; 16]),
             lifespan_ns: 0,
             ownership_strength: 0,
+            partition_tag: 0,
+            coherent: Coherent::No,
             level: spindle_qos::DeliveryLevel::VolatileStore,
         };
         let mut b = [0u8; SAMPLE_HEADER_BYTES];
@@ -207,5 +244,52 @@ mod tests {
                 "cut at {cut}"
             );
         }
+    }
+
+    #[test]
+    fn a_store_keeps_finished_coherent_sets_as_plain_samples_and_unfinished_ones_marked() {
+        let push = |s: &mut Store, seq: u64, kind: SampleKind, coherent: Coherent| {
+            let (h, mut b) = msg(seq as u8, seq);
+            let h = SampleHeader {
+                kind,
+                coherent,
+                ..h
+            };
+            let mut head = [0u8; SAMPLE_HEADER_BYTES];
+            h.encode(&mut head);
+            b[..SAMPLE_HEADER_BYTES].copy_from_slice(&head);
+            let o = Origin {
+                node: 1,
+                view_id: 1,
+                order_index: seq,
+            };
+            s.push(&h, o, &b, 0);
+        };
+        let marks = |s: &Store| -> Vec<Coherent> {
+            s.iter()
+                .map(|m| SampleHeader::decode(&m.bytes).unwrap().0.coherent)
+                .collect()
+        };
+        let mut s = Store::default();
+        push(&mut s, 1, SampleKind::Data, Coherent::Begins);
+        push(&mut s, 2, SampleKind::Data, Coherent::Continues);
+        push(&mut s, 3, SampleKind::CoherentEnd, Coherent::No);
+        push(&mut s, 4, SampleKind::Data, Coherent::Begins);
+        push(&mut s, 5, SampleKind::Liveliness, Coherent::No);
+        // The finished set is plain, its end and the liveliness message are not kept, the
+        // unfinished set stays marked.
+        assert_eq!(
+            marks(&s),
+            [Coherent::No, Coherent::No, Coherent::Begins],
+            "after the first set"
+        );
+        // A joiner's store from a snapshot knows the open set, and finishes it the same.
+        let mut t = Store::from_snapshot(&s.snapshot(), 0).unwrap();
+        for st in [&mut s, &mut t] {
+            push(st, 6, SampleKind::Data, Coherent::Continues);
+            push(st, 7, SampleKind::CoherentEnd, Coherent::No);
+        }
+        assert_eq!(marks(&s), [Coherent::No; 4]);
+        assert_eq!(s.iter().collect::<Vec<_>>(), t.iter().collect::<Vec<_>>());
     }
 }

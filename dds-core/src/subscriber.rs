@@ -55,16 +55,17 @@ impl Subscriber {
             Arc::clone(&topic.inner.ident),
             qos,
             Arc::clone(&p.shared.clock),
+            &self.qos,
         );
         if let Some(period) = core.deadline_us() {
-            p.driver.start_deadline_timer(&p.shared, period);
+            p.shared.want_timer(period);
         }
         {
             // Registered and primed from this node's store (if it already holds the
             // subgroup) under one lock, so no delivery is missed or seen twice.
             let mut st = lock(&p.shared.state);
             if let Some(store) = st.stores.get(&sg) {
-                core.prime(store);
+                core.prime(store, &st.endpoints);
             }
             st.readers
                 .entry(topic.inner.ident.topic_id)

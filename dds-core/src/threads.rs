@@ -2,7 +2,7 @@
 //! ([`GroupNode`]) that hands engine output to the delivery path, and a DEADLINE timer
 //! thread calls [`handle_timeout`] every tick.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -16,15 +16,15 @@ use crate::error::{Error, Result};
 use crate::shared::{Driver, Shared, State};
 
 /// Shortest and longest DEADLINE tick.
-const DEADLINE_TICK_US_MIN: u64 = 1_000;
-const DEADLINE_TICK_US_MAX: u64 = 50_000;
+/// How often the timer thread looks whether anything needs time checked, while nothing
+/// does.
+const TIMER_IDLE_POLL: Duration = Duration::from_secs(1);
 /// How often `leave` looks whether the group let the participant go.
 const LEAVE_POLL: Duration = Duration::from_millis(2);
 
 /// A [`Driver`] over a predicate thread. See the module docs.
 pub(crate) struct ThreadDriver {
     node: Mutex<Option<GroupNode>>,
-    deadline_timer: AtomicBool,
 }
 
 impl ThreadDriver {
@@ -38,10 +38,36 @@ impl ThreadDriver {
     ) -> Result<ThreadDriver> {
         let app = DdsApp::new(Arc::clone(shared));
         let node = GroupNode::start(ep, group, app, spin_before_park_us)?;
+        start_timer(shared);
         Ok(ThreadDriver {
             node: Mutex::new(Some(node)),
-            deadline_timer: AtomicBool::new(false),
         })
+    }
+}
+
+/// The participant's timer thread: every [`Shared::timer_tick_us`] (which DEADLINE
+/// periods and LIVELINESS leases set), the passing of time is handed to
+/// [`handle_timeout`]; while nothing needs it, the thread only looks once per
+/// [`TIMER_IDLE_POLL`]. It ends with the participant.
+fn start_timer(shared: &Arc<Shared>) {
+    let weak = Arc::downgrade(shared);
+    let spawned = std::thread::Builder::new()
+        .name(format!("spindle-timer-{}", shared.me))
+        .spawn(move || loop {
+            let tick = match weak.upgrade() {
+                Some(shared) if !shared.stopped_flag.load(Ordering::Acquire) => {
+                    shared.timer_tick_us()
+                }
+                _ => break,
+            };
+            std::thread::sleep(tick.map_or(TIMER_IDLE_POLL, Duration::from_micros));
+            let Some(shared) = weak.upgrade() else { break };
+            if tick.is_some() {
+                handle_timeout(&shared, shared.clock.now_us());
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "the timer thread (DEADLINE, LIVELINESS) did not start");
     }
 }
 
@@ -96,30 +122,6 @@ impl Driver for ThreadDriver {
             std::thread::yield_now();
         } else {
             std::thread::sleep(hint);
-        }
-    }
-
-    fn start_deadline_timer(&self, shared: &Arc<Shared>, period_us: u64) {
-        if self.deadline_timer.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let weak = Arc::downgrade(shared);
-        let tick = Duration::from_micros(
-            (period_us / 4).clamp(DEADLINE_TICK_US_MIN, DEADLINE_TICK_US_MAX),
-        );
-        let spawned = std::thread::Builder::new()
-            .name(format!("spindle-deadline-{}", shared.me))
-            .spawn(move || loop {
-                std::thread::sleep(tick);
-                let Some(shared) = weak.upgrade() else { break };
-                if shared.stopped_flag.load(Ordering::Acquire) {
-                    break;
-                }
-                handle_timeout(&shared, shared.clock.now_us());
-            });
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "the DEADLINE timer thread did not start");
-            self.deadline_timer.store(false, Ordering::Release);
         }
     }
 }

@@ -11,9 +11,9 @@ use spindle_topics::{Endianness, TopicType};
 use crate::common::{instance_of, lock, on_delivery_thread};
 use crate::delivery::readers_of;
 use crate::error::{Error, Result};
-use crate::inner::TopicInner;
-use crate::sample::{InstanceHandle, SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
-use crate::status::{DeadlineMissedStatus, MatchedStatus};
+use crate::inner::{ParticipantInner, TopicInner};
+use crate::sample::{Coherent, InstanceHandle, SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
+use crate::status::{DeadlineMissedStatus, LivelinessLostStatus, MatchedStatus};
 use crate::writer_core::{blocking_us, lifespan_ns, WriterCore};
 
 /// How long a writer waiting for room lets pass every `LOAN_TRIES_PER_PAUSE` tries (it
@@ -71,7 +71,7 @@ impl<T: TopicType> DataWriter<T> {
         let p = &self.topic.participant;
         let st = lock(&p.shared.state);
         let vid = st.view.as_ref().map_or(0, |v| v.vid);
-        let readers = readers_of(&st, self.core.topic.topic_id, self.core.level);
+        let readers = readers_of(&st, &self.core.endpoint());
         drop(st);
         self.core.on_view(vid, readers);
     }
@@ -154,6 +154,25 @@ impl<T: TopicType> DataWriter<T> {
         self.send(SampleKind::Unregister, key, self.now_ns(), |_| Ok(0))
     }
 
+    /// Asserts this writer's LIVELINESS without writing (DDS `assert_liveliness`): under
+    /// MANUAL_BY_TOPIC or MANUAL_BY_PARTICIPANT with a finite lease, a write or this
+    /// renews the lease at every matched reader (one small message through the topic's
+    /// subgroup, in its order); a reader that hears neither for a lease counts the writer
+    /// not alive (LIVELINESS_CHANGED) and its instances NOT_ALIVE_NO_WRITERS, and the
+    /// writer counts LIVELINESS_LOST. Harmless under AUTOMATIC.
+    pub fn assert_liveliness(&self) -> Result<()> {
+        send_control(&self.core, &self.topic.participant, SampleKind::Liveliness)
+    }
+
+    /// `LIVELINESS_LOST_STATUS`: leases this writer let pass without writing or asserting
+    /// (MANUAL kinds with a finite lease); reading it resets the change count.
+    pub fn liveliness_lost_status(&self) -> LivelinessLostStatus {
+        let mut s = lock(&self.core.liveliness_lost);
+        let out = *s;
+        s.total_count_change = 0;
+        out
+    }
+
     /// The instance handle of `data`'s key (DDS `register_instance`; registration is
     /// implicit on the first write).
     pub fn register_instance(&self, data: &T) -> Result<InstanceHandle> {
@@ -216,7 +235,7 @@ impl<T: TopicType> DataWriter<T> {
         T: Default,
     {
         self.check()?;
-        let (loan, room) = self.loan()?;
+        let (loan, room) = loan(&self.core, &self.topic.participant)?;
         Ok(LoanedSample {
             writer: self.clone(),
             loan: Some((loan, room)),
@@ -231,69 +250,6 @@ impl<T: TopicType> DataWriter<T> {
         self.topic.participant.check_alive()
     }
 
-    /// When a write that starts now must give up waiting (RELIABILITY
-    /// `max_blocking_time`), on the participant's clock.
-    fn blocking_deadline_us(&self) -> u64 {
-        self.topic
-            .participant
-            .now_us()
-            .saturating_add(self.core.blocking_us.load(Ordering::Relaxed))
-    }
-
-    /// A slot of the ring and the payload room after the header. The sender handle is
-    /// cached; a view change stops its ring (`Wedged`) and the next view's is fetched.
-    /// The RELIABILITY deadline starts at the first refusal (the clock is read only when
-    /// the writer has to wait).
-    fn loan(&self) -> Result<(spindle_group::Loan, usize)> {
-        let p = &self.topic.participant;
-        let mut tries = 0u32;
-        let mut deadline_us = None;
-        loop {
-            let cached = lock(&self.core.sender).clone();
-            let sender = match cached {
-                Some(s) => Ok(s),
-                None => p.sender(self.core.subgroup).inspect(|s| {
-                    *lock(&self.core.sender) = Some(s.clone());
-                }),
-            };
-            let err = match sender {
-                Ok(s) => match s.try_loan() {
-                    Ok(l) => {
-                        let max = s.payload_bytes_max();
-                        let room = max.checked_sub(SAMPLE_HEADER_BYTES).ok_or_else(|| {
-                            Error::OutOfResources(format!(
-                                "slots of {max} bytes hold no sample header"
-                            ))
-                        })?;
-                        return Ok((l, room));
-                    }
-                    Err(e @ spindle_group::Error::WindowFull { .. }) => e,
-                    Err(e @ spindle_group::Error::Wedged { .. }) => {
-                        *lock(&self.core.sender) = None;
-                        e
-                    }
-                    Err(e) => return Err(e.into()),
-                },
-                Err(e @ spindle_group::Error::Wedged { .. }) => e,
-                Err(e) => return Err(e.into()),
-            };
-            p.check_alive()?;
-            let deadline_us = *deadline_us.get_or_insert_with(|| self.blocking_deadline_us());
-            if on_delivery_thread() || p.now_us() >= deadline_us {
-                return Err(Error::Timeout(format!(
-                    "writing {}: {err} (RELIABILITY max_blocking_time)",
-                    self.core.topic.name
-                )));
-            }
-            tries = tries.wrapping_add(1);
-            p.driver.idle(if tries % LOAN_TRIES_PER_PAUSE == 0 {
-                LOAN_PAUSE
-            } else {
-                Duration::ZERO
-            });
-        }
-    }
-
     /// Encodes with `body` into the staging buffer, then loans a slot and writes the
     /// header and body into it.
     fn send(
@@ -305,42 +261,17 @@ impl<T: TopicType> DataWriter<T> {
     ) -> Result<()> {
         self.check()?;
         let mut staging = lock(&self.core.write_lock);
-        let (loan, room) = self.loan()?;
+        let (loan, room) = loan(&self.core, &self.topic.participant)?;
         staging.resize(room, 0);
         let n = body(&mut staging[..])?;
-        if self.core.deadline_us.is_some() {
+        if self.core.deadline_us.is_some() && kind != SampleKind::Liveliness {
             let now_us = self.topic.participant.now_us();
             self.core.wrote(key, kind != SampleKind::Data, now_us);
         }
-        self.finish(loan, kind, key, timestamp_ns, &staging[..n])
-    }
-
-    fn finish(
-        &self,
-        mut loan: spindle_group::Loan,
-        kind: SampleKind,
-        key: InstanceHandle,
-        timestamp_ns: i64,
-        body: &[u8],
-    ) -> Result<()> {
-        let seq = self.core.seq.fetch_add(1, Ordering::Relaxed) + 1;
-        let h = SampleHeader {
-            kind,
-            writer_id: self.core.id,
-            topic_id: self.core.topic.topic_id,
-            writer_seq: seq,
-            source_timestamp_ns: timestamp_ns,
-            key_hash: key.0,
-            lifespan_ns: self.core.lifespan_ns.load(Ordering::Relaxed),
-            ownership_strength: self.core.strength.load(Ordering::Relaxed),
-            level: self.core.level,
-        };
-        let mut hb = [0u8; SAMPLE_HEADER_BYTES];
-        h.encode(&mut hb);
-        loan.write_at(0, &hb)?;
-        loan.write_at(SAMPLE_HEADER_BYTES, body)?;
-        loan.commit();
-        Ok(())
+        if self.core.manual_lease_us().is_some() {
+            self.core.asserted(self.topic.participant.now_us());
+        }
+        finish(&self.core, loan, kind, key, timestamp_ns, &staging[..n])
     }
 }
 
@@ -387,7 +318,8 @@ impl<T: TopicType> LoanedSample<T> {
         let n = self
             .value
             .encode_into(Endianness::Little, &mut staging[..])?;
-        self.writer.finish(
+        finish(
+            &self.writer.core,
             loan,
             SampleKind::Data,
             key,
@@ -395,4 +327,125 @@ impl<T: TopicType> LoanedSample<T> {
             &staging[..n],
         )
     }
+}
+
+/// When a write that starts now must give up waiting (RELIABILITY
+/// `max_blocking_time`), on the participant's clock.
+fn blocking_deadline_us(core: &WriterCore, p: &ParticipantInner) -> u64 {
+    p.now_us()
+        .saturating_add(core.blocking_us.load(Ordering::Relaxed))
+}
+
+/// A slot of the ring and the payload room after the header. The sender handle is
+/// cached; a view change stops its ring (`Wedged`) and the next view's is fetched.
+/// The RELIABILITY deadline starts at the first refusal (the clock is read only when
+/// the writer has to wait).
+fn loan(core: &WriterCore, p: &ParticipantInner) -> Result<(spindle_group::Loan, usize)> {
+    let mut tries = 0u32;
+    let mut deadline_us = None;
+    loop {
+        let cached = lock(&core.sender).clone();
+        let sender = match cached {
+            Some(s) => Ok(s),
+            None => p.sender(core.subgroup).inspect(|s| {
+                *lock(&core.sender) = Some(s.clone());
+            }),
+        };
+        let err = match sender {
+            Ok(s) => match s.try_loan() {
+                Ok(l) => {
+                    let max = s.payload_bytes_max();
+                    let room = max.checked_sub(SAMPLE_HEADER_BYTES).ok_or_else(|| {
+                        Error::OutOfResources(format!("slots of {max} bytes hold no sample header"))
+                    })?;
+                    return Ok((l, room));
+                }
+                Err(e @ spindle_group::Error::WindowFull { .. }) => e,
+                Err(e @ spindle_group::Error::Wedged { .. }) => {
+                    *lock(&core.sender) = None;
+                    e
+                }
+                Err(e) => return Err(e.into()),
+            },
+            Err(e @ spindle_group::Error::Wedged { .. }) => e,
+            Err(e) => return Err(e.into()),
+        };
+        p.check_alive()?;
+        let deadline_us = *deadline_us.get_or_insert_with(|| blocking_deadline_us(core, p));
+        if on_delivery_thread() || p.now_us() >= deadline_us {
+            return Err(Error::Timeout(format!(
+                "writing {}: {err} (RELIABILITY max_blocking_time)",
+                core.topic.name
+            )));
+        }
+        tries = tries.wrapping_add(1);
+        p.driver.idle(if tries % LOAN_TRIES_PER_PAUSE == 0 {
+            LOAN_PAUSE
+        } else {
+            Duration::ZERO
+        });
+    }
+}
+
+/// Writes the header and `body` into the loaned slot and sends it.
+fn finish(
+    core: &WriterCore,
+    mut loan: spindle_group::Loan,
+    kind: SampleKind,
+    key: InstanceHandle,
+    timestamp_ns: i64,
+    body: &[u8],
+) -> Result<()> {
+    let coherent = match (&core.coherent, kind) {
+        (Some(set), SampleKind::Data | SampleKind::Dispose | SampleKind::Unregister) => {
+            set.mark(core.id)?
+        }
+        _ => Coherent::No,
+    };
+    let seq = core.seq.fetch_add(1, Ordering::Relaxed) + 1;
+    let h = SampleHeader {
+        kind,
+        writer_id: core.id,
+        topic_id: core.topic.topic_id,
+        writer_seq: seq,
+        source_timestamp_ns: timestamp_ns,
+        key_hash: key.0,
+        lifespan_ns: core.lifespan_ns.load(Ordering::Relaxed),
+        ownership_strength: core.strength.load(Ordering::Relaxed),
+        level: core.level,
+        partition_tag: core.partition_tag,
+        coherent,
+    };
+    let mut hb = [0u8; SAMPLE_HEADER_BYTES];
+    h.encode(&mut hb);
+    loan.write_at(0, &hb)?;
+    loan.write_at(SAMPLE_HEADER_BYTES, body)?;
+    loan.commit();
+    Ok(())
+}
+
+/// Sends a control message of `core` — a LIVELINESS assertion or a coherent set's end: a
+/// header, no body — through its topic's subgroup; it renews the writer's own lease.
+pub(crate) fn send_control(
+    core: &WriterCore,
+    p: &ParticipantInner,
+    kind: SampleKind,
+) -> Result<()> {
+    if core.deleted.load(Ordering::Acquire) {
+        return Err(Error::AlreadyDeleted(format!("writer {}", core.id)));
+    }
+    p.check_alive()?;
+    let (l, _) = loan(core, p)?;
+    core.asserted(p.now_us());
+    finish(core, l, kind, control_key(core, p), p.wall_ns(), &[])
+}
+
+/// The key hash of a writer's control messages: none is an instance (readers keep no
+/// sample of them), but a store keeps them apart from every instance's history, one
+/// "instance" per writer.
+fn control_key(core: &WriterCore, p: &ParticipantInner) -> InstanceHandle {
+    let mut k = [0xC7u8; 16];
+    k[..4].copy_from_slice(&p.me().to_le_bytes());
+    k[4..8].copy_from_slice(&core.id.to_le_bytes());
+    InstanceHandle(spindle_topics::KeyHash(k))
 }

@@ -3,18 +3,72 @@
 //! it is [`crate::DataWriter`].
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use spindle_qos::{DataWriterQos, DeliveryLevel};
+use spindle_qos::{
+    DataWriterQos, DeliveryLevel, LivelinessKind, Partition, Presentation, PublisherQos,
+};
 
 use crate::common::{lock, TopicIdentity};
-use crate::discovery::Endpoint;
-use crate::sample::InstanceHandle;
-use crate::status::{rematch, DeadlineMissedStatus, MatchedStatus};
+use crate::discovery::{partition_tag, Endpoint, Rxo};
+use crate::sample::{Coherent, InstanceHandle, COHERENT_SET_SAMPLES_MAX};
+use crate::status::{rematch, DeadlineMissedStatus, LivelinessLostStatus, MatchedStatus};
 
 pub(crate) type WriterListener = Arc<dyn Fn(MatchedStatus) + Send + Sync>;
+
+/// A publisher's coherent set (PRESENTATION `coherent_access`), shared with its writers.
+#[derive(Debug, Default)]
+pub(crate) struct CoherentSet {
+    /// Open between `begin_coherent_changes` and `end_coherent_changes`.
+    open: AtomicBool,
+    /// The writers that wrote in the open set, and how many samples each.
+    written: Mutex<BTreeMap<u32, usize>>,
+}
+
+impl CoherentSet {
+    /// Opens a set; false if one is open already.
+    pub(crate) fn begin(&self) -> bool {
+        !self.open.swap(true, Ordering::AcqRel)
+    }
+
+    /// Closes the set: the writers that wrote in it (each must end it at its readers);
+    /// `None` if none was open.
+    pub(crate) fn end(&self) -> Option<Vec<u32>> {
+        if !self.open.swap(false, Ordering::AcqRel) {
+            return None;
+        }
+        Some(
+            std::mem::take(&mut *lock(&self.written))
+                .into_keys()
+                .collect(),
+        )
+    }
+
+    /// The mark for writer `id`'s next sample: `No` outside a set, `Begins` for its first
+    /// in the open set, else `Continues`; `OutOfResources` past
+    /// [`COHERENT_SET_SAMPLES_MAX`].
+    pub(crate) fn mark(&self, id: u32) -> crate::error::Result<Coherent> {
+        if !self.open.load(Ordering::Acquire) {
+            return Ok(Coherent::No);
+        }
+        let mut written = lock(&self.written);
+        let n = written.entry(id).or_insert(0);
+        if *n >= COHERENT_SET_SAMPLES_MAX {
+            return Err(crate::error::Error::OutOfResources(format!(
+                "writer {id}: a coherent set of more than {COHERENT_SET_SAMPLES_MAX} samples \
+                 (COHERENT_SET_SAMPLES_MAX); end it and begin another"
+            )));
+        }
+        *n += 1;
+        Ok(if *n == 1 {
+            Coherent::Begins
+        } else {
+            Coherent::Continues
+        })
+    }
+}
 
 /// One writer's state. See the module docs.
 pub(crate) struct WriterCore {
@@ -23,6 +77,11 @@ pub(crate) struct WriterCore {
     pub(crate) subgroup: spindle_group::SubgroupId,
     /// The delivery level it offers (RELIABILITY and DURABILITY: fixed once enabled).
     pub(crate) level: DeliveryLevel,
+    /// Its publisher's PARTITION and PRESENTATION when it was created, and the tag its
+    /// samples carry.
+    pub(crate) partition: Partition,
+    presentation: Presentation,
+    pub(crate) partition_tag: u32,
     pub(crate) qos: Mutex<DataWriterQos>,
     pub(crate) seq: AtomicU64,
     pub(crate) write_lock: Mutex<Vec<u8>>,
@@ -40,6 +99,16 @@ pub(crate) struct WriterCore {
     pub(crate) deadline_us: Option<u64>,
     deadlines: Mutex<BTreeMap<InstanceHandle, u64>>,
     pub(crate) deadline_missed: Mutex<DeadlineMissedStatus>,
+    /// LIVELINESS kind and lease (µs; `None`: infinite), fixed once enabled.
+    pub(crate) liveliness: LivelinessKind,
+    pub(crate) lease_us: Option<u64>,
+    /// When it last wrote or asserted liveliness (µs on the participant's clock; 0:
+    /// not yet checked), whether the lease has passed since, and LIVELINESS_LOST.
+    last_asserted_us: AtomicU64,
+    lost: AtomicBool,
+    pub(crate) liveliness_lost: Mutex<LivelinessLostStatus>,
+    /// Its publisher's coherent set, under PRESENTATION `coherent_access`.
+    pub(crate) coherent: Option<Arc<CoherentSet>>,
 }
 
 impl WriterCore {
@@ -50,16 +119,52 @@ impl WriterCore {
             topic_id: self.topic.topic_id,
             reader: false,
             level: self.level,
+            partition: self.partition.clone(),
+            liveliness: self.liveliness,
+            lease_us: self.lease_us,
+            rxo: {
+                let q = lock(&self.qos);
+                Rxo::of(
+                    q.durability.kind,
+                    self.presentation,
+                    q.deadline.period,
+                    q.latency_budget.duration,
+                    q.ownership.kind,
+                    q.reliability.kind,
+                    q.destination_order.kind,
+                )
+            },
         }
     }
 
-    pub(crate) fn new(id: u32, topic: Arc<TopicIdentity>, qos: DataWriterQos) -> Arc<WriterCore> {
+    pub(crate) fn new(
+        id: u32,
+        topic: Arc<TopicIdentity>,
+        qos: DataWriterQos,
+        publisher: &PublisherQos,
+        coherent: Option<Arc<CoherentSet>>,
+    ) -> Arc<WriterCore> {
+        let partition = publisher.partition.clone();
         let blocking = blocking_us(&qos);
         let lifespan = lifespan_ns(&qos);
         let strength = qos.ownership_strength.value;
         let deadline_period = qos.deadline.period;
+        let lease_us = qos
+            .liveliness
+            .lease_duration
+            .to_std()
+            .map(|d| (d.as_micros() as u64).max(1));
         Arc::new(WriterCore {
             id,
+            presentation: publisher.presentation,
+            liveliness: qos.liveliness.kind,
+            lease_us,
+            last_asserted_us: AtomicU64::new(0),
+            lost: AtomicBool::new(false),
+            liveliness_lost: Mutex::new(LivelinessLostStatus::default()),
+            coherent,
+            partition_tag: partition_tag(&partition.name),
+            partition,
             subgroup: topic.subgroup,
             level: qos.delivery_level(),
             topic,
@@ -79,6 +184,42 @@ impl WriterCore {
             deadlines: Mutex::new(BTreeMap::new()),
             deadline_missed: Mutex::new(DeadlineMissedStatus::default()),
         })
+    }
+
+    /// The lease the application must renew (write or assert within), for a MANUAL
+    /// LIVELINESS with a finite lease; `None` otherwise (AUTOMATIC: membership in the
+    /// view is liveliness).
+    pub(crate) fn manual_lease_us(&self) -> Option<u64> {
+        self.lease_us
+            .filter(|_| self.liveliness != LivelinessKind::Automatic)
+    }
+
+    /// The writer wrote or asserted its liveliness at `now_us`.
+    pub(crate) fn asserted(&self, now_us: u64) {
+        self.last_asserted_us
+            .store(now_us.max(1), Ordering::Relaxed);
+        self.lost.store(false, Ordering::Relaxed);
+    }
+
+    /// Counts a lease that passed unrenewed by `now_us` (LIVELINESS_LOST, once per
+    /// lapse); true if it did now.
+    pub(crate) fn check_liveliness(&self, now_us: u64) -> bool {
+        let Some(lease) = self.manual_lease_us() else {
+            return false;
+        };
+        let last = self.last_asserted_us.load(Ordering::Relaxed);
+        if last == 0 {
+            // The lease runs from the first check after creation.
+            self.asserted(now_us);
+            return false;
+        }
+        if now_us.saturating_sub(last) <= lease || self.lost.swap(true, Ordering::Relaxed) {
+            return false;
+        }
+        let mut s = lock(&self.liveliness_lost);
+        s.total_count += 1;
+        s.total_count_change += 1;
+        true
     }
 
     /// The view changed: `readers` participants read the subgroup now.

@@ -102,8 +102,7 @@ fn readers_see_one_order_across_two_writers_on_overlapping_topics() {
     // Writes wait for room as long as it takes: this test must not depend on how fast
     // a loaded machine drains the window (the default RELIABILITY max_blocking_time is
     // 100 ms).
-    let mut wq = DataWriterQos::default();
-    wq.reliability.max_blocking_time = spindle_qos::Duration::from_secs(120);
+    let wq = DataWriterQos::default().with_max_blocking_time(spindle_qos::Duration::from_secs(120));
     let w1 = ps[0]
         .create_publisher(Default::default())
         .unwrap()

@@ -6,87 +6,23 @@
 //! (`SPINDLE_SIM_SEED=<seed> cargo test -p spindle-dds-core --test sim_dcps <test>`).
 
 mod common;
+use common::sim::{domain, reader, take_n, values, writer, ROUNDS_MAX};
 use common::{atomic, keep_all, ks, order};
 
 use std::collections::BTreeMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use spindle_dds_core::sim::{SimDomain, SIM_EPOCH_NS};
-use spindle_dds_core::{
-    DataReader, DataReaderListener, DomainParticipant, Error, InstanceState, Sample, StateMask,
-};
+use spindle_dds_core::{DataReader, DataReaderListener, Error, InstanceState, Sample, StateMask};
 use spindle_qos::{
     DataReaderQos, DataWriterQos, DurabilityKind, History, OwnershipKind, ResourceLimits, TopicQos,
 };
 use spindle_topics::KeyedString;
 
-/// Seeds each test runs (override with `SPINDLE_SIM_SEED`).
-const SEEDS: std::ops::RangeInclusive<u64> = 1..=3;
-/// Rounds a test waits for something before it fails.
-const ROUNDS_MAX: u64 = 200_000;
-
 /// Runs `test` for every seed; a failure names the seed and how to reproduce it.
 fn for_seeds(name: &str, test: impl Fn(u64)) {
-    let seeds: Vec<u64> = match std::env::var("SPINDLE_SIM_SEED") {
-        Ok(s) => vec![s.parse().expect("SPINDLE_SIM_SEED is a number")],
-        Err(_) => SEEDS.collect(),
-    };
-    for seed in seeds {
-        if let Err(e) = catch_unwind(AssertUnwindSafe(|| test(seed))) {
-            eprintln!(
-                "{name} failed with seed {seed}; reproduce: SPINDLE_SIM_SEED={seed} cargo test \
-                 -p spindle-dds-core --test sim_dcps {name}"
-            );
-            std::panic::resume_unwind(e);
-        }
-    }
-}
-
-/// A simulated domain of `n` participants, 1 first, the others joining one by one.
-fn domain(seed: u64, n: u32) -> (SimDomain, Vec<DomainParticipant>) {
-    let d = SimDomain::new(seed);
-    let ps = (1..=n)
-        .map(|id| d.participant(id).expect("participant"))
-        .collect();
-    (d, ps)
-}
-
-fn reader(p: &DomainParticipant, topic: &str, qos: DataReaderQos) -> DataReader<KeyedString> {
-    let t = p.create_topic::<KeyedString>(topic, atomic()).unwrap();
-    p.create_subscriber(Default::default())
-        .unwrap()
-        .create_datareader(&t, qos)
-        .unwrap()
-}
-
-fn writer(
-    p: &DomainParticipant,
-    topic: &str,
-    qos: DataWriterQos,
-) -> spindle_dds_core::DataWriter<KeyedString> {
-    let t = p.create_topic::<KeyedString>(topic, atomic()).unwrap();
-    p.create_publisher(Default::default())
-        .unwrap()
-        .create_datawriter(&t, qos)
-        .unwrap()
-}
-
-/// Runs the domain until `r` gave `n` samples in all; what it gave.
-fn take_n(d: &SimDomain, r: &DataReader<KeyedString>, n: usize) -> Vec<Sample<KeyedString>> {
-    let mut got = Vec::new();
-    d.run_until(ROUNDS_MAX, || {
-        got.extend(r.take(usize::MAX, StateMask::ANY).unwrap());
-        got.len() >= n
-    });
-    got
-}
-
-fn values(s: &[Sample<KeyedString>]) -> Vec<String> {
-    s.iter()
-        .filter_map(|s| s.data.as_ref().map(|d| d.value.clone()))
-        .collect()
+    common::sim::for_seeds("sim_dcps", name, test);
 }
 
 #[test]
@@ -411,10 +347,15 @@ fn lifespan_ends_in_virtual_time_and_exclusive_ownership_keeps_the_strongest_wri
             .write_w_timestamp(&ks("old", "stale"), hour_ago)
             .unwrap();
         strong.write(&ks("k", "s3")).unwrap();
-        let everything = values(&take_n(&d, &all, 5));
-        assert_eq!(everything, ["w1", "s1", "w2", "s2", "s3"], "seed {seed}");
-        let owned = values(&r.take(usize::MAX, StateMask::ANY).unwrap());
+        let owned = values(&take_n(&d, &r, 4));
         assert_eq!(owned, ["w1", "s1", "s2", "s3"], "seed {seed}");
+        // The shared reader matches only the shared writer (OWNERSHIP kinds must be equal),
+        // whose stale sample never arrives.
+        d.run_for(20_000);
+        assert!(
+            all.take(usize::MAX, StateMask::ANY).unwrap().is_empty(),
+            "seed {seed}: a stale sample, or one of an exclusive writer, reached the shared reader"
+        );
         // The strong writer unregisters: ownership falls back to the weak one.
         strong.unregister_instance(&ks("k", "")).unwrap();
         weak.write(&ks("k", "w3")).unwrap();
@@ -926,6 +867,55 @@ fn raw_cdr_writers_and_readers_share_a_topic_with_typed_ones() {
                 ps[1].create_cdr_topic("R", "Other::Type", atomic()),
                 Err(Error::PreconditionNotMet(_))
             ));
+        },
+    );
+}
+
+/// A participant silent past the others' failure detector (paused) is excluded; the
+/// others go on and deliver; when it runs again it learns it was excluded — its
+/// `stopped()` and its stopped listener (called once) say so and by whom — and its
+/// writer fails instead of writing into a view it is no longer in.
+#[test]
+fn a_paused_participant_is_excluded_and_learns_why_when_it_wakes() {
+    for_seeds(
+        "a_paused_participant_is_excluded_and_learns_why_when_it_wakes",
+        |seed| {
+            let (d, ps) = domain(seed, 3);
+            let r = reader(&ps[0], "X", keep_all(&atomic()));
+            let w2 = writer(&ps[1], "X", DataWriterQos::default());
+            let w3 = writer(&ps[2], "X", DataWriterQos::default());
+            let calls = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+            let seen = Arc::clone(&calls);
+            ps[2].set_stopped_listener(move |why| seen.lock().unwrap().push(why.to_string()));
+            w3.write(&ks("3", "before")).unwrap();
+            take_n(&d, &r, 1);
+            d.world().pause(3);
+            assert!(
+                d.run_until(ROUNDS_MAX, || ps[0]
+                    .view()
+                    .is_some_and(|v| !v.members.contains(&3))),
+                "seed {seed}: the silent member is excluded"
+            );
+            w2.write(&ks("2", "after")).unwrap();
+            assert_eq!(values(&take_n(&d, &r, 1)), ["after"], "seed {seed}");
+            d.world().resume(3);
+            assert!(
+                d.run_until(ROUNDS_MAX, || ps[2].stopped().is_some()),
+                "seed {seed}: the woken member learns it stopped"
+            );
+            let why = ps[2].stopped().unwrap();
+            assert!(why.contains("excluded"), "seed {seed}: {why}");
+            assert!(why.contains("suspected"), "seed {seed}: {why}");
+            d.run_for(10_000);
+            assert_eq!(*calls.lock().unwrap(), [why], "seed {seed}: once");
+            // A listener set later is called at once, with the same reason.
+            let late = Arc::new(AtomicUsize::new(0));
+            let l2 = Arc::clone(&late);
+            ps[2].set_stopped_listener(move |_| {
+                l2.fetch_add(1, Ordering::SeqCst);
+            });
+            assert_eq!(late.load(Ordering::SeqCst), 1, "seed {seed}");
+            assert!(w3.write(&ks("3", "late")).is_err(), "seed {seed}");
         },
     );
 }

@@ -1,5 +1,7 @@
 //! # spindle-examples — runnable applications
 //!
+//! * `dds_perf` (its code in [`perf`], shared with `spindle perf`): DCPS throughput,
+//!   latency and the ping/pong round trip between two processes.
 //! * `avionics` (`cargo run --release -p spindle-examples --bin avionics`): a small
 //!   avionics domain of processes on this machine — air-data computers, an AHRS and a
 //!   GNSS receiver publishing at rate, a flight-management node publishing the flight
@@ -12,6 +14,7 @@
 #![deny(missing_docs)]
 
 pub mod latency;
+pub mod perf;
 
 use std::collections::{BTreeMap, BTreeSet};
 

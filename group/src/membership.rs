@@ -989,6 +989,17 @@ fn encode_change(region: &Region, at: usize, c: &Change) {
     let _ = region.write_bytes(at + 2 * WORD_BYTES, body);
 }
 
+/// Decodes `bytes` laid out as one membership change of an SST row, as a peer wrote it
+/// (kind and node word, length word, body); true if it decodes. Never panics, whatever
+/// the bytes: the entry point of the `sst_change` fuzz target (`group/fuzz`).
+pub fn decode_sst_change(bytes: &[u8]) -> bool {
+    let len = bytes.len().max(2 * WORD_BYTES);
+    let Ok(region) = Region::new_heap(0, len) else {
+        return false;
+    };
+    region.write_bytes(0, bytes).is_ok() && decode_change(&region, 0).is_ok()
+}
+
 fn decode_change(region: &Region, at: usize) -> std::result::Result<Change, String> {
     let w = region.load_u64(at);
     let node = (w & 0xFFFF_FFFF) as NodeId;
@@ -1015,5 +1026,37 @@ fn decode_change(region: &Region, at: usize) -> std::result::Result<Change, Stri
             declared: body(DECLARED_BYTES_MAX)?,
         }),
         k => Err(format!("unknown change kind {k}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fuzz_entry_point_decodes_sst_changes_and_refuses_junk() {
+        let region = Region::new_heap(0, CHANGE_WORDS * WORD_BYTES).unwrap();
+        for c in [
+            Change::Remove(3),
+            Change::Add {
+                node: 4,
+                address: "127.0.0.1:7404".into(),
+            },
+            Change::Declare {
+                node: 5,
+                declared: vec![1, 2, 3],
+            },
+        ] {
+            encode_change(&region, 0, &c);
+            let row = region.to_vec(0, region.len()).unwrap();
+            assert_eq!(decode_change(&region, 0), Ok(c));
+            assert!(decode_sst_change(&row));
+        }
+        assert!(!decode_sst_change(&[]), "an empty row is no change");
+        assert!(!decode_sst_change(&[0xff; 64]), "unknown kind, huge length");
+        let mut huge = vec![0u8; 16];
+        huge[4] = 2; // KIND_ADD
+        huge[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(!decode_sst_change(&huge), "a body longer than any bound");
     }
 }

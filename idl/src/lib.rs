@@ -10,7 +10,9 @@
 //!   writes `x.rs` into `OUT_DIR` (and prints `cargo:rerun-if-changed` for every file read);
 //!   the crate then does `include!(concat!(env!("OUT_DIR"), "/x.rs"));`
 //! * the `spindle-idlc` binary: `spindle-idlc x.idl --out generated/ -I idl`;
-//! * in memory: [`generate`].
+//! * in memory: [`generate`];
+//! * at run time, without generating code: [`types::TypeLibrary`] (the resolved types of a
+//!   file, for `spindle-dynamic`).
 //!
 //! The generated code needs `spindle-topics` and `serde` as dependencies. Each output file
 //! is self-contained: it holds the definitions of its IDL file and of everything that
@@ -36,6 +38,7 @@ mod codegen;
 mod error;
 mod lexer;
 mod parser;
+pub mod types;
 
 use std::path::{Path, PathBuf};
 

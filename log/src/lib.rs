@@ -82,6 +82,7 @@
 
 pub mod entry;
 mod error;
+pub mod report;
 mod scan;
 mod store;
 

@@ -67,6 +67,14 @@ macro_rules! builders {
                 self
             }
 
+            /// Returns this QoS with `RELIABILITY`'s `max_blocking_time` (how long a write
+            /// may wait for room or a view change) set to `max`.
+            #[must_use]
+            pub fn with_max_blocking_time(mut self, max: Duration) -> Self {
+                self.reliability.max_blocking_time = max;
+                self
+            }
+
             /// The delivery level its `RELIABILITY` and `DURABILITY` ask for.
             pub fn delivery_level(&self) -> DeliveryLevel {
                 DeliveryLevel::of(&self.reliability, &self.durability)

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cargo run --release -p spindle-transport-rdma --example fabric_bench -- \
-//!     --backend <sim|tcp|shm> --size <bytes> --seconds <s>
+//!     --backend <sim|tcp|tcp-noise|tcp-auth|shm> --size <bytes> --seconds <s>
+//! (`tcp-noise`: tcp links with a domain secret, encrypted; `tcp-auth`: authenticated only)
 //! cargo run --release -p spindle-transport-rdma --example fabric_bench -- \
 //!     --reference memcpy --size <bytes> --seconds <s>
 //! ```
@@ -26,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use spindle_transport_rdma::{
-    open_backend, Endpoint, Error, Event, FabricConfig, NodeId, Region, WRITE_BYTES_MAX,
+    open_backend, DomainSecret, Endpoint, Error, Event, FabricConfig, NodeId, Region,
+    WRITE_BYTES_MAX,
 };
 
 /// Region ids used by the benchmark.
@@ -110,7 +112,20 @@ fn check_size(args: &Args) -> Result<(), BoxError> {
 
 /// Opens an endpoint and its data region.
 fn open(args: &Args, node: NodeId) -> Result<(Arc<dyn Endpoint>, Region), BoxError> {
-    let ep = open_backend(&backend_name(args), node, FabricConfig::default())?;
+    // `tcp-noise`: tcp with a domain secret (Noise handshake, encrypted records);
+    // `tcp-auth`: the same handshake, frames in clear afterwards.
+    let (name, cfg) = match args.backend.as_str() {
+        "tcp-noise" | "tcp-auth" => (
+            "tcp".to_string(),
+            FabricConfig {
+                domain_secret: Some(DomainSecret::new(b"fabric_bench domain secret")?),
+                encrypt_links: args.backend == "tcp-noise",
+                ..FabricConfig::default()
+            },
+        ),
+        _ => (backend_name(args), FabricConfig::default()),
+    };
+    let ep = open_backend(&name, node, cfg)?;
     let region = ep.register_region(DATA_REGION, PAYLOAD + args.size)?;
     Ok((ep, region))
 }

@@ -26,6 +26,9 @@ pub enum FailureReason {
     /// The peer sent bytes that do not decode or break the contract (out-of-bounds write,
     /// oversize frame, unknown region). The link was closed.
     Malformed(String),
+    /// The peer did not prove knowledge of the domain secret (or we could not prove
+    /// ours to it): the link was refused before anything else was exchanged.
+    Unauthenticated(String),
     /// The simulator crashed the peer (sim backend only).
     Crashed,
     /// The local endpoint gave up on the peer (for example [`crate::Endpoint::disconnect`]).
@@ -45,6 +48,7 @@ impl std::fmt::Display for FailureReason {
                 "the peer suspected this node after {silent_ms} ms of silence and closed the link"
             ),
             FailureReason::Malformed(why) => write!(f, "peer sent malformed data: {why}"),
+            FailureReason::Unauthenticated(why) => write!(f, "link refused: {why}"),
             FailureReason::Crashed => write!(f, "peer crashed"),
             FailureReason::LocalClose => write!(f, "link closed locally"),
         }
@@ -147,6 +151,13 @@ pub enum Error {
         /// Where the bytes came from (peer, file).
         source_name: String,
         /// What is wrong with them.
+        detail: String,
+    },
+    /// A peer failed the link handshake's proof of the domain secret (or named other
+    /// nodes than the handshake did); the link was refused.
+    #[error("link refused: {detail}")]
+    Unauthenticated {
+        /// What failed (never the secret).
         detail: String,
     },
     /// An operating-system call failed.

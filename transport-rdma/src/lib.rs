@@ -77,6 +77,7 @@ mod side_channel;
 mod side_link;
 pub mod sim;
 pub mod tcp;
+pub mod trust;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
@@ -84,6 +85,7 @@ pub use backend::{backend_names, open_backend};
 pub use doorbell::Doorbell;
 pub use error::{Error, FailureReason, Result};
 pub use region::{check_region_len, round_up_to_words, Region, WORD_BYTES};
+pub use trust::DomainSecret;
 
 /// A node's stable id in the domain.
 pub type NodeId = u32;
@@ -187,6 +189,14 @@ pub struct FabricConfig {
     pub outbound_bytes_max: usize,
     /// How long link set-up may take before [`Endpoint::connect`] gives up.
     pub connect_timeout_ms: u64,
+    /// The domain's shared secret. When set, every tcp and shm link starts with a Noise
+    /// handshake proving both sides know it ([`trust`]); a peer that fails it is refused
+    /// before any region is announced. `None`: links are not authenticated.
+    pub domain_secret: Option<DomainSecret>,
+    /// With a [`FabricConfig::domain_secret`], encrypt tcp links (ChaCha20-Poly1305
+    /// records keyed by the handshake). On by default; off leaves authentication only.
+    /// shm links are same-host memory and never encrypted.
+    pub encrypt_links: bool,
 }
 
 impl Default for FabricConfig {
@@ -202,6 +212,8 @@ impl Default for FabricConfig {
             suspect_deviations: 4,
             outbound_bytes_max: 64 << 20,
             connect_timeout_ms: 5_000,
+            domain_secret: None,
+            encrypt_links: true,
         }
     }
 }

@@ -60,6 +60,11 @@ pub(crate) enum Admit {
     RejectTieBreak,
     /// Already linked to [`crate::PEERS_MAX`] other peers.
     RejectFull,
+    /// A live link holds the hello's node id for another incarnation, and did not fail
+    /// while we waited (the stream links' answer where [`admit`] says
+    /// [`Admit::AcceptReplacing`]): a second process claiming a live member's id never
+    /// displaces it.
+    RejectLiveId,
 }
 
 impl Admit {

@@ -27,6 +27,9 @@ use crate::side_channel::{
     frame, lock, u32_at, u64_at, FrameReader, KIND_BYE, KIND_EXCLUDED, KIND_HELLO, KIND_HELLO_ACK,
     KIND_PROBE, KIND_READY, KIND_REGION, KIND_REJECT, KIND_WITHDRAW, REJECTED,
 };
+use crate::trust::{
+    read_framed, AcceptorHandshake, InitiatorHandshake, HANDSHAKE_MESSAGE_BYTES_MAX,
+};
 use crate::{
     check_region_len, Doorbell, Error, Event, FabricConfig, FailureReason, NodeId, RegionDesc,
     RegionId, Result, EVENT_QUEUE_MAX, REGIONS_PER_ENDPOINT_MAX, SEND_BYTES_MAX, WORD_BYTES,
@@ -449,6 +452,17 @@ impl<B: SideBackend> SideLinks<B> {
         let _ = stream.set_nodelay(true);
         let _ = stream.set_nonblocking(false);
         let _ = stream.set_read_timeout(Some(timeout));
+        // With a domain secret the dialer proves it before its hello is read.
+        let proven = match self.authenticate_acceptor(&mut stream) {
+            Ok(proven) => proven,
+            Err(e) => {
+                if matches!(e, Error::Unauthenticated { .. }) {
+                    tracing::warn!(node = self.node, error = %e, "refused a side-channel link");
+                }
+                let _ = stream.shutdown(Shutdown::Both);
+                return;
+            }
+        };
         let mut reader = FrameReader::default();
         let Ok(Some((KIND_HELLO, payload))) = reader.next(&mut stream) else {
             return;
@@ -456,7 +470,7 @@ impl<B: SideBackend> SideLinks<B> {
         let Some((peer, remote)) = self.backend.parse_hello(&payload) else {
             return;
         };
-        if peer == self.node {
+        if peer == self.node || proven.is_some_and(|p| p != peer) {
             return;
         }
         let Ok(local) = self.backend.prepare() else {
@@ -485,6 +499,28 @@ impl<B: SideBackend> SideLinks<B> {
             }
         };
         self.read_loop(peer, link, stream, reader);
+    }
+
+    /// The acceptor's half of the Noise handshake on a side channel (see [`crate::trust`]),
+    /// when a domain secret is configured: `Some(peer)` proven, `None` without a secret.
+    /// The side channel is authenticated, not encrypted, and the fabric's own data path
+    /// (RDMA writes, libfabric RMA) is neither.
+    fn authenticate_acceptor(&self, stream: &mut TcpStream) -> Result<Option<NodeId>> {
+        let Some(secret) = &self.cfg.domain_secret else {
+            return Ok(None);
+        };
+        let m1 = read_framed(stream, HANDSHAKE_MESSAGE_BYTES_MAX, "handshake message 1")?;
+        let (acc, peer, m2) = AcceptorHandshake::respond(secret, self.node, &m1)?;
+        stream
+            .write_all(&m2)
+            .map_err(|e| Error::io("sending handshake message 2", e))?;
+        let confirm = read_framed(
+            stream,
+            HANDSHAKE_MESSAGE_BYTES_MAX,
+            "the handshake confirmation",
+        )?;
+        acc.confirm(&confirm)?;
+        Ok(Some(peer))
     }
 
     /// Starts a link to `peer` at `address` (see [`crate::Endpoint::connect`]).
@@ -526,6 +562,19 @@ impl<B: SideBackend> SideLinks<B> {
             stream
                 .set_read_timeout(Some(timeout))
                 .map_err(|e| e.to_string())?;
+            if let Some(secret) = &self.cfg.domain_secret {
+                let (hs, m1) = InitiatorHandshake::start(secret, self.node, peer)
+                    .map_err(|e| e.to_string())?;
+                stream.write_all(&m1).map_err(|e| e.to_string())?;
+                let m2 = read_framed(
+                    &mut stream,
+                    HANDSHAKE_MESSAGE_BYTES_MAX,
+                    "handshake message 2 (a peer with another domain secret closes here)",
+                )
+                .map_err(|e| e.to_string())?;
+                let (_, confirm) = hs.finish(&m2).map_err(|e| e.to_string())?;
+                stream.write_all(&confirm).map_err(|e| e.to_string())?;
+            }
             let hello = self.backend.hello_payload(self.node, &local);
             stream
                 .write_all(&frame(KIND_HELLO, &hello))

@@ -75,6 +75,12 @@ impl TcpEndpoint {
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }
+
+    /// How many links the handshake refused so far: peers that did not prove the
+    /// domain secret, and second links claiming a live peer's node id.
+    pub fn refused_links(&self) -> u64 {
+        self.hub.refused_links()
+    }
 }
 
 fn accept_loop(hub: Arc<Hub<TcpStream>>, listener: TcpListener) {

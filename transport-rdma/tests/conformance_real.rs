@@ -5,9 +5,53 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use spindle_transport_rdma::conformance::{self, Harness};
-use spindle_transport_rdma::{open_backend, Endpoint, FabricConfig, NodeId};
+use spindle_transport_rdma::{open_backend, DomainSecret, Endpoint, FabricConfig, NodeId};
 
 struct Real(&'static str);
+
+/// A real backend whose endpoints share a domain secret (`encrypt`: tcp links encrypted
+/// after the handshake; shm links never are).
+struct Secured {
+    backend: &'static str,
+    encrypt: bool,
+}
+
+const SECRET: &str = "conformance suite domain secret";
+
+impl Harness for Secured {
+    fn name(&self) -> String {
+        format!(
+            "{} with a domain secret, encrypt={}",
+            self.backend, self.encrypt
+        )
+    }
+    fn open(&mut self, node: NodeId, cfg: FabricConfig) -> Arc<dyn Endpoint> {
+        let cfg = FabricConfig {
+            domain_secret: Some(DomainSecret::new(SECRET.as_bytes()).unwrap()),
+            encrypt_links: self.encrypt,
+            ..cfg
+        };
+        open_backend(self.backend, node, cfg)
+            .unwrap_or_else(|e| panic!("{}: open: {e}", self.name()))
+    }
+}
+
+fn spawn_secured_peer(backend: &'static str, encrypt: bool) -> impl FnMut(&str, NodeId) -> Child {
+    move |address, target| {
+        Command::new(env!("CARGO_BIN_EXE_spindle-fabric-peer"))
+            .args([
+                "--backend",
+                backend,
+                "--node",
+                &(target + 10_000).to_string(),
+            ])
+            .args(["--target", &target.to_string(), "--address", address])
+            .args(["--secret", SECRET, "--encrypt", &encrypt.to_string()])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn spindle-fabric-peer")
+    }
+}
 
 impl Harness for Real {
     fn name(&self) -> String {
@@ -45,6 +89,41 @@ fn tcp_conforms_across_processes() {
 }
 
 #[test]
+fn tcp_conforms_encrypted_in_process() {
+    conformance::run_all(&mut Secured {
+        backend: "tcp",
+        encrypt: true,
+    });
+}
+
+#[test]
+fn tcp_conforms_encrypted_across_processes() {
+    conformance::run_cross_process(
+        &mut Secured {
+            backend: "tcp",
+            encrypt: true,
+        },
+        spawn_secured_peer("tcp", true),
+    );
+}
+
+#[test]
+fn tcp_conforms_authenticated_unencrypted_in_process() {
+    conformance::run_all(&mut Secured {
+        backend: "tcp",
+        encrypt: false,
+    });
+}
+
+#[test]
+fn shm_conforms_authenticated_in_process() {
+    conformance::run_all(&mut Secured {
+        backend: "shm",
+        encrypt: true,
+    });
+}
+
+#[test]
 fn shm_conforms_in_process() {
     conformance::run_all(&mut Real("shm"));
 }
@@ -66,6 +145,14 @@ mod libfabric {
     #[test]
     fn libfabric_tcp_conforms_across_processes() {
         conformance::run_cross_process(&mut Real("libfabric-tcp"), spawn_peer("libfabric-tcp"));
+    }
+
+    #[test]
+    fn libfabric_tcp_conforms_with_an_authenticated_side_channel() {
+        conformance::run_all(&mut Secured {
+            backend: "libfabric-tcp",
+            encrypt: true,
+        });
     }
 
     #[test]

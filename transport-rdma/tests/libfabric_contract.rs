@@ -292,3 +292,45 @@ fn simultaneous_connects_make_one_link() {
         b.close();
     }
 }
+
+#[test]
+fn a_side_channel_without_the_domain_secret_is_refused() {
+    use spindle_transport_rdma::DomainSecret;
+    let with = |s: &[u8]| FabricConfig {
+        domain_secret: Some(DomainSecret::new(s).unwrap()),
+        ..FabricConfig::default()
+    };
+    let provider = "tcp;ofi_rxm";
+    let b = LibfabricEndpoint::open(12, provider, with(b"the domain's side secret")).unwrap();
+    b.register_region(7, 64).unwrap();
+    for (node, cfg) in [
+        (11, with(b"somebody else's secret")),
+        (13, FabricConfig::default()),
+    ] {
+        let a = LibfabricEndpoint::open(node, provider, cfg).unwrap();
+        a.connect(b.node(), &b.address()).unwrap();
+        let failed = next_event(&a, "the refused dial's failure", |e| {
+            matches!(e, Event::PeerFailed { peer: 12, .. })
+        });
+        assert!(
+            matches!(
+                failed,
+                Event::PeerFailed {
+                    reason: FailureReason::ConnectionLost(_),
+                    ..
+                }
+            ),
+            "{failed:?}"
+        );
+        assert_eq!(
+            a.remote_region(12, 7),
+            None,
+            "no region reached an outsider"
+        );
+    }
+    assert_eq!(b.poll_event(), None, "the member never saw the outsiders");
+    // A peer with the secret links.
+    let a = LibfabricEndpoint::open(14, provider, with(b"the domain's side secret")).unwrap();
+    connected(&a, &b);
+    assert_eq!(a.remote_region(12, 7).map(|d| d.len), Some(64));
+}

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::{Args as ClapArgs, Parser, Subcommand};
 use spindle_group::runtime::{Application, GroupNode};
 use spindle_group::{DeliveryBatch, Group, GroupConfig, Layout, View, ViewInstalled};
-use spindle_transport_rdma::{open_backend, FabricConfig, NodeId};
+use spindle_transport_rdma::{open_backend, DomainSecret, FabricConfig, NodeId};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -67,6 +67,10 @@ enum Cmd {
         rate_ms: u64,
         #[command(flatten)]
         fd: Detection,
+        /// The domain secret (links are authenticated and, over tcp, encrypted); the
+        /// environment's `SPINDLE_DOMAIN_SECRET` when the flag is absent.
+        #[arg(long)]
+        secret: Option<String>,
     },
     /// Throughput around a join: 4 members send unpaced, a fifth joins.
     JoinDip {
@@ -845,6 +849,19 @@ fn soak_main(
     Ok(())
 }
 
+/// `fabric` with the domain secret of `--secret`, else of `SPINDLE_DOMAIN_SECRET`.
+fn with_secret(fabric: FabricConfig, secret: Option<String>) -> Result<FabricConfig, BoxError> {
+    let secret = secret.or_else(|| std::env::var("SPINDLE_DOMAIN_SECRET").ok());
+    let domain_secret = match secret {
+        Some(s) => Some(DomainSecret::new(s.as_bytes())?),
+        None => None,
+    };
+    Ok(FabricConfig {
+        domain_secret,
+        ..fabric
+    })
+}
+
 fn main() {
     let args = Args::parse();
     let r = match args.cmd {
@@ -856,7 +873,9 @@ fn main() {
             pace_us,
             rate_ms,
             fd,
-        } => node_main(id, &backend, messages, log, pace_us, rate_ms, fd.fabric()),
+            secret,
+        } => with_secret(fd.fabric(), secret)
+            .and_then(|fabric| node_main(id, &backend, messages, log, pace_us, rate_ms, fabric)),
         Cmd::JoinDip { backend, nodes } => join_dip_main(&backend, nodes),
         Cmd::Kills {
             backend,

@@ -55,6 +55,18 @@ pub fn start_members(
     dir: &Path,
     stderr: impl Fn() -> Stdio,
 ) -> BTreeMap<u32, Proc> {
+    start_members_with(backend, n, dir, stderr, &[]).0
+}
+
+/// As [`start_members`], with `extra` arguments for every member (`--secret ...`); also
+/// returns each member's address.
+pub fn start_members_with(
+    backend: &str,
+    n: u32,
+    dir: &Path,
+    stderr: impl Fn() -> Stdio,
+    extra: &[&str],
+) -> (BTreeMap<u32, Proc>, BTreeMap<u32, String>) {
     let mut procs = BTreeMap::new();
     let mut addrs = Vec::new();
     for id in 1..=n {
@@ -62,6 +74,7 @@ pub fn start_members(
             .args(["node", "--id", &id.to_string(), "--backend", backend])
             .args(["--messages", "0", "--log"])
             .arg(dir.join(format!("node-{id}.log")))
+            .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(stderr())
@@ -77,17 +90,16 @@ pub fn start_members(
             }
         });
         let addr = rx.recv_timeout(ADDR_DEADLINE).expect("ADDR line");
-        addrs.push(format!(
-            "{id}={}",
-            addr.strip_prefix("ADDR ").expect("ADDR")
-        ));
+        let addr = addr.strip_prefix("ADDR ").expect("ADDR").to_string();
+        addrs.push((id, addr));
         procs.insert(id, Proc { child, lines: rx });
     }
-    let peers = format!("PEERS {}", addrs.join(" "));
+    let list: Vec<String> = addrs.iter().map(|(id, a)| format!("{id}={a}")).collect();
+    let peers = format!("PEERS {}", list.join(" "));
     for p in procs.values_mut() {
         say(p, &peers);
     }
-    procs
+    (procs, addrs.into_iter().collect())
 }
 
 /// Tells every member in `procs` to stop sending, waits (up to `deadline` each) until each

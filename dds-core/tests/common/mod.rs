@@ -1,6 +1,9 @@
-//! Helpers the DCPS tests share (real tcp in `dcps.rs`, simulation in `sim_dcps.rs`).
+//! Helpers the DCPS tests share (real tcp in `dcps.rs`, simulation in `sim_dcps.rs` and
+//! `sim_qos.rs`, whose own helpers are in [`sim`]).
 
 #![allow(dead_code)]
+
+pub mod sim;
 
 use spindle_dds_core::Sample;
 use spindle_qos::{DataReaderQos, History, Reliability, TopicQos};

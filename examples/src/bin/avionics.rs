@@ -555,7 +555,6 @@ const WRITE_BLOCKING_S: i64 = 10;
 /// The writers' QoS: the topic's, with RELIABILITY `max_blocking_time` of
 /// [`WRITE_BLOCKING_S`].
 fn writer_qos(topic: &TopicQos) -> DataWriterQos {
-    let mut q = DataWriterQos::from_topic_qos(topic);
-    q.reliability.max_blocking_time = spindle_qos::Duration::from_secs(WRITE_BLOCKING_S);
-    q
+    DataWriterQos::from_topic_qos(topic)
+        .with_max_blocking_time(spindle_qos::Duration::from_secs(WRITE_BLOCKING_S))
 }

@@ -115,8 +115,8 @@ fn member(
     let qos = TopicQos::default().with_reliability(Reliability::reliable());
     // A write may wait through the view change that removes the killed participant
     // (failure detection, then the change): RELIABILITY max_blocking_time is that bound.
-    let mut wqos = DataWriterQos::from_topic_qos(&qos);
-    wqos.reliability.max_blocking_time = spindle_qos::Duration::from_secs(60);
+    let wqos = DataWriterQos::from_topic_qos(&qos)
+        .with_max_blocking_time(spindle_qos::Duration::from_secs(60));
     let start = Instant::now();
     let sub = p.create_subscriber(Default::default())?;
     let publ = p.create_publisher(Default::default())?;

@@ -34,6 +34,13 @@ use crate::smc::Sender;
 mod leaving;
 mod wire;
 
+/// Decodes `bytes` as a membership message a peer sent (join, redirect, new view, state,
+/// declaration); true if they decode. Never panics, whatever the bytes: the entry point
+/// of the `membership_message` fuzz target (`group/fuzz`).
+pub fn decode_membership_message(bytes: &[u8]) -> bool {
+    wire::Msg::decode(bytes).is_ok()
+}
+
 pub use leaving::{Exclusion, LEAVE_LINGER_US};
 
 use wire::{send, Msg, NewView};

@@ -342,6 +342,24 @@ mod tests {
     }
 
     #[test]
+    fn the_fuzz_entry_point_decodes_messages_and_refuses_junk() {
+        for m in samples() {
+            assert!(
+                crate::group::decode_membership_message(&m.encode()),
+                "{m:?}"
+            );
+        }
+        for junk in [
+            &[][..],
+            &[0][..],
+            &[MSG_NEW_VIEW, 0xff, 0xff][..],
+            &[0xff; 40][..],
+        ] {
+            assert!(!crate::group::decode_membership_message(junk), "{junk:?}");
+        }
+    }
+
+    #[test]
     fn every_message_decodes_to_itself() {
         for m in samples() {
             assert_eq!(Msg::decode(&m.encode()).expect("decodes"), m);

@@ -16,7 +16,15 @@ use super::outbound::Outbound;
 use super::{lock, read, write, Hub, Link, LinkStream, Slot};
 use crate::detector::Detector;
 use crate::peers::Admit;
+use crate::trust::{
+    read_framed, AcceptorHandshake, InitiatorHandshake, Opener, Opening,
+    HANDSHAKE_MESSAGE_BYTES_MAX,
+};
 use crate::{Error, Event, FailureReason, NodeId, RegionDesc, RegionId, Result};
+
+/// A link the handshake installed: the link, its reader's buffer (which may already hold
+/// frames), and the opener of its records if it is encrypted.
+type Installed<S> = (Arc<Link<S>>, FrameReader, Option<Opener>);
 
 /// How often a rejected initiator checks whether the peer's own link has arrived.
 const REJECTED_POLL: Duration = Duration::from_millis(5);
@@ -58,24 +66,56 @@ impl<S: LinkStream> Hub<S> {
     /// Runs the initiator side on a freshly dialed stream for `attempt`, then becomes the
     /// link's reader thread. Returns when the link ends.
     pub fn run_initiator(self: Arc<Self>, peer: NodeId, attempt: u64, mut stream: S) {
-        let result = (|| -> Result<Option<(Arc<Link<S>>, FrameReader)>> {
+        let result = (|| -> Result<Option<Installed<S>>> {
             stream
                 .set_read_timeout_ms(Some(Duration::from_millis(self.cfg.connect_timeout_ms)))
                 .map_err(|e| Error::io("setting a read time-out", e))?;
+            let _ = stream
+                .set_write_timeout_ms(Some(Duration::from_millis(self.cfg.connect_timeout_ms)));
+            // Prove the domain secret first: nothing else goes out before the peer has
+            // proved it too.
+            let (mut seal, mut opener) = match &self.cfg.domain_secret {
+                None => (None, None),
+                Some(secret) => {
+                    let (hs, m1) = InitiatorHandshake::start(secret, self.node, peer)?;
+                    stream
+                        .write_all(&m1)
+                        .map_err(|e| Error::io("sending handshake message 1", e))?;
+                    let m2 = read_framed(
+                        &mut stream,
+                        HANDSHAKE_MESSAGE_BYTES_MAX,
+                        "handshake message 2 (a peer with another domain secret closes here)",
+                    )?;
+                    let (session, confirm) = hs.finish(&m2)?;
+                    stream
+                        .write_all(&confirm)
+                        .map_err(|e| Error::io("sending the handshake confirmation", e))?;
+                    if self.encrypts() {
+                        (Some(session.send), Some(Opener::new(session.recv)))
+                    } else {
+                        (None, None)
+                    }
+                }
+            };
             let hello = {
                 let local = read(&self.local);
                 handshake::hello(self.node, self.incarnation, peer, &local.regions)
             };
             let mut buf = Vec::new();
             encode_hello(&mut buf, &hello);
+            if let Some(seal) = &mut seal {
+                let plain = std::mem::take(&mut buf);
+                seal.seal(&plain, &mut buf);
+            }
             let regions_sent: BTreeSet<RegionId> = hello.regions.iter().map(|e| e.id).collect();
-            let _ = stream
-                .set_write_timeout_ms(Some(Duration::from_millis(self.cfg.connect_timeout_ms)));
             stream
                 .write_all(&buf)
                 .map_err(|e| Error::io("sending hello", e))?;
             let mut reader = FrameReader::new();
-            let reply = reader.next_owned_hello(&mut stream)?;
+            let reply = reader.next_owned_hello(&mut Opening {
+                inner: &mut stream,
+                opener: opener.as_mut(),
+            })?;
             let Some(reply) = reply else {
                 // Rejected (Goodbye): the peer keeps its own connection to us, which
                 // replaces our attempt; give up on the peer if it never comes.
@@ -111,6 +151,10 @@ impl<S: LinkStream> Hub<S> {
                 drop(local);
                 let mut bye = Vec::new();
                 encode_goodbye(&mut bye);
+                if let Some(seal) = &mut seal {
+                    let plain = std::mem::take(&mut bye);
+                    seal.seal(&plain, &mut bye);
+                }
                 let _ = stream.write_all(&bye);
                 stream.shutdown_both();
                 return Ok(None);
@@ -120,21 +164,20 @@ impl<S: LinkStream> Hub<S> {
             // Regions that changed between our Hello and now.
             {
                 let mut out = lock(&link.out);
+                out.seal = seal;
                 for (id, (region, tag)) in &local.regions {
                     if !regions_sent.contains(id) {
-                        encode_region_announce(
-                            &mut out.pending,
-                            &RegionEntry {
-                                id: *id,
-                                len: region.len(),
-                                tag: tag.clone(),
-                            },
-                        );
+                        let entry = RegionEntry {
+                            id: *id,
+                            len: region.len(),
+                            tag: tag.clone(),
+                        };
+                        out.append(|p| encode_region_announce(p, &entry));
                     }
                 }
                 for id in &regions_sent {
                     if !local.regions.contains_key(id) {
-                        encode_region_withdraw(&mut out.pending, *id);
+                        out.append(|p| encode_region_withdraw(p, *id));
                     }
                 }
             }
@@ -142,23 +185,28 @@ impl<S: LinkStream> Hub<S> {
             drop(peers);
             drop(local);
             self.push_control(Event::PeerConnected { peer });
-            Ok(Some((link, reader)))
+            Ok(Some((link, reader, opener)))
         })();
         match result {
-            Ok(Some((link, reader))) => {
+            Ok(Some((link, reader, opener))) => {
                 if let Err(e) = self.spawn_writer(&link) {
                     self.fail(&link, FailureReason::ConnectionLost(e.to_string()));
                     return;
                 }
                 self.try_flush(&link);
-                self.reader_loop(&link, reader, stream);
+                self.reader_loop(&link, reader, stream, opener);
             }
             Ok(None) => {}
             Err(e) => {
                 let reason = match e {
                     Error::Malformed { detail, .. } => FailureReason::Malformed(detail),
+                    Error::Unauthenticated { detail } => {
+                        self.refused(&detail);
+                        FailureReason::Unauthenticated(detail)
+                    }
                     other => FailureReason::ConnectionLost(other.to_string()),
                 };
+                stream.shutdown_both();
                 self.attempt_failed(peer, attempt, reason);
             }
         }
@@ -179,17 +227,54 @@ impl<S: LinkStream> Hub<S> {
             handshake_done();
             return;
         }
-        let result = (|| -> Result<Option<(Arc<Link<S>>, FrameReader)>> {
+        let result = (|| -> Result<Option<Installed<S>>> {
             stream
                 .set_read_timeout_ms(Some(Duration::from_millis(self.cfg.connect_timeout_ms)))
                 .map_err(|e| Error::io("setting a read time-out", e))?;
             let _ = stream
                 .set_write_timeout_ms(Some(Duration::from_millis(self.cfg.connect_timeout_ms)));
+            // With a domain secret, the dialer proves it before we read anything else or
+            // say anything about ourselves: a peer that fails is refused here, before the
+            // peer table, the regions or the membership protocol ever see it.
+            let (mut seal, mut opener, proven) = match &self.cfg.domain_secret {
+                None => (None, None, None),
+                Some(secret) => {
+                    let m1 = read_framed(
+                        &mut stream,
+                        HANDSHAKE_MESSAGE_BYTES_MAX,
+                        "handshake message 1",
+                    )?;
+                    let (acc, peer, m2) = AcceptorHandshake::respond(secret, self.node, &m1)?;
+                    stream
+                        .write_all(&m2)
+                        .map_err(|e| Error::io("sending handshake message 2", e))?;
+                    let confirm = read_framed(
+                        &mut stream,
+                        HANDSHAKE_MESSAGE_BYTES_MAX,
+                        "the handshake confirmation",
+                    )?;
+                    let session = acc.confirm(&confirm)?;
+                    if self.encrypts() {
+                        (
+                            Some(session.send),
+                            Some(Opener::new(session.recv)),
+                            Some(peer),
+                        )
+                    } else {
+                        (None, None, Some(peer))
+                    }
+                }
+            };
             let mut reader = FrameReader::new();
-            let Some(hello) = reader.next_owned_hello(&mut stream)? else {
+            let Some(hello) = reader.next_owned_hello(&mut Opening {
+                inner: &mut stream,
+                opener: opener.as_mut(),
+            })?
+            else {
                 return Ok(None);
             };
-            handshake::check_hello(self.node, &hello, None)?;
+            // The Hello must come from the node the handshake authenticated.
+            handshake::check_hello(self.node, &hello, proven)?;
             stream
                 .set_read_timeout_ms(None)
                 .map_err(|e| Error::io("clearing the read time-out", e))?;
@@ -212,8 +297,11 @@ impl<S: LinkStream> Hub<S> {
                 // A live link to the same incarnation is either a duplicate from a
                 // simultaneous connect (rejected below) or a link the peer already closed
                 // and whose Goodbye or end of stream we have not processed yet (the peer
-                // reconnecting right after a disconnect): give it a moment to fail.
-                if decision != Admit::RejectDuplicate
+                // reconnecting right after a disconnect): give it a moment to fail. So
+                // is a live link to another incarnation: a restarted peer's old link fails
+                // as soon as its dead process's socket closes, while a second process
+                // claiming a live member's id is refused, never displacing it.
+                if !matches!(decision, Admit::RejectDuplicate | Admit::RejectLiveId)
                     || Instant::now() >= stale_deadline
                     || self.is_closed()
                 {
@@ -226,19 +314,21 @@ impl<S: LinkStream> Hub<S> {
             if !decision.accepts() {
                 drop(peers);
                 drop(local);
+                if decision == Admit::RejectLiveId {
+                    self.refused(&format!(
+                        "a second link claims node {peer}, whose live link stays"
+                    ));
+                }
                 let mut bye = Vec::new();
                 encode_goodbye(&mut bye);
+                if let Some(seal) = &mut seal {
+                    let plain = std::mem::take(&mut bye);
+                    seal.seal(&plain, &mut bye);
+                }
                 let _ = stream.write_all(&bye);
                 stream.shutdown_both();
                 return Ok(None);
             }
-            // The peer restarted: its old link fails once the new one is installed.
-            let old = match peers.get(peer) {
-                Some(Slot::Up(link)) if decision == Admit::AcceptReplacing => {
-                    Some(Arc::clone(link))
-                }
-                _ => None,
-            };
             let id = peers.next_link_id();
             let link = self.new_link(
                 id,
@@ -248,34 +338,36 @@ impl<S: LinkStream> Hub<S> {
                 &hello,
             )?;
             // The reply Hello is the link's first frame: later announcements follow it.
-            encode_hello(
-                &mut lock(&link.out).pending,
-                &handshake::hello(self.node, self.incarnation, peer, &local.regions),
-            );
+            {
+                let reply = handshake::hello(self.node, self.incarnation, peer, &local.regions);
+                let mut out = lock(&link.out);
+                out.seal = seal;
+                out.append(|p| encode_hello(p, &reply));
+            }
             peers.insert(peer, Slot::Up(Arc::clone(&link)));
             drop(peers);
             drop(local);
-            if let Some(old) = old {
-                self.fail(&old, FailureReason::ConnectionLost("peer restarted".into()));
-                // `fail` only marks the slot failed if it still holds `old`.
-            }
             self.push_control(Event::PeerConnected { peer });
-            Ok(Some((link, reader)))
+            Ok(Some((link, reader, opener)))
         })();
         match result {
-            Ok(Some((link, reader))) => {
+            Ok(Some((link, reader, opener))) => {
                 handshake_done();
                 if let Err(e) = self.spawn_writer(&link) {
                     self.fail(&link, FailureReason::ConnectionLost(e.to_string()));
                     return;
                 }
                 self.try_flush(&link);
-                self.reader_loop(&link, reader, stream);
+                self.reader_loop(&link, reader, stream, opener);
             }
             Ok(None) => handshake_done(),
             Err(e) => {
                 handshake_done();
-                tracing::debug!(node = self.node, error = %e, "dropping an inbound stream");
+                if matches!(e, Error::Unauthenticated { .. }) {
+                    self.refused(&e);
+                } else {
+                    tracing::debug!(node = self.node, error = %e, "dropping an inbound stream");
+                }
                 stream.shutdown_both();
             }
         }

@@ -1,7 +1,7 @@
 //! The stream link's handshake decisions, sans-IO: the `Hello` a side sends, the checks
 //! a received `Hello` must pass, and the acceptor's decision ([`decide`]) — accept,
-//! reject a duplicate, lose a simultaneous connect's tie-break, or replace the link of a
-//! restarted peer. The drivers that run these over a stream are in `connect.rs`.
+//! reject a duplicate, lose a simultaneous connect's tie-break, or refuse a second link
+//! claiming a live peer's id. The drivers that run these over a stream are in `connect.rs`.
 
 use std::collections::BTreeMap;
 
@@ -72,7 +72,10 @@ pub(crate) fn check_hello(local: NodeId, hello: &Hello, expected: Option<NodeId>
 }
 
 /// The acceptor's decision on `hello` (already checked), received by node `local` whose
-/// table holds `existing` for the sender and has `room` for one more peer.
+/// table holds `existing` for the sender and has `room` for one more peer. A hello
+/// claiming the id of a live peer is never taken over that peer's link: from the same
+/// incarnation it is a duplicate, from another one [`Admit::RejectLiveId`] (the caller
+/// waits a moment for the old link to fail, as a restarted peer's does, then asks again).
 pub(crate) fn decide(local: NodeId, hello: &Hello, existing: Existing, room: bool) -> Admit {
     let view = match existing {
         Existing::None => PeerView::Absent,
@@ -82,7 +85,10 @@ pub(crate) fn decide(local: NodeId, hello: &Hello, existing: Existing, room: boo
             restarted: incarnation != hello.incarnation,
         },
     };
-    admit(local, hello.node, view, room)
+    match admit(local, hello.node, view, room) {
+        Admit::AcceptReplacing => Admit::RejectLiveId,
+        other => other,
+    }
 }
 
 #[cfg(test)]
@@ -108,11 +114,9 @@ mod tests {
                 true,
                 Admit::RejectDuplicate,
             ),
-            (
-                Existing::Up { incarnation: 76 },
-                true,
-                Admit::AcceptReplacing,
-            ),
+            // Another process claims live node 3: refused, the live link stays.
+            (Existing::Up { incarnation: 76 }, true, Admit::RejectLiveId),
+            (Existing::Up { incarnation: 76 }, false, Admit::RejectLiveId),
         ];
         for (existing, room, want) in cases {
             assert_eq!(decide(5, &h, existing, room), want, "{existing:?} {room}");

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::frame::{malformed, Frame, FrameReader, Step};
 use super::{lock, read, write, Hub, Link, LinkStream};
+use crate::trust::{Opener, Opening};
 use crate::{
     Error, Event, FailureReason, RegionDesc, RegionId, Result, EVENT_QUEUE_MAX,
     REGIONS_PER_ENDPOINT_MAX, WORD_BYTES,
@@ -37,7 +38,15 @@ impl<S: LinkStream> Hub<S> {
         true
     }
 
-    pub(super) fn reader_loop(&self, link: &Arc<Link<S>>, mut reader: FrameReader, mut stream: S) {
+    /// The link's reader thread: reads `stream` (through `opener` if the link is
+    /// encrypted), applies frames in order, and fails the link when it ends.
+    pub(super) fn reader_loop(
+        &self,
+        link: &Arc<Link<S>>,
+        mut reader: FrameReader,
+        mut stream: S,
+        mut opener: Option<Opener>,
+    ) {
         let reason = loop {
             match reader.step(|frame| self.apply(link, frame)) {
                 Ok(Step::Applied) => self.doorbell.ring(),
@@ -46,12 +55,22 @@ impl<S: LinkStream> Hub<S> {
                     // applying a large frame or waiting for event-queue room is ours.
                     link.last_heard_ms.store(self.now_ms(), Ordering::Release);
                     link.waiting.store(true, Ordering::Release);
-                    let got = reader.fill(&mut stream, needed);
+                    let mut from = Opening {
+                        inner: &mut stream,
+                        opener: opener.as_mut(),
+                    };
+                    let got = reader.fill(&mut from, needed);
                     link.waiting.store(false, Ordering::Release);
                     link.last_heard_ms.store(self.now_ms(), Ordering::Release);
                     match got {
                         Ok(0) => break FailureReason::ConnectionLost("end of stream".into()),
                         Ok(_) => {}
+                        // A record that does not open: tampered with, or not ours.
+                        Err(Error::Io { source, .. })
+                            if source.kind() == std::io::ErrorKind::InvalidData =>
+                        {
+                            break FailureReason::Malformed(source.to_string())
+                        }
                         Err(e) => break FailureReason::ConnectionLost(e.to_string()),
                     }
                 }

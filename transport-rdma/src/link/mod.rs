@@ -32,6 +32,13 @@
 //!
 //! ## Handshake and simultaneous connects
 //!
+//! With a [`FabricConfig::domain_secret`], both sides first run the Noise handshake of
+//! [`crate::trust`] (the dialer proves the secret, the acceptor proves it back, the dialer
+//! confirms): a peer that fails is refused before anything below happens, and the `Hello`
+//! must name the node ids the handshake authenticated. With encryption on (tcp), every
+//! byte after the handshake travels in sealed records (`Outbound`'s queue holds them
+//! sealed; the reader opens them before decoding frames).
+//!
 //! The initiator sends `Hello` (its node id, the node id it expects to reach, its
 //! incarnation and its region table). The acceptor decides, under the peer-table lock:
 //! with no link (or a failed one) it accepts; with its own attempt to the same peer in
@@ -39,8 +46,10 @@
 //! initiated by the lower node id is the one kept, on both sides); with a live link to
 //! the same incarnation it rejects (after giving that link up to half the connect
 //! time-out to fail: the peer may be re-dialing right after closing it, its Goodbye still
-//! in flight); with a live link to an older incarnation (the peer restarted) it fails the
-//! old link and accepts. Accepting means replying with its own
+//! in flight); with a live link to another incarnation it waits the same way (a restarted
+//! peer's old link fails as soon as the dead process's socket closes) and then refuses: a
+//! second process claiming a live peer's id never displaces it. Accepting means replying
+//! with its own
 //! `Hello`; rejecting means `Goodbye`. Both sides report [`Event::PeerConnected`] once the
 //! link is installed, with the peer's regions already known.
 //!
@@ -167,6 +176,13 @@ pub trait LinkHooks: Send + Sync + 'static {
 
     /// A local region was deregistered.
     fn region_dropped(&self, _id: RegionId) {}
+
+    /// Whether links may be encrypted after the handshake (when a domain secret is set
+    /// and [`FabricConfig::encrypt_links`] is on). Default: yes (tcp). shm says no: its
+    /// writes go straight into mapped memory, which a cipher on the stream would not cover.
+    fn may_encrypt(&self) -> bool {
+        true
+    }
 
     /// A peer announced a region (in its `Hello` or later). An error disconnects the peer
     /// as malformed. After a peer restarts, its new link announces ids the old link had
@@ -333,6 +349,20 @@ pub struct Hub<S: LinkStream> {
     events_space: Condvar,
     doorbell: Doorbell,
     closed: AtomicBool,
+    /// Links refused by the handshake, and when one was last logged.
+    refusals: Refusals,
+}
+
+/// Least time between two log lines about refused links: an outsider retrying in a
+/// loop costs one line per interval, with the count of those not logged.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The count of refused links and the rate limit of their log lines.
+#[derive(Debug, Default)]
+struct Refusals {
+    count: AtomicU64,
+    /// When the last line was logged, and refusals since then not logged.
+    log: Mutex<(Option<Instant>, u64)>,
 }
 
 impl<S: LinkStream> std::fmt::Debug for Hub<S> {
@@ -373,6 +403,7 @@ impl<S: LinkStream> Hub<S> {
             events_space: Condvar::new(),
             doorbell: Doorbell::new(),
             closed: AtomicBool::new(false),
+            refusals: Refusals::default(),
         });
         let weak = Arc::downgrade(&hub);
         std::thread::Builder::new()
@@ -390,6 +421,34 @@ impl<S: LinkStream> Hub<S> {
     /// The configuration.
     pub fn config(&self) -> &FabricConfig {
         &self.cfg
+    }
+
+    /// How many inbound or outbound links the handshake refused (a peer that did not
+    /// prove the domain secret, or that claimed a live peer's node id).
+    pub fn refused_links(&self) -> u64 {
+        self.refusals.count.load(Ordering::Relaxed)
+    }
+
+    /// Whether links are encrypted after the handshake.
+    fn encrypts(&self) -> bool {
+        self.cfg.domain_secret.is_some() && self.cfg.encrypt_links && self.hooks.may_encrypt()
+    }
+
+    /// Counts a refused link and logs it, at most once per [`REFUSAL_LOG_INTERVAL`]
+    /// (never the secret: `why` is the handshake's error).
+    fn refused(&self, why: &dyn std::fmt::Display) {
+        self.refusals.count.fetch_add(1, Ordering::Relaxed);
+        let mut log = lock(&self.refusals.log);
+        let now = Instant::now();
+        match log.0 {
+            Some(at) if now.duration_since(at) < REFUSAL_LOG_INTERVAL => log.1 += 1,
+            _ => {
+                let not_logged = log.1;
+                *log = (Some(now), 0);
+                drop(log);
+                tracing::warn!(node = self.node, %why, not_logged, "refused a link");
+            }
+        }
     }
 
     /// True once [`Hub::close`] ran.
@@ -584,7 +643,7 @@ impl<S: LinkStream> Hub<S> {
         {
             let mut out = lock(&link.out);
             if !out.closed {
-                encode_goodbye(&mut out.pending);
+                out.append(encode_goodbye);
                 out.drain_then_close = true;
             }
         }
@@ -598,7 +657,7 @@ impl<S: LinkStream> Hub<S> {
         {
             let mut out = lock(&link.out);
             if !out.closed {
-                encode_excluded(&mut out.pending, silent_ms);
+                out.append(|p| encode_excluded(p, silent_ms));
                 out.drain_then_close = true;
             }
         }

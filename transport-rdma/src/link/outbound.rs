@@ -10,6 +10,7 @@ use std::sync::{Arc, MutexGuard};
 
 use super::frame::Head;
 use super::{lock, read, Hub, Link, LinkStream, RemoteWrite};
+use crate::trust::SendCipher;
 use crate::{
     Error, FailureReason, NodeId, RegionDesc, RegionId, Result, SEND_BYTES_MAX, WORD_BYTES,
     WRITE_BYTES_MAX,
@@ -45,9 +46,41 @@ pub(super) struct Outbound {
     pub(super) closed: bool,
     /// Send everything queued, then shut the stream down.
     pub(super) drain_then_close: bool,
+    /// Seals what is sent into records (an encrypted link): `pending` holds plaintext
+    /// frames, and whoever takes it to send ([`Outbound::take_pending`]) seals the whole
+    /// batch at once. Only the one sender (`flushing`) takes it, so records reach the
+    /// socket in the order of their nonces.
+    pub(super) seal: Option<SendCipher>,
+    /// The plaintext buffer of the last sealed batch, kept for reuse like `spare`.
+    plain_spare: Vec<u8>,
 }
 
 impl Outbound {
+    /// Appends the frame(s) `encode` writes to the queue.
+    pub(super) fn append(&mut self, encode: impl FnOnce(&mut Vec<u8>)) {
+        encode(&mut self.pending);
+    }
+
+    /// Takes everything queued for sending, leaving an empty (reused) buffer: the frames
+    /// themselves, or on an encrypted link the records sealing them. Callers hold
+    /// `flushing` (or drain a closed link): one sender at a time.
+    pub(super) fn take_pending(&mut self, keep_bytes_max: usize) -> Vec<u8> {
+        let spare = std::mem::take(&mut self.spare);
+        let plain = std::mem::replace(&mut self.pending, spare);
+        let Some(seal) = &mut self.seal else {
+            return plain;
+        };
+        let mut sealed = std::mem::take(&mut self.plain_spare);
+        sealed.clear();
+        seal.seal(&plain, &mut sealed);
+        if plain.capacity() <= keep_bytes_max {
+            let mut plain = plain;
+            plain.clear();
+            self.plain_spare = plain;
+        }
+        sealed
+    }
+
     fn queued_bytes(&self) -> usize {
         self.pending.len() + self.inflight.as_ref().map_or(0, |(b, s)| b.len() - s)
     }
@@ -182,7 +215,7 @@ impl<S: LinkStream> Hub<S> {
     ) -> Result<()> {
         {
             let mut out = self.admit(link, lock(&link.out), frame_bytes, !control)?;
-            encode(&mut out.pending);
+            out.append(encode);
             if out.flushing {
                 return Ok(());
             }
@@ -213,9 +246,12 @@ impl<S: LinkStream> Hub<S> {
         }
         {
             let mut out = self.admit(link, lock(&link.out), frame_bytes, bounded)?;
-            if out.flushing || !out.pending.is_empty() {
-                out.pending.extend_from_slice(head);
-                out.pending.extend_from_slice(payload);
+            // An encrypted link seals every frame into the queue: no direct send.
+            if out.flushing || !out.pending.is_empty() || out.seal.is_some() {
+                out.append(|p| {
+                    p.extend_from_slice(head);
+                    p.extend_from_slice(payload);
+                });
                 let idle = !out.flushing;
                 drop(out);
                 if idle {
@@ -270,8 +306,7 @@ impl<S: LinkStream> Hub<S> {
         }
         out.flushing = true;
         for _ in 0..CALLER_FLUSH_ROUNDS_MAX {
-            let spare = std::mem::take(&mut out.spare);
-            let buf = std::mem::replace(&mut out.pending, spare);
+            let buf = out.take_pending(self.cfg.outbound_bytes_max);
             drop(out);
             let result = send_nonblocking(link.fd, &buf);
             out = lock(&link.out);
@@ -307,8 +342,7 @@ impl<S: LinkStream> Hub<S> {
             }
         }
         // Others keep queuing: let the writer thread carry on.
-        let spare = std::mem::take(&mut out.spare);
-        let buf = std::mem::replace(&mut out.pending, spare);
+        let buf = out.take_pending(self.cfg.outbound_bytes_max);
         out.inflight = Some((buf, 0));
         drop(out);
         link.out_wake.notify_all();
@@ -361,8 +395,7 @@ impl<S: LinkStream> Hub<S> {
                             return;
                         }
                         out.flushing = true;
-                        let spare = std::mem::take(&mut out.spare);
-                        let buf = std::mem::replace(&mut out.pending, spare);
+                        let buf = out.take_pending(self.cfg.outbound_bytes_max);
                         break (buf, 0);
                     }
                     if out.closed && !out.drain_then_close {
@@ -397,8 +430,7 @@ impl<S: LinkStream> Hub<S> {
                 drop(out);
                 self.doorbell.ring();
             } else {
-                let spare = std::mem::take(&mut out.spare);
-                let next = std::mem::replace(&mut out.pending, spare);
+                let next = out.take_pending(self.cfg.outbound_bytes_max);
                 out.inflight = Some((next, 0));
             }
         }

@@ -1,4 +1,4 @@
-//! `dds_perf --pingpong`: the round trip between two processes, as Cyclone's `ddsperf
+//! `dds_perf --pingpong` (`spindle perf --pingpong`): the round trip between two processes, as Cyclone's `ddsperf
 //! ping`/`pong` measures it. The ping process writes a sample on topic `ping`; the pong
 //! process takes it and writes it back on topic `pong`; the ping process takes that and
 //! writes the next one — one sample in flight. Each round trip is timed at the ping
@@ -16,10 +16,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::latency::{percentiles, Histogram};
 use spindle_dds_core::{
     subgroup_of, DataReader, DataReaderListener, DataWriter, StateMask, WaitSet,
 };
-use spindle_examples::latency::{percentiles, Histogram};
 use spindle_qos::DataWriterQos;
 use spindle_topics::Sequence;
 
@@ -498,12 +498,14 @@ pub(crate) fn pong(a: &Args, listen: &str, contact: &str) -> Result<(), BoxError
     Ok(())
 }
 
-/// Runs both processes and prints the result as one JSON line.
-pub(crate) fn bench(a: &Args) -> Result<(), BoxError> {
+/// Runs both processes and returns the result as one JSON object (`exe_args` go first
+/// on the children's command lines, see [`super::run`]).
+pub(crate) fn bench(a: &Args, exe_args: &[String]) -> Result<String, BoxError> {
     check_args(a)?;
     let exe = std::env::current_exe()?;
     let common = |c: &mut Command| {
-        c.arg("--pingpong")
+        c.args(exe_args)
+            .arg("--pingpong")
             .args(["--transport", &a.transport, "--level", &a.level])
             .args(["--size", &a.size.to_string()])
             .args(["--window", &a.window.to_string()])
@@ -586,6 +588,7 @@ pub(crate) fn bench(a: &Args) -> Result<(), BoxError> {
     } else {
         0.0
     };
-    println!("{json},\"bulk_taken\":{bulk_taken},\"bulk_taken_per_s\":{rate:.0}}}");
-    Ok(())
+    Ok(format!(
+        "{json},\"bulk_taken\":{bulk_taken},\"bulk_taken_per_s\":{rate:.0}}}"
+    ))
 }

@@ -1,0 +1,134 @@
+//! What `pub` and `sub` share: the participant from its TOML configuration, the topic's
+//! type from IDL, and the QoS flags.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, ValueEnum};
+use spindle_dds_core::{DomainParticipant, DomainParticipantFactory, ParticipantConfig, Topic};
+use spindle_dynamic::DynType;
+use spindle_qos::{DataReaderQos, DataWriterQos, DomainParticipantQos, DurabilityKind, History};
+use spindle_qos::{Reliability, TopicQos};
+use spindle_topics::CdrSample;
+
+use crate::Fail;
+
+/// The participant and the topic: configuration, IDL, type and topic name.
+#[derive(Debug, Args)]
+pub struct TopicArgs {
+    /// The participant's configuration (TOML: node_id, transport, listen, bootstrap,
+    /// contacts …; see spindle_dds_core::ParticipantConfig). SPINDLE_* variables override it.
+    #[arg(long, short = 'c')]
+    pub config: PathBuf,
+    /// The IDL file that defines the topic's type.
+    #[arg(long)]
+    pub idl: PathBuf,
+    /// Include directory for the IDL's `#include`s (repeatable).
+    #[arg(short = 'I', long = "include")]
+    pub include: Vec<PathBuf>,
+    /// The topic's type: a struct of the IDL, scoped (`Avionics::AirData`).
+    #[arg(long = "type", short = 't')]
+    pub type_name: String,
+    /// The topic's name.
+    #[arg(long)]
+    pub topic: String,
+    #[command(flatten)]
+    pub qos: QosArgs,
+}
+
+/// RELIABILITY kinds on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReliabilityArg {
+    /// Every sample, in the topic's total order (atomic multicast).
+    Reliable,
+    /// No retransmission or blocking guarantees.
+    BestEffort,
+}
+
+/// DURABILITY kinds on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DurabilityArg {
+    /// Nothing kept for late joiners.
+    Volatile,
+    /// The writer's history kept for late joiners (a stored topic).
+    TransientLocal,
+}
+
+/// The QoS flags (topic, reader and writer QoS are built from them).
+#[derive(Debug, Clone, Args)]
+pub struct QosArgs {
+    /// RELIABILITY.
+    #[arg(long, value_enum, default_value = "reliable")]
+    pub reliability: ReliabilityArg,
+    /// DURABILITY.
+    #[arg(long, value_enum, default_value = "volatile")]
+    pub durability: DurabilityArg,
+    /// HISTORY KEEP_LAST depth (KEEP_ALL when not given).
+    #[arg(long)]
+    pub history: Option<i32>,
+    /// RELIABILITY max_blocking_time of a writer, seconds: how long a write waits for
+    /// room (a view change stops writers until the next view is installed).
+    #[arg(long, default_value_t = 10)]
+    pub max_blocking_s: i64,
+}
+
+impl QosArgs {
+    /// The topic QoS.
+    pub fn topic(&self) -> TopicQos {
+        let mut q = TopicQos::default().with_reliability(match self.reliability {
+            ReliabilityArg::Reliable => Reliability::reliable(),
+            ReliabilityArg::BestEffort => Reliability::best_effort(),
+        });
+        if self.durability == DurabilityArg::TransientLocal {
+            q = q.with_durability(DurabilityKind::TransientLocal);
+        }
+        q.with_history(match self.history {
+            Some(d) => History::keep_last(d),
+            None => History::keep_all(),
+        })
+    }
+
+    /// A reader's QoS on a topic of QoS `topic`.
+    pub fn reader(&self, topic: &TopicQos) -> DataReaderQos {
+        DataReaderQos::from_topic_qos(topic)
+    }
+
+    /// A writer's QoS on a topic of QoS `topic`.
+    pub fn writer(&self, topic: &TopicQos) -> DataWriterQos {
+        DataWriterQos::from_topic_qos(topic)
+            .with_max_blocking_time(spindle_qos::Duration::from_secs(self.max_blocking_s))
+    }
+}
+
+/// Reads the type: bad IDL or an unknown type is bad input.
+pub fn load_type(a: &TopicArgs) -> Result<DynType, Fail> {
+    Ok(DynType::from_idl_file(&a.idl, &a.include, &a.type_name)?)
+}
+
+/// Reads the configuration (file, then SPINDLE_* overrides): errors are bad input.
+pub fn load_config(path: &std::path::Path) -> Result<ParticipantConfig, Fail> {
+    let mut cfg =
+        ParticipantConfig::from_toml_file(path).map_err(|e| Fail::input(e.to_string()))?;
+    cfg.apply_env(|k| std::env::var(k).ok())
+        .map_err(|e| Fail::input(e.to_string()))?;
+    cfg.validate(&path.display().to_string())
+        .map_err(|e| Fail::input(e.to_string()))?;
+    Ok(cfg)
+}
+
+/// Joins the domain.
+pub fn join(cfg: &ParticipantConfig) -> Result<DomainParticipant, Fail> {
+    let factory = DomainParticipantFactory::instance();
+    factory
+        .create_participant(cfg.domain_id, DomainParticipantQos::default(), cfg)
+        .map_err(|e| Fail::failed(format!("joining domain {}: {e}", cfg.domain_id)))
+}
+
+/// The raw CDR topic of the type.
+pub fn topic(
+    p: &DomainParticipant,
+    a: &TopicArgs,
+    t: &Arc<DynType>,
+) -> Result<Topic<CdrSample>, Fail> {
+    Ok(p.create_cdr_topic(&a.topic, t.type_name(), a.qos.topic())?)
+}

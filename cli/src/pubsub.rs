@@ -1,0 +1,446 @@
+//! `spindle pub` and `spindle sub`: samples of a type known only from its IDL, as JSON.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use serde_json::{json, Value};
+use spindle_dds_core::{DataReader, DomainParticipant, Sample, StateMask, WaitSet};
+use spindle_dynamic::DynType;
+use spindle_qos::History;
+use spindle_topics::{CdrSample, Endianness};
+
+use crate::domain::{join, load_config, load_type, topic, ReliabilityArg, TopicArgs};
+use crate::Fail;
+
+/// Most samples `take` returns at once.
+const TAKE_BATCH_MAX: usize = 256;
+/// How long one wait for data lasts before the view and the deadline are looked at again.
+const WAIT_SLICE: Duration = Duration::from_millis(50);
+
+/// Byte order on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EndianArg {
+    /// CDR_LE.
+    Little,
+    /// CDR_BE.
+    Big,
+}
+
+/// `spindle pub`.
+#[derive(Debug, Args)]
+pub struct PubArgs {
+    #[command(flatten)]
+    pub topic: TopicArgs,
+    /// Samples as JSON text (one per argument). With none, --file and --random: stdin.
+    pub samples: Vec<String>,
+    /// A file of samples: JSON lines, or one JSON array of samples; `-` is stdin. Input
+    /// is read to its end and every sample checked before the domain is joined.
+    #[arg(long, short = 'f')]
+    pub file: Option<PathBuf>,
+    /// Write N random samples of the type instead (seeded by --seed).
+    #[arg(long, value_name = "N")]
+    pub random: Option<u64>,
+    /// Seed of --random.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Samples per second (0: as fast as the writer accepts them).
+    #[arg(long, default_value_t = 10.0)]
+    pub rate: f64,
+    /// Write this many samples in all, cycling through the given ones (default: each once).
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Wait for this many other participants to read the topic before writing.
+    #[arg(long, default_value_t = 1)]
+    pub wait_readers: u32,
+    /// How long to wait for readers, and for the samples' delivery, seconds.
+    #[arg(long, default_value_t = 30)]
+    pub timeout_s: u64,
+    /// Read JSON lines on stdin while running and write each as it comes (`tail -f … |
+    /// spindle pub --stream …`); a line that is not a valid sample is reported with its
+    /// line number and skipped, and the exit code is then 2.
+    #[arg(long, conflicts_with_all = ["samples", "file", "random", "count"])]
+    pub stream: bool,
+    /// Byte order of the samples.
+    #[arg(long, value_enum, default_value = "little")]
+    pub endianness: EndianArg,
+    /// Exit right after writing instead of waiting until this participant has seen its
+    /// own samples delivered (delivery in the topic's order means every member has them;
+    /// never waited for with --reliability best-effort).
+    #[arg(long)]
+    pub no_wait_delivered: bool,
+}
+
+/// `spindle sub`.
+#[derive(Debug, Args)]
+pub struct SubArgs {
+    #[command(flatten)]
+    pub topic: TopicArgs,
+    /// Exit after this many samples (default: run until killed).
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Give up after this many seconds: exit 1 if --count samples have not come by then,
+    /// 0 without --count.
+    #[arg(long)]
+    pub timeout_s: Option<u64>,
+    /// Print only the samples' data, one JSON value per line (no SampleInfo, no views).
+    #[arg(long)]
+    pub data_only: bool,
+}
+
+/// Reads the samples of `pub`: every one is checked against the type (and encoded)
+/// before the domain is joined, so bad input fails fast with exit 2.
+fn gather(a: &PubArgs, t: &DynType) -> Result<Vec<Value>, Fail> {
+    let mut texts: Vec<(String, String)> = a
+        .samples
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (format!("argument {}", i + 1), s.clone()))
+        .collect();
+    let mut values = Vec::new();
+    if let Some(n) = a.random {
+        values.extend((0..n).map(|i| t.random_json(a.seed.wrapping_add(i))));
+    }
+    let read_stream = |name: &str, r: &mut dyn BufRead| -> Result<Vec<(String, String)>, Fail> {
+        let mut all = String::new();
+        r.read_to_string(&mut all)
+            .map_err(|e| Fail::input(format!("{name}: {e}")))?;
+        if all.trim_start().starts_with('[') {
+            // One JSON array of samples.
+            let v: Vec<Value> = serde_json::from_str(&all)
+                .map_err(|e| Fail::input(format!("{name}: malformed JSON: {e}")))?;
+            return Ok(v
+                .into_iter()
+                .enumerate()
+                .map(|(i, s)| (format!("{name}: sample {}", i + 1), s.to_string()))
+                .collect());
+        }
+        Ok(all
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| (format!("{name}:{}", i + 1), l.to_string()))
+            .collect())
+    };
+    match &a.file {
+        Some(f) if f.as_os_str() == "-" => {
+            texts.extend(read_stream("stdin", &mut std::io::stdin().lock())?);
+        }
+        Some(f) => {
+            let file =
+                std::fs::File::open(f).map_err(|e| Fail::input(format!("{}: {e}", f.display())))?;
+            texts.extend(read_stream(
+                &f.display().to_string(),
+                &mut std::io::BufReader::new(file),
+            )?);
+        }
+        None if a.samples.is_empty() && a.random.is_none() => {
+            texts.extend(read_stream("stdin", &mut std::io::stdin().lock())?);
+        }
+        None => {}
+    }
+    for (origin, text) in texts {
+        let v: Value = serde_json::from_str(&text)
+            .map_err(|e| Fail::input(format!("{origin}: malformed JSON: {e}")))?;
+        values.push(v);
+    }
+    if values.is_empty() {
+        return Err(Fail::input("no samples to write"));
+    }
+    Ok(values)
+}
+
+/// Runs `spindle pub`.
+pub fn run_pub(a: PubArgs) -> Result<u8, Fail> {
+    if !(a.rate >= 0.0 && a.rate.is_finite()) {
+        return Err(Fail::input(format!(
+            "--rate {}: a rate in samples per second, 0 or more",
+            a.rate
+        )));
+    }
+    let t = Arc::new(load_type(&a.topic)?);
+    let values = if a.stream {
+        Vec::new()
+    } else {
+        gather(&a, &t)?
+    };
+    let e = endianness(a.endianness);
+    let mut samples = Vec::with_capacity(values.len());
+    for (i, v) in values.iter().enumerate() {
+        let s = t
+            .encode_json(v, e)
+            .map_err(|err| Fail::input(format!("sample {}: {err}", i + 1)))?;
+        samples
+            .push(CdrSample::new(s.bytes, s.key_hash).map_err(|err| Fail::input(err.to_string()))?);
+    }
+    let cfg = load_config(&a.topic.config)?;
+    let p = join(&cfg)?;
+    let r = publish(&p, &a, &t, &samples);
+    leave(p);
+    r
+}
+
+fn endianness(e: EndianArg) -> Endianness {
+    match e {
+        EndianArg::Little => Endianness::Little,
+        EndianArg::Big => Endianness::Big,
+    }
+}
+
+/// Leaves the domain: a view change without this participant (the others keep their
+/// majority), not the crash a bare exit would look like. Its entities are gone already.
+fn leave(p: DomainParticipant) {
+    if let Err(e) = p.clone().delete() {
+        eprintln!("spindle: leaving the domain: {e}; stopping instead");
+        p.close();
+    }
+}
+
+fn publish(
+    p: &DomainParticipant,
+    a: &PubArgs,
+    t: &Arc<DynType>,
+    samples: &[CdrSample],
+) -> Result<u8, Fail> {
+    let topic = topic(p, &a.topic, t)?;
+    let tq = a.topic.qos.topic();
+    // Our own reader: seeing our samples delivered here means the topic's order has them.
+    let sub = p.create_subscriber(Default::default())?;
+    // KEEP_ALL, so no own sample is replaced before it is counted; best-effort samples
+    // may be lost, so there is nothing to wait for then.
+    let reliable = a.topic.qos.reliability == ReliabilityArg::Reliable;
+    let own = if a.no_wait_delivered || !reliable {
+        None
+    } else {
+        let q = a.topic.qos.reader(&tq).with_history(History::keep_all());
+        Some(sub.create_datareader(&topic, q)?)
+    };
+    let publisher = p.create_publisher(Default::default())?;
+    let w = publisher.create_datawriter(&topic, a.topic.qos.writer(&tq))?;
+    let r = write_all(p, a, t, samples, &w, own.as_ref());
+    publisher.delete_datawriter(w)?;
+    if let Some(own) = own {
+        sub.delete_datareader(own)?;
+    }
+    r
+}
+
+fn write_all(
+    p: &DomainParticipant,
+    a: &PubArgs,
+    t: &DynType,
+    samples: &[CdrSample],
+    w: &spindle_dds_core::DataWriter<CdrSample>,
+    own: Option<&DataReader<CdrSample>>,
+) -> Result<u8, Fail> {
+    let timeout = Duration::from_secs(a.timeout_s);
+    let readers = a.wait_readers + u32::from(own.is_some());
+    w.wait_for_readers(readers, timeout)
+        .map_err(|e| Fail::failed(format!("waiting for {} readers: {e}", a.wait_readers)))?;
+    let start = Instant::now();
+    let pace = |i: u64| {
+        if a.rate > 0.0 {
+            let next = start + Duration::from_secs_f64((i + 1) as f64 / a.rate);
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        }
+    };
+    let mut refused = 0u64;
+    let total = if a.stream {
+        let mut written = 0u64;
+        for (n, line) in std::io::stdin().lock().lines().enumerate() {
+            let line = line.map_err(|e| Fail::input(format!("stdin: {e}")))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let sample = t
+                .encode_json_str(&line, endianness(a.endianness))
+                .map_err(|e| e.to_string())
+                .and_then(|s| CdrSample::new(s.bytes, s.key_hash).map_err(|e| e.to_string()));
+            match sample {
+                Ok(s) => {
+                    w.write(&s)?;
+                    pace(written);
+                    written += 1;
+                }
+                Err(e) => {
+                    eprintln!("spindle pub: stdin:{}: {e} (skipped)", n + 1);
+                    refused += 1;
+                }
+            }
+        }
+        written
+    } else {
+        let total = a.count.unwrap_or(samples.len() as u64);
+        for i in 0..total {
+            w.write(&samples[(i % samples.len() as u64) as usize])?;
+            pace(i);
+        }
+        total
+    };
+    eprintln!("spindle pub: wrote {total} samples to {}", a.topic.topic);
+    if let Some(r) = own {
+        let me = p.node_id();
+        let mut seen = 0u64;
+        let deadline = Instant::now() + timeout;
+        while seen < total {
+            let got = r.take(TAKE_BATCH_MAX, StateMask::ANY)?;
+            seen += got
+                .iter()
+                .filter(|s| s.info.valid_data && s.info.publication_handle.node == me)
+                .count() as u64;
+            if Instant::now() > deadline {
+                return Err(Fail::failed(format!(
+                    "{seen} of {total} samples delivered within {}s",
+                    a.timeout_s
+                )));
+            }
+            if got.is_empty() {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        eprintln!("spindle pub: {total} samples delivered");
+    }
+    if refused > 0 {
+        return Err(Fail::input(format!(
+            "{refused} lines of stdin were not samples of {}",
+            t.type_name()
+        )));
+    }
+    Ok(0)
+}
+
+/// Runs `spindle sub`.
+pub fn run_sub(a: SubArgs) -> Result<u8, Fail> {
+    let t = Arc::new(load_type(&a.topic)?);
+    let cfg = load_config(&a.topic.config)?;
+    let p = join(&cfg)?;
+    let r = subscribe(&p, &a, &t);
+    leave(p);
+    r
+}
+
+/// A state's name in snake case (`NotAliveDisposed` → `not_alive_disposed`).
+fn state<T: std::fmt::Debug>(s: T) -> String {
+    let mut out = String::new();
+    for (i, c) in format!("{s:?}").chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
+/// One sample as a JSON line: `{"data": …, "info": {…}}`.
+fn sample_line(t: &DynType, s: &Sample<CdrSample>) -> Result<Value, String> {
+    let data = match &s.data {
+        Some(d) if s.info.valid_data => t.decode_json(d.bytes()).map_err(|e| e.to_string())?,
+        _ => Value::Null,
+    };
+    let i = &s.info;
+    Ok(json!({
+        "data": data,
+        "info": {
+            "view_id": i.view_id,
+            "order_index": i.order_index,
+            "writer": i.publication_handle.to_string(),
+            "writer_seq": i.writer_seq,
+            "instance": i.instance_handle.0.to_string(),
+            "instance_state": state(i.instance_state),
+            "sample_state": state(i.sample_state),
+            "view_state": state(i.view_state),
+            "valid_data": i.valid_data,
+            "source_timestamp_ns": i.source_timestamp_ns,
+        }
+    }))
+}
+
+fn view_line(p: &DomainParticipant) -> Option<(u32, Value)> {
+    let v = p.view()?;
+    Some((
+        v.vid,
+        json!({"view": {"id": v.vid, "members": v.members, "leader": v.members.first()}}),
+    ))
+}
+
+fn subscribe(p: &DomainParticipant, a: &SubArgs, t: &Arc<DynType>) -> Result<u8, Fail> {
+    let topic = topic(p, &a.topic, t)?;
+    let tq = a.topic.qos.topic();
+    let sub = p.create_subscriber(Default::default())?;
+    let r: DataReader<CdrSample> = sub.create_datareader(&topic, a.topic.qos.reader(&tq))?;
+    let result = read_all(p, a, t, &r);
+    sub.delete_datareader(r)?;
+    result
+}
+
+fn read_all(
+    p: &DomainParticipant,
+    a: &SubArgs,
+    t: &Arc<DynType>,
+    r: &DataReader<CdrSample>,
+) -> Result<u8, Fail> {
+    eprintln!("spindle sub: reading {} ({})", a.topic.topic, t.type_name());
+    let mut ws = WaitSet::new();
+    ws.attach_condition(r.create_readcondition(StateMask::ANY));
+    let deadline = a.timeout_s.map(|s| Instant::now() + Duration::from_secs(s));
+    let out = std::io::stdout();
+    let mut last_view = None;
+    let mut got = 0u64;
+    loop {
+        let mut o = out.lock();
+        if !a.data_only {
+            if let Some((vid, line)) = view_line(p) {
+                if last_view != Some(vid) {
+                    last_view = Some(vid);
+                    writeln!(o, "{line}").map_err(|e| Fail::failed(e.to_string()))?;
+                }
+            }
+        }
+        for s in r.take(TAKE_BATCH_MAX, StateMask::ANY)? {
+            match sample_line(t, &s) {
+                Ok(line) if a.data_only => {
+                    if s.info.valid_data {
+                        writeln!(o, "{}", line["data"])
+                    } else {
+                        Ok(())
+                    }
+                }
+                Ok(line) => writeln!(o, "{line}"),
+                // A sample that does not decode as the type: said, not fatal.
+                Err(e) => {
+                    eprintln!(
+                        "spindle sub: a sample from {} does not decode as {}: {e}",
+                        s.info.publication_handle,
+                        t.type_name()
+                    );
+                    Ok(())
+                }
+            }
+            .map_err(|e| Fail::failed(e.to_string()))?;
+            got += u64::from(s.info.valid_data);
+        }
+        o.flush().map_err(|e| Fail::failed(e.to_string()))?;
+        drop(o);
+        if a.count.is_some_and(|c| got >= c) {
+            return Ok(0);
+        }
+        if let Some(d) = deadline {
+            if Instant::now() >= d {
+                return match a.count {
+                    Some(c) => Err(Fail::failed(format!(
+                        "{got} of {c} samples within {}s",
+                        a.timeout_s.unwrap_or(0)
+                    ))),
+                    None => Ok(0),
+                };
+            }
+        }
+        if let Some(why) = p.stopped() {
+            return Err(Fail::failed(format!("the participant stopped: {why}")));
+        }
+        // A timeout only means no data yet.
+        let _ = ws.wait(WAIT_SLICE);
+    }
+}

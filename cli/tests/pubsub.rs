@@ -1,0 +1,426 @@
+//! `spindle pub` and `spindle sub` run as a user runs them: two processes over tcp on
+//! loopback, given only the avionics IDL file, exchange samples; what `sub` prints decodes
+//! with the generated avionics code to exactly what `pub` sent. Bad input (malformed JSON,
+//! a wrong member, an unknown type, a missing configuration) is a clear message and exit 2.
+//! No timing is asserted; every wait is bounded.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use spindle_dynamic::DynType;
+use spindle_topics::{avionics, Endianness, TopicType};
+
+const BIN: &str = env!("CARGO_BIN_EXE_spindle");
+const IDL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../topics/idl/avionics.idl");
+/// Bound on every process of a test.
+const PROCESS_DEADLINE: Duration = Duration::from_secs(120);
+
+/// A child that is killed if the test fails half-way.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Two member configurations: node 1 starts the domain, node 2 joins through it. The
+/// failure detector is generous: a debug build on a shared machine is slow.
+fn configs(dir: &Path) -> (PathBuf, PathBuf) {
+    let port = free_port();
+    let fabric = "[fabric]\nsuspect_floor_ms = 2000\nsuspect_ceiling_ms = 10000\n";
+    let n1 = dir.join("node1.toml");
+    std::fs::write(
+        &n1,
+        format!("node_id = 1\ntransport = \"tcp\"\nlisten = \"127.0.0.1:{port}\"\nbootstrap = [1]\n{fabric}"),
+    )
+    .expect("write config");
+    let n2 = dir.join("node2.toml");
+    std::fs::write(
+        &n2,
+        format!("node_id = 2\ntransport = \"tcp\"\nlisten = \"127.0.0.1:0\"\n\n[[contacts]]\nnode = 1\naddress = \"127.0.0.1:{port}\"\n\n{fabric}"),
+    )
+    .expect("write config");
+    (n1, n2)
+}
+
+/// Waits for a child with a deadline; kills it past the deadline.
+fn wait_output(mut g: Guard, what: &str) -> Output {
+    let start = Instant::now();
+    loop {
+        match g.0.try_wait().expect("try_wait") {
+            Some(_) => break,
+            None if start.elapsed() > PROCESS_DEADLINE => {
+                let _ = g.0.kill();
+                panic!("{what} did not finish within {PROCESS_DEADLINE:?}");
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    let child = std::mem::replace(
+        &mut g.0,
+        Command::new("true").spawn().expect("a placeholder process"),
+    );
+    child.wait_with_output().expect("output")
+}
+
+/// How `pub` gets its samples.
+enum Source {
+    /// `--random N --seed S`.
+    Random(u64),
+    /// JSON lines on stdin (`--file -`).
+    Stdin(String),
+    /// JSON lines on stdin written as they come (`--stream`), one of them bad.
+    Stream(String),
+}
+
+/// Runs `spindle sub` for `count` samples and `spindle pub` of `source`; returns sub's
+/// stdout lines.
+fn exchange(type_name: &str, topic: &str, count: u64, source: Source) -> Vec<Value> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (n1, n2) = configs(dir.path());
+    let count_s = count.to_string();
+    let mut sub = Guard(
+        Command::new(BIN)
+            .args(["sub", "--config"])
+            .arg(&n1)
+            .args(["--idl", IDL, "--type", type_name, "--topic", topic])
+            .args(["--count", &count_s, "--timeout-s", "90"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start sub"),
+    );
+    // Wait until sub reads, so pub's contact (node 1) is up.
+    let stderr = sub.0.stderr.take().expect("sub stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let deadline = Instant::now() + PROCESS_DEADLINE;
+    loop {
+        let l = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("sub says it is reading");
+        if l.starts_with("spindle sub: reading") {
+            break;
+        }
+    }
+    let mut cmd = Command::new(BIN);
+    cmd.args(["pub", "--config"])
+        .arg(&n2)
+        .args(["--idl", IDL, "--type", type_name, "--topic", topic])
+        .args(["--rate", "50", "--timeout-s", "90"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    match &source {
+        Source::Random(seed) => {
+            cmd.args(["--random", &count_s, "--seed", &seed.to_string()]);
+        }
+        Source::Stdin(_) => {
+            cmd.args(["--file", "-"]);
+        }
+        Source::Stream(_) => {
+            cmd.arg("--stream");
+        }
+    }
+    let mut publ = Guard(cmd.spawn().expect("start pub"));
+    {
+        use std::io::Write;
+        let mut stdin = publ.0.stdin.take().expect("pub stdin");
+        if let Source::Stdin(text) | Source::Stream(text) = &source {
+            stdin.write_all(text.as_bytes()).expect("write pub stdin");
+        }
+    }
+    let p = wait_output(publ, "pub");
+    let perr = String::from_utf8_lossy(&p.stderr);
+    if let Source::Stream(_) = source {
+        // The bad line is named and skipped; the run says so with exit 2.
+        assert_eq!(p.status.code(), Some(2), "pub: {perr}");
+        assert!(perr.contains("stdin:3: malformed JSON"), "pub: {perr}");
+    } else {
+        assert!(p.status.success(), "pub failed: {perr}");
+    }
+    let s = wait_output(sub, "sub");
+    let errs: Vec<String> = rx.try_iter().collect();
+    assert!(s.status.success(), "sub failed: {errs:?}");
+    String::from_utf8_lossy(&s.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect()
+}
+
+/// The samples sub printed decode, with the generated type, to what pub wrote; their
+/// SampleInfo names pub's writer, in one increasing order, with the instance's key hash.
+/// `how`: "random" (`--random`), "stdin" (JSON lines, `--file -`) or "stream" (JSON
+/// lines with a malformed third line, `--stream`).
+fn check_exchange<T: TopicType + PartialEq + std::fmt::Debug>(
+    type_name: &str,
+    topic: &str,
+    how: &str,
+) {
+    const COUNT: u64 = 5;
+    const SEED: u64 = 42;
+    let t = DynType::from_idl_file(Path::new(IDL), &[] as &[&str], type_name).expect("type");
+    let mut text: Vec<String> = (0..COUNT)
+        .map(|i| t.random_json(SEED + i).to_string())
+        .collect();
+    let source = match how {
+        "stdin" => Source::Stdin(text.join("\n") + "\n"),
+        "stream" => {
+            text.insert(2, "{\"aircraft_id\": ".to_string());
+            Source::Stream(text.join("\n") + "\n")
+        }
+        _ => Source::Random(SEED),
+    };
+    let lines = exchange(type_name, topic, COUNT, source);
+    let samples: Vec<&Value> = lines.iter().filter(|l| l.get("data").is_some()).collect();
+    assert_eq!(samples.len() as u64, COUNT, "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.get("view").is_some()),
+        "no view line: {lines:?}"
+    );
+    let mut last = (0u64, 0u64);
+    for (i, s) in samples.iter().enumerate() {
+        // What pub sent, decoded by the generated code …
+        let sent = t
+            .encode_json(&t.random_json(SEED + i as u64), Endianness::Little)
+            .expect("encode sent");
+        let want = T::decode(&sent.bytes).expect("generated decode of what pub sent");
+        // … and what sub printed, decoded by the generated code.
+        let got = t
+            .encode_json(&s["data"], Endianness::Big)
+            .expect("sub's JSON is a valid sample");
+        assert_eq!(T::decode(&got.bytes).expect("generated decode"), want);
+        let info = &s["info"];
+        assert_eq!(
+            info["writer"].as_str().map(|w| w.starts_with("2.")),
+            Some(true),
+            "{info}"
+        );
+        assert_eq!(info["valid_data"], true);
+        assert_eq!(info["instance_state"], "alive");
+        assert_eq!(
+            info["instance"].as_str(),
+            Some(want.key_hash().expect("key hash").to_string().as_str())
+        );
+        let at = (
+            info["view_id"].as_u64().expect("view_id"),
+            info["order_index"].as_u64().expect("order_index"),
+        );
+        assert!(at > last, "{at:?} after {last:?}: not in the topic's order");
+        last = at;
+    }
+}
+
+#[test]
+fn pub_and_sub_exchange_avionics_flight_plans_given_only_the_idl() {
+    check_exchange::<avionics::FlightPlan>("Avionics::FlightPlan", "FlightPlan", "random");
+}
+
+#[test]
+fn pub_and_sub_exchange_avionics_track_reports_given_only_the_idl() {
+    check_exchange::<avionics::TrackReport>("::Avionics::TrackReport", "Tracks", "random");
+}
+
+/// A string key that can be longer than 16 bytes (so the key hash is an MD5), samples as
+/// JSON lines on stdin.
+#[test]
+fn pub_reads_json_lines_from_stdin_and_sub_gets_health_heartbeats() {
+    check_exchange::<avionics::HealthHeartbeat>("Avionics::HealthHeartbeat", "Health", "stdin");
+}
+
+/// `--stream` writes each line as it comes, names and skips a bad one, and exits 2.
+#[test]
+fn pub_streams_stdin_skipping_a_bad_line() {
+    check_exchange::<avionics::AirData>("Avionics::AirData", "AirData", "stream");
+}
+
+fn run(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut c = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run spindle");
+    if let Some(text) = stdin {
+        use std::io::Write;
+        c.stdin
+            .take()
+            .expect("stdin")
+            .write_all(text.as_bytes())
+            .expect("write stdin");
+    } else {
+        drop(c.stdin.take());
+    }
+    wait_output(Guard(c), &format!("spindle {args:?}"))
+}
+
+fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+fn assert_exit_2(o: &Output, want: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "stderr: {err}");
+    assert!(err.contains(want), "stderr {err:?} lacks {want:?}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error_and_exit_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (n1, _) = configs(dir.path());
+    let cfg = n1.to_string_lossy().to_string();
+    let base = ["pub", "--config", &cfg, "--idl", IDL, "--topic", "AirData"];
+    let with = |extra: &[&str]| -> Vec<String> {
+        base.iter().chain(extra).map(|s| s.to_string()).collect()
+    };
+
+    let v = with(&["--type", "Avionics::AirData", "{\"aircraft_id\": 1,"]);
+    assert_exit_2(&run(&args(&v), None), "argument 1: malformed JSON");
+
+    let v = with(&["--type", "Avionics::AirData", "--file", "-"]);
+    let o = run(&args(&v), Some("{\"aircraft_id\": 1, \"wings\": 2}\n"));
+    assert_exit_2(&o, "Avionics::AirData has no member `wings`");
+
+    let hb = r#"{"aircraft_id": 1, "subsystem": "a subsystem name longer than 16", "sequence_number": 0,
+        "status": "NOMINAL", "severity_code": "I", "temperature_c": 20, "detail": "", "fault_codes": []}"#;
+    let v = with(&[
+        "--type",
+        "Avionics::HealthHeartbeat",
+        &hb.replace('\n', " "),
+    ]);
+    assert_exit_2(
+        &run(&args(&v), None),
+        "Avionics::HealthHeartbeat.subsystem: string of 31 bytes, its bound is 16",
+    );
+
+    let v = with(&["--type", "Avionics::Airdata", "{}"]);
+    assert_exit_2(
+        &run(&args(&v), None),
+        "no type `Avionics::Airdata` in the IDL",
+    );
+
+    let o = run(
+        &[
+            "sub",
+            "--config",
+            &cfg,
+            "--idl",
+            IDL,
+            "--type",
+            "Avionics::Nope",
+            "--topic",
+            "X",
+        ],
+        None,
+    );
+    assert_exit_2(&o, "no type `Avionics::Nope`");
+
+    let o = run(
+        &[
+            "sub",
+            "--config",
+            "no/such.toml",
+            "--idl",
+            IDL,
+            "--type",
+            "Avionics::AirData",
+            "--topic",
+            "X",
+        ],
+        None,
+    );
+    assert_exit_2(&o, "no/such.toml");
+
+    let o = run(&["sub", "--idl", IDL], None);
+    assert_exit_2(&o, "--config");
+}
+
+#[test]
+fn idl_lists_types_and_prints_a_template_that_pub_accepts() {
+    let o = run(&["idl", IDL, "--types"], None);
+    assert!(o.status.success());
+    let types = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        types.lines().any(|l| l == "Avionics::FlightPlan"),
+        "{types}"
+    );
+    let o = run(&["idl", IDL, "--template", "Avionics::FlightPlan"], None);
+    assert!(o.status.success());
+    let template: Value = serde_json::from_slice(&o.stdout).expect("template JSON");
+    let t = DynType::from_idl_file(Path::new(IDL), &[] as &[&str], "Avionics::FlightPlan")
+        .expect("type");
+    let s = t
+        .encode_json(&template, Endianness::Little)
+        .expect("template encodes");
+    assert_eq!(
+        avionics::FlightPlan::decode(&s.bytes)
+            .expect("decodes")
+            .aircraft_id,
+        0
+    );
+    // The compiler, as spindle-idlc.
+    let out = tempfile::tempdir().expect("tempdir");
+    let o = run(&["idl", IDL, "--out", &out.path().to_string_lossy()], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let code = std::fs::read_to_string(out.path().join("avionics.rs")).expect("generated");
+    assert!(code.contains("pub struct FlightPlan"));
+    let bad = out.path().join("bad.idl");
+    std::fs::write(&bad, "struct S { long x };").expect("write");
+    let o = run(
+        &[
+            "idl",
+            &bad.to_string_lossy(),
+            "--out",
+            &out.path().to_string_lossy(),
+        ],
+        None,
+    );
+    assert_exit_2(&o, "expected `;` after the member declaration");
+}
+
+#[test]
+fn rust_log_shows_the_engines_events_on_stderr() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (n1, _) = configs(dir.path());
+    let o = Command::new(BIN)
+        .args(["sub", "--config"])
+        .arg(&n1)
+        .args([
+            "--idl",
+            IDL,
+            "--type",
+            "Avionics::AirData",
+            "--topic",
+            "AirData",
+        ])
+        .args(["--count", "1", "--timeout-s", "1"])
+        .env("RUST_LOG", "spindle_group=info")
+        .output()
+        .expect("run sub");
+    // No sample comes (nobody writes): exit 1 after the time-out, but the view was logged.
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("installing view"), "{err}");
+    assert!(
+        !err.contains('\u{1b}'),
+        "no colour codes off a terminal: {err}"
+    );
+}

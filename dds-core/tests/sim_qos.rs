@@ -1,0 +1,488 @@
+//! The QoS policies the DCPS layer enforces, in deterministic simulation: PARTITION,
+//! DESTINATION_ORDER, READER_DATA_LIFECYCLE, LIVELINESS, PRESENTATION coherent sets and
+//! the request/offer matching rules (the table is `docs/qos.md`). Each test runs several
+//! seeds; a failure prints its seed and the command that reproduces it
+//! (`SPINDLE_SIM_SEED=<seed> cargo test -p spindle-dds-core --test sim_qos <test>`).
+
+mod common;
+use common::sim::{domain, reader, take_n, values, writer, ROUNDS_MAX};
+use common::{atomic, keep_all, ks};
+
+use spindle_dds_core::sim::SIM_EPOCH_NS;
+use spindle_dds_core::{DataReader, DomainParticipant, Error, InstanceState, StateMask};
+use spindle_qos::DataWriterQos;
+use spindle_topics::KeyedString;
+
+/// Runs `test` for every seed; a failure names the seed and how to reproduce it.
+fn for_seeds(name: &str, test: impl Fn(u64)) {
+    common::sim::for_seeds("sim_qos", name, test);
+}
+
+/// PARTITION is enforced, not only parsed: readers match and receive only the writers
+/// whose publisher shares a partition with their subscriber (names, `fnmatch` wildcards,
+/// the default partition), matched statuses count only those, and a reader in a
+/// partition nobody writes gets nothing. The wildcard reader sees both writers' samples
+/// in the one total order the others see them in.
+#[test]
+fn partitions_decide_which_writers_a_reader_matches_and_hears() {
+    use spindle_qos::{Partition, PublisherQos, SubscriberQos};
+    for_seeds(
+        "partitions_decide_which_writers_a_reader_matches_and_hears",
+        |seed| {
+            let (d, ps) = domain(seed, 3);
+            let part = |names: &[&str]| Partition {
+                name: names.iter().map(|n| n.to_string()).collect(),
+            };
+            let reader_in = |p: &DomainParticipant, names: &[&str]| {
+                let t = p.create_topic::<KeyedString>("P", atomic()).unwrap();
+                let sub = p
+                    .create_subscriber(SubscriberQos {
+                        partition: part(names),
+                        ..Default::default()
+                    })
+                    .unwrap();
+                sub.create_datareader(&t, keep_all(&atomic())).unwrap()
+            };
+            let writer_in = |p: &DomainParticipant, names: &[&str]| {
+                let t = p.create_topic::<KeyedString>("P", atomic()).unwrap();
+                let publisher = p
+                    .create_publisher(PublisherQos {
+                        partition: part(names),
+                        ..Default::default()
+                    })
+                    .unwrap();
+                publisher
+                    .create_datawriter(&t, DataWriterQos::default())
+                    .unwrap()
+            };
+            let r_a = reader_in(&ps[1], &["A"]);
+            let r_default = reader_in(&ps[1], &[]);
+            let r_wild = reader_in(&ps[2], &["*"]);
+            let r_b = reader_in(&ps[2], &["B", "C?"]);
+            let w_a = writer_in(&ps[0], &["A", "Z"]);
+            let w_default = writer_in(&ps[0], &[]);
+            for i in 0..3 {
+                w_a.write(&ks("k", format!("a{i}"))).unwrap();
+                w_default.write(&ks("k", format!("d{i}"))).unwrap();
+            }
+            let wild = take_n(&d, &r_wild, 6);
+            let a = take_n(&d, &r_a, 3);
+            let default = take_n(&d, &r_default, 3);
+            d.run_for(50_000);
+            assert_eq!(values(&a), ["a0", "a1", "a2"], "seed {seed}");
+            assert_eq!(values(&default), ["d0", "d1", "d2"], "seed {seed}");
+            let wild = values(&wild);
+            assert_eq!(wild.len(), 6, "seed {seed}: {wild:?}");
+            assert!(
+                r_a.take(usize::MAX, StateMask::ANY).unwrap().is_empty()
+                    && r_default
+                        .take(usize::MAX, StateMask::ANY)
+                        .unwrap()
+                        .is_empty()
+                    && r_b.take(usize::MAX, StateMask::ANY).unwrap().is_empty(),
+                "seed {seed}: a sample reached a reader outside its writer's partitions"
+            );
+            let counts = [&r_a, &r_default, &r_wild, &r_b]
+                .map(|r| r.subscription_matched_status().current_count);
+            assert_eq!(
+                counts,
+                [1, 1, 2, 0],
+                "seed {seed}: readers' matched writers"
+            );
+            let counts = [&w_a, &w_default].map(|w| w.publication_matched_status().current_count);
+            assert_eq!(counts, [2, 2], "seed {seed}: writers' matched readers");
+            // Names that do not fit the built-in announcement are refused up front.
+            let huge = vec!["x".repeat(600), "y".repeat(600)];
+            let e = ps[0]
+                .create_publisher(PublisherQos {
+                    partition: Partition { name: huge },
+                    ..Default::default()
+                })
+                .unwrap_err();
+            assert!(
+                e.to_string().contains("PARTITION_BYTES_MAX"),
+                "seed {seed}: {e}"
+            );
+        },
+    );
+}
+
+/// DESTINATION_ORDER BY_SOURCE_TIMESTAMP is enforced: per instance, a sample stamped
+/// earlier than the newest one a reader kept is dropped there (a BY_RECEPTION reader keeps
+/// it), so the instance ends with the value written last by the writers' clocks. Every
+/// reader sees the same order, so every BY_SOURCE reader drops the same samples.
+#[test]
+fn destination_order_by_source_timestamp_drops_older_samples_per_instance() {
+    use spindle_qos::{DestinationOrder, DestinationOrderKind};
+    for_seeds(
+        "destination_order_by_source_timestamp_drops_older_samples_per_instance",
+        |seed| {
+            let (d, ps) = domain(seed, 3);
+            let by_source = |p: &DomainParticipant| {
+                let mut q = keep_all(&atomic());
+                q.destination_order = DestinationOrder {
+                    kind: DestinationOrderKind::BySourceTimestamp,
+                };
+                reader(p, "D", q)
+            };
+            let (s1, s2) = (by_source(&ps[1]), by_source(&ps[2]));
+            let by_reception = reader(&ps[2], "D", keep_all(&atomic()));
+            // The writers offer BY_SOURCE_TIMESTAMP, which the BY_SOURCE readers request.
+            let offered = DataWriterQos {
+                destination_order: DestinationOrder {
+                    kind: DestinationOrderKind::BySourceTimestamp,
+                },
+                ..Default::default()
+            };
+            let (w0, w1) = (
+                writer(&ps[0], "D", offered.clone()),
+                writer(&ps[1], "D", offered),
+            );
+            let t = SIM_EPOCH_NS;
+            w0.write_w_timestamp(&ks("k", "late clock"), t + 2_000)
+                .unwrap();
+            take_n(&d, &by_reception, 1);
+            w1.write_w_timestamp(&ks("k", "early clock"), t + 1_000)
+                .unwrap();
+            w1.write_w_timestamp(&ks("j", "other instance"), t + 1_000)
+                .unwrap();
+            w1.write_w_timestamp(&ks("k", "latest"), t + 3_000).unwrap();
+            assert_eq!(
+                values(&take_n(&d, &by_reception, 3)),
+                ["early clock", "other instance", "latest"],
+                "seed {seed}: BY_RECEPTION keeps every sample"
+            );
+            d.run_for(10_000);
+            for r in [&s1, &s2] {
+                assert_eq!(
+                    values(&r.take(usize::MAX, StateMask::ANY).unwrap()),
+                    ["late clock", "other instance", "latest"],
+                    "seed {seed}: BY_SOURCE drops the sample stamped before the newest"
+                );
+            }
+        },
+    );
+}
+
+/// READER_DATA_LIFECYCLE is enforced in virtual time: a disposed instance's samples (and
+/// an instance whose writer unregistered it) are purged once the autopurge delay passed —
+/// read or not — while a reader with the default (infinite) delays keeps them.
+#[test]
+fn reader_data_lifecycle_autopurges_after_its_delays() {
+    use spindle_qos::{Duration as QosDuration, ReaderDataLifecycle};
+    for_seeds(
+        "reader_data_lifecycle_autopurges_after_its_delays",
+        |seed| {
+            let (d, ps) = domain(seed, 2);
+            let mut q = keep_all(&atomic());
+            q.reader_data_lifecycle = ReaderDataLifecycle {
+                autopurge_nowriter_samples_delay: QosDuration::from_millis(300),
+                autopurge_disposed_samples_delay: QosDuration::from_millis(100),
+            };
+            let purging = reader(&ps[1], "A", q);
+            let keeping = reader(&ps[1], "A", keep_all(&atomic()));
+            // Unregistering must not dispose (the default WRITER_DATA_LIFECYCLE does).
+            let mut wq = DataWriterQos::default();
+            wq.writer_data_lifecycle.autodispose_unregistered_instances = false;
+            let w = writer(&ps[0], "A", wq);
+            w.write(&ks("disposed", "d")).unwrap();
+            w.write(&ks("unregistered", "u")).unwrap();
+            w.write(&ks("alive", "a")).unwrap();
+            w.dispose(&ks("disposed", "")).unwrap();
+            w.unregister_instance(&ks("unregistered", "")).unwrap();
+            // A read (not a take) leaves the samples in both caches.
+            let seen = |r: &DataReader<KeyedString>| {
+                let mut keys: Vec<String> = r
+                    .read(usize::MAX, StateMask::ANY)
+                    .unwrap()
+                    .iter()
+                    .filter_map(|s| s.data.as_ref().map(|d| d.key.clone()))
+                    .collect();
+                keys.sort();
+                keys
+            };
+            let all = ["alive", "disposed", "unregistered"];
+            assert!(
+                d.run_until(ROUNDS_MAX, || seen(&purging).len() == 3),
+                "seed {seed}: samples arrive"
+            );
+            d.run_for(200_000);
+            assert_eq!(
+                seen(&purging),
+                ["alive", "unregistered"],
+                "seed {seed}: 200 ms"
+            );
+            d.run_for(200_000);
+            assert_eq!(seen(&purging), ["alive"], "seed {seed}: 400 ms");
+            assert_eq!(seen(&keeping), all, "seed {seed}: infinite delays keep all");
+            // A purged instance is forgotten: new data makes it NEW and ALIVE again.
+            w.write(&ks("disposed", "again")).unwrap();
+            let again = take_n(&d, &purging, 2);
+            let back = again
+                .iter()
+                .find(|s| s.data.as_ref().is_some_and(|v| v.value == "again"))
+                .expect("the new sample");
+            assert_eq!(
+                (back.info.view_state, back.info.disposed_generation_count),
+                (spindle_dds_core::ViewState::New, 0),
+                "seed {seed}"
+            );
+        },
+    );
+}
+
+/// LIVELINESS MANUAL_BY_TOPIC with a finite lease is enforced in virtual time: while the
+/// writer writes or asserts within its lease the reader counts it alive; once it stays
+/// silent past the lease the reader counts it not alive (LIVELINESS_CHANGED), its
+/// instances become NOT_ALIVE_NO_WRITERS and the writer counts LIVELINESS_LOST; a new
+/// write brings it back. Under MANUAL_BY_PARTICIPANT the participant's assertion renews
+/// it, and so does any other entity of its participant.
+#[test]
+fn manual_liveliness_leases_expire_and_renew() {
+    use spindle_qos::{Duration as QosDuration, Liveliness, LivelinessKind};
+    for_seeds("manual_liveliness_leases_expire_and_renew", |seed| {
+        let (d, ps) = domain(seed, 2);
+        let r = reader(&ps[1], "L", keep_all(&atomic()));
+        let manual = |kind| {
+            let q = DataWriterQos {
+                liveliness: Liveliness {
+                    kind,
+                    lease_duration: QosDuration::from_millis(100),
+                },
+                ..Default::default()
+            };
+            writer(&ps[0], "L", q)
+        };
+        let by_topic = manual(LivelinessKind::ManualByTopic);
+        let by_participant = manual(LivelinessKind::ManualByParticipant);
+        by_topic.write(&ks("t", "1")).unwrap();
+        by_participant.write(&ks("p", "1")).unwrap();
+        // Read, not taken: the samples stay to show their instances' states.
+        let held = |n: usize| r.read(usize::MAX, StateMask::ANY).unwrap().len() >= n;
+        assert!(d.run_until(ROUNDS_MAX, || held(2)), "seed {seed}");
+        let alive = |r: &DataReader<KeyedString>| r.liveliness_changed_status().alive_count;
+        assert!(
+            d.run_until(ROUNDS_MAX, || alive(&r) == 2),
+            "seed {seed}: both alive"
+        );
+        // 300 ms of participant assertions: they renew only the MANUAL_BY_PARTICIPANT
+        // writer; the MANUAL_BY_TOPIC one, silent, lapses.
+        for _ in 0..6 {
+            d.run_for(50_000);
+            ps[0].assert_liveliness().unwrap();
+        }
+        d.run_for(20_000);
+        let s = r.liveliness_changed_status();
+        assert_eq!(
+            (s.alive_count, s.not_alive_count),
+            (1, 1),
+            "seed {seed}: one renewed"
+        );
+        assert_eq!(
+            by_topic.liveliness_lost_status().total_count,
+            1,
+            "seed {seed}"
+        );
+        assert_eq!(
+            by_participant.liveliness_lost_status().total_count,
+            0,
+            "seed {seed}"
+        );
+        // Silence past the lease: both lapsed.
+        d.run_for(300_000);
+        let s = r.liveliness_changed_status();
+        assert_eq!(
+            (s.alive_count, s.not_alive_count),
+            (0, 2),
+            "seed {seed}: lapsed"
+        );
+        assert_eq!(
+            by_participant.liveliness_lost_status().total_count,
+            1,
+            "seed {seed}"
+        );
+        let states: Vec<InstanceState> = r
+            .read(usize::MAX, StateMask::ANY)
+            .unwrap()
+            .iter()
+            .map(|s| s.info.instance_state)
+            .collect();
+        assert_eq!(
+            states,
+            [InstanceState::NotAliveNoWriters; 2],
+            "seed {seed}: the lapsed writers' instances"
+        );
+        // A write brings the writer back, and its instance.
+        by_topic.write(&ks("t", "2")).unwrap();
+        assert!(d.run_until(ROUNDS_MAX, || held(3)), "seed {seed}");
+        let back = r.read(usize::MAX, StateMask::ANY).unwrap();
+        let t_state = |v: &str| {
+            back.iter()
+                .find(|s| {
+                    s.data
+                        .as_ref()
+                        .is_some_and(|d| d.value == v && d.key == "t")
+                })
+                .map(|s| s.info.instance_state)
+        };
+        assert_eq!(t_state("2"), Some(InstanceState::Alive), "seed {seed}");
+        // Any entity of a participant asserts its MANUAL_BY_PARTICIPANT writers: both back.
+        let s = r.liveliness_changed_status();
+        assert_eq!(
+            (s.alive_count, s.not_alive_count),
+            (2, 0),
+            "seed {seed}: back"
+        );
+    });
+}
+
+/// PRESENTATION coherent sets (TOPIC scope): a set's samples reach each reader all at
+/// once when the set ends, never before; when the writer crashes inside a set, every
+/// reader drops the whole set — each holds exactly the finished sets, the same samples in
+/// the same order. Misuse is an error, and GROUP scope is refused up front.
+#[test]
+fn coherent_sets_arrive_whole_or_not_at_all_even_when_the_writer_crashes() {
+    use spindle_qos::{Presentation, PresentationAccessScope, PublisherQos};
+    for_seeds(
+        "coherent_sets_arrive_whole_or_not_at_all_even_when_the_writer_crashes",
+        |seed| {
+            let (d, ps) = domain(seed, 3);
+            let readers = [
+                reader(&ps[1], "C", keep_all(&atomic())),
+                reader(&ps[2], "C", keep_all(&atomic())),
+            ];
+            let coherent = |scope| PublisherQos {
+                presentation: Presentation {
+                    access_scope: scope,
+                    coherent_access: true,
+                    ordered_access: false,
+                },
+                ..Default::default()
+            };
+            let refused = ps[0].create_publisher(coherent(PresentationAccessScope::Group));
+            assert!(matches!(refused, Err(Error::Unsupported(_))), "seed {seed}");
+            let publisher = ps[0]
+                .create_publisher(coherent(PresentationAccessScope::Topic))
+                .unwrap();
+            let t = ps[0].create_topic::<KeyedString>("C", atomic()).unwrap();
+            let w = publisher
+                .create_datawriter(&t, DataWriterQos::default())
+                .unwrap();
+            assert!(matches!(
+                publisher.end_coherent_changes(),
+                Err(Error::PreconditionNotMet(_))
+            ));
+            // Three finished sets of four samples over two instances.
+            for set in 0..3 {
+                publisher.begin_coherent_changes().unwrap();
+                assert!(publisher.begin_coherent_changes().is_err(), "seed {seed}");
+                for i in 0..4 {
+                    w.write(&ks(&format!("k{}", i % 2), format!("s{set}-{i}")))
+                        .unwrap();
+                }
+                d.run_for(20_000);
+                for r in &readers {
+                    assert!(
+                        r.take(usize::MAX, StateMask::ANY).unwrap().is_empty(),
+                        "seed {seed}: set {set} is held back until it ends"
+                    );
+                }
+                publisher.end_coherent_changes().unwrap();
+                for r in &readers {
+                    assert_eq!(take_n(&d, r, 4).len(), 4, "seed {seed}: set {set} whole");
+                }
+            }
+            // A fourth set, cut by the writer's crash after some of it reached the readers.
+            publisher.begin_coherent_changes().unwrap();
+            let before_crash = 1 + (seed % 4) as usize;
+            for i in 0..before_crash {
+                w.write(&ks("k0", format!("cut-{i}"))).unwrap();
+                d.run_for(5_000);
+            }
+            d.crash(1);
+            assert!(
+                d.run_until(ROUNDS_MAX, || ps[1]
+                    .view()
+                    .is_some_and(|v| !v.members.contains(&1))),
+                "seed {seed}: the crash is noticed"
+            );
+            d.run_for(50_000);
+            for r in &readers {
+                assert!(
+                    r.take(usize::MAX, StateMask::ANY).unwrap().is_empty(),
+                    "seed {seed}: no sample of the cut set ({before_crash} written) arrives"
+                );
+            }
+        },
+    );
+}
+
+/// Matching follows the DDS request/offer rules beyond RELIABILITY and DURABILITY: a
+/// writer offering a longer DEADLINE than a reader requests, or another OWNERSHIP kind, is
+/// not matched — counted in REQUESTED_INCOMPATIBLE_QOS with that policy — and its samples
+/// never reach the reader, while a compatible writer's do.
+#[test]
+fn writers_failing_a_readers_requested_qos_are_not_matched_and_not_heard() {
+    use spindle_qos::{Deadline, Duration as QosDuration, Ownership, OwnershipKind, QosPolicyId};
+    for_seeds(
+        "writers_failing_a_readers_requested_qos_are_not_matched_and_not_heard",
+        |seed| {
+            let (d, ps) = domain(seed, 2);
+            let mut rq = keep_all(&atomic());
+            rq.deadline = Deadline {
+                period: QosDuration::from_millis(100),
+            };
+            let strict = reader(&ps[1], "Q", rq);
+            let mut eq = keep_all(&atomic());
+            eq.ownership = Ownership {
+                kind: OwnershipKind::Exclusive,
+            };
+            let exclusive = reader(&ps[1], "Q", eq);
+            let lax = writer(&ps[0], "Q", DataWriterQos::default());
+            let prompt = writer(
+                &ps[0],
+                "Q",
+                DataWriterQos {
+                    deadline: Deadline {
+                        period: QosDuration::from_millis(50),
+                    },
+                    ..Default::default()
+                },
+            );
+            lax.write(&ks("a", "lax")).unwrap();
+            prompt.write(&ks("b", "prompt")).unwrap();
+            assert_eq!(values(&take_n(&d, &strict, 1)), ["prompt"], "seed {seed}");
+            d.run_for(20_000);
+            assert!(
+                strict.take(usize::MAX, StateMask::ANY).unwrap().is_empty(),
+                "seed {seed}: the writer with the longer deadline is not heard"
+            );
+            let s = strict.requested_incompatible_qos_status();
+            assert_eq!(
+                (s.total_count, s.last_policy_id),
+                (1, Some(QosPolicyId::Deadline)),
+                "seed {seed}"
+            );
+            assert_eq!(strict.subscription_matched_status().current_count, 1);
+            // Neither shared-ownership writer serves the exclusive reader.
+            assert!(
+                exclusive
+                    .take(usize::MAX, StateMask::ANY)
+                    .unwrap()
+                    .is_empty(),
+                "seed {seed}"
+            );
+            let s = exclusive.requested_incompatible_qos_status();
+            assert_eq!(
+                (s.total_count, s.last_policy_id),
+                (2, Some(QosPolicyId::Ownership)),
+                "seed {seed}"
+            );
+            assert_eq!(
+                [&lax, &prompt].map(|w| w.publication_matched_status().current_count),
+                [0, 1],
+                "seed {seed}: writers count only the readers they serve"
+            );
+        },
+    );
+}

@@ -1,0 +1,258 @@
+//! Values of a type: the zero value (a template to edit) and seeded random values (for
+//! `spindle pub --random` and the property tests that compare with generated code).
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::{Map, Value};
+use spindle_idl::types::{TypeDef, TypeLibrary, TypeRef, UnionDef};
+
+use crate::encode::int_range;
+use crate::DynType;
+
+/// Deepest nesting a random or zero value builds (recursive types stop with empty
+/// sequences there).
+pub const VALUE_DEPTH_MAX: usize = 6;
+/// Longest random string or sequence (shorter when the bound is smaller).
+pub const RANDOM_LEN_MAX: u64 = 6;
+
+/// The zero value of `t` (see [`DynType::zero_json`]).
+pub(crate) fn zero(lib: &TypeLibrary, t: &TypeRef, depth: usize) -> Value {
+    match t {
+        TypeRef::Bool => Value::Bool(false),
+        TypeRef::Char | TypeRef::WChar => Value::String("a".into()),
+        TypeRef::F32 | TypeRef::F64 => Value::from(0.0),
+        TypeRef::String(_) => Value::String(String::new()),
+        TypeRef::Sequence(..) => Value::Array(Vec::new()),
+        TypeRef::Array(inner, dims) => zero_array(lib, inner, dims, depth),
+        TypeRef::Named(id) => match lib.get(*id) {
+            TypeDef::Enum(e) => Value::String(
+                e.enumerators
+                    .first()
+                    .map(|x| x.0.clone())
+                    .unwrap_or_default(),
+            ),
+            TypeDef::Struct(s) => {
+                let mut obj = Map::new();
+                for m in &s.members {
+                    if !m.optional {
+                        obj.insert(m.name.clone(), zero(lib, &m.ty, depth + 1));
+                    }
+                }
+                Value::Object(obj)
+            }
+            TypeDef::Union(u) => {
+                let mut obj = Map::new();
+                // The first branch with a label (a default-only branch needs a value no
+                // label names; the random generator finds one).
+                if let Some(b) = u.branches.iter().find(|b| !b.labels.is_empty()) {
+                    obj.insert("discriminator".into(), disc_json(lib, &u.disc, b.labels[0]));
+                    obj.insert(b.member.name.clone(), zero(lib, &b.member.ty, depth + 1));
+                } else {
+                    let mut rng = ChaCha8Rng::seed_from_u64(0);
+                    return random_union(lib, u, &mut rng, depth);
+                }
+                Value::Object(obj)
+            }
+        },
+        _ => Value::from(0),
+    }
+}
+
+fn zero_array(lib: &TypeLibrary, inner: &TypeRef, dims: &[u64], depth: usize) -> Value {
+    match dims.split_first() {
+        None => zero(lib, inner, depth),
+        Some((&n, rest)) => Value::Array(
+            (0..n)
+                .map(|_| zero_array(lib, inner, rest, depth))
+                .collect(),
+        ),
+    }
+}
+
+/// The JSON form of a discriminator value.
+fn disc_json(lib: &TypeLibrary, t: &TypeRef, x: i128) -> Value {
+    match t {
+        TypeRef::Bool => Value::Bool(x != 0),
+        TypeRef::Char | TypeRef::WChar => {
+            Value::String(char::from_u32(x as u32).unwrap_or('?').to_string())
+        }
+        TypeRef::Named(id) => match lib.get(*id) {
+            TypeDef::Enum(e) => e
+                .enumerators
+                .iter()
+                .find(|(_, v)| i128::from(*v) == x)
+                .map(|(n, _)| Value::String(n.clone()))
+                .unwrap_or(Value::from(x as u64)),
+            _ => Value::Null,
+        },
+        _ if x < 0 => Value::from(x as i64),
+        _ => Value::from(x as u64),
+    }
+}
+
+/// A random value of the discriminator type `t`, as an integer.
+fn random_disc(lib: &TypeLibrary, t: &TypeRef, rng: &mut ChaCha8Rng) -> i128 {
+    match t {
+        TypeRef::Bool => i128::from(rng.gen_bool(0.5)),
+        TypeRef::Char => i128::from(rng.gen_range(0u8..=127)),
+        TypeRef::WChar => i128::from(u32::from(random_bmp(rng))),
+        TypeRef::Named(id) => match lib.get(*id) {
+            TypeDef::Enum(e) if !e.enumerators.is_empty() => {
+                i128::from(e.enumerators[rng.gen_range(0..e.enumerators.len())].1)
+            }
+            _ => 0,
+        },
+        t => match int_range(t) {
+            // Mostly small values, so labels get hit.
+            Some((min, max, _)) if rng.gen_bool(0.7) => rng.gen_range(min.max(-8)..=max.min(8)),
+            Some((min, max, _)) => rng.gen_range(min..=max),
+            None => 0,
+        },
+    }
+}
+
+fn random_bmp(rng: &mut ChaCha8Rng) -> char {
+    loop {
+        let u: u32 = if rng.gen_bool(0.5) {
+            rng.gen_range(0x20..0x7f)
+        } else {
+            rng.gen_range(0..=0xffff)
+        };
+        if let Some(c) = char::from_u32(u) {
+            return c;
+        }
+    }
+}
+
+fn random_f64(rng: &mut ChaCha8Rng) -> f64 {
+    match rng.gen_range(0..4) {
+        0 => 0.0,
+        1 => f64::from(rng.gen_range(-1000i32..1000)),
+        2 => rng.gen_range(-1.0e6..1.0e6),
+        _ => loop {
+            let x = f64::from_bits(rng.gen());
+            if x.is_finite() {
+                return x;
+            }
+        },
+    }
+}
+
+fn random_f32(rng: &mut ChaCha8Rng) -> f32 {
+    match rng.gen_range(0..3) {
+        0 => rng.gen_range(-1000.0f32..1000.0),
+        1 => 0.0,
+        _ => loop {
+            let x = f32::from_bits(rng.gen());
+            if x.is_finite() {
+                return x;
+            }
+        },
+    }
+}
+
+fn random_len(bound: Option<u64>, rng: &mut ChaCha8Rng, depth: usize) -> u64 {
+    if depth >= VALUE_DEPTH_MAX {
+        return 0;
+    }
+    rng.gen_range(0..=bound.unwrap_or(RANDOM_LEN_MAX).min(RANDOM_LEN_MAX))
+}
+
+/// A random value of `t`: finite floats, short strings and sequences, every union branch
+/// and `@optional` presence reachable.
+pub(crate) fn random(lib: &TypeLibrary, t: &TypeRef, rng: &mut ChaCha8Rng, depth: usize) -> Value {
+    match t {
+        TypeRef::Bool => Value::Bool(rng.gen_bool(0.5)),
+        TypeRef::Char | TypeRef::WChar => disc_json(lib, t, random_disc(lib, t, rng)),
+        TypeRef::F32 => Value::from(f64::from(random_f32(rng))),
+        TypeRef::F64 => Value::from(random_f64(rng)),
+        TypeRef::String(b) => {
+            let n = random_len(*b, rng, 0);
+            Value::String(
+                (0..n)
+                    .map(|_| char::from(rng.gen_range(b' '..=b'~')))
+                    .collect(),
+            )
+        }
+        TypeRef::Sequence(inner, b) => {
+            let n = random_len(*b, rng, depth);
+            Value::Array((0..n).map(|_| random(lib, inner, rng, depth + 1)).collect())
+        }
+        TypeRef::Array(inner, dims) => random_array(lib, inner, dims, rng, depth),
+        TypeRef::Named(id) => match lib.get(*id) {
+            TypeDef::Enum(_) => disc_json(lib, t, random_disc(lib, t, rng)),
+            TypeDef::Struct(s) => {
+                let mut obj = Map::new();
+                for m in &s.members {
+                    if m.optional && rng.gen_bool(0.5) {
+                        continue;
+                    }
+                    obj.insert(m.name.clone(), random(lib, &m.ty, rng, depth + 1));
+                }
+                Value::Object(obj)
+            }
+            TypeDef::Union(u) => random_union(lib, u, rng, depth),
+        },
+        t => match int_range(t) {
+            Some((min, max, _)) => {
+                let x = rng.gen_range(min..=max);
+                if x < 0 {
+                    Value::from(x as i64)
+                } else {
+                    Value::from(x as u64)
+                }
+            }
+            None => Value::Null,
+        },
+    }
+}
+
+fn random_array(
+    lib: &TypeLibrary,
+    inner: &TypeRef,
+    dims: &[u64],
+    rng: &mut ChaCha8Rng,
+    depth: usize,
+) -> Value {
+    match dims.split_first() {
+        None => random(lib, inner, rng, depth + 1),
+        Some((&n, rest)) => Value::Array(
+            (0..n)
+                .map(|_| random_array(lib, inner, rest, rng, depth))
+                .collect(),
+        ),
+    }
+}
+
+fn random_union(lib: &TypeLibrary, u: &UnionDef, rng: &mut ChaCha8Rng, depth: usize) -> Value {
+    let labelled: Vec<i128> = u
+        .branches
+        .iter()
+        .flat_map(|b| b.labels.iter().copied())
+        .collect();
+    // A discriminator: a label, or (for default and unselected) any value.
+    let disc = if !labelled.is_empty() && rng.gen_bool(0.6) {
+        labelled[rng.gen_range(0..labelled.len())]
+    } else {
+        random_disc(lib, &u.disc, rng)
+    };
+    let mut obj = Map::new();
+    obj.insert("discriminator".into(), disc_json(lib, &u.disc, disc));
+    if let Some(b) = crate::select_branch(u, disc) {
+        obj.insert(
+            b.member.name.clone(),
+            random(lib, &b.member.ty, rng, depth + 1),
+        );
+    }
+    Value::Object(obj)
+}
+
+impl DynType {
+    /// A random value of the type from `seed` (the same seed, the same value): finite
+    /// floats, strings and sequences of at most [`RANDOM_LEN_MAX`] elements within their
+    /// bounds, random union branches and `@optional` presence.
+    pub fn random_json(&self, seed: u64) -> Value {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        random(&self.lib, &self.root, &mut rng, 0)
+    }
+}

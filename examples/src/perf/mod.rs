@@ -1,0 +1,474 @@
+//! The DCPS benchmark behind `dds_perf` and `spindle perf`: DataWriter → DataReader throughput and latency (the DCPS layer's cost next to the raw
+//! engine's `bandwidth_test` / `latency_test`): two processes, a publisher (node 1) and a
+//! subscriber (node 2), one topic of `Sequence` samples at a delivery level.
+//!
+//! `dds_perf --transport tcp --level atomic --size 1024 --samples 100000 [--latency]`
+//! prints one JSON line: `{"transport","level","size","samples","msgs_per_s",
+//! "bytes_per_s","lat_p50_us","lat_p99_us"}`. Throughput is counted at the subscriber,
+//! from its first sample to its last. Latency (`--latency`: one sample in flight) is from
+//! `write` to the sample's delivery to a reader in the writer's own participant — for the
+//! ordered levels, the moment every member has it (stability), as `latency_test` measures.
+//! That is neither a round trip between the processes nor a one-way time between them.
+//!
+//! `dds_perf --pingpong [--roundtrips 100000] [--warmup 2000] [--listener] [--bulk-size N]
+//! [--histogram FILE]` measures what a DDS user compares with `ddsperf ping`/`pong`: the
+//! round trip between two processes over two topics, one sample in flight (see
+//! `perf/pingpong.rs`). Its last line is one JSON object with `rtt_p50_us`,
+//! `rtt_p90_us`, `rtt_p99_us`, `rtt_p999_us`, `rtt_p9999_us`, `rtt_max_us` (exact, over
+//! every measured round trip), transport, level, size and trigger; `--histogram` writes
+//! the log-linear histogram as CSV. It stops by itself after `--seconds`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Subcommand;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use spindle_dds_core::{
+    Contact, DataReader, DataReaderListener, DomainParticipant, DomainParticipantFactory,
+    ParticipantConfig, StateMask, Transport, WaitSet,
+};
+use spindle_qos::{DataReaderQos, DataWriterQos, DurabilityKind, History, Reliability, TopicQos};
+use spindle_topics::Sequence;
+
+pub mod pingpong;
+
+/// An error of the benchmark (its processes, its domain, its arguments).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The benchmark's settings (a clap argument group: `dds_perf` parses it alone, `spindle
+/// perf` beside its own flags). The process's [`Role`] comes beside it (a subcommand of
+/// the binary); without one it is the driver: it starts the two processes (this
+/// executable again, with a role) and returns their result.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Args {
+    /// tcp or shm.
+    #[arg(long, default_value = "tcp")]
+    pub transport: String,
+    /// unordered, atomic or volatilestore.
+    #[arg(long, default_value = "atomic")]
+    pub level: String,
+    /// Payload bytes per sample.
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
+    /// Samples to write.
+    #[arg(long, default_value_t = 100_000)]
+    pub samples: u64,
+    /// Ring slots per writer.
+    #[arg(long, default_value_t = 256)]
+    pub window: usize,
+    /// One sample in flight; report latency percentiles.
+    #[arg(long)]
+    pub latency: bool,
+    /// The subscriber takes in `on_data_available` (on the delivery thread) instead of
+    /// waiting on a WaitSet in a thread of its own.
+    #[arg(long)]
+    pub listener: bool,
+    /// The subscriber takes loans (`take_loaned`: the bytes lent, not decoded) instead of
+    /// decoded copies.
+    #[arg(long)]
+    pub loan: bool,
+    /// Ping/pong between the two processes: the round trip, one sample in flight.
+    #[arg(long)]
+    pub pingpong: bool,
+    /// Round trips to record (`--pingpong`), after the warm-up.
+    #[arg(long, default_value_t = 100_000)]
+    pub roundtrips: u64,
+    /// Round trips to run first and not record (`--pingpong`).
+    #[arg(long, default_value_t = 2_000)]
+    pub warmup: u64,
+    /// The ping side stops after this many seconds even if not done (`--pingpong`).
+    #[arg(long, default_value_t = 120)]
+    pub seconds: u64,
+    /// Write the round-trip histogram to this file as CSV (`--pingpong`).
+    #[arg(long)]
+    pub histogram: Option<std::path::PathBuf>,
+    /// Payload bytes of a bulk stream on a third topic, from the ping process to the
+    /// pong process, during the round trips (`--pingpong`; 0: none).
+    #[arg(long, default_value_t = 0)]
+    pub bulk_size: usize,
+    /// The participants' `spin_before_park_us` (their default if not given).
+    #[arg(long)]
+    pub spin_before_park_us: Option<u64>,
+    /// Topics the samples are spread over, round-robin (throughput runs).
+    #[arg(long, default_value_t = 1)]
+    pub busy_topics: usize,
+    /// Topics beside them with a writer and a reader each, never written.
+    #[arg(long, default_value_t = 0)]
+    pub idle_topics: usize,
+    /// Subgroups the topics hash onto (`ParticipantConfig::topic_subgroups`).
+    #[arg(long, default_value_t = spindle_dds_core::declare::TOPIC_SUBGROUPS_DEFAULT)]
+    pub topic_subgroups: u32,
+}
+
+/// The process a driver starts (with `--pingpong`: the ping and the pong process).
+#[derive(Subcommand, Clone, Debug)]
+pub enum Role {
+    /// The publisher process (started by the benchmark).
+    Pub {
+        /// Where to listen (`host:port` for tcp, a namespace for shm).
+        listen: String,
+    },
+    /// The subscriber process (started by the benchmark).
+    Sub {
+        /// Where to listen.
+        listen: String,
+        /// The publisher's address.
+        contact: String,
+    },
+}
+
+/// Runs what `a` and `role` say: a role's process (returns `None`; it speaks to its
+/// driver on stdout), or the driver (`role` `None`), which starts
+/// `std::env::current_exe()` twice with `exe_args` (e.g. `["perf"]` for `spindle perf`),
+/// then the benchmark's flags and a role (`pub LISTEN`, `sub LISTEN CONTACT`), and returns
+/// the result: one JSON object.
+pub fn run(a: &Args, role: Option<Role>, exe_args: &[String]) -> Result<Option<String>, BoxError> {
+    match (role, a.pingpong) {
+        (Some(Role::Pub { listen }), true) => pingpong::ping(a, &listen).map(|_| None),
+        (Some(Role::Sub { listen, contact }), true) => {
+            pingpong::pong(a, &listen, &contact).map(|_| None)
+        }
+        (None, true) => pingpong::bench(a, exe_args).map(Some),
+        (Some(Role::Pub { listen }), false) => publisher(a, &listen).map(|_| None),
+        (Some(Role::Sub { listen, contact }), false) => {
+            subscriber(a, &listen, &contact).map(|_| None)
+        }
+        (None, false) => bench(a, exe_args).map(Some),
+    }
+}
+
+fn transport(a: &Args) -> Result<Transport, BoxError> {
+    match a.transport.as_str() {
+        "tcp" => Ok(Transport::Tcp),
+        "shm" => Ok(Transport::Shm),
+        t => Err(format!("--transport {t:?}: tcp or shm").into()),
+    }
+}
+
+fn topic_qos(a: &Args) -> Result<TopicQos, BoxError> {
+    Ok(match a.level.as_str() {
+        "unordered" => TopicQos::default(),
+        "atomic" => TopicQos::default().with_reliability(Reliability::reliable()),
+        "volatilestore" => TopicQos::default()
+            .with_reliability(Reliability::reliable())
+            .with_durability(DurabilityKind::TransientLocal)
+            .with_history(History::keep_last(1)),
+        l => return Err(format!("--level {l:?}: unordered, atomic or volatilestore").into()),
+    })
+}
+
+fn participant(
+    a: &Args,
+    node: u32,
+    listen: &str,
+    contact: Option<&str>,
+) -> Result<DomainParticipant, BoxError> {
+    let mut cfg = ParticipantConfig::new(node, transport(a)?, listen);
+    cfg.window_slots = a.window;
+    cfg.topic_subgroups = a.topic_subgroups;
+    // A Sequence is unbounded: size the slots for the payload, its CDR length and header.
+    cfg.slot_payload_bytes = (a.size.max(a.bulk_size) + 128).min(64 * 1024);
+    if let Some(us) = a.spin_before_park_us {
+        cfg.spin_before_park_us = us;
+    }
+    match contact {
+        None => cfg.bootstrap = vec![node],
+        Some(c) => {
+            cfg.contacts = vec![Contact {
+                node: 1,
+                address: c.to_string(),
+            }]
+        }
+    }
+    Ok(DomainParticipantFactory::instance().create_participant(0, Default::default(), &cfg)?)
+}
+
+/// The busy topics (the first is `perf`) and the idle ones.
+fn topic_names(a: &Args) -> (Vec<String>, Vec<String>) {
+    let busy = (0..a.busy_topics.max(1))
+        .map(|k| {
+            if k == 0 {
+                "perf".to_string()
+            } else {
+                format!("perf-{k}")
+            }
+        })
+        .collect();
+    let idle = (0..a.idle_topics).map(|i| format!("idle-{i}")).collect();
+    (busy, idle)
+}
+
+fn reader_qos(q: &TopicQos) -> DataReaderQos {
+    DataReaderQos::from_topic_qos(q).with_history(History::keep_all())
+}
+
+fn line(s: &str) -> Result<(), BoxError> {
+    let mut o = std::io::stdout();
+    writeln!(o, "{s}")?;
+    o.flush()?;
+    Ok(())
+}
+
+fn wait_line(expect: &str) -> Result<(), BoxError> {
+    let mut l = String::new();
+    std::io::stdin().read_line(&mut l)?;
+    if l.trim() != expect {
+        return Err(format!("expected {expect}, got {l:?}").into());
+    }
+    Ok(())
+}
+
+fn publisher(a: &Args, listen: &str) -> Result<(), BoxError> {
+    let p = participant(a, 1, listen, None)?;
+    line(&format!("ADDR {}", p.address()))?;
+    let q = topic_qos(a)?;
+    let (busy, idle) = topic_names(a);
+    let t = p.create_topic::<Sequence>(&busy[0], q.clone())?;
+    // The latency run reads its own samples (delivery = stability at every member); the
+    // throughput run has no reader besides the subscriber's.
+    let own = if a.latency {
+        Some(
+            p.create_subscriber(Default::default())?
+                .create_datareader(&t, reader_qos(&q))?,
+        )
+    } else {
+        None
+    };
+    let publ = p.create_publisher(Default::default())?;
+    let mut writers = Vec::new();
+    for name in busy.iter().chain(&idle) {
+        let t = p.create_topic::<Sequence>(name, q.clone())?;
+        // A benchmark writes as fast as the window allows: it waits for room however long
+        // a loaded machine takes (the default max_blocking_time is 100 ms).
+        let wq = DataWriterQos::from_topic_qos(&q)
+            .with_max_blocking_time(spindle_qos::Duration::from_secs(60));
+        writers.push(publ.create_datawriter(&t, wq)?);
+    }
+    for w in &writers {
+        w.wait_for_readers(1 + u32::from(a.latency), Duration::from_secs(60))?;
+    }
+    // Idle: created and matched, kept, never written.
+    let _idle_writers = writers.split_off(busy.len());
+    let w = &writers[0];
+    line("READY")?;
+    wait_line("GO")?;
+    let sample = Sequence {
+        payload: vec![0x5A; a.size],
+    };
+    let mut lat_us = Vec::new();
+    for i in 0..a.samples {
+        let w = if own.is_some() {
+            w
+        } else {
+            &writers[i as usize % writers.len()]
+        };
+        if let Some(own) = &own {
+            let t0 = Instant::now();
+            w.write(&sample)?;
+            loop {
+                if !own.take(usize::MAX, StateMask::ANY)?.is_empty() {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+            lat_us.push(t0.elapsed().as_secs_f64() * 1e6);
+        } else {
+            w.write(&sample)?;
+        }
+    }
+    lat_us.sort_by(f64::total_cmp);
+    let pct = |q: f64| -> f64 {
+        if lat_us.is_empty() {
+            return 0.0;
+        }
+        lat_us[((lat_us.len() - 1) as f64 * q).round() as usize]
+    };
+    line(&format!("LAT {:.1} {:.1}", pct(0.5), pct(0.99)))?;
+    // Stay until the subscriber is done.
+    let mut l = String::new();
+    let _ = std::io::stdin().read_line(&mut l);
+    p.close();
+    Ok(())
+}
+
+fn subscriber(a: &Args, listen: &str, contact: &str) -> Result<(), BoxError> {
+    let p = participant(a, 2, listen, Some(contact))?;
+    let q = topic_qos(a)?;
+    let (busy, idle) = topic_names(a);
+    let sub = p.create_subscriber(Default::default())?;
+    let mut readers = Vec::new();
+    for name in busy.iter().chain(&idle) {
+        let t = p.create_topic::<Sequence>(name, q.clone())?;
+        readers.push(sub.create_datareader(&t, reader_qos(&q))?);
+    }
+    let _idle_readers = readers.split_off(busy.len());
+    if a.listener {
+        return take_in_listener(a, p, readers);
+    }
+    line("READY")?;
+    let mut ws = WaitSet::new();
+    for r in &readers {
+        ws.attach_condition(r.create_readcondition(StateMask::ANY));
+    }
+    let mut count = 0u64;
+    let mut first: Option<Instant> = None;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while count < a.samples && Instant::now() < deadline {
+        let mut got = 0;
+        for r in &readers {
+            got += take_all(r, a.loan)?;
+        }
+        if got == 0 {
+            let _ = ws.wait(Duration::from_millis(10));
+            continue;
+        }
+        first.get_or_insert_with(Instant::now);
+        count += got;
+    }
+    let secs = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
+    line(&format!("RATE {count} {secs:.6}"))?;
+    p.close();
+    Ok(())
+}
+
+/// Takes every sample `r` holds, decoded or (with `loan`) lent; returns how many.
+fn take_all(r: &DataReader<Sequence>, loan: bool) -> Result<u64, BoxError> {
+    Ok(if loan {
+        r.take_loaned(usize::MAX, StateMask::ANY)?.len() as u64
+    } else {
+        r.take(usize::MAX, StateMask::ANY)?.len() as u64
+    })
+}
+
+/// Counts in the listener; the main thread only waits for the last sample.
+struct Count {
+    count: Arc<AtomicU64>,
+    first: Arc<Mutex<Option<Instant>>>,
+    loan: bool,
+}
+
+impl DataReaderListener<Sequence> for Count {
+    fn on_data_available(&self, r: &DataReader<Sequence>) {
+        let n = take_all(r, self.loan).unwrap_or(0);
+        if n > 0 {
+            self.first
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert_with(Instant::now);
+            self.count.fetch_add(n, Ordering::Release);
+        }
+    }
+}
+
+fn take_in_listener(
+    a: &Args,
+    p: DomainParticipant,
+    readers: Vec<DataReader<Sequence>>,
+) -> Result<(), BoxError> {
+    let count = Arc::new(AtomicU64::new(0));
+    let first = Arc::new(Mutex::new(None));
+    for r in &readers {
+        r.set_listener(Count {
+            count: Arc::clone(&count),
+            first: Arc::clone(&first),
+            loan: a.loan,
+        });
+    }
+    line("READY")?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while count.load(Ordering::Acquire) < a.samples && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let start = *first.lock().unwrap_or_else(|p| p.into_inner());
+    let secs = start.map_or(0.0, |f| f.elapsed().as_secs_f64());
+    line(&format!("RATE {} {secs:.6}", count.load(Ordering::Acquire)))?;
+    p.close();
+    Ok(())
+}
+
+fn bench(a: &Args, exe_args: &[String]) -> Result<String, BoxError> {
+    let exe = std::env::current_exe()?;
+    let common = |c: &mut Command| {
+        c.args(exe_args)
+            .args(["--transport", &a.transport, "--level", &a.level])
+            .args([
+                "--size",
+                &a.size.to_string(),
+                "--samples",
+                &a.samples.to_string(),
+            ])
+            .args(["--window", &a.window.to_string()]);
+        if a.latency {
+            c.arg("--latency");
+        }
+        if a.listener {
+            c.arg("--listener");
+        }
+        if a.loan {
+            c.arg("--loan");
+        }
+        c.args(["--topic-subgroups", &a.topic_subgroups.to_string()]);
+        if let Some(us) = a.spin_before_park_us {
+            c.args(["--spin-before-park-us", &us.to_string()]);
+        }
+        c.args(["--busy-topics", &a.busy_topics.to_string()])
+            .args(["--idle-topics", &a.idle_topics.to_string()]);
+    };
+    let (pub_listen, sub_listen) = match a.transport.as_str() {
+        "tcp" => ("127.0.0.1:0".to_string(), "127.0.0.1:0".to_string()),
+        _ => {
+            let ns = format!("perf{}", std::process::id());
+            (ns.clone(), ns)
+        }
+    };
+    let mut pc = Command::new(&exe);
+    common(&mut pc);
+    let mut publisher = pc
+        .args(["pub", &pub_listen])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut pout = BufReader::new(publisher.stdout.take().ok_or("stdout")?).lines();
+    let addr = pout
+        .next()
+        .ok_or("publisher ended")??
+        .strip_prefix("ADDR ")
+        .ok_or("expected ADDR")?
+        .to_string();
+    let mut sc = Command::new(&exe);
+    common(&mut sc);
+    let mut subscriber = sc
+        .args(["sub", &sub_listen, &addr])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut sout = BufReader::new(subscriber.stdout.take().ok_or("stdout")?).lines();
+    if sout.next().ok_or("subscriber ended")?? != "READY" {
+        return Err("subscriber not ready".into());
+    }
+    if pout.next().ok_or("publisher ended")?? != "READY" {
+        return Err("publisher not ready".into());
+    }
+    let mut pin = publisher.stdin.take().ok_or("stdin")?;
+    writeln!(pin, "GO")?;
+    pin.flush()?;
+    let rate = sout.next().ok_or("subscriber ended without a result")??;
+    let lat = pout.next().ok_or("publisher ended without a result")??;
+    drop(pin);
+    let _ = subscriber.wait();
+    let _ = publisher.wait();
+    let r: Vec<&str> = rate.split_whitespace().collect();
+    let l: Vec<&str> = lat.split_whitespace().collect();
+    if r.len() != 3 || l.len() != 3 {
+        return Err(format!("unexpected results {rate:?} {lat:?}").into());
+    }
+    let count: f64 = r[1].parse()?;
+    let secs: f64 = r[2].parse()?;
+    let msgs_per_s = if secs > 0.0 { count / secs } else { 0.0 };
+    Ok(format!(
+        "{{\"transport\":\"{}\",\"level\":\"{}\",\"size\":{},\"samples\":{},\"received\":{},\"latency_mode\":{},\"listener\":{},\"loan\":{},\"busy_topics\":{},\"idle_topics\":{},\"topic_subgroups\":{},\"msgs_per_s\":{:.0},\"bytes_per_s\":{:.0},\"lat_p50_us\":{},\"lat_p99_us\":{}}}",
+        a.transport, a.level, a.size, a.samples, count, a.latency, a.listener, a.loan, a.busy_topics.max(1), a.idle_topics, a.topic_subgroups, msgs_per_s, msgs_per_s * a.size as f64, l[1], l[2]
+    ))
+}

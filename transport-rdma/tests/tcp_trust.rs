@@ -1,0 +1,211 @@
+//! Authenticated and encrypted tcp links: peers without the domain secret (or with
+//! another one) are refused before any region is announced, a second link claiming a
+//! live peer's id never displaces it, and encrypted links carry no plaintext frame.
+
+mod tcp_common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+use spindle_transport_rdma::tcp::TcpEndpoint;
+use spindle_transport_rdma::trust::{
+    read_framed, InitiatorHandshake, Opener, Opening, HANDSHAKE_MESSAGE_BYTES_MAX,
+};
+use spindle_transport_rdma::{DomainSecret, Endpoint, Event, FabricConfig, FailureReason};
+use tcp_common::*;
+
+const SECRET: &[u8] = b"the domain's own secret, 32 byte";
+
+fn secret(s: &[u8]) -> DomainSecret {
+    DomainSecret::new(s).unwrap()
+}
+
+fn cfg_with(secret: Option<DomainSecret>, encrypt: bool) -> FabricConfig {
+    FabricConfig {
+        domain_secret: secret,
+        encrypt_links: encrypt,
+        // A second link claiming a live id waits half of this for the live one to fail.
+        connect_timeout_ms: 2_000,
+        ..test_config()
+    }
+}
+
+fn member(node: u32) -> Arc<TcpEndpoint> {
+    open_with(node, cfg_with(Some(secret(SECRET)), true))
+}
+
+/// The `PeerFailed` reason `ep` reports for `peer`.
+fn failure_of(ep: &Arc<TcpEndpoint>, peer: u32) -> FailureReason {
+    match event_where(
+        &**ep,
+        "the refused dial's failure",
+        |e| matches!(e, Event::PeerFailed { peer: p, .. } if *p == peer),
+    ) {
+        Event::PeerFailed { reason, .. } => reason,
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn peers_without_the_secret_are_refused_before_any_region_is_announced() {
+    let b = member(202);
+    let rb = b.register_region(1, 8).unwrap();
+    let outsiders = [
+        (203, Some(secret(b"a guess that is not the secret"))),
+        (204, None),
+    ];
+    for (i, (node, their_secret)) in outsiders.into_iter().enumerate() {
+        let a = open_with(node, cfg_with(their_secret, true));
+        a.connect(b.node(), &b.address()).unwrap();
+        let reason = failure_of(&a, b.node());
+        assert!(
+            matches!(reason, FailureReason::ConnectionLost(_)),
+            "the outsider's dial fails: {reason}"
+        );
+        assert_eq!(a.remote_region(b.node(), 1), None, "no region reached it");
+        assert!(a.peers().is_empty());
+        wait_until(&*b, "the refusal counted", || {
+            b.refused_links() == i as u64 + 1
+        });
+    }
+    // A hand-made plaintext Hello gets no byte back: nothing about b's regions leaks.
+    let mut s = TcpStream::connect(b.address()).unwrap();
+    s.set_read_timeout(Some(GIVE_UP)).unwrap();
+    s.write_all(&hello(205, b.node(), &[])).unwrap();
+    let mut reply = Vec::new();
+    let _ = s.read_to_end(&mut reply);
+    assert!(
+        reply.is_empty(),
+        "replied {reply:?} to an unauthenticated hello"
+    );
+    // The member never saw any of them, and still links with a peer that has the secret.
+    assert_eq!(b.poll_event(), None, "no event for a refused peer");
+    assert!(b.peers().is_empty());
+    let a = member(201);
+    link(&a, &b);
+    a.write(b.node(), 1, 0, &7u64.to_le_bytes()).unwrap();
+    wait_until(&*b, "a write from the member", || rb.load_u64(0) == 7);
+    assert_eq!(b.refused_links(), 3);
+}
+
+#[test]
+fn members_with_different_secrets_never_link() {
+    let b = open_with(
+        212,
+        cfg_with(Some(secret(b"an impostor's own secret")), true),
+    );
+    b.register_region(1, 8).unwrap();
+    let a = member(211);
+    a.connect(b.node(), &b.address()).unwrap();
+    // b refuses a's message 1 (it cannot open it), so a never learns b's regions.
+    let reason = failure_of(&a, b.node());
+    assert!(!matches!(reason, FailureReason::Closed), "{reason}");
+    assert_eq!(a.remote_region(b.node(), 1), None);
+    wait_until(&*b, "the refusal counted", || b.refused_links() == 1);
+    assert_eq!(b.poll_event(), None);
+}
+
+#[test]
+fn a_second_link_claiming_a_live_id_is_refused_and_the_live_one_stays() {
+    let (a, b) = (member(221), member(222));
+    let rb = b.register_region(1, 8).unwrap();
+    link(&a, &b);
+    // Another process (here an endpoint) with the secret claims node 221.
+    let impostor = member(221);
+    impostor.connect(b.node(), &b.address()).unwrap();
+    let reason = failure_of(&impostor, b.node());
+    assert!(
+        matches!(reason, FailureReason::ConnectionLost(_)),
+        "the second link is refused: {reason}"
+    );
+    assert_eq!(b.refused_links(), 1);
+    // The live link was not displaced: no failure at either end, and data still lands.
+    assert_eq!(b.peers(), vec![221]);
+    assert_eq!(a.peers(), vec![222]);
+    a.write(b.node(), 1, 0, &9u64.to_le_bytes()).unwrap();
+    wait_until(&*b, "a write on the live link", || rb.load_u64(0) == 9);
+    assert_eq!(
+        b.poll_event(),
+        None,
+        "b saw no failure and no second connect"
+    );
+    assert_eq!(a.poll_event(), None);
+}
+
+/// Dials `ep` as node `node` with the secret and the real handshake, sends a Hello, and
+/// returns the stream, the opener (if `encrypted`) and the raw bytes of the reply.
+fn dial_by_hand(ep: &Arc<TcpEndpoint>, node: u32, encrypted: bool) -> (Vec<u8>, Vec<u8>) {
+    let mut s = TcpStream::connect(ep.address()).unwrap();
+    s.set_read_timeout(Some(GIVE_UP)).unwrap();
+    let (hs, m1) = InitiatorHandshake::start(&secret(SECRET), node, ep.node()).unwrap();
+    s.write_all(&m1).unwrap();
+    let m2 = read_framed(&mut s, HANDSHAKE_MESSAGE_BYTES_MAX, "message 2").unwrap();
+    let (mut session, confirm) = hs.finish(&m2).unwrap();
+    s.write_all(&confirm).unwrap();
+    let plain_hello = hello(node, ep.node(), &[]);
+    if encrypted {
+        let mut sealed = Vec::new();
+        session.send.seal(&plain_hello, &mut sealed);
+        s.write_all(&sealed).unwrap();
+    } else {
+        s.write_all(&plain_hello).unwrap();
+    }
+    event_where(
+        &**ep,
+        "the hand-made peer connected",
+        |e| matches!(e, Event::PeerConnected { peer } if *peer == node),
+    );
+    // The reply Hello (and maybe a probe): whatever arrives within a moment.
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut raw = vec![0u8; 4096];
+    let mut got = 0;
+    while let Ok(n) = s.read(&mut raw[got..]) {
+        if n == 0 || got + n == raw.len() {
+            break;
+        }
+        got += n;
+    }
+    raw.truncate(got);
+    let mut plain = vec![0u8; 4096];
+    let n = if encrypted {
+        let mut opener = Opener::new(session.recv);
+        let mut inner = &raw[..];
+        Opening {
+            inner: &mut inner,
+            opener: Some(&mut opener),
+        }
+        .read(&mut plain)
+        .unwrap()
+    } else {
+        (&raw[..]).read(&mut plain).unwrap()
+    };
+    plain.truncate(n);
+    (raw, plain)
+}
+
+#[test]
+fn encrypted_links_carry_no_plaintext_frame_and_auth_only_links_do() {
+    const MAGIC: [u8; 4] = 0x5350_444Cu32.to_le_bytes();
+    let has_magic = |b: &[u8]| b.windows(4).any(|w| w == MAGIC);
+    let b = member(232);
+    b.register_region(1, 8).unwrap();
+    let (raw, plain) = dial_by_hand(&b, 231, true);
+    assert!(!raw.is_empty(), "the member replied");
+    assert!(
+        !has_magic(&raw),
+        "the reply Hello is not on the wire in clear"
+    );
+    assert_eq!(plain[4], 1, "the opened reply is a Hello frame");
+    assert!(has_magic(&plain), "and it opens to the member's Hello");
+
+    let c = open_with(242, cfg_with(Some(secret(SECRET)), false));
+    c.register_region(1, 8).unwrap();
+    let (raw, _) = dial_by_hand(&c, 241, false);
+    assert!(
+        has_magic(&raw),
+        "encrypt_links = false: authenticated, then in clear"
+    );
+}

@@ -13,10 +13,10 @@
 //!
 //! Known, not yet understood: in one run of about six (2026-11-25, the machine under heavy
 //! load), `a_spindle_writer_reaches_a_cyclone_reader_through_the_bridge` failed because
-//! the Cyclone reader never got one early sample (sample 27 of 10,000) from the bridge's
-//! RustDDS writer, which is reliable and KEEP_ALL; the bridge counted it as written
-//! (`into_rtps`), so the loss is between RustDDS's writer and Cyclone's reader (repair of
-//! a sample sent around the match). The RustDDS → RustDDS tests have not shown it.
+//! the Cyclone reader never got one early sample (sample 27 of 10,000) through the
+//! bridge's RustDDS writer (reliable, KEEP_ALL). The test stopped before it read the
+//! bridge's counters, so whether the sample was lost in the bridge or between RustDDS's
+//! writer and Cyclone's reader is not known. The RustDDS → RustDDS tests have not shown it.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

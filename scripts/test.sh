@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: set-up, formatting, lints, every test.
 # Installs what it needs (Debian packages for the libfabric and verbs backends, a Python
-# virtualenv with Cyclone DDS's binding for the CDR cross-check) when it is missing.
+# virtualenv with Cyclone DDS's binding for the CDR cross-check and the Cyclone DDS interop
+# tests of interop-tests) when it is missing.
 #   bash scripts/test.sh           what CI runs: set-up, fmt, clippy, rustdoc, the layering
 #                                  rules, every test with every feature
 #   bash scripts/test.sh --quick   the local loop while you work: no set-up, default
@@ -25,7 +26,8 @@ fi
 bash scripts/setup.sh
 bash scripts/setup-rdma.sh
 bash topics/tests/crosscheck/setup.sh
-# The cross-check must run, not skip, once its set-up succeeded above.
+# The cross-check and the Cyclone interop tests must run, not skip, once the set-up
+# succeeded above.
 export SPINDLE_CROSSCHECK_REQUIRED=1
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings

@@ -1,0 +1,319 @@
+//! A plain Spindle DDS application (`spindle-dds-core` only; no RTPS crate) for the
+//! interop tests: publishes or checks the interop workload in a Spindle domain.
+//!
+//! ```text
+//! interop-spindle-peer pub CONFIG.toml WRITER COUNT PAYLOAD_BYTES [READERS [GAP_US]]
+//!     waits for READERS (default 1) matched readers, pausing GAP_US between samples writes COUNT samples and a dispose of k0, prints
+//!     `SENT COUNT`, and stays up until stdin closes
+//! interop-spindle-peer count CONFIG.toml EXPECTED TIMEOUT_S
+//!     prints `READY`, counts data samples until EXPECTED arrived and then QUIET_MS more
+//!     (or TIMEOUT_S), prints `COUNT n`, stays up until stdin closes
+//! interop-spindle-peer perf-pub CONFIG.toml MODE SIZE COUNT
+//! interop-spindle-peer perf-sub CONFIG.toml MODE SIZE COUNT TIMEOUT_S STACK
+//!     the comparison workload (`spindle_interop_tests::perf`): MODE is `throughput` or
+//!     `latency`; the subscriber prints `READY`, then one JSON line labelled STACK
+//! interop-spindle-peer record CONFIG.toml TIMEOUT_S
+//!     prints `READY`, takes until RECORD_QUIET_MS pass without a sample, prints
+//!     `RECORD samples=N set=… order=…` (the semantic comparison)
+//! interop-spindle-peer host CONFIG.toml
+//!     joins (or starts) the domain with no reader or writer, prints `READY`, stays up
+//!     until stdin closes
+//! interop-spindle-peer sub CONFIG.toml WRITERS COUNT PAYLOAD_BYTES TIMEOUT_S
+//!     prints `READY`, takes until WRITERS writers delivered COUNT samples and a dispose
+//!     each, prints the checker's summary (`OK …` or `INCOMPLETE …`), stays up until stdin
+//!     closes; exit 0 iff OK
+//! ```
+
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use spindle_dds_core::{DomainParticipantFactory, InstanceState, ParticipantConfig, StateMask};
+use spindle_interop_tests::perf::{now_ns, perf_value, PerfStats, LATENCY_GAP_US, PERF_TOPIC};
+use spindle_interop_tests::workload::{
+    key_of, value_of, Checker, Record, DISPOSED_KEY, RECORD_QUIET_MS,
+};
+use spindle_interop_tests::TOPIC;
+use spindle_qos::{
+    DataReaderQos, DataWriterQos, DomainParticipantQos, History, Reliability, TopicQos,
+};
+use spindle_topics::{KeyedString, TopicType};
+
+/// How long a perf subscriber sleeps when its reader had nothing (a timed poll).
+const PERF_POLL_US: u64 = 50;
+
+/// How long `count` keeps counting after the expected number arrived.
+const QUIET_MS: u64 = 1_500;
+
+fn arg<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> T {
+    args.get(i)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("argument {i} ({what}) missing or bad: {args:?}"))
+}
+
+fn wait_stdin() {
+    for line in std::io::stdin().lock().lines() {
+        if line.map(|l| l.trim() == "stop").unwrap_or(true) {
+            break;
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mode = args.first().map(String::as_str).unwrap_or("");
+    let path: PathBuf = arg(&args, 1, "config");
+    let cfg = ParticipantConfig::from_toml_file(&path).expect("participant config");
+    let p = DomainParticipantFactory::instance()
+        .create_participant(cfg.domain_id, DomainParticipantQos::default(), &cfg)
+        .expect("participant");
+    let topic_name = if mode.starts_with("perf") {
+        PERF_TOPIC
+    } else {
+        TOPIC
+    };
+    let topic = p
+        .create_topic::<KeyedString>(topic_name, TopicQos::default())
+        .expect("topic");
+    let reliable = Reliability {
+        max_blocking_time: spindle_qos::Duration::from_millis(10_000),
+        ..Reliability::reliable()
+    };
+    let code = match mode {
+        "pub" => {
+            let writer_id: u32 = arg(&args, 2, "writer");
+            let count: u64 = arg(&args, 3, "count");
+            let bytes: usize = arg(&args, 4, "payload bytes");
+            let writer = p
+                .create_publisher(Default::default())
+                .expect("publisher")
+                .create_datawriter(&topic, DataWriterQos::default().with_reliability(reliable))
+                .expect("writer");
+            let readers: u32 = args.get(5).and_then(|a| a.parse().ok()).unwrap_or(1);
+            let gap_us: u64 = args.get(6).and_then(|a| a.parse().ok()).unwrap_or(0);
+            writer
+                .wait_for_readers(readers, Duration::from_secs(30))
+                .expect("matched readers");
+            for seq in 0..count {
+                if gap_us > 0 {
+                    std::thread::sleep(Duration::from_micros(gap_us));
+                }
+                writer
+                    .write(&KeyedString {
+                        key: key_of(seq),
+                        value: value_of(writer_id, seq, bytes),
+                    })
+                    .expect("write");
+            }
+            writer
+                .dispose(&KeyedString {
+                    key: DISPOSED_KEY.into(),
+                    value: String::new(),
+                })
+                .expect("dispose");
+            println!("SENT {count}");
+            wait_stdin();
+            ExitCode::SUCCESS
+        }
+        "sub" => {
+            let writers: usize = arg(&args, 2, "writers");
+            let count: u64 = arg(&args, 3, "count");
+            let bytes: usize = arg(&args, 4, "payload bytes");
+            let timeout_s: u64 = arg(&args, 5, "timeout");
+            let reader = p
+                .create_subscriber(Default::default())
+                .expect("subscriber")
+                .create_datareader(
+                    &topic,
+                    DataReaderQos::default()
+                        .with_reliability(reliable)
+                        .with_history(History::keep_all()),
+                )
+                .expect("reader");
+            println!("READY");
+            let mut check = Checker::new(count, bytes);
+            let mut keys: HashMap<[u8; 16], String> = HashMap::new();
+            let deadline = Instant::now() + Duration::from_secs(timeout_s);
+            while !check.complete(writers) && Instant::now() < deadline {
+                let got = reader.take(256, StateMask::ANY).expect("take");
+                if got.is_empty() {
+                    std::thread::sleep(Duration::from_micros(500));
+                }
+                for s in got {
+                    match s.data {
+                        Some(v) => {
+                            if let Ok(h) = v.key_hash() {
+                                keys.entry(h.0).or_insert_with(|| v.key.clone());
+                            }
+                            check.data(&v.key, &v.value);
+                        }
+                        None if s.info.instance_state == InstanceState::NotAliveDisposed => {
+                            let k = keys
+                                .get(&s.info.instance_handle.0 .0)
+                                .cloned()
+                                .unwrap_or_else(|| format!("unknown {}", s.info.instance_handle.0));
+                            check.dispose(&k);
+                        }
+                        None => {}
+                    }
+                }
+            }
+            for p in check.problems() {
+                println!("PROBLEM {p}");
+            }
+            println!("{}", check.summary(writers));
+            let ok = check.complete(writers) && check.problems().is_empty();
+            wait_stdin();
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        "count" => {
+            let expected: u64 = arg(&args, 2, "expected");
+            let timeout_s: u64 = arg(&args, 3, "timeout");
+            let reader = p
+                .create_subscriber(Default::default())
+                .expect("subscriber")
+                .create_datareader(
+                    &topic,
+                    DataReaderQos::default()
+                        .with_reliability(reliable)
+                        .with_history(History::keep_all()),
+                )
+                .expect("reader");
+            println!("READY");
+            let deadline = Instant::now() + Duration::from_secs(timeout_s);
+            let mut n = 0u64;
+            let mut quiet_until: Option<Instant> = None;
+            while Instant::now() < deadline && quiet_until.is_none_or(|q| Instant::now() < q) {
+                let got = reader.take(256, StateMask::ANY).expect("take");
+                if got.is_empty() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                n += got.iter().filter(|s| s.info.valid_data).count() as u64;
+                if n >= expected && quiet_until.is_none() {
+                    // Then watch a while longer: a loop would keep samples coming.
+                    quiet_until = Some(Instant::now() + Duration::from_millis(QUIET_MS));
+                }
+            }
+            println!("COUNT {n}");
+            wait_stdin();
+            ExitCode::SUCCESS
+        }
+        "perf-pub" => {
+            let mode: String = arg(&args, 2, "mode");
+            let size: usize = arg(&args, 3, "size");
+            let count: u64 = arg(&args, 4, "count");
+            let writer = p
+                .create_publisher(Default::default())
+                .expect("publisher")
+                .create_datawriter(&topic, DataWriterQos::default().with_reliability(reliable))
+                .expect("writer");
+            writer
+                .wait_for_readers(1, Duration::from_secs(60))
+                .expect("a matched reader");
+            for seq in 0..count {
+                if mode == "latency" {
+                    std::thread::sleep(Duration::from_micros(LATENCY_GAP_US));
+                }
+                writer
+                    .write(&KeyedString {
+                        key: key_of(seq),
+                        value: perf_value(now_ns(), seq, size),
+                    })
+                    .expect("write");
+            }
+            println!("SENT {count}");
+            wait_stdin();
+            ExitCode::SUCCESS
+        }
+        "perf-sub" => {
+            let mode: String = arg(&args, 2, "mode");
+            let size: usize = arg(&args, 3, "size");
+            let count: u64 = arg(&args, 4, "count");
+            let timeout_s: u64 = arg(&args, 5, "timeout");
+            let stack: String = arg(&args, 6, "stack");
+            let reader = p
+                .create_subscriber(Default::default())
+                .expect("subscriber")
+                .create_datareader(
+                    &topic,
+                    DataReaderQos::default()
+                        .with_reliability(reliable)
+                        .with_history(History::keep_all()),
+                )
+                .expect("reader");
+            println!("READY");
+            let mut stats = PerfStats::default();
+            let deadline = Instant::now() + Duration::from_secs(timeout_s);
+            while stats.samples() < count && Instant::now() < deadline {
+                let got = reader.take_loaned(1024, StateMask::ANY).expect("take");
+                if got.is_empty() {
+                    std::thread::sleep(Duration::from_micros(PERF_POLL_US));
+                }
+                for s in got.iter() {
+                    if let Ok(Some(v)) = s.data() {
+                        stats.sample(&v.value);
+                    }
+                }
+            }
+            println!("{}", stats.json(&stack, &mode, size, count));
+            let ok = stats.samples() >= count;
+            wait_stdin();
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        "record" => {
+            let timeout_s: u64 = arg(&args, 2, "timeout");
+            let reader = p
+                .create_subscriber(Default::default())
+                .expect("subscriber")
+                .create_datareader(
+                    &topic,
+                    DataReaderQos::default()
+                        .with_reliability(reliable)
+                        .with_history(History::keep_all()),
+                )
+                .expect("reader");
+            println!("READY");
+            let mut rec = Record::default();
+            let deadline = Instant::now() + Duration::from_secs(timeout_s);
+            let mut last = Instant::now();
+            while Instant::now() < deadline
+                && (rec.is_empty() || last.elapsed() < Duration::from_millis(RECORD_QUIET_MS))
+            {
+                let got = reader.take(256, StateMask::ANY).expect("take");
+                if got.is_empty() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                for s in got {
+                    if let Some(v) = s.data {
+                        rec.data(&v.value);
+                        last = Instant::now();
+                    }
+                }
+            }
+            println!("{}", rec.line());
+            wait_stdin();
+            ExitCode::SUCCESS
+        }
+        "host" => {
+            println!("READY");
+            wait_stdin();
+            ExitCode::SUCCESS
+        }
+        other => {
+            eprintln!("interop-spindle-peer: mode {other:?}: pub, sub or host");
+            ExitCode::from(2)
+        }
+    };
+    p.close();
+    code
+}

@@ -1,0 +1,194 @@
+//! Cyclone DDS ⇄ Spindle through the RTPS bridge: a plain Cyclone DDS application (the
+//! `cyclonedds` Python package, in the virtualenv of the CDR cross-check), the bridge and a
+//! plain Spindle application, each a separate process. Cyclone is restricted to loopback
+//! by its `CYCLONEDDS_URI` (the `lo` interface, no multicast); the bridge by
+//! `only_networks = 127.0.0.1`.
+//!
+//! Skipped (with a line saying so) when the virtualenv cannot be built, unless
+//! `SPINDLE_CROSSCHECK_REQUIRED=1` (set by scripts/test.sh after it built it).
+//!
+//! Cyclone's `take` returns samples grouped by instance (Cyclone does not implement
+//! PRESENTATION ordered access), so a Cyclone reader checks the order per writer within
+//! each instance; the Spindle reader checks it per writer across instances.
+//!
+//! Known, not yet understood: in one run of about six (2026-11-25, the machine under heavy
+//! load), `a_spindle_writer_reaches_a_cyclone_reader_through_the_bridge` failed because
+//! the Cyclone reader never got one early sample (sample 27 of 10,000) through the
+//! bridge's RustDDS writer (reliable, KEEP_ALL). The test stopped before it read the
+//! bridge's counters, so whether the sample was lost in the bridge or between RustDDS's
+//! writer and Cyclone's reader is not known. The RustDDS → RustDDS tests have not shown it.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use spindle_interop_tests::procs::{
+    bridge_config, cyclone_peer_script, cyclone_python, cyclone_uri, namespace, rtps_domain,
+    spindle_config, test_dir, Peer,
+};
+
+/// Samples per writer: the 10,000 (a debug build ran both tests in about 10 s).
+const COUNT: u64 = 10_000;
+const PAYLOAD_BYTES: usize = 100;
+const TIMEOUT_S: u64 = 90;
+const START: Duration = Duration::from_secs(60);
+
+fn s(v: impl ToString) -> String {
+    v.to_string()
+}
+
+fn python_or_skip() -> Option<PathBuf> {
+    match cyclone_python() {
+        Ok(p) => Some(p),
+        Err(reason) => {
+            if std::env::var("SPINDLE_CROSSCHECK_REQUIRED").is_ok_and(|v| v == "1") {
+                panic!("Cyclone DDS venv required but unavailable: {reason}");
+            }
+            println!("SKIPPED: Cyclone DDS interop: the Python venv cannot be built: {reason}");
+            None
+        }
+    }
+}
+
+fn exe(name: &str) -> &'static Path {
+    Path::new(match name {
+        "bridge" => env!("CARGO_BIN_EXE_interop-bridge"),
+        _ => env!("CARGO_BIN_EXE_interop-spindle-peer"),
+    })
+}
+
+/// A Cyclone writer → bridge → a Spindle reader.
+#[test]
+fn a_cyclone_writer_reaches_a_spindle_reader_through_the_bridge() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let dir = test_dir("cyclone-to-spindle");
+    let uri = cyclone_uri(&dir);
+    let ns = namespace("c2s");
+    let domain = rtps_domain(3);
+    let c1 = spindle_config(&dir, &ns, 1);
+    let c2 = spindle_config(&dir, &ns, 2);
+    let bcfg = bridge_config(&dir, "bridge", domain, &c2, "rtps_to_spindle");
+    let mut sub = Peer::start(
+        "spindle-sub",
+        exe("spindle"),
+        &[
+            s("sub"),
+            s(c1.display()),
+            s(1),
+            s(COUNT),
+            s(PAYLOAD_BYTES),
+            s(TIMEOUT_S),
+        ],
+    );
+    sub.wait_line("READY", START);
+    let mut bridge = Peer::start("bridge", exe("bridge"), &[s(bcfg.display())]);
+    bridge.wait_line("READY", START);
+    let mut publisher = Peer::start_with_env(
+        "cyclone-pub",
+        &python,
+        &[
+            s(cyclone_peer_script().display()),
+            s("pub"),
+            s(domain),
+            s(1),
+            s(COUNT),
+            s(PAYLOAD_BYTES),
+        ],
+        &[("CYCLONEDDS_URI", &uri), ("INTEROP_WAIT_GO", "1")],
+    );
+    // Write once both sides know each other.
+    publisher.wait_line("MATCHED", START);
+    bridge.wait_line("MATCHED rtps_writers=1", START);
+    publisher.send_line("go");
+    let got = sub.wait_line("OK", Duration::from_secs(TIMEOUT_S + 30));
+    assert!(
+        got.contains(&format!("received={COUNT}")) && got.contains("disposes=1"),
+        "{got}"
+    );
+    publisher.wait_line("SENT", Duration::from_secs(TIMEOUT_S));
+    let (st, _) = publisher.finish(Duration::from_secs(30));
+    assert!(st.success(), "Cyclone publisher: {st:?}");
+    let (st, lines) = bridge.finish(Duration::from_secs(30));
+    assert!(st.success(), "bridge: {st:?} {lines:?}");
+    let stats = lines
+        .iter()
+        .find(|l| l.starts_with("STATS"))
+        .expect("STATS line");
+    assert!(stats.contains("dropped=0"), "{stats}");
+    let (st, _) = sub.finish(Duration::from_secs(30));
+    assert!(st.success(), "Spindle subscriber: {st:?}");
+}
+
+/// A Spindle writer → bridge → a Cyclone reader.
+#[test]
+fn a_spindle_writer_reaches_a_cyclone_reader_through_the_bridge() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let dir = test_dir("spindle-to-cyclone");
+    let uri = cyclone_uri(&dir);
+    let ns = namespace("s2c");
+    let domain = rtps_domain(4);
+    let c1 = spindle_config(&dir, &ns, 1);
+    let c2 = spindle_config(&dir, &ns, 2);
+    let c3 = spindle_config(&dir, &ns, 3);
+    let bcfg = bridge_config(&dir, "bridge", domain, &c2, "spindle_to_rtps");
+    let mut sub = Peer::start_with_env(
+        "cyclone-sub",
+        &python,
+        &[
+            s(cyclone_peer_script().display()),
+            s("sub"),
+            s(domain),
+            s(1),
+            s(COUNT),
+            s(PAYLOAD_BYTES),
+            s(TIMEOUT_S),
+        ],
+        &[("CYCLONEDDS_URI", &uri)],
+    );
+    sub.wait_line("READY", START);
+    let mut host = Peer::start(
+        "spindle-host",
+        exe("spindle"),
+        &[s("host"), s(c1.display())],
+    );
+    host.wait_line("READY", START);
+    let mut bridge = Peer::start("bridge", exe("bridge"), &[s(bcfg.display())]);
+    bridge.wait_line("READY", START);
+    bridge.wait_line("MATCHED rtps_readers=1", START);
+    sub.wait_line("MATCHED", START);
+    let mut publisher = Peer::start(
+        "spindle-pub",
+        exe("spindle"),
+        &[s("pub"), s(c3.display()), s(1), s(COUNT), s(PAYLOAD_BYTES)],
+    );
+    publisher.wait_line("SENT", Duration::from_secs(TIMEOUT_S));
+    let (st, lines) = sub.finish(Duration::from_secs(TIMEOUT_S + 30));
+    let summary = lines
+        .iter()
+        .rev()
+        .find(|l| l.starts_with("OK") || l.starts_with("INCOMPLETE"));
+    assert!(st.success(), "Cyclone subscriber: {st:?} {lines:?}");
+    assert!(
+        summary
+            .is_some_and(|l| l.contains(&format!("received={COUNT}")) && l.contains("disposes=1")),
+        "{summary:?}"
+    );
+    let (st, lines) = bridge.finish(Duration::from_secs(30));
+    assert!(st.success(), "bridge: {st:?} {lines:?}");
+    let stats = lines
+        .iter()
+        .find(|l| l.starts_with("STATS"))
+        .expect("STATS line");
+    assert!(
+        stats.contains(&format!("into_rtps={}", COUNT + 1)),
+        "{stats}"
+    );
+    assert!(stats.contains("dropped=0"), "{stats}");
+    for p in [publisher, host] {
+        let (st, _) = p.finish(Duration::from_secs(30));
+        assert!(st.success(), "Spindle peer: {st:?}");
+    }
+}

@@ -1,0 +1,721 @@
+//! The running bridge: per topic, one thread per direction moving undecoded samples.
+//!
+//! * **RTPS → Spindle**: a RustDDS reader (taken on its own thread, with the topic's key
+//!   layout set, polled every [`POLL_IDLE_US`] when idle) feeds one Spindle writer per
+//!   topic. Samples of RTPS writers that belong to a bridge (this one, or any other that
+//!   announced itself on [`BRIDGES_TOPIC`]) are skipped: what a bridge wrote into RTPS
+//!   came from Spindle, so taking it back would loop. Everything the bridge writes into
+//!   Spindle gets Spindle's total order: every Spindle reader sees the samples of all RTPS
+//!   writers of a topic in one order.
+//! * **Spindle → RTPS**: a Spindle reader (KEEP_ALL) feeds one RustDDS writer per topic.
+//!   Samples of this bridge's own Spindle writer are skipped (by its writer handle).
+//!   Data keeps its bytes and source timestamp; a dispose notice becomes an RTPS dispose
+//!   carrying the key's serialization, which the bridge remembers from the instance's
+//!   last data sample (at most [`INSTANCE_KEYS_MAX`] per topic); an unregister notice is
+//!   not forwarded (RustDDS 0.15 has no unregister).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rustdds::{
+    no_key, with_key, DataReaderStatus, DataWriterStatus, InstanceState as RtpsInstanceState,
+    RTPSEntity, StatusEvented, TopicKind,
+};
+use spindle_dds_core::{
+    DataReader, DataWriter, DomainParticipant, DomainParticipantFactory, InstanceState,
+    ParticipantConfig, StateMask, WriterHandle,
+};
+use spindle_qos::{
+    DataReaderQos, DataWriterQos, DomainParticipantQos, History, Reliability, TopicQos,
+};
+use spindle_topics::{CdrSample, KeyHash, KeyedString};
+
+use crate::config::{BridgeConfig, DurabilityKind, ReliabilityKind, TopicConfig};
+use crate::error::{Error, Result};
+use crate::keys::KeyLayout;
+use crate::rtps::{
+    self, qos_of, split_header, timestamp_from_ns, timestamp_to_ns, with_key_layout, RawCdr,
+    RawKey, RawSample,
+};
+
+/// How long a forwarding thread sleeps when its reader had nothing (the timed poll that
+/// stands in for RustDDS's mio 0.6 wake-ups, which can be missed).
+pub const POLL_IDLE_US: u64 = 200;
+
+/// Most samples a forwarding thread takes from its reader at once.
+pub const TAKE_BATCH_MAX: usize = 1024;
+
+/// Most instance keys a Spindle → RTPS topic remembers for disposes (oldest forgotten).
+pub const INSTANCE_KEYS_MAX: usize = 1 << 16;
+
+/// How long the bridge lingers at stop for its RTPS writers' reliable delivery to finish.
+pub const LINGER_MS: u64 = 3_000;
+
+/// The Spindle topic on which bridges announce their RTPS participants (key: the GUID
+/// prefix in hex), so that no bridge forwards another bridge's RTPS output back.
+pub const BRIDGES_TOPIC: &str = "spindle.rtps_bridge.participants";
+
+/// How long a Spindle write from the bridge may block on a full window.
+pub const SPINDLE_MAX_BLOCKING_MS: i64 = 10_000;
+
+/// Counters of one bridge, summed over its topics.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Samples (data and disposes) written into Spindle.
+    pub into_spindle: AtomicU64,
+    /// Samples (data and disposes) written into RTPS.
+    pub into_rtps: AtomicU64,
+    /// Samples not forwarded because they came from a bridge (loop prevention).
+    pub skipped_own: AtomicU64,
+    /// Samples not forwarded because they could not be (bad bytes, unknown key, a
+    /// refused write); each is also logged.
+    pub dropped: AtomicU64,
+    /// RTPS readers matched with the bridge's RTPS writers now (summed over topics): a
+    /// volatile RTPS reader gets only what is written after it matched.
+    pub rtps_readers_matched: AtomicI64,
+    /// RTPS writers matched with the bridge's RTPS readers now (summed over topics): an
+    /// RTPS writer's samples are taken only once its reader knows it.
+    pub rtps_writers_matched: AtomicI64,
+    /// Bridges known on the registry topic (this one included).
+    pub bridges_known: AtomicI64,
+}
+
+/// A snapshot of [`Stats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StatsSnapshot {
+    /// See [`Stats::into_spindle`].
+    pub into_spindle: u64,
+    /// See [`Stats::into_rtps`].
+    pub into_rtps: u64,
+    /// See [`Stats::skipped_own`].
+    pub skipped_own: u64,
+    /// See [`Stats::dropped`].
+    pub dropped: u64,
+    /// See [`Stats::rtps_readers_matched`].
+    pub rtps_readers_matched: i64,
+}
+
+impl Stats {
+    fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            into_spindle: self.into_spindle.load(Ordering::Relaxed),
+            into_rtps: self.into_rtps.load(Ordering::Relaxed),
+            skipped_own: self.skipped_own.load(Ordering::Relaxed),
+            dropped: self.dropped.load(Ordering::Relaxed),
+            rtps_readers_matched: self.rtps_readers_matched.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// GUID prefixes of every bridge's RTPS participant known so far.
+type BridgePrefixes = Arc<RwLock<HashSet<[u8; 12]>>>;
+
+/// A running bridge. [`Bridge::stop`] ends it (and lingers for reliable delivery).
+pub struct Bridge {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    stats: Arc<Stats>,
+    spindle: Option<DomainParticipant>,
+    _rtps: rustdds::DomainParticipant,
+}
+
+impl std::fmt::Debug for Bridge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bridge")
+            .field("threads", &self.threads.len())
+            .field("stats", &self.stats.snapshot())
+            .finish()
+    }
+}
+
+fn prefix_hex(p: &[u8]) -> String {
+    p.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn prefix_from_hex(s: &str) -> Option<[u8; 12]> {
+    let mut out = [0u8; 12];
+    if s.len() != 24 {
+        return None;
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+fn spindle_reliability(t: &TopicConfig) -> Reliability {
+    match t.reliability {
+        ReliabilityKind::Reliable => Reliability {
+            max_blocking_time: spindle_qos::Duration::from_millis(SPINDLE_MAX_BLOCKING_MS),
+            ..Reliability::reliable()
+        },
+        ReliabilityKind::BestEffort => Reliability::best_effort(),
+    }
+}
+
+fn spindle_durability(t: &TopicConfig) -> spindle_qos::DurabilityKind {
+    match t.durability {
+        DurabilityKind::Volatile => spindle_qos::DurabilityKind::Volatile,
+        DurabilityKind::TransientLocal => spindle_qos::DurabilityKind::TransientLocal,
+    }
+}
+
+impl Bridge {
+    /// Starts a bridge: joins the Spindle domain with `spindle_cfg`, creates the RTPS
+    /// participant, and for every topic the readers, writers and threads its direction
+    /// needs. Returns once every entity exists.
+    pub fn start(cfg: &BridgeConfig, spindle_cfg: &ParticipantConfig) -> Result<Bridge> {
+        let factory = DomainParticipantFactory::instance();
+        let spindle = factory.create_participant(
+            spindle_cfg.domain_id,
+            DomainParticipantQos::default(),
+            spindle_cfg,
+        )?;
+        let rtps = rtps::participant(cfg.rtps_domain_id, cfg.only_networks.as_deref())?;
+        let own_prefix: [u8; 12] = rtps
+            .guid()
+            .prefix
+            .as_ref()
+            .try_into()
+            .map_err(|_| Error::Rtps("GUID prefix is not 12 bytes".into()))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(Stats::default());
+        let prefixes: BridgePrefixes = Arc::new(RwLock::new(HashSet::from([own_prefix])));
+        let mut threads = Vec::new();
+
+        // Announce this bridge and learn the others (reliable + transient local: a bridge
+        // that starts later still learns of the earlier ones).
+        let registry_qos = TopicQos::default();
+        let registry = spindle.create_topic::<KeyedString>(BRIDGES_TOPIC, registry_qos)?;
+        let publisher = spindle.create_publisher(Default::default())?;
+        let subscriber = spindle.create_subscriber(Default::default())?;
+        let reg_reader = subscriber.create_datareader(
+            &registry,
+            DataReaderQos::default()
+                .with_reliability(Reliability::reliable())
+                .with_durability(spindle_qos::DurabilityKind::TransientLocal)
+                .with_history(History::keep_all()),
+        )?;
+        let reg_writer = publisher.create_datawriter(
+            &registry,
+            DataWriterQos::default()
+                .with_reliability(Reliability::reliable())
+                .with_durability(spindle_qos::DurabilityKind::TransientLocal),
+        )?;
+        reg_writer.write(&KeyedString {
+            key: prefix_hex(&own_prefix),
+            value: format!("rtps domain {}", cfg.rtps_domain_id),
+        })?;
+        {
+            let stop = Arc::clone(&stop);
+            let prefixes = Arc::clone(&prefixes);
+            let registry_stats = Arc::clone(&stats);
+            threads.push(spawn("bridge-registry", move || {
+                let _keep = reg_writer;
+                while !stop.load(Ordering::Relaxed) {
+                    match reg_reader.take(TAKE_BATCH_MAX, StateMask::ANY) {
+                        Ok(got) if !got.is_empty() => {
+                            let mut set = prefixes.write().unwrap_or_else(|e| e.into_inner());
+                            for s in got {
+                                if let Some(p) = s.data.and_then(|d| prefix_from_hex(&d.key)) {
+                                    set.insert(p);
+                                }
+                            }
+                            registry_stats
+                                .bridges_known
+                                .store(set.len() as i64, Ordering::Relaxed);
+                        }
+                        Ok(_) => std::thread::sleep(Duration::from_millis(10)),
+                        Err(e) => {
+                            tracing::warn!("bridge registry: {e}");
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                    }
+                }
+            })?);
+        }
+
+        let rtps_pub = rtps
+            .create_publisher(&rustdds::QosPolicies::qos_none())
+            .map_err(|e| Error::Rtps(format!("publisher: {e:?}")))?;
+        let rtps_sub = rtps
+            .create_subscriber(&rustdds::QosPolicies::qos_none())
+            .map_err(|e| Error::Rtps(format!("subscriber: {e:?}")))?;
+
+        for t in &cfg.topics {
+            let kind = if t.key.is_some() {
+                TopicKind::WithKey
+            } else {
+                TopicKind::NoKey
+            };
+            let rqos = qos_of(t);
+            let rtopic = rtps
+                .create_topic(t.name.clone(), t.type_name.clone(), &rqos, kind)
+                .map_err(|e| Error::Rtps(format!("topic {:?}: {e:?}", t.name)))?;
+            let stopic = spindle.create_cdr_topic(&t.name, &t.type_name, TopicQos::default())?;
+            let mut own_writer: Option<WriterHandle> = None;
+
+            if t.direction.into_spindle() {
+                let writer = publisher.create_datawriter(
+                    &stopic,
+                    DataWriterQos::default()
+                        .with_reliability(spindle_reliability(t))
+                        .with_durability(spindle_durability(t)),
+                )?;
+                own_writer = Some(WriterHandle {
+                    node: spindle.node_id(),
+                    writer_id: writer.id(),
+                });
+                let reader = RtpsReader::create(&rtps_sub, &rtopic, rqos.clone(), t)?;
+                let ctx = Ctx {
+                    stop: Arc::clone(&stop),
+                    stats: Arc::clone(&stats),
+                    prefixes: Arc::clone(&prefixes),
+                    topic: t.clone(),
+                };
+                threads.push(spawn(&format!("bridge-in-{}", t.name), move || {
+                    rtps_to_spindle(ctx, reader, writer)
+                })?);
+            }
+            if t.direction.into_rtps() {
+                let reader = subscriber.create_datareader(
+                    &stopic,
+                    DataReaderQos::default()
+                        .with_reliability(spindle_reliability(t))
+                        .with_durability(spindle_durability(t))
+                        .with_history(History::keep_all()),
+                )?;
+                let writer = RtpsWriter::create(&rtps_pub, &rtopic, rqos, t)?;
+                let ctx = Ctx {
+                    stop: Arc::clone(&stop),
+                    stats: Arc::clone(&stats),
+                    prefixes: Arc::clone(&prefixes),
+                    topic: t.clone(),
+                };
+                threads.push(spawn(&format!("bridge-out-{}", t.name), move || {
+                    spindle_to_rtps(ctx, reader, writer, own_writer)
+                })?);
+            }
+        }
+        Ok(Bridge {
+            stop,
+            threads,
+            stats,
+            spindle: Some(spindle),
+            _rtps: rtps,
+        })
+    }
+
+    /// The live counters (shared with the forwarding threads).
+    pub fn stats_handle(&self) -> Arc<Stats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    /// Stops forwarding: each Spindle → RTPS thread first lingers up to [`LINGER_MS`]
+    /// for its RTPS writer's samples to be acknowledged. Returns the final counters.
+    pub fn stop(mut self) -> StatsSnapshot {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            if t.join().is_err() {
+                tracing::error!("a bridge thread panicked");
+            }
+        }
+        if let Some(p) = self.spindle.take() {
+            p.close();
+        }
+        self.stats.snapshot()
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.chars().take(15).collect())
+        .spawn(f)
+        .map_err(|e| Error::Rtps(format!("thread {name}: {e}")))
+}
+
+struct Ctx {
+    stop: Arc<AtomicBool>,
+    stats: Arc<Stats>,
+    prefixes: BridgePrefixes,
+    topic: TopicConfig,
+}
+
+impl Ctx {
+    fn dropped(&self, what: std::fmt::Arguments<'_>) {
+        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("topic {:?}: {what}", self.topic.name);
+    }
+}
+
+/// What a bridge's RTPS reader took.
+enum Change {
+    Data(RawSample),
+    Dispose(RawKey),
+    Unregister(RawKey),
+}
+
+struct Taken {
+    change: Change,
+    writer_prefix: [u8; 12],
+    source_timestamp_ns: Option<u64>,
+}
+
+enum RtpsReader {
+    Keyed(with_key::DataReader<RawSample, RawCdr>),
+    Plain(no_key::DataReader<RawSample, RawCdr>),
+}
+
+fn prefix_of(g: rustdds::GUID) -> [u8; 12] {
+    let mut p = [0u8; 12];
+    let bytes = g.prefix.as_ref();
+    let n = bytes.len().min(12);
+    p[..n].copy_from_slice(&bytes[..n]);
+    p
+}
+
+impl RtpsReader {
+    fn create(
+        sub: &rustdds::Subscriber,
+        topic: &rustdds::Topic,
+        qos: rustdds::QosPolicies,
+        t: &TopicConfig,
+    ) -> Result<RtpsReader> {
+        let r = if t.key.is_some() {
+            sub.create_datareader::<RawSample, RawCdr>(topic, Some(qos))
+                .map(RtpsReader::Keyed)
+        } else {
+            sub.create_datareader_no_key::<RawSample, RawCdr>(topic, Some(qos))
+                .map(RtpsReader::Plain)
+        };
+        r.map_err(|e| Error::Rtps(format!("reader of {:?}: {e:?}", t.name)))
+    }
+
+    /// The change in matched RTPS writers since the last call.
+    fn matched_change(&self) -> i64 {
+        let mut change = 0i64;
+        loop {
+            let st = match self {
+                RtpsReader::Keyed(r) => r.try_recv_status(),
+                RtpsReader::Plain(r) => r.try_recv_status(),
+            };
+            match st {
+                Some(DataReaderStatus::SubscriptionMatched { current, .. }) => {
+                    change += current.count_change() as i64;
+                }
+                Some(_) => {}
+                None => return change,
+            }
+        }
+    }
+
+    /// Takes up to [`TAKE_BATCH_MAX`] samples, in order per writer. (RustDDS's
+    /// `take_next_sample` sorts the whole cache for each sample: a batch sorts it once.)
+    fn take(&mut self, layout: Option<&KeyLayout>) -> std::result::Result<Vec<Taken>, String> {
+        match self {
+            RtpsReader::Keyed(r) => {
+                let got = with_key_layout(layout, || {
+                    r.take(TAKE_BATCH_MAX, rustdds::ReadCondition::not_read())
+                })
+                .map_err(|e| format!("{e:?}"))?;
+                Ok(got
+                    .into_iter()
+                    .map(|s| {
+                        let info = s.sample_info();
+                        let writer_prefix = prefix_of(info.writer_guid());
+                        let source_timestamp_ns = info.source_timestamp().map(timestamp_to_ns);
+                        let state = info.instance_state();
+                        let change = match s.into_value() {
+                            with_key::Sample::Value(v) => Change::Data(v),
+                            with_key::Sample::Dispose(k)
+                                if state == RtpsInstanceState::NotAliveNoWriters =>
+                            {
+                                Change::Unregister(k)
+                            }
+                            with_key::Sample::Dispose(k) => Change::Dispose(k),
+                        };
+                        Taken {
+                            change,
+                            writer_prefix,
+                            source_timestamp_ns,
+                        }
+                    })
+                    .collect())
+            }
+            RtpsReader::Plain(r) => {
+                let got = with_key_layout(None, || {
+                    r.take(TAKE_BATCH_MAX, rustdds::ReadCondition::not_read())
+                })
+                .map_err(|e| format!("{e:?}"))?;
+                Ok(got
+                    .into_iter()
+                    .map(|s| {
+                        let info = s.sample_info();
+                        let writer_prefix = prefix_of(info.writer_guid());
+                        let source_timestamp_ns = info.source_timestamp().map(timestamp_to_ns);
+                        Taken {
+                            change: Change::Data(s.into_value()),
+                            writer_prefix,
+                            source_timestamp_ns,
+                        }
+                    })
+                    .collect())
+            }
+        }
+    }
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// A dispose or unregister on Spindle: the bytes do not matter, the key hash does.
+fn notice(key: &RawKey) -> CdrSample {
+    // A valid empty little-endian encapsulation; `CdrSample::new` cannot refuse it.
+    CdrSample::new(vec![0, 1, 0, 0], KeyHash(key.hash)).unwrap_or_default()
+}
+
+fn rtps_to_spindle(ctx: Ctx, mut reader: RtpsReader, writer: DataWriter<CdrSample>) {
+    let layout = ctx.topic.key.clone();
+    while !ctx.stop.load(Ordering::Relaxed) {
+        let change = reader.matched_change();
+        if change != 0 {
+            ctx.stats
+                .rtps_writers_matched
+                .fetch_add(change, Ordering::Relaxed);
+        }
+        let batch = match reader.take(layout.as_ref()) {
+            Ok(b) if b.is_empty() => {
+                std::thread::sleep(Duration::from_micros(POLL_IDLE_US));
+                continue;
+            }
+            Ok(b) => b,
+            Err(e) => {
+                ctx.dropped(format_args!("RTPS samples not readable: {e}"));
+                std::thread::sleep(Duration::from_micros(POLL_IDLE_US));
+                continue;
+            }
+        };
+        for taken in batch {
+            forward_into_spindle(&ctx, &writer, taken);
+        }
+    }
+}
+
+fn forward_into_spindle(ctx: &Ctx, writer: &DataWriter<CdrSample>, taken: Taken) {
+    let from_bridge = ctx
+        .prefixes
+        .read()
+        .map(|s| s.contains(&taken.writer_prefix))
+        .unwrap_or(false);
+    if from_bridge {
+        ctx.stats.skipped_own.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let ts = taken.source_timestamp_ns.unwrap_or_else(now_ns) as i64;
+    let r = match &taken.change {
+        Change::Data(raw) => CdrSample::new(raw.to_encapsulated(), KeyHash(raw.key.hash))
+            .map_err(spindle_dds_core::Error::from)
+            .and_then(|s| writer.write_w_timestamp(&s, ts)),
+        Change::Dispose(k) => writer.dispose(&notice(k)),
+        Change::Unregister(k) => writer.unregister_instance(&notice(k)),
+    };
+    match r {
+        Ok(()) => {
+            ctx.stats.into_spindle.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(e) => ctx.dropped(format_args!("Spindle write refused: {e}")),
+    }
+}
+
+enum RtpsWriter {
+    Keyed(with_key::DataWriter<RawSample, RawCdr>),
+    Plain(no_key::DataWriter<RawSample, RawCdr>),
+}
+
+impl RtpsWriter {
+    fn create(
+        publisher: &rustdds::Publisher,
+        topic: &rustdds::Topic,
+        qos: rustdds::QosPolicies,
+        t: &TopicConfig,
+    ) -> Result<RtpsWriter> {
+        let w = if t.key.is_some() {
+            publisher
+                .create_datawriter::<RawSample, RawCdr>(topic, Some(qos))
+                .map(RtpsWriter::Keyed)
+        } else {
+            publisher
+                .create_datawriter_no_key::<RawSample, RawCdr>(topic, Some(qos))
+                .map(RtpsWriter::Plain)
+        };
+        w.map_err(|e| Error::Rtps(format!("writer of {:?}: {e:?}", t.name)))
+    }
+
+    fn write(&self, s: RawSample, ts_ns: i64) -> std::result::Result<(), String> {
+        let ts = Some(timestamp_from_ns(ts_ns.max(0) as u64));
+        match self {
+            RtpsWriter::Keyed(w) => w.write(s, ts).map_err(|e| format!("{e:?}")),
+            RtpsWriter::Plain(w) => w.write(s, ts).map_err(|e| format!("{e:?}")),
+        }
+    }
+
+    fn dispose(&self, k: &RawKey, ts_ns: i64) -> std::result::Result<(), String> {
+        match self {
+            RtpsWriter::Keyed(w) => w
+                .dispose(k, Some(timestamp_from_ns(ts_ns.max(0) as u64)))
+                .map_err(|e| format!("{e:?}")),
+            RtpsWriter::Plain(_) => Err("dispose on a keyless topic".into()),
+        }
+    }
+
+    /// The change in matched RTPS readers since the last call.
+    fn matched_change(&self) -> i64 {
+        let mut change = 0i64;
+        loop {
+            let st = match self {
+                RtpsWriter::Keyed(w) => w.try_recv_status(),
+                RtpsWriter::Plain(w) => w.try_recv_status(),
+            };
+            match st {
+                Some(DataWriterStatus::PublicationMatched { current, .. }) => {
+                    change += current.count_change() as i64;
+                }
+                Some(_) => {}
+                None => return change,
+            }
+        }
+    }
+
+    fn linger(&self) {
+        let wait = rustdds::Duration::from_millis(LINGER_MS as i64).to_std();
+        let acked = match self {
+            RtpsWriter::Keyed(w) => w.wait_for_acknowledgments(wait),
+            RtpsWriter::Plain(w) => w.wait_for_acknowledgments(wait),
+        };
+        if !matches!(acked, Ok(true)) {
+            tracing::warn!("RTPS writer stopped before every reader acknowledged: {acked:?}");
+        }
+    }
+}
+
+/// Instance keys seen on a Spindle → RTPS topic, bounded by [`INSTANCE_KEYS_MAX`].
+#[derive(Default)]
+struct KnownKeys {
+    by_hash: HashMap<[u8; 16], RawKey>,
+    order: VecDeque<[u8; 16]>,
+}
+
+impl KnownKeys {
+    fn remember(&mut self, k: &RawKey) {
+        if self.by_hash.insert(k.hash, k.clone()).is_none() {
+            self.order.push_back(k.hash);
+            if self.order.len() > INSTANCE_KEYS_MAX {
+                if let Some(old) = self.order.pop_front() {
+                    self.by_hash.remove(&old);
+                }
+            }
+        }
+        // Invariant: the two hold the same instances, at most INSTANCE_KEYS_MAX.
+        assert!(self.by_hash.len() == self.order.len() && self.order.len() <= INSTANCE_KEYS_MAX);
+    }
+}
+
+fn spindle_to_rtps(
+    ctx: Ctx,
+    reader: DataReader<CdrSample>,
+    writer: RtpsWriter,
+    own_writer: Option<WriterHandle>,
+) {
+    let mut keys = KnownKeys::default();
+    while !ctx.stop.load(Ordering::Relaxed) {
+        let change = writer.matched_change();
+        if change != 0 {
+            ctx.stats
+                .rtps_readers_matched
+                .fetch_add(change, Ordering::Relaxed);
+        }
+        let got = match reader.take(TAKE_BATCH_MAX, StateMask::ANY) {
+            Ok(g) => g,
+            Err(e) => {
+                ctx.dropped(format_args!("Spindle take failed: {e}"));
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        if got.is_empty() {
+            std::thread::sleep(Duration::from_micros(POLL_IDLE_US));
+            continue;
+        }
+        for s in got {
+            if Some(s.info.publication_handle) == own_writer {
+                ctx.stats.skipped_own.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let ts = s.info.source_timestamp_ns;
+            let r = match s.data {
+                Some(cdr) => forward_data(&ctx, &mut keys, &writer, &cdr, ts),
+                None if s.info.instance_state == InstanceState::NotAliveDisposed => {
+                    match keys.by_hash.get(&s.info.instance_handle.0 .0) {
+                        Some(k) => writer.dispose(k, ts),
+                        None => Err(format!(
+                            "dispose of instance {} whose key was never seen",
+                            s.info.instance_handle.0
+                        )),
+                    }
+                }
+                // Unregister notices: RustDDS 0.15 cannot send one.
+                None => continue,
+            };
+            match r {
+                Ok(()) => {
+                    ctx.stats.into_rtps.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => ctx.dropped(format_args!("not forwarded to RTPS: {e}")),
+            }
+        }
+    }
+    writer.linger();
+}
+
+fn forward_data(
+    ctx: &Ctx,
+    keys: &mut KnownKeys,
+    writer: &RtpsWriter,
+    cdr: &CdrSample,
+    ts: i64,
+) -> std::result::Result<(), String> {
+    let (encoding, body) = split_header(cdr.bytes()).map_err(|e| e.to_string())?;
+    let key = match &ctx.topic.key {
+        Some(layout) => {
+            let k = RawKey::extract(
+                layout,
+                body,
+                encoding == rustdds::RepresentationIdentifier::CDR_LE,
+            )
+            .map_err(|e| e.to_string())?;
+            keys.remember(&k);
+            k
+        }
+        None => RawKey::default(),
+    };
+    writer.write(
+        RawSample {
+            encoding,
+            body: body.to_vec(),
+            key,
+        },
+        ts,
+    )
+}

@@ -1,0 +1,101 @@
+//! The command line of `spindle-rtps-bridge` (also run by `interop-tests`' `interop-bridge`).
+//!
+//! `spindle-rtps-bridge CONFIG.toml` runs a bridge until its standard input closes (or
+//! reads a line `stop`), then lingers for reliable delivery and prints its counters. It
+//! prints `READY` on standard output once every reader and writer exists, and
+//! `STATS into_spindle=… into_rtps=… skipped_own=… dropped=…` when it stops; in between,
+//! `MATCHED rtps_readers=N` whenever the number of RTPS readers matched with its writers
+//! changes (a volatile RTPS reader gets only what is written after it matched),
+//! `MATCHED rtps_writers=N` whenever the number of RTPS writers its readers know changes,
+//! and
+//! `BRIDGES N` whenever it learns of another bridge in its Spindle domain.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use spindle_dds_core::ParticipantConfig;
+
+use crate::{Bridge, BridgeConfig};
+
+/// How often the matched-readers count is looked at.
+pub const MATCH_WATCH_MS: u64 = 20;
+
+/// Runs the command line `args` (without the program name).
+pub fn main_with_args(args: &[String]) -> ExitCode {
+    let [path] = args else {
+        eprintln!("usage: spindle-rtps-bridge CONFIG.toml");
+        return ExitCode::from(2);
+    };
+    let cfg = match BridgeConfig::from_toml_file(&PathBuf::from(path)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("spindle-rtps-bridge: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let spindle_cfg = match ParticipantConfig::from_toml_file(&cfg.spindle_config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("spindle-rtps-bridge: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let bridge = match Bridge::start(&cfg, &spindle_cfg) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("spindle-rtps-bridge: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("READY");
+    let _ = std::io::stdout().flush();
+    // Report each change of the matched RTPS readers: `MATCHED rtps_readers=N`.
+    let stats = bridge.stats_handle();
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let done = Arc::clone(&done);
+        std::thread::spawn(move || {
+            let (mut last, mut last_bridges, mut last_writers) = (0i64, 0i64, 0i64);
+            while !done.load(Ordering::Relaxed) {
+                let now = stats.rtps_readers_matched.load(Ordering::Relaxed);
+                if now != last {
+                    println!("MATCHED rtps_readers={now}");
+                    let _ = std::io::stdout().flush();
+                    last = now;
+                }
+                let writers = stats.rtps_writers_matched.load(Ordering::Relaxed);
+                if writers != last_writers {
+                    println!("MATCHED rtps_writers={writers}");
+                    let _ = std::io::stdout().flush();
+                    last_writers = writers;
+                }
+                let bridges = stats.bridges_known.load(Ordering::Relaxed);
+                if bridges != last_bridges {
+                    println!("BRIDGES {bridges}");
+                    let _ = std::io::stdout().flush();
+                    last_bridges = bridges;
+                }
+                std::thread::sleep(Duration::from_millis(MATCH_WATCH_MS));
+            }
+        })
+    };
+    for line in std::io::stdin().lock().lines() {
+        match line {
+            Ok(l) if l.trim() == "stop" => break,
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    done.store(true, Ordering::Relaxed);
+    let _ = watcher.join();
+    let s = bridge.stop();
+    println!(
+        "STATS into_spindle={} into_rtps={} skipped_own={} dropped={}",
+        s.into_spindle, s.into_rtps, s.skipped_own, s.dropped
+    );
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,288 @@
+#!/usr/bin/env bash
+# The side-by-side comparison of issue 16: one publisher process → one subscriber process,
+# reliable, keyed topic (DDS::KeyedString, 8 instances), samples of 16 B, 1 KiB and
+# 64 KiB (65,000 B: a Spindle slot carries at most 65,536 payload bytes until RDMC carries
+# large samples), throughput and one-way latency p50/p99, on
+#   (a) Spindle native over tcp and over shm          (interop-spindle-peer perf-*)
+#   (b) RustDDS 0.15 over UDP loopback                (interop-rustdds-peer perf-*)
+#   (c) Cyclone DDS ddsperf over UDP loopback         (scripts/ddsperf-reference.sh)
+#   (d) RustDDS → bridge → Spindle (shm) → bridge → RustDDS (two RTPS domains)
+# then the semantic comparison (2 writers, 3 readers, one writer killed mid-stream: do
+# the readers hold the same samples in the same order?) for Spindle, RustDDS and Cyclone
+# DDS (its Python binding, the cross-check's venv).
+# Writes JSON lines to docs/bench-interop.jsonl, the Markdown table to stdout and the
+# plots to docs/bench-interop-{throughput,latency}.svg.
+#   bash scripts/bench-interop.sh [--sizes "16 1024 65000"] [--quick]
+# --quick: fewer samples (a smoke run of the harness, figures not for the record).
+# RTPS traffic stays on loopback (RustDDS only_networks = 127.0.0.1, Cyclone lo only).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sizes="16 1024 65000"
+quick=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sizes) sizes="$2"; shift 2 ;;
+    --quick) quick=1; shift ;;
+    *) echo "bench-interop: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+cargo build --release -q -p spindle-interop-tests --bins
+bin="${CARGO_TARGET_DIR:-target}/release"
+work=$(mktemp -d)
+out=docs/bench-interop.jsonl
+: >"$out.tmp"
+declare -A pid_of fd_of
+cleanup() {
+  for n in "${!pid_of[@]}"; do kill "${pid_of[$n]}" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'echo "bench-interop: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
+
+# start NAME CMD… : runs CMD with stdin a fifo held open by us (closing it stops the
+# peer), stdout to $work/NAME.out.
+start() {
+  local name=$1; shift
+  mkfifo "$work/$name.in"
+  "$@" <"$work/$name.in" >"$work/$name.out" 2>"$work/$name.err" &
+  pid_of[$name]=$!
+  local fd
+  exec {fd}>"$work/$name.in"
+  fd_of[$name]=$fd
+}
+# wait_line NAME PREFIX SECONDS
+wait_line() {
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do
+    if grep -q "^$2" "$work/$1.out" 2>/dev/null; then grep -m1 "^$2" "$work/$1.out"; return 0; fi
+    if ! kill -0 "${pid_of[$1]}" 2>/dev/null; then break; fi
+    sleep 0.1
+  done
+  echo "bench-interop: $1 printed no '$2'" >&2
+  cat "$work/$1.out" "$work/$1.err" >&2
+  return 1
+}
+# stop NAME…: close their stdins (all first: peers leave together), wait up to 30 s,
+# then kill what is left (by its pid only).
+stop() {
+  local n fd i
+  for n in "$@"; do fd=${fd_of[$n]}; exec {fd}>&-; done
+  for n in "$@"; do
+    for ((i = 0; i < 300; i++)); do kill -0 "${pid_of[$n]}" 2>/dev/null || break; sleep 0.1; done
+    kill "${pid_of[$n]}" 2>/dev/null || true
+    wait "${pid_of[$n]}" 2>/dev/null || true
+    unset "pid_of[$n]" "fd_of[$n]"
+    rm -f "$work/$n.in"
+  done
+}
+
+# abort STACK MODE SIZE WHY: a run that could not finish (a peer failed to start, e.g. a
+# Spindle member excluded by a false suspicion on an overloaded machine) is recorded as
+# such, its peers stopped, and the harness goes on.
+abort() {
+  echo "{\"stack\":\"$1\",\"mode\":\"$2\",\"size\":$3,\"error\":\"$4\"}" | tee -a "$out.tmp"
+  local n
+  for n in "${!pid_of[@]}"; do stop "$n"; done
+}
+
+count_for() { # mode size
+  if [ "$1" = latency ]; then [ "$quick" = 1 ] && echo 300 || echo 2000; return; fi
+  case "$2" in
+    65000) [ "$quick" = 1 ] && echo 300 || echo 3000 ;;
+    *) [ "$quick" = 1 ] && echo 2000 || echo 30000 ;;
+  esac
+}
+
+# spindle_cfg FILE NODE TRANSPORT NS_OR_PORTBASE [SIZE]: slots of 4 KiB for samples up to
+# 1 KiB, of 64 KiB for larger ones (KeyedString is unbounded: the slot is configured).
+spindle_cfg() {
+  local file=$1 node=$2 transport=$3 base=$4 size=${5:-1024} slot=4096
+  [ "$size" -gt 1024 ] && slot=65536
+  {
+    echo "domain_id = 0"
+    echo "node_id = $node"
+    echo "transport = \"$transport\""
+    echo "slot_payload_bytes = $slot"
+    echo "window_slots = 64"
+    echo "entity_timeout_ms = 30000"
+    if [ "$transport" = tcp ]; then
+      echo "listen = \"127.0.0.1:$((base + node))\""
+    else
+      echo "listen = \"$base\""
+    fi
+    if [ "$node" = 1 ]; then echo "bootstrap = [1]"; else
+      echo "[[contacts]]"
+      echo "node = 1"
+      if [ "$transport" = tcp ]; then echo "address = \"127.0.0.1:$((base + 1))\""
+      else echo "address = \"@spindle-$base-1\""; fi
+    fi
+  } >"$file"
+}
+
+run=0
+spindle_native() { # transport mode size
+  run=$((run + 1))
+  local base ns n
+  n=$(count_for "$2" "$3")
+  if [ "$1" = tcp ]; then base=$((20000 + (RANDOM % 2000) * 10)); else base="bench-interop-$$-$run"; fi
+  spindle_cfg "$work/p1.toml" 1 "$1" "$base" "$3"
+  spindle_cfg "$work/p2.toml" 2 "$1" "$base" "$3"
+  start pub "$bin/interop-spindle-peer" perf-pub "$work/p1.toml" "$2" "$3" "$n"
+  start sub "$bin/interop-spindle-peer" perf-sub "$work/p2.toml" "$2" "$3" "$n" 60 "spindle-$1"
+  wait_line sub '{' 150 | tee -a "$out.tmp" || true
+  stop pub sub
+}
+
+rustdds_native() { # mode size
+  local n domain=$((100 + RANDOM % 100))
+  n=$(count_for "$1" "$2")
+  start sub "$bin/interop-rustdds-peer" perf-sub "$domain" "$1" "$2" "$n" 60 rustdds-udp
+  wait_line sub READY 30 >/dev/null || { abort rustdds-udp "$1" "$2" "subscriber did not start"; return 0; }
+  start pub "$bin/interop-rustdds-peer" perf-pub "$domain" "$1" "$2" "$n"
+  wait_line sub '{' 150 | tee -a "$out.tmp" || true
+  stop pub sub
+}
+
+bridged() { # mode size
+  run=$((run + 1))
+  local n ns="bench-interop-$$-$run" a=$((100 + RANDOM % 50)) b=$((150 + RANDOM % 50))
+  n=$(count_for "$1" "$2")
+  for node in 1 2 3; do spindle_cfg "$work/b$node.toml" "$node" shm "$ns" "$2"; done
+  for side in in out; do
+    local dom dir cfg
+    if [ $side = in ]; then dom=$a; dir=rtps_to_spindle; cfg=b2; else dom=$b; dir=spindle_to_rtps; cfg=b3; fi
+    cat >"$work/bridge-$side.toml" <<EOF
+[rtps]
+domain_id = $dom
+only_networks = ["127.0.0.1"]
+[spindle]
+config = "$work/$cfg.toml"
+[[topic]]
+name = "InteropPerf"
+type_name = "DDS::KeyedString"
+keyed = true
+key = ["string"]
+direction = "$dir"
+reliability = "reliable"
+EOF
+  done
+  local stack=rustdds-bridge-spindle-bridge-rustdds
+  start host "$bin/interop-spindle-peer" host "$work/b1.toml"
+  wait_line host READY 30 >/dev/null || { abort $stack "$1" "$2" "host did not start"; return 0; }
+  start bin "$bin/interop-bridge" "$work/bridge-in.toml"
+  wait_line bin READY 60 >/dev/null || { abort $stack "$1" "$2" "bridge in did not start"; return 0; }
+  start bout "$bin/interop-bridge" "$work/bridge-out.toml"
+  wait_line bout READY 60 >/dev/null || { abort $stack "$1" "$2" "bridge out did not start"; return 0; }
+  start sub "$bin/interop-rustdds-peer" perf-sub "$b" "$1" "$2" "$n" 60 $stack
+  wait_line sub READY 30 >/dev/null || { abort $stack "$1" "$2" "subscriber did not start"; return 0; }
+  wait_line bout "MATCHED rtps_readers=1" 60 >/dev/null || { abort $stack "$1" "$2" "no match"; return 0; }
+  start pub "$bin/interop-rustdds-peer" perf-pub "$a" "$1" "$2" "$n"
+  wait_line sub '{' 150 | tee -a "$out.tmp" || true
+  stop pub sub bout bin host
+}
+
+ddsperf_ref() { # size
+  local secs=5
+  [ "$quick" = 1 ] && secs=3
+  bash scripts/ddsperf-reference.sh --size "$1" --seconds "$secs" 2>/dev/null | tail -n 1 \
+    | python3 -c "import json,sys; r=json.loads(sys.stdin.readline()); print(json.dumps({'stack':'cyclone-ddsperf-udp','mode':'throughput','size':r['size'],'samples':None,'msgs_per_s':r['samples_per_s'],'bytes_per_s':r['bytes_per_s'],'lat_p50_us':None,'lat_p99_us':None,'out_of_order':None}))" \
+    | tee -a "$out.tmp" || true
+  bash scripts/ddsperf-reference.sh --size "$1" --seconds "$secs" --ping 2>/dev/null | tail -n 1 \
+    | python3 -c "import json,sys; r=json.loads(sys.stdin.readline()); print(json.dumps({'stack':'cyclone-ddsperf-udp','mode':'latency','size':r['size'],'samples':r['roundtrips'],'msgs_per_s':None,'bytes_per_s':None,'lat_p50_us':r['oneway_est_p50_us'],'lat_p99_us':r['oneway_est_p99_us'],'out_of_order':None,'note':'half the ping-pong round trip'}))" \
+    | tee -a "$out.tmp" || true
+}
+
+for size in $sizes; do
+  for mode in throughput latency; do
+    spindle_native tcp "$mode" "$size"
+    spindle_native shm "$mode" "$size"
+    rustdds_native "$mode" "$size"
+    bridged "$mode" "$size"
+  done
+  ddsperf_ref "$size"
+done
+
+# The semantic comparison: 2 writers, 3 readers, writer 2 killed (SIGKILL) mid-stream.
+semantic() { # stack
+  run=$((run + 1))
+  local n=3000 ns="bench-interop-$$-$run" domain=$((100 + RANDOM % 100)) r w hashes
+  [ "$quick" = 1 ] && n=1000
+  if [ "$1" = spindle ]; then
+    for node in 1 2 3 4 5; do spindle_cfg "$work/s$node.toml" "$node" shm "$ns"; done
+    for r in 1 2 3; do start "r$r" "$bin/interop-spindle-peer" record "$work/s$r.toml" 60; wait_line "r$r" READY 30 >/dev/null || { abort "$1" semantic 64 "reader did not start"; return 0; }; done
+    start w1 "$bin/interop-spindle-peer" pub "$work/s4.toml" 1 "$n" 64 3 1000
+    start w2 "$bin/interop-spindle-peer" pub "$work/s5.toml" 2 "$n" 64 3 1000
+  elif [ "$1" = cyclone ]; then
+    for r in 1 2 3; do start "r$r" env CYCLONEDDS_URI="$cyclone_uri" "$cyc_python" "$cyc_peer" record "$domain" 60; wait_line "r$r" READY 30 >/dev/null || { abort "$1" semantic 64 "reader did not start"; return 0; }; done
+    start w1 env CYCLONEDDS_URI="$cyclone_uri" "$cyc_python" "$cyc_peer" pub "$domain" 1 "$n" 64 3 1000
+    start w2 env CYCLONEDDS_URI="$cyclone_uri" "$cyc_python" "$cyc_peer" pub "$domain" 2 "$n" 64 3 1000
+  else
+    for r in 1 2 3; do start "r$r" "$bin/interop-rustdds-peer" record "$domain" 60; wait_line "r$r" READY 30 >/dev/null || { abort "$1" semantic 64 "reader did not start"; return 0; }; done
+    start w1 "$bin/interop-rustdds-peer" pub "$domain" 1 "$n" 64 3 1000
+    start w2 "$bin/interop-rustdds-peer" pub "$domain" 2 "$n" 64 3 1000
+  fi
+  # Writers pace 1 ms per sample: two seconds in, writer 2 is mid-stream.
+  sleep 2
+  kill -9 "${pid_of[w2]}" 2>/dev/null || true
+  wait_line w1 SENT 120 >/dev/null || true
+  hashes=""
+  for r in 1 2 3; do
+    hashes="$hashes $(wait_line "r$r" RECORD 120 || echo RECORD none)"
+  done
+  stop w1 w2 r1 r2 r3
+  python3 - "$1" "$hashes" <<'PY' | tee -a "$out.tmp"
+import json, sys
+stack, text = sys.argv[1], sys.argv[2]
+recs = [dict(kv.split("=", 1) for kv in l.split()) for l in text.split("RECORD") if "=" in l]
+same_set = len({(r["samples"], r["set"]) for r in recs}) == 1
+same_order = len({r["order"] for r in recs}) == 1
+print(json.dumps({"stack": stack, "mode": "semantic", "readers": len(recs),
+                  "samples": [int(r["samples"]) for r in recs],
+                  "same_samples": same_set, "same_order": same_order}))
+PY
+}
+cyc_python=$(bash topics/tests/crosscheck/setup.sh 2>/dev/null | tail -n 1) || cyc_python=""
+cyc_peer=interop-tests/cyclone/cyclone_peer.py
+cat >"$work/cyclonedds.xml" <<'XML'
+<CycloneDDS><Domain id="any"><General><Interfaces><NetworkInterface name="lo"/></Interfaces>
+<AllowMulticast>false</AllowMulticast></General><Discovery><Peers><Peer address="127.0.0.1"/></Peers>
+<ParticipantIndex>auto</ParticipantIndex><MaxAutoParticipantIndex>20</MaxAutoParticipantIndex>
+</Discovery></Domain></CycloneDDS>
+XML
+cyclone_uri="file://$work/cyclonedds.xml"
+semantic spindle
+semantic rustdds
+if [ -n "$cyc_python" ]; then semantic cyclone; else echo "bench-interop: no cyclonedds venv, Cyclone semantic run skipped" >&2; fi
+
+mv "$out.tmp" "$out"
+"$bin/interop-plot" "$out" docs/bench-interop
+python3 - "$out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def f(v, unit=""):
+    return "—" if v is None else (f"{v:,.0f}{unit}" if isinstance(v, (int, float)) and v >= 100 else f"{v}{unit}")
+print("| stack | size (B) | msgs/s | MB/s | one-way p50 (µs) | one-way p99 (µs) |")
+print("|---|---:|---:|---:|---:|---:|")
+by = {}
+for r in rows:
+    if r.get("error") or r.get("complete") is False:
+        continue
+    if r["mode"] in ("throughput", "latency"):
+        by.setdefault((r["stack"], r["size"]), {})[r["mode"]] = r
+for (stack, size), m in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    t, l = m.get("throughput", {}), m.get("latency", {})
+    mbs = t.get("bytes_per_s")
+    print(f"| {stack} | {size} | {f(t.get('msgs_per_s'))} | {'—' if mbs is None else f'{mbs/1e6:.1f}'} | "
+          f"{f(l.get('lat_p50_us'))} | {f(l.get('lat_p99_us'))} |")
+print()
+print("| semantic: 2 writers, 3 readers, one writer killed | samples per reader | same samples | same order |")
+print("|---|---|---|---|")
+for r in rows:
+    if r["mode"] == "semantic" and not r.get("error"):
+        print(f"| {r['stack']} | {r['samples']} | {r['same_samples']} | {r['same_order']} |")
+for r in rows:
+    if r.get("error"):
+        print(f"\nNot measured: {r['stack']} {r['mode']} {r['size']} B: {r['error']}")
+    elif r.get("complete") is False:
+        print(f"\nNot measured: {r['stack']} {r['mode']} {r['size']} B: only {r['samples']} samples arrived before the subscriber's timeout")
+PY

@@ -179,5 +179,5 @@ fn compile_sources(
 ) -> Result<String> {
     let toks = lexer::Preprocessor::new(sources, dirs).run(idx)?;
     let spec = parser::parse(&toks, sources)?;
-    codegen::generate(&spec, sources, origin)
+    codegen::generate(&spec, sources, origin, &lexer::to_source(&toks))
 }

@@ -212,6 +212,11 @@ pub trait TopicType: Sized + Clone + Send + Sync + 'static {
     const MAX_SERIALIZED_SIZE: Option<usize>;
     /// Largest big-endian CDR key serialization (None = unbounded).
     const KEY_MAX_SERIALIZED_SIZE: Option<usize>;
+    /// IDL source that declares `TYPE_NAME`, self-contained (includes and macros already
+    /// expanded), or `None` when the type has no IDL description. Run-time type
+    /// descriptions read it: a content filter (DCPS `ContentFilteredTopic`,
+    /// `QueryCondition`) resolves its member names against it. `spindle-idl` fills it in.
+    const IDL_SOURCE: Option<&'static str> = None;
 
     /// Encodes `self` as XCDR1 plain CDR with the 4-byte encapsulation header
     /// (CDR_BE `00 00` / CDR_LE `00 01`, options `00 00`) into `buf`; returns bytes written.

@@ -265,6 +265,8 @@ fn idl_type_name(t: &Type) -> String {
         Type::F64 => "double".into(),
         Type::String(None) => "string".into(),
         Type::String(Some(n)) => format!("string<{n}>"),
+        Type::WString(None) => "wstring".into(),
+        Type::WString(Some(n)) => format!("wstring<{n}>"),
         Type::Sequence(i, None) => format!("sequence<{}>", idl_type_name(i)),
         Type::Sequence(i, Some(n)) => format!("sequence<{}, {n}>", idl_type_name(i)),
         Type::Array(i, dims) => {
@@ -341,6 +343,7 @@ impl Gen<'_> {
             Type::F32 => "f32".into(),
             Type::F64 => "f64".into(),
             Type::String(_) => "::std::string::String".into(),
+            Type::WString(_) => format!("{T}::cdr::WString"),
             Type::Sequence(i, _) => format!("::std::vec::Vec<{}>", self.rust_type(i)),
             Type::Array(i, dims) => {
                 let mut s = self.rust_type(i);
@@ -566,7 +569,7 @@ impl Gen<'_> {
 
     fn bounded(&mut self, t: &Type, visiting: &mut HashSet<String>) -> bool {
         match expand(self.spec, t) {
-            Type::String(b) => b.is_some(),
+            Type::String(b) | Type::WString(b) => b.is_some(),
             Type::Sequence(i, Some(n)) => {
                 (prim_size(&i).is_some()
                     || self.is_kind(&i, |s| matches!(s, Sym::Enum))
@@ -599,6 +602,7 @@ impl Gen<'_> {
         }
         match &t {
             Type::String(Some(n)) => format!("{s}.string({n})"),
+            Type::WString(Some(n)) => format!("{s}.wstring({n})"),
             Type::Sequence(i, Some(n)) => {
                 let ie = expand(self.spec, i);
                 let k = prim_size(&ie)
@@ -642,7 +646,7 @@ impl Gen<'_> {
     fn checks(&self, t: &Type, e: &str, label: &str, d: usize, out: &mut Vec<String>) {
         let t = expand(self.spec, t);
         match &t {
-            Type::String(Some(n)) => out.push(format!(
+            Type::String(Some(n)) | Type::WString(Some(n)) => out.push(format!(
                 "{T}::cdr::check_len(\"{label}\", {e}.len(), {n})?;"
             )),
             Type::Sequence(i, b) => {

@@ -29,7 +29,7 @@
 //! );
 //! ```
 //!
-//! Not supported (each a clear error): `fixed`, `wstring`, `map`, `@mutable`, interfaces
+//! Not supported (each a clear error): `fixed`, `map`, `@mutable`, interfaces
 //! and other non-data constructs, function-like macros.
 #![deny(missing_docs)]
 

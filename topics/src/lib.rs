@@ -116,7 +116,7 @@
 //! | `boolean`, `octet`, `short` … `unsigned long long`, `float`, `double` | `bool`, `u8`, `i16` … `u64`, `f32`, `f64` | plain serde |
 //! | `char` | `char` | one byte; only ASCII (U+0000..=U+007F) encodes, others give an error |
 //! | `wchar` | [`cdr::WChar`] | two bytes (UTF-16 code unit, BMP only), as Cyclone DDS |
-//! | `wstring` | — | not supported yet: reject with a clear error (no XCDR1 encoding cross-checked) |
+//! | `wstring`, `wstring<N>` | [`cdr::WString`] | u32 length in bytes, then UTF-16 code units, no terminator (as Cyclone DDS's C library; the bound counts code units) |
 //! | `string`, `string<N>` | `String` | bound checked by [`cdr::check_len`] on encode and decode |
 //! | `sequence<T>`, `sequence<T, N>` | `Vec<T>` | bound checked like strings |
 //! | `sequence<octet>` | `Vec<u8>` with `#[serde(with = "spindle_topics::cdr::octets")]` | bulk copy |

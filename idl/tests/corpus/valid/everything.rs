@@ -3,7 +3,7 @@
 /// The IDL this file was generated from, includes and macros expanded: what run-time
 /// type descriptions (content filters) read, as each struct's `TopicType::IDL_SOURCE`.
 #[doc(hidden)]
-pub const SPINDLE_IDL_SOURCE: &str = "module Common { const long NAME_MAX = 12 ;\n@ final struct Stamp { unsigned long long sec ;\nunsigned long nanosec ;\n} ;\n} ;\nmodule Everything { const short SHIFTED = ( 1 << 4 ) | 3 ;\nconst long long BIG = - ( 2147483647 ) * 2 - 2 ;\nconst unsigned long MASK = ~ 0 & 255 ;\nconst double HALF = 1.0 / 2 ;\nconst float SCALE = 25.0 ;\nconst char LETTER = 'x' ;\nconst boolean ENABLED = TRUE ;\nconst string GREETING = \"hi\\x09there\" ;\nconst octet SMALL_OCTET = 3 % 2 ;\nconst unsigned short DERIVED = Common :: NAME_MAX + SHIFTED ;\nenum Color { RED , GREEN , @ value ( 7 ) BLUE } ;\nconst Color FAVOURITE = BLUE ;\n@ bit_bound ( 8 ) enum Level { LOW , MID , HIGH } ;\ntypedef sequence < long , 4 > Shorts ;\ntypedef string < 3 > Tag ;\ntypedef long Matrix [ 2 ] [ 3 ] ;\nmodule Inner { @ appendable struct Point { short x ;\nlong long y ;\n} ;\n} ;\nunion ByShort switch ( short ) { case 1 : long count ;\ncase 2 : case 3 : double level ;\ncase - 4 : string < Common :: NAME_MAX > note ;\ndefault : octet raw ;\n} ;\nunion ByEnum switch ( Color ) { case RED : Inner :: Point red_point ;\ncase GREEN : sequence < Color , 2 > greens ;\n} ;\nunion ByChar switch ( char ) { case 'a' : char letter ;\ncase 'b' : wchar wide ;\n} ;\nunion ByBool switch ( boolean ) { case TRUE : unsigned long long yes ;\ncase FALSE : Tag no ;\n} ;\nunion ByOctet switch ( octet ) { case 0 : float nothing_much ;\ndefault : Matrix grid ;\n} ;\nstruct Node ;\nstruct Node { long value ;\nsequence < Node > children ;\n} ;\n@ topic struct Base { @ key unsigned long id ;\nstring name ;\n} ;\nmodule Inner { struct Keyed { @ key short a ;\n@ key ( TRUE ) char b ;\n@ key ( FALSE ) long c ;\n} ;\n} ;\n@ topic @ final struct Everything : Base { @ key Inner :: Keyed inner_key ;\n@ key Inner :: Point point_key ;\nboolean flag ;\noctet byte_value ;\nchar ch ;\nwchar wch ;\nint8 i8v ;\nuint8 u8v ;\nint16 i16v ;\nuint16 u16v ;\nint32 i32v ;\nuint32 u32v ;\nint64 i64v ;\nuint64 u64v ;\nshort s ;\nunsigned short us ;\nlong l ;\nunsigned long ul ;\nlong long ll ;\nunsigned long long ull ;\nfloat f ;\ndouble d ;\nstring < 8 > bounded_name ;\nTag tag ;\nsequence < octet > blob ;\nsequence < octet , 16 > small_blob ;\nShorts shorts ;\nsequence < sequence < string < 2 > , 2 >> nested_seq ;\ndouble coords [ 3 ] ;\nMatrix matrix ;\nInner :: Point points [ 2 ] [ 2 ] ;\noctet long_array [ 40 ] ;\nColor color ;\nLevel level ;\nByShort by_short ;\nByEnum by_enum ;\nByChar by_char ;\nByBool by_bool ;\nByOctet by_octet ;\nNode tree ;\nCommon :: Stamp stamp ;\n@ optional long maybe_long ;\n@ optional string < 4 > maybe_name ;\n@ optional @ id ( 60 ) Inner :: Point maybe_point ;\nlong type ;\n} ;\n@ topic struct Bounded { @ key string < 16 > label ;\nsequence < Inner :: Point , 3 > path ;\nByShort reading ;\nColor colors [ 2 ] ;\n@ optional double extra ;\n} ;\n} ;\nmodule Everything { @ nested @ my_annotation ( a = 1 , b = \"x\" ) struct Reopened { Color c ;\n} ;\n} ;\n";
+pub const SPINDLE_IDL_SOURCE: &str = "module Common { const long NAME_MAX = 12 ;\n@ final struct Stamp { unsigned long long sec ;\nunsigned long nanosec ;\n} ;\n} ;\nmodule Everything { const short SHIFTED = ( 1 << 4 ) | 3 ;\nconst long long BIG = - ( 2147483647 ) * 2 - 2 ;\nconst unsigned long MASK = ~ 0 & 255 ;\nconst double HALF = 1.0 / 2 ;\nconst float SCALE = 25.0 ;\nconst char LETTER = 'x' ;\nconst boolean ENABLED = TRUE ;\nconst string GREETING = \"hi\\x09there\" ;\nconst octet SMALL_OCTET = 3 % 2 ;\nconst unsigned short DERIVED = Common :: NAME_MAX + SHIFTED ;\nenum Color { RED , GREEN , @ value ( 7 ) BLUE } ;\nconst Color FAVOURITE = BLUE ;\n@ bit_bound ( 8 ) enum Level { LOW , MID , HIGH } ;\ntypedef sequence < long , 4 > Shorts ;\ntypedef string < 3 > Tag ;\ntypedef long Matrix [ 2 ] [ 3 ] ;\nmodule Inner { @ appendable struct Point { short x ;\nlong long y ;\n} ;\n} ;\nunion ByShort switch ( short ) { case 1 : long count ;\ncase 2 : case 3 : double level ;\ncase - 4 : string < Common :: NAME_MAX > note ;\ndefault : octet raw ;\n} ;\nunion ByEnum switch ( Color ) { case RED : Inner :: Point red_point ;\ncase GREEN : sequence < Color , 2 > greens ;\n} ;\nunion ByChar switch ( char ) { case 'a' : char letter ;\ncase 'b' : wchar wide ;\n} ;\nunion ByBool switch ( boolean ) { case TRUE : unsigned long long yes ;\ncase FALSE : Tag no ;\n} ;\nunion ByOctet switch ( octet ) { case 0 : float nothing_much ;\ndefault : Matrix grid ;\n} ;\nstruct Node ;\nstruct Node { long value ;\nsequence < Node > children ;\n} ;\n@ topic struct Base { @ key unsigned long id ;\nstring name ;\n} ;\nmodule Inner { struct Keyed { @ key short a ;\n@ key ( TRUE ) char b ;\n@ key ( FALSE ) long c ;\n} ;\n} ;\n@ topic @ final struct Everything : Base { @ key Inner :: Keyed inner_key ;\n@ key Inner :: Point point_key ;\nboolean flag ;\noctet byte_value ;\nchar ch ;\nwchar wch ;\nwstring wide ;\nwstring < 4 > wide_short ;\nsequence < wstring , 2 > wide_list ;\nint8 i8v ;\nuint8 u8v ;\nint16 i16v ;\nuint16 u16v ;\nint32 i32v ;\nuint32 u32v ;\nint64 i64v ;\nuint64 u64v ;\nshort s ;\nunsigned short us ;\nlong l ;\nunsigned long ul ;\nlong long ll ;\nunsigned long long ull ;\nfloat f ;\ndouble d ;\nstring < 8 > bounded_name ;\nTag tag ;\nsequence < octet > blob ;\nsequence < octet , 16 > small_blob ;\nShorts shorts ;\nsequence < sequence < string < 2 > , 2 >> nested_seq ;\ndouble coords [ 3 ] ;\nMatrix matrix ;\nInner :: Point points [ 2 ] [ 2 ] ;\noctet long_array [ 40 ] ;\nColor color ;\nLevel level ;\nByShort by_short ;\nByEnum by_enum ;\nByChar by_char ;\nByBool by_bool ;\nByOctet by_octet ;\nNode tree ;\nCommon :: Stamp stamp ;\n@ optional long maybe_long ;\n@ optional string < 4 > maybe_name ;\n@ optional @ id ( 60 ) Inner :: Point maybe_point ;\nlong type ;\n} ;\n@ topic struct Bounded { @ key string < 16 > label ;\nsequence < Inner :: Point , 3 > path ;\nByShort reading ;\nColor colors [ 2 ] ;\nwstring < 3 > wide_label ;\n@ optional double extra ;\n} ;\n} ;\nmodule Everything { @ nested @ my_annotation ( a = 1 , b = \"x\" ) struct Reopened { Color c ;\n} ;\n} ;\n";
 
 /// IDL `module Common`.
 pub mod common {
@@ -847,6 +847,12 @@ pub mod everything {
         pub ch: char,
         /// IDL `wchar wch`
         pub wch: ::spindle_topics::cdr::WChar,
+        /// IDL `wstring wide`
+        pub wide: ::spindle_topics::cdr::WString,
+        /// IDL `wstring<4> wide_short`
+        pub wide_short: ::spindle_topics::cdr::WString,
+        /// IDL `sequence<wstring, 2> wide_list`
+        pub wide_list: ::std::vec::Vec<::spindle_topics::cdr::WString>,
         /// IDL `int8 i8v`
         pub i8v: i8,
         /// IDL `uint8 u8v`
@@ -922,14 +928,14 @@ pub mod everything {
         pub stamp: super::common::Stamp,
         /// IDL `@optional long maybe_long`
         #[serde(
-                serialize_with = "::spindle_topics::cdr::optional::serialize::<_, _, 43>",
-                deserialize_with = "::spindle_topics::cdr::optional::deserialize::<_, _, 43>"
+                serialize_with = "::spindle_topics::cdr::optional::serialize::<_, _, 46>",
+                deserialize_with = "::spindle_topics::cdr::optional::deserialize::<_, _, 46>"
         )]
         pub maybe_long: ::std::option::Option<i32>,
         /// IDL `@optional string<4> maybe_name`
         #[serde(
-                serialize_with = "::spindle_topics::cdr::optional::serialize::<_, _, 44>",
-                deserialize_with = "::spindle_topics::cdr::optional::deserialize::<_, _, 44>"
+                serialize_with = "::spindle_topics::cdr::optional::serialize::<_, _, 47>",
+                deserialize_with = "::spindle_topics::cdr::optional::deserialize::<_, _, 47>"
         )]
         pub maybe_name: ::std::option::Option<::std::string::String>,
         /// IDL `@optional Everything::Inner::Point maybe_point`
@@ -960,6 +966,8 @@ pub mod everything {
         fn check_bounds(&self) -> ::spindle_topics::Result<()> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(&self.inner_key)?;
             ::spindle_topics::cdr::CheckBounds::check_bounds(&self.point_key)?;
+            ::spindle_topics::cdr::check_len("Everything::Everything::wide_short", self.wide_short.len(), 4)?;
+            ::spindle_topics::cdr::check_len("Everything::Everything::wide_list", self.wide_list.len(), 2)?;
             ::spindle_topics::cdr::check_len("Everything::Everything::bounded_name", self.bounded_name.len(), 8)?;
             ::spindle_topics::cdr::check_len("Everything::Everything::tag", self.tag.len(), 3)?;
             ::spindle_topics::cdr::check_len("Everything::Everything::small_blob", self.small_blob.len(), 16)?;
@@ -1026,10 +1034,12 @@ pub mod everything {
         pub reading: ByShort,
         /// IDL `Everything::Color colors[2]`
         pub colors: [Color; 2],
+        /// IDL `wstring<3> wide_label`
+        pub wide_label: ::spindle_topics::cdr::WString,
         /// IDL `@optional double extra`
         #[serde(
-                serialize_with = "::spindle_topics::cdr::optional::serialize::<_, _, 4>",
-                deserialize_with = "::spindle_topics::cdr::optional::deserialize::<_, _, 4>"
+                serialize_with = "::spindle_topics::cdr::optional::serialize::<_, _, 5>",
+                deserialize_with = "::spindle_topics::cdr::optional::deserialize::<_, _, 5>"
         )]
         pub extra: ::std::option::Option<f64>,
     }
@@ -1055,6 +1065,8 @@ pub mod everything {
             let s = ByShort::max_size_from(s);
             // colors
             let s = s.primitive_array(4, 2);
+            // wide_label
+            let s = s.wstring(3);
             // extra
             s.optional(::spindle_topics::cdr::MaxSize::start().primitive(8).size())
         }
@@ -1074,6 +1086,7 @@ pub mod everything {
                 ::spindle_topics::cdr::CheckBounds::check_bounds(e0)?;
             }
             ::spindle_topics::cdr::CheckBounds::check_bounds(&self.reading)?;
+            ::spindle_topics::cdr::check_len("Everything::Bounded::wide_label", self.wide_label.len(), 3)?;
             ::std::result::Result::Ok(())
         }
     }

@@ -242,6 +242,7 @@ fn describe(lib: &TypeLibrary, t: &TypeRef) -> String {
     match t {
         TypeRef::Named(id) => lib.get(*id).name().to_string(),
         TypeRef::String(_) => "a string".into(),
+        TypeRef::WString(_) => "a wstring".into(),
         TypeRef::Sequence(..) => "a sequence".into(),
         TypeRef::Array(..) => "an array".into(),
         other => format!("{other:?}").to_lowercase(),

@@ -97,9 +97,12 @@
 //!   store it had; if it then ships that store to a later reader, the reader may miss
 //!   history (never order or all-or-none of new samples).
 //! * The DDS filter language ([`filter`]: comparisons, `BETWEEN`, `LIKE`, `AND`/`OR`/`NOT`,
-//!   nested member paths, `%n` parameters; errors name the byte) is parsed and evaluated
-//!   on a sample's member values; `ContentFilteredTopic` and `QueryCondition` do not use
-//!   it yet.
+//!   nested member paths, `%n` parameters; errors name the byte) serves
+//!   [`ContentFilteredTopic`] ([`DomainParticipant::create_contentfilteredtopic`]) and
+//!   [`QueryCondition`] ([`DataReader::create_querycondition`]): member names resolved
+//!   against the type's IDL ([`content_filter`]), samples decoded by it and filtered at
+//!   the reader (each filtered sample costs a decode into member values); a type without
+//!   IDL (a raw CDR topic) is `Unsupported`.
 //! * Enforced at run time: DEADLINE on both sides (REQUESTED_ and OFFERED_DEADLINE_MISSED,
 //!   by a timer thread per participant, or every round in simulation), TIME_BASED_FILTER,
 //!   LIFESPAN (each sample carries its writer's lifespan; readers drop it once

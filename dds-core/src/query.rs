@@ -1,35 +1,7 @@
 //! Query conditions (DDS `QueryCondition`) and reads through a condition
 //! (`read_w_condition`, `take_w_condition`).
 //!
-//! A [`QueryCondition`] is a [`ReadCondition`] with a filter expression in the DDS filter
-//! language ([`crate::filter`]), resolved against the reader's type like a
-//! content-filtered topic's ([`crate::content_filter`]). It holds while the reader's
-//! cache has a sample in its states whose data passes the expression (samples without
-//! data, dispose and unregister notices, never do), so a [`crate::WaitSet`] wakes only
-//! for those; `read_w_condition` / `take_w_condition` with it return only those. Unlike a
-//! content filter, it keeps nothing out of the cache: the other samples stay there for
-//! other reads. It evaluates every cached sample each time it is asked, decoding each
-//! one: a cost proportional to the cache's depth, paid by the application's thread.
-//!
-//! ```
-//! # use spindle_dds_core::{DomainParticipantFactory, ParticipantConfig, StateMask, Transport};
-//! # use spindle_qos::{DataReaderQos, DomainParticipantQos, Reliability, TopicQos};
-//! # use spindle_topics::KeyedString;
-//! # let mut cfg = ParticipantConfig::new(1, Transport::Tcp, "127.0.0.1:0");
-//! # cfg.bootstrap = vec![1];
-//! # let p = DomainParticipantFactory::instance()
-//! #     .create_participant(0, DomainParticipantQos::default(), &cfg)?;
-//! let topic = p.create_topic::<KeyedString>("q", TopicQos::default())?;
-//! let reader = p.create_subscriber(Default::default())?
-//!     .create_datareader(&topic, DataReaderQos::default())?;
-//! let q = reader.create_querycondition(StateMask::ANY, "value = %0", &["'on'".into()])?;
-//! assert_eq!(q.get_query_expression(), "value = %0");
-//! assert!(reader.take_w_condition(10, &*q)?.is_empty());
-//! q.set_query_parameters(&["'off'".into()])?;
-//! assert_eq!(q.get_query_parameters(), ["'off'"]);
-//! # p.close();
-//! # Ok::<(), spindle_dds_core::Error>(())
-//! ```
+//! See [`QueryCondition`].
 
 use std::sync::Arc;
 
@@ -44,7 +16,37 @@ use crate::reader_core::ReaderCore;
 use crate::sample::{Sample, StateMask};
 
 /// Holds while a reader has samples in the mask's states that pass an expression (DDS
-/// `QueryCondition`; see the [module](self) docs).
+/// `QueryCondition`).
+///
+/// A [`QueryCondition`] is a [`ReadCondition`] with a filter expression in the DDS filter
+/// language ([`crate::filter`]), resolved against the reader's type like a
+/// content-filtered topic's ([`crate::content_filter`]). It holds while the reader's
+/// cache has a sample in its states whose data passes the expression (samples without
+/// data, dispose and unregister notices, never do), so a [`crate::WaitSet`] wakes only
+/// for those; `read_w_condition` / `take_w_condition` with it return only those. Unlike a
+/// content filter, it keeps nothing out of the cache: the other samples stay there for
+/// other reads. It evaluates every cached sample each time it is asked, decoding each
+/// one: a cost proportional to the cache's depth, paid by the application's thread.
+///
+/// ```
+/// # use spindle_dds_core::{DomainParticipantFactory, ParticipantConfig, StateMask, Transport};
+/// # use spindle_qos::{DataReaderQos, DomainParticipantQos, Reliability, TopicQos};
+/// # use spindle_topics::KeyedString;
+/// # let mut cfg = ParticipantConfig::new(1, Transport::Tcp, "127.0.0.1:0");
+/// # cfg.bootstrap = vec![1];
+/// # let p = DomainParticipantFactory::instance()
+/// #     .create_participant(0, DomainParticipantQos::default(), &cfg)?;
+/// let topic = p.create_topic::<KeyedString>("q", TopicQos::default())?;
+/// let reader = p.create_subscriber(Default::default())?
+///     .create_datareader(&topic, DataReaderQos::default())?;
+/// let q = reader.create_querycondition(StateMask::ANY, "value = %0", &["'on'".into()])?;
+/// assert_eq!(q.get_query_expression(), "value = %0");
+/// assert!(reader.take_w_condition(10, &*q)?.is_empty());
+/// q.set_query_parameters(&["'off'".into()])?;
+/// assert_eq!(q.get_query_parameters(), ["'off'"]);
+/// # p.close();
+/// # Ok::<(), spindle_dds_core::Error>(())
+/// ```
 pub struct QueryCondition {
     core: Arc<ReaderCore>,
     mask: StateMask,

@@ -393,6 +393,12 @@ impl Group {
         self.me
     }
 
+    /// The fabric addresses of the members this node has known (the current view's and
+    /// earlier ones'): where a node that lost its place may ask to join again.
+    pub fn addresses(&self) -> &BTreeMap<NodeId, String> {
+        &self.addresses
+    }
+
     /// The current view, once this node is a member.
     pub fn view(&self) -> Option<&View> {
         self.current.as_ref().map(|c| &c.view)

@@ -15,7 +15,7 @@ use spindle_transport_rdma::{Endpoint, NodeId};
 use crate::clock::WallClock;
 use crate::common::{lock, TopicIdentity};
 use crate::config::{ParticipantConfig, Transport};
-use crate::declare::{dds_layout, subgroup_of, topic_id};
+use crate::declare::{dds_layout, subgroup_of, topic_id, JOIN_RETRY_US};
 use crate::discovery::partition_bytes;
 use crate::error::{Error, Result};
 use crate::inner::{check_level, ParticipantInner, TopicInner};
@@ -26,9 +26,6 @@ use crate::subscriber::Subscriber;
 use crate::threads::ThreadDriver;
 use crate::topic::Topic;
 use crate::writer_core::CoherentSet;
-
-/// How long a joiner waits before it asks its contacts again.
-pub(crate) const JOIN_RETRY_US: u64 = 50_000;
 
 /// How long a participant that failed to rejoin its domain waits before it tries again
 /// ([`ParticipantConfig::rejoin`]).

@@ -113,7 +113,7 @@ fn rejoining_group(
         ));
     }
     let mut gcfg = GroupConfig::new(crate::declare::dds_layout());
-    gcfg.join_retry_us = crate::participant::JOIN_RETRY_US;
+    gcfg.join_retry_us = crate::declare::JOIN_RETRY_US;
     Ok(Group::join(ep, contacts.into_iter().collect(), gcfg)?)
 }
 

@@ -32,9 +32,12 @@ use crate::membership::{Change, Membership, Outcome, Trim, ADDRESS_BYTES_MAX};
 use crate::smc::Sender;
 
 mod leaving;
+mod redial;
 mod state;
 mod wire;
 
+use redial::Redial;
+pub use redial::REDIAL_US;
 pub use state::state_plan;
 
 /// Decodes `bytes` as a membership message a peer sent (join, redirect, new view, state,
@@ -273,6 +276,8 @@ pub struct Group {
     addresses: BTreeMap<NodeId, String>,
     /// Per subgroup: the members holding its state.
     holders: BTreeMap<SubgroupId, Vec<NodeId>>,
+    /// Members of the current view not reachable yet, dialed again meanwhile.
+    redial: Redial,
     pending_resends: BTreeMap<SubgroupId, VecDeque<Vec<u8>>>,
     /// Per (subgroup, sender): re-sends this node already delivered, for the next adequate
     /// view's engine.
@@ -324,6 +329,7 @@ impl Group {
             old_regions: VecDeque::new(),
             addresses: BTreeMap::new(),
             holders: BTreeMap::new(),
+            redial: Redial::default(),
             pending_resends: BTreeMap::new(),
             pending_skips: BTreeMap::new(),
             current_skips: BTreeMap::new(),
@@ -596,6 +602,10 @@ impl Group {
         if self.outputs.len() >= OUTPUTS_MAX {
             return work;
         }
+        if let Some(c) = &self.current {
+            let again = self.redial.due(now_us, &c.view.members, &self.addresses);
+            self.actions.extend(again);
+        }
         let me = self.me;
         let Some(c) = self.current.as_mut() else {
             return work;
@@ -760,6 +770,16 @@ impl Group {
     fn fabric_event<L: LocalFabric + ?Sized>(&mut self, local: &L, ev: Event, now_us: u64) {
         match ev {
             Event::PeerFailed { peer, reason } => {
+                if let (FailureReason::Unreachable(_), Some(c)) = (&reason, &self.current) {
+                    let window_end_us = c
+                        .installed_us
+                        .saturating_add(self.cfg.activation_timeout_us);
+                    if c.view.members.contains(&peer)
+                        && self.redial.defer(peer, now_us, window_end_us)
+                    {
+                        return;
+                    }
+                }
                 if let Some(c) = &mut self.current {
                     if let FailureReason::Excluded { silent_ms } = reason {
                         if self.excluded.is_none() && c.view.members.contains(&peer) {
@@ -779,6 +799,7 @@ impl Group {
                 }
             }
             Event::PeerConnected { peer } => {
+                self.redial.connected(peer);
                 if let Phase::Joining {
                     contacts,
                     next_attempt_us,

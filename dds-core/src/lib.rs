@@ -173,7 +173,7 @@ pub use declare::{subgroup_of, topic_id};
 pub use delivery::DdsApp;
 pub use error::{Error, Result};
 pub use inner::ENDPOINTS_MAX;
-pub use participant::{DomainParticipant, DomainParticipantFactory};
+pub use participant::{DomainParticipant, DomainParticipantFactory, REJOIN_RETRY_MS};
 pub use publisher::Publisher;
 pub use query::{ConditionParts, QueryCondition, ReadConditionLike};
 pub use reader::{

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use spindle_group::restart::Plan;
 use spindle_group::{Group, GroupConfig, LocalFabric, View};
@@ -15,7 +16,7 @@ use crate::clock::WallClock;
 use crate::common::{lock, TopicIdentity};
 use crate::config::{ParticipantConfig, Transport};
 use crate::content_filter::ContentFilter;
-use crate::declare::{dds_layout, subgroup_of, topic_id};
+use crate::declare::{dds_layout, subgroup_of, topic_id, JOIN_RETRY_US};
 use crate::discovery::partition_bytes;
 use crate::error::{Error, Result};
 use crate::inner::{check_level, ParticipantInner, TopicInner};
@@ -27,8 +28,11 @@ use crate::threads::ThreadDriver;
 use crate::topic::{ContentFilteredTopic, Topic};
 use crate::writer_core::CoherentSet;
 
-/// How long a joiner waits before it asks its contacts again.
-const JOIN_RETRY_US: u64 = 50_000;
+/// How long a participant that failed to rejoin its domain waits before it tries again
+/// ([`ParticipantConfig::rejoin`]).
+pub const REJOIN_RETRY_MS: u64 = 1_000;
+/// How often the rejoin thread looks whether its participant stopped.
+const REJOIN_POLL: Duration = Duration::from_millis(50);
 
 /// The participant's group: bootstrapped with the other `bootstrap` members if it is one
 /// of them (in the view after `logged_vid`, the last one its log holds, if any), else
@@ -105,25 +109,69 @@ impl DomainParticipantFactory {
             )));
         }
         config.validate("participant configuration")?;
-        let ep: Arc<dyn Endpoint> = match config.transport {
-            Transport::Tcp => spindle_transport_rdma::tcp::TcpEndpoint::open(
-                config.node_id,
-                &config.listen,
-                config.fabric.clone(),
-            )?,
-            Transport::Shm => spindle_transport_rdma::shm::ShmEndpoint::open(
-                config.node_id,
-                &config.listen,
-                config.fabric.clone(),
-            )?,
-        };
-        DomainParticipant::start(domain_id, qos, config.clone(), ep)
+        let ep = open_endpoint(config)?;
+        let again = config.clone();
+        let reopen: crate::threads::Reopen = Box::new(move || open_endpoint(&again));
+        DomainParticipant::start_reopenable(domain_id, qos, config.clone(), ep, Some(reopen))
     }
 
     /// Deletes `participant`: it leaves the domain. `PreconditionNotMet` if it still has
     /// writers or readers.
     pub fn delete_participant(&self, participant: DomainParticipant) -> Result<()> {
         participant.delete()
+    }
+}
+
+/// Opens the endpoint `config` describes.
+fn open_endpoint(config: &ParticipantConfig) -> Result<Arc<dyn Endpoint>> {
+    Ok(match config.transport {
+        Transport::Tcp => spindle_transport_rdma::tcp::TcpEndpoint::open(
+            config.node_id,
+            &config.listen,
+            config.fabric.clone(),
+        )?,
+        Transport::Shm => spindle_transport_rdma::shm::ShmEndpoint::open(
+            config.node_id,
+            &config.listen,
+            config.fabric.clone(),
+        )?,
+    })
+}
+
+/// The thread of a participant configured to rejoin: it waits for the group to go on
+/// without the participant, then joins again ([`ParticipantInner::rejoin`]), retrying
+/// every [`REJOIN_RETRY_MS`] until it succeeds. It ends with the participant (deleted,
+/// or its last handle dropped).
+fn spawn_rejoiner(weak: std::sync::Weak<ParticipantInner>) {
+    let me = weak.upgrade().map(|p| p.me()).unwrap_or_default();
+    let spawned = std::thread::Builder::new()
+        .name(format!("spindle-rejoin-{me}"))
+        .spawn(move || loop {
+            std::thread::sleep(REJOIN_POLL);
+            let Some(p) = weak.upgrade() else { return };
+            if p.deleted.load(Ordering::Acquire) {
+                return;
+            }
+            if !p.shared.rejoining.load(Ordering::Acquire) {
+                continue;
+            }
+            if let Some(why) = lock(&p.shared.state).stopped.clone() {
+                tracing::warn!(node = me, %why, "the group went on without this participant: rejoining");
+            }
+            match p.rejoin() {
+                Ok(()) => {
+                    let vid = lock(&p.shared.state).view.as_ref().map(|v| v.vid);
+                    tracing::warn!(node = me, ?vid, "rejoined the domain as a new member");
+                }
+                Err(e) => {
+                    tracing::warn!(node = me, error = %e, "rejoining failed; trying again");
+                    drop(p);
+                    std::thread::sleep(Duration::from_millis(REJOIN_RETRY_MS));
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "the rejoin thread did not start");
     }
 }
 
@@ -152,6 +200,25 @@ impl DomainParticipant {
         config: ParticipantConfig,
         ep: Arc<dyn Endpoint>,
     ) -> Result<DomainParticipant> {
+        DomainParticipant::start_reopenable(domain_id, qos, config, ep, None)
+    }
+
+    /// As [`DomainParticipant::start`]; `reopen` opens a fresh endpoint for a participant
+    /// that rejoins ([`ParticipantConfig::rejoin`], refused without it).
+    fn start_reopenable(
+        domain_id: u32,
+        qos: DomainParticipantQos,
+        config: ParticipantConfig,
+        ep: Arc<dyn Endpoint>,
+        reopen: Option<crate::threads::Reopen>,
+    ) -> Result<DomainParticipant> {
+        if config.rejoin && reopen.is_none() {
+            return Err(Error::BadParameter(
+                "rejoin = true: the participant must be created by the \
+                 DomainParticipantFactory, which can open its endpoint again"
+                    .into(),
+            ));
+        }
         let mut logs = logged::open_logs(&config)?;
         let last_vid = logs.as_ref().and_then(|(_, v)| *v);
         let mut restarted = None;
@@ -164,6 +231,9 @@ impl DomainParticipant {
         }
         let group = make_group(&config, &*ep, last_vid, restarted)?;
         let shared = Shared::new(config.node_id, Arc::new(WallClock));
+        shared
+            .rejoin_enabled
+            .store(config.rejoin, Ordering::Release);
         let persister = match logs {
             Some((mut p, _)) => {
                 lock(&shared.state).retention = Some(p.retention());
@@ -178,6 +248,7 @@ impl DomainParticipant {
             &shared,
             config.spin_before_park_us,
             persister,
+            reopen,
         )?;
         DomainParticipant::with_driver(ParticipantInner::new(
             domain_id,
@@ -206,7 +277,12 @@ impl DomainParticipant {
             )
             .and_then(|()| inner.join_builtin());
         match joined {
-            Ok(()) => Ok(DomainParticipant { inner }),
+            Ok(()) => {
+                if inner.config.rejoin {
+                    spawn_rejoiner(Arc::downgrade(&inner));
+                }
+                Ok(DomainParticipant { inner })
+            }
             Err(Error::PreconditionNotMet(why)) => {
                 // Refused by the domain (a setting that must match): leave it cleanly, so
                 // the members go on without waiting to suspect this node.

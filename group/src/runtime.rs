@@ -340,6 +340,8 @@ struct GroupShared {
     done: AtomicBool,
     senders: Mutex<BTreeMap<SubgroupId, Sender>>,
     view: Mutex<Option<View>>,
+    /// The members' addresses as of the last view installed ([`Group::addresses`]).
+    addresses: Mutex<BTreeMap<NodeId, String>>,
     leave: AtomicBool,
     declare: Mutex<Option<Vec<u8>>>,
     /// Set with `declare`, so the predicate thread takes the lock only when there is one.
@@ -421,6 +423,12 @@ impl GroupNode {
     /// The current view, once installed.
     pub fn view(&self) -> Option<View> {
         lock(&self.shared.view).clone()
+    }
+
+    /// The fabric addresses of the members known as of the last view installed: where
+    /// a node that stopped may ask to join again.
+    pub fn addresses(&self) -> BTreeMap<NodeId, String> {
+        lock(&self.shared.addresses).clone()
     }
 
     /// True once the node stopped (shut down or left).
@@ -581,6 +589,7 @@ fn group_loop(
             match hand_to(&mut group, &mut app, out) {
                 Handed::View(view) => {
                     *lock(&shared.view) = Some(view);
+                    *lock(&shared.addresses) = group.addresses().clone();
                     lock(&shared.senders).clear();
                     refresh = true;
                 }

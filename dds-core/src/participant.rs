@@ -15,6 +15,7 @@ use spindle_transport_rdma::{Endpoint, NodeId};
 use crate::clock::WallClock;
 use crate::common::{lock, TopicIdentity};
 use crate::config::{ParticipantConfig, Transport};
+use crate::content_filter::ContentFilter;
 use crate::declare::{dds_layout, subgroup_of, topic_id, JOIN_RETRY_US};
 use crate::discovery::partition_bytes;
 use crate::error::{Error, Result};
@@ -24,7 +25,7 @@ use crate::publisher::Publisher;
 use crate::shared::Shared;
 use crate::subscriber::Subscriber;
 use crate::threads::ThreadDriver;
-use crate::topic::Topic;
+use crate::topic::{ContentFilteredTopic, Topic};
 use crate::writer_core::CoherentSet;
 
 /// How long a participant that failed to rejoin its domain waits before it tries again
@@ -417,6 +418,57 @@ impl DomainParticipant {
             )));
         }
         self.register_topic(name, type_name, qos)
+    }
+
+    /// Creates a topic named `name` whose readers see only the samples of `topic` that
+    /// pass `expression` (DDS `create_contentfilteredtopic`; the filter language is
+    /// [`crate::filter`], `%n` are `parameters`). Member names are resolved against the
+    /// topic type's IDL now: `BadParameter` naming the byte for a bad expression or a
+    /// member the type lacks, `Unsupported` for a type without IDL (a raw CDR topic).
+    /// Readers filter on their own side (ARCHITECTURE.md, "Content filters").
+    ///
+    /// ```
+    /// # use spindle_dds_core::{DomainParticipantFactory, ParticipantConfig, Transport};
+    /// # use spindle_qos::{DomainParticipantQos, TopicQos};
+    /// # use spindle_topics::KeyedString;
+    /// # let mut cfg = ParticipantConfig::new(1, Transport::Tcp, "127.0.0.1:0");
+    /// # cfg.bootstrap = vec![1];
+    /// # let p = DomainParticipantFactory::instance()
+    /// #     .create_participant(0, DomainParticipantQos::default(), &cfg)?;
+    /// let topic = p.create_topic::<KeyedString>("callsigns", TopicQos::default())?;
+    /// let af = p.create_contentfilteredtopic("af-only", &topic, "key LIKE %0", &["'AF%'".into()])?;
+    /// assert_eq!(af.get_filter_expression(), "key LIKE %0");
+    /// let e = p.create_contentfilteredtopic("bad", &topic, "key LIKE", &[]).unwrap_err();
+    /// assert_eq!(e.to_string(),
+    ///     "bad parameter: filter expression at byte 8: expected a value, found the end");
+    /// # p.close();
+    /// # Ok::<(), spindle_dds_core::Error>(())
+    /// ```
+    pub fn create_contentfilteredtopic<T: TopicType>(
+        &self,
+        name: &str,
+        topic: &Topic<T>,
+        expression: &str,
+        parameters: &[String],
+    ) -> Result<ContentFilteredTopic<T>> {
+        self.inner.check_alive()?;
+        if name.is_empty() || name.len() > 256 {
+            return Err(Error::BadParameter(format!(
+                "content-filtered topic name {name:?}: 1 to 256 bytes"
+            )));
+        }
+        if !Arc::ptr_eq(&topic.inner.participant, &self.inner) {
+            return Err(Error::BadParameter(
+                "the topic belongs to another participant".into(),
+            ));
+        }
+        let filter =
+            ContentFilter::of_type_name::<T>(&topic.inner.type_name, expression, parameters)?;
+        Ok(ContentFilteredTopic {
+            name: name.to_string(),
+            topic: topic.clone(),
+            filter: Arc::new(filter),
+        })
     }
 
     /// Registers a topic handle of type name `type_name` (shared by the two creators).

@@ -71,6 +71,7 @@
 //! stop-fail: a peer whose link failed stays failed for this group.
 
 pub mod layout;
+pub mod runtime;
 
 use std::collections::VecDeque;
 

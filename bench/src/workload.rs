@@ -513,7 +513,19 @@ fn run_dare_node(
     let done_at: Arc<Mutex<Option<Instant>>> = Arc::default();
     let in_flight: Arc<Mutex<BTreeMap<u64, Instant>>> = Arc::default();
     let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let log_error: Arc<Mutex<Option<String>>> = Arc::default();
+    let mut log = match &args.log {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            Some(BufWriter::new(std::fs::File::create(
+                dir.join(format!("node-{me}.log")),
+            )?))
+        }
+        None => None,
+    };
+    let members = args.members();
     let upcall = {
+        let log_error = Arc::clone(&log_error);
         let (delivered, own_delivered, done_at, in_flight, latencies) = (
             Arc::clone(&delivered),
             Arc::clone(&own_delivered),
@@ -536,7 +548,26 @@ fn run_dare_node(
                 }
                 own_delivered.fetch_add(1, Ordering::Release);
             }
+            if let Some(w) = log.as_mut() {
+                // The same line as the engine's: subgroup 0, the log index as the global
+                // index, the sender's rank, its sequence number, the size.
+                let rank = members.iter().position(|&m| m == d.sender).unwrap_or(0);
+                let line = format!(
+                    "0 {} {rank} {} {}\n",
+                    d.index,
+                    d.sender_seq,
+                    d.payload.len()
+                );
+                if let Err(e) = w.write_all(line.as_bytes()) {
+                    *log_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                }
+            }
             if delivered.fetch_add(1, Ordering::AcqRel) + 1 >= expected {
+                if let Some(w) = log.as_mut() {
+                    if let Err(e) = w.flush() {
+                        *log_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                    }
+                }
                 done_at
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -612,6 +643,9 @@ fn run_dare_node(
             return Err(format!("node {me}: DARE member stopped: {why}").into());
         }
         std::thread::sleep(Duration::from_millis(1));
+    }
+    if let Some(e) = log_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        return Err(format!("writing the log: {e}").into());
     }
     // The member keeps serving (a leader still writes entries and `commit` into slower
     // followers' logs) until the process exits: every node of a run stays up until node

@@ -786,8 +786,16 @@ impl DareNode {
                 Ok(due)
             }
             DareRole::Follower { leader } => {
-                let leader_failed = leader.is_some_and(|l| self.failed[l]);
-                if leader_failed || now_us >= self.heard_us + self.timeout_us {
+                if leader.is_some_and(|l| self.failed[l]) {
+                    // The fabric reported the leader gone: stand after `rank` heartbeat
+                    // periods rather than all at once (split votes would cost a whole
+                    // election time-out); a lower-ranked candidate's request comes first.
+                    self.role = DareRole::Follower { leader: None };
+                    self.heard_us = (now_us + self.rank as u64 * self.config.heartbeat_us)
+                        .saturating_sub(self.timeout_us);
+                    return Ok(true);
+                }
+                if now_us >= self.heard_us + self.timeout_us {
                     self.start_election(now_us, rekey)?;
                     return Ok(true);
                 }

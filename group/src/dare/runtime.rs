@@ -25,6 +25,40 @@ const PARK_US: u64 = 200;
 /// Events ([`DareEvent`]) kept for [`DareMember::poll_event`]; older ones are dropped.
 pub const DARE_RUNTIME_EVENTS_MAX: usize = 1024;
 
+/// Hands one fabric event to the core.
+fn take_event(c: &mut DareNode, me: NodeId, e: Event) {
+    match e {
+        Event::PeerFailed { peer, .. } => c.handle_peer_failed(peer),
+        Event::Recv { peer, imm, data } if imm == DARE_IMM => {
+            if let Err(e) = c.handle_recv(peer, &data) {
+                tracing::warn!(node = me, %e, "dare: dropped");
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Posts one output of the core.
+fn post(ep: &dyn Endpoint, out: &DareOut) -> spindle_transport_rdma::Result<()> {
+    match out {
+        DareOut::Write {
+            peer,
+            region,
+            offset,
+            bytes,
+            guard: None,
+        } => ep.write(*peer, *region, *offset, bytes),
+        DareOut::Write {
+            peer,
+            region,
+            offset,
+            bytes,
+            guard: Some((at, value)),
+        } => ep.write_then_release(*peer, *region, *offset, bytes, *at, *value),
+        DareOut::Send { peer, bytes } => ep.send(*peer, DARE_IMM, bytes),
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -115,15 +149,7 @@ impl DareMember {
                             let mut c = lock(&core);
                             while let Some(e) = ep.poll_event() {
                                 work = true;
-                                match e {
-                                    Event::PeerFailed { peer, .. } => c.handle_peer_failed(peer),
-                                    Event::Recv { peer, imm, data } if imm == DARE_IMM => {
-                                        if let Err(e) = c.handle_recv(peer, &data) {
-                                            tracing::warn!(node = me, %e, "dare: dropped");
-                                        }
-                                    }
-                                    _ => {}
-                                }
+                                take_event(&mut c, me, e);
                             }
                             let now_us = start.elapsed().as_micros() as u64;
                             let mut rekey = |old: Option<RegionId>,
@@ -147,30 +173,25 @@ impl DareMember {
                             }
                             while let Some(out) = c.poll_out() {
                                 work = true;
-                                // Refusals (a failed link, a region withdrawn by a member
-                                // that moved to a later term) are the protocol's business:
-                                // the core learns of them by failure events and terms.
-                                let _ = match out {
-                                    DareOut::Write {
-                                        peer,
-                                        region,
-                                        offset,
-                                        bytes,
-                                        guard: None,
-                                    } => ep.write(peer, region, offset, &bytes),
-                                    DareOut::Write {
-                                        peer,
-                                        region,
-                                        offset,
-                                        bytes,
-                                        guard: Some((at, value)),
-                                    } => ep.write_then_release(
-                                        peer, region, offset, &bytes, at, value,
-                                    ),
-                                    DareOut::Send { peer, bytes } => {
-                                        ep.send(peer, DARE_IMM, &bytes)
+                                // A full outbound queue is backpressure: wait for it to
+                                // drain and post again (a dropped entry would leave a hole
+                                // under a later `tail`). Other refusals (a failed link, a
+                                // region withdrawn by a member that moved to a later term)
+                                // are the protocol's business: the core learns of them by
+                                // failure events and terms.
+                                while let Err(spindle_transport_rdma::Error::QueueFull { .. }) =
+                                    post(&*ep, &out)
+                                {
+                                    if stop.load(Ordering::Acquire) {
+                                        break;
                                     }
-                                };
+                                    // Keep taking input meanwhile: a peer blocked on its
+                                    // own full queue to us must not wait on us in turn.
+                                    while let Some(e) = ep.poll_event() {
+                                        take_event(&mut c, me, e);
+                                    }
+                                    ep.wait(Duration::from_micros(PARK_US));
+                                }
                             }
                             while let Some(d) = c.poll_delivery() {
                                 deliveries.push(d);

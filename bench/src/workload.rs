@@ -123,6 +123,11 @@ pub struct Args {
     /// Give up (with an error) after this many seconds.
     #[arg(long, default_value_t = 300)]
     pub timeout_s: u64,
+    /// The failure detector's floor (`FabricConfig::suspect_floor_ms`; the fabric's
+    /// default when absent): tests on a loaded machine raise it so that scheduler stalls
+    /// are not taken for hung members.
+    #[arg(long)]
+    pub suspect_floor_ms: Option<u64>,
     /// Internal: run as child node ID of a multi-process run.
     #[arg(long, hide = true)]
     pub child_id: Option<NodeId>,
@@ -667,7 +672,12 @@ fn run_dare_node(
 }
 
 fn open(args: &Args, node: NodeId) -> Result<Arc<dyn Endpoint>, BoxError> {
-    Ok(open_backend(&args.backend, node, FabricConfig::default())?)
+    let d = FabricConfig::default();
+    let cfg = FabricConfig {
+        suspect_floor_ms: args.suspect_floor_ms.unwrap_or(d.suspect_floor_ms),
+        ..d
+    };
+    Ok(open_backend(&args.backend, node, cfg)?)
 }
 
 struct Children {

@@ -26,6 +26,7 @@ fn run_and_compare(backend: &str) {
         .args(["--backend", backend, "--nodes", "3", "--senders", "all"])
         .args(["--mode", "dare", "--size", "100", "--window", "16"])
         .args(["--messages", &MESSAGES.to_string(), "--timeout-s", "120"])
+        .args(["--suspect-floor-ms", "250"])
         .arg("--log")
         .arg(&dir)
         .output()

@@ -49,6 +49,8 @@ fn run_and_compare(backend: &str, mode: &str) {
             "32",
             "--timeout-s",
             "120",
+            "--suspect-floor-ms",
+            "250",
         ])
         .arg("--log")
         .arg(&dir)
@@ -156,6 +158,8 @@ fn killed_member_wedges_the_others(backend: &str) {
                 "50000000",
                 "--timeout-s",
                 "120",
+                "--suspect-floor-ms",
+                "250",
             ])
             .args(["--child-id", &id.to_string()])
             .stdin(Stdio::piped())

@@ -1,10 +1,10 @@
 //! Total failure of a DCPS domain of real processes, and its restart over the network.
 //!
-//! Three processes (this test binary re-run as `logged_domain_child`) are the three
-//! bootstrap members of a domain, each with a data directory of its own. Each writes a
+//! Three processes, and in a second test five (this test binary re-run as
+//! `logged_domain_child`), are the bootstrap members of a domain, each with a data directory of its own. Each writes a
 //! PERSISTENT topic without pause and, every few samples, waits for them to be
 //! acknowledged (durable in every member's log) and says so. Once every process has had
-//! samples acknowledged past a round-dependent mark, all three are SIGKILLed at once,
+//! samples acknowledged past a round-dependent mark, all of them are SIGKILLed at once,
 //! mid-stream. The next round restarts them from their data directories: they run the
 //! restart protocol (`spindle_group::restart`: reports to the leader, node 1; its plan
 //! from a majority of the last logged view; logs brought to the restored state), the
@@ -31,7 +31,9 @@ use spindle_topics::KeyedString;
 /// Kill-and-restart rounds on one set of data directories (bounded for CI time: about
 /// half a second each on an idle machine).
 const ROUNDS: u32 = 20;
-const IDS: [u32; 3] = [1, 2, 3];
+/// The domain sizes the tests run: every process a bootstrap member.
+const SMALL: u32 = 3;
+const LARGE: u32 = 5;
 /// Liveness bound per wait (not a timing assertion).
 const WAIT_MAX: Duration = Duration::from_secs(60);
 /// Samples a child writes between two waits for acknowledgment.
@@ -41,7 +43,7 @@ const ENV_DIR: &str = "SPINDLE_LOGGED_DOMAIN_DIR";
 const ENV_ID: &str = "SPINDLE_LOGGED_DOMAIN_ID";
 const ENV_ROUND: &str = "SPINDLE_LOGGED_DOMAIN_ROUND";
 const ENV_TRANSPORT: &str = "SPINDLE_LOGGED_DOMAIN_TRANSPORT";
-/// `id=listen=address,...` for the three members.
+/// `id=listen=address,...` for the members.
 const ENV_MEMBERS: &str = "SPINDLE_LOGGED_DOMAIN_MEMBERS";
 
 fn persistent() -> TopicQos {
@@ -85,7 +87,7 @@ fn logged_domain_child() {
         });
     }
     let mut cfg = ParticipantConfig::new(id, transport, listen);
-    cfg.bootstrap = IDS.to_vec();
+    cfg.bootstrap = contacts.iter().map(|c| c.node).collect();
     cfg.contacts = contacts;
     cfg.data_dir = Some(std::path::Path::new(&dir).join(format!("node-{id}")));
     cfg.entity_timeout_ms = WAIT_MAX.as_millis() as u64;
@@ -167,8 +169,8 @@ fn spawn(dir: &std::path::Path, id: u32, round: u32, transport: &str, members: &
 }
 
 /// What the children of `round` wrote to stderr (for a failure's message).
-fn stderr_of(dir: &std::path::Path, round: u32) -> String {
-    IDS.iter()
+fn stderr_of(dir: &std::path::Path, ids: &[u32], round: u32) -> String {
+    ids.iter()
         .map(|id| {
             let p = dir.join(format!("node-{id}-round-{round}.stderr"));
             let text = std::fs::read_to_string(&p).unwrap_or_default();
@@ -205,13 +207,25 @@ impl Drop for Children {
 
 #[test]
 fn total_failure_of_a_dcps_domain_and_restart_over_the_network() {
+    total_failure_and_restart(SMALL);
+}
+
+#[test]
+fn total_failure_of_five_processes_and_restart_over_the_network() {
+    total_failure_and_restart(LARGE);
+}
+
+/// `ROUNDS` rounds of: `n` processes start (restarting from their data directories after
+/// the first), write until each had samples acknowledged, and are all SIGKILLed.
+fn total_failure_and_restart(n: u32) {
+    let ids: Vec<u32> = (1..=n).collect();
     let dir = tempfile::tempdir().unwrap();
     // Per writer of an earlier round: samples acknowledged before its kill.
     let mut acked: BTreeMap<String, u64> = BTreeMap::new();
     for round in 0..ROUNDS {
         let transport = ["tcp", "shm"][round as usize % 2];
-        let ns = format!("lg{}r{round}", std::process::id());
-        let members: Vec<String> = IDS
+        let ns = format!("lg{}n{n}r{round}", std::process::id());
+        let members: Vec<String> = ids
             .iter()
             .map(|id| {
                 if transport == "tcp" {
@@ -228,7 +242,7 @@ fn total_failure_of_a_dcps_domain_and_restart_over_the_network() {
             .collect();
         let members = members.join(",");
         let mut children = Children(
-            IDS.iter()
+            ids.iter()
                 .map(|id| spawn(dir.path(), *id, round, transport, &members))
                 .collect(),
         );
@@ -246,16 +260,16 @@ fn total_failure_of_a_dcps_domain_and_restart_over_the_network() {
             });
         }
         // Each child's history and first view, then acknowledgments past the mark.
-        let mut history: Vec<BTreeMap<String, (u64, u64)>> = vec![BTreeMap::new(); IDS.len()];
-        let mut views = vec![0u32; IDS.len()];
-        let mut ready = [false; 3];
-        let mut acks = [0u64; 3];
+        let mut history: Vec<BTreeMap<String, (u64, u64)>> = vec![BTreeMap::new(); ids.len()];
+        let mut views = vec![0u32; ids.len()];
+        let mut ready = vec![false; ids.len()];
+        let mut acks = vec![0u64; ids.len()];
         let mark = ACK_EVERY * (2 + u64::from(round % 3));
         while ready.iter().any(|r| !r) || acks.iter().any(|a| *a < mark) {
             let (i, line) = rx.recv_timeout(WAIT_MAX).unwrap_or_else(|e| {
                 panic!(
                     "round {round} ({transport}): ready {ready:?}, acks {acks:?}: {e}\n{}",
-                    stderr_of(dir.path(), round)
+                    stderr_of(dir.path(), &ids, round)
                 )
             });
             if let Some(v) = after(&line, "STARTED view ") {
@@ -289,7 +303,7 @@ fn total_failure_of_a_dcps_domain_and_restart_over_the_network() {
             assert_eq!(
                 h, &history[0],
                 "round {round}: node {} reads the same history",
-                IDS[i]
+                ids[i]
             );
             for (writer, (k, count)) in h {
                 assert_eq!(
@@ -315,22 +329,22 @@ fn total_failure_of_a_dcps_domain_and_restart_over_the_network() {
         }
         let present: u64 = history[0].values().map(|(_, c)| c).sum();
         eprintln!(
-            "round {round} ({transport}): first views {views:?}; {} samples of {} earlier \
+            "{n} processes, round {round} ({transport}): first views {views:?}; {} samples of {} earlier \
              writers acknowledged before their kill, {present} read back after the restart; \
              this round acknowledged {acks:?} before the kill",
             acked.values().sum::<u64>(),
             acked.len(),
         );
-        for (i, id) in IDS.iter().enumerate() {
+        for (i, id) in ids.iter().enumerate() {
             acked.insert(format!("r{round}-n{id}"), acks[i]);
         }
     }
-    // Offline, after the last kill: every restart brought the three logs to one restored
+    // Offline, after the last kill: every restart brought the logs to one restored
     // state, so everything before the last round is the same sequence in each.
     let sg =
         spindle_dds_core::subgroup_of(TOPIC, spindle_dds_core::declare::TOPIC_SUBGROUPS_DEFAULT);
     let last = format!("r{}-", ROUNDS - 1);
-    let logs: Vec<Vec<(spindle_log::Version, String)>> = IDS
+    let logs: Vec<Vec<(spindle_log::Version, String)>> = ids
         .iter()
         .map(|id| {
             let d = dir
@@ -350,7 +364,7 @@ fn total_failure_of_a_dcps_domain_and_restart_over_the_network() {
                 .collect()
         })
         .collect();
-    for (id, log) in IDS.iter().zip(&logs) {
+    for (id, log) in ids.iter().zip(&logs) {
         assert_eq!(log, &logs[0], "node {id}'s log before the last round");
     }
     let total: u64 = acked
@@ -364,7 +378,7 @@ fn total_failure_of_a_dcps_domain_and_restart_over_the_network() {
         logs[0].len()
     );
     eprintln!(
-        "after {ROUNDS} rounds: the three logs agree on {} entries before the last round \
+        "after {ROUNDS} rounds: the {n} logs agree on {} entries before the last round \
          ({total} of them acknowledged before their kill)",
         logs[0].len()
     );

@@ -153,8 +153,11 @@ impl Store {
     pub fn consistent_with(recovered: &Store, shipped: &Store) -> Store {
         // A sample's identity: its place, writer and source timestamp (the bytes may
         // differ in a coherent-set flag the store clears).
-        let id = |s: &Stored| (s.origin.node, crate::logged::timestamp_us(&s.bytes));
-        let held: BTreeMap<(u32, u64), (NodeId, u64)> = shipped
+        let id = |s: &Stored| {
+            let at_ns = SampleHeader::decode(&s.bytes).map_or(0, |(h, _)| h.source_timestamp_ns);
+            (s.origin.node, at_ns)
+        };
+        let held: BTreeMap<(u32, u64), (NodeId, i64)> = shipped
             .iter()
             .map(|s| ((s.origin.view_id, s.origin.order_index), id(s)))
             .collect();

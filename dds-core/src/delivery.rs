@@ -346,8 +346,9 @@ impl Application for DdsApp {
                 }
             };
             if let Some(r) = st.recovered.remove(&subgroup) {
-                // What this participant's own log holds, with what the member shipped.
-                store = Store::merged(&store, &r, depth);
+                // What this participant's own log holds, with what the member shipped
+                // (but not what the domain went on without).
+                store = Store::merged(&store, &Store::consistent_with(&r, &store), depth);
             }
             got.extend(prime_readers(&st, subgroup, &store));
             let mut announced = BTreeSet::new();

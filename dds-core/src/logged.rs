@@ -30,7 +30,11 @@
 //! members and whose logs hold a view runs [`spindle_group::restart`] before its group
 //! exists (the leader is the lowest bootstrap member; it waits, saying how many of the last
 //! view are back, up to `entity_timeout_ms`), then bootstraps in the view the leader chose
-//! with its logs brought to the restored state. A single bootstrap member has no majority
+//! with its logs brought to the restored state. A member the leader's plan leaves out (it
+//! reported after the decision), or whose restart times out, joins the domain through its
+//! contacts instead, as a new member: the join succeeds only if the domain runs, and the
+//! state transfer cuts from its log what the domain went on without (module
+//! [`spindle_group::persist`]). A single bootstrap member has no majority
 //! to ask and begins above its own last logged view (so does every simulated participant).
 //!
 //! **Retention.** A PERSISTENT writer's DURABILITY_SERVICE `max_samples` and LIFESPAN bound
@@ -162,6 +166,13 @@ pub(crate) fn open_logs(config: &ParticipantConfig) -> Result<Option<(Persister,
 /// member that joins through contacts joins the running domain.
 pub(crate) fn restarts(config: &ParticipantConfig, last_vid: Option<u32>) -> bool {
     last_vid.is_some() && config.bootstrap.len() > 1 && config.bootstrap.contains(&config.node_id)
+}
+
+/// Whether a participant whose restart ended without it ([`spindle_group::Error::Restart`]:
+/// the leader's plan leaves it out, or nobody answered in time) may join the domain as a
+/// new member instead: it has someone other than itself to join through.
+pub(crate) fn may_join(config: &ParticipantConfig) -> bool {
+    config.contacts.iter().any(|c| c.node != config.node_id)
 }
 
 /// How long a restart leader waits for the rest of the last view once a majority is back

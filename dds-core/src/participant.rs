@@ -222,14 +222,32 @@ impl DomainParticipant {
         let mut logs = logged::open_logs(&config)?;
         let last_vid = logs.as_ref().and_then(|(_, v)| *v);
         let mut restarted = None;
+        let mut join_instead = false;
         if let Some((persister, _)) = logs
             .as_mut()
             .filter(|_| logged::restarts(&config, last_vid))
         {
             let rc = logged::restart_config(&config, &ep.address())?;
-            restarted = Some(spindle_group::restart::run(&*ep, rc, persister)?);
+            match spindle_group::restart::run(&*ep, rc, persister) {
+                Ok(plan) => restarted = Some(plan),
+                Err(spindle_group::Error::Restart(why)) if logged::may_join(&config) => {
+                    // The leader decided without this node (or answers no more: the
+                    // domain runs). Join it as a new member: a join admits this node only
+                    // into a running domain (nothing is invented), and the state transfer
+                    // cuts from its log what the domain went on without.
+                    tracing::warn!(node = config.node_id, %why, "restart: joining the domain instead");
+                    join_instead = true;
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
-        let group = make_group(&config, &*ep, last_vid, restarted)?;
+        let group = if join_instead {
+            let mut joiner = config.clone();
+            joiner.bootstrap.clear();
+            make_group(&joiner, &*ep, last_vid, None)?
+        } else {
+            make_group(&config, &*ep, last_vid, restarted)?
+        };
         let shared = Shared::new(config.node_id, Arc::new(WallClock));
         shared
             .rejoin_enabled

@@ -110,9 +110,12 @@ impl MemberLink {
 struct Member {
     ep: Arc<SimEndpoint>,
     group: Group,
-    /// The logs of a participant with a `data_dir` (a real directory: the simulation has
-    /// no simulated disk; a crash loses nothing that was synced, as on a real one).
+    /// The logs of a participant with a `data_dir` (a real directory; a plain crash loses
+    /// nothing, [`SimDomain::crash_with_disk`] what a power failure would).
     persister: Option<Persister>,
+    /// The group commit runs every this many steps ([`SimDomain::set_disk_sync_every`]).
+    sync_every_steps: u64,
+    steps: u64,
     app: DdsApp,
     shared: Arc<Shared>,
     link: Arc<MemberLink>,
@@ -151,7 +154,12 @@ impl SimNode for Member {
         if work {
             self.app.round_end();
         }
-        if let Some(p) = &mut self.persister {
+        self.steps += 1;
+        if let Some(p) = self
+            .persister
+            .as_mut()
+            .filter(|_| self.steps % self.sync_every_steps == 0)
+        {
             // The group commit of the round, as the predicate thread's per pass.
             let app = &mut self.app;
             match p.commit(&mut self.group, |f| app.persisted(f)) {
@@ -191,6 +199,8 @@ struct Core {
     /// The project's simulation harness, over this domain's participants.
     cluster: SimCluster<Member>,
     clock: Arc<SimClock>,
+    /// Steps between two group commits of a new participant's logs.
+    sync_every_steps: u64,
 }
 
 impl Core {
@@ -249,6 +259,7 @@ impl SimDomain {
             core: Arc::new(Mutex::new(Core {
                 cluster: SimCluster::new(world.clone(), seed ^ 0xDC95, 0..ROUND_STEP_US_MAX),
                 clock: Arc::clone(&clock),
+                sync_every_steps: 1,
             })),
             world,
             clock,
@@ -345,17 +356,22 @@ impl SimDomain {
             None => None,
         };
         let link = Arc::new(MemberLink::default());
-        lock(&self.core).cluster.nodes.insert(
+        let mut core = lock(&self.core);
+        let core_sync_every = core.sync_every_steps;
+        core.cluster.nodes.insert(
             node,
             Member {
                 ep,
                 group,
                 persister,
+                sync_every_steps: core_sync_every,
+                steps: 0,
                 app: DdsApp::new(Arc::clone(&shared)),
                 shared: Arc::clone(&shared),
                 link: Arc::clone(&link),
             },
         );
+        drop(core);
         let driver = SimDriver {
             domain: self.clone(),
             node,
@@ -404,6 +420,42 @@ impl SimDomain {
             m.link.end();
         }
         core.cluster.world.crash(node);
+    }
+
+    /// Participants created from now on run the group commit of their logs (append, then
+    /// one sync) every `steps` steps instead of every step (at least 1), so that a crash
+    /// ([`SimDomain::crash_with_disk`]) finds writes not yet synced: the batching a busy
+    /// predicate thread does.
+    pub fn set_disk_sync_every(&self, steps: u64) {
+        lock(&self.core).sync_every_steps = steps.max(1);
+    }
+
+    /// Crashes participant `node` and its machine with it: as [`SimDomain::crash`], and
+    /// its logs (if it has a `data_dir`) lose what was not synced — the simulated disk
+    /// ([`spindle_log::Log::crash`]): each subgroup's log keeps its synced bytes, then
+    /// what `torn` says of the unsynced ones (a prefix, and garbage after it). Returns
+    /// what each log kept. A participant with no logs, or stopped already, loses nothing
+    /// more.
+    pub fn crash_with_disk(
+        &self,
+        node: NodeId,
+        torn: impl FnMut(SubgroupId) -> spindle_log::TornWrite,
+    ) -> Result<Vec<(SubgroupId, spindle_log::CrashImage)>> {
+        let persister = {
+            let mut core = lock(&self.core);
+            let persister = core.cluster.nodes.get_mut(&node).and_then(|m| {
+                m.link.end();
+                m.persister.take()
+            });
+            core.cluster.world.crash(node);
+            persister
+        };
+        match persister {
+            Some(p) => p
+                .crash(torn)
+                .map_err(|e| Error::Error(format!("simulated disk of node {node}: {e}"))),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Restarts participant `node` as a new process would: its old incarnation (if still

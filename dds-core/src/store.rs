@@ -145,6 +145,38 @@ impl Store {
         out
     }
 
+    /// What a log recovered (`recovered`) that is consistent with the store a member
+    /// shipped (`shipped`): its samples up to the newest one `shipped` also holds. Past
+    /// it, the log held what was delivered here before a total failure but not kept by
+    /// the restarted domain, which went on without it (the same cut the log gets,
+    /// [`spindle_group::persist::Persister`]'s state install).
+    pub fn consistent_with(recovered: &Store, shipped: &Store) -> Store {
+        // A sample's identity: its place, writer and source timestamp (the bytes may
+        // differ in a coherent-set flag the store clears).
+        let id = |s: &Stored| {
+            let at_ns = SampleHeader::decode(&s.bytes).map_or(0, |(h, _)| h.source_timestamp_ns);
+            (s.origin.node, at_ns)
+        };
+        let held: BTreeMap<(u32, u64), (NodeId, i64)> = shipped
+            .iter()
+            .map(|s| ((s.origin.view_id, s.origin.order_index), id(s)))
+            .collect();
+        let shared = recovered
+            .iter()
+            .filter(|s| held.get(&(s.origin.view_id, s.origin.order_index)) == Some(&id(s)))
+            .map(|s| (s.origin.view_id, s.origin.order_index))
+            .max();
+        let mut out = Store::default();
+        for s in recovered.iter() {
+            if Some((s.origin.view_id, s.origin.order_index)) <= shared {
+                if let Ok((h, _)) = SampleHeader::decode(&s.bytes) {
+                    out.push(&h, s.origin, &s.bytes, 0);
+                }
+            }
+        }
+        out
+    }
+
     /// The store as a state-transfer snapshot.
     pub fn snapshot(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.bytes + self.order.len() * 24);

@@ -470,12 +470,44 @@ impl Persister {
     /// This node entered logged subgroup `id` and a member shipped its state: the entries
     /// in it that this log lacks (past its last version) are appended, oldest first, before
     /// anything the new view delivers, so the log holds the history as the others' do.
+    ///
+    /// First, what this log holds past the newest entry the state also holds (same
+    /// version, writer and timestamp) is cut: it
+    /// was delivered here (before a total failure, say, in the part of a view the restart
+    /// did not keep) but the domain went on without it, so it is not in the one sequence
+    /// every member logs, and keeping it would make this log diverge from the others'
+    /// (found by the total-crash checker, `dds-core/tests/sim_crash.rs`). An empty state
+    /// cuts everything. (A state trimmed by a HISTORY depth may lack this log's newest
+    /// entries although the domain holds them; they are cut too, and the log keeps the
+    /// state's newer entries after a gap, as it would for the older ones.)
     fn install(&mut self, id: SubgroupId, state: &[u8]) -> Result<()> {
         let (Some(f), Some(l)) = (self.state_entries, self.logs.get_mut(&id)) else {
             return Ok(());
         };
         let mut entries = f(state);
         entries.sort_by_key(|(m, _)| m.version);
+        // The newest entry of this log that the state holds: same version, writer and
+        // timestamp (a restart that began from one member's log may reuse a view id
+        // another member logged: equal versions alone do not make equal entries).
+        let shared = l
+            .log
+            .metas()
+            .filter(|m| {
+                entries
+                    .binary_search_by_key(&m.version, |(e, _)| e.version)
+                    .is_ok_and(|i| entries[i].0 == *m)
+            })
+            .last()
+            .map(|m| m.version);
+        if shared != l.log.last_version() && !l.log.is_empty() {
+            let cut = l.log.truncate_after(shared.unwrap_or_default())?;
+            tracing::warn!(
+                subgroup = id,
+                cut,
+                kept_through = ?shared,
+                "logged store: entries the domain does not hold were cut from this log"
+            );
+        }
         for (meta, payload) in entries {
             if Some(meta.version) > l.log.last_version() {
                 l.log.append(meta, &payload)?;
@@ -544,6 +576,22 @@ impl Persister {
             }
         }
         Ok(gone)
+    }
+
+    /// The simulated crash of this node and its machine (the crash tests' disk; see
+    /// [`Log::crash`]): every log is gone without a sync, and what its disk keeps of the
+    /// unsynced bytes is what `torn` says for its subgroup. The log of views is synced at
+    /// every append, so it loses nothing. Returns what each subgroup's log kept.
+    pub fn crash(
+        self,
+        mut torn: impl FnMut(SubgroupId) -> spindle_log::TornWrite,
+    ) -> Result<Vec<(SubgroupId, spindle_log::CrashImage)>> {
+        let mut images = Vec::new();
+        for (id, l) in self.logs {
+            images.push((id, l.log.crash(&torn(id))?));
+        }
+        self.views.crash(&spindle_log::TornWrite::default())?;
+        Ok(images)
     }
 
     /// The retention handle (shared with the [`Persistence`] this came from).

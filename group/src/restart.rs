@@ -388,7 +388,14 @@ pub struct Restart {
     next_report_us: u64,
     next_notice_us: u64,
     out: Vec<(NodeId, Msg)>,
+    /// Leader: members that reported after the decision, and their addresses (at most
+    /// [`LATE_MEMBERS_MAX`]), to send them the plan.
+    late: BTreeMap<NodeId, String>,
 }
+
+/// Late reporters a leader remembers the address of (more are not answered; they join
+/// when their restart times out).
+pub const LATE_MEMBERS_MAX: usize = 64;
 
 impl Restart {
     /// This node (`me`, at `address`) restarts with `persister`'s logs.
@@ -419,6 +426,7 @@ impl Restart {
             next_report_us: 0,
             next_notice_us: WAIT_NOTICE_US,
             out: Vec::new(),
+            late: BTreeMap::new(),
         })
     }
 
@@ -441,7 +449,10 @@ impl Restart {
                 return Some(a);
             }
         }
-        self.reports.get(&peer).map(|(_, a)| a.as_str())
+        self.reports
+            .get(&peer)
+            .map(|(_, a)| a.as_str())
+            .or_else(|| self.late.get(&peer).map(String::as_str))
     }
 
     fn send(&mut self, to: NodeId, msg: Msg) {
@@ -645,17 +656,23 @@ impl Restart {
                     )));
                 }
                 if let Some(p) = &self.plan {
-                    // A member that reports after the decision: it is not in the view.
+                    // A member that reports after the decision is not in the view: it
+                    // gets the plan all the same, which tells it to join the domain as a
+                    // new member (state transfer brings its log to the domain's; see
+                    // `Persister`'s state install). After GO the leader's group ignores
+                    // reports, and the late member's restart times out: it joins then.
                     if !p.view.members.contains(&peer) {
                         tracing::warn!(
                             node = self.me,
                             peer,
                             "restart: a report after the decision; it must join the domain"
                         );
-                    } else {
-                        let p = p.clone();
-                        self.send(peer, Msg::Plan(p));
+                        if self.late.len() < LATE_MEMBERS_MAX {
+                            self.late.insert(peer, address);
+                        }
                     }
+                    let p = p.clone();
+                    self.send(peer, Msg::Plan(p));
                     return Ok(());
                 }
                 self.reports.insert(peer, (report, address));
@@ -806,9 +823,12 @@ pub fn run(ep: &dyn Endpoint, config: RestartConfig, persister: &mut Persister) 
                 continue;
             }
             if ep.send(to, RESTART_IMM, &bytes).is_err() {
-                if let Some(a) = r.address_of(to).map(str::to_string) {
-                    let _ = ep.connect(to, &a);
-                }
+                let Some(a) = r.address_of(to).map(str::to_string) else {
+                    // Nowhere to dial: it can never go (and must not hold the end up).
+                    tracing::warn!(peer = to, "restart: no address; message dropped");
+                    continue;
+                };
+                let _ = ep.connect(to, &a);
                 // A report is re-sent by the protocol; everything else waits for the link.
                 if bytes.first().is_none_or(|k| *k != 1) {
                     still.push((to, bytes));

@@ -27,6 +27,13 @@
 //! end torn. [`Log::truncate_after`] cuts entries past a version (the ragged trim on
 //! restart); [`Log::remove_segments_through`] drops whole old segments (retention).
 //!
+//! **Simulated crashes.** [`Log::crash`] is the simulated disk of the crash tests: it drops
+//! the log as a power failure would, keeping of its newest segment the synced bytes, a
+//! chosen prefix of the unsynced ones and optional garbage after them ([`TornWrite`]).
+//! Only the newest segment can hold unsynced bytes (segments are sealed synced;
+//! truncation and retention sync at once), so this is the whole of the disk's state. The
+//! real path is untouched: no trait, no indirection.
+//!
 //! **The index** is in memory: one small record per entry (version, writer, timestamp,
 //! segment, offset, length), rebuilt by the verifying scan on open, searched by binary
 //! search for [`Log::range`] and [`Log::get`].
@@ -90,6 +97,6 @@ pub use entry::{entry_bytes, EntryMeta, Version, HEADER_BYTES, PAYLOAD_BYTES_MAX
 pub use error::{LogError, Result};
 pub use scan::{inspect_segment, EntryInfo, SegmentReport, SEGMENT_HEADER_BYTES, SEGMENT_MAGIC};
 pub use store::{
-    list_segments, read_entries, Entries, Entry, Log, LogConfig, Recovery, TornTail,
-    SEGMENT_BYTES_MIN, SEGMENT_SUFFIX, WRITE_BUFFER_BYTES_LIMIT,
+    list_segments, read_entries, CrashImage, Entries, Entry, Log, LogConfig, Recovery, TornTail,
+    TornWrite, SEGMENT_BYTES_MIN, SEGMENT_SUFFIX, WRITE_BUFFER_BYTES_LIMIT,
 };

@@ -535,6 +535,37 @@ impl Log {
         self.sync()
     }
 
+    /// The simulated crash of the process and its machine, for the crash tests (the
+    /// normal path never calls it, and it costs nothing there): the log is gone without
+    /// a sync, and its newest segment — the only file holding unsynced bytes, since sealed
+    /// segments, truncations and removals are synced when they happen — keeps its synced
+    /// bytes, then the first `torn.kept_bytes` of the unsynced ones (written or still
+    /// buffered), then `torn.garbage`. [`Log::open`] on the directory then sees what a
+    /// real disk could show after a power failure at this point.
+    pub fn crash(mut self, torn: &TornWrite) -> Result<CrashImage> {
+        let path = self.segments.last().expect("never empty").path.clone();
+        let mut unsynced = vec![0; (self.written_end - self.synced_end) as usize];
+        self.active
+            .read_exact_at(&mut unsynced, self.synced_end)
+            .map_err(io_err("read", &path))?;
+        unsynced.append(&mut self.buffer); // emptied: Drop writes nothing more
+        let kept = (torn.kept_bytes as usize).min(unsynced.len());
+        let mut tail = unsynced[..kept].to_vec();
+        tail.extend_from_slice(&torn.garbage);
+        self.active
+            .set_len(self.synced_end)
+            .map_err(io_err("truncate", &path))?;
+        self.active
+            .write_all_at(&tail, self.synced_end)
+            .map_err(io_err("write", &path))?;
+        Ok(CrashImage {
+            path,
+            synced_bytes: self.synced_end,
+            unsynced_bytes: unsynced.len() as u64,
+            len_bytes: self.synced_end + tail.len() as u64,
+        })
+    }
+
     fn active_number(&self) -> u64 {
         self.segments.last().expect("never empty").number
     }
@@ -570,6 +601,32 @@ impl Drop for Log {
         // Best effort, not a sync: a dropped log's buffered appends reach the page cache.
         let _ = self.flush();
     }
+}
+
+/// What a simulated crash leaves of the bytes a [`Log`] had not synced: the simulated
+/// disk of the crash tests ([`Log::crash`]). A real disk keeps every synced byte, and of
+/// the bytes written or buffered after the last sync some prefix, possibly followed by
+/// bytes that never belonged there (a torn page).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TornWrite {
+    /// How many of the unsynced bytes (in append order) survive; clamped to how many
+    /// there are. `0`: every write not synced is lost.
+    pub kept_bytes: u64,
+    /// Bytes found after the kept ones (garbage from a torn write), possibly empty.
+    pub garbage: Vec<u8>,
+}
+
+/// What [`Log::crash`] did to the newest segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrashImage {
+    /// The newest segment file.
+    pub path: PathBuf,
+    /// Its length that was durable (synced).
+    pub synced_bytes: u64,
+    /// How many unsynced bytes there were (written to the file or still buffered).
+    pub unsynced_bytes: u64,
+    /// Its length now: synced, plus the kept unsynced bytes, plus the garbage.
+    pub len_bytes: u64,
 }
 
 /// The entries of a [`Log::range`], read from the segment files in order.

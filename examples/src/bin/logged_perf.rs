@@ -2,13 +2,16 @@
 //! write → globally-persisted latency, next to a raw `fdatasync`-batched append of the
 //! same bytes to the same disk, in the same run.
 //!
-//! `logged_perf --dir DIR [--size BYTES] [--samples N] [--latency-samples M]`: three
-//! participants in this process (tcp on loopback, each with its own data directory under
-//! DIR), one writer on node 1 and a reader on nodes 2 and 3, so all three log every
-//! sample. *Committed rate*: N samples written as fast as the window allows, then
-//! `wait_for_acknowledgments`; N ÷ the time until it returns (every sample durable in all
-//! three logs). *Latency*: M times, one sample written and `wait_for_acknowledgments`
-//! (closed loop, no other traffic): the time from write to durable at every member.
+//! `logged_perf --dir DIR [--size BYTES] [--samples N] [--latency-samples M] [--writers W]`:
+//! three participants in this process (tcp on loopback, each with its own data directory
+//! under DIR), a writer on each of nodes 1..=W (W is 1 to 3, each on its own thread) and
+//! a reader on nodes 2 and 3, so all three log every sample. Samples larger than a ring
+//! slot go by RDMC (`sample_bytes_max` is set to fit them).
+//! *Committed rate*: N samples (N ÷ W per writer) written as fast as the window allows,
+//! then `wait_for_acknowledgments`; N ÷ the time until the last writer's returns (every
+//! sample durable in all three logs). *Latency*: M times (M ÷ W per writer, the writers
+//! at once), one sample written and `wait_for_acknowledgments` (closed loop): the time
+//! from write to durable at every member.
 //! *Raw reference*: the same N payloads appended to one file in DIR with one `write` and
 //! one `fdatasync` per batch, at batches 1 and 64 (the writer's window), and three files
 //! at batch 64 (one per replica, as the three logs do on this one disk).
@@ -40,10 +43,15 @@ struct Args {
     /// Samples for the latency.
     #[arg(long, default_value_t = 500)]
     latency_samples: usize,
+    /// Writers, one per node from node 1 (1 to 3).
+    #[arg(long, default_value_t = 1)]
+    writers: usize,
 }
 
 /// Ring slots of the writer (the most samples in flight).
 const WINDOW: usize = 64;
+/// The largest ring slot configured; larger samples go by RDMC.
+const SLOT_BYTES_MAX: usize = 64 * 1024;
 
 fn main() {
     if let Err(e) = run(Args::parse()) {
@@ -77,7 +85,11 @@ fn domain(dir: &Path, size: usize) -> Result<Vec<DomainParticipant>, BoxError> {
             }];
         }
         cfg.window_slots = WINDOW;
-        cfg.slot_payload_bytes = (size + 1024).next_power_of_two().min(64 * 1024);
+        cfg.slot_payload_bytes = (size + 1024).next_power_of_two().min(SLOT_BYTES_MAX);
+        if size + 1024 > SLOT_BYTES_MAX {
+            // Larger than a slot: by RDMC.
+            cfg.sample_bytes_max = (size + 4096).next_power_of_two();
+        }
         cfg.data_dir = Some(dir.join(format!("node-{id}")));
         out.push(DomainParticipantFactory::instance().create_participant(
             0,
@@ -135,37 +147,77 @@ fn run(a: Args) -> Result<(), BoxError> {
                 .create_datareader(t, DataReaderQos::from_topic_qos(&qos()))
         })
         .collect::<Result<_, _>>()?;
+    if !(1..=3).contains(&a.writers) {
+        return Err(format!("--writers {} is not 1, 2 or 3", a.writers).into());
+    }
     let mut wq = DataWriterQos::from_topic_qos(&qos());
     wq.reliability.max_blocking_time = spindle_qos::Duration::from_secs(30);
-    let w = ps[0]
-        .create_publisher(Default::default())?
-        .create_datawriter(&topics[0], wq)?;
-    let value = "x".repeat(a.size);
-    let sample = KeyedString {
-        key: "k".into(),
-        value,
-    };
+    let writers: Vec<_> = ps[..a.writers]
+        .iter()
+        .zip(&topics)
+        .map(|(p, t)| {
+            p.create_publisher(Default::default())?
+                .create_datawriter(t, wq.clone())
+        })
+        .collect::<Result<_, _>>()?;
     let ack = Duration::from_secs(60);
-    // Warm-up.
-    for _ in 0..WINDOW {
-        w.write(&sample)?;
+    let per_writer = a.samples / a.writers as u64;
+    let lat_per_writer = a.latency_samples / a.writers;
+    let size = a.size;
+    // Each writer on its own thread: warm-up, the rate, then (all at once again) the
+    // latency loop. Each returns its rate phase's time and its latencies.
+    let barrier = std::sync::Barrier::new(a.writers);
+    let results: Vec<Result<(Duration, Vec<Duration>), String>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = writers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let barrier = &barrier;
+                sc.spawn(move || -> Result<(Duration, Vec<Duration>), String> {
+                    let e = |x: spindle_dds_core::Error| x.to_string();
+                    let sample = KeyedString {
+                        key: format!("k{i}"),
+                        value: "x".repeat(size),
+                    };
+                    for _ in 0..WINDOW {
+                        w.write(&sample).map_err(e)?;
+                    }
+                    w.wait_for_acknowledgments(ack).map_err(e)?;
+                    barrier.wait();
+                    let t0 = Instant::now();
+                    for _ in 0..per_writer {
+                        w.write(&sample).map_err(e)?;
+                    }
+                    w.wait_for_acknowledgments(ack).map_err(e)?;
+                    let took = t0.elapsed();
+                    barrier.wait();
+                    let mut lat = Vec::with_capacity(lat_per_writer);
+                    for _ in 0..lat_per_writer {
+                        let t = Instant::now();
+                        w.write(&sample).map_err(e)?;
+                        w.wait_for_acknowledgments(ack).map_err(e)?;
+                        lat.push(t.elapsed());
+                    }
+                    Ok((took, lat))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a writer thread panicked".into()))
+            })
+            .collect()
+    });
+    let mut took = Duration::ZERO;
+    let mut lat = Vec::new();
+    for r in results {
+        let (t, l) = r?;
+        took = took.max(t);
+        lat.extend(l);
     }
-    w.wait_for_acknowledgments(ack)?;
-    // Committed rate.
-    let start = Instant::now();
-    for _ in 0..a.samples {
-        w.write(&sample)?;
-    }
-    w.wait_for_acknowledgments(ack)?;
-    let logged_rate = a.samples as f64 / start.elapsed().as_secs_f64();
-    // Latency, closed loop.
-    let mut lat = Vec::with_capacity(a.latency_samples);
-    for _ in 0..a.latency_samples {
-        let t = Instant::now();
-        w.write(&sample)?;
-        w.wait_for_acknowledgments(ack)?;
-        lat.push(t.elapsed());
-    }
+    let logged_rate = (per_writer * a.writers as u64) as f64 / took.as_secs_f64();
     lat.sort_unstable();
     // The participants stay up (idle, their threads parked) while the raw references run.
     // Raw references, same run, same disk.
@@ -175,11 +227,12 @@ fn run(a: Args) -> Result<(), BoxError> {
     let _ = std::fs::remove_dir_all(&dir);
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!(
-        "size {} B: LoggedStore committed {:.0} samples/s ({:.1} MB/s); write->durable at 3 \
+        "size {} B, {} writer(s): LoggedStore committed {:.0} samples/s ({:.1} MB/s); write->durable at 3 \
          members p50 {:.0} us p99 {:.0} us ({} samples); raw fdatasync append: batch 1 {:.0}/s, \
          batch {WINDOW} {:.0}/s, batch {WINDOW} x 3 files {:.0}/s; LoggedStore / raw batch \
          {WINDOW} = {:.2}, / raw batch {WINDOW} x 3 files = {:.2}",
         a.size,
+        a.writers,
         logged_rate,
         logged_rate * a.size as f64 / 1e6,
         us(percentile(&lat, 0.5)),

@@ -20,6 +20,7 @@
 mod domain;
 mod perf;
 mod pubsub;
+mod scrape;
 mod status;
 mod sweep;
 mod tools;

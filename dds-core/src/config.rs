@@ -134,6 +134,10 @@ pub struct ParticipantConfig {
     /// are refused. One directory per participant: two processes must not share one.
     #[serde(default)]
     pub data_dir: Option<PathBuf>,
+    /// The `[metrics]` table: the optional Prometheus endpoint ([`crate::metrics`]; off
+    /// by default).
+    #[serde(default)]
+    pub metrics: crate::metrics::MetricsConfig,
 }
 
 fn default_topic_subgroups() -> u32 {
@@ -235,6 +239,7 @@ impl ParticipantConfig {
             fabric: FabricConfig::default(),
             spin_before_park_us: default_spin_before_park_us(),
             data_dir: None,
+            metrics: Default::default(),
         }
     }
 
@@ -415,6 +420,7 @@ impl ParticipantConfig {
         {
             return bad("data_dir: must not be empty (leave it out for no logs)".into());
         }
+        self.metrics.validate(origin)?;
         if !self.bootstrap.is_empty() && self.bootstrap.contains(&self.node_id) {
             for b in self.bootstrap.iter().filter(|b| **b != self.node_id) {
                 if !self.contacts.iter().any(|c| c.node == *b) {

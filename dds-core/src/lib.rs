@@ -146,6 +146,7 @@ pub mod filter;
 mod history;
 mod inner;
 pub mod logged;
+pub mod metrics;
 mod participant;
 mod publisher;
 mod reader;
@@ -168,6 +169,7 @@ pub use declare::{subgroup_of, topic_id};
 pub use delivery::DdsApp;
 pub use error::{Error, Result};
 pub use inner::ENDPOINTS_MAX;
+pub use metrics::{MetricsConfig, ParticipantCounters};
 pub use participant::{DomainParticipant, DomainParticipantFactory};
 pub use publisher::Publisher;
 pub use reader::{

@@ -161,6 +161,7 @@ impl DomainParticipant {
             let rc = logged::restart_config(&config, &ep.address())?;
             restarted = Some(spindle_group::restart::run(&*ep, rc, persister)?);
         }
+        let metrics = crate::metrics::bind(&config.metrics)?;
         let group = make_group(&config, &*ep, last_vid, restarted)?;
         let shared = Shared::new(config.node_id, Arc::new(WallClock));
         let persister = match logs {
@@ -178,14 +179,19 @@ impl DomainParticipant {
             config.spin_before_park_us,
             persister,
         )?;
-        DomainParticipant::with_driver(ParticipantInner::new(
+        let p = DomainParticipant::with_driver(ParticipantInner::new(
             domain_id,
             qos,
             config,
             Box::new(driver),
             shared,
             ep.address(),
-        ))
+        ))?;
+        if let Some(l) = metrics {
+            *lock(&p.inner.metrics_address) = l.local_addr().ok();
+            crate::metrics::serve(l, Arc::downgrade(&p.inner), p.node_id());
+        }
+        Ok(p)
     }
 
     /// The participant `inner` describes, once its first view is installed.
@@ -350,6 +356,8 @@ impl DomainParticipant {
         type_name: &str,
         qos: TopicQos,
     ) -> Result<Topic<T>> {
+        let _span =
+            tracing::info_span!("create_topic", node = self.node_id(), topic = name).entered();
         self.inner.check_alive()?;
         if name.is_empty() || name.len() > 256 {
             return Err(Error::BadParameter(format!(

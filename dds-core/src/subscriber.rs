@@ -45,6 +45,14 @@ impl Subscriber {
         qos: DataReaderQos,
     ) -> Result<DataReader<T>> {
         let p = &self.participant;
+        let ident = &topic.inner.ident;
+        let _span = tracing::info_span!(
+            "create_datareader",
+            node = p.me(),
+            topic = %ident.name,
+            subgroup = ident.subgroup
+        )
+        .entered();
         qos.check()?;
         // What a store keeps is the writers' history (TRANSIENT_LOCAL); a reader's own
         // HISTORY bounds only its cache.

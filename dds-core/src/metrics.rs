@@ -1,6 +1,6 @@
 //! A participant's counters and their Prometheus exposition.
 //!
-//! [`DomainParticipant::counters`] returns a plain [`ParticipantCounters`]: the group
+//! `DomainParticipant::counters` returns a plain [`ParticipantCounters`]: the group
 //! member's counters ([`spindle_group::NodeCounters`]: delivered, stable, null-sends,
 //! views, state transferred), published by the predicate thread, and DCPS's own (samples
 //! and bytes written, large samples, samples received, samples of topics with no local
@@ -9,24 +9,19 @@
 //!
 //! With `[metrics] listen = "127.0.0.1:9464"` in the participant's TOML
 //! ([`MetricsConfig`]; off by default) the participant serves them in the Prometheus text
-//! exposition format (`GET /metrics`, version 0.0.4) on a small HTTP endpoint of its own:
+//! exposition format (`GET /metrics`, version 0.0.4) on a small HTTP endpoint of its own (`metrics_http.rs`):
 //! one thread, one connection at a time, [`METRICS_IO_TIMEOUT_MS`] to read a request of at
 //! most [`METRICS_REQUEST_BYTES_MAX`] bytes and write the answer; anything else gets a 4xx
 //! status, never a panic.
 
 use std::fmt::Write as _;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Weak;
-use std::time::Duration;
 
 use serde::Deserialize;
 use spindle_group::NodeCounters;
 
 use crate::error::{Error, Result};
-use crate::inner::ParticipantInner;
-use crate::participant::DomainParticipant;
 
 /// The `[metrics]` table of a participant's TOML.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -58,10 +53,8 @@ impl MetricsConfig {
 pub const METRICS_IO_TIMEOUT_MS: u64 = 2_000;
 /// The largest request the endpoint reads (request line and headers).
 pub const METRICS_REQUEST_BYTES_MAX: usize = 8 * 1024;
-/// How often the idle endpoint looks whether its participant is gone, in ms.
-const METRICS_POLL_MS: u64 = 100;
 
-/// A participant's counters at one instant ([`DomainParticipant::counters`]). Every
+/// A participant's counters at one instant (`DomainParticipant::counters`). Every
 /// count is since the participant started and only grows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ParticipantCounters {
@@ -99,6 +92,17 @@ pub(crate) struct DcpsCounters {
 }
 
 impl DcpsCounters {
+    /// Copies the counts into `c`.
+    pub(crate) fn fill(&self, c: &mut ParticipantCounters) {
+        let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        c.samples_written = r(&self.samples_written);
+        c.written_bytes = r(&self.written_bytes);
+        c.large_samples_written = r(&self.large_samples_written);
+        c.samples_received = r(&self.samples_received);
+        c.received_bytes = r(&self.received_bytes);
+        c.samples_without_reader = r(&self.samples_without_reader);
+    }
+
     /// A writer wrote a sample of `bytes` (header included); `large`: by RDMC.
     pub(crate) fn wrote(&self, bytes: usize, large: bool) {
         self.samples_written.fetch_add(1, Ordering::Relaxed);
@@ -123,41 +127,6 @@ impl DcpsCounters {
             self.samples_without_reader
                 .fetch_add(unread as u64, Ordering::Relaxed);
         }
-    }
-}
-
-fn counters_of(inner: &ParticipantInner) -> ParticipantCounters {
-    let d = &inner.shared.counters;
-    let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    let view_id = crate::common::lock(&inner.shared.state)
-        .view
-        .as_ref()
-        .map_or(0, |v| v.vid);
-    ParticipantCounters {
-        node: inner.me(),
-        view_id,
-        group: inner.driver.group_counters(),
-        samples_written: r(&d.samples_written),
-        written_bytes: r(&d.written_bytes),
-        large_samples_written: r(&d.large_samples_written),
-        samples_received: r(&d.samples_received),
-        received_bytes: r(&d.received_bytes),
-        samples_without_reader: r(&d.samples_without_reader),
-    }
-}
-
-impl DomainParticipant {
-    /// The participant's counters now ([`crate::metrics`]): what its group member
-    /// delivered, saw stable, sent as nulls, the views it installed and the state it
-    /// transferred, and what its writers wrote and its readers' subgroups received.
-    pub fn counters(&self) -> ParticipantCounters {
-        counters_of(&self.inner)
-    }
-
-    /// Where the participant's Prometheus endpoint listens (`[metrics] listen`), if it
-    /// has one: the bound address, so a port 0 shows the port picked.
-    pub fn metrics_address(&self) -> Option<SocketAddr> {
-        *crate::common::lock(&self.inner.metrics_address)
     }
 }
 
@@ -296,87 +265,12 @@ impl ParticipantCounters {
     }
 }
 
-/// Binds the endpoint of `cfg` (`None` when off); the error names the key.
-pub(crate) fn bind(cfg: &MetricsConfig) -> Result<Option<TcpListener>> {
-    let Some(listen) = &cfg.listen else {
-        return Ok(None);
-    };
-    let l = TcpListener::bind(listen.as_str()).map_err(|e| {
-        Error::Config(format!(
-            "[metrics] listen = {listen:?}: cannot listen there: {e}"
-        ))
-    })?;
-    l.set_nonblocking(true)
-        .map_err(|e| Error::Config(format!("[metrics] listen = {listen:?}: {e}")))?;
-    Ok(Some(l))
-}
-
-/// Serves `listener` on a thread of its own until the participant is gone or stopped.
-pub(crate) fn serve(listener: TcpListener, inner: Weak<ParticipantInner>, node: u32) {
-    let spawned = std::thread::Builder::new()
-        .name(format!("spindle-metrics-{node}"))
-        .spawn(move || loop {
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    let Some(p) = inner.upgrade() else { break };
-                    let counters = counters_of(&p);
-                    drop(p);
-                    if let Err(e) = answer(stream, &counters) {
-                        tracing::debug!(error = %e, "metrics endpoint: a request failed");
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    match inner.upgrade() {
-                        Some(p) if !p.shared.stopped_flag.load(Ordering::Acquire) => {}
-                        _ => break,
-                    }
-                    std::thread::sleep(Duration::from_millis(METRICS_POLL_MS));
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "metrics endpoint: accept failed");
-                    std::thread::sleep(Duration::from_millis(METRICS_POLL_MS));
-                }
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::error!(error = %e, "the metrics endpoint's thread did not start");
-    }
-}
-
-/// Reads one request from `stream` and answers it.
-fn answer(mut stream: TcpStream, counters: &ParticipantCounters) -> std::io::Result<()> {
-    let timeout = Some(Duration::from_millis(METRICS_IO_TIMEOUT_MS));
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(timeout)?;
-    stream.set_write_timeout(timeout)?;
-    let mut req = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    let complete = loop {
-        if req.windows(4).any(|w| w == b"\r\n\r\n") || req.windows(2).any(|w| w == b"\n\n") {
-            break true;
-        }
-        if req.len() >= METRICS_REQUEST_BYTES_MAX {
-            break false;
-        }
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            break !req.is_empty();
-        }
-        req.extend_from_slice(&buf[..n]);
-    };
-    let (status, body) = respond(&req, complete, counters);
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
-    stream.flush()
-}
-
 /// The status line and body for request bytes `req` (`complete`: its headers ended).
-fn respond(req: &[u8], complete: bool, counters: &ParticipantCounters) -> (&'static str, String) {
+pub(crate) fn respond(
+    req: &[u8],
+    complete: bool,
+    counters: &ParticipantCounters,
+) -> (&'static str, String) {
     if !complete {
         return (
             "431 Request Header Fields Too Large",

@@ -161,7 +161,7 @@ impl DomainParticipant {
             let rc = logged::restart_config(&config, &ep.address())?;
             restarted = Some(spindle_group::restart::run(&*ep, rc, persister)?);
         }
-        let metrics = crate::metrics::bind(&config.metrics)?;
+        let metrics = crate::metrics_http::bind(&config.metrics)?;
         let group = make_group(&config, &*ep, last_vid, restarted)?;
         let shared = Shared::new(config.node_id, Arc::new(WallClock));
         let persister = match logs {
@@ -189,7 +189,7 @@ impl DomainParticipant {
         ))?;
         if let Some(l) = metrics {
             *lock(&p.inner.metrics_address) = l.local_addr().ok();
-            crate::metrics::serve(l, Arc::downgrade(&p.inner), p.node_id());
+            crate::metrics_http::serve(l, Arc::downgrade(&p.inner), p.node_id());
         }
         Ok(p)
     }

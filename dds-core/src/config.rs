@@ -3,8 +3,11 @@
 //! ```toml
 //! domain_id = 0
 //! node_id = 2
-//! transport = "tcp"            # "tcp" or "shm"
-//! listen = "127.0.0.1:7402"    # tcp: host:port; shm: a namespace shared by the domain
+//! transport = "tcp"            # "tcp", "shm", "libfabric" or "verbs"
+//! listen = "127.0.0.1:7402"    # tcp: host:port; shm: a namespace shared by the domain;
+//!                              # libfabric, verbs: host:port of the side channel
+//! # provider = "tcp;ofi_rxm"   # libfabric only: the provider ("" or absent: libfabric's choice)
+//! # device = "mlx5_0"          # verbs only: the RDMA device that must be opened
 //! bootstrap = [1]              # the nodes that start the domain's first view together
 //! window_slots = 64            # ring slots per writer (a power of two is used)
 //! slot_payload_bytes = 4096    # largest message when the type is unbounded
@@ -59,6 +62,25 @@ pub enum Transport {
     Tcp,
     /// Shared memory between processes of one host.
     Shm,
+    /// libfabric (RDMA-style one-sided writes through any libfabric provider: `verbs`,
+    /// `efa`, `tcp;ofi_rxm`, `shm`, …), with [`ParticipantConfig::provider`]. Needs the
+    /// `libfabric` cargo feature (and the system's libfabric).
+    Libfabric,
+    /// InfiniBand/RoCE verbs over RC queue pairs, on [`ParticipantConfig::device`]. Needs
+    /// the `verbs` cargo feature (and rdma-core's libibverbs).
+    Verbs,
+}
+
+impl Transport {
+    /// The name the TOML uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Shm => "shm",
+            Transport::Libfabric => "libfabric",
+            Transport::Verbs => "verbs",
+        }
+    }
 }
 
 /// One member to contact.
@@ -134,6 +156,13 @@ pub struct ParticipantConfig {
     /// are refused. One directory per participant: two processes must not share one.
     #[serde(default)]
     pub data_dir: Option<PathBuf>,
+    /// The libfabric provider (`transport = "libfabric"` only): `"tcp;ofi_rxm"`, `"verbs;ofi_rxm"`,
+    /// `"efa"`, `"shm"`; absent or empty: libfabric's choice.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// The RDMA device (`transport = "verbs"` only), e.g. `"mlx5_0"`; absent: the first.
+    #[serde(default)]
+    pub device: Option<String>,
     /// The `[metrics]` table: the optional Prometheus endpoint ([`crate::metrics`]; off
     /// by default).
     #[serde(default)]
@@ -239,6 +268,8 @@ impl ParticipantConfig {
             fabric: FabricConfig::default(),
             spin_before_park_us: default_spin_before_park_us(),
             data_dir: None,
+            provider: None,
+            device: None,
             metrics: Default::default(),
         }
     }
@@ -421,6 +452,7 @@ impl ParticipantConfig {
             return bad("data_dir: must not be empty (leave it out for no logs)".into());
         }
         self.metrics.validate(origin)?;
+        crate::transport::validate(self, origin)?;
         if !self.bootstrap.is_empty() && self.bootstrap.contains(&self.node_id) {
             for b in self.bootstrap.iter().filter(|b| **b != self.node_id) {
                 if !self.contacts.iter().any(|c| c.node == *b) {

@@ -162,6 +162,7 @@ pub mod store;
 mod subscriber;
 mod threads;
 mod topic;
+mod transport;
 mod writer;
 mod writer_core;
 

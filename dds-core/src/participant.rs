@@ -115,6 +115,7 @@ impl DomainParticipantFactory {
                 &config.listen,
                 config.fabric.clone(),
             )?,
+            Transport::Libfabric | Transport::Verbs => crate::transport::open_rdma(config)?,
         };
         DomainParticipant::start(domain_id, qos, config.clone(), ep)
     }

@@ -452,7 +452,7 @@ impl ParticipantConfig {
             return bad("data_dir: must not be empty (leave it out for no logs)".into());
         }
         self.metrics.validate(origin)?;
-        crate::transport::validate(self, origin)?;
+        validate_transport(self, origin)?;
         if !self.bootstrap.is_empty() && self.bootstrap.contains(&self.node_id) {
             for b in self.bootstrap.iter().filter(|b| **b != self.node_id) {
                 if !self.contacts.iter().any(|c| c.node == *b) {
@@ -467,6 +467,42 @@ impl ParticipantConfig {
         }
         Ok(())
     }
+}
+
+/// Checks the transport's own keys: `provider` only with libfabric, `device` only with
+/// verbs, and the side channel's `listen` a `host:port`; the error names the key.
+fn validate_transport(cfg: &ParticipantConfig, origin: &str) -> Result<()> {
+    let bad = |what: String| Err(Error::Config(format!("{origin}: {what}")));
+    if cfg.provider.is_some() && cfg.transport != Transport::Libfabric {
+        return bad(format!(
+            "provider = {:?}: only for transport = \"libfabric\" (this is {:?})",
+            cfg.provider.as_deref().unwrap_or_default(),
+            cfg.transport.name()
+        ));
+    }
+    if cfg.device.is_some() && cfg.transport != Transport::Verbs {
+        return bad(format!(
+            "device = {:?}: only for transport = \"verbs\" (this is {:?})",
+            cfg.device.as_deref().unwrap_or_default(),
+            cfg.transport.name()
+        ));
+    }
+    if cfg.device.as_deref() == Some("") {
+        return bad("device: must not be empty (leave it out for the first device)".into());
+    }
+    if matches!(cfg.transport, Transport::Libfabric | Transport::Verbs)
+        && cfg
+            .listen
+            .rsplit_once(':')
+            .is_none_or(|(_, p)| p.parse::<u16>().is_err())
+    {
+        return bad(format!(
+            "listen = {:?}: transport = {:?} listens for its side channel on a host:port",
+            cfg.listen,
+            cfg.transport.name()
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

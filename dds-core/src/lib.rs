@@ -127,12 +127,13 @@
 
 // The layers, bottom to top; a module uses only modules of lower layers (ARCHITECTURE.md;
 // scripts/check-layering.py checks that no two modules use each other):
-// 1. data: clock, sample, status, store, cache, condition, config, declare, discovery, filter,
-//    error, logged
+// 1. data: clock, sample, status, store, cache, condition, metrics, config, declare,
+//    discovery, filter, error, logged
 // 2. entity state: common; reader_core, writer_core; shared (+ the Driver trait)
 // 3. the delivery path: delivery (DdsApp and handle_timeout: engine output enters here)
-// 4. drivers and handles: inner; threads; topic; reader, writer; publisher, subscriber;
-//    participant; history (reads over a PERSISTENT reader's log); sim (feature testkit)
+// 4. drivers and handles: inner; metrics_http, transport; threads; topic; reader, writer;
+//    publisher, subscriber; participant; counters (DomainParticipant::counters); history
+//    (reads over a PERSISTENT reader's log); sim (feature testkit)
 pub mod cache;
 pub mod clock;
 mod common;

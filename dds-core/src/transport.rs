@@ -1,6 +1,6 @@
 //! The RDMA transports a participant's TOML selects (`transport = "libfabric"` with its
-//! `provider`, `transport = "verbs"` with its `device`): their keys checked, and their
-//! endpoints opened — or, in a build without the backend, an error that says which cargo
+//! `provider`, `transport = "verbs"` with its `device`; their keys are checked by
+//! `ParticipantConfig::validate`): their endpoints opened — or, in a build without the backend, an error that says which cargo
 //! feature and which system package it needs. (tcp and shm are opened in
 //! `participant.rs`.)
 
@@ -24,42 +24,6 @@ const NEEDS_VERBS: &str = "this build has no verbs backend: build with the `verb
      feature (`cargo build -p spindle-cli --features verbs`, or spindle-dds-core's `verbs` \
      feature), which needs rdma-core's libibverbs (Debian: libibverbs-dev, \
      ibverbs-providers; scripts/setup-rdma.sh installs them) and an RDMA device";
-
-/// Checks the transport's own keys: `provider` only with libfabric, `device` only with
-/// verbs, and the side channel's `listen` a `host:port`; the error names the key.
-pub(crate) fn validate(cfg: &ParticipantConfig, origin: &str) -> Result<()> {
-    let bad = |what: String| Err(Error::Config(format!("{origin}: {what}")));
-    if cfg.provider.is_some() && cfg.transport != Transport::Libfabric {
-        return bad(format!(
-            "provider = {:?}: only for transport = \"libfabric\" (this is {:?})",
-            cfg.provider.as_deref().unwrap_or_default(),
-            cfg.transport.name()
-        ));
-    }
-    if cfg.device.is_some() && cfg.transport != Transport::Verbs {
-        return bad(format!(
-            "device = {:?}: only for transport = \"verbs\" (this is {:?})",
-            cfg.device.as_deref().unwrap_or_default(),
-            cfg.transport.name()
-        ));
-    }
-    if cfg.device.as_deref() == Some("") {
-        return bad("device: must not be empty (leave it out for the first device)".into());
-    }
-    if matches!(cfg.transport, Transport::Libfabric | Transport::Verbs)
-        && cfg
-            .listen
-            .rsplit_once(':')
-            .is_none_or(|(_, p)| p.parse::<u16>().is_err())
-    {
-        return bad(format!(
-            "listen = {:?}: transport = {:?} listens for its side channel on a host:port",
-            cfg.listen,
-            cfg.transport.name()
-        ));
-    }
-    Ok(())
-}
 
 /// Opens the endpoint of `cfg`'s libfabric or verbs transport.
 pub(crate) fn open_rdma(cfg: &ParticipantConfig) -> Result<Arc<dyn Endpoint>> {

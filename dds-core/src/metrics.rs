@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 #[serde(deny_unknown_fields)]
 pub struct MetricsConfig {
     /// Where to serve the Prometheus endpoint (`host:port`, e.g. `127.0.0.1:9464`; port 0
-    /// picks a free one, see [`DomainParticipant::metrics_address`]). `None`, the default:
+    /// picks a free one, see `DomainParticipant::metrics_address`). `None`, the default:
     /// no endpoint.
     #[serde(default)]
     pub listen: Option<String>,

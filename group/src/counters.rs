@@ -3,7 +3,7 @@
 //! did across views (views installed, state transferred, re-sends).
 //!
 //! The engine keeps its counts in plain fields ([`EngineStats`], one engine per view) and
-//! the group its own ([`GroupStats`]); the predicate thread of
+//! the group its own ([`crate::GroupStats`]); the predicate thread of
 //! [`crate::runtime::GroupNode`] copies them here once per round that did work, adding
 //! the counts of the views before (so every counter only grows). Relaxed atomics: no
 //! lock, no allocation, no read-modify-write on the data path (one writer).

@@ -67,6 +67,10 @@ pub enum Mode {
     Atomic,
     /// On receipt.
     Unordered,
+    /// Leader-based total order (DARE, `spindle_group::dare`): senders hand messages to
+    /// the leader, which replicates its log with one-sided writes and commits on a
+    /// majority. tcp and shm only; `--layout single` only.
+    Dare,
 }
 
 /// The workload's command line (shared by `bandwidth_test`, `latency_test` and
@@ -198,6 +202,9 @@ impl Args {
         if !["sim", "tcp", "shm"].contains(&self.backend.as_str()) {
             return Err(format!("--backend {}: expected sim, tcp or shm", self.backend).into());
         }
+        if self.mode == Mode::Dare && (self.backend == "sim" || self.layout != LayoutKind::Single) {
+            return Err("--mode dare runs over tcp or shm with --layout single".into());
+        }
         Ok(())
     }
 
@@ -226,7 +233,7 @@ impl Args {
             members[..n].to_vec()
         };
         let mode = match self.mode {
-            Mode::Atomic => DeliveryMode::Atomic,
+            Mode::Atomic | Mode::Dare => DeliveryMode::Atomic,
             Mode::Unordered => DeliveryMode::Unordered,
         };
         let spec = |id, members: Vec<NodeId>| SubgroupSpec {
@@ -281,6 +288,9 @@ fn run_node(
     ep: Arc<dyn Endpoint>,
     peers: BTreeMap<NodeId, String>,
 ) -> Result<NodeResult, BoxError> {
+    if args.mode == Mode::Dare {
+        return run_dare_node(args, ep, peers);
+    }
     let me = ep.node();
     let layout = args.layout();
     let view = View::new(1, args.members());
@@ -472,6 +482,187 @@ fn run_node(
         latencies_us,
         nulls_sent: stats.nulls_sent,
         pushes: stats.pushes,
+    })
+}
+
+/// Runs node `me` of a DARE group over `ep` to the end of the workload: the same
+/// senders, messages and measurements as the atomic mode (latency: from the hand-over to
+/// the sender's own delivery, which comes once a majority holds the message).
+fn run_dare_node(
+    args: &Args,
+    ep: Arc<dyn Endpoint>,
+    peers: BTreeMap<NodeId, String>,
+) -> Result<NodeResult, BoxError> {
+    use spindle_group::dare::runtime::DareMember;
+    use spindle_group::dare::DareConfig;
+    let me = ep.node();
+    let layout = args.layout();
+    let spec = &layout.subgroups[0];
+    let expected = spec.senders.len() as u64 * args.messages;
+    let config = DareConfig {
+        log_entries: 1024,
+        payload_bytes_max: args.size,
+        sender_window: args
+            .window
+            .clamp(1, spindle_group::dare::DARE_SENDER_WINDOW_MAX),
+        heartbeat_us: 2_000,
+        election_timeout_us: 100_000,
+    };
+    let delivered = Arc::new(AtomicU64::new(0));
+    let own_delivered = Arc::new(AtomicU64::new(0));
+    let done_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let in_flight: Arc<Mutex<BTreeMap<u64, Instant>>> = Arc::default();
+    let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let log_error: Arc<Mutex<Option<String>>> = Arc::default();
+    let mut log = match &args.log {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            Some(BufWriter::new(std::fs::File::create(
+                dir.join(format!("node-{me}.log")),
+            )?))
+        }
+        None => None,
+    };
+    let members = args.members();
+    let upcall = {
+        let log_error = Arc::clone(&log_error);
+        let (delivered, own_delivered, done_at, in_flight, latencies) = (
+            Arc::clone(&delivered),
+            Arc::clone(&own_delivered),
+            Arc::clone(&done_at),
+            Arc::clone(&in_flight),
+            Arc::clone(&latencies),
+        );
+        move |d: &spindle_group::dare::DareDelivery| {
+            let now = Instant::now();
+            if d.sender == me {
+                let sent_at = in_flight
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&d.sender_seq);
+                if let Some(t) = sent_at {
+                    let mut l = latencies.lock().unwrap_or_else(|p| p.into_inner());
+                    if l.len() < LATENCY_SAMPLES_MAX {
+                        l.push(now.duration_since(t).as_secs_f64() * 1e6);
+                    }
+                }
+                own_delivered.fetch_add(1, Ordering::Release);
+            }
+            if let Some(w) = log.as_mut() {
+                // The same line as the engine's: subgroup 0, the log index as the global
+                // index, the sender's rank, its sequence number, the size.
+                let rank = members.iter().position(|&m| m == d.sender).unwrap_or(0);
+                let line = format!(
+                    "0 {} {rank} {} {}\n",
+                    d.index,
+                    d.sender_seq,
+                    d.payload.len()
+                );
+                if let Err(e) = w.write_all(line.as_bytes()) {
+                    *log_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                }
+            }
+            if delivered.fetch_add(1, Ordering::AcqRel) + 1 >= expected {
+                if let Some(w) = log.as_mut() {
+                    if let Err(e) = w.flush() {
+                        *log_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                    }
+                }
+                done_at
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(now);
+            }
+        }
+    };
+    let member = DareMember::start(
+        Arc::clone(&ep),
+        args.members(),
+        &peers,
+        config,
+        Duration::from_secs(30),
+        upcall,
+    )?;
+    let deadline = Instant::now() + Duration::from_secs(args.timeout_s);
+    // Wait for the first leader, so that the measurement starts with the group ready.
+    while member.leader().0.is_none() {
+        if Instant::now() > deadline {
+            return Err(format!("node {me}: no DARE leader elected").into());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let start = Instant::now();
+    if spec.senders.contains(&me) {
+        let payload = vec![0xA5u8; args.size];
+        let mut sent = 0u64;
+        while sent < args.messages {
+            if Instant::now() > deadline {
+                return Err(format!("node {me}: sent only {sent} of {}", args.messages).into());
+            }
+            let sampled_next = args.latency || (sent + 1) % LATENCY_SAMPLE_EVERY == 0;
+            let t = Instant::now();
+            match member.try_send(&payload) {
+                Ok(seq) => {
+                    if sampled_next {
+                        in_flight
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(seq, t);
+                    }
+                    sent += 1;
+                    if args.latency {
+                        let mut waits = 0u64;
+                        while own_delivered.load(Ordering::Acquire) < sent {
+                            waits += 1;
+                            if waits % 1024 == 0 && Instant::now() > deadline {
+                                return Err("latency test: a message never came back".into());
+                            }
+                            if waits < 64 {
+                                std::hint::spin_loop();
+                            } else {
+                                std::thread::yield_now();
+                            }
+                        }
+                    }
+                }
+                Err(Error::DareWindowFull { .. }) => std::thread::yield_now(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    while delivered.load(Ordering::Acquire) < expected {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "node {me}: delivered {} of {expected} in {} s",
+                delivered.load(Ordering::Acquire),
+                args.timeout_s
+            )
+            .into());
+        }
+        if let Some(why) = member.stopped() {
+            return Err(format!("node {me}: DARE member stopped: {why}").into());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if let Some(e) = log_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        return Err(format!("writing the log: {e}").into());
+    }
+    // The member keeps serving (a leader still writes entries and `commit` into slower
+    // followers' logs) until the process exits: every node of a run stays up until node
+    // 1 has collected all results.
+    std::mem::forget(member);
+    let end = done_at
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(Instant::now);
+    let latencies_us = std::mem::take(&mut *latencies.lock().unwrap_or_else(|p| p.into_inner()));
+    Ok(NodeResult {
+        node: me,
+        delivered: delivered.load(Ordering::Acquire),
+        elapsed_s: end.duration_since(start).as_secs_f64(),
+        latencies_us,
+        nulls_sent: 0,
+        pushes: 0,
     })
 }
 
@@ -756,7 +947,11 @@ fn print_summary(args: &Args, results: &[NodeResult]) {
         "nodes": args.nodes,
         "senders": args.senders_label(),
         "size": args.size,
-        "mode": match args.mode { Mode::Atomic => "atomic", Mode::Unordered => "unordered" },
+        "mode": match args.mode {
+            Mode::Atomic => "atomic",
+            Mode::Unordered => "unordered",
+            Mode::Dare => "dare",
+        },
         "layout": match args.layout { LayoutKind::Single => "single", LayoutKind::Overlapping => "overlapping" },
         "latency_mode": args.latency,
         "messages": args.messages,

@@ -9,40 +9,10 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{finish_members, signal, start_members, Proc};
+use common::{deliveries, finish_members, signal, start_members, wait_members};
 
 /// How long any one step may take on a loaded machine before the test gives up.
 const STEP_DEADLINE: Duration = Duration::from_secs(120);
-
-/// Waits until `p` prints a `VIEW` line whose member list is `members`.
-fn wait_members(p: &Proc, members: &str, what: &str) {
-    let deadline = Instant::now() + STEP_DEADLINE;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let l = p
-            .lines
-            .recv_timeout(left)
-            .unwrap_or_else(|e| panic!("{what}: no view {members}: {e}"));
-        let f: Vec<&str> = l.split(' ').collect();
-        if f.len() == 4 && f[0] == "VIEW" && f[3] == members {
-            return;
-        }
-    }
-}
-
-/// The delivery lines of a log; a last line cut short (a process that exited with part
-/// of its buffer unwritten) is left out.
-fn deliveries(log: &[u8]) -> Vec<String> {
-    let whole = match log.iter().rposition(|b| *b == b'\n') {
-        Some(end) => &log[..=end],
-        None => &[],
-    };
-    String::from_utf8_lossy(whole)
-        .lines()
-        .filter(|l| !l.starts_with("VIEW"))
-        .map(str::to_string)
-        .collect()
-}
 
 fn run(backend: &str) {
     let dir =

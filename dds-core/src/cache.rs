@@ -33,6 +33,9 @@ struct Entry {
     payload: Payload,
 }
 
+/// A QueryCondition's test of a sample's bytes, if a read has one ([`Cache::access_if`]).
+pub type Query<'a> = Option<&'a dyn Fn(&[u8]) -> bool>;
+
 /// A sample's serialized bytes as a cache holds and hands them out: owned until a `read`
 /// shares them with the samples (or loans) it returned, so reading a sample again copies
 /// nothing, and a `take` moves them out without a copy.
@@ -345,9 +348,22 @@ impl Cache {
 
     /// True if some sample matches `mask` (and `instance`, if given).
     pub fn any(&self, mask: &StateMask, instance: Option<InstanceHandle>) -> bool {
-        self.samples
-            .values()
-            .any(|e| instance.is_none_or(|i| i == e.instance) && self.accepts(mask, e))
+        self.any_if(mask, instance, None)
+    }
+
+    /// [`Cache::any`], counting only samples whose bytes pass `query` (a QueryCondition's
+    /// filter: samples without data never do), if given.
+    pub fn any_if(
+        &self,
+        mask: &StateMask,
+        instance: Option<InstanceHandle>,
+        query: Query<'_>,
+    ) -> bool {
+        self.samples.values().any(|e| {
+            instance.is_none_or(|i| i == e.instance)
+                && self.accepts(mask, e)
+                && query.is_none_or(|q| e.info.valid_data && q(e.payload.bytes()))
+        })
     }
 
     fn accepts(&self, mask: &StateMask, e: &Entry) -> bool {
@@ -430,6 +446,14 @@ impl Cache {
                 }
                 Ok(false)
             }
+        }
+    }
+
+    /// `writer` began a coherent set whose first sample this reader does not keep (a
+    /// content filter dropped it): the set is held as if it had, so its later samples are.
+    pub fn begin_set(&mut self, writer: WriterHandle) {
+        if let Some(old) = self.pending_sets.insert(writer, Vec::new()) {
+            self.recycle(old.into_iter().map(|(_, b, _)| Payload::Owned(b)));
         }
     }
 
@@ -694,8 +718,26 @@ impl Cache {
         instance: Option<InstanceHandle>,
         take: bool,
     ) -> Vec<(SampleInfo, Payload)> {
+        self.access_if(max, mask, instance, take, None)
+    }
+
+    /// [`Cache::access`] of only the samples whose bytes pass `query` (a QueryCondition's
+    /// filter: samples without data never do), if given.
+    pub fn access_if(
+        &mut self,
+        max: usize,
+        mask: &StateMask,
+        instance: Option<InstanceHandle>,
+        take: bool,
+        query: Query<'_>,
+    ) -> Vec<(SampleInfo, Payload)> {
         self.purge_expired();
-        if take && instance.is_none() && *mask == StateMask::ANY && max >= self.samples.len() {
+        if take
+            && query.is_none()
+            && instance.is_none()
+            && *mask == StateMask::ANY
+            && max >= self.samples.len()
+        {
             return self.take_all();
         }
         let mut picked = Vec::new();
@@ -703,7 +745,10 @@ impl Cache {
             if picked.len() >= max {
                 break;
             }
-            if instance.is_some_and(|i| i != e.instance) || !self.accepts(mask, e) {
+            if instance.is_some_and(|i| i != e.instance)
+                || !self.accepts(mask, e)
+                || query.is_some_and(|q| !e.info.valid_data || !q(e.payload.bytes()))
+            {
                 continue;
             }
             picked.push(*arrival);

@@ -15,6 +15,7 @@
 //! entity_timeout_ms = 10000    # how long create_*/delete_* wait for their view change
 //! spin_before_park_us = 1000   # how long the predicate thread spins idle before it parks
 //! data_dir = "/var/lib/spindle/node-2" # optional: the logs of PERSISTENT topics
+//! rejoin = false               # excluded (hung, cut off): join again as a new member
 //!
 //! [[contacts]]                 # members to join through (and the bootstrap members' addresses)
 //! node = 1
@@ -44,7 +45,7 @@
 //! `SPINDLE_TRANSPORT`, `SPINDLE_LISTEN`, `SPINDLE_BOOTSTRAP` (comma-separated ids),
 //! `SPINDLE_CONTACTS` (`id=address,id=address`), `SPINDLE_SPIN_BEFORE_PARK_US`,
 //! `SPINDLE_DATA_DIR`, `SPINDLE_DOMAIN_SECRET` (the secret), `SPINDLE_DOMAIN_SECRET_FILE`
-//! (a key file) and `SPINDLE_ENCRYPT_LINKS` (`true`/`false`).
+//! (a key file), `SPINDLE_ENCRYPT_LINKS` and `SPINDLE_REJOIN` (`true`/`false`).
 
 use std::path::{Path, PathBuf};
 
@@ -167,6 +168,20 @@ pub struct ParticipantConfig {
     /// by default).
     #[serde(default)]
     pub metrics: crate::metrics::MetricsConfig,
+    /// What the participant does when the group goes on without it (it was stopped,
+    /// swapped out or cut off long enough to be excluded, or it lost the majority):
+    /// `false` (the default), it stops, and [`crate::DomainParticipant::stopped`] and the
+    /// stopped listener say why; `true`, it also joins again as a new member with the
+    /// same node id, its readers and writers kept: it receives the stores' state like any
+    /// joiner, its entities are announced again, and writes wait (up to RELIABILITY's
+    /// `max_blocking_time`) while it rejoins, as through a view change. What the group
+    /// delivered while it was out is not delivered to it (a joiner's state is the
+    /// stores', not the history). Retried every [`crate::REJOIN_RETRY_MS`] until it
+    /// succeeds or the participant is deleted. Not with a `data_dir` (yet): a logged
+    /// participant that lost its place is restarted instead. TOML `rejoin`, env
+    /// `SPINDLE_REJOIN`.
+    #[serde(default)]
+    pub rejoin: bool,
 }
 
 fn default_topic_subgroups() -> u32 {
@@ -271,6 +286,7 @@ impl ParticipantConfig {
             provider: None,
             device: None,
             metrics: Default::default(),
+            rejoin: false,
         }
     }
 
@@ -381,6 +397,17 @@ impl ParticipantConfig {
                 }
             };
         }
+        if let Some(v) = var("SPINDLE_REJOIN") {
+            self.rejoin = match v.trim() {
+                "true" | "1" => true,
+                "false" | "0" => false,
+                other => {
+                    return Err(Error::Config(format!(
+                        "SPINDLE_REJOIN={other:?}: expected true or false"
+                    )))
+                }
+            };
+        }
         if let Some(v) = var("SPINDLE_DATA_DIR") {
             self.data_dir = (!v.trim().is_empty()).then(|| PathBuf::from(v.trim()));
         }
@@ -453,6 +480,13 @@ impl ParticipantConfig {
         }
         self.metrics.validate(origin)?;
         validate_transport(self, origin)?;
+        if self.rejoin && self.data_dir.is_some() {
+            return bad(
+                "rejoin = true with a data_dir: a participant with logged topics cannot rejoin \
+                 (yet); leave rejoin out and restart the process instead"
+                    .into(),
+            );
+        }
         if !self.bootstrap.is_empty() && self.bootstrap.contains(&self.node_id) {
             for b in self.bootstrap.iter().filter(|b| **b != self.node_id) {
                 if !self.contacts.iter().any(|c| c.node == *b) {
@@ -601,6 +635,29 @@ mod tests {
     }
 
     const BOOT: &str = "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"\nbootstrap=[1]\n";
+
+    #[test]
+    fn rejoin_comes_from_the_file_or_the_environment_and_refuses_a_data_dir() {
+        let mut c = ParticipantConfig::from_toml_str(BOOT, "r.toml").unwrap();
+        assert!(!c.rejoin, "rejoin is off by default");
+        let on = ParticipantConfig::from_toml_str(&format!("{BOOT}rejoin = true"), "r.toml");
+        assert!(on.unwrap().rejoin);
+        c.apply_env(|k| (k == "SPINDLE_REJOIN").then(|| "1".to_string()))
+            .unwrap();
+        assert!(c.rejoin);
+        let e = c
+            .apply_env(|k| (k == "SPINDLE_REJOIN").then(|| "maybe".to_string()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SPINDLE_REJOIN") && e.contains("maybe"), "{e}");
+        let e = ParticipantConfig::from_toml_str(
+            &format!("{BOOT}rejoin = true\ndata_dir = \"/tmp/x\""),
+            "d.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("d.toml") && e.contains("rejoin"), "{e}");
+    }
 
     #[test]
     fn the_data_dir_comes_from_the_file_or_the_environment() {

@@ -386,6 +386,10 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
     subgroups
 }
 
+/// How long a participant joining the domain's group waits before it asks its contacts
+/// again, in µs.
+pub(crate) const JOIN_RETRY_US: u64 = 50_000;
+
 /// The layout function every participant of a domain runs.
 pub fn dds_layout() -> LayoutFn {
     std::sync::Arc::new(|view: &View| {

@@ -391,6 +391,11 @@ impl Application for DdsApp {
     }
 
     fn stopped(&mut self, why: Option<&str>) {
+        // Shut down by the group (excluded, cut off), not left: a participant configured
+        // to rejoin does so ([`crate::participant`]); meanwhile its writes wait.
+        if why.is_some() && self.shared.rejoin_enabled.load(Ordering::Acquire) {
+            self.shared.rejoining.store(true, Ordering::Release);
+        }
         let why = why.unwrap_or("left the domain").to_string();
         lock(&self.shared.state).stopped = Some(why.clone());
         self.shared.view_changed.notify_all();

@@ -47,6 +47,9 @@ pub(crate) struct ParticipantInner {
     pub(crate) deleted: AtomicBool,
     /// Where the Prometheus endpoint listens, if it does ([`crate::metrics`]).
     pub(crate) metrics_address: Mutex<Option<std::net::SocketAddr>>,
+    /// While rejoining: this participant's own readers and writers as the table held
+    /// them when it stopped, to announce again once it is a member.
+    rejoin_endpoints: Mutex<Vec<Endpoint>>,
 }
 
 impl ParticipantInner {
@@ -70,6 +73,7 @@ impl ParticipantInner {
             topics: Mutex::new(BTreeMap::new()),
             deleted: AtomicBool::new(false),
             metrics_address: Mutex::new(None),
+            rejoin_endpoints: Mutex::new(Vec::new()),
         }
     }
 
@@ -96,7 +100,9 @@ impl ParticipantInner {
         if self.deleted.load(Ordering::Acquire) {
             return Err(Error::AlreadyDeleted("the participant was deleted".into()));
         }
-        if self.shared.stopped_flag.load(Ordering::Acquire) {
+        if self.shared.stopped_flag.load(Ordering::Acquire)
+            && !self.shared.rejoining.load(Ordering::Acquire)
+        {
             if let Some(why) = &lock(&self.shared.state).stopped {
                 return Err(Error::PreconditionNotMet(format!(
                     "the participant stopped: {why}"
@@ -106,8 +112,15 @@ impl ParticipantInner {
         Ok(())
     }
 
+    /// The sender of `sg`; `Wedged` (wait, as through a view change) while the
+    /// participant rejoins.
     pub(crate) fn sender(&self, sg: SubgroupId) -> spindle_group::Result<spindle_group::Sender> {
-        self.driver.sender(sg)
+        match self.driver.sender(sg) {
+            Err(_) if self.shared.rejoining.load(Ordering::Acquire) => {
+                Err(spindle_group::Error::Wedged { subgroup: sg })
+            }
+            r => r,
+        }
     }
 
     pub(crate) fn next_entity_id(&self) -> u32 {
@@ -126,10 +139,14 @@ impl ParticipantInner {
         let deadline_us = self.now_us().saturating_add(timeout.as_micros() as u64);
         let mut st = lock(&self.shared.state);
         loop {
-            if let Some(why) = &st.stopped {
-                return Err(Error::PreconditionNotMet(format!(
-                    "the participant stopped: {why}"
-                )));
+            match &st.stopped {
+                Some(_) if self.shared.rejoining.load(Ordering::Acquire) => {}
+                Some(why) => {
+                    return Err(Error::PreconditionNotMet(format!(
+                        "the participant stopped: {why}"
+                    )))
+                }
+                None => {}
             }
             if done(&st) {
                 return Ok(());
@@ -262,6 +279,71 @@ impl ParticipantInner {
         for e in stale {
             self.announce(e, false)?;
         }
+        Ok(())
+    }
+
+    /// Joins the domain again after the group went on without this participant
+    /// ([`ParticipantConfig::rejoin`]): a new incarnation of the same node id on a fresh
+    /// endpoint, joining through the members it knew; once a member, it declares its
+    /// entities again, receives the stores' state like any joiner, and announces its
+    /// readers and writers again (the others dropped them when it left their view).
+    ///
+    /// In two steps, each retried by the caller until it succeeds: with the old
+    /// incarnation stopped, start the new one; with the new one running, finish joining.
+    pub(crate) fn rejoin(&self) -> Result<()> {
+        let me = self.me();
+        if self.shared.stopped_flag.load(Ordering::Acquire) {
+            // The endpoints this participant had, as the table held them (kept from an
+            // earlier try whose new incarnation stopped in turn).
+            let mut kept = lock(&self.rejoin_endpoints);
+            let own: Vec<Endpoint> = lock(&self.shared.state)
+                .endpoints
+                .iter()
+                .filter(|((node, _), _)| *node == me)
+                .map(|(_, e)| e.clone())
+                .collect();
+            for e in own {
+                if !kept.iter().any(|k| k.entity == e.entity) {
+                    kept.push(e);
+                }
+            }
+            drop(kept);
+            self.driver.rejoin(&self.shared, &self.config)?;
+        }
+        self.wait_until(
+            self.timeout(),
+            || {
+                format!(
+                    "node {me} did not rejoin domain {} within {} ms",
+                    self.domain_id, self.config.entity_timeout_ms
+                )
+            },
+            |st| st.view.is_some(),
+        )?;
+        self.redeclare(|st| {
+            st.subgroups
+                .get(&BUILTIN_SUBGROUP)
+                .is_some_and(|d| d.spec.senders.contains(&me))
+                && !st.awaiting_state.contains(&BUILTIN_SUBGROUP)
+        })?;
+        self.check_topic_subgroups()?;
+        self.wait_sender(BUILTIN_SUBGROUP)?;
+        let own = lock(&self.rejoin_endpoints).clone();
+        // What the built-in state shipped of this node but it no longer has is gone.
+        let stale: Vec<Endpoint> = lock(&self.shared.state)
+            .endpoints
+            .iter()
+            .filter(|((node, entity), _)| *node == me && !own.iter().any(|e| e.entity == *entity))
+            .map(|(_, e)| e.clone())
+            .collect();
+        for e in stale {
+            self.announce(e, false)?;
+        }
+        for e in own {
+            self.announce(e, true)?;
+        }
+        lock(&self.rejoin_endpoints).clear();
+        self.shared.rejoining.store(false, Ordering::Release);
         Ok(())
     }
 

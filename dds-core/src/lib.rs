@@ -97,9 +97,12 @@
 //!   store it had; if it then ships that store to a later reader, the reader may miss
 //!   history (never order or all-or-none of new samples).
 //! * The DDS filter language ([`filter`]: comparisons, `BETWEEN`, `LIKE`, `AND`/`OR`/`NOT`,
-//!   nested member paths, `%n` parameters; errors name the byte) is parsed and evaluated
-//!   on a sample's member values; `ContentFilteredTopic` and `QueryCondition` do not use
-//!   it yet.
+//!   nested member paths, `%n` parameters; errors name the byte) serves
+//!   [`ContentFilteredTopic`] ([`DomainParticipant::create_contentfilteredtopic`]) and
+//!   [`QueryCondition`] ([`DataReader::create_querycondition`]): member names resolved
+//!   against the type's IDL ([`content_filter`]), samples decoded by it and filtered at
+//!   the reader (each filtered sample costs a decode into member values); a type without
+//!   IDL (a raw CDR topic) is `Unsupported`.
 //! * Enforced at run time: DEADLINE on both sides (REQUESTED_ and OFFERED_DEADLINE_MISSED,
 //!   by a timer thread per participant, or every round in simulation), TIME_BASED_FILTER,
 //!   LIFESPAN (each sample carries its writer's lifespan; readers drop it once
@@ -128,17 +131,18 @@
 // The layers, bottom to top; a module uses only modules of lower layers (ARCHITECTURE.md;
 // scripts/check-layering.py checks that no two modules use each other):
 // 1. data: clock, sample, status, store, cache, condition, metrics, config, declare,
-//    discovery, filter, error, logged
+//    discovery, filter, content_filter, error, logged
 // 2. entity state: common; reader_core, writer_core; shared (+ the Driver trait)
 // 3. the delivery path: delivery (DdsApp and handle_timeout: engine output enters here)
 // 4. drivers and handles: inner; metrics_http, transport; threads; topic; reader, writer;
 //    publisher, subscriber; participant; counters (DomainParticipant::counters); history
-//    (reads over a PERSISTENT reader's log); sim (feature testkit)
+//    (reads over a PERSISTENT reader's log); query; sim (feature testkit)
 pub mod cache;
 pub mod clock;
 mod common;
 pub mod condition;
 pub mod config;
+pub mod content_filter;
 mod counters;
 pub mod declare;
 mod delivery;
@@ -152,6 +156,7 @@ pub mod metrics;
 mod metrics_http;
 mod participant;
 mod publisher;
+mod query;
 mod reader;
 mod reader_core;
 pub mod sample;
@@ -174,8 +179,9 @@ pub use delivery::DdsApp;
 pub use error::{Error, Result};
 pub use inner::ENDPOINTS_MAX;
 pub use metrics::{MetricsConfig, ParticipantCounters};
-pub use participant::{DomainParticipant, DomainParticipantFactory};
+pub use participant::{DomainParticipant, DomainParticipantFactory, REJOIN_RETRY_MS};
 pub use publisher::Publisher;
+pub use query::{ConditionParts, QueryCondition, ReadConditionLike};
 pub use reader::{
     DataReader, DataReaderListener, LoanedRead, LoanedSamples, ReadCondition, StatusCondition,
 };
@@ -185,5 +191,5 @@ pub use sample::{
 };
 pub use spindle_qos::DeliveryLevel;
 pub use subscriber::Subscriber;
-pub use topic::Topic;
+pub use topic::{ContentFilteredTopic, Topic, TopicDescription};
 pub use writer::{DataWriter, LoanedSample};

@@ -4,7 +4,6 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::time::Duration;
 
@@ -62,9 +61,10 @@ pub(crate) fn serve(listener: TcpListener, inner: Weak<ParticipantInner>, node: 
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    match inner.upgrade() {
-                        Some(p) if !p.shared.stopped_flag.load(Ordering::Acquire) => {}
-                        _ => break,
+                    // Serves as long as the participant exists (a stopped one that
+                    // rejoins keeps its endpoint).
+                    if inner.strong_count() == 0 {
+                        break;
                     }
                     std::thread::sleep(Duration::from_millis(METRICS_POLL_MS));
                 }

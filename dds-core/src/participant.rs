@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use spindle_group::restart::Plan;
 use spindle_group::{Group, GroupConfig, LocalFabric, View};
@@ -14,7 +15,8 @@ use spindle_transport_rdma::{Endpoint, NodeId};
 use crate::clock::WallClock;
 use crate::common::{lock, TopicIdentity};
 use crate::config::{ParticipantConfig, Transport};
-use crate::declare::{dds_layout, subgroup_of, topic_id};
+use crate::content_filter::ContentFilter;
+use crate::declare::{dds_layout, subgroup_of, topic_id, JOIN_RETRY_US};
 use crate::discovery::partition_bytes;
 use crate::error::{Error, Result};
 use crate::inner::{check_level, ParticipantInner, TopicInner};
@@ -23,11 +25,14 @@ use crate::publisher::Publisher;
 use crate::shared::Shared;
 use crate::subscriber::Subscriber;
 use crate::threads::ThreadDriver;
-use crate::topic::Topic;
+use crate::topic::{ContentFilteredTopic, Topic};
 use crate::writer_core::CoherentSet;
 
-/// How long a joiner waits before it asks its contacts again.
-const JOIN_RETRY_US: u64 = 50_000;
+/// How long a participant that failed to rejoin its domain waits before it tries again
+/// ([`ParticipantConfig::rejoin`]).
+pub const REJOIN_RETRY_MS: u64 = 1_000;
+/// How often the rejoin thread looks whether its participant stopped.
+const REJOIN_POLL: Duration = Duration::from_millis(50);
 
 /// The participant's group: bootstrapped with the other `bootstrap` members if it is one
 /// of them (in the view after `logged_vid`, the last one its log holds, if any), else
@@ -104,26 +109,70 @@ impl DomainParticipantFactory {
             )));
         }
         config.validate("participant configuration")?;
-        let ep: Arc<dyn Endpoint> = match config.transport {
-            Transport::Tcp => spindle_transport_rdma::tcp::TcpEndpoint::open(
-                config.node_id,
-                &config.listen,
-                config.fabric.clone(),
-            )?,
-            Transport::Shm => spindle_transport_rdma::shm::ShmEndpoint::open(
-                config.node_id,
-                &config.listen,
-                config.fabric.clone(),
-            )?,
-            Transport::Libfabric | Transport::Verbs => crate::transport::open_rdma(config)?,
-        };
-        DomainParticipant::start(domain_id, qos, config.clone(), ep)
+        let ep = open_endpoint(config)?;
+        let again = config.clone();
+        let reopen: crate::threads::Reopen = Box::new(move || open_endpoint(&again));
+        DomainParticipant::start_reopenable(domain_id, qos, config.clone(), ep, Some(reopen))
     }
 
     /// Deletes `participant`: it leaves the domain. `PreconditionNotMet` if it still has
     /// writers or readers.
     pub fn delete_participant(&self, participant: DomainParticipant) -> Result<()> {
         participant.delete()
+    }
+}
+
+/// Opens the endpoint `config` describes.
+fn open_endpoint(config: &ParticipantConfig) -> Result<Arc<dyn Endpoint>> {
+    Ok(match config.transport {
+        Transport::Tcp => spindle_transport_rdma::tcp::TcpEndpoint::open(
+            config.node_id,
+            &config.listen,
+            config.fabric.clone(),
+        )?,
+        Transport::Shm => spindle_transport_rdma::shm::ShmEndpoint::open(
+            config.node_id,
+            &config.listen,
+            config.fabric.clone(),
+        )?,
+        Transport::Libfabric | Transport::Verbs => crate::transport::open_rdma(config)?,
+    })
+}
+
+/// The thread of a participant configured to rejoin: it waits for the group to go on
+/// without the participant, then joins again ([`ParticipantInner::rejoin`]), retrying
+/// every [`REJOIN_RETRY_MS`] until it succeeds. It ends with the participant (deleted,
+/// or its last handle dropped).
+fn spawn_rejoiner(weak: std::sync::Weak<ParticipantInner>) {
+    let me = weak.upgrade().map(|p| p.me()).unwrap_or_default();
+    let spawned = std::thread::Builder::new()
+        .name(format!("spindle-rejoin-{me}"))
+        .spawn(move || loop {
+            std::thread::sleep(REJOIN_POLL);
+            let Some(p) = weak.upgrade() else { return };
+            if p.deleted.load(Ordering::Acquire) {
+                return;
+            }
+            if !p.shared.rejoining.load(Ordering::Acquire) {
+                continue;
+            }
+            if let Some(why) = lock(&p.shared.state).stopped.clone() {
+                tracing::warn!(node = me, %why, "the group went on without this participant: rejoining");
+            }
+            match p.rejoin() {
+                Ok(()) => {
+                    let vid = lock(&p.shared.state).view.as_ref().map(|v| v.vid);
+                    tracing::warn!(node = me, ?vid, "rejoined the domain as a new member");
+                }
+                Err(e) => {
+                    tracing::warn!(node = me, error = %e, "rejoining failed; trying again");
+                    drop(p);
+                    std::thread::sleep(Duration::from_millis(REJOIN_RETRY_MS));
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "the rejoin thread did not start");
     }
 }
 
@@ -152,6 +201,25 @@ impl DomainParticipant {
         config: ParticipantConfig,
         ep: Arc<dyn Endpoint>,
     ) -> Result<DomainParticipant> {
+        DomainParticipant::start_reopenable(domain_id, qos, config, ep, None)
+    }
+
+    /// As [`DomainParticipant::start`]; `reopen` opens a fresh endpoint for a participant
+    /// that rejoins ([`ParticipantConfig::rejoin`], refused without it).
+    fn start_reopenable(
+        domain_id: u32,
+        qos: DomainParticipantQos,
+        config: ParticipantConfig,
+        ep: Arc<dyn Endpoint>,
+        reopen: Option<crate::threads::Reopen>,
+    ) -> Result<DomainParticipant> {
+        if config.rejoin && reopen.is_none() {
+            return Err(Error::BadParameter(
+                "rejoin = true: the participant must be created by the \
+                 DomainParticipantFactory, which can open its endpoint again"
+                    .into(),
+            ));
+        }
         let mut logs = logged::open_logs(&config)?;
         let last_vid = logs.as_ref().and_then(|(_, v)| *v);
         let mut restarted = None;
@@ -165,6 +233,9 @@ impl DomainParticipant {
         let metrics = crate::metrics_http::bind(&config.metrics)?;
         let group = make_group(&config, &*ep, last_vid, restarted)?;
         let shared = Shared::new(config.node_id, Arc::new(WallClock));
+        shared
+            .rejoin_enabled
+            .store(config.rejoin, Ordering::Release);
         let persister = match logs {
             Some((mut p, _)) => {
                 lock(&shared.state).retention = Some(p.retention());
@@ -179,6 +250,7 @@ impl DomainParticipant {
             &shared,
             config.spin_before_park_us,
             persister,
+            reopen,
         )?;
         let p = DomainParticipant::with_driver(ParticipantInner::new(
             domain_id,
@@ -212,7 +284,12 @@ impl DomainParticipant {
             )
             .and_then(|()| inner.join_builtin());
         match joined {
-            Ok(()) => Ok(DomainParticipant { inner }),
+            Ok(()) => {
+                if inner.config.rejoin {
+                    spawn_rejoiner(Arc::downgrade(&inner));
+                }
+                Ok(DomainParticipant { inner })
+            }
             Err(Error::PreconditionNotMet(why)) => {
                 // Refused by the domain (a setting that must match): leave it cleanly, so
                 // the members go on without waiting to suspect this node.
@@ -348,6 +425,57 @@ impl DomainParticipant {
             )));
         }
         self.register_topic(name, type_name, qos)
+    }
+
+    /// Creates a topic named `name` whose readers see only the samples of `topic` that
+    /// pass `expression` (DDS `create_contentfilteredtopic`; the filter language is
+    /// [`crate::filter`], `%n` are `parameters`). Member names are resolved against the
+    /// topic type's IDL now: `BadParameter` naming the byte for a bad expression or a
+    /// member the type lacks, `Unsupported` for a type without IDL (a raw CDR topic).
+    /// Readers filter on their own side (ARCHITECTURE.md, "Content filters").
+    ///
+    /// ```
+    /// # use spindle_dds_core::{DomainParticipantFactory, ParticipantConfig, Transport};
+    /// # use spindle_qos::{DomainParticipantQos, TopicQos};
+    /// # use spindle_topics::KeyedString;
+    /// # let mut cfg = ParticipantConfig::new(1, Transport::Tcp, "127.0.0.1:0");
+    /// # cfg.bootstrap = vec![1];
+    /// # let p = DomainParticipantFactory::instance()
+    /// #     .create_participant(0, DomainParticipantQos::default(), &cfg)?;
+    /// let topic = p.create_topic::<KeyedString>("callsigns", TopicQos::default())?;
+    /// let af = p.create_contentfilteredtopic("af-only", &topic, "key LIKE %0", &["'AF%'".into()])?;
+    /// assert_eq!(af.get_filter_expression(), "key LIKE %0");
+    /// let e = p.create_contentfilteredtopic("bad", &topic, "key LIKE", &[]).unwrap_err();
+    /// assert_eq!(e.to_string(),
+    ///     "bad parameter: filter expression at byte 8: expected a value, found the end");
+    /// # p.close();
+    /// # Ok::<(), spindle_dds_core::Error>(())
+    /// ```
+    pub fn create_contentfilteredtopic<T: TopicType>(
+        &self,
+        name: &str,
+        topic: &Topic<T>,
+        expression: &str,
+        parameters: &[String],
+    ) -> Result<ContentFilteredTopic<T>> {
+        self.inner.check_alive()?;
+        if name.is_empty() || name.len() > 256 {
+            return Err(Error::BadParameter(format!(
+                "content-filtered topic name {name:?}: 1 to 256 bytes"
+            )));
+        }
+        if !Arc::ptr_eq(&topic.inner.participant, &self.inner) {
+            return Err(Error::BadParameter(
+                "the topic belongs to another participant".into(),
+            ));
+        }
+        let filter =
+            ContentFilter::of_type_name::<T>(&topic.inner.type_name, expression, parameters)?;
+        Ok(ContentFilteredTopic {
+            name: name.to_string(),
+            topic: topic.clone(),
+            filter: Arc::new(filter),
+        })
     }
 
     /// Registers a topic handle of type name `type_name` (shared by the two creators).

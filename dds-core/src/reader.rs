@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 use spindle_qos::{DataReaderQos, DeliveryLevel};
 use spindle_topics::TopicType;
 
-use crate::cache::Payload;
+use crate::cache::{Payload, Query};
 use crate::common::{instance_of, lock};
 use crate::condition::{notify_all, Condition};
 use crate::delivery::writers_of;
@@ -130,8 +130,20 @@ impl<T: TopicType> DataReader<T> {
         instance: Option<InstanceHandle>,
         take: bool,
     ) -> Result<Vec<(SampleInfo, Payload)>> {
+        self.access_raw_if(max, mask, instance, take, None)
+    }
+
+    /// [`DataReader::access_raw`] of the samples whose bytes pass `query`, if given.
+    fn access_raw_if(
+        &self,
+        max: usize,
+        mask: &StateMask,
+        instance: Option<InstanceHandle>,
+        take: bool,
+        query: Query<'_>,
+    ) -> Result<Vec<(SampleInfo, Payload)>> {
         self.check()?;
-        let mut raw = lock(&self.core.cache).access(max, mask, instance, take);
+        let mut raw = lock(&self.core.cache).access_if(max, mask, instance, take, query);
         lock(&self.core.status).changes &= !StatusMask::DATA_AVAILABLE.0;
         if self.core.level == DeliveryLevel::LoggedStore && !raw.is_empty() {
             let st = lock(&self.topic.participant.shared.state);
@@ -151,7 +163,20 @@ impl<T: TopicType> DataReader<T> {
         instance: Option<InstanceHandle>,
         take: bool,
     ) -> Result<Vec<Sample<T>>> {
-        let raw = self.access_raw(max, mask, instance, take)?;
+        self.access_if(max, mask, instance, take, None)
+    }
+
+    /// Decoded samples of [`DataReader::access_raw_if`] (what `read_w_condition` and
+    /// `take_w_condition` use).
+    pub(crate) fn access_if(
+        &self,
+        max: usize,
+        mask: &StateMask,
+        instance: Option<InstanceHandle>,
+        take: bool,
+        query: Query<'_>,
+    ) -> Result<Vec<Sample<T>>> {
+        let raw = self.access_raw_if(max, mask, instance, take, query)?;
         let mut spent = Vec::with_capacity(raw.len());
         let samples = raw
             .into_iter()
@@ -496,8 +521,8 @@ impl<T: TopicType> Drop for LoanedSamples<T> {
 
 /// Holds while a reader has samples in the mask's states (DDS `ReadCondition`).
 pub struct ReadCondition {
-    core: Arc<ReaderCore>,
-    mask: StateMask,
+    pub(crate) core: Arc<ReaderCore>,
+    pub(crate) mask: StateMask,
 }
 
 impl std::fmt::Debug for ReadCondition {

@@ -14,8 +14,9 @@ use spindle_qos::{
 use crate::cache::{Cache, Origin};
 use crate::clock::Clock;
 use crate::common::{lock, reason, TopicIdentity};
+use crate::content_filter::SharedFilter;
 use crate::discovery::{partition_tag, Endpoint, EndpointKey, Rxo};
-use crate::sample::{InstanceHandle, SampleHeader, WriterHandle};
+use crate::sample::{Coherent, InstanceHandle, SampleHeader, SampleKind, WriterHandle};
 use crate::status::{
     rematch, DeadlineMissedStatus, IncompatibleQosStatus, LivelinessChangedStatus, MatchedStatus,
     SampleRejectedStatus, StatusMask,
@@ -63,6 +64,9 @@ pub(crate) struct ReaderCore {
     /// Writers of its topic whose QoS it cannot accept (REQUESTED_INCOMPATIBLE_QOS): their
     /// samples are not taken. Swapped whole when matching changes; read once per batch.
     blocked: Mutex<Arc<BTreeSet<WriterHandle>>>,
+    /// The filter of the `ContentFilteredTopic` it reads, if it reads one: data samples
+    /// that fail it are not kept (filtering at the reader, see `content_filter.rs`).
+    pub(crate) content_filter: Option<SharedFilter>,
 }
 
 /// A matched writer whose lease this reader watches.
@@ -109,6 +113,7 @@ impl ReaderCore {
         qos: DataReaderQos,
         clock: Arc<dyn Clock>,
         subscriber: &SubscriberQos,
+        content_filter: Option<SharedFilter>,
     ) -> Arc<ReaderCore> {
         let partition = subscriber.partition.clone();
         Arc::new(ReaderCore {
@@ -147,6 +152,7 @@ impl ReaderCore {
             leases: Mutex::new(BTreeMap::new()),
             has_leases: AtomicBool::new(false),
             blocked: Mutex::new(Arc::new(BTreeSet::new())),
+            content_filter,
         })
     }
 
@@ -209,6 +215,21 @@ impl ReaderCore {
             let mut cache = lock(&self.cache);
             let now_us = cache.now_us();
             for (h, payload, o) in items {
+                if h.kind == SampleKind::Data
+                    && self
+                        .content_filter
+                        .as_ref()
+                        .is_some_and(|f| !f.passes(payload))
+                {
+                    // Filtered out; a coherent set it opens is still held, for the rest.
+                    if h.coherent == Coherent::Begins {
+                        cache.begin_set(WriterHandle {
+                            node: o.node,
+                            writer_id: h.writer_id,
+                        });
+                    }
+                    continue;
+                }
                 match cache.insert_at(h, payload, o, now_us) {
                     Ok(k) => kept |= k,
                     Err(r) => rejected.push((r, h.key_hash)),

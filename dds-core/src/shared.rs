@@ -76,6 +76,12 @@ pub(crate) struct Shared {
     pub(crate) stopped_listener: Mutex<Option<StoppedListener>>,
     /// DCPS's counters ([`crate::metrics`]).
     pub(crate) counters: crate::metrics::DcpsCounters,
+    /// The participant rejoins when the group goes on without it
+    /// ([`crate::ParticipantConfig::rejoin`]).
+    pub(crate) rejoin_enabled: AtomicBool,
+    /// Set when the group went on without this participant and it is joining again:
+    /// writes and entity calls wait, as through a view change, instead of failing.
+    pub(crate) rejoining: AtomicBool,
 }
 
 /// What [`Shared::stopped_listener`] holds: the callback, and whether it ran (the
@@ -133,7 +139,31 @@ impl Shared {
             leases_watched: AtomicBool::new(false),
             stopped_listener: Mutex::new(None),
             counters: Default::default(),
+            rejoin_enabled: AtomicBool::new(false),
+            rejoining: AtomicBool::new(false),
         })
+    }
+
+    /// Forgets the membership this participant lost, before it joins again as a new
+    /// member: no view, no subgroups (so every store-level subgroup it enters gets its
+    /// state shipped, like any joiner's), no stores, not stopped, the stopped listener
+    /// armed again, and the writers' senders (the old engine's) dropped. Readers keep
+    /// what they hold; the endpoint table is rebuilt by the built-in state transfer.
+    pub(crate) fn reset_for_rejoin(&self) {
+        let mut st = crate::common::lock(&self.state);
+        st.view = None;
+        st.subgroups.clear();
+        st.stores.clear();
+        st.awaiting_state.clear();
+        st.stopped = None;
+        for w in st.writers.values() {
+            *crate::common::lock(&w.sender) = None;
+        }
+        drop(st);
+        if let Some(l) = crate::common::lock(&self.stopped_listener).as_ref() {
+            l.0.store(false, Ordering::Release);
+        }
+        self.stopped_flag.store(false, Ordering::Release);
     }
 }
 
@@ -147,6 +177,14 @@ pub(crate) trait Driver: Send + Sync {
     fn leave(&self, timeout: Duration);
     /// Stops without leaving: to the others, a crash.
     fn stop(&self);
+    /// After the group went on without this participant: starts a new incarnation that
+    /// joins again (see [`crate::ParticipantConfig::rejoin`]), `shared` reset for it.
+    /// Not every driver can.
+    fn rejoin(&self, _shared: &Arc<Shared>, _config: &crate::ParticipantConfig) -> Result<()> {
+        Err(crate::error::Error::Unsupported(
+            "this participant cannot rejoin its domain".into(),
+        ))
+    }
     /// Waits up to `max` for `shared`'s state to change, giving the guard back: a
     /// condition variable on threads; one round of the simulated domain in simulation.
     fn wait_changed<'a>(

@@ -13,7 +13,7 @@ use crate::inner::ParticipantInner;
 use crate::reader::DataReader;
 use crate::reader_core::ReaderCore;
 use crate::shared::State;
-use crate::topic::Topic;
+use crate::topic::TopicDescription;
 
 /// Creates readers (DDS `Subscriber`).
 #[derive(Clone)]
@@ -36,14 +36,18 @@ impl Subscriber {
         &self.qos
     }
 
-    /// Creates a reader on `topic` and waits until the view carries it: every sample
-    /// written after this returns reaches it; on a store-level topic it also holds the
-    /// stored history.
-    pub fn create_datareader<T: TopicType>(
+    /// Creates a reader on `topic` (a [`Topic`](crate::Topic) or a
+    /// [`ContentFilteredTopic`](crate::ContentFilteredTopic), whose filter the reader
+    /// applies to every sample it receives) and waits until the view carries it: every
+    /// sample written after this returns reaches it; on a store-level topic it also holds
+    /// the stored history.
+    pub fn create_datareader<D: TopicDescription>(
         &self,
-        topic: &Topic<T>,
+        description: &D,
         qos: DataReaderQos,
-    ) -> Result<DataReader<T>> {
+    ) -> Result<DataReader<D::Sample>> {
+        type T<D> = <D as TopicDescription>::Sample;
+        let topic = description.topic();
         let p = &self.participant;
         let ident = &topic.inner.ident;
         let _span = tracing::info_span!(
@@ -56,7 +60,7 @@ impl Subscriber {
         qos.check()?;
         // What a store keeps is the writers' history (TRANSIENT_LOCAL); a reader's own
         // HISTORY bounds only its cache.
-        let (id, interest) = p.new_entity::<T>(&topic.inner, qos.delivery_level(), true, 1)?;
+        let (id, interest) = p.new_entity::<T<D>>(&topic.inner, qos.delivery_level(), true, 1)?;
         let sg = topic.inner.ident.subgroup;
         let core = ReaderCore::new(
             id,
@@ -64,6 +68,7 @@ impl Subscriber {
             qos,
             Arc::clone(&p.shared.clock),
             &self.qos,
+            description.content_filter().cloned(),
         );
         if let Some(period) = core.deadline_us() {
             p.shared.want_timer(period);

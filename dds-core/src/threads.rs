@@ -2,16 +2,18 @@
 //! ([`GroupNode`]) that hands engine output to the delivery path, and a DEADLINE timer
 //! thread calls [`handle_timeout`] every tick.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use spindle_group::persist::Persister;
 use spindle_group::runtime::GroupNode;
-use spindle_group::{Group, Sender, SubgroupId};
-use spindle_transport_rdma::Endpoint;
+use spindle_group::{Group, GroupConfig, Sender, SubgroupId};
+use spindle_transport_rdma::{Endpoint, NodeId};
 
 use crate::common::lock;
+use crate::config::ParticipantConfig;
 use crate::delivery::{handle_timeout, DdsApp};
 use crate::error::{Error, Result};
 use crate::shared::{Driver, Shared, State};
@@ -23,9 +25,25 @@ const TIMER_IDLE_POLL: Duration = Duration::from_secs(1);
 /// How often `leave` looks whether the group let the participant go.
 const LEAVE_POLL: Duration = Duration::from_millis(2);
 
+/// Opens a fresh endpoint for the participant (the factory's, from its configuration):
+/// what a participant that rejoins runs on.
+pub(crate) type Reopen = Box<dyn Fn() -> Result<Arc<dyn Endpoint>> + Send + Sync>;
+
+/// How many times a rejoin tries to open its endpoint again while the old one's address
+/// is still being released, [`REOPEN_PAUSE`] apart.
+const REOPEN_TRIES_MAX: u32 = 50;
+/// The pause between two tries to reopen the endpoint.
+const REOPEN_PAUSE: Duration = Duration::from_millis(100);
+
 /// A [`Driver`] over a predicate thread. See the module docs.
 pub(crate) struct ThreadDriver {
     node: Mutex<Option<GroupNode>>,
+    /// The endpoint the group runs on (replaced when the participant rejoins).
+    ep: Mutex<Arc<dyn Endpoint>>,
+    /// How to open a fresh endpoint to rejoin on (`None`: the caller brought its own
+    /// endpoint, and the participant cannot rejoin).
+    reopen: Option<Reopen>,
+    spin_before_park_us: u64,
 }
 
 impl ThreadDriver {
@@ -38,14 +56,65 @@ impl ThreadDriver {
         shared: &Arc<Shared>,
         spin_before_park_us: u64,
         persister: Option<Persister>,
+        reopen: Option<Reopen>,
     ) -> Result<ThreadDriver> {
         let app = DdsApp::new(Arc::clone(shared));
-        let node = GroupNode::start_logged(ep, group, app, spin_before_park_us, persister)?;
+        let node =
+            GroupNode::start_logged(Arc::clone(&ep), group, app, spin_before_park_us, persister)?;
         start_timer(shared);
         Ok(ThreadDriver {
             node: Mutex::new(Some(node)),
+            ep: Mutex::new(ep),
+            reopen,
+            spin_before_park_us,
         })
     }
+
+    /// Opens the endpoint again, retrying while the old one's address is released.
+    fn reopen(&self) -> Result<Arc<dyn Endpoint>> {
+        let Some(open) = &self.reopen else {
+            return Err(Error::Unsupported(
+                "rejoining needs a participant the factory created (it reopens the endpoint)"
+                    .into(),
+            ));
+        };
+        let mut tries = 0;
+        loop {
+            match open() {
+                Ok(ep) => return Ok(ep),
+                Err(e) if tries + 1 >= REOPEN_TRIES_MAX => return Err(e),
+                Err(_) => {
+                    tries += 1;
+                    std::thread::sleep(REOPEN_PAUSE);
+                }
+            }
+        }
+    }
+}
+
+/// The group a participant that lost its place joins again through: every member it
+/// knew (the last view's addresses) and its configured contacts.
+fn rejoining_group(
+    config: &ParticipantConfig,
+    ep: &dyn Endpoint,
+    known: BTreeMap<NodeId, String>,
+) -> Result<Group> {
+    let me = config.node_id;
+    let mut contacts: BTreeMap<NodeId, String> =
+        known.into_iter().filter(|(n, _)| *n != me).collect();
+    for c in config.contacts.iter().filter(|c| c.node != me) {
+        contacts.entry(c.node).or_insert_with(|| c.address.clone());
+    }
+    if contacts.is_empty() {
+        return Err(Error::PreconditionNotMet(
+            "no member to rejoin through: the last view had no other member and the \
+             configuration lists no contacts"
+                .into(),
+        ));
+    }
+    let mut gcfg = GroupConfig::new(crate::declare::dds_layout());
+    gcfg.join_retry_us = crate::declare::JOIN_RETRY_US;
+    Ok(Group::join(ep, contacts.into_iter().collect(), gcfg)?)
 }
 
 /// The participant's timer thread: every [`Shared::timer_tick_us`] (which DEADLINE
@@ -57,11 +126,13 @@ fn start_timer(shared: &Arc<Shared>) {
     let spawned = std::thread::Builder::new()
         .name(format!("spindle-timer-{}", shared.me))
         .spawn(move || loop {
+            // A stopped participant (it may rejoin) needs no time checks meanwhile.
             let tick = match weak.upgrade() {
                 Some(shared) if !shared.stopped_flag.load(Ordering::Acquire) => {
                     shared.timer_tick_us()
                 }
-                _ => break,
+                Some(_) => None,
+                None => break,
             };
             std::thread::sleep(tick.map_or(TIMER_IDLE_POLL, Duration::from_micros));
             let Some(shared) = weak.upgrade() else { break };
@@ -105,6 +176,29 @@ impl Driver for ThreadDriver {
         if let Some(n) = lock(&self.node).take() {
             n.stop();
         }
+    }
+
+    fn rejoin(&self, shared: &Arc<Shared>, config: &ParticipantConfig) -> Result<()> {
+        // The old node's thread has ended (it stopped); its links are failed. Close the
+        // endpoint so its address is free, and open it again as a new incarnation.
+        let known = match lock(&self.node).take() {
+            Some(old) => {
+                let known = old.addresses();
+                old.stop();
+                known
+            }
+            None => BTreeMap::new(),
+        };
+        lock(&self.ep).close();
+        let ep = self.reopen()?;
+        let group = rejoining_group(config, &*ep, known)?;
+        shared.reset_for_rejoin();
+        let app = DdsApp::new(Arc::clone(shared));
+        let node =
+            GroupNode::start_logged(Arc::clone(&ep), group, app, self.spin_before_park_us, None)?;
+        *lock(&self.node) = Some(node);
+        *lock(&self.ep) = ep;
+        Ok(())
     }
 
     fn wait_changed<'a>(

@@ -1,4 +1,5 @@
-//! Topics (DDS `Topic`): a name, a type and a QoS, carried by one subgroup.
+//! Topics (DDS `Topic`): a name, a type and a QoS, carried by one subgroup; and
+//! content-filtered topics (DDS `ContentFilteredTopic`) over them.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -7,6 +8,8 @@ use spindle_group::SubgroupId;
 use spindle_qos::TopicQos;
 use spindle_topics::TopicType;
 
+use crate::content_filter::{ContentFilter, SharedFilter};
+use crate::error::Result;
 use crate::inner::TopicInner;
 
 /// A topic of type `T` (DDS `Topic`). Cheap to clone.
@@ -59,5 +62,101 @@ impl<T: TopicType> Topic<T> {
     /// The subgroup that carries it.
     pub fn subgroup(&self) -> SubgroupId {
         self.inner.ident.subgroup
+    }
+}
+
+/// A topic whose readers see only the samples that pass a filter (DDS
+/// `ContentFilteredTopic`), made by
+/// [`DomainParticipant::create_contentfilteredtopic`](crate::DomainParticipant::create_contentfilteredtopic).
+/// Readers created on it (`Subscriber::create_datareader`) filter on their side: every
+/// sample of the related topic still reaches the reader's node, in the topic's total
+/// order, and the reader keeps those that pass. Cheap to clone; clones share the filter.
+pub struct ContentFilteredTopic<T: TopicType> {
+    pub(crate) name: String,
+    pub(crate) topic: Topic<T>,
+    pub(crate) filter: SharedFilter,
+}
+
+impl<T: TopicType> Clone for ContentFilteredTopic<T> {
+    fn clone(&self) -> Self {
+        ContentFilteredTopic {
+            name: self.name.clone(),
+            topic: self.topic.clone(),
+            filter: Arc::clone(&self.filter),
+        }
+    }
+}
+
+impl<T: TopicType> std::fmt::Debug for ContentFilteredTopic<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContentFilteredTopic")
+            .field("name", &self.name)
+            .field("topic", &self.topic.name())
+            .field("filter", &self.filter)
+            .finish()
+    }
+}
+
+impl<T: TopicType> ContentFilteredTopic<T> {
+    /// Its own name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The topic it filters (DDS `get_related_topic`).
+    pub fn related_topic(&self) -> &Topic<T> {
+        &self.topic
+    }
+    /// The filter expression (DDS `get_filter_expression`).
+    pub fn get_filter_expression(&self) -> String {
+        self.filter.expression()
+    }
+    /// The expression's parameters (DDS `get_expression_parameters`).
+    pub fn get_expression_parameters(&self) -> Vec<String> {
+        self.filter.parameters()
+    }
+    /// Replaces the parameters (DDS `set_expression_parameters`): samples delivered from
+    /// now on, to every reader of this topic, are filtered with them; samples already
+    /// in a reader's cache stay. `BadParameter` (nothing changed) if fewer are given than
+    /// the expression names.
+    pub fn set_expression_parameters(&self, parameters: &[String]) -> Result<()> {
+        self.filter.set_parameters(parameters)
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// What a reader can be created on (DDS `TopicDescription`): a [`Topic`] or a
+/// [`ContentFilteredTopic`]. Sealed.
+pub trait TopicDescription: sealed::Sealed {
+    /// The sample type.
+    type Sample: TopicType;
+    /// The topic whose samples it describes.
+    fn topic(&self) -> &Topic<Self::Sample>;
+    /// The content filter its readers apply, if any.
+    fn content_filter(&self) -> Option<&Arc<ContentFilter>>;
+}
+
+impl<T: TopicType> sealed::Sealed for Topic<T> {}
+impl<T: TopicType> sealed::Sealed for ContentFilteredTopic<T> {}
+
+impl<T: TopicType> TopicDescription for Topic<T> {
+    type Sample = T;
+    fn topic(&self) -> &Topic<T> {
+        self
+    }
+    fn content_filter(&self) -> Option<&Arc<ContentFilter>> {
+        None
+    }
+}
+
+impl<T: TopicType> TopicDescription for ContentFilteredTopic<T> {
+    type Sample = T;
+    fn topic(&self) -> &Topic<T> {
+        &self.topic
+    }
+    fn content_filter(&self) -> Option<&Arc<ContentFilter>> {
+        Some(&self.filter)
     }
 }

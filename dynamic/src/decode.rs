@@ -216,6 +216,31 @@ impl<'a> Decoder<'a> {
                 }
                 Value::String(text.to_string())
             }
+            TypeRef::WString(bound) => {
+                let n = r.len("wstring").map_err(|d| self.err(r, d))?;
+                if n % 2 != 0 {
+                    return Err(self.err(
+                        r,
+                        format!("wstring length {n} is odd (it counts bytes of UTF-16 code units)"),
+                    ));
+                }
+                if let Some(b) = bound {
+                    if (n / 2) as u64 > *b {
+                        return Err(self.err(
+                            r,
+                            format!("wstring of {} UTF-16 code units, its bound is {b}", n / 2),
+                        ));
+                    }
+                }
+                let mut units = Vec::with_capacity(n / 2);
+                for _ in 0..n / 2 {
+                    let b = r.get::<2>().map_err(|d| self.err(r, d))?;
+                    units.push(u16::from_be_bytes(b));
+                }
+                let text = String::from_utf16(&units)
+                    .map_err(|_| self.err(r, "wstring holds an unpaired UTF-16 surrogate"))?;
+                Value::String(text)
+            }
             TypeRef::Sequence(inner, bound) => {
                 let n = r.len("sequence").map_err(|d| self.err(r, d))?;
                 if let Some(b) = bound {

@@ -231,6 +231,23 @@ impl Encoder<'_> {
                 w.buf.extend_from_slice(s.as_bytes());
                 w.buf.push(0);
             }
+            TypeRef::WString(bound) => {
+                let s = v.as_str().ok_or_else(|| self.expected("a string", v))?;
+                let units = s.encode_utf16().count();
+                if let Some(b) = bound {
+                    if units as u64 > *b {
+                        return Err(self.err(format!(
+                            "wstring of {units} UTF-16 code units, its bound is {b}"
+                        )));
+                    }
+                }
+                let len =
+                    u32::try_from(2 * units).map_err(|_| self.err("wstring longer than 4 GiB"))?;
+                w.u32(len);
+                for u in s.encode_utf16() {
+                    w.put(u.to_be_bytes());
+                }
+            }
             TypeRef::Sequence(inner, bound) => {
                 let items = v.as_array().ok_or_else(|| self.expected("an array", v))?;
                 if let Some(b) = bound {

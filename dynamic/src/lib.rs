@@ -45,6 +45,7 @@
 //! | `boolean` | `true` / `false` |
 //! | `char`, `wchar` | one-character strings |
 //! | `string`, `string<N>` | strings (bound checked in bytes) |
+//! | `wstring`, `wstring<N>` | strings (bound checked in UTF-16 code units) |
 //! | `sequence`, arrays | arrays (nested for more dimensions; arrays must be full) |
 //! | enum | the enumerator's name (a number is accepted on input) |
 //! | union | `{"discriminator": d, "<member>": v}`; `discriminator` may be left out when the member has exactly one label |

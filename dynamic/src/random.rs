@@ -21,7 +21,7 @@ pub(crate) fn zero(lib: &TypeLibrary, t: &TypeRef, depth: usize) -> Value {
         TypeRef::Bool => Value::Bool(false),
         TypeRef::Char | TypeRef::WChar => Value::String("a".into()),
         TypeRef::F32 | TypeRef::F64 => Value::from(0.0),
-        TypeRef::String(_) => Value::String(String::new()),
+        TypeRef::String(_) | TypeRef::WString(_) => Value::String(String::new()),
         TypeRef::Sequence(..) => Value::Array(Vec::new()),
         TypeRef::Array(inner, dims) => zero_array(lib, inner, dims, depth),
         TypeRef::Named(id) => match lib.get(*id) {
@@ -173,6 +173,22 @@ pub(crate) fn random(lib: &TypeLibrary, t: &TypeRef, rng: &mut ChaCha8Rng, depth
                     .map(|_| char::from(rng.gen_range(b' '..=b'~')))
                     .collect(),
             )
+        }
+        TypeRef::WString(b) => {
+            // Bound in code units: a character outside the BMP takes two.
+            const WIDE: [char; 6] = ['a', 'é', 'Ω', '中', '\u{ffff}', '😀'];
+            let n = random_len(*b, rng, 0);
+            let mut s = String::new();
+            let mut units = 0;
+            while units < n {
+                let c = WIDE[rng.gen_range(0..WIDE.len())];
+                if units + c.len_utf16() as u64 > n {
+                    break;
+                }
+                units += c.len_utf16() as u64;
+                s.push(c);
+            }
+            Value::String(s)
         }
         TypeRef::Sequence(inner, b) => {
             let n = random_len(*b, rng, depth);

@@ -69,7 +69,7 @@ impl<'a> Sizer<'a> {
 
     fn bounded_in(&mut self, t: &TypeRef, visiting: &mut HashSet<TypeId>) -> bool {
         match t {
-            TypeRef::String(b) => b.is_some(),
+            TypeRef::String(b) | TypeRef::WString(b) => b.is_some(),
             TypeRef::Sequence(i, Some(n)) => {
                 (self.flat_size(i).is_some() || *n <= SIZE_LOOP_MAX) && self.bounded_in(i, visiting)
             }
@@ -101,6 +101,7 @@ impl<'a> Sizer<'a> {
         }
         Ok(match t {
             TypeRef::String(Some(n)) => s.string(*n as usize),
+            TypeRef::WString(Some(n)) => s.wstring(*n as usize),
             TypeRef::Sequence(i, Some(n)) => {
                 if let Some(k) = self.flat_size(i) {
                     return Ok(s.primitive_sequence(k, *n as usize));

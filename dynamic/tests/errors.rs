@@ -160,3 +160,36 @@ proptest! {
         }
     }
 }
+
+/// `wstring` dynamically: the same bytes as the generated code's `WString` (a byte
+/// length, UTF-16 code units, no terminator), its bound counted in code units, and bad
+/// bytes refused with the member named.
+#[test]
+fn wstrings_are_utf16_with_a_byte_length() {
+    let t = DynType::from_idl_source("w.idl", "struct W { wstring<3> w; };", "W").unwrap();
+    let s = t
+        .encode_json(&serde_json::json!({"w": "é😀"}), Endianness::Little)
+        .unwrap();
+    assert_eq!(
+        s.bytes,
+        [0, 1, 0, 0, 6, 0, 0, 0, 0xe9, 0, 0x3d, 0xd8, 0x00, 0xde]
+    );
+    assert_eq!(t.decode_json(&s.bytes).unwrap()["w"], "é😀");
+    let e = t
+        .encode_json(&serde_json::json!({"w": "😀😀"}), Endianness::Little)
+        .unwrap_err();
+    assert!(e.to_string().contains("W.w"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("4 UTF-16 code units, its bound is 3"),
+        "{e}"
+    );
+    for bad in [
+        &[0, 1, 0, 0, 3, 0, 0, 0, 0xe9, 0, 0][..],
+        &[0, 1, 0, 0, 2, 0, 0, 0, 0x3d, 0xd8][..],
+        &[0, 1, 0, 0, 8, 0, 0, 0, 0x41, 0, 0x41, 0, 0x41, 0, 0x41, 0][..],
+    ] {
+        let e = t.decode_json(bad).unwrap_err();
+        assert!(e.to_string().contains("W.w"), "{e}");
+    }
+}

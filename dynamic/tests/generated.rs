@@ -3,7 +3,8 @@
 //! type description) encode dynamically to bytes the generated type decodes and encodes
 //! back to the same bytes, in both byte orders, with the same key hash; the generated
 //! bytes decode dynamically and re-encode to themselves; and the worst-case sizes (which
-//! decide the key hash) agree.
+//! decide the key hash) agree; and the IDL each generated type carries
+//! (`TopicType::IDL_SOURCE`) describes it as byte-identically.
 
 #[allow(dead_code, clippy::all)]
 mod gen_everything {
@@ -75,6 +76,18 @@ fn same_bytes<T: TopicType>(t: &DynType, seed: u64) -> Result<(), TestCaseError>
 
 fn check<T: TopicType>(file: &str, name: &str) {
     let t = dyn_type(file, name);
+    // The IDL the generated type carries (preprocessed, self-contained) describes the
+    // very same types as the file it came from.
+    let src = T::IDL_SOURCE.unwrap_or_else(|| panic!("{name}: no IDL_SOURCE"));
+    let carried = DynType::from_idl_source(name, src, T::TYPE_NAME)
+        .unwrap_or_else(|e| panic!("{name}: IDL_SOURCE: {e}\n{src}"));
+    assert_eq!(carried.type_name(), T::TYPE_NAME);
+    same_bytes_value::<T>(&carried, &carried.zero_json());
+    for seed in 0..8 {
+        if let Err(e) = same_bytes::<T>(&carried, seed) {
+            panic!("{name}: IDL_SOURCE, seed {seed}: {e}");
+        }
+    }
     assert_eq!(t.type_name(), T::TYPE_NAME);
     assert_eq!(t.has_key(), T::HAS_KEY, "{name}: HAS_KEY");
     assert_eq!(

@@ -114,6 +114,13 @@ pub enum Error {
     /// (the text says how many of how many), or the leader restarted without this node.
     #[error("restart after total failure: {0}")]
     Restart(String),
+    /// A DARE sender has `window` messages handed over and not yet delivered; retry
+    /// after some are delivered.
+    #[error("the DARE send window of {window} messages is full")]
+    DareWindowFull {
+        /// The sender window.
+        window: usize,
+    },
 }
 
 fn after_silence(silent_ms: Option<u64>) -> String {

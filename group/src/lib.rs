@@ -22,6 +22,11 @@
 //!   A subgroup with [`SubgroupSpec::rdmc`] sends a message above its slot by its
 //!   sender's RDMC group, in the same total order as the small ones (Derecho §3.6; the
 //!   engine's side is the private module `large`).
+//! * [`dare`] is the DARE-style leader-based ordering core (a leader replicates its log
+//!   into the followers' logs with one-sided writes, commits on a majority, elections
+//!   through vote arrays, a deposed leader revoked by re-keying the log region);
+//!   `dare_sim` (feature `testkit`) runs it seeded on the sim fabric with leader crashes,
+//!   pauses, partitions and delays.
 //! * `testkit` (cargo feature `testkit`, off by default) is the simulation harness every
 //!   simulation of the project runs on: nodes over one deterministic sim fabric, stepped
 //!   round by round from one thread.
@@ -101,6 +106,9 @@
 #![deny(missing_docs)]
 
 pub mod counters;
+pub mod dare;
+#[cfg(feature = "testkit")]
+pub mod dare_sim;
 mod engine;
 mod error;
 pub mod group;

@@ -341,6 +341,8 @@ struct GroupShared {
     done: AtomicBool,
     senders: Mutex<BTreeMap<SubgroupId, Sender>>,
     view: Mutex<Option<View>>,
+    /// The members' addresses as of the last view installed ([`Group::addresses`]).
+    addresses: Mutex<BTreeMap<NodeId, String>>,
     leave: AtomicBool,
     declare: Mutex<Option<Vec<u8>>>,
     /// Set with `declare`, so the predicate thread takes the lock only when there is one.
@@ -430,6 +432,12 @@ impl GroupNode {
     /// as of the predicate thread's last round that did work. Never blocks it.
     pub fn counters(&self) -> NodeCounters {
         self.shared.counters.read()
+    }
+
+    /// The fabric addresses of the members known as of the last view installed: where
+    /// a node that stopped may ask to join again.
+    pub fn addresses(&self) -> BTreeMap<NodeId, String> {
+        lock(&self.shared.addresses).clone()
     }
 
     /// True once the node stopped (shut down or left).
@@ -595,6 +603,7 @@ fn group_loop(
                 Handed::StateGiven { bytes } => shared.counters.state_given(bytes),
                 Handed::View(view) => {
                     *lock(&shared.view) = Some(view);
+                    *lock(&shared.addresses) = group.addresses().clone();
                     lock(&shared.senders).clear();
                     refresh = true;
                 }

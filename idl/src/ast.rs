@@ -24,6 +24,8 @@ pub enum Type {
     F64,
     /// `string` / `string<N>`.
     String(Option<u64>),
+    /// `wstring` / `wstring<N>` (the bound in UTF-16 code units).
+    WString(Option<u64>),
     /// `sequence<T>` / `sequence<T, N>`.
     Sequence(Box<Type>, Option<u64>),
     /// `T m[N][M]`: dimensions outermost first.

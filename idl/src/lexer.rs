@@ -948,3 +948,51 @@ impl CondParser<'_, '_, '_> {
         }
     }
 }
+
+/// Writes preprocessed tokens back as IDL text that reads as the same tokens: what a
+/// generated file carries so run-time type descriptions need no include paths.
+/// Directives (all consumed by the preprocessor) are left out; a line ends after each `;`.
+pub fn to_source(toks: &[Tok]) -> String {
+    let mut out = String::new();
+    for t in toks {
+        let text = match &t.kind {
+            TokKind::Ident(s) => s.clone(),
+            TokKind::Int(v) => v.to_string(),
+            TokKind::Float(v) => format!("{v:?}"),
+            // The parser refuses fixed-point literals before code is generated.
+            TokKind::Fixed => "0.0d".into(),
+            TokKind::Str(s) => quoted(s, '"'),
+            TokKind::Char(c) => quoted(&c.to_string(), '\''),
+            TokKind::Punct(p) => (*p).to_string(),
+            TokKind::Directive(_) => continue,
+        };
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push(' ');
+        }
+        out.push_str(&text);
+        if text == ";" {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// An IDL literal of `s` between `quote`s, escaped so the lexer reads `s` back.
+fn quoted(s: &str, quote: char) -> String {
+    let mut out = String::from(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' | '\'' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            c if (c as u32) < 0x100 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if (c as u32) <= 0xffff => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
+}

@@ -29,7 +29,7 @@
 //! );
 //! ```
 //!
-//! Not supported (each a clear error): `fixed`, `wstring`, `map`, `@mutable`, interfaces
+//! Not supported (each a clear error): `fixed`, `map`, `@mutable`, interfaces
 //! and other non-data constructs, function-like macros.
 #![deny(missing_docs)]
 
@@ -179,5 +179,5 @@ fn compile_sources(
 ) -> Result<String> {
     let toks = lexer::Preprocessor::new(sources, dirs).run(idx)?;
     let spec = parser::parse(&toks, sources)?;
-    codegen::generate(&spec, sources, origin)
+    codegen::generate(&spec, sources, origin, &lexer::to_source(&toks))
 }

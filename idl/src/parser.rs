@@ -748,10 +748,16 @@ impl Parser<'_> {
                     Ok(Type::String(None))
                 }
             }
-            "wstring" => Err(self.err_at(
-                pos,
-                "wstring is not supported yet (no cross-checked XCDR1 encoding): use string",
-            )),
+            "wstring" => {
+                self.i += 1;
+                if self.eat_punct("<") {
+                    let n = self.angle_bound("a wstring bound")?;
+                    self.expect_close_angle()?;
+                    Ok(Type::WString(Some(n)))
+                } else {
+                    Ok(Type::WString(None))
+                }
+            }
             "fixed" => Err(self.err_at(
                 pos,
                 "fixed-point types are not supported: use double or a scaled integer",
@@ -1023,7 +1029,7 @@ impl Parser<'_> {
         let ty = self.type_spec(false)?;
         let ty = self.expand(&ty);
         match &ty {
-            Type::Sequence(..) | Type::Array(..) | Type::WChar => {
+            Type::Sequence(..) | Type::Array(..) | Type::WChar | Type::WString(_) => {
                 return Err(self.err_at(tpos, "a constant must have an integer, floating-point, char, boolean, string or enum type"))
             }
             Type::Named(n) if !self.spec.enums.contains_key(&join(n)) => {

@@ -73,6 +73,8 @@ pub enum TypeRef {
     F64,
     /// `string` / `string<N>`: the bound in bytes.
     String(Option<u64>),
+    /// `wstring` / `wstring<N>`: the bound in UTF-16 code units.
+    WString(Option<u64>),
     /// `sequence<T>` / `sequence<T, N>`: the bound in elements.
     Sequence(Box<TypeRef>, Option<u64>),
     /// `T m[N][M]`: dimensions outermost first.
@@ -371,6 +373,7 @@ fn convert(
         Type::F32 => TypeRef::F32,
         Type::F64 => TypeRef::F64,
         Type::String(b) => TypeRef::String(b),
+        Type::WString(b) => TypeRef::WString(b),
         Type::Sequence(i, b) => TypeRef::Sequence(Box::new(convert(spec, ids, &i)?), b),
         Type::Array(i, d) => TypeRef::Array(Box::new(convert(spec, ids, &i)?), d),
         Type::Named(n) => match ids.get(&join(&n)) {

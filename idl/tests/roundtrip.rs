@@ -26,7 +26,7 @@ mod gen_avionics {
 
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
-use spindle_topics::cdr::WChar;
+use spindle_topics::cdr::{WChar, WString};
 use spindle_topics::{Endianness, Error, TopicType};
 
 use gen_avionics::avionics as av;
@@ -97,6 +97,22 @@ fn wchar() -> impl Strategy<Value = WChar> {
         prop::char::range('\u{e000}', '\u{ffff}')
     ]
     .prop_map(WChar)
+}
+
+/// A `wstring` of at most `units` UTF-16 code units: any characters, surrogate pairs too.
+fn wstr(units: usize) -> impl Strategy<Value = WString> {
+    prop::collection::vec(any::<char>(), 0..=units).prop_map(move |cs| {
+        let mut s = String::new();
+        let mut n = 0;
+        for c in cs {
+            if n + c.len_utf16() > units {
+                break;
+            }
+            n += c.len_utf16();
+            s.push(c);
+        }
+        WString(s)
+    })
 }
 
 /// Strings of at most `max` bytes (no NUL: CDR strings are NUL-terminated).
@@ -240,6 +256,7 @@ fn ev_everything() -> impl Strategy<Value = ev::Everything> {
         proptest::option::of(text(4)),
         proptest::option::of(ev_point()),
         any::<i32>(),
+        (wstr(20), wstr(4), prop::collection::vec(wstr(5), 0..=2)),
     );
     (a, b, c).prop_map(|(a, b, c)| ev::Everything {
         id: a.0,
@@ -250,6 +267,9 @@ fn ev_everything() -> impl Strategy<Value = ev::Everything> {
         byte_value: a.5,
         ch: a.6,
         wch: a.7,
+        wide: c.11 .0,
+        wide_short: c.11 .1,
+        wide_list: c.11 .2,
         i8v: a.8 .0,
         u8v: a.8 .1,
         i16v: a.8 .2,
@@ -298,15 +318,19 @@ fn ev_bounded() -> impl Strategy<Value = ev::Bounded> {
         prop::collection::vec(ev_point(), 0..=3),
         ev_by_short(),
         [ev_color(), ev_color()],
+        wstr(3),
         proptest::option::of(f64s()),
     )
-        .prop_map(|(label, path, reading, colors, extra)| ev::Bounded {
-            label,
-            path,
-            reading,
-            colors,
-            extra,
-        })
+        .prop_map(
+            |(label, path, reading, colors, wide_label, extra)| ev::Bounded {
+                label,
+                path,
+                reading,
+                colors,
+                wide_label,
+                extra,
+            },
+        )
 }
 
 proptest! {

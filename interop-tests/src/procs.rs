@@ -24,6 +24,14 @@ impl Peer {
         Self::start_with_env(name, program, args, &[])
     }
 
+    /// As [`Peer::start`], then waits up to `within` for the peer's `READY` line (a
+    /// subscriber whose reader exists, a bridge on both sides).
+    pub fn start_ready(name: &str, program: &Path, args: &[String], within: Duration) -> Peer {
+        let mut peer = Self::start(name, program, args);
+        peer.wait_line("READY", within);
+        peer
+    }
+
     /// As [`Peer::start`], with extra environment variables.
     pub fn start_with_env(
         name: &str,

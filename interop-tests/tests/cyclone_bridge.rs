@@ -69,7 +69,7 @@ fn a_cyclone_writer_reaches_a_spindle_reader_through_the_bridge() {
     let c1 = spindle_config(&dir, &ns, 1);
     let c2 = spindle_config(&dir, &ns, 2);
     let bcfg = bridge_config(&dir, "bridge", domain, &c2, "rtps_to_spindle");
-    let mut sub = Peer::start(
+    let mut sub = Peer::start_ready(
         "spindle-sub",
         exe("spindle"),
         &[
@@ -80,10 +80,9 @@ fn a_cyclone_writer_reaches_a_spindle_reader_through_the_bridge() {
             s(PAYLOAD_BYTES),
             s(TIMEOUT_S),
         ],
+        START,
     );
-    sub.wait_line("READY", START);
-    let mut bridge = Peer::start("bridge", exe("bridge"), &[s(bcfg.display())]);
-    bridge.wait_line("READY", START);
+    let mut bridge = Peer::start_ready("bridge", exe("bridge"), &[s(bcfg.display())], START);
     let mut publisher = Peer::start_with_env(
         "cyclone-pub",
         &python,
@@ -149,14 +148,13 @@ fn a_spindle_writer_reaches_a_cyclone_reader_through_the_bridge() {
         &[("CYCLONEDDS_URI", &uri)],
     );
     sub.wait_line("READY", START);
-    let mut host = Peer::start(
+    let host = Peer::start_ready(
         "spindle-host",
         exe("spindle"),
         &[s("host"), s(c1.display())],
+        START,
     );
-    host.wait_line("READY", START);
-    let mut bridge = Peer::start("bridge", exe("bridge"), &[s(bcfg.display())]);
-    bridge.wait_line("READY", START);
+    let mut bridge = Peer::start_ready("bridge", exe("bridge"), &[s(bcfg.display())], START);
     bridge.wait_line("MATCHED rtps_readers=1", START);
     sub.wait_line("MATCHED", START);
     let mut publisher = Peer::start(

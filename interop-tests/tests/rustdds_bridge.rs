@@ -72,12 +72,9 @@ fn rustdds_writers_reach_spindle_readers_through_the_bridge() {
             s(TIMEOUT_S),
         ]
     };
-    let mut sub1 = Peer::start("spindle-sub-1", exe("spindle"), &args(&c1));
-    sub1.wait_line("READY", START);
-    let mut sub2 = Peer::start("spindle-sub-2", exe("spindle"), &args(&c2));
-    sub2.wait_line("READY", START);
-    let mut bridge = Peer::start("bridge", exe("bridge"), &[s(bcfg.display())]);
-    bridge.wait_line("READY", START);
+    let mut sub1 = Peer::start_ready("spindle-sub-1", exe("spindle"), &args(&c1), START);
+    let mut sub2 = Peer::start_ready("spindle-sub-2", exe("spindle"), &args(&c2), START);
+    let mut bridge = Peer::start_ready("bridge", exe("bridge"), &[s(bcfg.display())], START);
     let mut pubs: Vec<Peer> = (1..=2)
         .map(|w| {
             Peer::start_with_env(
@@ -139,7 +136,7 @@ fn a_spindle_writer_reaches_a_rustdds_reader_through_the_bridge() {
     let c2 = spindle_config(&dir, &ns, 2);
     let c3 = spindle_config(&dir, &ns, 3);
     let bcfg = bridge_config(&dir, "bridge", domain, &c2, "spindle_to_rtps");
-    let mut sub = Peer::start(
+    let mut sub = Peer::start_ready(
         "rustdds-sub",
         exe("rustdds"),
         &[
@@ -150,19 +147,18 @@ fn a_spindle_writer_reaches_a_rustdds_reader_through_the_bridge() {
             s(PAYLOAD_BYTES),
             s(TIMEOUT_S),
         ],
+        START,
     );
-    sub.wait_line("READY", START);
     // The Spindle domain's first member, with its own participant (node 1) only as a
     // reader-less host; the writer waits until the bridge's RTPS writer has matched the
     // RustDDS reader (volatile: it gets only what is written after the match).
-    let mut host = Peer::start(
+    let host = Peer::start_ready(
         "spindle-host",
         exe("spindle"),
         &[s("host"), s(c1.display())],
+        START,
     );
-    host.wait_line("READY", START);
-    let mut bridge = Peer::start("bridge", exe("bridge"), &[s(bcfg.display())]);
-    bridge.wait_line("READY", START);
+    let mut bridge = Peer::start_ready("bridge", exe("bridge"), &[s(bcfg.display())], START);
     bridge.wait_line("MATCHED rtps_readers=1", START);
     sub.wait_line("MATCHED", START);
     let publisher = Peer::start(
@@ -209,18 +205,16 @@ fn two_bridges_both_ways_do_not_loop() {
     let c1 = spindle_config(&dir, &ns, 1);
     let ca = spindle_config(&dir, &ns, 2);
     let cb = spindle_config(&dir, &ns, 3);
-    let mut counter = Peer::start(
+    let mut counter = Peer::start_ready(
         "spindle-count",
         exe("spindle"),
         &[s("count"), s(c1.display()), s(2 * n), s(TIMEOUT_S)],
+        START,
     );
-    counter.wait_line("READY", START);
     let ba = bridge_config(&dir, "bridge-a", domain, &ca, "both");
     let bb = bridge_config(&dir, "bridge-b", domain, &cb, "both");
-    let mut a = Peer::start("bridge-a", exe("bridge"), &[s(ba.display())]);
-    a.wait_line("READY", START);
-    let mut b = Peer::start("bridge-b", exe("bridge"), &[s(bb.display())]);
-    b.wait_line("READY", START);
+    let mut a = Peer::start_ready("bridge-a", exe("bridge"), &[s(ba.display())], START);
+    let mut b = Peer::start_ready("bridge-b", exe("bridge"), &[s(bb.display())], START);
     a.wait_line("BRIDGES 2", START);
     b.wait_line("BRIDGES 2", START);
     let mut publisher = Peer::start_with_env(

@@ -26,6 +26,8 @@ impl TopicType for Sequence {
     const HAS_KEY: bool = false;
     const MAX_SERIALIZED_SIZE: Option<usize> = None;
     const KEY_MAX_SERIALIZED_SIZE: Option<usize> = Some(0);
+    const IDL_SOURCE: Option<&'static str> =
+        Some("module Spindle { struct Sequence { sequence<octet> payload; }; };");
 
     fn encode_into(&self, endianness: Endianness, buf: &mut [u8]) -> Result<usize> {
         cdr::encode_into(self, endianness, buf)
@@ -62,6 +64,8 @@ impl TopicType for KeyedString {
     const HAS_KEY: bool = true;
     const MAX_SERIALIZED_SIZE: Option<usize> = None;
     const KEY_MAX_SERIALIZED_SIZE: Option<usize> = None;
+    const IDL_SOURCE: Option<&'static str> =
+        Some("module DDS { struct KeyedString { @key string key; string value; }; };");
 
     fn encode_into(&self, endianness: Endianness, buf: &mut [u8]) -> Result<usize> {
         cdr::encode_into(self, endianness, buf)

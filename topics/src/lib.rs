@@ -116,7 +116,7 @@
 //! | `boolean`, `octet`, `short` … `unsigned long long`, `float`, `double` | `bool`, `u8`, `i16` … `u64`, `f32`, `f64` | plain serde |
 //! | `char` | `char` | one byte; only ASCII (U+0000..=U+007F) encodes, others give an error |
 //! | `wchar` | [`cdr::WChar`] | two bytes (UTF-16 code unit, BMP only), as Cyclone DDS |
-//! | `wstring` | — | not supported yet: reject with a clear error (no XCDR1 encoding cross-checked) |
+//! | `wstring`, `wstring<N>` | [`cdr::WString`] | u32 length in bytes, then UTF-16 code units, no terminator (as Cyclone DDS's C library; the bound counts code units) |
 //! | `string`, `string<N>` | `String` | bound checked by [`cdr::check_len`] on encode and decode |
 //! | `sequence<T>`, `sequence<T, N>` | `Vec<T>` | bound checked like strings |
 //! | `sequence<octet>` | `Vec<u8>` with `#[serde(with = "spindle_topics::cdr::octets")]` | bulk copy |
@@ -212,6 +212,11 @@ pub trait TopicType: Sized + Clone + Send + Sync + 'static {
     const MAX_SERIALIZED_SIZE: Option<usize>;
     /// Largest big-endian CDR key serialization (None = unbounded).
     const KEY_MAX_SERIALIZED_SIZE: Option<usize>;
+    /// IDL source that declares `TYPE_NAME`, self-contained (includes and macros already
+    /// expanded), or `None` when the type has no IDL description. Run-time type
+    /// descriptions read it: a content filter (DCPS `ContentFilteredTopic`,
+    /// `QueryCondition`) resolves its member names against it. `spindle-idl` fills it in.
+    const IDL_SOURCE: Option<&'static str> = None;
 
     /// Encodes `self` as XCDR1 plain CDR with the 4-byte encapsulation header
     /// (CDR_BE `00 00` / CDR_LE `00 01`, options `00 00`) into `buf`; returns bytes written.

@@ -391,3 +391,48 @@ fn optional_outside_the_helpers_is_an_error_not_a_panic() {
     };
     assert!(::cdr::serialize::<_, _, ::cdr::CdrLe>(&v, ::cdr::Infinite).is_err());
 }
+
+/// `wstring` as Cyclone DDS's C library writes it (`dds_stream_write_wstringBO` in
+/// `dds_cdrstream_write.part.c`): a u32 length in bytes (twice the UTF-16 code units),
+/// the code units in the stream's byte order, no terminator; a character outside the BMP
+/// as a surrogate pair. Worked out by hand from that rule; the cyclonedds Python package
+/// cannot encode a wstring to cross-check with.
+#[test]
+fn wstring_bytes_are_a_byte_length_and_utf16_code_units() {
+    use spindle_topics::cdr::WString;
+    // "Hé😀": H U+0048, é U+00E9, 😀 U+1F600 = D83D DE00.
+    let w = WString("Hé😀".into());
+    assert_eq!(w.len(), 4);
+    let le = cdr::encode(&(1u8, w.clone()), Endianness::Little).unwrap();
+    assert_eq!(
+        le,
+        [
+            0, 1, 0, 0, // header
+            1, 0, 0, 0, // the u8, padding to 4
+            8, 0, 0, 0, // length in bytes
+            0x48, 0, 0xe9, 0, 0x3d, 0xd8, 0x00, 0xde
+        ]
+    );
+    let be = cdr::encode(&w, Endianness::Big).unwrap();
+    assert_eq!(
+        be,
+        [0, 0, 0, 0, 0, 0, 0, 8, 0, 0x48, 0, 0xe9, 0xd8, 0x3d, 0xde, 0x00]
+    );
+    assert_eq!(cdr::decode::<(u8, WString)>(&le).unwrap(), (1, w.clone()));
+    assert_eq!(cdr::decode::<WString>(&be).unwrap(), w);
+    // The empty wstring is a zero length and nothing else.
+    let empty = cdr::encode(&WString::default(), Endianness::Little).unwrap();
+    assert_eq!(empty, [0, 1, 0, 0, 0, 0, 0, 0]);
+    // An odd length, an unpaired surrogate, a truncated one, a huge length: errors.
+    for bad in [
+        &[0, 1, 0, 0, 3, 0, 0, 0, 0x48, 0, 0][..],
+        &[0, 1, 0, 0, 2, 0, 0, 0, 0x3d, 0xd8][..],
+        &[0, 1, 0, 0, 4, 0, 0, 0, 0x48, 0][..],
+        &[0, 1, 0, 0, 0xfe, 0xff, 0xff, 0xff, 0x48, 0][..],
+    ] {
+        assert!(
+            matches!(cdr::decode::<WString>(bad), Err(Error::Decode { .. })),
+            "{bad:?}"
+        );
+    }
+}

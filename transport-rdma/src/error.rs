@@ -10,6 +10,11 @@ pub enum FailureReason {
     Closed,
     /// The connection broke (reset, end of stream, process gone).
     ConnectionLost(String),
+    /// No link could be made: dialing the peer failed (connection refused, no such
+    /// address, timed out) before any byte was exchanged. The peer may simply not be up
+    /// yet; a view being formed dials it again (`spindle_group`'s activation time-out
+    /// bounds how long). Reported by the tcp and shm backends.
+    Unreachable(String),
     /// No probe or other traffic arrived from the peer within the failure detector's
     /// time-out (this node suspected the peer).
     ProbeTimeout {
@@ -40,6 +45,7 @@ impl std::fmt::Display for FailureReason {
         match self {
             FailureReason::Closed => write!(f, "peer closed the link"),
             FailureReason::ConnectionLost(why) => write!(f, "connection lost: {why}"),
+            FailureReason::Unreachable(why) => write!(f, "could not reach the peer: {why}"),
             FailureReason::ProbeTimeout { silent_ms } => {
                 write!(f, "no probe from peer for {silent_ms} ms")
             }

@@ -657,7 +657,7 @@ impl Endpoint for ShmEndpoint {
                 Err(e) => hub.attempt_failed(
                     peer,
                     attempt,
-                    FailureReason::ConnectionLost(format!("connecting to {shown}: {e}")),
+                    FailureReason::Unreachable(format!("connecting to {shown}: {e}")),
                 ),
             });
         if let Err(e) = spawned {

@@ -164,7 +164,7 @@ impl Endpoint for TcpEndpoint {
                 Err(e) => hub.attempt_failed(
                     peer,
                     attempt,
-                    FailureReason::ConnectionLost(format!("connecting to {addr}: {e}")),
+                    FailureReason::Unreachable(format!("connecting to {addr}: {e}")),
                 ),
             });
         if let Err(e) = spawned {

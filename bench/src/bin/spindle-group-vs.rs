@@ -34,7 +34,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::{Args as ClapArgs, Parser, Subcommand};
 use spindle_group::runtime::{Application, GroupNode};
 use spindle_group::{DeliveryBatch, Group, GroupConfig, Layout, View, ViewInstalled};
-use spindle_transport_rdma::{open_backend, DomainSecret, FabricConfig, NodeId};
+use spindle_transport_rdma::{open_backend, DomainSecret, Endpoint, FabricConfig, NodeId};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -71,6 +71,10 @@ enum Cmd {
         /// environment's `SPINDLE_DOMAIN_SECRET` when the flag is absent.
         #[arg(long)]
         secret: Option<String>,
+        /// Where a tcp member listens (`host:port`; default 127.0.0.1 on a free port):
+        /// an address inside a network namespace, for the partition test.
+        #[arg(long)]
+        listen: Option<String>,
     },
     /// Throughput around a join: 4 members send unpaced, a fifth joins.
     JoinDip {
@@ -247,14 +251,12 @@ fn parse_peers(rest: &str) -> Result<BTreeMap<NodeId, String>, BoxError> {
 
 fn node_main(
     id: NodeId,
-    backend: &str,
+    ep: Arc<dyn Endpoint>,
     messages: u64,
     log: Option<std::path::PathBuf>,
     pace_us: u64,
     rate_ms: u64,
-    fabric: FabricConfig,
 ) -> Result<(), BoxError> {
-    let ep = open_backend(backend, id, fabric)?;
     println!("ADDR {}", ep.address());
     std::io::stdout().flush()?;
     let mut stdin = BufReader::new(std::io::stdin());
@@ -874,8 +876,19 @@ fn main() {
             rate_ms,
             fd,
             secret,
-        } => with_secret(fd.fabric(), secret)
-            .and_then(|fabric| node_main(id, &backend, messages, log, pace_us, rate_ms, fabric)),
+            listen,
+        } => with_secret(fd.fabric(), secret).and_then(|fabric| {
+            let ep = match listen {
+                Some(addr) if backend == "tcp" => {
+                    let ep: Arc<dyn Endpoint> =
+                        spindle_transport_rdma::tcp::TcpEndpoint::open(id, &addr, fabric)?;
+                    ep
+                }
+                Some(_) => return Err("--listen is for the tcp backend".into()),
+                None => open_backend(&backend, id, fabric)?,
+            };
+            node_main(id, ep, messages, log, pace_us, rate_ms)
+        }),
         Cmd::JoinDip { backend, nodes } => join_dip_main(&backend, nodes),
         Cmd::Kills {
             backend,

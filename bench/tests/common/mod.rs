@@ -67,14 +67,36 @@ pub fn start_members_with(
     stderr: impl Fn() -> Stdio,
     extra: &[&str],
 ) -> (BTreeMap<u32, Proc>, BTreeMap<u32, String>) {
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    start_members_as(backend, n, dir, stderr, |_| (Vec::new(), extra.clone()))
+}
+
+/// As [`start_members`], each member `id` run under the command prefix and with the
+/// extra arguments `how(id)` gives (`ip netns exec NS`, `--listen ADDR`).
+pub fn start_members_as(
+    backend: &str,
+    n: u32,
+    dir: &Path,
+    stderr: impl Fn() -> Stdio,
+    how: impl Fn(u32) -> (Vec<String>, Vec<String>),
+) -> (BTreeMap<u32, Proc>, BTreeMap<u32, String>) {
     let mut procs = BTreeMap::new();
     let mut addrs = Vec::new();
     for id in 1..=n {
-        let mut child = Command::new(VS)
+        let (prefix, extra) = how(id);
+        let mut cmd = match prefix.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(VS);
+                c
+            }
+            None => Command::new(VS),
+        };
+        let mut child = cmd
             .args(["node", "--id", &id.to_string(), "--backend", backend])
             .args(["--messages", "0", "--log"])
             .arg(dir.join(format!("node-{id}.log")))
-            .args(extra)
+            .args(&extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(stderr())
@@ -100,6 +122,37 @@ pub fn start_members_with(
         say(p, &peers);
     }
     (procs, addrs.into_iter().collect())
+}
+
+/// Waits (up to two minutes) until `p` prints the view of exactly `members`
+/// (`VIEW <vid> <n> <members>`, members comma-separated).
+pub fn wait_members(p: &Proc, members: &str, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let l = p
+            .lines
+            .recv_timeout(left)
+            .unwrap_or_else(|e| panic!("{what}: no view {members}: {e}"));
+        let f: Vec<&str> = l.split(' ').collect();
+        if f.len() == 4 && f[0] == "VIEW" && f[3] == members {
+            return;
+        }
+    }
+}
+
+/// The delivery lines of a log; a last line cut short (a process that exited with part
+/// of its buffer unwritten) is left out.
+pub fn deliveries(log: &[u8]) -> Vec<String> {
+    let whole = match log.iter().rposition(|b| *b == b'\n') {
+        Some(end) => &log[..=end],
+        None => &[],
+    };
+    String::from_utf8_lossy(whole)
+        .lines()
+        .filter(|l| !l.starts_with("VIEW"))
+        .map(str::to_string)
+        .collect()
 }
 
 /// Tells every member in `procs` to stop sending, waits (up to `deadline` each) until each

@@ -32,7 +32,13 @@ use crate::membership::{Change, Membership, Outcome, Trim, ADDRESS_BYTES_MAX};
 use crate::smc::Sender;
 
 mod leaving;
+mod redial;
+mod state;
 mod wire;
+
+use redial::Redial;
+pub use redial::REDIAL_US;
+pub use state::state_plan;
 
 /// Decodes `bytes` as a membership message a peer sent (join, redirect, new view, state,
 /// declaration); true if they decode. Never panics, whatever the bytes: the entry point
@@ -270,6 +276,8 @@ pub struct Group {
     addresses: BTreeMap<NodeId, String>,
     /// Per subgroup: the members holding its state.
     holders: BTreeMap<SubgroupId, Vec<NodeId>>,
+    /// Members of the current view not reachable yet, dialed again meanwhile.
+    redial: Redial,
     pending_resends: BTreeMap<SubgroupId, VecDeque<Vec<u8>>>,
     /// Per (subgroup, sender): re-sends this node already delivered, for the next adequate
     /// view's engine.
@@ -321,6 +329,7 @@ impl Group {
             old_regions: VecDeque::new(),
             addresses: BTreeMap::new(),
             holders: BTreeMap::new(),
+            redial: Redial::default(),
             pending_resends: BTreeMap::new(),
             pending_skips: BTreeMap::new(),
             current_skips: BTreeMap::new(),
@@ -391,6 +400,12 @@ impl Group {
     /// This node.
     pub fn node(&self) -> NodeId {
         self.me
+    }
+
+    /// The fabric addresses of the members this node has known (the current view's and
+    /// earlier ones'): where a node that lost its place may ask to join again.
+    pub fn addresses(&self) -> &BTreeMap<NodeId, String> {
+        &self.addresses
     }
 
     /// The current view, once this node is a member.
@@ -587,6 +602,10 @@ impl Group {
         if self.outputs.len() >= OUTPUTS_MAX {
             return work;
         }
+        if let Some(c) = &self.current {
+            let again = self.redial.due(now_us, &c.view.members, &self.addresses);
+            self.actions.extend(again);
+        }
         let me = self.me;
         let Some(c) = self.current.as_mut() else {
             return work;
@@ -751,6 +770,16 @@ impl Group {
     fn fabric_event<L: LocalFabric + ?Sized>(&mut self, local: &L, ev: Event, now_us: u64) {
         match ev {
             Event::PeerFailed { peer, reason } => {
+                if let (FailureReason::Unreachable(_), Some(c)) = (&reason, &self.current) {
+                    let window_end_us = c
+                        .installed_us
+                        .saturating_add(self.cfg.activation_timeout_us);
+                    if c.view.members.contains(&peer)
+                        && self.redial.defer(peer, now_us, window_end_us)
+                    {
+                        return;
+                    }
+                }
                 if let Some(c) = &mut self.current {
                     if let FailureReason::Excluded { silent_ms } = reason {
                         if self.excluded.is_none() && c.view.members.contains(&peer) {
@@ -770,6 +799,7 @@ impl Group {
                 }
             }
             Event::PeerConnected { peer } => {
+                self.redial.connected(peer);
                 if let Phase::Joining {
                     contacts,
                     next_attempt_us,
@@ -1354,47 +1384,4 @@ fn frozen_counters(c: &Current, me: NodeId) -> Vec<u64> {
         }
     }
     out
-}
-
-/// Who ships which subgroup's state to whom when `view` (with `layout`, `None` if
-/// inadequate) follows a view whose state holders were `holders`, with `joined` new in
-/// `view` (a joiner holds nothing, even under the id of a member just removed): every
-/// member of a subgroup that does not hold its state gets it from the lowest-ranked holder
-/// still in the view. Returns the plan and the holders after it.
-#[allow(clippy::type_complexity)]
-pub fn state_plan(
-    layout: Option<&Layout>,
-    view: &View,
-    holders: &BTreeMap<SubgroupId, Vec<NodeId>>,
-    joined: &[NodeId],
-) -> (
-    Vec<(SubgroupId, NodeId, NodeId)>,
-    BTreeMap<SubgroupId, Vec<NodeId>>,
-) {
-    let mut next: BTreeMap<SubgroupId, Vec<NodeId>> = holders
-        .iter()
-        .map(|(sg, h)| {
-            (
-                *sg,
-                h.iter()
-                    .copied()
-                    .filter(|m| view.members.contains(m) && !joined.contains(m))
-                    .collect(),
-            )
-        })
-        .collect();
-    let mut plan = Vec::new();
-    let Some(layout) = layout else {
-        return (plan, next);
-    };
-    for sg in &layout.subgroups {
-        let h = next.get(&sg.id).cloned().unwrap_or_default();
-        if let Some(giver) = view.members.iter().find(|m| h.contains(m)) {
-            for m in sg.members.iter().filter(|m| !h.contains(m)) {
-                plan.push((sg.id, *giver, *m));
-            }
-        }
-        next.insert(sg.id, sg.members.clone());
-    }
-    (plan, next)
 }

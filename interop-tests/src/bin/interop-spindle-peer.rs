@@ -81,16 +81,30 @@ fn main() -> ExitCode {
         max_blocking_time: spindle_qos::Duration::from_millis(10_000),
         ..Reliability::reliable()
     };
+    // Every mode's reader: reliable, keep-all; every mode's writer: reliable.
+    let new_reader = || {
+        p.create_subscriber(Default::default())
+            .expect("subscriber")
+            .create_datareader(
+                &topic,
+                DataReaderQos::default()
+                    .with_reliability(reliable)
+                    .with_history(History::keep_all()),
+            )
+            .expect("reader")
+    };
+    let new_writer = || {
+        p.create_publisher(Default::default())
+            .expect("publisher")
+            .create_datawriter(&topic, DataWriterQos::default().with_reliability(reliable))
+            .expect("writer")
+    };
     let code = match mode {
         "pub" => {
             let writer_id: u32 = arg(&args, 2, "writer");
             let count: u64 = arg(&args, 3, "count");
             let bytes: usize = arg(&args, 4, "payload bytes");
-            let writer = p
-                .create_publisher(Default::default())
-                .expect("publisher")
-                .create_datawriter(&topic, DataWriterQos::default().with_reliability(reliable))
-                .expect("writer");
+            let writer = new_writer();
             let readers: u32 = args.get(5).and_then(|a| a.parse().ok()).unwrap_or(1);
             let gap_us: u64 = args.get(6).and_then(|a| a.parse().ok()).unwrap_or(0);
             writer
@@ -122,16 +136,7 @@ fn main() -> ExitCode {
             let count: u64 = arg(&args, 3, "count");
             let bytes: usize = arg(&args, 4, "payload bytes");
             let timeout_s: u64 = arg(&args, 5, "timeout");
-            let reader = p
-                .create_subscriber(Default::default())
-                .expect("subscriber")
-                .create_datareader(
-                    &topic,
-                    DataReaderQos::default()
-                        .with_reliability(reliable)
-                        .with_history(History::keep_all()),
-                )
-                .expect("reader");
+            let reader = new_reader();
             println!("READY");
             let mut check = Checker::new(count, bytes);
             let mut keys: HashMap<[u8; 16], String> = HashMap::new();
@@ -175,16 +180,7 @@ fn main() -> ExitCode {
         "count" => {
             let expected: u64 = arg(&args, 2, "expected");
             let timeout_s: u64 = arg(&args, 3, "timeout");
-            let reader = p
-                .create_subscriber(Default::default())
-                .expect("subscriber")
-                .create_datareader(
-                    &topic,
-                    DataReaderQos::default()
-                        .with_reliability(reliable)
-                        .with_history(History::keep_all()),
-                )
-                .expect("reader");
+            let reader = new_reader();
             println!("READY");
             let deadline = Instant::now() + Duration::from_secs(timeout_s);
             let mut n = 0u64;
@@ -208,11 +204,7 @@ fn main() -> ExitCode {
             let mode: String = arg(&args, 2, "mode");
             let size: usize = arg(&args, 3, "size");
             let count: u64 = arg(&args, 4, "count");
-            let writer = p
-                .create_publisher(Default::default())
-                .expect("publisher")
-                .create_datawriter(&topic, DataWriterQos::default().with_reliability(reliable))
-                .expect("writer");
+            let writer = new_writer();
             writer
                 .wait_for_readers(1, Duration::from_secs(60))
                 .expect("a matched reader");
@@ -237,16 +229,7 @@ fn main() -> ExitCode {
             let count: u64 = arg(&args, 4, "count");
             let timeout_s: u64 = arg(&args, 5, "timeout");
             let stack: String = arg(&args, 6, "stack");
-            let reader = p
-                .create_subscriber(Default::default())
-                .expect("subscriber")
-                .create_datareader(
-                    &topic,
-                    DataReaderQos::default()
-                        .with_reliability(reliable)
-                        .with_history(History::keep_all()),
-                )
-                .expect("reader");
+            let reader = new_reader();
             println!("READY");
             let mut stats = PerfStats::default();
             let deadline = Instant::now() + Duration::from_secs(timeout_s);
@@ -272,16 +255,7 @@ fn main() -> ExitCode {
         }
         "record" => {
             let timeout_s: u64 = arg(&args, 2, "timeout");
-            let reader = p
-                .create_subscriber(Default::default())
-                .expect("subscriber")
-                .create_datareader(
-                    &topic,
-                    DataReaderQos::default()
-                        .with_reliability(reliable)
-                        .with_history(History::keep_all()),
-                )
-                .expect("reader");
+            let reader = new_reader();
             println!("READY");
             let mut rec = Record::default();
             let deadline = Instant::now() + Duration::from_secs(timeout_s);

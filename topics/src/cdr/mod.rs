@@ -9,8 +9,9 @@
 //!   outside must never panic or abort. Ours checks every length against the bytes left.
 //! * Keys: [`encode_key_be`] and [`key_hash_of`] (RTPS 9.6.3.8).
 //! * What plain serde + `cdr` get wrong for IDL: enums with explicit values ([`IdlEnum`]),
-//!   unions with a typed discriminator ([`IdlUnion`]), `wchar` ([`WChar`]), arrays longer
-//!   than 32 ([`array`](mod@array)), bulk `sequence<octet>` ([`octets`]) and bounds ([`CheckBounds`]).
+//!   unions with a typed discriminator ([`IdlUnion`]), `wchar` ([`WChar`]), `wstring`
+//!   ([`WString`]), arrays longer than 32 ([`array`](mod@array)), bulk `sequence<octet>`
+//!   ([`octets`]) and bounds ([`CheckBounds`]).
 
 mod de;
 
@@ -254,7 +255,7 @@ macro_rules! unbounded_leaf {
         }
     )*};
 }
-unbounded_leaf!(bool, u8, i8, u16, i16, u32, i32, u64, i64, f32, f64, char, String, WChar);
+unbounded_leaf!(bool, u8, i8, u16, i16, u32, i32, u64, i64, f32, f64, char, String, WChar, WString);
 
 impl<T: CheckBounds> CheckBounds for Vec<T> {
     fn check_bounds(&self) -> Result<()> {
@@ -397,6 +398,103 @@ impl<'de> Deserialize<'de> for WChar {
         char::from_u32(u32::from(u))
             .map(WChar)
             .ok_or_else(|| serde::de::Error::custom(format!("wchar {u:#06x} is a lone surrogate")))
+    }
+}
+
+/// Most UTF-16 code units reserved before they are read when decoding a `wstring` (the
+/// rest grow as they arrive, so a forged length cannot allocate more than the input).
+pub const WSTRING_PREALLOC_UNITS_MAX: usize = 4096;
+
+/// IDL `wstring` / `wstring<N>`: text kept as UTF-8 in memory, and in XCDR1 a u32 length
+/// in bytes (twice the UTF-16 code units) followed by the UTF-16 code units, without a
+/// terminator — as Cyclone DDS encodes it (`dds_stream_write_wstringBO`). Characters
+/// outside the Basic Multilingual Plane take two code units (a surrogate pair); a bound
+/// counts code units. Decoding refuses an odd length and unpaired surrogates.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct WString(pub String);
+
+impl WString {
+    /// UTF-16 code units: what a `wstring<N>` bound counts.
+    pub fn len(&self) -> usize {
+        self.0.encode_utf16().count()
+    }
+
+    /// True if empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for WString {
+    fn from(s: &str) -> Self {
+        WString(s.to_string())
+    }
+}
+
+impl From<String> for WString {
+    fn from(s: String) -> Self {
+        WString(s)
+    }
+}
+
+impl std::fmt::Display for WString {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for WString {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let units = self.len();
+        let bytes = u32::try_from(2 * units).map_err(|_| {
+            serde::ser::Error::custom(format!("wstring of {units} code units is too long"))
+        })?;
+        let mut t = s.serialize_tuple(1 + units)?;
+        t.serialize_element(&bytes)?;
+        for u in self.0.encode_utf16() {
+            t.serialize_element(&u)?;
+        }
+        t.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for WString {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = WString;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("wstring")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<WString, A::Error> {
+                let truncated = || serde::de::Error::custom("wstring is truncated");
+                let bytes: u32 = seq.next_element()?.ok_or_else(truncated)?;
+                if bytes % 2 != 0 {
+                    return Err(serde::de::Error::custom(format!(
+                        "wstring length {bytes} is odd (it counts bytes of UTF-16 code units)"
+                    )));
+                }
+                let n = (bytes / 2) as usize;
+                let mut units = Vec::with_capacity(n.min(WSTRING_PREALLOC_UNITS_MAX));
+                for _ in 0..n {
+                    units.push(seq.next_element::<u16>()?.ok_or_else(truncated)?);
+                }
+                String::from_utf16(&units).map(WString).map_err(|_| {
+                    serde::de::Error::custom("wstring holds an unpaired UTF-16 surrogate")
+                })
+            }
+        }
+        // The length comes first: the tuple is as long as the visitor reads.
+        d.deserialize_tuple(usize::MAX, V)
     }
 }
 
@@ -729,6 +827,11 @@ impl MaxSize {
     /// Then a `string<max_len>`: a u32 length, up to `max_len` bytes and the NUL.
     pub const fn string(self, max_len: usize) -> Self {
         self.primitive(4).bytes(1, max_len + 1)
+    }
+
+    /// Then a `wstring<max_units>`: a u32 length and up to `max_units` 2-byte code units.
+    pub const fn wstring(self, max_units: usize) -> Self {
+        self.primitive_sequence(2, max_units)
     }
 
     /// Then a `sequence<P, max_len>` of primitives of `size` bytes.

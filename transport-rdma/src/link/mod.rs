@@ -659,6 +659,7 @@ impl<S: LinkStream> Hub<S> {
             if !out.closed {
                 out.append(|p| encode_excluded(p, silent_ms));
                 out.drain_then_close = true;
+                out.drain_until = Some(Instant::now() + outbound::EXCLUDED_LINGER);
             }
         }
         link.out_wake.notify_all();

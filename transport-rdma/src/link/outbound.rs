@@ -7,6 +7,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
+use std::time::{Duration, Instant};
 
 use super::frame::Head;
 use super::{lock, read, Hub, Link, LinkStream, RemoteWrite};
@@ -46,6 +47,10 @@ pub(super) struct Outbound {
     pub(super) closed: bool,
     /// Send everything queued, then shut the stream down.
     pub(super) drain_then_close: bool,
+    /// A draining link whose peer may be stopped (an exclusion): keep trying to send
+    /// until this instant, and shut down only once the peer has read everything sent
+    /// (see [`EXCLUDED_LINGER`]). `None`: one more write time-out, then give up.
+    pub(super) drain_until: Option<Instant>,
     /// Seals what is sent into records (an encrypted link): `pending` holds plaintext
     /// frames, and whoever takes it to send ([`Outbound::take_pending`]) seals the whole
     /// batch at once. Only the one sender (`flushing`) takes it, so records reach the
@@ -159,6 +164,33 @@ fn send_blocking(fd: RawFd, buf: &[u8], keep_going: impl Fn() -> bool) -> io::Re
         }
     }
     Ok(())
+}
+
+/// How long the link to an excluded peer keeps trying to hand it the `Excluded` frame.
+/// A stopped peer's receive buffer is full of what was streamed to it before it stopped,
+/// so the frame waits in our send queue behind it; shutting the link down before the
+/// peer (woken) has read that backlog would discard the frame, and the peer would only
+/// see a lost connection. Bounded: a peer stopped for longer learns less, not nothing
+/// (its links fail, and it stops).
+pub(crate) const EXCLUDED_LINGER: Duration = Duration::from_secs(30);
+
+/// How often a lingering link looks whether the peer has read what was sent.
+const LINGER_POLL: Duration = Duration::from_millis(10);
+
+/// Waits until the peer has read (tcp: acknowledged; unix: taken from its queue) every
+/// byte sent on `fd`, or `deadline`: closing before that could discard the unread tail.
+fn wait_until_read(fd: RawFd, deadline: Instant) {
+    loop {
+        let mut unsent: libc::c_int = 0;
+        // SAFETY: `fd` is the link's open socket (the link, which owns the stream, is
+        // alive for this call), and SIOCOUTQ (= TIOCOUTQ) writes one c_int through the
+        // valid pointer we pass; a failure only returns -1.
+        let rc = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut unsent as *mut libc::c_int) };
+        if rc != 0 || unsent == 0 || Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(LINGER_POLL);
+    }
 }
 
 impl<S: LinkStream> Hub<S> {
@@ -390,7 +422,11 @@ impl<S: LinkStream> Hub<S> {
                     // and report it before the local close.
                     if out.drain_then_close && out.closed && !out.flushing {
                         if out.pending.is_empty() {
+                            let linger = out.drain_until;
                             drop(out);
+                            if let Some(deadline) = linger {
+                                wait_until_read(link.fd, deadline);
+                            }
                             link.stream.shutdown_both();
                             return;
                         }
@@ -406,7 +442,10 @@ impl<S: LinkStream> Hub<S> {
             };
             // A stalled peer: keep retrying until the link fails (a draining link gets one
             // more write time-out, then gives up).
-            let keep_going = || !lock(&link.out).closed;
+            let keep_going = || {
+                let out = lock(&link.out);
+                !out.closed || out.drain_until.is_some_and(|d| Instant::now() < d)
+            };
             let result = send_blocking(link.fd, &buf[sent..], keep_going);
             let mut out = lock(&link.out);
             if let Err(e) = result {

@@ -9,6 +9,8 @@
 //! spindle log inspect DIR | spindle log verify DIR
 //! spindle status --config node3.toml --watch --topic AirData
 //! spindle perf --transport shm --level atomic --size 1024 --samples 100000 --min-rate 1e5
+//! spindle status --config node3.toml --watch --metrics 127.0.0.1:9464
+//! spindle bridge bridge.toml                      (the RTPS bridge, as spindle-rtps-bridge)
 //! ```
 //!
 //! `RUST_LOG` filters the engine's and DCPS's tracing events onto stderr
@@ -20,6 +22,7 @@
 mod domain;
 mod perf;
 mod pubsub;
+mod scrape;
 mod status;
 mod sweep;
 mod tools;
@@ -51,8 +54,20 @@ enum Cmd {
     /// pass/fail criteria (--min-rate, --max-p99: exit 1 when not met).
     Perf(perf::PerfArgs),
     /// The domain as a member sees it: the view (members, leader), subgroups, topics with
-    /// their readers and writers; --watch follows changes.
+    /// their readers and writers, counters (its own, and others' --metrics endpoints);
+    /// --watch follows changes and shows rates.
     Status(status::StatusArgs),
+    /// Bridge a Spindle domain and an RTPS (standard DDS) domain, as spindle-rtps-bridge:
+    /// prints READY once its readers and writers exist, runs until stdin closes or reads
+    /// `stop`, then prints its STATS.
+    Bridge(BridgeArgs),
+}
+
+/// `spindle bridge`.
+#[derive(Debug, clap::Args)]
+struct BridgeArgs {
+    /// The bridge's TOML file (`[rtps]`, `[spindle] config = …`, `[[topic]]`).
+    config: std::path::PathBuf,
 }
 
 /// Why a command failed, and the exit code that says so.
@@ -131,6 +146,10 @@ fn main() -> ExitCode {
         Cmd::Log(a) => tools::run_log(a),
         Cmd::Perf(a) => perf::run_perf(a),
         Cmd::Status(a) => status::run_status(a),
+        Cmd::Bridge(a) => {
+            let args = [a.config.to_string_lossy().into_owned()];
+            return spindle_rtps_bridge::cli::main_named("spindle bridge", &args);
+        }
     };
     match r {
         Ok(code) => ExitCode::from(code),

@@ -3,6 +3,12 @@
 //! topics' readers and writers from the built-in topic. It joins the domain as a member
 //! with no entities of its own (that join is a view change the others see too) and
 //! leaves when done.
+//!
+//! Counters: this member's own (`DomainParticipant::counters`), and with `--metrics
+//! host:port` (repeatable) those of other participants, scraped from their Prometheus
+//! endpoints (`[metrics] listen` in their TOML): delivered, stable, nulls, samples written
+//! and received, views installed, state transferred; `--watch` adds rates per second
+//! between prints.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -13,6 +19,7 @@ use spindle_dds_core::declare::{declarations, subgroup_of_id, BUILTIN_SUBGROUP};
 use spindle_dds_core::{topic_id, DomainParticipant};
 
 use crate::domain::{join, load_config};
+use crate::scrape;
 use crate::Fail;
 
 /// `spindle status`.
@@ -39,6 +46,10 @@ pub struct StatusArgs {
     /// How long to let the built-in topic's table arrive before the first print, ms.
     #[arg(long, default_value_t = 500)]
     pub settle_ms: u64,
+    /// A participant's Prometheus endpoint (`[metrics] listen` of its TOML, host:port) to
+    /// show the counters of; repeatable.
+    #[arg(long = "metrics", value_name = "HOST:PORT")]
+    pub metrics: Vec<String>,
 }
 
 /// Runs `spindle status`.
@@ -58,13 +69,19 @@ fn watch(p: &DomainParticipant, a: &StatusArgs, topic_subgroups: u32) -> Result<
     std::thread::sleep(Duration::from_millis(a.settle_ms));
     let mut last: Option<Value> = None;
     let mut printed = 0u64;
+    let mut previous = scrape::Previous::default();
     loop {
-        let now = snapshot(p, &names, topic_subgroups);
+        let mut now = snapshot(p, &names, topic_subgroups);
+        now["participants"] = participants(p, &a.metrics);
         if last.as_ref() != Some(&now) {
+            let mut shown = now.clone();
+            if let Some(ps) = shown["participants"].as_array_mut() {
+                previous.rate(ps);
+            }
             if a.json {
-                println!("{now}");
+                println!("{shown}");
             } else {
-                print_table(&now);
+                print_table(&shown);
             }
             printed += 1;
             last = Some(now);
@@ -141,6 +158,25 @@ fn snapshot(p: &DomainParticipant, names: &BTreeMap<u64, &str>, topic_subgroups:
     })
 }
 
+/// The counters of this member and of the `--metrics` endpoints.
+fn participants(p: &DomainParticipant, endpoints: &[String]) -> Value {
+    let mut out = vec![json!({
+        "source": "self",
+        "node": p.node_id(),
+        "counters": scrape::to_json(&scrape::own(&p.counters())),
+    })];
+    for e in endpoints {
+        out.push(match scrape::scrape(e) {
+            Ok(values) => json!({
+                "source": e,
+                "counters": scrape::to_json(&values),
+            }),
+            Err(why) => json!({"source": e, "error": why}),
+        });
+    }
+    Value::Array(out)
+}
+
 fn list(v: &Value) -> String {
     match v.as_array() {
         Some(a) if !a.is_empty() => a
@@ -191,5 +227,45 @@ fn print_table(s: &Value) {
             list(&t["writers"])
         );
     }
+    print_counters(s);
     println!();
+}
+
+fn print_counters(s: &Value) {
+    let c = |e: &Value, name: &str| {
+        e["counters"][format!("spindle_{name}")]
+            .as_u64()
+            .map_or_else(|| "-".to_string(), |v| v.to_string())
+    };
+    println!(
+        "{:<22} {:>12} {:>12} {:>10} {:>10} {:>10} {:>6} {:>10}  rates/s (delivered stable written received)",
+        "counters of", "delivered", "stable", "nulls", "written", "received", "views", "state_B"
+    );
+    for e in s["participants"].as_array().into_iter().flatten() {
+        let source = e["source"].as_str().unwrap_or("?");
+        if let Some(why) = e["error"].as_str() {
+            println!("{source:<22} unreadable: {why}");
+            continue;
+        }
+        let r = &e["rates"];
+        let rates = if r.is_object() {
+            ["delivered", "stable", "samples_written", "samples_received"]
+                .iter()
+                .map(|k| r[format!("{k}_per_s")].to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        } else {
+            "-".into()
+        };
+        println!(
+            "{source:<22} {:>12} {:>12} {:>10} {:>10} {:>10} {:>6} {:>10}  {rates}",
+            c(e, "delivered_total"),
+            c(e, "stable_total"),
+            c(e, "nulls_sent_total"),
+            c(e, "samples_written_total"),
+            c(e, "samples_received_total"),
+            c(e, "views_installed_total"),
+            c(e, "state_received_bytes_total"),
+        );
+    }
 }

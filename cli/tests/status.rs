@@ -152,3 +152,86 @@ fn status_shows_the_view_and_the_view_change_when_a_member_is_killed() {
     drop(status);
     drop(n1);
 }
+
+/// The scraped entry of `address` in a status line, if it has counters.
+fn scraped<'a>(s: &'a Value, address: &str) -> Option<&'a Value> {
+    s["participants"]
+        .as_array()?
+        .iter()
+        .find(|p| p["source"] == address && p["counters"].is_object())
+}
+
+#[test]
+fn status_shows_a_members_counters_scraped_from_its_metrics_endpoint_as_samples_flow() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port()
+    };
+    let (port, metrics_port) = (free(), free());
+    let c1 = config(dir.path(), 1, port);
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let mut text = std::fs::read_to_string(&c1).expect("node 1's config");
+    text.push_str(&format!("\n[metrics]\nlisten = \"{metrics}\"\n"));
+    std::fs::write(&c1, text).expect("write config");
+    let (c2, c3) = (config(dir.path(), 2, port), config(dir.path(), 3, port));
+    let mut n1 = sub(&c1);
+    wait_reading(&mut n1);
+    let mut status = Guard(
+        Command::new(BIN)
+            .args(["status", "--config", &c2, "--watch", "--json"])
+            .args(["--metrics", &metrics, "--interval-ms", "100"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start status"),
+    );
+    let out = status.0.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let first = next_where(&rx, "node 1's counters", |s| scraped(s, &metrics).is_some());
+    let own = &first["participants"][0];
+    assert_eq!(own["source"], "self", "{first}");
+    assert!(own["counters"]["spindle_views_installed_total"].as_u64() >= Some(1));
+    let before = scraped(&first, &metrics).expect("scraped")["counters"]
+        ["spindle_samples_received_total"]
+        .as_u64()
+        .expect("a count");
+    const N: u64 = 40;
+    let publisher = Command::new(BIN)
+        .args([
+            "pub",
+            "--config",
+            &c3,
+            "--idl",
+            IDL,
+            "--type",
+            "Avionics::AirData",
+        ])
+        .args(["--topic", "AirData", "--rate", "100", "--timeout-s", "90"])
+        .args(["--random", &N.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .status()
+        .expect("run pub");
+    assert!(publisher.success(), "pub failed: {publisher}");
+    let after = next_where(&rx, "node 1's counters moved by the samples", |s| {
+        scraped(s, &metrics).is_some_and(|p| {
+            p["counters"]["spindle_samples_received_total"].as_u64() >= Some(before + N)
+                && p["counters"]["spindle_delivered_total"].as_u64() >= Some(N)
+                && p["rates"].is_object()
+        })
+    });
+    let p = scraped(&after, &metrics).expect("scraped");
+    assert!(p["rates"]["delivered_per_s"].as_f64().is_some(), "{after}");
+    drop(status);
+    drop(n1);
+}

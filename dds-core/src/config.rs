@@ -3,8 +3,11 @@
 //! ```toml
 //! domain_id = 0
 //! node_id = 2
-//! transport = "tcp"            # "tcp" or "shm"
-//! listen = "127.0.0.1:7402"    # tcp: host:port; shm: a namespace shared by the domain
+//! transport = "tcp"            # "tcp", "shm", "libfabric" or "verbs"
+//! listen = "127.0.0.1:7402"    # tcp: host:port; shm: a namespace shared by the domain;
+//!                              # libfabric, verbs: host:port of the side channel
+//! # provider = "tcp;ofi_rxm"   # libfabric only: the provider ("" or absent: libfabric's choice)
+//! # device = "mlx5_0"          # verbs only: the RDMA device that must be opened
 //! bootstrap = [1]              # the nodes that start the domain's first view together
 //! window_slots = 64            # ring slots per writer (a power of two is used)
 //! slot_payload_bytes = 4096    # largest message when the type is unbounded
@@ -60,6 +63,25 @@ pub enum Transport {
     Tcp,
     /// Shared memory between processes of one host.
     Shm,
+    /// libfabric (RDMA-style one-sided writes through any libfabric provider: `verbs`,
+    /// `efa`, `tcp;ofi_rxm`, `shm`, …), with [`ParticipantConfig::provider`]. Needs the
+    /// `libfabric` cargo feature (and the system's libfabric).
+    Libfabric,
+    /// InfiniBand/RoCE verbs over RC queue pairs, on [`ParticipantConfig::device`]. Needs
+    /// the `verbs` cargo feature (and rdma-core's libibverbs).
+    Verbs,
+}
+
+impl Transport {
+    /// The name the TOML uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Shm => "shm",
+            Transport::Libfabric => "libfabric",
+            Transport::Verbs => "verbs",
+        }
+    }
 }
 
 /// One member to contact.
@@ -135,6 +157,17 @@ pub struct ParticipantConfig {
     /// are refused. One directory per participant: two processes must not share one.
     #[serde(default)]
     pub data_dir: Option<PathBuf>,
+    /// The libfabric provider (`transport = "libfabric"` only): `"tcp;ofi_rxm"`, `"verbs;ofi_rxm"`,
+    /// `"efa"`, `"shm"`; absent or empty: libfabric's choice.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// The RDMA device (`transport = "verbs"` only), e.g. `"mlx5_0"`; absent: the first.
+    #[serde(default)]
+    pub device: Option<String>,
+    /// The `[metrics]` table: the optional Prometheus endpoint ([`crate::metrics`]; off
+    /// by default).
+    #[serde(default)]
+    pub metrics: crate::metrics::MetricsConfig,
     /// What the participant does when the group goes on without it (it was stopped,
     /// swapped out or cut off long enough to be excluded, or it lost the majority):
     /// `false` (the default), it stops, and [`crate::DomainParticipant::stopped`] and the
@@ -250,6 +283,9 @@ impl ParticipantConfig {
             fabric: FabricConfig::default(),
             spin_before_park_us: default_spin_before_park_us(),
             data_dir: None,
+            provider: None,
+            device: None,
+            metrics: Default::default(),
             rejoin: false,
         }
     }
@@ -442,6 +478,8 @@ impl ParticipantConfig {
         {
             return bad("data_dir: must not be empty (leave it out for no logs)".into());
         }
+        self.metrics.validate(origin)?;
+        validate_transport(self, origin)?;
         if self.rejoin && self.data_dir.is_some() {
             return bad(
                 "rejoin = true with a data_dir: a participant with logged topics cannot rejoin \
@@ -463,6 +501,42 @@ impl ParticipantConfig {
         }
         Ok(())
     }
+}
+
+/// Checks the transport's own keys: `provider` only with libfabric, `device` only with
+/// verbs, and the side channel's `listen` a `host:port`; the error names the key.
+fn validate_transport(cfg: &ParticipantConfig, origin: &str) -> Result<()> {
+    let bad = |what: String| Err(Error::Config(format!("{origin}: {what}")));
+    if cfg.provider.is_some() && cfg.transport != Transport::Libfabric {
+        return bad(format!(
+            "provider = {:?}: only for transport = \"libfabric\" (this is {:?})",
+            cfg.provider.as_deref().unwrap_or_default(),
+            cfg.transport.name()
+        ));
+    }
+    if cfg.device.is_some() && cfg.transport != Transport::Verbs {
+        return bad(format!(
+            "device = {:?}: only for transport = \"verbs\" (this is {:?})",
+            cfg.device.as_deref().unwrap_or_default(),
+            cfg.transport.name()
+        ));
+    }
+    if cfg.device.as_deref() == Some("") {
+        return bad("device: must not be empty (leave it out for the first device)".into());
+    }
+    if matches!(cfg.transport, Transport::Libfabric | Transport::Verbs)
+        && cfg
+            .listen
+            .rsplit_once(':')
+            .is_none_or(|(_, p)| p.parse::<u16>().is_err())
+    {
+        return bad(format!(
+            "listen = {:?}: transport = {:?} listens for its side channel on a host:port",
+            cfg.listen,
+            cfg.transport.name()
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

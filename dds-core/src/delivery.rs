@@ -141,8 +141,10 @@ impl Application for DdsApp {
                     }
                 }
             }
+            let mut unread = 0;
             for t in topics {
                 let Some(rs) = st.readers.get(&t) else {
+                    unread += items.iter().filter(|(h, _, _)| h.topic_id == t).count();
                     continue;
                 };
                 for r in rs.iter().filter(|r| r.subgroup == sg && r.is_member()) {
@@ -168,6 +170,11 @@ impl Application for DdsApp {
                     }
                 }
             }
+            let bytes: usize = items
+                .iter()
+                .map(|(_, p, _)| p.len() + crate::sample::SAMPLE_HEADER_BYTES)
+                .sum();
+            self.shared.counters.received(items.len(), bytes, unread);
             rematched = if announced.is_empty() {
                 (Vec::new(), Vec::new())
             } else {

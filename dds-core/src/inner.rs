@@ -45,6 +45,8 @@ pub(crate) struct ParticipantInner {
     /// Topic name → (type name, QoS, handles open).
     pub(crate) topics: Mutex<BTreeMap<String, (String, TopicQos, usize)>>,
     pub(crate) deleted: AtomicBool,
+    /// Where the Prometheus endpoint listens, if it does ([`crate::metrics`]).
+    pub(crate) metrics_address: Mutex<Option<std::net::SocketAddr>>,
     /// While rejoining: this participant's own readers and writers as the table held
     /// them when it stopped, to announce again once it is a member.
     rejoin_endpoints: Mutex<Vec<Endpoint>>,
@@ -70,6 +72,7 @@ impl ParticipantInner {
             interests: Mutex::new(BTreeMap::new()),
             topics: Mutex::new(BTreeMap::new()),
             deleted: AtomicBool::new(false),
+            metrics_address: Mutex::new(None),
             rejoin_endpoints: Mutex::new(Vec::new()),
         }
     }
@@ -196,6 +199,11 @@ impl ParticipantInner {
         }
         self.driver.declare(bytes.clone())?;
         let me = self.me();
+        tracing::debug!(
+            node = me,
+            subgroups = merged.len(),
+            "declared: waiting for a view"
+        );
         self.wait_until(
             self.timeout(),
             || {

@@ -130,18 +130,20 @@
 
 // The layers, bottom to top; a module uses only modules of lower layers (ARCHITECTURE.md;
 // scripts/check-layering.py checks that no two modules use each other):
-// 1. data: clock, sample, status, store, cache, condition, config, declare, discovery, filter,
-//    content_filter, error, logged
+// 1. data: clock, sample, status, store, cache, condition, metrics, config, declare,
+//    discovery, filter, content_filter, error, logged
 // 2. entity state: common; reader_core, writer_core; shared (+ the Driver trait)
 // 3. the delivery path: delivery (DdsApp and handle_timeout: engine output enters here)
-// 4. drivers and handles: inner; threads; topic; reader, writer; publisher, subscriber;
-//    participant; history (reads over a PERSISTENT reader's log); query; sim (feature testkit)
+// 4. drivers and handles: inner; metrics_http, transport; threads; topic; reader, writer;
+//    publisher, subscriber; participant; counters (DomainParticipant::counters); history
+//    (reads over a PERSISTENT reader's log); query; sim (feature testkit)
 pub mod cache;
 pub mod clock;
 mod common;
 pub mod condition;
 pub mod config;
 pub mod content_filter;
+mod counters;
 pub mod declare;
 mod delivery;
 pub mod discovery;
@@ -150,6 +152,8 @@ pub mod filter;
 mod history;
 mod inner;
 pub mod logged;
+pub mod metrics;
+mod metrics_http;
 mod participant;
 mod publisher;
 mod query;
@@ -164,6 +168,7 @@ pub mod store;
 mod subscriber;
 mod threads;
 mod topic;
+mod transport;
 mod writer;
 mod writer_core;
 
@@ -173,6 +178,7 @@ pub use declare::{subgroup_of, topic_id};
 pub use delivery::DdsApp;
 pub use error::{Error, Result};
 pub use inner::ENDPOINTS_MAX;
+pub use metrics::{MetricsConfig, ParticipantCounters};
 pub use participant::{DomainParticipant, DomainParticipantFactory, REJOIN_RETRY_MS};
 pub use publisher::Publisher;
 pub use query::{ConditionParts, QueryCondition, ReadConditionLike};

@@ -135,6 +135,7 @@ fn open_endpoint(config: &ParticipantConfig) -> Result<Arc<dyn Endpoint>> {
             &config.listen,
             config.fabric.clone(),
         )?,
+        Transport::Libfabric | Transport::Verbs => crate::transport::open_rdma(config)?,
     })
 }
 
@@ -241,6 +242,7 @@ impl DomainParticipant {
                 Err(e) => return Err(e.into()),
             }
         }
+        let metrics = crate::metrics_http::bind(&config.metrics)?;
         let group = if join_instead {
             let mut joiner = config.clone();
             joiner.bootstrap.clear();
@@ -268,14 +270,19 @@ impl DomainParticipant {
             persister,
             reopen,
         )?;
-        DomainParticipant::with_driver(ParticipantInner::new(
+        let p = DomainParticipant::with_driver(ParticipantInner::new(
             domain_id,
             qos,
             config,
             Box::new(driver),
             shared,
             ep.address(),
-        ))
+        ))?;
+        if let Some(l) = metrics {
+            *lock(&p.inner.metrics_address) = l.local_addr().ok();
+            crate::metrics_http::serve(l, Arc::downgrade(&p.inner), p.node_id());
+        }
+        Ok(p)
     }
 
     /// The participant `inner` describes, once its first view is installed.
@@ -496,6 +503,8 @@ impl DomainParticipant {
         type_name: &str,
         qos: TopicQos,
     ) -> Result<Topic<T>> {
+        let _span =
+            tracing::info_span!("create_topic", node = self.node_id(), topic = name).entered();
         self.inner.check_alive()?;
         if name.is_empty() || name.len() > 256 {
             return Err(Error::BadParameter(format!(

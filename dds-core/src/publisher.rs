@@ -98,6 +98,14 @@ impl Publisher {
         qos: DataWriterQos,
     ) -> Result<DataWriter<T>> {
         let p = &self.participant;
+        let ident = &topic.inner.ident;
+        let _span = tracing::info_span!(
+            "create_datawriter",
+            node = p.me(),
+            topic = %ident.name,
+            subgroup = ident.subgroup
+        )
+        .entered();
         qos.check()?;
         let (id, interest) = p.new_entity::<T>(
             &topic.inner,

@@ -74,6 +74,8 @@ pub(crate) struct Shared {
     pub(crate) leases_watched: AtomicBool,
     /// Called once with the reason when the participant stops (excluded, shut down, left).
     pub(crate) stopped_listener: Mutex<Option<StoppedListener>>,
+    /// DCPS's counters ([`crate::metrics`]).
+    pub(crate) counters: crate::metrics::DcpsCounters,
     /// The participant rejoins when the group goes on without it
     /// ([`crate::ParticipantConfig::rejoin`]).
     pub(crate) rejoin_enabled: AtomicBool,
@@ -136,6 +138,7 @@ impl Shared {
             timer_tick_us: AtomicU64::new(u64::MAX),
             leases_watched: AtomicBool::new(false),
             stopped_listener: Mutex::new(None),
+            counters: Default::default(),
             rejoin_enabled: AtomicBool::new(false),
             rejoining: AtomicBool::new(false),
         })
@@ -190,6 +193,8 @@ pub(crate) trait Driver: Send + Sync {
         st: MutexGuard<'a, State>,
         max: Duration,
     ) -> MutexGuard<'a, State>;
+    /// The group member's counters (zero once the driver stopped).
+    fn group_counters(&self) -> spindle_group::NodeCounters;
     /// Lets about `hint` pass while a caller polls for something (zero: just yield): a
     /// sleep on threads; one round in simulation.
     fn idle(&self, hint: Duration);

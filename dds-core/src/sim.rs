@@ -53,7 +53,7 @@ use std::time::Duration;
 use spindle_group::persist::Persister;
 use spindle_group::runtime::{drive, hand_to, Application, Handed};
 use spindle_group::testkit::{SimCluster, SimNode};
-use spindle_group::{Group, Sender, SubgroupId};
+use spindle_group::{Group, GroupOutput, Sender, SubgroupId};
 use spindle_qos::DomainParticipantQos;
 use spindle_transport_rdma::sim::{SimConfig, SimEndpoint, SimWorld};
 use spindle_transport_rdma::{FabricConfig, NodeId};
@@ -97,6 +97,8 @@ struct MemberLink {
     leave: AtomicBool,
     /// Stopped: crashed, closed, shut down or left.
     done: AtomicBool,
+    /// The group member's counters, as the predicate thread publishes them.
+    counters: spindle_group::counters::CounterCells,
 }
 
 impl MemberLink {
@@ -119,6 +121,7 @@ struct Member {
     app: DdsApp,
     shared: Arc<Shared>,
     link: Arc<MemberLink>,
+    carry: spindle_group::counters::EngineCarry,
 }
 
 /// A participant's step in a round: its declaration and leave go to the group, the group
@@ -147,12 +150,18 @@ impl SimNode for Member {
                     self.persister = None;
                 }
             }
-            if let Handed::Stopped = hand_to(&mut self.group, &mut self.app, out) {
-                self.link.done.store(true, Ordering::Release);
+            if let GroupOutput::InstallState { state, .. } = &out {
+                self.link.counters.state_received(state.len());
+            }
+            match hand_to(&mut self.group, &mut self.app, out) {
+                Handed::Stopped => self.link.done.store(true, Ordering::Release),
+                Handed::StateGiven { bytes } => self.link.counters.state_given(bytes),
+                _ => {}
             }
         }
         if work {
             self.app.round_end();
+            self.carry.publish(&self.group, &self.link.counters);
         }
         self.steps += 1;
         if let Some(p) = self
@@ -369,6 +378,7 @@ impl SimDomain {
                 app: DdsApp::new(Arc::clone(&shared)),
                 shared: Arc::clone(&shared),
                 link: Arc::clone(&link),
+                carry: Default::default(),
             },
         );
         drop(core);
@@ -545,6 +555,10 @@ impl Driver for SimDriver {
         drop(st);
         self.domain.round();
         lock(&shared.state)
+    }
+
+    fn group_counters(&self) -> spindle_group::NodeCounters {
+        self.link.counters.read()
     }
 
     fn idle(&self, _hint: Duration) {

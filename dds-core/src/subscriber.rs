@@ -49,6 +49,14 @@ impl Subscriber {
         type T<D> = <D as TopicDescription>::Sample;
         let topic = description.topic();
         let p = &self.participant;
+        let ident = &topic.inner.ident;
+        let _span = tracing::info_span!(
+            "create_datareader",
+            node = p.me(),
+            topic = %ident.name,
+            subgroup = ident.subgroup
+        )
+        .entered();
         qos.check()?;
         // What a store keeps is the writers' history (TRANSIENT_LOCAL); a reader's own
         // HISTORY bounds only its cache.

@@ -214,6 +214,13 @@ impl Driver for ThreadDriver {
             .0
     }
 
+    fn group_counters(&self) -> spindle_group::NodeCounters {
+        lock(&self.node)
+            .as_ref()
+            .map(GroupNode::counters)
+            .unwrap_or_default()
+    }
+
     fn idle(&self, hint: Duration) {
         if hint.is_zero() {
             std::thread::yield_now();

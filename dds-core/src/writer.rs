@@ -400,6 +400,7 @@ impl<T: TopicType> DataWriter<T> {
                 staging[..SAMPLE_HEADER_BYTES].copy_from_slice(&hb);
                 let sample = &staging[..SAMPLE_HEADER_BYTES + n];
                 with_room(&self.core, p, |s| s.try_send(sample))?;
+                p.shared.counters.wrote(sample.len(), true);
                 None
             }
             Err(e) => return Err(Error::Topic(e)),
@@ -411,7 +412,11 @@ impl<T: TopicType> DataWriter<T> {
             self.core.asserted(p.now_us());
         }
         match small {
-            Some((loan, n)) => finish(&self.core, loan, kind, key, timestamp_ns, &staging[..n]),
+            Some((loan, n)) => {
+                finish(&self.core, loan, kind, key, timestamp_ns, &staging[..n])?;
+                p.shared.counters.wrote(SAMPLE_HEADER_BYTES + n, false);
+                Ok(())
+            }
             None => Ok(()),
         }
     }

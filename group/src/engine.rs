@@ -236,6 +236,9 @@ pub struct EngineStats {
     /// Times a subgroup's global persistence frontier (the minimum of its members'
     /// `persisted_num`) moved up.
     pub persisted_frontier_moves: u64,
+    /// Messages (nulls included) seen stable — received by every member — in atomic
+    /// subgroups.
+    pub stable: u64,
 }
 
 /// Why a subgroup no longer runs.
@@ -259,6 +262,9 @@ struct SubgroupState {
     received: Vec<u64>,
     /// Messages delivered (atomic: the global count; unordered: the total).
     delivered: u64,
+    /// Messages seen stable (atomic mode: the sum over senders of the stability
+    /// frontier), for [`EngineStats::stable`].
+    stable_seen: u64,
     /// This node's `persisted_num`: messages of the delivery order its log holds durably.
     persisted: u64,
     /// The minimum of every member's `persisted_num` last seen (the global frontier).
@@ -402,6 +408,7 @@ impl Engine {
                 senders: spec.senders.clone().into(),
                 received: vec![0; spec.senders.len()],
                 delivered: 0,
+                stable_seen: 0,
                 persisted: 0,
                 global_persisted: 0,
                 committed: 0,
@@ -1052,6 +1059,13 @@ impl Engine {
                 *v = (*v).min(s.region.load_u64(g.received_num(m, rank)));
             }
         }
+        let stable_total: u64 = stable.iter().sum();
+        let s = &mut self.subgroups[i];
+        if stable_total > s.stable_seen {
+            self.stats.stable += stable_total - s.stable_seen;
+            s.stable_seen = stable_total;
+        }
+        let s = &self.subgroups[i];
         let bound = if self.techniques.batch_deliveries {
             DELIVERY_BATCH_MAX
         } else {

@@ -105,6 +105,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod counters;
 pub mod dare;
 #[cfg(feature = "testkit")]
 pub mod dare_sim;
@@ -127,6 +128,7 @@ pub mod swarm;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
+pub use counters::NodeCounters;
 pub use engine::{
     DeliveryBatch, Engine, EngineConfig, EngineEvent, EngineStats, Message, Push, Techniques,
     DELIVERY_BATCH_MAX, DELIVERY_QUEUE_MAX, EVENT_QUEUE_MAX, PUSH_BYTES_MAX, PUSH_QUEUE_MAX,

@@ -528,7 +528,23 @@ impl Membership {
             || (leader != self.rank && self.peer(leader, self.geom.num_changes()) > 0);
         if !self.wedge_wanted && (self.suspected.iter().any(|s| *s) || changes_seen) {
             self.wedge_wanted = true;
+            tracing::info!(
+                node = self.view.members[self.rank],
+                vid,
+                suspected = ?self.suspected(),
+                "view change begins: wedging"
+            );
         }
+        // The span of a view change's steps: only while one runs, never on the data path.
+        let _span = self.wedge_wanted.then(|| {
+            tracing::debug_span!(
+                "view_change",
+                node = self.view.members[self.rank],
+                vid,
+                leader = self.view.members[leader]
+            )
+            .entered()
+        });
         if self.leader_ack != leader as u64 + 1 {
             self.leader_ack = leader as u64 + 1;
             self.dirty.acks = true;
@@ -736,6 +752,7 @@ impl Membership {
             cuts.extend(c);
             base += senders;
         }
+        tracing::debug!(changes = committed.len(), cuts = ?cuts, "ragged trim computed");
         self.trim = Some(Trim {
             tag: self.rank as u64 + 1,
             changes: committed.to_vec(),
@@ -796,6 +813,12 @@ impl Membership {
             return;
         }
         let me = self.view.members[self.rank];
+        tracing::debug!(
+            node = me,
+            vid = self.view.vid,
+            holders,
+            "trim decided by a majority"
+        );
         self.outcome = Some(if trim.removes(me) {
             if self.leaving {
                 Outcome::Left

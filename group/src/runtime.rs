@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use spindle_transport_rdma::{Endpoint, Event, NodeId};
 
+use crate::counters::{CounterCells, EngineCarry, NodeCounters};
 use crate::engine::{DeliveryBatch, Engine, EngineConfig, EngineEvent, EngineStats};
 use crate::error::{Error, Result};
 use crate::group::{Group, GroupAction, GroupOutput, ViewInstalled};
@@ -349,6 +350,8 @@ struct GroupShared {
     /// Why the node stopped, once it did: excluded by a member, or shut down with a
     /// reason (`None` inside: left, or halted).
     why: Mutex<Option<Stop>>,
+    /// What the node did, published by the predicate thread.
+    counters: CounterCells,
 }
 
 /// Why a [`GroupNode`] stopped.
@@ -423,6 +426,12 @@ impl GroupNode {
     /// The current view, once installed.
     pub fn view(&self) -> Option<View> {
         lock(&self.shared.view).clone()
+    }
+
+    /// The member's counters (deliveries, stability, nulls, views, state transferred),
+    /// as of the predicate thread's last round that did work. Never blocks it.
+    pub fn counters(&self) -> NodeCounters {
+        self.shared.counters.read()
     }
 
     /// The fabric addresses of the members known as of the last view installed: where
@@ -550,6 +559,7 @@ fn group_loop(
     let mut scratch = Vec::new();
     let mut round: u32 = 0;
     let mut now_us = 0;
+    let mut carry = EngineCarry::default();
     while !shared.stop.load(Ordering::Acquire) {
         round = round.wrapping_add(1);
         if shared.leave.load(Ordering::Acquire) && shared.leave.swap(false, Ordering::AcqRel) {
@@ -586,7 +596,11 @@ fn group_loop(
                     persister = None;
                 }
             }
+            if let GroupOutput::InstallState { state, .. } = &out {
+                shared.counters.state_received(state.len());
+            }
             match hand_to(&mut group, &mut app, out) {
+                Handed::StateGiven { bytes } => shared.counters.state_given(bytes),
                 Handed::View(view) => {
                     *lock(&shared.view) = Some(view);
                     *lock(&shared.addresses) = group.addresses().clone();
@@ -600,6 +614,7 @@ fn group_loop(
         }
         if work {
             app.round_end();
+            carry.publish(&group, &shared.counters);
         }
         if let Some(p) = &mut persister {
             // Group commit: one sync per log covers every delivery of this pass.
@@ -661,7 +676,12 @@ pub enum Handed {
     State,
     /// The node stopped (shut down or left; the application saw it).
     Stopped,
-    /// A delivery, a snapshot given or messages handed back.
+    /// A snapshot of `bytes` was given to a joiner.
+    StateGiven {
+        /// The snapshot's size.
+        bytes: usize,
+    },
+    /// A delivery or messages handed back.
     Other,
 }
 
@@ -680,13 +700,17 @@ pub fn hand_to(group: &mut Group, app: &mut impl Application, out: GroupOutput) 
             Handed::View(v.view)
         }
         GroupOutput::StateRequested { subgroup, joiner } => {
+            let _span = tracing::info_span!("state_transfer_give", subgroup, joiner).entered();
             let state = app.snapshot(subgroup);
+            tracing::debug!(bytes = state.len(), "state snapshot taken");
             if let Err(e) = group.provide_state(subgroup, joiner, &state) {
                 tracing::error!(subgroup, joiner, error = %e, "state transfer");
             }
-            Handed::Other
+            Handed::StateGiven { bytes: state.len() }
         }
         GroupOutput::InstallState { subgroup, state } => {
+            let _span = tracing::info_span!("state_transfer_install", subgroup).entered();
+            tracing::debug!(bytes = state.len(), "installing state");
             app.install(subgroup, &state);
             Handed::State
         }

@@ -26,28 +26,33 @@ pub const MATCH_WATCH_MS: u64 = 20;
 
 /// Runs the command line `args` (without the program name).
 pub fn main_with_args(args: &[String]) -> ExitCode {
+    main_named("spindle-rtps-bridge", args)
+}
+
+/// As [`main_with_args`], naming itself `program` in its messages (`spindle bridge`).
+pub fn main_named(program: &str, args: &[String]) -> ExitCode {
     let [path] = args else {
-        eprintln!("usage: spindle-rtps-bridge CONFIG.toml");
+        eprintln!("usage: {program} CONFIG.toml");
         return ExitCode::from(2);
     };
     let cfg = match BridgeConfig::from_toml_file(&PathBuf::from(path)) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("spindle-rtps-bridge: {e}");
+            eprintln!("{program}: {e}");
             return ExitCode::from(2);
         }
     };
     let spindle_cfg = match ParticipantConfig::from_toml_file(&cfg.spindle_config) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("spindle-rtps-bridge: {e}");
+            eprintln!("{program}: {e}");
             return ExitCode::from(2);
         }
     };
     let bridge = match Bridge::start(&cfg, &spindle_cfg) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("spindle-rtps-bridge: {e}");
+            eprintln!("{program}: {e}");
             return ExitCode::FAILURE;
         }
     };

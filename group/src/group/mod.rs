@@ -1230,7 +1230,8 @@ impl Group {
             members,
             declared,
         };
-        tracing::info!(node = me, vid = view.vid, members = ?view.members, "installing view");
+        let _span = tracing::info_span!("install_view", node = me, vid = view.vid).entered();
+        tracing::info!(members = ?view.members, "installing view");
         let holders_before = self.holders.clone();
         let Some(prev) = self.current.take() else {
             return Ok(false);

@@ -1,0 +1,112 @@
+//! `spindle bridge CONFIG.toml`, the RTPS bridge as a subcommand: it starts (a Spindle
+//! participant and a RustDDS participant on loopback), prints READY, stops cleanly on
+//! `stop` with its counters; a bad configuration exits 2 naming the key, before it
+//! touches either network. Every wait is bounded; no timing is asserted.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_spindle");
+/// Bound on each wait for what the bridge prints.
+const WAIT: Duration = Duration::from_secs(90);
+
+/// Kills the child when the test ends, however it ends.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn bridge_starts_reports_ready_and_stops_cleanly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("participant.toml"),
+        "node_id = 1\ntransport = \"tcp\"\nlisten = \"127.0.0.1:0\"\nbootstrap = [1]\n",
+    )
+    .expect("participant config");
+    // An RTPS domain id of its own, so parallel runs of other bridges do not meet it.
+    let domain = 100 + std::process::id() % 100;
+    let bridge = dir.path().join("bridge.toml");
+    std::fs::write(
+        &bridge,
+        format!(
+            "[rtps]\ndomain_id = {domain}\nonly_networks = [\"127.0.0.1\"]\n\n[spindle]\n\
+             config = \"participant.toml\"\n\n[[topic]]\nname = \"Telemetry\"\n\
+             type_name = \"Interop::Reading\"\nkeyed = true\nkey = [\"string\"]\n\
+             direction = \"both\"\n"
+        ),
+    )
+    .expect("bridge config");
+    let mut child = Guard(
+        Command::new(BIN)
+            .arg("bridge")
+            .arg(&bridge)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start spindle bridge"),
+    );
+    let out = child.0.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let next = |what: &str, want: &dyn Fn(&str) -> bool| loop {
+        let l = rx
+            .recv_timeout(WAIT)
+            .unwrap_or_else(|_| panic!("spindle bridge never printed {what}"));
+        if want(&l) {
+            return l;
+        }
+    };
+    next("READY", &|l| l == "READY");
+    let mut stdin = child.0.stdin.take().expect("stdin");
+    writeln!(stdin, "stop").expect("ask to stop");
+    let stats = next("STATS", &|l| l.starts_with("STATS "));
+    assert!(
+        stats.contains("into_spindle=0") && stats.contains("into_rtps=0"),
+        "{stats}"
+    );
+    let status = child.0.wait().expect("wait");
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn a_bad_bridge_config_exits_2_naming_the_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[rtps]\ndomain_id = 3\n\n[spindle]\nconfig = \"p.toml\"\n\n[[topic]]\nname = \"T\"\n\
+         type_name = \"M::T\"\nkeyed = true\nkey = [\"string\"]\ndirecton = \"both\"\n",
+    )
+    .expect("write");
+    let out = Command::new(BIN)
+        .arg("bridge")
+        .arg(&bad)
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.starts_with("spindle bridge: "), "{err}");
+    assert!(
+        err.contains("bad.toml") && err.contains("direction"),
+        "{err}"
+    );
+    let out = Command::new(BIN)
+        .args(["bridge", "/nonexistent/bridge.toml"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -7,16 +7,15 @@
 //!
 //! No timing is asserted: the stagger only makes the late start certain.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use spindle_dds_core::{
-    Contact, DomainParticipantFactory, ParticipantConfig, StateMask, Transport,
-};
+use spindle_dds_core::{DomainParticipantFactory, StateMask};
 use spindle_qos::{DataReaderQos, DataWriterQos, History, Reliability, TopicQos};
 use spindle_topics::KeyedString;
+
+mod common;
+use common::procs::{loopback_members, member_config, spawn_child};
 
 const IDS: [u32; 3] = [1, 2, 3];
 const WAIT_MAX: Duration = Duration::from_secs(60);
@@ -40,18 +39,7 @@ fn bootstrap_child() {
         return;
     };
     let id: u32 = id.parse().unwrap();
-    let mut cfg = ParticipantConfig::new(id, Transport::Tcp, String::new());
-    for m in members.split(',') {
-        let (n, a) = m.split_once('=').unwrap();
-        let n: u32 = n.parse().unwrap();
-        if n == id {
-            cfg.listen = a.to_string();
-        }
-        cfg.contacts.push(Contact {
-            node: n,
-            address: a.to_string(),
-        });
-    }
+    let mut cfg = member_config(id, &members);
     cfg.bootstrap = IDS.to_vec();
     cfg.entity_timeout_ms = WAIT_MAX.as_millis() as u64;
     let p = DomainParticipantFactory::instance()
@@ -94,59 +82,21 @@ fn bootstrap_child() {
     std::thread::sleep(Duration::from_secs(2));
 }
 
-fn spawn(id: u32, members: &str) -> (Child, mpsc::Receiver<String>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "bootstrap_child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ENV_ID, id.to_string())
-        .env(ENV_MEMBERS, members)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    (child, rx)
-}
-
 #[test]
 fn bootstrap_members_started_one_by_one_form_one_view() {
-    let members: Vec<String> = IDS
-        .iter()
-        .map(|id| {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            format!("{id}=127.0.0.1:{port}")
-        })
-        .collect();
-    let members = members.join(",");
+    let members = loopback_members(&IDS);
     let mut procs = Vec::new();
     for id in IDS {
-        procs.push((id, spawn(id, &members)));
+        let env = [(ENV_ID, id.to_string()), (ENV_MEMBERS, members.clone())];
+        procs.push((id, spawn_child("bootstrap_child", &env, Stdio::inherit())));
         std::thread::sleep(STAGGER);
     }
-    for (id, (child, lines)) in &mut procs {
+    for (id, p) in &mut procs {
         let deadline = Instant::now() + WAIT_MAX * 2;
         let mut said = Vec::new();
         let all = loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match lines.recv_timeout(left) {
+            match p.lines.recv_timeout(left) {
                 Ok(l) if l.contains("ALL") => break true,
                 Ok(l) => said.push(l),
                 Err(_) => break false,
@@ -156,7 +106,7 @@ fn bootstrap_members_started_one_by_one_form_one_view() {
             all,
             "node {id} never took a sample of every member; it said {said:?}"
         );
-        let status = child.wait().unwrap();
+        let status = p.child.wait().unwrap();
         assert!(status.success(), "node {id} exited with {status}");
     }
 }

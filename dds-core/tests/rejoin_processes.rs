@@ -17,17 +17,18 @@
 //!
 //! No timing is asserted: every wait has a generous deadline.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::io::{BufRead, Write};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use spindle_dds_core::{
-    Contact, DomainParticipantFactory, ParticipantConfig, StateMask, Transport,
-};
+use spindle_dds_core::{DomainParticipantFactory, StateMask};
 use spindle_qos::{DataReaderQos, DataWriterQos, History, Reliability, TopicQos};
 use spindle_topics::KeyedString;
+
+mod common;
+use common::procs::{loopback_members, member_config, spawn_child, ChildProc};
 
 const IDS: [u32; 3] = [1, 2, 3];
 /// The member that hangs and rejoins.
@@ -60,18 +61,7 @@ fn rejoin_child() {
         return;
     };
     let id: u32 = id.parse().unwrap();
-    let mut cfg = ParticipantConfig::new(id, Transport::Tcp, String::new());
-    for m in members.split(',') {
-        let (n, a) = m.split_once('=').unwrap();
-        let n: u32 = n.parse().unwrap();
-        if n == id {
-            cfg.listen = a.to_string();
-        }
-        cfg.contacts.push(Contact {
-            node: n,
-            address: a.to_string(),
-        });
-    }
+    let mut cfg = member_config(id, &members);
     cfg.bootstrap = vec![1];
     cfg.rejoin = id == HUNG;
     cfg.entity_timeout_ms = WAIT_MAX.as_millis() as u64;
@@ -168,87 +158,41 @@ fn rejoin_child() {
     println!("DONE {}", taken.len());
 }
 
-struct Proc {
-    child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Proc {
-    /// Waits for a line for which `pick` gives something; panics after [`WAIT_MAX`].
-    fn wait_for<R>(&self, what: &str, mut pick: impl FnMut(&str) -> Option<R>) -> R {
-        let deadline = Instant::now() + WAIT_MAX;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(l) => {
-                    if let Some(r) = pick(&l) {
-                        return r;
-                    }
+/// Waits for a line of `p` for which `pick` gives something; panics after [`WAIT_MAX`].
+fn wait_for<R>(p: &ChildProc, what: &str, mut pick: impl FnMut(&str) -> Option<R>) -> R {
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match p.lines.recv_timeout(left) {
+            Ok(l) => {
+                if let Some(r) = pick(&l) {
+                    return r;
                 }
-                Err(e) => panic!("waiting for {what}: {e:?}"),
             }
+            Err(e) => panic!("waiting for {what}: {e:?}"),
         }
     }
 }
 
-fn spawn(id: u32, members: &str, out: &std::path::Path, err: &std::path::Path) -> Proc {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "rejoin_child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ENV_ID, id.to_string())
-        .env(ENV_MEMBERS, members)
-        .env(ENV_OUT, out)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(std::fs::File::create(err).unwrap()))
-        .spawn()
-        .unwrap();
-    let stdin = child.stdin.take().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    Proc {
-        child,
-        stdin,
-        lines,
-    }
+fn spawn(id: u32, members: &str, out: &std::path::Path, err: &std::path::Path) -> ChildProc {
+    spawn_child(
+        "rejoin_child",
+        &[
+            (ENV_ID, id.to_string()),
+            (ENV_MEMBERS, members.to_string()),
+            (ENV_OUT, out.display().to_string()),
+            ("RUST_LOG", "warn".to_string()),
+        ],
+        Stdio::from(std::fs::File::create(err).unwrap()),
+    )
 }
 
-fn signal(p: &Proc, sig: &str) {
+fn signal(p: &ChildProc, sig: &str) {
     let ok = Command::new("kill")
         .args([sig, &p.child.id().to_string()])
         .status()
         .is_ok_and(|s| s.success());
     assert!(ok, "kill {sig} failed");
-}
-
-/// A free tcp port on loopback (bound, then released for the child to take).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// `VIEW <vid> <members>` → (vid, members).
@@ -262,17 +206,13 @@ fn view_of(line: &str) -> Option<(u32, Vec<u32>)> {
 #[test]
 fn a_hung_participant_with_rejoin_joins_again_and_keeps_its_entities() {
     let dir = tempfile::tempdir().unwrap();
-    let members: Vec<String> = IDS
-        .iter()
-        .map(|id| format!("{id}=127.0.0.1:{}", free_port()))
-        .collect();
-    let members = members.join(",");
+    let members = loopback_members(&IDS);
     let out = |id: u32| dir.path().join(format!("taken-{id}.txt"));
     let err = |id: u32| dir.path().join(format!("node-{id}.stderr"));
-    let mut procs: Vec<Proc> = Vec::new();
+    let mut procs: Vec<ChildProc> = Vec::new();
     for id in IDS {
         let p = spawn(id, &members, &out(id), &err(id));
-        p.wait_for("READY", |l| l.contains("READY").then_some(()));
+        wait_for(&p, "READY", |l| l.contains("READY").then_some(()));
         procs.push(p);
     }
     let stderr_all = || {
@@ -291,7 +231,7 @@ fn a_hung_participant_with_rejoin_joins_again_and_keeps_its_entities() {
     // Every member sees the view of all three (its lines before are of earlier views).
     let mut full = 0;
     for p in &procs {
-        let vid = p.wait_for("the view of all three", |l| {
+        let vid = wait_for(p, "the view of all three", |l| {
             view_of(l).and_then(|(vid, m)| (m.len() == IDS.len()).then_some(vid))
         });
         full = full.max(vid);
@@ -302,13 +242,13 @@ fn a_hung_participant_with_rejoin_joins_again_and_keeps_its_entities() {
     signal(hung, "-STOP");
     let mut without = 0;
     for p in &procs[..2] {
-        let vid = p.wait_for("a view without node 3", |l| {
+        let vid = wait_for(p, "a view without node 3", |l| {
             view_of(l).and_then(|(vid, m)| (vid > full && !m.contains(&HUNG)).then_some(vid))
         });
         without = without.max(vid);
     }
     signal(hung, "-CONT");
-    let why = hung.wait_for("node 3's stopped listener", |l| {
+    let why = wait_for(hung, "node 3's stopped listener", |l| {
         l.find("STOPPED ").map(|i| l[i + 8..].to_string())
     });
     assert!(
@@ -316,7 +256,7 @@ fn a_hung_participant_with_rejoin_joins_again_and_keeps_its_entities() {
         "node 3 stopped, but not saying it was excluded: {why:?}\n{}",
         stderr_all()
     );
-    let (back_vid, written_before) = hung.wait_for("node 3 rejoining", |l| {
+    let (back_vid, written_before) = wait_for(hung, "node 3 rejoining", |l| {
         let rest = &l[l.find("REJOINED ")? + 9..];
         let (vid, k) = rest.split_once(' ')?;
         Some((vid.parse::<u32>().ok()?, k.parse::<u64>().ok()?))
@@ -326,14 +266,14 @@ fn a_hung_participant_with_rejoin_joins_again_and_keeps_its_entities() {
         "node 3 rejoined in view {back_vid}, not after view {without} that excluded it"
     );
     for p in &procs[..2] {
-        p.wait_for("a view with node 3 again", |l| {
+        wait_for(p, "a view with node 3 again", |l| {
             view_of(l).and_then(|(vid, m)| (vid > without && m.contains(&HUNG)).then_some(()))
         });
     }
     // Its reader and writer survived: it takes the others' samples, and they take its
     // samples written after the rejoin.
     let mut fresh = std::collections::BTreeSet::new();
-    hung.wait_for("node 3 taking samples of nodes 1 and 2", |l| {
+    wait_for(hung, "node 3 taking samples of nodes 1 and 2", |l| {
         if let Some(i) = l.find("FRESH ") {
             fresh.insert(l[i + 6..].trim().to_string());
         }
@@ -345,7 +285,7 @@ fn a_hung_participant_with_rejoin_joins_again_and_keeps_its_entities() {
         writeln!(p.stdin, "QUIT").unwrap();
     }
     for p in &procs {
-        p.wait_for("DONE", |l| l.contains("DONE").then_some(()));
+        wait_for(p, "DONE", |l| l.contains("DONE").then_some(()));
     }
     let read = |id: u32| -> Vec<String> {
         std::fs::read_to_string(out(id))

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod procs;
 pub mod sim;
 
 use spindle_dds_core::Sample;

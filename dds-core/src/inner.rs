@@ -259,6 +259,16 @@ impl ParticipantInner {
                 sample_bytes_max: 0,
             },
         );
+        // A previous incarnation of this node (a process restarted with the same id)
+        // may have left endpoints in the table: they are gone with it.
+        self.enter_builtin(&[])
+    }
+
+    /// Once this participant is a member: declares its interests, waits until it may
+    /// announce on the built-in topic, then announces `keep` (its own readers and
+    /// writers) and withdraws every other endpoint the table holds under its node id
+    /// (a previous incarnation's).
+    fn enter_builtin(&self, keep: &[Endpoint]) -> Result<()> {
         let me = self.me();
         self.redeclare(|st| {
             st.subgroups
@@ -268,18 +278,29 @@ impl ParticipantInner {
         })?;
         self.check_topic_subgroups()?;
         self.wait_sender(BUILTIN_SUBGROUP)?;
-        // A previous incarnation of this node (a process restarted with the same id)
-        // may have left endpoints in the table: they are gone with it.
-        let stale: Vec<Endpoint> = lock(&self.shared.state)
-            .endpoints
-            .iter()
-            .filter(|((node, _), _)| *node == me)
-            .map(|(_, e)| e.clone())
+        let stale: Vec<Endpoint> = self
+            .own_endpoints()
+            .into_iter()
+            .filter(|e| !keep.iter().any(|k| k.entity == e.entity))
             .collect();
         for e in stale {
             self.announce(e, false)?;
         }
+        for e in keep {
+            self.announce(e.clone(), true)?;
+        }
         Ok(())
+    }
+
+    /// The endpoints the table holds under this participant's node id.
+    fn own_endpoints(&self) -> Vec<Endpoint> {
+        let me = self.me();
+        lock(&self.shared.state)
+            .endpoints
+            .iter()
+            .filter(|((node, _), _)| *node == me)
+            .map(|(_, e)| e.clone())
+            .collect()
     }
 
     /// Joins the domain again after the group went on without this participant
@@ -295,13 +316,8 @@ impl ParticipantInner {
         if self.shared.stopped_flag.load(Ordering::Acquire) {
             // The endpoints this participant had, as the table held them (kept from an
             // earlier try whose new incarnation stopped in turn).
+            let own = self.own_endpoints();
             let mut kept = lock(&self.rejoin_endpoints);
-            let own: Vec<Endpoint> = lock(&self.shared.state)
-                .endpoints
-                .iter()
-                .filter(|((node, _), _)| *node == me)
-                .map(|(_, e)| e.clone())
-                .collect();
             for e in own {
                 if !kept.iter().any(|k| k.entity == e.entity) {
                     kept.push(e);
@@ -320,28 +336,9 @@ impl ParticipantInner {
             },
             |st| st.view.is_some(),
         )?;
-        self.redeclare(|st| {
-            st.subgroups
-                .get(&BUILTIN_SUBGROUP)
-                .is_some_and(|d| d.spec.senders.contains(&me))
-                && !st.awaiting_state.contains(&BUILTIN_SUBGROUP)
-        })?;
-        self.check_topic_subgroups()?;
-        self.wait_sender(BUILTIN_SUBGROUP)?;
-        let own = lock(&self.rejoin_endpoints).clone();
         // What the built-in state shipped of this node but it no longer has is gone.
-        let stale: Vec<Endpoint> = lock(&self.shared.state)
-            .endpoints
-            .iter()
-            .filter(|((node, entity), _)| *node == me && !own.iter().any(|e| e.entity == *entity))
-            .map(|(_, e)| e.clone())
-            .collect();
-        for e in stale {
-            self.announce(e, false)?;
-        }
-        for e in own {
-            self.announce(e, true)?;
-        }
+        let own = lock(&self.rejoin_endpoints).clone();
+        self.enter_builtin(&own)?;
         lock(&self.rejoin_endpoints).clear();
         self.shared.rejoining.store(false, Ordering::Release);
         Ok(())

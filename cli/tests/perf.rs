@@ -28,13 +28,7 @@ fn an_impossible_min_rate_fails_with_exit_1_and_says_so() {
         "1e15",
         "--json",
     ]);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "{out}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let out = stdout_exiting(&o, 1);
     let r: Value = serde_json::from_str(out.trim()).expect("one JSON object");
     assert_eq!(r["received"], 300.0);
     assert_eq!(r["criteria"][0]["passed"], false, "{r}");
@@ -52,13 +46,7 @@ fn a_criterion_that_holds_passes_and_the_table_is_printed() {
         "--min-rate",
         "0",
     ]);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{out}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let out = stdout_exiting(&o, 0);
     assert!(out.lines().any(|l| l.starts_with("msgs_per_s")), "{out}");
     assert!(out.lines().any(|l| l.starts_with("PASS")), "{out}");
 }
@@ -81,13 +69,7 @@ fn an_impossible_round_trip_bound_fails_with_exit_1() {
         "0",
         "--json",
     ]);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "{out}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let out = stdout_exiting(&o, 1);
     let r: Value = serde_json::from_str(out.trim()).expect("one JSON object");
     assert_eq!(r["roundtrips"], 100);
     assert_eq!(r["criteria"][0]["passed"], false, "{r}");
@@ -154,4 +136,17 @@ fn a_small_sweep_writes_csv_json_and_plots() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+/// `o`'s stdout, once its exit code is asserted to be `code` (the message shows both
+/// streams).
+fn stdout_exiting(o: &Output, code: i32) -> String {
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
 }

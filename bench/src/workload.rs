@@ -249,6 +249,7 @@ impl Args {
             window_slots: self.window,
             slot_payload_bytes: self.size,
             rdmc: None,
+            delivery_prefix: None,
         };
         let all = self.members();
         let mut subgroups = vec![spec(0, all.clone())];

@@ -17,12 +17,14 @@ use std::collections::BTreeMap;
 
 use spindle_group::rdmc::{RdmcConfig, ScheduleKind};
 use spindle_group::{
-    DeliveryMode, Layout, LayoutFn, SubgroupId, SubgroupSpec, View, DECLARED_BYTES_MAX,
+    DeliveryMode, DeliveryPrefix, Layout, LayoutFn, SubgroupId, SubgroupSpec, View,
+    DECLARED_BYTES_MAX,
 };
 use spindle_qos::DeliveryLevel;
 use spindle_transport_rdma::NodeId;
 
 use crate::error::{Error, Result};
+use crate::sample::SAMPLE_HEADER_BYTES;
 
 /// The version byte in front of a declaration (2: the topic subgroup count follows it).
 const DECLARATION_VERSION: u8 = 2;
@@ -356,6 +358,20 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
         .map(
             |(id, (i, members, senders, readers, offered))| DdsSubgroup {
                 spec: SubgroupSpec {
+                    // A member that writes the subgroup but reads none of its topics
+                    // needs only each sample's header (where its own samples landed,
+                    // liveliness, counters); a store-level subgroup is stored whole by
+                    // every member, and everyone reads the built-in one.
+                    delivery_prefix: (!offered.keeps_history() && id != BUILTIN_SUBGROUP)
+                        .then(|| DeliveryPrefix {
+                            bytes: SAMPLE_HEADER_BYTES,
+                            members: members
+                                .iter()
+                                .copied()
+                                .filter(|m| !readers.contains(m))
+                                .collect(),
+                        })
+                        .filter(|p| !p.members.is_empty()),
                     id,
                     members,
                     senders,

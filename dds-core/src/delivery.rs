@@ -82,6 +82,9 @@ impl Application for DdsApp {
                 .get(&sg)
                 .map_or((false, 0), |d| (d.level.keeps_history(), d.store_depth));
             let mut items = Vec::with_capacity(batch.len());
+            // Samples handed over as their header only, by writer, and their bytes.
+            let mut cut: Vec<WriterHandle> = Vec::new();
+            let mut cut_bytes = 0;
             for m in batch.iter() {
                 let (h, payload) = match SampleHeader::decode(m.payload) {
                     Ok(x) => x,
@@ -105,6 +108,18 @@ impl Application for DdsApp {
                         .insert(h.writer_id, (h.writer_seq, vid, m.global_index));
                     own = true;
                 }
+                if m.payload.len() < m.full_len {
+                    // Cut to its header by the view's delivery prefix: this participant
+                    // reads none of the subgroup's topics in this view (a reader being
+                    // created now counts from the view that declares it). A store-level
+                    // or built-in subgroup is never cut.
+                    cut.push(WriterHandle {
+                        node: m.sender,
+                        writer_id: h.writer_id,
+                    });
+                    cut_bytes += m.full_len;
+                    continue;
+                }
                 if keeps && h.level.keeps_history() && h.kind != SampleKind::Liveliness {
                     st.stores
                         .entry(sg)
@@ -121,7 +136,9 @@ impl Application for DdsApp {
             let mut topics: Vec<u64> = items.iter().map(|(h, _, _)| h.topic_id).collect();
             topics.sort_unstable();
             topics.dedup();
-            if self.shared.leases_watched.load(Ordering::Acquire) && !items.is_empty() {
+            if self.shared.leases_watched.load(Ordering::Acquire)
+                && !(items.is_empty() && cut.is_empty())
+            {
                 // Every sample or assertion of a writer renews its LIVELINESS lease, and
                 // under MANUAL_BY_PARTICIPANT those of its participant's writers.
                 let mut heard: Vec<WriterHandle> = items
@@ -130,6 +147,7 @@ impl Application for DdsApp {
                         node: o.node,
                         writer_id: h.writer_id,
                     })
+                    .chain(cut.iter().copied())
                     .collect();
                 heard.sort_unstable();
                 heard.dedup();
@@ -174,7 +192,11 @@ impl Application for DdsApp {
                 .iter()
                 .map(|(_, p, _)| p.len() + crate::sample::SAMPLE_HEADER_BYTES)
                 .sum();
-            self.shared.counters.received(items.len(), bytes, unread);
+            self.shared.counters.received(
+                items.len() + cut.len(),
+                bytes + cut_bytes,
+                unread + cut.len(),
+            );
             rematched = if announced.is_empty() {
                 (Vec::new(), Vec::new())
             } else {

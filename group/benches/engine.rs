@@ -34,6 +34,7 @@ impl Pair {
                 window_slots: WINDOW_SLOTS,
                 slot_payload_bytes: PAYLOAD_BYTES,
                 rdmc: None,
+                delivery_prefix: None,
             }],
         };
         let mut regions = BTreeMap::new();

@@ -127,8 +127,11 @@ pub struct Message<'a> {
     pub sender_rank: u32,
     /// The sender's sequence number for this message.
     pub sender_seq: u64,
-    /// The payload.
+    /// The payload: the whole message, or its first bytes when this node is one of the
+    /// subgroup's [`SubgroupSpec::delivery_prefix`] members.
     pub payload: &'a [u8],
+    /// The message's length as sent (`payload.len()` unless a delivery prefix cut it).
+    pub full_len: usize,
 }
 
 impl Message<'_> {
@@ -138,10 +141,7 @@ impl Message<'_> {
     pub fn log_line(&self, subgroup: SubgroupId) -> String {
         format!(
             "{subgroup} {} {} {} {}",
-            self.global_index,
-            self.sender_rank,
-            self.sender_seq,
-            self.payload.len()
+            self.global_index, self.sender_rank, self.sender_seq, self.full_len
         )
     }
 }
@@ -153,6 +153,7 @@ struct Meta {
     sender_seq: u64,
     start: usize,
     len: usize,
+    full_len: usize,
 }
 
 /// Messages delivered together in one subgroup, in delivery order (the batched upcall).
@@ -188,6 +189,7 @@ impl DeliveryBatch {
             sender_rank: m.sender_rank,
             sender_seq: m.sender_seq,
             payload: &self.payload[m.start..m.start + m.len],
+            full_len: m.full_len,
         })
     }
 }
@@ -282,6 +284,9 @@ struct SubgroupState {
     halt: Halt,
     /// The senders' RDMC groups, when the subgroup moves large messages (crate::large).
     large: Option<Large>,
+    /// Bytes of each message copied into a delivery batch: the spec's
+    /// `delivery_prefix` when it names this node, else `usize::MAX` (whole messages).
+    delivery_prefix: usize,
 }
 
 /// Queues the same range of `s`'s region for every other member of the subgroup.
@@ -420,6 +425,11 @@ impl Engine {
                 large,
                 ring,
                 my_rank,
+                delivery_prefix: spec
+                    .delivery_prefix
+                    .as_ref()
+                    .filter(|p| p.members.contains(&node))
+                    .map_or(usize::MAX, |p| p.bytes),
                 region_id,
                 region,
                 geom,
@@ -1163,15 +1173,25 @@ impl Engine {
             .back_mut()
             .expect("a batch was just ensured");
         let start = batch.payload.len();
-        batch.payload.resize(start + len, 0);
         // The length was checked against the slot (or the RDMC transfer) at receipt and
-        // before delivery.
-        let out = &mut batch.payload[start..];
+        // before delivery; a delivery prefix copies only the message's first bytes.
+        let full_len = len;
+        let len = len.min(s.delivery_prefix);
         let read = match large {
-            Some(l) => l.take(&s.region, &s.geom, rank, k, Some(out)),
+            Some(l) => {
+                batch.payload.resize(start + len, 0);
+                l.take(
+                    &s.region,
+                    &s.geom,
+                    rank,
+                    k,
+                    Some(&mut batch.payload[start..]),
+                )
+            }
+            // Appended without zero-filling first: one copy per delivered byte.
             None => s
                 .region
-                .read_bytes(slot + SLOT_HEADER_BYTES, out)
+                .read_append(slot + SLOT_HEADER_BYTES, len, &mut batch.payload)
                 .map_err(Error::from),
         };
         if read.is_err() {
@@ -1184,6 +1204,7 @@ impl Engine {
             sender_seq: k,
             start,
             len,
+            full_len,
         });
     }
 

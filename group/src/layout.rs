@@ -126,6 +126,26 @@ pub struct SubgroupSpec {
     /// [`RdmcGroup::region_bytes`] (about `window_messages × message_bytes_max`): see
     /// [`SubgroupSpec::rdmc_bytes_per_member`].
     pub rdmc: Option<RdmcConfig>,
+    /// Members handed only a prefix of each delivered message: `None` hands every member
+    /// whole messages. Every member still receives, acknowledges and delivers every
+    /// message in the same order (the protocol is unchanged); only the copy out of the
+    /// ring into the delivery batch stops at the prefix ([`Message::full_len`] says how
+    /// long the message was). For members whose application reads only a header of
+    /// what the subgroup carries (a DCPS participant that writes a subgroup's topics
+    /// but reads none of them).
+    ///
+    /// [`Message::full_len`]: crate::Message::full_len
+    pub delivery_prefix: Option<DeliveryPrefix>,
+}
+
+/// Which members of a subgroup are handed only a prefix of each message, and how long
+/// ([`SubgroupSpec::delivery_prefix`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryPrefix {
+    /// Bytes handed over of each message (the whole message when it is shorter).
+    pub bytes: usize,
+    /// The members concerned; each must be a member of the subgroup.
+    pub members: Vec<NodeId>,
 }
 
 impl SubgroupSpec {
@@ -172,6 +192,7 @@ impl Layout {
                 window_slots,
                 slot_payload_bytes,
                 rdmc: None,
+                delivery_prefix: None,
             }],
         }
     }
@@ -210,6 +231,13 @@ impl Layout {
                 return Err(Error::Config(format!(
                     "subgroup {}: member {m} is not in view {}",
                     sg.id, view.vid
+                )));
+            }
+            let prefixed = sg.delivery_prefix.iter().flat_map(|p| &p.members);
+            if let Some(m) = prefixed.clone().find(|m| !sg.members.contains(m)) {
+                return Err(Error::Config(format!(
+                    "subgroup {}: delivery_prefix names {m}, not a member of it",
+                    sg.id
                 )));
             }
         }
@@ -394,6 +422,7 @@ mod tests {
             window_slots: 4,
             slot_payload_bytes: 13,
             rdmc: None,
+            delivery_prefix: None,
         }
     }
 
@@ -493,6 +522,7 @@ mod tests {
                 block_bytes: 64,
                 ..rdmc.clone()
             }),
+            delivery_prefix: None,
         };
         let fits = Layout {
             subgroups: (0..(RDMC_GROUPS_MAX / 64) as u32).map(wide).collect(),

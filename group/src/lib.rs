@@ -61,6 +61,7 @@
 //!         window_slots: 16,
 //!         slot_payload_bytes: 64,
 //!         rdmc: None,
+//!         delivery_prefix: None,
 //!     }],
 //! };
 //! let mut regions = BTreeMap::new();
@@ -139,5 +140,7 @@ pub use group::{
     Exclusion, Group, GroupAction, GroupConfig, GroupOutput, GroupStats, LayoutFn, LocalFabric,
     ViewInstalled,
 };
-pub use layout::{DeliveryMode, Layout, SubgroupId, SubgroupSpec, View, DECLARED_BYTES_MAX};
+pub use layout::{
+    DeliveryMode, DeliveryPrefix, Layout, SubgroupId, SubgroupSpec, View, DECLARED_BYTES_MAX,
+};
 pub use smc::{Loan, Sender};

@@ -216,7 +216,8 @@ impl Ring {
 /// # use spindle_transport_rdma::Region;
 /// # let view = View::new(1, vec![1]);
 /// # let spec = SubgroupSpec { id: 0, members: vec![1], senders: vec![1],
-/// #     mode: DeliveryMode::Atomic, window_slots: 8, slot_payload_bytes: 64, rdmc: None };
+/// #     mode: DeliveryMode::Atomic, window_slots: 8, slot_payload_bytes: 64, rdmc: None,
+/// #     delivery_prefix: None };
 /// # let layout = Layout { subgroups: vec![spec] };
 /// # let mut engine = Engine::new(1, view, layout, EngineConfig::default(),
 /// #     |id, len| Ok(Region::new_heap(id, len)?))?;

@@ -24,6 +24,7 @@
 //!         window_slots: 4,
 //!         slot_payload_bytes: 64,
 //!         rdmc: None,
+//!         delivery_prefix: None,
 //!     }],
 //! };
 //! let world = SimWorld::new(7, SimConfig::default());

@@ -23,6 +23,7 @@ fn spec() -> SubgroupSpec {
         window_slots: WINDOW,
         slot_payload_bytes: PAYLOAD,
         rdmc: None,
+        delivery_prefix: None,
     }
 }
 

@@ -7,7 +7,9 @@ mod common;
 
 use common::{overlapping_layout, Sim, PAYLOAD_BYTES_MIN};
 use rand::Rng;
-use spindle_group::{DeliveryMode, EngineEvent, Error, Layout, SubgroupSpec, Techniques};
+use spindle_group::{
+    DeliveryMode, DeliveryPrefix, EngineEvent, Error, Layout, SubgroupSpec, Techniques,
+};
 
 /// Seeds for the swarm test.
 const SEEDS: std::ops::RangeInclusive<u64> = 1..=40;
@@ -104,8 +106,53 @@ fn one_subgroup(senders: Vec<u32>, window_slots: usize) -> Layout {
             window_slots,
             slot_payload_bytes: 32,
             rdmc: None,
+            delivery_prefix: None,
         }],
     }
+}
+
+#[test]
+fn a_delivery_prefix_member_gets_each_messages_head_in_the_same_order() {
+    for seed in 1..=8 {
+        let mut layout = one_subgroup(vec![1, 3], 8);
+        layout.subgroups[0].delivery_prefix = Some(DeliveryPrefix {
+            bytes: 26,
+            members: vec![2],
+        });
+        let mut sim = Sim::new(seed, &[1, 2, 3], layout, Techniques::all());
+        let mut sent = 0;
+        while sent < 60 {
+            // Lengths on both sides of the prefix.
+            let len = PAYLOAD_BYTES_MIN + sent % 12;
+            if sim.send(if sent % 2 == 0 { 1 } else { 3 }, 1, len) {
+                sent += 1;
+            }
+            sim.round();
+        }
+        sim.settle(ROUNDS_MAX);
+        // check_delivery compared node 2's heads and every full length as they came;
+        // check_final: one order at all three members, node 2 included.
+        sim.check_final();
+        sim.check_quiescent();
+        assert_eq!(
+            sim.delivered[&(2, 1)].len(),
+            60,
+            "seed {seed}: node 2 delivered all"
+        );
+    }
+}
+
+#[test]
+fn a_delivery_prefix_naming_a_non_member_is_refused() {
+    let view = spindle_group::View::new(1, vec![1, 2, 3]);
+    let mut layout = one_subgroup(vec![1, 3], 8);
+    layout.subgroups[0].members = vec![1, 3];
+    layout.subgroups[0].delivery_prefix = Some(DeliveryPrefix {
+        bytes: 12,
+        members: vec![2],
+    });
+    let e = layout.validate(&view).unwrap_err().to_string();
+    assert!(e.contains("delivery_prefix names 2"), "{e}");
 }
 
 #[test]

@@ -252,51 +252,83 @@ impl Region {
     /// Errors (never panics) if the range does not fit.
     pub fn read_bytes(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check_range(offset, out.len())?;
+        // SAFETY: `out` is `out.len()` writable bytes, and the range was checked.
+        unsafe { self.read_raw(offset, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    /// Appends `len` bytes of the region at `offset` to `out`, as [`Region::read_bytes`]
+    /// does, without first zero-filling the room (a delivery copies each message once,
+    /// into a reused buffer). Errors (never panics, `out` unchanged) if the range does
+    /// not fit.
+    pub fn read_append(&self, offset: usize, len: usize, out: &mut Vec<u8>) -> Result<()> {
+        self.check_range(offset, len)?;
+        out.reserve(len);
+        let at = out.len();
+        // SAFETY: `reserve` made room for `len` more bytes after the `at` initialised
+        // ones; `read_raw` writes every one of those `len` bytes (the range was checked),
+        // so the first `at + len` bytes are initialised when `set_len` runs.
+        unsafe {
+            self.read_raw(offset, out.as_mut_ptr().add(at), len);
+            out.set_len(at + len);
+        }
+        Ok(())
+    }
+
+    /// Copies `len` bytes at `offset` to `dst`, writing every one of them: whole words by
+    /// relaxed loads and unaligned stores, partial words at either end by byte copies.
+    ///
+    /// # Safety
+    /// `offset..offset + len` must lie inside the region (`check_range`), and `dst` must
+    /// be valid for `len` byte writes, not overlapping the region.
+    unsafe fn read_raw(&self, offset: usize, dst: *mut u8, len: usize) {
         let mut pos = offset;
         let mut done = 0;
         // Leading partial word.
         let head = pos % WORD_BYTES;
-        if head != 0 && !out.is_empty() {
-            let take = (WORD_BYTES - head).min(out.len());
+        if head != 0 && len != 0 {
+            let take = (WORD_BYTES - head).min(len);
             let raw = self
                 .word(pos / WORD_BYTES)
                 .load(Ordering::Relaxed)
                 .to_ne_bytes();
-            out[..take].copy_from_slice(&raw[head..head + take]);
+            // SAFETY: `take <= len` bytes from a local array to `dst` (valid, per the
+            // contract).
+            unsafe { std::ptr::copy_nonoverlapping(raw[head..].as_ptr(), dst, take) };
             done += take;
             pos += take;
         }
         // Whole words, without per-word bounds checks.
-        let whole = (out.len() - done) / WORD_BYTES;
+        let whole = (len - done) / WORD_BYTES;
         let index = pos / WORD_BYTES;
         assert!(
             index + whole <= self.inner.words,
-            "range checked above: whole words fit"
+            "range checked by the caller: whole words fit"
         );
         let base = self.inner.ptr.as_ptr();
-        for (i, chunk) in out[done..done + whole * WORD_BYTES]
-            .chunks_exact_mut(WORD_BYTES)
-            .enumerate()
-        {
+        for i in 0..whole {
             // SAFETY: `index + i < index + whole <= words` (asserted above), so the word
             // lies inside the region, which `&self` keeps alive.
             let value = unsafe { &*base.add(index + i) }.load(Ordering::Relaxed);
-            // SAFETY: `chunk` is exactly 8 writable bytes (chunks_exact_mut).
-            unsafe { std::ptr::write_unaligned(chunk.as_mut_ptr().cast::<u64>(), value) };
+            // SAFETY: `done + 8 * (i + 1) <= len`, so the 8 bytes lie inside `dst`'s
+            // `len` writable bytes (the contract); unaligned store.
+            unsafe {
+                std::ptr::write_unaligned(dst.add(done + i * WORD_BYTES).cast::<u64>(), value)
+            };
         }
         done += whole * WORD_BYTES;
         pos += whole * WORD_BYTES;
         // Trailing partial word.
-        if done < out.len() {
-            let take = out.len() - done;
+        if done < len {
+            let take = len - done;
             let raw = self
                 .word(pos / WORD_BYTES)
                 .load(Ordering::Relaxed)
                 .to_ne_bytes();
-            out[done..].copy_from_slice(&raw[..take]);
+            // SAFETY: `take < 8` bytes to the last `take` of `dst`'s `len` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(raw.as_ptr(), dst.add(done), take) };
         }
         fence(Ordering::Acquire);
-        Ok(())
     }
 
     /// Convenience: reads `len` bytes at `offset` into a new vector.
@@ -331,6 +363,32 @@ mod tests {
         assert_eq!(region.to_vec(0, 17).unwrap(), b"abchello, spindle");
         assert!(region.write_bytes(35, b"123456").is_err());
         assert!(region.read_bytes(39, &mut [0; 2]).is_err());
+    }
+
+    #[test]
+    fn read_append_matches_read_bytes_at_every_offset_and_length() {
+        let region = Region::new_heap(7, 40).unwrap();
+        let pattern: Vec<u8> = (1..=40).collect();
+        region.write_bytes(0, &pattern).unwrap();
+        for offset in 0..40 {
+            for len in 0..=(40 - offset) {
+                let mut out = vec![0xEE; 3];
+                region.read_append(offset, len, &mut out).unwrap();
+                assert_eq!(
+                    &out[..3],
+                    &[0xEE; 3],
+                    "offset {offset} len {len}: prefix kept"
+                );
+                assert_eq!(
+                    &out[3..],
+                    &pattern[offset..offset + len],
+                    "offset {offset} len {len}"
+                );
+            }
+        }
+        let mut out = vec![1, 2];
+        assert!(region.read_append(38, 3, &mut out).is_err());
+        assert_eq!(out, [1, 2], "a refused read leaves the vector as it was");
     }
 
     proptest::proptest! {

@@ -102,6 +102,7 @@ pub fn swarm_layout(window_slots: usize, rdmc: Option<RdmcConfig>) -> LayoutFn {
             window_slots,
             slot_payload_bytes: SWARM_SLOT_PAYLOAD_BYTES,
             rdmc: rdmc.clone(),
+            delivery_prefix: None,
         };
         Ok(Layout {
             subgroups: vec![

@@ -194,12 +194,20 @@ impl Sim {
                 m.sender_seq
             )
         });
+        // A delivery-prefix member is handed the message's first bytes only.
+        let cut = spec
+            .delivery_prefix
+            .as_ref()
+            .filter(|p| p.members.contains(&node))
+            .map_or(usize::MAX, |p| p.bytes);
+        let whole = payload(subgroup, sender, m.sender_seq, *len);
         assert_eq!(
             m.payload,
-            &payload(subgroup, sender, m.sender_seq, *len)[..],
+            &whole[..whole.len().min(cut)],
             "seed {seed}: node {node}: payload of {subgroup}/{sender}/{} corrupted",
             m.sender_seq
         );
+        assert_eq!(m.full_len, *len, "seed {seed}: node {node}: full length");
         assert_eq!(
             m.global_index,
             m.sender_seq * spec.senders.len() as u64 + u64::from(m.sender_rank),
@@ -352,6 +360,7 @@ pub fn overlapping_layout(window_slots: usize, slot_payload_bytes: usize) -> Lay
         window_slots,
         slot_payload_bytes,
         rdmc: None,
+        delivery_prefix: None,
     };
     Layout {
         subgroups: vec![

@@ -5,7 +5,7 @@
 //! the process, which re-check their own conditions: simple, and correct under any
 //! interleaving.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,9 +13,20 @@ use crate::error::{Error, Result};
 
 static EPOCH: Mutex<u64> = Mutex::new(0);
 static CHANGED: Condvar = Condvar::new();
+/// WaitSets inside [`WaitSet::wait`] now. [`notify_all`] takes the lock and wakes only
+/// when there is one: the delivery path calls it every round that delivered something,
+/// and a condition variable's notify is a system call even with nobody waiting.
+static WAITING: AtomicUsize = AtomicUsize::new(0);
 
 /// Something a condition depends on changed: wake every waiting WaitSet.
 pub(crate) fn notify_all() {
+    // Dekker with `WaitSet::wait`: the change a condition reads was made before this
+    // fence, a waiter counts itself before its own fence and then checks its conditions,
+    // so either it sees the change or this load sees it waiting.
+    fence(Ordering::SeqCst);
+    if WAITING.load(Ordering::SeqCst) == 0 {
+        return;
+    }
     let mut e = EPOCH.lock().unwrap_or_else(|p| p.into_inner());
     *e = e.wrapping_add(1);
     CHANGED.notify_all();
@@ -97,6 +108,17 @@ impl WaitSet {
     /// `Timeout` if none does within `timeout`.
     pub fn wait(&self, timeout: Duration) -> Result<Vec<Arc<dyn Condition>>> {
         let deadline = Instant::now() + timeout;
+        /// Counts this wait in [`WAITING`] until it returns, however it returns.
+        struct Counted;
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                WAITING.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        WAITING.fetch_add(1, Ordering::SeqCst);
+        let _counted = Counted;
+        // Pairs with the fence in `notify_all` (see there).
+        fence(Ordering::SeqCst);
         let mut epoch = EPOCH.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             let seen = *epoch;

@@ -81,23 +81,34 @@ pub struct ParticipantCounters {
 
 /// The cells behind the DCPS half of [`ParticipantCounters`], in the participant's shared
 /// state.
+///
+/// The writers' cells and the delivery path's live on separate cache lines: application
+/// threads count every write and the predicate thread every batch, and sharing one line
+/// would move it between their cores on every sample.
 #[derive(Debug, Default)]
 pub(crate) struct DcpsCounters {
-    samples_written: AtomicU64,
-    written_bytes: AtomicU64,
-    large_samples_written: AtomicU64,
+    written: WriteCells,
     samples_received: AtomicU64,
     received_bytes: AtomicU64,
     samples_without_reader: AtomicU64,
+}
+
+/// The writers' counts, alone on their cache line ([`DcpsCounters`]).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct WriteCells {
+    samples_written: AtomicU64,
+    written_bytes: AtomicU64,
+    large_samples_written: AtomicU64,
 }
 
 impl DcpsCounters {
     /// Copies the counts into `c`.
     pub(crate) fn fill(&self, c: &mut ParticipantCounters) {
         let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        c.samples_written = r(&self.samples_written);
-        c.written_bytes = r(&self.written_bytes);
-        c.large_samples_written = r(&self.large_samples_written);
+        c.samples_written = r(&self.written.samples_written);
+        c.written_bytes = r(&self.written.written_bytes);
+        c.large_samples_written = r(&self.written.large_samples_written);
         c.samples_received = r(&self.samples_received);
         c.received_bytes = r(&self.received_bytes);
         c.samples_without_reader = r(&self.samples_without_reader);
@@ -105,11 +116,11 @@ impl DcpsCounters {
 
     /// A writer wrote a sample of `bytes` (header included); `large`: by RDMC.
     pub(crate) fn wrote(&self, bytes: usize, large: bool) {
-        self.samples_written.fetch_add(1, Ordering::Relaxed);
-        self.written_bytes
-            .fetch_add(bytes as u64, Ordering::Relaxed);
+        let w = &self.written;
+        w.samples_written.fetch_add(1, Ordering::Relaxed);
+        w.written_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
         if large {
-            self.large_samples_written.fetch_add(1, Ordering::Relaxed);
+            w.large_samples_written.fetch_add(1, Ordering::Relaxed);
         }
     }
 

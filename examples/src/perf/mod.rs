@@ -294,6 +294,7 @@ fn publisher(a: &Args, listen: &str) -> Result<(), BoxError> {
     // Stay until the subscriber is done.
     let mut l = String::new();
     let _ = std::io::stdin().read_line(&mut l);
+    report_counters(&p);
     p.close();
     Ok(())
 }
@@ -334,11 +335,25 @@ fn subscriber(a: &Args, listen: &str, contact: &str) -> Result<(), BoxError> {
     }
     let secs = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
     line(&format!("RATE {count} {secs:.6}"))?;
+    report_counters(&p);
     p.close();
     Ok(())
 }
 
 /// Takes every sample `r` holds, decoded or (with `loan`) lent; returns how many.
+/// Prints the participant's group counters to stderr (`SPINDLE_PERF_COUNTERS` set): how
+/// many pushes and deliveries the run took, to read batching from.
+fn report_counters(p: &DomainParticipant) {
+    if std::env::var_os("SPINDLE_PERF_COUNTERS").is_none() {
+        return;
+    }
+    let c = p.counters();
+    eprintln!(
+        "counters node {}: delivered {} pushes {} nulls_sent {} samples_written {} samples_received {}",
+        c.node, c.group.delivered, c.group.pushes, c.group.nulls_sent, c.samples_written, c.samples_received
+    );
+}
+
 fn take_all(r: &DataReader<Sequence>, loan: bool) -> Result<u64, BoxError> {
     Ok(if loan {
         r.take_loaned(usize::MAX, StateMask::ANY)?.len() as u64
@@ -389,6 +404,7 @@ fn take_in_listener(
     let start = *first.lock().unwrap_or_else(|p| p.into_inner());
     let secs = start.map_or(0.0, |f| f.elapsed().as_secs_f64());
     line(&format!("RATE {} {secs:.6}", count.load(Ordering::Acquire)))?;
+    report_counters(&p);
     p.close();
     Ok(())
 }

@@ -251,8 +251,6 @@ fn total_failure_of_a_dcps_domain_and_restart_over_the_network() {
 }
 
 #[test]
-#[ignore = "five processes on the shared 2-core machine: a starved child was excluded and the \
-            round never became ready (seen twice, 2026-11-25); run with --ignored"]
 fn total_failure_of_five_processes_and_restart_over_the_network() {
     let _serial = one_at_a_time();
     total_failure_and_restart(LARGE);

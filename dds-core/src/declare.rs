@@ -89,6 +89,10 @@ const _: () = assert!(
     TOPIC_SUBGROUPS_MAX < BUILTIN_SUBGROUP,
     "the built-in subgroup is none of the topics' subgroups"
 );
+const _: () = assert!(
+    (TOPIC_SUBGROUPS_MAX as usize) < spindle_group::SPARE_BATCHES_MAX,
+    "the engine keeps a delivery batch for every subgroup a round may deliver in"
+);
 
 /// The subgroup that carries topic `name` in a domain whose topics hash onto
 /// `topic_subgroups` subgroups: its id's hash bucket.

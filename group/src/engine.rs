@@ -328,10 +328,15 @@ pub struct Engine {
     wedged: bool,
 }
 
-/// Most delivery batches an engine keeps for reuse.
-pub const SPARE_BATCHES_MAX: usize = 8;
+/// Most delivery batches an engine keeps for reuse: one per subgroup a round may deliver
+/// in, for layouts of up to this many subgroups (the DDS layer's topic subgroups and its
+/// built-in one fit; with 8, a round of 16 busy subgroups freed half its batches and
+/// allocated, grew and page-faulted them again the next round).
+pub const SPARE_BATCHES_MAX: usize = 32;
 /// Largest payload capacity a kept batch may have (a larger one is freed).
 pub const SPARE_BATCH_BYTES_MAX: usize = 4 << 20;
+/// Most payload capacity all kept batches may have together.
+pub const SPARE_BATCHES_BYTES_MAX: usize = 16 << 20;
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -1330,8 +1335,14 @@ impl Engine {
     /// reuse its buffers (bounded by [`SPARE_BATCHES_MAX`] and [`SPARE_BATCH_BYTES_MAX`];
     /// the rest are freed).
     pub fn recycle(&mut self, batch: DeliveryBatch) {
+        let kept: usize = self
+            .spare_batches
+            .iter()
+            .map(|b| b.payload.capacity())
+            .sum();
         if self.spare_batches.len() < SPARE_BATCHES_MAX
             && batch.payload.capacity() <= SPARE_BATCH_BYTES_MAX
+            && kept + batch.payload.capacity() <= SPARE_BATCHES_BYTES_MAX
         {
             self.spare_batches.push(batch);
         }

@@ -133,7 +133,8 @@ pub use counters::NodeCounters;
 pub use engine::{
     DeliveryBatch, Engine, EngineConfig, EngineEvent, EngineStats, Message, Push, Techniques,
     DELIVERY_BATCH_MAX, DELIVERY_QUEUE_MAX, EVENT_QUEUE_MAX, PUSH_BYTES_MAX, PUSH_QUEUE_MAX,
-    RECEIVE_BATCH_MAX, SEND_BATCH_MAX, SPARE_BATCHES_MAX, SPARE_BATCH_BYTES_MAX,
+    RECEIVE_BATCH_MAX, SEND_BATCH_MAX, SPARE_BATCHES_BYTES_MAX, SPARE_BATCHES_MAX,
+    SPARE_BATCH_BYTES_MAX,
 };
 pub use error::{Error, Result};
 pub use group::{

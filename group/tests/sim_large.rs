@@ -216,5 +216,9 @@ fn messages_above_the_resident_bytes_reuse_their_given_back_buffers_intact() {
     sim.settle(ROUNDS_MAX);
     sim.check_final();
     sim.check_quiescent();
-    assert_eq!(sim.sent_in(id), senders.len() * MESSAGES, "seed {seed}: all sent");
+    assert_eq!(
+        sim.sent_in(id),
+        senders.len() * MESSAGES,
+        "seed {seed}: all sent"
+    );
 }

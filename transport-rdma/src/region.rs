@@ -77,7 +77,10 @@ pub fn page_bytes() -> usize {
     *PAGE.get_or_init(|| {
         // SAFETY: sysconf only reads a system constant.
         let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        usize::try_from(n).ok().filter(|n| n.is_power_of_two()).unwrap_or(4096)
+        usize::try_from(n)
+            .ok()
+            .filter(|n| n.is_power_of_two())
+            .unwrap_or(4096)
     })
 }
 
@@ -131,7 +134,10 @@ impl AnonMap {
             ));
         }
         let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| {
-            Error::io("mapping region memory", std::io::Error::other("null mapping"))
+            Error::io(
+                "mapping region memory",
+                std::io::Error::other("null mapping"),
+            )
         })?;
         Ok(AnonMap { ptr, len })
     }
@@ -548,9 +554,14 @@ mod tests {
             rss_bytes()
         );
         assert!(region.to_vec(LEN - 8, 8).unwrap() == [0; 8], "zeroed");
-        region.write_bytes(LEN - WRITTEN, &vec![7u8; WRITTEN]).unwrap();
+        region
+            .write_bytes(LEN - WRITTEN, &vec![7u8; WRITTEN])
+            .unwrap();
         let written = rss_bytes();
-        assert!(written >= before + WRITTEN / 2, "written pages are resident");
+        assert!(
+            written >= before + WRITTEN / 2,
+            "written pages are resident"
+        );
         // An unaligned range: only the pages wholly inside go back.
         let given = region.reclaim(LEN - WRITTEN + 1, WRITTEN - 1).unwrap();
         assert_eq!(given, WRITTEN - page_bytes());
@@ -558,16 +569,29 @@ mod tests {
             rss_bytes() + WRITTEN / 2 <= written,
             "reclaimed pages left the resident set"
         );
-        assert!(region.to_vec(LEN - WRITTEN, 2).unwrap() == [7, 7], "first page kept");
+        assert!(
+            region.to_vec(LEN - WRITTEN, 2).unwrap() == [7, 7],
+            "first page kept"
+        );
         let page = page_bytes();
         let tail = region.to_vec(LEN - WRITTEN + page, WRITTEN - page).unwrap();
-        assert!(tail.iter().all(|b| *b == 0), "reclaimed pages read as zeros");
+        assert!(
+            tail.iter().all(|b| *b == 0),
+            "reclaimed pages read as zeros"
+        );
         region.write_bytes(LEN - 8, &[9; 8]).unwrap();
-        assert!(region.to_vec(LEN - 8, 8).unwrap() == [9; 8], "written again");
+        assert!(
+            region.to_vec(LEN - 8, 8).unwrap() == [9; 8],
+            "written again"
+        );
         assert!(region.reclaim(LEN - 8, 16).is_err(), "range checked");
         let small = Region::new_heap(6, 4096).unwrap();
         small.write_bytes(0, &[1; 4096]).unwrap();
-        assert_eq!(small.reclaim(0, 4096).unwrap(), 0, "small regions keep pages");
+        assert_eq!(
+            small.reclaim(0, 4096).unwrap(),
+            0,
+            "small regions keep pages"
+        );
         assert!(small.to_vec(0, 4096).unwrap() == [1; 4096]);
     }
 

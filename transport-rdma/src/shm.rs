@@ -842,9 +842,18 @@ mod tests {
         // SAFETY: as above, for the second mapping of the same file.
         let peer = unsafe { Region::from_raw(1, peer.ptr, LEN, Box::new(peer)) };
         region.write_bytes(0, &[5; LEN]).unwrap();
-        assert!(file.metadata().unwrap().blocks() > 0, "written pages allocated");
-        assert!(peer.to_vec(LEN - 8, 8).unwrap() == [5; 8], "the peer sees them");
-        assert_eq!(region.reclaim(PAGE_BYTES, LEN - PAGE_BYTES).unwrap(), LEN - PAGE_BYTES);
+        assert!(
+            file.metadata().unwrap().blocks() > 0,
+            "written pages allocated"
+        );
+        assert!(
+            peer.to_vec(LEN - 8, 8).unwrap() == [5; 8],
+            "the peer sees them"
+        );
+        assert_eq!(
+            region.reclaim(PAGE_BYTES, LEN - PAGE_BYTES).unwrap(),
+            LEN - PAGE_BYTES
+        );
         // Checked before reading the range again: a read of a memfd hole through a
         // shared mapping allocates its page again (zeroed).
         assert!(
@@ -852,7 +861,11 @@ mod tests {
             "the file's pages were freed"
         );
         assert!(peer.to_vec(0, 8).unwrap() == [5; 8], "the first page kept");
-        assert!(peer.to_vec(PAGE_BYTES, LEN - PAGE_BYTES).unwrap().iter().all(|b| *b == 0));
+        assert!(peer
+            .to_vec(PAGE_BYTES, LEN - PAGE_BYTES)
+            .unwrap()
+            .iter()
+            .all(|b| *b == 0));
         assert!(region.to_vec(LEN - 8, 8).unwrap() == [0; 8]);
     }
 

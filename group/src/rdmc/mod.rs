@@ -967,8 +967,12 @@ mod tests {
             window_messages: 1,
         };
         let len = RdmcGroup::region_bytes(2, &config);
-        let regions = [Region::new_heap(1, len).unwrap(), Region::new_heap(1, len).unwrap()];
-        let mut root = RdmcGroup::new(10, vec![10, 11], config.clone(), regions[0].clone()).unwrap();
+        let regions = [
+            Region::new_heap(1, len).unwrap(),
+            Region::new_heap(1, len).unwrap(),
+        ];
+        let mut root =
+            RdmcGroup::new(10, vec![10, 11], config.clone(), regions[0].clone()).unwrap();
         let mut rx = RdmcGroup::new(11, vec![10, 11], config.clone(), regions[1].clone()).unwrap();
         let size = config.message_bytes_max - 8;
         let at = RdmcGroup::buffer_offset(2, &config, 1);
@@ -1003,7 +1007,10 @@ mod tests {
             root.send(&message).unwrap();
             let done = (0..200).any(|_| pump(&mut root, &mut rx));
             assert!(done, "round {round}: the message completed");
-            assert!(rx.read_message().unwrap() == message, "round {round}: intact");
+            assert!(
+                rx.read_message().unwrap() == message,
+                "round {round}: intact"
+            );
             rx.release();
             let kept = regions[1].to_vec(at, RDMC_RESIDENT_BYTES).unwrap();
             assert!(kept.iter().all(|b| *b == round), "resident bytes kept");
@@ -1012,11 +1019,17 @@ mod tests {
             let tail_from = (at + RDMC_RESIDENT_BYTES).next_multiple_of(page);
             let tail_to = (at + size) / page * page;
             let tail = regions[1].to_vec(tail_from, tail_to - tail_from).unwrap();
-            assert!(tail.iter().all(|b| *b == 0), "round {round}: pages given back");
+            assert!(
+                tail.iter().all(|b| *b == 0),
+                "round {round}: pages given back"
+            );
             // The root's send buffer is given back by its owner (the engine) the same way.
             root.reclaim_buffer(1, size);
             let tail = regions[0].to_vec(tail_from, tail_to - tail_from).unwrap();
-            assert!(tail.iter().all(|b| *b == 0), "round {round}: send pages given back");
+            assert!(
+                tail.iter().all(|b| *b == 0),
+                "round {round}: send pages given back"
+            );
         }
     }
 

@@ -179,6 +179,10 @@ impl Region {
         let words = round_up_to_words(len_bytes) / WORD_BYTES;
         if words * WORD_BYTES >= HEAP_MAP_BYTES_MIN {
             let map = AnonMap::new(words * WORD_BYTES)?;
+            assert!(
+                map.len() >= words * WORD_BYTES,
+                "the mapping (whole pages) covers the region"
+            );
             let ptr = map.ptr();
             // SAFETY: `ptr` is page aligned and valid for `map.len() >= words * 8` bytes
             // while `map` (the backing) lives; nothing else refers to the fresh mapping.

@@ -11,7 +11,7 @@
 //! bootstrap = [1]              # the nodes that start the domain's first view together
 //! window_slots = 64            # ring slots per writer (a power of two is used)
 //! slot_payload_bytes = 4096    # largest message when the type is unbounded
-//! sample_bytes_max = 16777216  # larger samples by RDMC, up to this (0: off, the default)
+//! sample_bytes_max = 268435456 # larger samples by RDMC, up to this (the default, 256 MiB; 0: off)
 //! entity_timeout_ms = 10000    # how long create_*/delete_* wait for their view change
 //! spin_before_park_us = 1000   # how long the predicate thread spins idle before it parks
 //! data_dir = "/var/lib/spindle/node-2" # optional: the logs of PERSISTENT topics
@@ -122,13 +122,17 @@ pub struct ParticipantConfig {
     #[serde(default = "default_slot_payload_bytes")]
     pub slot_payload_bytes: usize,
     /// The largest sample a writer of this participant may write (header included):
-    /// samples above the slot go by RDMC in the same order (0, the default: none, a
-    /// sample must fit the slot). Rounded up to a power of two and declared per writer;
-    /// every member of a subgroup with such a writer then registers, per such sender, a
-    /// buffer of that many bytes (so 16 MiB × 3 writing members = 48 MiB per member of
-    /// the subgroup). At most [`SAMPLE_BYTES_MAX_LIMIT`]. TOML `sample_bytes_max`, env
+    /// samples above the slot go by RDMC in the same order; 0: none, a sample must fit
+    /// the slot. Default [`SAMPLE_BYTES_MAX_DEFAULT`] (256 MiB, also the most,
+    /// [`SAMPLE_BYTES_MAX_LIMIT`]). Rounded up to a power of two and declared per writer
+    /// whose type can exceed its slot; every member of a subgroup with such a writer then
+    /// registers, per such sender, a buffer of that many bytes. That is address space,
+    /// not memory: pages are allocated when a large sample first writes them, and pages
+    /// past `RDMC_RESIDENT_BYTES` (16 MiB) of a buffer go back to the kernel once its
+    /// sample is delivered (tcp, shm, libfabric; verbs pins registered memory, so there
+    /// the whole buffer is resident). TOML `sample_bytes_max`, env
     /// `SPINDLE_SAMPLE_BYTES_MAX`.
-    #[serde(default)]
+    #[serde(default = "default_sample_bytes_max")]
     pub sample_bytes_max: usize,
     /// How long entity creation and deletion wait for their view change.
     #[serde(default = "default_entity_timeout_ms")]
@@ -239,6 +243,10 @@ fn fabric_from_toml<'de, D: Deserializer<'de>>(
 
 pub use crate::declare::SAMPLE_BYTES_MAX_LIMIT;
 
+/// The default [`ParticipantConfig::sample_bytes_max`]: the limit, 256 MiB (its buffers
+/// cost address space until large samples use them).
+pub const SAMPLE_BYTES_MAX_DEFAULT: usize = SAMPLE_BYTES_MAX_LIMIT;
+
 /// A TOML error naming `origin`. The full message quotes the offending line, so an error
 /// about the domain secret gives only its own words: the secret stays out of logs.
 fn toml_error(origin: &str, e: &toml::de::Error) -> Error {
@@ -257,6 +265,9 @@ fn default_window_slots() -> usize {
 }
 fn default_slot_payload_bytes() -> usize {
     4096
+}
+fn default_sample_bytes_max() -> usize {
+    SAMPLE_BYTES_MAX_DEFAULT
 }
 fn default_entity_timeout_ms() -> u64 {
     10_000
@@ -277,7 +288,7 @@ impl ParticipantConfig {
             contacts: Vec::new(),
             window_slots: default_window_slots(),
             slot_payload_bytes: default_slot_payload_bytes(),
-            sample_bytes_max: 0,
+            sample_bytes_max: default_sample_bytes_max(),
             entity_timeout_ms: default_entity_timeout_ms(),
             topic_subgroups: default_topic_subgroups(),
             fabric: FabricConfig::default(),
@@ -590,7 +601,11 @@ mod tests {
             e.contains("s.toml") && e.contains("topic_subgroups = 0"),
             "{e}"
         );
-        assert_eq!(c.sample_bytes_max, 0, "large samples are off by default");
+        assert_eq!(
+            c.sample_bytes_max, SAMPLE_BYTES_MAX_DEFAULT,
+            "large samples are on by default, up to 256 MiB"
+        );
+        assert_eq!(SAMPLE_BYTES_MAX_DEFAULT, 256 << 20);
         c.apply_env(|k| (k == "SPINDLE_SAMPLE_BYTES_MAX").then(|| "16777216".to_string()))
             .unwrap();
         assert_eq!(c.sample_bytes_max, 16 << 20);

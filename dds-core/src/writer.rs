@@ -25,6 +25,10 @@ const NUDGE_AFTER: Duration = Duration::from_millis(20);
 /// How long `wait_for_readers` lets pass between looks.
 const READERS_POLL: Duration = Duration::from_millis(1);
 
+/// Capacity a writer's staging buffer keeps after a large sample (larger ones drop it):
+/// the bytes an RDMC buffer keeps resident, `RDMC_RESIDENT_BYTES`.
+const STAGING_KEPT_BYTES_MAX: usize = spindle_group::rdmc::RDMC_RESIDENT_BYTES;
+
 /// Writes samples of `T` to a topic (DDS `DataWriter`). Cheap to clone.
 pub struct DataWriter<T: TopicType> {
     core: Arc<WriterCore>,
@@ -399,8 +403,15 @@ impl<T: TopicType> DataWriter<T> {
                 header(&self.core, kind, key, timestamp_ns)?.encode(&mut hb);
                 staging[..SAMPLE_HEADER_BYTES].copy_from_slice(&hb);
                 let sample = &staging[..SAMPLE_HEADER_BYTES + n];
-                with_room(&self.core, p, |s| s.try_send(sample))?;
-                p.shared.counters.wrote(sample.len(), true);
+                let sent = with_room(&self.core, p, |s| s.try_send(sample));
+                let len = sample.len();
+                // A big sample's staging is not kept for the writer's life (the RDMC
+                // buffers give their pages back past the same bound).
+                if staging.capacity() > STAGING_KEPT_BYTES_MAX {
+                    *staging = Vec::new();
+                }
+                sent?;
+                p.shared.counters.wrote(len, true);
                 None
             }
             Err(e) => return Err(Error::Topic(e)),

@@ -203,3 +203,53 @@ fn a_sample_above_the_limit_is_out_of_resources_naming_the_setting() {
         },
     );
 }
+
+/// Large samples are on by default, up to 256 MiB: participants left at their defaults
+/// exchange a sample above the slot (and above the 16 MiB an RDMC buffer keeps resident)
+/// intact, and a sample above 256 MiB gets `OutOfResources` naming `sample_bytes_max`
+/// and its value (the encoding is measured first: the 256 MiB payload is never copied).
+#[test]
+fn by_default_large_samples_go_up_to_256_mib_and_a_larger_one_names_the_limit() {
+    use spindle_dds_core::config::SAMPLE_BYTES_MAX_DEFAULT;
+    assert_eq!(SAMPLE_BYTES_MAX_DEFAULT, 256 << 20);
+    for_seeds(
+        "by_default_large_samples_go_up_to_256_mib_and_a_larger_one_names_the_limit",
+        |seed| {
+            let d = SimDomain::new(seed);
+            let ps: Vec<DomainParticipant> = (1..=2)
+                .map(|id| d.participant(id).expect("participant"))
+                .collect();
+            let eps: Vec<_> = ps.iter().map(|p| endpoints(p, "images")).collect();
+            for (_, w) in &eps {
+                w.wait_for_readers(2, Duration::from_secs(60)).unwrap();
+            }
+            let big = payload(1, 0, (17 << 20) + 5);
+            eps[0]
+                .1
+                .write(&Sequence {
+                    payload: big.clone(),
+                })
+                .unwrap_or_else(|e| panic!("seed {seed}: write: {e}"));
+            let mut got = None;
+            let done = d.run_until(ROUNDS_MAX, || {
+                if let Some(s) = eps[1].0.take(1, StateMask::ANY).unwrap().pop() {
+                    got = s.data.map(|d| d.payload);
+                }
+                got.is_some()
+            });
+            assert!(done, "seed {seed}: the large sample did not arrive");
+            assert!(got.as_ref() == Some(&big), "seed {seed}: intact");
+            // Zeroed (calloc'd) and never copied: only its length is encoded.
+            let too_big = Sequence {
+                payload: vec![0; SAMPLE_BYTES_MAX_DEFAULT],
+            };
+            match eps[0].1.write(&too_big) {
+                Err(Error::OutOfResources(m)) => assert!(
+                    m.contains("sample_bytes_max = 268435456"),
+                    "seed {seed}: {m}"
+                ),
+                other => panic!("seed {seed}: {other:?}"),
+            }
+        },
+    );
+}

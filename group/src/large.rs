@@ -38,8 +38,9 @@ pub(crate) struct Large {
     completed: Vec<VecDeque<(u64, usize)>>,
     /// Per sender rank: the RDMC sequence number the next announcement must carry.
     next_seq: Vec<u64>,
-    /// Own messages committed and whose send buffer is not free yet: `(seq, slot index)`.
-    own_pending: VecDeque<(u64, u64)>,
+    /// Own messages committed and whose send buffer is not free yet: `(seq, slot index,
+    /// size)`.
+    own_pending: VecDeque<(u64, u64, usize)>,
 }
 
 impl Large {
@@ -122,7 +123,7 @@ impl Large {
             "own RDMC announcements out of order"
         );
         self.next_seq[own] += 1;
-        self.own_pending.push_back((seq, k));
+        self.own_pending.push_back((seq, k, size as usize));
         if let Err(e) = self.groups[own].send_in_place(size as usize) {
             // Only a failed group refuses (LargeTx bounds the window): its Failed event
             // stops the subgroup.
@@ -131,16 +132,19 @@ impl Large {
     }
 
     /// How many own messages' send buffers are free: those consumed by every member
-    /// (`consumed(k)` for their slot) and completed by the RDMC group.
+    /// (`consumed(k)` for their slot) and completed by the RDMC group. A freed buffer's
+    /// pages past `RDMC_RESIDENT_BYTES` go back to the kernel here, before the caller
+    /// publishes it to the senders (`LargeTx::freed`), while nothing reads or writes it.
     pub(crate) fn free_own(&mut self, consumed: impl Fn(u64) -> bool) -> Option<u64> {
         let own = self.own?;
         let posted = self.groups[own].released();
         let mut freed = None;
-        while let Some(&(seq, k)) = self.own_pending.front() {
+        while let Some(&(seq, k, size)) = self.own_pending.front() {
             if seq > posted || !consumed(k) {
                 break;
             }
             self.own_pending.pop_front();
+            self.groups[own].reclaim_buffer(seq, size);
             freed = Some(seq);
         }
         freed

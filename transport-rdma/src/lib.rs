@@ -84,7 +84,9 @@ pub mod verbs;
 pub use backend::{backend_names, open_backend};
 pub use doorbell::Doorbell;
 pub use error::{Error, FailureReason, Result};
-pub use region::{check_region_len, round_up_to_words, Region, WORD_BYTES};
+pub use region::{
+    check_region_len, page_bytes, round_up_to_words, Region, HEAP_MAP_BYTES_MIN, WORD_BYTES,
+};
 pub use trust::DomainSecret;
 
 /// A node's stable id in the domain.

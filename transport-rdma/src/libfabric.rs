@@ -117,7 +117,6 @@ const SPIN_AFTER_ACTIVITY: Duration = Duration::from_millis(2);
 const SEND_MAGIC: u32 = 0x5350_4649; // "SPFI"
 /// Receive buffer size: one chunk plus its header.
 const RX_BUF_BYTES: usize = CHUNK_BYTES_MAX + SEND_HEADER_BYTES;
-const PAGE_BYTES: usize = 4096;
 
 /// The libfabric return code as an [`Error`].
 fn fi_error(context: &str, ret: i64) -> Error {
@@ -183,7 +182,9 @@ struct Registered {
     ptr: NonNull<u8>,
     /// The length peers may write (whole words), at most the allocation's.
     len: usize,
-    layout: std::alloc::Layout,
+    /// The memory: zero pages the kernel allocates when first touched (by the provider or
+    /// us), unmapped after `Drop` closed the MR (fields drop after `drop`).
+    map: crate::region::AnonMap,
 }
 
 // SAFETY: the memory is only touched through atomics (regions) or by the progress thread
@@ -194,17 +195,11 @@ unsafe impl Sync for Registered {}
 
 impl Registered {
     fn new(domain: &Arc<Domain>, len_bytes: usize, access: u64) -> Result<Registered> {
-        let len = len_bytes.max(WORD_BYTES).div_ceil(PAGE_BYTES) * PAGE_BYTES;
-        let layout = std::alloc::Layout::from_size_align(len, PAGE_BYTES)
-            .map_err(|err| Error::Config(format!("region layout: {err}")))?;
-        // SAFETY: the layout has a non-zero size.
-        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).ok_or_else(|| {
-            Error::io(
-                "allocating region memory",
-                std::io::Error::from(std::io::ErrorKind::OutOfMemory),
-            )
-        })?;
+        // An anonymous mapping, not `alloc_zeroed`: with a page alignment the system
+        // allocator zero-fills (touches) every page up front, a mapping is zero pages
+        // allocated on first touch (a 256 MiB RDMC region costs address space only).
+        let map = crate::region::AnonMap::new(len_bytes.max(WORD_BYTES))?;
+        let (ptr, len) = (map.ptr(), map.len());
         let mut mr: *mut sys::fid_mr = std::ptr::null_mut();
         let requested_key = domain.next_key.fetch_add(1, Ordering::Relaxed);
         // SAFETY: `ptr` is valid for `len` bytes until `Drop` frees it, after closing the MR;
@@ -223,8 +218,7 @@ impl Registered {
             )
         };
         if ret != 0 {
-            // SAFETY: allocated above with this layout and not registered.
-            unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) };
+            // `map` unmaps the memory, never registered.
             return Err(fi_error("registering memory (fi_mr_reg)", ret as i64));
         }
         Ok(Registered {
@@ -232,7 +226,7 @@ impl Registered {
             mr,
             ptr,
             len: crate::round_up_to_words(len_bytes),
-            layout,
+            map,
         })
     }
 
@@ -249,13 +243,12 @@ impl Registered {
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        // SAFETY: the MR was opened in `new` and is closed once; the memory is freed only
-        // after the MR no longer exposes it to the provider.
+        // SAFETY: the MR was opened in `new` and is closed once; the memory (`map`) is
+        // unmapped only after this, when the fields drop, so the MR no longer exposes it.
         unsafe {
             sys::spindle_fi_close(&mut (*self.mr).fid);
-            std::alloc::dealloc(self.ptr.as_ptr(), self.layout);
         }
-        let _ = &self.domain;
+        let _ = (&self.domain, self.map.len());
     }
 }
 

@@ -14,6 +14,13 @@
 //! - [`Region::store_u64`] is a release store and [`Region::load_u64`] an acquire load:
 //!   that pair is the guard of "write the payload, then the guard" (docs/design.md §2).
 //! - [`Region::read_bytes`] uses relaxed loads: call it after the acquire load of the guard.
+//!
+//! Memory, as large regions need it (an RDMC buffer may be 256 MiB): a heap region of
+//! [`HEAP_MAP_BYTES_MIN`] bytes or more is a private anonymous mapping, so its address
+//! space is reserved at once but a page is only allocated (zeroed by the kernel) when
+//! first touched; the shm backend's memfd mappings are sparse the same way. The owner may
+//! hand an idle range's pages back to the kernel with [`Region::reclaim`] (it reads as
+//! zeros afterwards); memory a device registered (verbs, libfabric) is never reclaimed.
 
 use std::any::Any;
 use std::fmt;
@@ -35,6 +42,8 @@ pub struct Region {
 
 struct RegionInner {
     id: RegionId,
+    /// How idle pages go back to the kernel ([`Region::reclaim`]).
+    reclaim: Reclaim,
     /// First word of the region; valid for `words` words while `_backing` lives.
     ptr: NonNull<AtomicU64>,
     words: usize,
@@ -58,6 +67,102 @@ impl fmt::Debug for Region {
     }
 }
 
+/// Heap regions of at least this many bytes are anonymous mappings whose pages are
+/// allocated on first touch (smaller ones are plain heap allocations).
+pub const HEAP_MAP_BYTES_MIN: usize = 64 << 10;
+
+/// The system's page size (what mappings and [`Region::reclaim`] round to).
+pub fn page_bytes() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf only reads a system constant.
+        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(n)
+            .ok()
+            .filter(|n| n.is_power_of_two())
+            .unwrap_or(4096)
+    })
+}
+
+/// How a region's idle pages may be handed back to the kernel ([`Region::reclaim`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reclaim {
+    /// Never: small heap regions, and memory a device registered (it may have pinned
+    /// the pages: dropping them would leave the device writing elsewhere).
+    Never,
+    /// A private anonymous mapping: `MADV_DONTNEED` (the pages read as zero after).
+    Private,
+    /// A shared mapping of a memory file (shm's memfds, which peers map too):
+    /// `MADV_REMOVE` frees the file's pages, for every mapping of it.
+    Shared,
+}
+
+/// A private anonymous mapping of zero pages, allocated by the kernel on first touch,
+/// unmapped on drop.
+pub(crate) struct AnonMap {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: plain memory owned by this value; every access to it goes through atomics
+// (Region) or, for device-registered staging, through the owner's lock.
+unsafe impl Send for AnonMap {}
+// SAFETY: as above.
+unsafe impl Sync for AnonMap {}
+
+impl AnonMap {
+    /// Maps `len` bytes (rounded up to whole pages, at least one) of zero pages.
+    pub(crate) fn new(len: usize) -> Result<AnonMap> {
+        let len = len.max(1).div_ceil(page_bytes()) * page_bytes();
+        // SAFETY: a fresh anonymous mapping chosen by the kernel (addr null, fd -1); it
+        // aliases no Rust object. MAP_NORESERVE: the address space is reserved, pages
+        // are allocated when touched. The result is checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(Error::io(
+                "mapping region memory",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| {
+            Error::io(
+                "mapping region memory",
+                std::io::Error::other("null mapping"),
+            )
+        })?;
+        Ok(AnonMap { ptr, len })
+    }
+
+    /// The first byte (page aligned).
+    pub(crate) fn ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    /// The mapped length (whole pages).
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for AnonMap {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned; no reference into the
+        // mapping outlives `self` (whoever lends it out holds `self` as its backing).
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
 /// Rounds a requested region length up to whole words.
 pub fn round_up_to_words(len_bytes: usize) -> usize {
     len_bytes.div_ceil(WORD_BYTES) * WORD_BYTES
@@ -65,21 +170,45 @@ pub fn round_up_to_words(len_bytes: usize) -> usize {
 
 impl Region {
     /// Allocates a zeroed region of at least `len_bytes` bytes on the heap (rounded up to
-    /// whole words). Backends whose peers cannot reach the local heap (shm) build regions
+    /// whole words). From [`HEAP_MAP_BYTES_MIN`] bytes on it is an anonymous mapping whose
+    /// pages the kernel allocates when first touched, and [`Region::reclaim`] gives idle
+    /// pages back. Backends whose peers cannot reach the local heap (shm) build regions
     /// over their own mappings instead.
     pub fn new_heap(id: RegionId, len_bytes: usize) -> Result<Region> {
         check_region_len(len_bytes)?;
         let words = round_up_to_words(len_bytes) / WORD_BYTES;
+        if words * WORD_BYTES >= HEAP_MAP_BYTES_MIN {
+            let map = AnonMap::new(words * WORD_BYTES)?;
+            assert!(
+                map.len() >= words * WORD_BYTES,
+                "the mapping (whole pages) covers the region"
+            );
+            let ptr = map.ptr();
+            // SAFETY: `ptr` is page aligned and valid for `map.len() >= words * 8` bytes
+            // while `map` (the backing) lives; nothing else refers to the fresh mapping.
+            let region = unsafe { Region::from_raw(id, ptr, words * WORD_BYTES, Box::new(map)) };
+            return Ok(region.with_reclaim(Reclaim::Private));
+        }
         let mut storage: Box<[AtomicU64]> = (0..words.max(1)).map(|_| AtomicU64::new(0)).collect();
         let ptr = NonNull::new(storage.as_mut_ptr()).expect("a Box never holds a null pointer");
         Ok(Region {
             inner: Arc::new(RegionInner {
                 id,
+                reclaim: Reclaim::Never,
                 ptr,
                 words,
                 _backing: Box::new(storage),
             }),
         })
+    }
+
+    /// Says how this region's idle pages go back to the kernel (a new region: no clone
+    /// of it exists yet). Only for memory no device registered.
+    pub(crate) fn with_reclaim(mut self, reclaim: Reclaim) -> Region {
+        Arc::get_mut(&mut self.inner)
+            .expect("with_reclaim on a region nobody else holds yet")
+            .reclaim = reclaim;
+        self
     }
 
     /// Wraps memory that a backend mapped or registered itself.
@@ -106,6 +235,7 @@ impl Region {
         Region {
             inner: Arc::new(RegionInner {
                 id,
+                reclaim: Reclaim::Never,
                 ptr: ptr.cast(),
                 words: len_bytes / WORD_BYTES,
                 _backing: backing,
@@ -331,6 +461,43 @@ impl Region {
         fence(Ordering::Acquire);
     }
 
+    /// Hands the pages wholly inside `len` bytes at `offset` back to the kernel, when this
+    /// region's memory allows it (large heap regions, shm memfds; never memory a device
+    /// registered): they read as zeros afterwards and are allocated again when next
+    /// written. Returns the bytes given back (0 when the region keeps its pages).
+    ///
+    /// Call it only on an **idle** range: one that no local thread and no peer writes
+    /// until this returns (a write racing with it may be lost; memory stays valid
+    /// either way). Errors (never panics) if the range does not fit.
+    pub fn reclaim(&self, offset: usize, len: usize) -> Result<usize> {
+        self.check_range(offset, len)?;
+        let advice = match self.inner.reclaim {
+            Reclaim::Never => return Ok(0),
+            Reclaim::Private => libc::MADV_DONTNEED,
+            Reclaim::Shared => libc::MADV_REMOVE,
+        };
+        let base = self.inner.ptr.as_ptr() as usize;
+        // Whole pages only: a partial page also holds bytes outside the range.
+        let page = page_bytes();
+        let start = (base + offset).next_multiple_of(page);
+        let end = (base + offset + len) / page * page;
+        if end <= start {
+            return Ok(0);
+        }
+        // SAFETY: [start, end) lies inside this region's mapping (checked above, rounded
+        // inward), which `&self` keeps mapped. The advice only replaces the pages' contents
+        // with zeros (private: fresh zero pages; shared: the file's hole); no Rust reference
+        // assumes their contents, since every access is an atomic load or store.
+        let rc = unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) };
+        if rc != 0 {
+            return Err(Error::io(
+                "giving region pages back (madvise)",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(end - start)
+    }
+
     /// Convenience: reads `len` bytes at `offset` into a new vector.
     pub fn to_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
         let mut out = vec![0; len];
@@ -419,6 +586,75 @@ mod tests {
             }
             proptest::prop_assert_eq!(region.to_vec(0, model.len()).unwrap(), model);
         }
+    }
+
+    /// Resident set size of this process, in bytes (`VmRSS`).
+    fn rss_bytes() -> usize {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let kib: usize = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("VmRSS in /proc/self/status");
+        kib * 1024
+    }
+
+    /// A 256 MiB heap region costs address space, not memory, until written; reclaimed
+    /// pages read as zeros and leave the resident set; small regions keep their pages.
+    #[test]
+    fn a_large_heap_region_is_lazy_and_gives_pages_back() {
+        const LEN: usize = 256 << 20;
+        const WRITTEN: usize = 32 << 20;
+        let before = rss_bytes();
+        let region = Region::new_heap(5, LEN).unwrap();
+        assert_eq!(region.len(), LEN);
+        // Not a strict equality: other tests of this process allocate meanwhile.
+        assert!(
+            rss_bytes() < before + (16 << 20),
+            "no page touched at creation: RSS {} -> {}",
+            before,
+            rss_bytes()
+        );
+        assert!(region.to_vec(LEN - 8, 8).unwrap() == [0; 8], "zeroed");
+        region
+            .write_bytes(LEN - WRITTEN, &vec![7u8; WRITTEN])
+            .unwrap();
+        let written = rss_bytes();
+        assert!(
+            written >= before + WRITTEN / 2,
+            "written pages are resident"
+        );
+        // An unaligned range: only the pages wholly inside go back.
+        let given = region.reclaim(LEN - WRITTEN + 1, WRITTEN - 1).unwrap();
+        assert_eq!(given, WRITTEN - page_bytes());
+        assert!(
+            rss_bytes() + WRITTEN / 2 <= written,
+            "reclaimed pages left the resident set"
+        );
+        assert!(
+            region.to_vec(LEN - WRITTEN, 2).unwrap() == [7, 7],
+            "first page kept"
+        );
+        let page = page_bytes();
+        let tail = region.to_vec(LEN - WRITTEN + page, WRITTEN - page).unwrap();
+        assert!(
+            tail.iter().all(|b| *b == 0),
+            "reclaimed pages read as zeros"
+        );
+        region.write_bytes(LEN - 8, &[9; 8]).unwrap();
+        assert!(
+            region.to_vec(LEN - 8, 8).unwrap() == [9; 8],
+            "written again"
+        );
+        assert!(region.reclaim(LEN - 8, 16).is_err(), "range checked");
+        let small = Region::new_heap(6, 4096).unwrap();
+        small.write_bytes(0, &[1; 4096]).unwrap();
+        assert_eq!(
+            small.reclaim(0, 4096).unwrap(),
+            0,
+            "small regions keep pages"
+        );
+        assert!(small.to_vec(0, 4096).unwrap() == [1; 4096]);
     }
 
     #[test]

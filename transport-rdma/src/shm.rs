@@ -375,7 +375,8 @@ impl LinkHooks for ShmHooks {
         // mapping (the backing) lives; `len` is whole words (the hub rounds it); this
         // process accesses the memory only through Region's atomics and peers write it
         // only with word-atomic stores (Region::write_bytes on their own mapping).
-        let region = unsafe { Region::from_raw(id, ptr, len, Box::new(mapping)) };
+        let region = unsafe { Region::from_raw(id, ptr, len, Box::new(mapping)) }
+            .with_reclaim(crate::region::Reclaim::Shared);
         let tag = Tag {
             pid: self.pid,
             fd: file.as_raw_fd(),
@@ -819,6 +820,53 @@ mod tests {
         }
         a.close();
         b.close();
+    }
+
+    /// A local region's idle pages go back to its memfd's owner (the file's blocks are
+    /// freed) and read as zeros through every mapping, a peer's included.
+    #[test]
+    fn reclaimed_pages_leave_the_memfd_for_every_mapping() {
+        use std::os::unix::fs::MetadataExt;
+        const LEN: usize = 64 * PAGE_BYTES;
+        let file = memfd("spindle-reclaim", LEN).unwrap();
+        assert_eq!(file.metadata().unwrap().blocks(), 0, "sparse when made");
+        let mapping = Mapping::map(&file, LEN).unwrap();
+        let ptr = mapping.ptr;
+        // SAFETY: as in make_region: page aligned, LEN bytes while `mapping` lives.
+        let region = unsafe { Region::from_raw(1, ptr, LEN, Box::new(mapping)) }
+            .with_reclaim(crate::region::Reclaim::Shared);
+        let ino = file.metadata().unwrap().ino();
+        let peer = map_remote(std::process::id(), file.as_raw_fd(), ino, LEN)
+            .unwrap()
+            .expect("own memfd maps through /proc");
+        // SAFETY: as above, for the second mapping of the same file.
+        let peer = unsafe { Region::from_raw(1, peer.ptr, LEN, Box::new(peer)) };
+        region.write_bytes(0, &[5; LEN]).unwrap();
+        assert!(
+            file.metadata().unwrap().blocks() > 0,
+            "written pages allocated"
+        );
+        assert!(
+            peer.to_vec(LEN - 8, 8).unwrap() == [5; 8],
+            "the peer sees them"
+        );
+        assert_eq!(
+            region.reclaim(PAGE_BYTES, LEN - PAGE_BYTES).unwrap(),
+            LEN - PAGE_BYTES
+        );
+        // Checked before reading the range again: a read of a memfd hole through a
+        // shared mapping allocates its page again (zeroed).
+        assert!(
+            file.metadata().unwrap().blocks() * 512 <= 2 * PAGE_BYTES as u64,
+            "the file's pages were freed"
+        );
+        assert!(peer.to_vec(0, 8).unwrap() == [5; 8], "the first page kept");
+        assert!(peer
+            .to_vec(PAGE_BYTES, LEN - PAGE_BYTES)
+            .unwrap()
+            .iter()
+            .all(|b| *b == 0));
+        assert!(region.to_vec(LEN - 8, 8).unwrap() == [0; 8]);
     }
 
     #[test]

@@ -15,7 +15,14 @@
 //! [`RdmcConfig::message_bytes_max`] each; message `seq` uses buffer `(seq - 1) % window`
 //! (the root's buffers are its send buffers; the application fills one in place, or
 //! [`RdmcGroup::send`] copies into it). Memory per member and group is therefore
-//! bounded and stated: [`RdmcGroup::region_bytes`].
+//! bounded and stated: [`RdmcGroup::region_bytes`]. That is address space: the fabric
+//! allocates a region's pages when they are first written (heap and shm regions; memory
+//! a device pins at registration is the exception), and once a message is done with
+//! ([`RdmcGroup::release`] on a receiver, [`RdmcGroup::reclaim_buffer`] for a root's send
+//! buffer) the pages of its buffer past [`RDMC_RESIDENT_BYTES`] go back to the kernel.
+//! So a member's resident RDMC memory, when idle, is at most `RDMC_RESIDENT_BYTES` per
+//! buffer however large the messages were, and messages up to that size reuse resident
+//! pages.
 //!
 //! 1. **Ready.** A member that releases a message writes how many messages it has
 //!    released into the root's `ready[rank]` word (an SST-style column; RDMC's
@@ -116,6 +123,13 @@ pub const RDMC_EVENTS_QUEUED_MAX: usize = 2 * RDMC_WINDOW_MESSAGES_MAX + 1;
 pub const RDMC_BLOCK_BYTES_MIN: usize = WORD_BYTES;
 /// Largest message one group may carry (its buffer is registered memory).
 pub const RDMC_MESSAGE_BYTES_MAX: usize = 512 << 20;
+
+/// Bytes at the start of each RDMC buffer that stay resident once its message is done;
+/// the pages past them, which only messages larger than this touched, are handed back to
+/// the kernel (`Region::reclaim`) before the buffer takes another message. 16 MiB: the
+/// 1–16 MiB samples of the issue (maps, tiles, frames) keep reusing their pages, a burst
+/// of 64–256 MiB ones does not leave its memory behind.
+pub const RDMC_RESIDENT_BYTES: usize = 16 << 20;
 
 const _: () = assert!(RDMC_WINDOW_MESSAGES_MAX >= 1);
 const _: () = assert!(RDMC_MESSAGE_BYTES_MAX <= spindle_transport_rdma::REGION_BYTES_MAX / 2);
@@ -516,8 +530,26 @@ impl RdmcGroup {
         }
     }
 
+    /// Gives back to the kernel the pages of message `seq`'s buffer past
+    /// [`RDMC_RESIDENT_BYTES`], up to its `size_bytes` (nothing for a message no larger).
+    /// Call it only while the buffer is idle: a receiver's does so itself on
+    /// [`RdmcGroup::release`]; a root calls it for a send buffer once nothing will read
+    /// it again (its message posted, no re-send pending) and before filling it anew.
+    pub fn reclaim_buffer(&self, seq: u64, size_bytes: usize) {
+        if size_bytes <= RDMC_RESIDENT_BYTES {
+            return;
+        }
+        let at = self.header.buffer(seq) + RDMC_RESIDENT_BYTES;
+        let len = size_bytes.min(self.config.message_bytes_max) - RDMC_RESIDENT_BYTES;
+        // A refusal (an unexpected madvise error) only keeps the pages.
+        if let Err(e) = self.region.reclaim(at, len) {
+            tracing::debug!(seq, error = %e, "RDMC buffer pages kept");
+        }
+    }
+
     /// Receiver: the application is done with the oldest completed message; its buffer
-    /// may take a later one. (The root frees its send buffers on completion by itself.)
+    /// may take a later one (its pages past [`RDMC_RESIDENT_BYTES`] go back to the kernel
+    /// first). (The root frees its send buffers on completion by itself.)
     pub fn release(&mut self) {
         if self.oldest_completed().is_some() {
             self.finish_oldest();
@@ -843,6 +875,9 @@ impl RdmcGroup {
         assert_eq!(a.seq, self.released + 1);
         self.released = a.seq;
         if self.rank != 0 {
+            // Idle now: every block landed and every relay of it was posted, and the root
+            // writes this buffer again only after the ready word below.
+            self.reclaim_buffer(a.seq, a.size_bytes);
             let at = self.header.ready(self.rank);
             self.region.store_u64(at, self.released);
             self.writes.push_back(RdmcWrite {
@@ -918,6 +953,84 @@ mod tests {
         region.store_u64(g.header.blocks_from(0), 0);
         g.step();
         assert_eq!(g.poll_event(), Some(RdmcEvent::Failed { seq: 0, peer: 1 }));
+    }
+
+    /// A released buffer keeps its first `RDMC_RESIDENT_BYTES` and gives the pages past
+    /// them back (they read as zeros), and the next message larger than that arrives
+    /// intact into the same buffer.
+    #[test]
+    fn a_released_buffer_gives_back_its_pages_past_the_resident_bytes() {
+        let config = RdmcConfig {
+            block_bytes: 1 << 20,
+            message_bytes_max: RDMC_RESIDENT_BYTES + (4 << 20),
+            schedule: ScheduleKind::BinomialPipeline,
+            window_messages: 1,
+        };
+        let len = RdmcGroup::region_bytes(2, &config);
+        let regions = [
+            Region::new_heap(1, len).unwrap(),
+            Region::new_heap(1, len).unwrap(),
+        ];
+        let mut root =
+            RdmcGroup::new(10, vec![10, 11], config.clone(), regions[0].clone()).unwrap();
+        let mut rx = RdmcGroup::new(11, vec![10, 11], config.clone(), regions[1].clone()).unwrap();
+        let size = config.message_bytes_max - 8;
+        let at = RdmcGroup::buffer_offset(2, &config, 1);
+        let mut scratch = Vec::new();
+        // One step of both members, their writes applied; whether the receiver completed.
+        let mut pump = |root: &mut RdmcGroup, rx: &mut RdmcGroup| {
+            let mut done = false;
+            for g in [root, rx] {
+                g.step();
+                g.drain_writes(&mut scratch, |w, bytes| {
+                    let peer = &regions[(w.peer - 10) as usize];
+                    peer.write_bytes(w.offset, bytes)?;
+                    if let Some((at, value)) = w.guard {
+                        peer.store_u64(at, value);
+                    }
+                    Ok(())
+                });
+                while let Some(e) = g.poll_event() {
+                    done |= matches!(e, RdmcEvent::Completed { .. }) && g.node() == 11;
+                }
+            }
+            done
+        };
+        for round in 1..=2u8 {
+            for _ in 0..50 {
+                if root.can_send() {
+                    break;
+                }
+                pump(&mut root, &mut rx);
+            }
+            let message = vec![round; size];
+            root.send(&message).unwrap();
+            let done = (0..200).any(|_| pump(&mut root, &mut rx));
+            assert!(done, "round {round}: the message completed");
+            assert!(
+                rx.read_message().unwrap() == message,
+                "round {round}: intact"
+            );
+            rx.release();
+            let kept = regions[1].to_vec(at, RDMC_RESIDENT_BYTES).unwrap();
+            assert!(kept.iter().all(|b| *b == round), "resident bytes kept");
+            // The pages wholly past the resident bytes read as zeros: given back.
+            let page = spindle_transport_rdma::page_bytes();
+            let tail_from = (at + RDMC_RESIDENT_BYTES).next_multiple_of(page);
+            let tail_to = (at + size) / page * page;
+            let tail = regions[1].to_vec(tail_from, tail_to - tail_from).unwrap();
+            assert!(
+                tail.iter().all(|b| *b == 0),
+                "round {round}: pages given back"
+            );
+            // The root's send buffer is given back by its owner (the engine) the same way.
+            root.reclaim_buffer(1, size);
+            let tail = regions[0].to_vec(tail_from, tail_to - tail_from).unwrap();
+            assert!(
+                tail.iter().all(|b| *b == 0),
+                "round {round}: send pages given back"
+            );
+        }
     }
 
     #[test]

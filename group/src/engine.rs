@@ -1183,17 +1183,8 @@ impl Engine {
         let full_len = len;
         let len = len.min(s.delivery_prefix);
         let read = match large {
-            Some(l) => {
-                batch.payload.resize(start + len, 0);
-                l.take(
-                    &s.region,
-                    &s.geom,
-                    rank,
-                    k,
-                    Some(&mut batch.payload[start..]),
-                )
-            }
             // Appended without zero-filling first: one copy per delivered byte.
+            Some(l) => l.take(&s.region, &s.geom, rank, k, Some((&mut batch.payload, len))),
             None => s
                 .region
                 .read_append(slot + SLOT_HEADER_BYTES, len, &mut batch.payload)

@@ -190,21 +190,22 @@ impl Large {
         announcement(region, geom, rank, k).1 as usize
     }
 
-    /// Copies the message announced in slot `k` of sender `rank` into `out` (its size,
-    /// see [`Large::size`]) and, on a receiver, releases its buffer. `copy: false` only
-    /// releases (a re-send this node delivered in an earlier view).
+    /// Appends the first `len` bytes of the message announced in slot `k` of sender
+    /// `rank` to `out` (at most its size, see [`Large::size`]: less with a delivery
+    /// prefix) and, on a receiver, releases its buffer. `None` only releases (a re-send
+    /// this node delivered in an earlier view).
     pub(crate) fn take(
         &mut self,
         region: &Region,
         geom: &Geometry,
         rank: usize,
         k: u64,
-        out: Option<&mut [u8]>,
+        out: Option<(&mut Vec<u8>, usize)>,
     ) -> Result<()> {
         let (seq, _) = announcement(region, geom, rank, k);
         let g = &mut self.groups[rank];
         let at = RdmcGroup::buffer_offset(g.members().len(), &self.config, seq);
-        let read = out.map_or(Ok(()), |out| g.region().read_bytes(at, out));
+        let read = out.map_or(Ok(()), |(out, len)| g.region().read_append(at, len, out));
         if Some(rank) != self.own {
             // Invariant: messages are delivered in their sender's order, each after its
             // completion here (receive), so the oldest completed one is this one.

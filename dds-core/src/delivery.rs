@@ -74,6 +74,8 @@ impl Application for DdsApp {
         let rematched;
         let me = self.shared.me;
         let mut own = false;
+        // A GROUP coherent set's end in the batch: it reaches every topic's readers.
+        let mut group_end = false;
         {
             let mut st = lock(&self.shared.state);
             let vid = st.view.as_ref().map_or(0, |v| v.vid);
@@ -93,6 +95,13 @@ impl Application for DdsApp {
                 if h.topic_id == crate::logged::NUDGE_TOPIC_ID {
                     continue; // only moves the persistence frontier
                 }
+                if h.kind == SampleKind::GroupCoherentEnd {
+                    if let Err(e) = crate::sample::decode_group_end(payload) {
+                        tracing::warn!(subgroup = sg, sender = m.sender, error = %e, "message dropped");
+                        continue;
+                    }
+                    group_end = true;
+                }
                 let origin = Origin {
                     node: m.sender,
                     view_id: vid,
@@ -105,7 +114,12 @@ impl Application for DdsApp {
                         .insert(h.writer_id, (h.writer_seq, vid, m.global_index));
                     own = true;
                 }
-                if keeps && h.level.keeps_history() && h.kind != SampleKind::Liveliness {
+                // A GROUP set's end goes to the store whatever its writer's level: the
+                // set may hold samples of writers of other levels.
+                if keeps
+                    && (h.level.keeps_history() || h.kind == SampleKind::GroupCoherentEnd)
+                    && h.kind != SampleKind::Liveliness
+                {
                     st.stores
                         .entry(sg)
                         .or_default()
@@ -119,6 +133,15 @@ impl Application for DdsApp {
             }
             // One lock of each reader's cache per batch, per topic in it.
             let mut topics: Vec<u64> = items.iter().map(|(h, _, _)| h.topic_id).collect();
+            if group_end {
+                // Every reader of the subgroup holds its part of the set, whatever topic.
+                topics.extend(
+                    st.readers
+                        .iter()
+                        .filter(|(_, rs)| rs.iter().any(|r| r.subgroup == sg))
+                        .map(|(t, _)| *t),
+                );
+            }
             topics.sort_unstable();
             topics.dedup();
             if self.shared.leases_watched.load(Ordering::Acquire) && !items.is_empty() {
@@ -155,14 +178,16 @@ impl Application for DdsApp {
                     let mine = items
                         .iter()
                         .filter(|(h, _, o)| {
-                            h.topic_id == t
-                                && h.level >= r.level
-                                && r.accepts(
-                                    h,
-                                    o.node,
-                                    endpoints.get(&(o.node, h.writer_id)),
-                                    &blocked,
-                                )
+                            // A GROUP set's end ends only the sets this reader holds.
+                            h.kind == SampleKind::GroupCoherentEnd
+                                || (h.topic_id == t
+                                    && h.level >= r.level
+                                    && r.accepts(
+                                        h,
+                                        o.node,
+                                        endpoints.get(&(o.node, h.writer_id)),
+                                        &blocked,
+                                    ))
                         })
                         .map(|(h, p, o)| (h, *p, *o));
                     if r.insert_all(mine) {

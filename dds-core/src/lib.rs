@@ -149,6 +149,7 @@ mod delivery;
 pub mod discovery;
 mod error;
 pub mod filter;
+mod group_scope;
 mod history;
 mod inner;
 pub mod logged;
@@ -183,7 +184,8 @@ pub use participant::{DomainParticipant, DomainParticipantFactory, REJOIN_RETRY_
 pub use publisher::Publisher;
 pub use query::{ConditionParts, QueryCondition, ReadConditionLike};
 pub use reader::{
-    DataReader, DataReaderListener, LoanedRead, LoanedSamples, ReadCondition, StatusCondition,
+    DataReader, DataReaderListener, LoanedRead, LoanedSamples, ReadCondition, ReaderHandle,
+    StatusCondition,
 };
 pub use sample::{
     InstanceHandle, InstanceState, Sample, SampleInfo, SampleState, StateMask, ViewState,

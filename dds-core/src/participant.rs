@@ -19,6 +19,7 @@ use crate::content_filter::ContentFilter;
 use crate::declare::{dds_layout, subgroup_of, topic_id, JOIN_RETRY_US};
 use crate::discovery::partition_bytes;
 use crate::error::{Error, Result};
+use crate::group_scope::GroupScope;
 use crate::inner::{check_level, ParticipantInner, TopicInner};
 use crate::logged;
 use crate::publisher::Publisher;
@@ -586,13 +587,13 @@ impl DomainParticipant {
         self.inner.check_alive()?;
         qos.check()?;
         partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
-        check_presentation(&qos.presentation, "publisher")?;
         Ok(Publisher {
             participant: Arc::clone(&self.inner),
             coherent: qos
                 .presentation
                 .coherent_access
                 .then(|| Arc::new(CoherentSet::default())),
+            group: GroupScope::of(&qos.presentation, "publisher").map(Arc::new),
             qos,
         })
     }
@@ -602,9 +603,11 @@ impl DomainParticipant {
         self.inner.check_alive()?;
         qos.check()?;
         partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
-        check_presentation(&qos.presentation, "subscriber")?;
         Ok(Subscriber {
             participant: Arc::clone(&self.inner),
+            group: GroupScope::of(&qos.presentation, "subscriber").map(Arc::new),
+            readers: Arc::default(),
+            accessing: Arc::default(),
             qos,
         })
     }
@@ -645,17 +648,4 @@ impl DomainParticipant {
             .stopped_flag
             .store(true, Ordering::Release);
     }
-}
-
-/// Refuses PRESENTATION GROUP scope with coherent access: a publisher's topics may ride
-/// different subgroups, which share no order, so a set across them cannot be made
-/// all-or-none.
-fn check_presentation(p: &spindle_qos::Presentation, whose: &str) -> Result<()> {
-    if p.access_scope == spindle_qos::PresentationAccessScope::Group && p.coherent_access {
-        return Err(Error::Unsupported(format!(
-            "the {whose}'s PRESENTATION asks coherent_access with GROUP access_scope: not \
-             supported (its topics may ride different subgroups); use TOPIC or INSTANCE scope"
-        )));
-    }
-    Ok(())
 }

@@ -5,7 +5,9 @@
 //! member names were resolved, once, against the topic's type as its IDL describes it
 //! (`TopicType::IDL_SOURCE`, read by `spindle-dynamic`). A sample is evaluated on its
 //! decoded members: its CDR bytes are decoded into a [`serde_json::Value`] by the type
-//! description (enums by their enumerator's name), and the filter runs on that. The
+//! description (enums by their enumerator's name), and the filter runs on that. Enum
+//! members are made known to the filter ([`Filter::set_enum`]), so they compare by value
+//! with a name or a number alike (`phase = 'CRUISE'`, `phase = 4`). The
 //! route, and what it costs against an unfiltered reader, is in ARCHITECTURE.md
 //! ("Content filters") and `benches/filter.rs`.
 //!
@@ -84,14 +86,29 @@ impl ContentFilter {
 
     /// A filter on samples described by `ty`.
     pub(crate) fn with_type(ty: DynType, expression: &str, parameters: &[String]) -> Result<Self> {
-        let filter = Filter::new(expression, parameters).map_err(bad)?;
+        let mut filter = Filter::new(expression, parameters).map_err(bad)?;
+        let mut enums = Vec::new();
         for path in filter.members() {
-            resolve(ty.library(), ty.type_name(), path).map_err(|detail| {
+            let found = resolve(ty.library(), ty.type_name(), path).map_err(|detail| {
                 bad(FilterError {
                     offset: member_offset(expression, path),
                     detail: format!("member `{}`: {detail}", show(path)),
                 })
             })?;
+            // An enum member compares by value too (`phase = 4` as `phase = 'CRUISE'`).
+            if let TypeRef::Named(id) = found {
+                if let TypeDef::Enum(e) = ty.library().get(id) {
+                    let values = e
+                        .enumerators
+                        .iter()
+                        .map(|(n, v)| (n.clone(), i128::from(*v)))
+                        .collect();
+                    enums.push((path.to_vec(), values));
+                }
+            }
+        }
+        for (path, values) in enums {
+            filter.set_enum(&path, values);
         }
         Ok(ContentFilter {
             ty,
@@ -179,8 +196,9 @@ fn member_offset(expression: &str, path: &[Step]) -> usize {
     0
 }
 
-/// Checks that `path` names a member of the struct `root` of `lib`; the error says why not.
-fn resolve(lib: &TypeLibrary, root: &str, path: &[Step]) -> std::result::Result<(), String> {
+/// Checks that `path` names a member of the struct `root` of `lib`, and returns its type;
+/// the error says why not.
+fn resolve(lib: &TypeLibrary, root: &str, path: &[Step]) -> std::result::Result<TypeRef, String> {
     let id = lib
         .lookup(root)
         .ok_or_else(|| format!("type {root} is not in its IDL"))?;
@@ -234,7 +252,7 @@ fn resolve(lib: &TypeLibrary, root: &str, path: &[Step]) -> std::result::Result<
             }
         };
     }
-    Ok(())
+    Ok(ty)
 }
 
 /// A type's name for errors.

@@ -392,7 +392,7 @@ impl DomainParticipant {
                 T::TYPE_NAME
             )));
         }
-        self.register_topic(name, T::TYPE_NAME, qos)
+        self.register_topic(name, T::TYPE_NAME, qos, None)
     }
 
     /// Registers topic `name` of the DDS type `type_name` for samples moved as CDR bytes
@@ -443,14 +443,29 @@ impl DomainParticipant {
                 "topic {name:?}: type name {type_name:?}: 1 to 256 bytes"
             )));
         }
-        self.register_topic(name, type_name, qos)
+        self.register_topic(name, type_name, qos, None)
+    }
+
+    /// [`DomainParticipant::create_cdr_topic`] for a type described at run time (a
+    /// `spindle_dynamic::DynType`, e.g. read from an IDL file): samples are still moved as
+    /// their CDR bytes, never decoded, but content-filtered topics and query conditions on
+    /// it resolve their member names against `ty` and evaluate samples decoded by it (as
+    /// a generated type's do). The DDS type name is `ty`'s.
+    pub fn create_cdr_topic_with_type(
+        &self,
+        name: &str,
+        ty: &spindle_dynamic::DynType,
+        qos: TopicQos,
+    ) -> Result<Topic<CdrSample>> {
+        self.register_topic(name, ty.type_name(), qos, Some(ty.clone()))
     }
 
     /// Creates a topic named `name` whose readers see only the samples of `topic` that
     /// pass `expression` (DDS `create_contentfilteredtopic`; the filter language is
     /// [`crate::filter`], `%n` are `parameters`). Member names are resolved against the
     /// topic type's IDL now: `BadParameter` naming the byte for a bad expression or a
-    /// member the type lacks, `Unsupported` for a type without IDL (a raw CDR topic).
+    /// member the type lacks, `Unsupported` for a type without IDL (a raw CDR topic made
+    /// without a run-time type: see [`DomainParticipant::create_cdr_topic_with_type`]).
     /// Readers filter on their own side (ARCHITECTURE.md, "Content filters").
     ///
     /// ```
@@ -488,8 +503,12 @@ impl DomainParticipant {
                 "the topic belongs to another participant".into(),
             ));
         }
-        let filter =
-            ContentFilter::of_type_name::<T>(&topic.inner.type_name, expression, parameters)?;
+        let filter = ContentFilter::of_type_name::<T>(
+            &topic.inner.type_name,
+            topic.inner.dyn_type.as_ref(),
+            expression,
+            parameters,
+        )?;
         Ok(ContentFilteredTopic {
             name: name.to_string(),
             topic: topic.clone(),
@@ -503,6 +522,7 @@ impl DomainParticipant {
         name: &str,
         type_name: &str,
         qos: TopicQos,
+        dyn_type: Option<spindle_dynamic::DynType>,
     ) -> Result<Topic<T>> {
         let _span =
             tracing::info_span!("create_topic", node = self.node_id(), topic = name).entered();
@@ -534,6 +554,7 @@ impl DomainParticipant {
             }),
             qos,
             type_name: type_name.to_string(),
+            dyn_type,
         })))
     }
 
@@ -549,7 +570,7 @@ impl DomainParticipant {
         } else {
             T::TYPE_NAME.to_string()
         };
-        self.register_topic(name, &type_name, qos)
+        self.register_topic(name, &type_name, qos, None)
     }
 
     /// Deletes a topic handle (DDS `delete_topic`).

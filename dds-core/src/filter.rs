@@ -50,6 +50,9 @@ pub struct FilterError {
     pub detail: String,
 }
 
+/// An enum's enumerators: (name, value), as [`Filter::set_enum`] takes them.
+pub type Enumerators = Vec<(String, i128)>;
+
 /// A literal in an expression.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Literal {
@@ -135,7 +138,7 @@ pub struct Filter {
     parameters_needed: usize,
     parameters: Vec<Literal>,
     /// The enum members among the paths: each path's enumerators (name, value).
-    enums: Vec<(Vec<Step>, Vec<(String, i128)>)>,
+    enums: Vec<(Vec<Step>, Enumerators)>,
 }
 
 impl Filter {
@@ -212,7 +215,7 @@ impl Filter {
     /// (name, value): the member and what it is compared with (an enumerator's name, a
     /// number, a parameter, another member) then compare by value, except in `LIKE`.
     /// Without it an enum member, given by name, compares as a string.
-    pub fn set_enum(&mut self, path: &[Step], enumerators: Vec<(String, i128)>) {
+    pub fn set_enum(&mut self, path: &[Step], enumerators: Enumerators) {
         self.enums.retain(|(p, _)| p != path);
         self.enums.push((path.to_vec(), enumerators));
     }

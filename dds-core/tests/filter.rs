@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use spindle_dds_core::filter::{Filter, Step};
+use spindle_dds_core::filter::{Enumerators, Filter, Step};
 
 /// One case of a golden file: where it starts, its expression and parameters, its enum
 /// members (`enum: path = NAME value, …`: path and enumerators), and its `sample:` /
@@ -13,12 +13,12 @@ struct Case {
     line: usize,
     expr: String,
     params: Vec<String>,
-    enums: Vec<(Vec<Step>, Vec<(String, i128)>)>,
+    enums: Vec<(Vec<Step>, Enumerators)>,
     checks: Vec<(Option<String>, String)>,
 }
 
 /// `phase = TAXI 1, CRUISE 4` → the path `phase` and its enumerators.
-fn enum_line(file: &str, line: usize, text: &str) -> (Vec<Step>, Vec<(String, i128)>) {
+fn enum_line(file: &str, line: usize, text: &str) -> (Vec<Step>, Enumerators) {
     let bad = || format!("{file}:{line}: enum: wants `path = NAME value, …`, got {text:?}");
     let (path, values) = text
         .split_once(" = ")

@@ -130,5 +130,7 @@ pub fn topic(
     a: &TopicArgs,
     t: &Arc<DynType>,
 ) -> Result<Topic<CdrSample>, Fail> {
-    Ok(p.create_cdr_topic(&a.topic, t.type_name(), a.qos.topic())?)
+    // With the run-time type, so content filters resolve against it (`spindle sub
+    // --filter`).
+    Ok(p.create_cdr_topic_with_type(&a.topic, t, a.qos.topic())?)
 }

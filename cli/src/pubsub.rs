@@ -88,6 +88,14 @@ pub struct SubArgs {
     /// Print only the samples' data, one JSON value per line (no SampleInfo, no views).
     #[arg(long)]
     pub data_only: bool,
+    /// Read through a content filter: only samples that pass this DDS filter expression
+    /// (`position.altitude_m > %0 AND phase = 'CRUISE'`; members as in the IDL, enums by
+    /// name or number). Checked against the type before the domain is joined.
+    #[arg(long, value_name = "EXPRESSION")]
+    pub filter: Option<String>,
+    /// The filter's parameters, %0 first (repeat the option).
+    #[arg(long = "filter-param", value_name = "VALUE", requires = "filter")]
+    pub filter_params: Vec<String>,
 }
 
 /// Reads the samples of `pub`: every one is checked against the type (and encoded)
@@ -314,6 +322,15 @@ fn write_all(
 /// Runs `spindle sub`.
 pub fn run_sub(a: SubArgs) -> Result<u8, Fail> {
     let t = Arc::new(load_type(&a.topic)?);
+    if let Some(expr) = &a.filter {
+        // A bad expression or member is bad input, said before joining.
+        spindle_dds_core::content_filter::ContentFilter::of_dyn_type(
+            (*t).clone(),
+            expr,
+            &a.filter_params,
+        )
+        .map_err(|e| Fail::input(format!("--filter: {e}")))?;
+    }
     let cfg = load_config(&a.topic.config)?;
     let p = join(&cfg)?;
     let r = subscribe(&p, &a, &t);
@@ -369,7 +386,14 @@ fn subscribe(p: &DomainParticipant, a: &SubArgs, t: &Arc<DynType>) -> Result<u8,
     let topic = topic(p, &a.topic, t)?;
     let tq = a.topic.qos.topic();
     let sub = p.create_subscriber(Default::default())?;
-    let r: DataReader<CdrSample> = sub.create_datareader(&topic, a.topic.qos.reader(&tq))?;
+    let r: DataReader<CdrSample> = match &a.filter {
+        Some(expr) => {
+            let name = format!("{}-filtered", a.topic.topic);
+            let cft = p.create_contentfilteredtopic(&name, &topic, expr, &a.filter_params)?;
+            sub.create_datareader(&cft, a.topic.qos.reader(&tq))?
+        }
+        None => sub.create_datareader(&topic, a.topic.qos.reader(&tq))?,
+    };
     let result = read_all(p, a, t, &r);
     sub.delete_datareader(r)?;
     result

@@ -89,6 +89,17 @@ enum Source {
 /// Runs `spindle sub` for `count` samples and `spindle pub` of `source`; returns sub's
 /// stdout lines.
 fn exchange(type_name: &str, topic: &str, count: u64, source: Source) -> Vec<Value> {
+    exchange_with(type_name, topic, count, source, &[])
+}
+
+/// [`exchange`] with more arguments for `sub` (`--filter …`).
+fn exchange_with(
+    type_name: &str,
+    topic: &str,
+    count: u64,
+    source: Source,
+    sub_extra: &[&str],
+) -> Vec<Value> {
     let dir = tempfile::tempdir().expect("tempdir");
     let (n1, n2) = configs(dir.path());
     let count_s = count.to_string();
@@ -98,6 +109,7 @@ fn exchange(type_name: &str, topic: &str, count: u64, source: Source) -> Vec<Val
             .arg(&n1)
             .args(["--idl", IDL, "--type", type_name, "--topic", topic])
             .args(["--count", &count_s, "--timeout-s", "90"])
+            .args(sub_extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -245,6 +257,43 @@ fn pub_reads_json_lines_from_stdin_and_sub_gets_health_heartbeats() {
     check_exchange::<avionics::HealthHeartbeat>("Avionics::HealthHeartbeat", "Health", "stdin");
 }
 
+/// `sub --filter` reads through a content filter resolved against the type read from the
+/// IDL (an enum by number, a parameter): of eight heartbeats it prints exactly the three
+/// that pass, in order.
+#[test]
+fn sub_filters_samples_of_a_type_known_only_from_the_idl() {
+    const STATUS: [&str; 4] = ["NOMINAL", "DEGRADED", "FAILED", "OFFLINE"];
+    let text: String = (0..8)
+        .map(|i| {
+            format!(
+                "{{\"aircraft_id\": 1, \"subsystem\": \"hyd\", \"sequence_number\": {i}, \
+                 \"status\": \"{}\", \"severity_code\": \"I\", \"temperature_c\": 20, \
+                 \"detail\": \"\", \"fault_codes\": []}}\n",
+                STATUS[i % 4]
+            )
+        })
+        .collect();
+    // DEGRADED is 1: sequence numbers 1 and 5 pass by status, 7 by the parameter.
+    let lines = exchange_with(
+        "Avionics::HealthHeartbeat",
+        "HealthFiltered",
+        3,
+        Source::Stdin(text),
+        &[
+            "--filter",
+            "status = 1 OR sequence_number > %0",
+            "--filter-param",
+            "6",
+            "--data-only",
+        ],
+    );
+    let seqs: Vec<u64> = lines
+        .iter()
+        .map(|l| l["sequence_number"].as_u64().expect("a heartbeat"))
+        .collect();
+    assert_eq!(seqs, [1, 5, 7], "{lines:?}");
+}
+
 /// `--stream` writes each line as it comes, names and skips a bad one, and exits 2.
 #[test]
 fn pub_streams_stdin_skipping_a_bad_line() {
@@ -351,6 +400,27 @@ fn bad_input_is_a_clear_error_and_exit_2() {
 
     let o = run(&["sub", "--idl", IDL], None);
     assert_exit_2(&o, "--config");
+
+    let o = run(
+        &[
+            "sub",
+            "--config",
+            &cfg,
+            "--idl",
+            IDL,
+            "--type",
+            "Avionics::HealthHeartbeat",
+            "--topic",
+            "X",
+            "--filter",
+            "status = 1 AND wings > 2",
+        ],
+        None,
+    );
+    assert_exit_2(
+        &o,
+        "--filter: bad parameter: filter expression at byte 15: member `wings`",
+    );
 }
 
 #[test]

@@ -23,6 +23,30 @@ pub struct Origin {
     pub order_index: u64,
 }
 
+/// Where a sample became readable in its subgroup's total order: the place (view, order
+/// index) of the delivery that made it readable — its own, or for a coherent set's
+/// sample the set's end — then the sample's own place. Every reader of the subgroup's
+/// topics agrees on it, so it orders samples across readers (PRESENTATION GROUP
+/// `ordered_access`, `Subscriber::get_datareaders`); within one cache it grows with
+/// arrival.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Position {
+    /// The delivery that made it readable: view and order index.
+    pub readable_at: (u32, u64),
+    /// The sample's own delivery: view and order index.
+    pub delivered_at: (u32, u64),
+}
+
+impl Position {
+    /// A sample delivered at `sample`, readable from the delivery at `readable`.
+    pub fn of(readable: Origin, sample: Origin) -> Position {
+        Position {
+            readable_at: (readable.view_id, readable.order_index),
+            delivered_at: (sample.view_id, sample.order_index),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Entry {
     /// When LIFESPAN expires it (wall-clock ns), if it does.
@@ -31,6 +55,8 @@ struct Entry {
     read: bool,
     info: SampleInfo,
     payload: Payload,
+    /// Where it became readable (see [`Position`]).
+    position: Position,
 }
 
 /// A QueryCondition's test of a sample's bytes, if a read has one ([`Cache::access_if`]).
@@ -366,6 +392,17 @@ impl Cache {
         })
     }
 
+    /// The [`Position`]s of the samples matching `mask`, in the order a read returns them
+    /// (expired samples are dropped first, as a read drops them).
+    pub fn positions(&mut self, mask: &StateMask) -> Vec<Position> {
+        self.purge_expired();
+        self.samples
+            .values()
+            .filter(|e| self.accepts(mask, e))
+            .map(|e| e.position)
+            .collect()
+    }
+
     fn accepts(&self, mask: &StateMask, e: &Entry) -> bool {
         let Some(inst) = self.instances.get(&e.instance) else {
             return false;
@@ -419,8 +456,23 @@ impl Cache {
         match (h.kind, h.coherent) {
             // A lease renewal, not a sample (the delivery path handles it).
             (SampleKind::Liveliness, _) => Ok(false),
-            (SampleKind::CoherentEnd, _) => self.end_set(writer, now_us),
-            (_, Coherent::No) => self.insert_one(h, Bytes::Borrowed(payload), o, now_us),
+            (SampleKind::CoherentEnd, _) => self.end_sets(&[writer], o, now_us),
+            (SampleKind::GroupCoherentEnd, _) => {
+                // The delivery path checked the list (`decode_group_end`); a bad one ends
+                // nothing.
+                let writers: Vec<WriterHandle> = crate::sample::decode_group_end(payload)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|writer_id| WriterHandle {
+                        node: o.node,
+                        writer_id,
+                    })
+                    .collect();
+                self.end_sets(&writers, o, now_us)
+            }
+            (_, Coherent::No) => {
+                self.insert_one(h, Bytes::Borrowed(payload), o, Position::of(o, o), now_us)
+            }
             (_, mark) => {
                 let copy = self.copy_payload(payload);
                 if mark == Coherent::Begins {
@@ -457,12 +509,22 @@ impl Cache {
         }
     }
 
-    /// `writer`'s coherent set ended: its samples go in, in their order; true if any was
-    /// kept (the first rejection is returned if none was).
-    fn end_set(&mut self, writer: WriterHandle, now_us: u64) -> Result<bool, Rejected> {
-        let Some(set) = self.pending_sets.remove(&writer) else {
-            return Ok(false);
-        };
+    /// The coherent sets of `writers` ended, by the message at `end` (one writer's end,
+    /// or a GROUP-scope publisher's for all its writers): their samples go in together,
+    /// in the total order they were delivered in, at `end`'s [`Position`]; true if any
+    /// was kept (the first rejection is returned if none was).
+    fn end_sets(
+        &mut self,
+        writers: &[WriterHandle],
+        end: Origin,
+        now_us: u64,
+    ) -> Result<bool, Rejected> {
+        let mut set: Vec<(SampleHeader, Vec<u8>, Origin)> = writers
+            .iter()
+            .filter_map(|w| self.pending_sets.remove(w))
+            .flatten()
+            .collect();
+        set.sort_by_key(|(_, _, o)| (o.view_id, o.order_index));
         let mut kept = false;
         let mut rejected = None;
         for (h, bytes, o) in set {
@@ -470,7 +532,7 @@ impl Cache {
                 coherent: Coherent::No,
                 ..h
             };
-            match self.insert_one(&h, Bytes::Owned(bytes), o, now_us) {
+            match self.insert_one(&h, Bytes::Owned(bytes), o, Position::of(end, o), now_us) {
                 Ok(k) => kept |= k,
                 Err(r) => rejected = rejected.or(Some(r)),
             }
@@ -487,6 +549,7 @@ impl Cache {
         h: &SampleHeader,
         payload: Bytes<'_>,
         o: Origin,
+        position: Position,
         now_us: u64,
     ) -> Result<bool, Rejected> {
         let handle = InstanceHandle(h.key_hash);
@@ -643,7 +706,7 @@ impl Cache {
                     inst.not_alive_since_us = Some(now);
                 }
             }
-            SampleKind::Liveliness | SampleKind::CoherentEnd => {}
+            SampleKind::Liveliness | SampleKind::CoherentEnd | SampleKind::GroupCoherentEnd => {}
         }
         inst.newest_source_ns = inst.newest_source_ns.max(Some(h.source_timestamp_ns));
         let arrival = self.next_arrival;
@@ -671,6 +734,7 @@ impl Cache {
                     durable: false,
                 },
                 payload: copy,
+                position,
             },
         );
         if let Some(e) = evicted {

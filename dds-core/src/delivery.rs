@@ -74,6 +74,8 @@ impl Application for DdsApp {
         let rematched;
         let me = self.shared.me;
         let mut own = false;
+        // A GROUP coherent set's end in the batch: it reaches every topic's readers.
+        let mut group_end = false;
         {
             let mut st = lock(&self.shared.state);
             let vid = st.view.as_ref().map_or(0, |v| v.vid);
@@ -120,7 +122,19 @@ impl Application for DdsApp {
                     cut_bytes += m.full_len;
                     continue;
                 }
-                if keeps && h.level.keeps_history() && h.kind != SampleKind::Liveliness {
+                if h.kind == SampleKind::GroupCoherentEnd {
+                    if let Err(e) = crate::sample::decode_group_end(payload) {
+                        tracing::warn!(subgroup = sg, sender = m.sender, error = %e, "message dropped");
+                        continue;
+                    }
+                    group_end = true;
+                }
+                // A GROUP set's end goes to the store whatever its writer's level: the
+                // set may hold samples of writers of other levels.
+                if keeps
+                    && (h.level.keeps_history() || h.kind == SampleKind::GroupCoherentEnd)
+                    && h.kind != SampleKind::Liveliness
+                {
                     st.stores
                         .entry(sg)
                         .or_default()
@@ -134,6 +148,15 @@ impl Application for DdsApp {
             }
             // One lock of each reader's cache per batch, per topic in it.
             let mut topics: Vec<u64> = items.iter().map(|(h, _, _)| h.topic_id).collect();
+            if group_end {
+                // Every reader of the subgroup holds its part of the set, whatever topic.
+                topics.extend(
+                    st.readers
+                        .iter()
+                        .filter(|(_, rs)| rs.iter().any(|r| r.subgroup == sg))
+                        .map(|(t, _)| *t),
+                );
+            }
             topics.sort_unstable();
             topics.dedup();
             if self.shared.leases_watched.load(Ordering::Acquire)
@@ -173,14 +196,16 @@ impl Application for DdsApp {
                     let mine = items
                         .iter()
                         .filter(|(h, _, o)| {
-                            h.topic_id == t
-                                && h.level >= r.level
-                                && r.accepts(
-                                    h,
-                                    o.node,
-                                    endpoints.get(&(o.node, h.writer_id)),
-                                    &blocked,
-                                )
+                            // A GROUP set's end ends only the sets this reader holds.
+                            h.kind == SampleKind::GroupCoherentEnd
+                                || (h.topic_id == t
+                                    && h.level >= r.level
+                                    && r.accepts(
+                                        h,
+                                        o.node,
+                                        endpoints.get(&(o.node, h.writer_id)),
+                                        &blocked,
+                                    ))
                         })
                         .map(|(h, p, o)| (h, *p, *o));
                     if r.insert_all(mine) {

@@ -6,7 +6,10 @@
 //! and parentheses. Members are dotted paths into nested structs (`pos.lat`), with array
 //! or sequence indexes (`waypoints[2].alt`). Literals: integers (decimal, `0x` hex),
 //! floats, `'strings'` (a quote doubled inside), `TRUE`/`FALSE`; an enum member compares
-//! with its enumerator's name as a string (`mode = 'CRUISE'`) or with its value. `%0` …
+//! with its enumerator's name as a string (`mode = 'CRUISE'`) or with its value
+//! (`mode = 4`), once the filter knows the enum ([`Filter::set_enum`]: a content filter
+//! tells it from the type); then every comparison but `LIKE` is by value, so
+//! `mode > 'CLIMB'` is by declaration order, not spelling. `%0` …
 //! `%99` are the expression's parameters, given as strings and read as literals when the
 //! filter is made, and changeable later ([`Filter::set_parameters`]). Keywords are
 //! case-insensitive. Errors name the byte offset where the expression went wrong.
@@ -46,6 +49,9 @@ pub struct FilterError {
     /// What was wrong there.
     pub detail: String,
 }
+
+/// An enum's enumerators: (name, value), as [`Filter::set_enum`] takes them.
+pub type Enumerators = Vec<(String, i128)>;
 
 /// A literal in an expression.
 #[derive(Debug, Clone, PartialEq)]
@@ -131,6 +137,8 @@ pub struct Filter {
     /// The highest parameter the expression names, plus one.
     parameters_needed: usize,
     parameters: Vec<Literal>,
+    /// The enum members among the paths: each path's enumerators (name, value).
+    enums: Vec<(Vec<Step>, Enumerators)>,
 }
 
 impl Filter {
@@ -166,6 +174,7 @@ impl Filter {
             condition,
             parameters_needed: p.parameters_needed,
             parameters: Vec::new(),
+            enums: Vec::new(),
         };
         f.set_parameters(parameters)?;
         Ok(f)
@@ -202,6 +211,15 @@ impl Filter {
         Ok(())
     }
 
+    /// Tells the filter that the member at `path` is an enum with these `enumerators`
+    /// (name, value): the member and what it is compared with (an enumerator's name, a
+    /// number, a parameter, another member) then compare by value, except in `LIKE`.
+    /// Without it an enum member, given by name, compares as a string.
+    pub fn set_enum(&mut self, path: &[Step], enumerators: Enumerators) {
+        self.enums.retain(|(p, _)| p != path);
+        self.enums.push((path.to_vec(), enumerators));
+    }
+
     /// Whether `sample` (its members' values) passes the filter.
     pub fn matches(&self, sample: &Value) -> bool {
         self.eval(&self.condition, sample)
@@ -220,6 +238,10 @@ impl Filter {
             Condition::Or(a, b) => self.eval(a, s) || self.eval(b, s),
             Condition::Not(a) => !self.eval(a, s),
             Condition::Compare(a, op, b) => match (self.value(a, s), self.value(b, s)) {
+                (Some(x), Some(y)) if *op != Op::Like => {
+                    let (ta, tb) = (self.enum_of(a), self.enum_of(b));
+                    compare(&by_value(x, ta.or(tb)), *op, &by_value(y, tb.or(ta)))
+                }
                 (Some(x), Some(y)) => compare(&x, *op, &y),
                 _ => false,
             },
@@ -236,10 +258,26 @@ impl Filter {
                 ) else {
                     return false;
                 };
+                let t = self
+                    .enum_of(value)
+                    .or_else(|| self.enum_of(low))
+                    .or_else(|| self.enum_of(high));
+                let (v, lo, hi) = (by_value(v, t), by_value(lo, t), by_value(hi, t));
                 let inside = compare(&v, Op::Ge, &lo) && compare(&v, Op::Le, &hi);
                 inside != *negated
             }
         }
+    }
+
+    /// The enumerators of the enum member `o` names, if it names one.
+    fn enum_of(&self, o: &Operand) -> Option<&[(String, i128)]> {
+        let Operand::Member(path) = o else {
+            return None;
+        };
+        self.enums
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, e)| e.as_slice())
     }
 
     /// The value an operand has for sample `s`.
@@ -268,6 +306,18 @@ impl Filter {
                 }
             }
         }
+    }
+}
+
+/// `l` by value under `enumerators`: an enumerator's name becomes its value; anything
+/// else (a number, an unknown name) is left as it is.
+fn by_value(l: Literal, enumerators: Option<&[(String, i128)]>) -> Literal {
+    match (&l, enumerators) {
+        (Literal::Str(name), Some(e)) => e
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(l, |(_, v)| Literal::Int(*v)),
+        _ => l,
     }
 }
 

@@ -64,9 +64,10 @@ impl<T: TopicType> DataReader<T> {
                     SampleKind::Dispose => InstanceState::NotAliveDisposed,
                     SampleKind::Unregister => InstanceState::NotAliveNoWriters,
                     // Control messages are not logged (`logged::is_logged`).
-                    SampleKind::Data | SampleKind::Liveliness | SampleKind::CoherentEnd => {
-                        InstanceState::Alive
-                    }
+                    SampleKind::Data
+                    | SampleKind::Liveliness
+                    | SampleKind::CoherentEnd
+                    | SampleKind::GroupCoherentEnd => InstanceState::Alive,
                 },
                 source_timestamp_ns: h.source_timestamp_ns,
                 instance_handle: InstanceHandle(h.key_hash),

@@ -499,4 +499,7 @@ pub(crate) struct TopicInner {
     pub(crate) qos: TopicQos,
     /// The DDS type name (`T::TYPE_NAME`, or the one given for a raw CDR topic).
     pub(crate) type_name: String,
+    /// A raw CDR topic's type described at run time, if it was given one
+    /// (`create_cdr_topic_with_type`): what its filters and queries resolve against.
+    pub(crate) dyn_type: Option<spindle_dynamic::DynType>,
 }

@@ -121,18 +121,21 @@
 //!   writes and `assert_liveliness` (a header-only message in the topic's order), watched
 //!   by every matched reader (LIVELINESS_CHANGED, instances NOT_ALIVE_NO_WRITERS when a
 //!   lease lapses) and by the writer itself (LIVELINESS_LOST), on the participant's
-//!   timer. PRESENTATION `coherent_access` (TOPIC and INSTANCE scope):
+//!   timer. PRESENTATION `coherent_access`:
 //!   `begin_coherent_changes`/`end_coherent_changes` on the publisher; readers hold a
 //!   set back until its end and take it whole, and a set whose writer fails first is
-//!   dropped by every reader alike; stores keep finished sets only (GROUP scope is
-//!   refused: a publisher's topics may ride different subgroups).
+//!   dropped by every reader alike; stores keep finished sets only. GROUP access scope
+//!   spans the publisher's (subscriber's) topics that share one subgroup — an entity
+//!   whose topic rides another is refused — with one end for the whole set
+//!   (`SampleKind::GroupCoherentEnd`) and one order across a subscriber's readers
+//!   (`Subscriber::begin_access`, `get_datareaders`).
 #![deny(missing_docs)]
 
 // The layers, bottom to top; a module uses only modules of lower layers (ARCHITECTURE.md;
 // scripts/check-layering.py checks that no two modules use each other):
 // 1. data: clock, sample, status, store, cache, condition, metrics, config, declare,
 //    discovery, filter, content_filter, error, logged
-// 2. entity state: common; reader_core, writer_core; shared (+ the Driver trait)
+// 2. entity state: common, group_scope; reader_core, writer_core; shared (+ the Driver trait)
 // 3. the delivery path: delivery (DdsApp and handle_timeout: engine output enters here)
 // 4. drivers and handles: inner; metrics_http, transport; threads; topic; reader, writer;
 //    publisher, subscriber; participant; counters (DomainParticipant::counters); history
@@ -149,6 +152,7 @@ mod delivery;
 pub mod discovery;
 mod error;
 pub mod filter;
+mod group_scope;
 mod history;
 mod inner;
 pub mod logged;
@@ -183,7 +187,8 @@ pub use participant::{DomainParticipant, DomainParticipantFactory, REJOIN_RETRY_
 pub use publisher::Publisher;
 pub use query::{ConditionParts, QueryCondition, ReadConditionLike};
 pub use reader::{
-    DataReader, DataReaderListener, LoanedRead, LoanedSamples, ReadCondition, StatusCondition,
+    DataReader, DataReaderListener, LoanedRead, LoanedSamples, ReadCondition, ReaderHandle,
+    StatusCondition,
 };
 pub use sample::{
     InstanceHandle, InstanceState, Sample, SampleInfo, SampleState, StateMask, ViewState,

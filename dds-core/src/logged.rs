@@ -102,7 +102,9 @@ pub fn is_logged(payload: &[u8]) -> bool {
             && h.topic_id != NUDGE_TOPIC_ID
             && !matches!(
                 h.kind,
-                crate::sample::SampleKind::Liveliness | crate::sample::SampleKind::CoherentEnd
+                crate::sample::SampleKind::Liveliness
+                    | crate::sample::SampleKind::CoherentEnd
+                    | crate::sample::SampleKind::GroupCoherentEnd
             )
     })
 }

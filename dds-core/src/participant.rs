@@ -19,6 +19,7 @@ use crate::content_filter::ContentFilter;
 use crate::declare::{dds_layout, subgroup_of, topic_id, JOIN_RETRY_US};
 use crate::discovery::partition_bytes;
 use crate::error::{Error, Result};
+use crate::group_scope::GroupScope;
 use crate::inner::{check_level, ParticipantInner, TopicInner};
 use crate::logged;
 use crate::publisher::Publisher;
@@ -391,7 +392,7 @@ impl DomainParticipant {
                 T::TYPE_NAME
             )));
         }
-        self.register_topic(name, T::TYPE_NAME, qos)
+        self.register_topic(name, T::TYPE_NAME, qos, None)
     }
 
     /// Registers topic `name` of the DDS type `type_name` for samples moved as CDR bytes
@@ -442,14 +443,29 @@ impl DomainParticipant {
                 "topic {name:?}: type name {type_name:?}: 1 to 256 bytes"
             )));
         }
-        self.register_topic(name, type_name, qos)
+        self.register_topic(name, type_name, qos, None)
+    }
+
+    /// [`DomainParticipant::create_cdr_topic`] for a type described at run time (a
+    /// `spindle_dynamic::DynType`, e.g. read from an IDL file): samples are still moved as
+    /// their CDR bytes, never decoded, but content-filtered topics and query conditions on
+    /// it resolve their member names against `ty` and evaluate samples decoded by it (as
+    /// a generated type's do). The DDS type name is `ty`'s.
+    pub fn create_cdr_topic_with_type(
+        &self,
+        name: &str,
+        ty: &spindle_dynamic::DynType,
+        qos: TopicQos,
+    ) -> Result<Topic<CdrSample>> {
+        self.register_topic(name, ty.type_name(), qos, Some(ty.clone()))
     }
 
     /// Creates a topic named `name` whose readers see only the samples of `topic` that
     /// pass `expression` (DDS `create_contentfilteredtopic`; the filter language is
     /// [`crate::filter`], `%n` are `parameters`). Member names are resolved against the
     /// topic type's IDL now: `BadParameter` naming the byte for a bad expression or a
-    /// member the type lacks, `Unsupported` for a type without IDL (a raw CDR topic).
+    /// member the type lacks, `Unsupported` for a type without IDL (a raw CDR topic made
+    /// without a run-time type: see [`DomainParticipant::create_cdr_topic_with_type`]).
     /// Readers filter on their own side (ARCHITECTURE.md, "Content filters").
     ///
     /// ```
@@ -487,8 +503,12 @@ impl DomainParticipant {
                 "the topic belongs to another participant".into(),
             ));
         }
-        let filter =
-            ContentFilter::of_type_name::<T>(&topic.inner.type_name, expression, parameters)?;
+        let filter = ContentFilter::of_type_name::<T>(
+            &topic.inner.type_name,
+            topic.inner.dyn_type.as_ref(),
+            expression,
+            parameters,
+        )?;
         Ok(ContentFilteredTopic {
             name: name.to_string(),
             topic: topic.clone(),
@@ -502,6 +522,7 @@ impl DomainParticipant {
         name: &str,
         type_name: &str,
         qos: TopicQos,
+        dyn_type: Option<spindle_dynamic::DynType>,
     ) -> Result<Topic<T>> {
         let _span =
             tracing::info_span!("create_topic", node = self.node_id(), topic = name).entered();
@@ -533,6 +554,7 @@ impl DomainParticipant {
             }),
             qos,
             type_name: type_name.to_string(),
+            dyn_type,
         })))
     }
 
@@ -548,7 +570,7 @@ impl DomainParticipant {
         } else {
             T::TYPE_NAME.to_string()
         };
-        self.register_topic(name, &type_name, qos)
+        self.register_topic(name, &type_name, qos, None)
     }
 
     /// Deletes a topic handle (DDS `delete_topic`).
@@ -586,13 +608,13 @@ impl DomainParticipant {
         self.inner.check_alive()?;
         qos.check()?;
         partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
-        check_presentation(&qos.presentation, "publisher")?;
         Ok(Publisher {
             participant: Arc::clone(&self.inner),
             coherent: qos
                 .presentation
                 .coherent_access
                 .then(|| Arc::new(CoherentSet::default())),
+            group: GroupScope::of(&qos.presentation, "publisher").map(Arc::new),
             qos,
         })
     }
@@ -602,9 +624,11 @@ impl DomainParticipant {
         self.inner.check_alive()?;
         qos.check()?;
         partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
-        check_presentation(&qos.presentation, "subscriber")?;
         Ok(Subscriber {
             participant: Arc::clone(&self.inner),
+            group: GroupScope::of(&qos.presentation, "subscriber").map(Arc::new),
+            readers: Arc::default(),
+            accessing: Arc::default(),
             qos,
         })
     }
@@ -645,17 +669,4 @@ impl DomainParticipant {
             .stopped_flag
             .store(true, Ordering::Release);
     }
-}
-
-/// Refuses PRESENTATION GROUP scope with coherent access: a publisher's topics may ride
-/// different subgroups, which share no order, so a set across them cannot be made
-/// all-or-none.
-fn check_presentation(p: &spindle_qos::Presentation, whose: &str) -> Result<()> {
-    if p.access_scope == spindle_qos::PresentationAccessScope::Group && p.coherent_access {
-        return Err(Error::Unsupported(format!(
-            "the {whose}'s PRESENTATION asks coherent_access with GROUP access_scope: not \
-             supported (its topics may ride different subgroups); use TOPIC or INSTANCE scope"
-        )));
-    }
-    Ok(())
 }

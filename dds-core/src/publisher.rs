@@ -9,8 +9,9 @@ use spindle_topics::TopicType;
 
 use crate::common::lock;
 use crate::error::{Error, Result};
+use crate::group_scope::GroupScope;
 use crate::inner::ParticipantInner;
-use crate::sample::SampleKind;
+use crate::sample::{encode_group_end, SampleKind};
 use crate::shared::State;
 use crate::topic::Topic;
 use crate::writer::DataWriter;
@@ -32,6 +33,8 @@ pub struct Publisher {
     /// Its coherent set, under PRESENTATION `coherent_access` (shared by its clones
     /// and its writers).
     pub(crate) coherent: Option<Arc<CoherentSet>>,
+    /// Its writers' topics, under PRESENTATION GROUP access scope (one subgroup).
+    pub(crate) group: Option<Arc<GroupScope>>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -46,12 +49,16 @@ impl Publisher {
         &self.qos
     }
 
-    /// Opens a coherent set (DDS `begin_coherent_changes`, PRESENTATION `coherent_access`
-    /// with TOPIC or INSTANCE scope): what this publisher's writers write until
-    /// [`Publisher::end_coherent_changes`] reaches each reader all at once or not at all —
-    /// held back at the readers until the set ends, dropped by every reader alike if the
-    /// writer fails first. Each writer's part of the set is its own set (TOPIC scope), of
-    /// at most [`crate::sample::COHERENT_SET_SAMPLES_MAX`] samples.
+    /// Opens a coherent set (DDS `begin_coherent_changes`, PRESENTATION `coherent_access`):
+    /// what this publisher's writers write until [`Publisher::end_coherent_changes`]
+    /// reaches each reader all at once or not at all — held back at the readers until the
+    /// set ends, dropped by every reader alike if the writer fails first. Under TOPIC or
+    /// INSTANCE scope each writer's part of the set is its own set; under GROUP scope the
+    /// set spans all the publisher's writers (whose topics share one subgroup: see
+    /// [`Publisher::create_datawriter`]) and ends at one position of the subgroup's total
+    /// order for every reader of every topic in it. At most
+    /// [`crate::sample::COHERENT_SET_SAMPLES_MAX`] samples per writer and
+    /// [`crate::sample::GROUP_SET_WRITERS_MAX`] writers per set.
     /// `PreconditionNotMet` without `coherent_access` or with a set already open.
     pub fn begin_coherent_changes(&self) -> Result<()> {
         let set = self.coherent.as_ref().ok_or_else(|| {
@@ -70,7 +77,8 @@ impl Publisher {
     }
 
     /// Ends the open coherent set (DDS `end_coherent_changes`): each writer that wrote in
-    /// it sends the set's end through its topic's order, and readers take the set.
+    /// it sends the set's end through its topic's order (TOPIC/INSTANCE scope), or one of
+    /// them sends one end listing them all (GROUP scope), and readers take the set.
     /// `PreconditionNotMet` if no set is open.
     pub fn end_coherent_changes(&self) -> Result<()> {
         let ids = self
@@ -81,6 +89,26 @@ impl Publisher {
                 Error::PreconditionNotMet("end_coherent_changes: no coherent set is open".into())
             })?;
         let p = &self.participant;
+        if self.group.is_some() {
+            // One end for the whole set, in the one subgroup its writers share: every
+            // reader of any of its topics takes its part at that end, or (the participant
+            // gone first) none does.
+            let body = encode_group_end(&ids)?;
+            let sender = {
+                let st = lock(&p.shared.state);
+                ids.iter().find_map(|id| st.writers.get(id).cloned())
+            };
+            return match sender {
+                Some(core) => {
+                    crate::writer::send_control_with(&core, p, SampleKind::GroupCoherentEnd, &body)
+                }
+                None if ids.is_empty() => Ok(()),
+                None => Err(Error::AlreadyDeleted(format!(
+                    "end_coherent_changes: every writer of the set ({ids:?}) was deleted; \
+                     the set never ends"
+                ))),
+            };
+        }
         for id in ids {
             let core = lock(&p.shared.state).writers.get(&id).cloned();
             if let Some(core) = core {
@@ -91,7 +119,10 @@ impl Publisher {
     }
 
     /// Creates a writer on `topic` and waits until the view carries it: when this
-    /// returns, `write` reaches every reader the view holds.
+    /// returns, `write` reaches every reader the view holds. Under PRESENTATION GROUP
+    /// access scope with `coherent_access` or `ordered_access`, `Unsupported` if `topic`
+    /// rides another subgroup than the publisher's other writers' topics (naming both
+    /// topics, their subgroups and `topic_subgroups`).
     pub fn create_datawriter<T: TopicType>(
         &self,
         topic: &Topic<T>,
@@ -114,6 +145,9 @@ impl Publisher {
             store_depth(&qos.history),
         )?;
         let sg = topic.inner.ident.subgroup;
+        if let Some(g) = &self.group {
+            g.admit(id, &ident.name, sg, p.config.topic_subgroups)?;
+        }
         if let Some(h) = &lock(&p.shared.state).retention {
             if qos.delivery_level() == spindle_qos::DeliveryLevel::LoggedStore {
                 crate::logged::widen_retention(h, sg, crate::logged::retention_of(&qos));
@@ -149,6 +183,9 @@ impl Publisher {
             p.remove_interest(id);
             lock(&p.shared.state).writers.remove(&id);
             let _ = p.redeclare(|_| true);
+            if let Some(g) = &self.group {
+                g.remove(id);
+            }
             return Err(e);
         }
         let w = DataWriter::new(core, Arc::clone(&topic.inner));
@@ -165,6 +202,9 @@ impl Publisher {
             return Err(Error::AlreadyDeleted(format!("writer {id}")));
         }
         writer.core().deleted.store(true, Ordering::Release);
+        if let Some(g) = &self.group {
+            g.remove(id);
+        }
         lock(&p.shared.state).writers.remove(&id);
         let endpoint = writer.core().endpoint();
         p.announce(endpoint, false)?;

@@ -150,8 +150,12 @@ impl<T: TopicType> DataReader<T> {
         expression: &str,
         parameters: &[String],
     ) -> Result<Arc<QueryCondition>> {
-        let filter =
-            ContentFilter::of_type_name::<T>(&self.topic.type_name, expression, parameters)?;
+        let filter = ContentFilter::of_type_name::<T>(
+            &self.topic.type_name,
+            self.topic.dyn_type.as_ref(),
+            expression,
+            parameters,
+        )?;
         Ok(Arc::new(QueryCondition {
             core: Arc::clone(&self.core),
             mask,

@@ -69,6 +69,12 @@ pub trait DataReaderListener<T: TopicType>: Send + Sync + 'static {
     }
 }
 
+/// A reader of this participant, as [`DataReader::handle`] and
+/// [`Subscriber::get_datareaders`](crate::Subscriber::get_datareaders) name it: its
+/// entity id within the participant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReaderHandle(pub u32);
+
 impl<T: TopicType> DataReader<T> {
     pub(crate) fn new(core: Arc<ReaderCore>, topic: Arc<TopicInner>) -> Self {
         DataReader {
@@ -103,6 +109,12 @@ impl<T: TopicType> DataReader<T> {
         self.core
             .set_member(member, &|w| !members.contains(&w.node));
         self.core.rematch(vid, compatible, &incompatible);
+    }
+
+    /// This reader's handle (DDS `get_instance_handle`): what
+    /// [`Subscriber::get_datareaders`](crate::Subscriber::get_datareaders) names it by.
+    pub fn handle(&self) -> ReaderHandle {
+        ReaderHandle(self.core.id)
     }
 
     /// The topic's name.

@@ -27,6 +27,12 @@ pub enum SampleKind {
     /// The writer's coherent set ends (`Publisher::end_coherent_changes`): readers take
     /// the set's samples, held back until now, all at once. No data, no instance.
     CoherentEnd,
+    /// A GROUP-scope publisher's coherent set ends (`Publisher::end_coherent_changes`
+    /// under PRESENTATION GROUP access scope): the sets of every writer it lists (its
+    /// payload, [`encode_group_end`]; all of the sender's participant, all in this one
+    /// subgroup) end together, at this message's one position in the subgroup's total
+    /// order, at every reader of every topic of the subgroup. No instance.
+    GroupCoherentEnd,
 }
 
 impl SampleKind {
@@ -37,6 +43,7 @@ impl SampleKind {
             SampleKind::Unregister => 2,
             SampleKind::Liveliness => 3,
             SampleKind::CoherentEnd => 4,
+            SampleKind::GroupCoherentEnd => 5,
         }
     }
     fn from_u8(v: u8) -> Option<SampleKind> {
@@ -46,6 +53,7 @@ impl SampleKind {
             2 => SampleKind::Unregister,
             3 => SampleKind::Liveliness,
             4 => SampleKind::CoherentEnd,
+            5 => SampleKind::GroupCoherentEnd,
             _ => return None,
         })
     }
@@ -87,6 +95,40 @@ pub struct SampleHeader {
 /// Most samples one writer may write in one coherent set: readers hold a set back until
 /// it ends, so it is bounded.
 pub const COHERENT_SET_SAMPLES_MAX: usize = 4096;
+
+/// Most writers one GROUP-scope coherent set spans: its end lists them (4 bytes each), so
+/// it is bounded, well inside the smallest slot.
+pub const GROUP_SET_WRITERS_MAX: usize = 256;
+
+/// The payload of a [`SampleKind::GroupCoherentEnd`]: the writer ids whose sets end, as
+/// little-endian `u32`s. `OutOfResources` beyond [`GROUP_SET_WRITERS_MAX`].
+pub fn encode_group_end(writers: &[u32]) -> Result<Vec<u8>> {
+    if writers.len() > GROUP_SET_WRITERS_MAX {
+        return Err(Error::OutOfResources(format!(
+            "a GROUP coherent set written by {} writers, more than GROUP_SET_WRITERS_MAX = \
+             {GROUP_SET_WRITERS_MAX}",
+            writers.len()
+        )));
+    }
+    Ok(writers.iter().flat_map(|w| w.to_le_bytes()).collect())
+}
+
+/// The writer ids a [`SampleKind::GroupCoherentEnd`]'s payload lists (a peer's bytes: an
+/// error names what is wrong — a length that is not a multiple of 4, or more than
+/// [`GROUP_SET_WRITERS_MAX`] writers).
+pub fn decode_group_end(payload: &[u8]) -> Result<Vec<u32>> {
+    if payload.len() % 4 != 0 || payload.len() / 4 > GROUP_SET_WRITERS_MAX {
+        return Err(Error::Error(format!(
+            "a GROUP coherent set's end of {} payload bytes: not a list of at most \
+             {GROUP_SET_WRITERS_MAX} 4-byte writer ids",
+            payload.len()
+        )));
+    }
+    Ok(payload
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
 
 /// A sample's place in a coherent set (`Publisher::begin_coherent_changes` …
 /// `end_coherent_changes`). Readers hold a set's samples back until its

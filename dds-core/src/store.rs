@@ -47,11 +47,18 @@ impl Store {
         match h.kind {
             SampleKind::Liveliness => return,
             SampleKind::CoherentEnd => {
-                for at in self.open_sets.remove(&writer).unwrap_or_default() {
-                    if let Some(s) = self.order.get_mut(&at) {
-                        SampleHeader::clear_coherent(&mut s.bytes);
-                    }
-                }
+                self.end_sets(&[writer]);
+                return;
+            }
+            SampleKind::GroupCoherentEnd => {
+                // A GROUP-scope publisher's end: every set it lists ends (a bad list, a
+                // peer's, ends none: the delivery path logged it).
+                let payload = bytes
+                    .get(crate::sample::SAMPLE_HEADER_BYTES..)
+                    .unwrap_or(&[]);
+                let ids = crate::sample::decode_group_end(payload).unwrap_or_default();
+                let writers: Vec<_> = ids.into_iter().map(|id| (origin.node, id)).collect();
+                self.end_sets(&writers);
                 return;
             }
             _ => {}
@@ -110,6 +117,17 @@ impl Store {
             }
         }
         self.per_instance.retain(|_, q| !q.is_empty());
+    }
+
+    /// The coherent sets of `writers` ended: their samples stand alone from now on.
+    fn end_sets(&mut self, writers: &[(NodeId, u32)]) {
+        for w in writers {
+            for at in self.open_sets.remove(w).unwrap_or_default() {
+                if let Some(s) = self.order.get_mut(&at) {
+                    SampleHeader::clear_coherent(&mut s.bytes);
+                }
+            }
+        }
     }
 
     /// The stored messages, oldest first.
@@ -341,6 +359,64 @@ mod tests {
         }
         assert_eq!(marks(&s), [Coherent::No; 4]);
         assert_eq!(s.iter().collect::<Vec<_>>(), t.iter().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_group_coherent_end_finishes_the_sets_of_every_writer_it_lists() {
+        // Writers 1 and 2 of one publisher (node 1), writer 3 outside the set.
+        let push = |s: &mut Store, seq: u64, writer_id: u32, kind, coherent, body: &[u8]| {
+            let (h, _) = msg(seq as u8, seq);
+            let h = SampleHeader {
+                kind,
+                coherent,
+                writer_id,
+                ..h
+            };
+            let mut head = [0u8; SAMPLE_HEADER_BYTES];
+            h.encode(&mut head);
+            let mut b = head.to_vec();
+            b.extend_from_slice(body);
+            let o = Origin {
+                node: 1,
+                view_id: 1,
+                order_index: seq,
+            };
+            s.push(&h, o, &b, 0);
+        };
+        let marks = |s: &Store| -> Vec<Coherent> {
+            s.iter()
+                .map(|m| SampleHeader::decode(&m.bytes).unwrap().0.coherent)
+                .collect()
+        };
+        let mut s = Store::default();
+        push(&mut s, 1, 1, SampleKind::Data, Coherent::Begins, b"a");
+        push(&mut s, 2, 2, SampleKind::Data, Coherent::Begins, b"b");
+        push(&mut s, 3, 3, SampleKind::Data, Coherent::Begins, b"c");
+        push(&mut s, 4, 1, SampleKind::Data, Coherent::Continues, b"d");
+        let end = crate::sample::encode_group_end(&[1, 2]).unwrap();
+        push(
+            &mut s,
+            5,
+            2,
+            SampleKind::GroupCoherentEnd,
+            Coherent::No,
+            &end,
+        );
+        assert_eq!(
+            marks(&s),
+            [Coherent::No, Coherent::No, Coherent::Begins, Coherent::No],
+            "writers 1 and 2 finished, writer 3's set still open, the end not kept"
+        );
+        // A bad list (a peer's) ends nothing.
+        push(
+            &mut s,
+            6,
+            3,
+            SampleKind::GroupCoherentEnd,
+            Coherent::No,
+            b"xyz",
+        );
+        assert_eq!(marks(&s)[2], Coherent::Begins);
     }
 
     #[test]

@@ -1,17 +1,19 @@
 //! Subscribers (DDS `Subscriber`): they create and delete readers, each one a declared
 //! interest that a view change carries.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use spindle_qos::{DataReaderQos, SubscriberQos};
 use spindle_topics::TopicType;
 
 use crate::common::lock;
 use crate::error::{Error, Result};
+use crate::group_scope::{order_by_position, GroupScope};
 use crate::inner::ParticipantInner;
-use crate::reader::DataReader;
+use crate::reader::{DataReader, ReaderHandle};
 use crate::reader_core::ReaderCore;
+use crate::sample::StateMask;
 use crate::shared::State;
 use crate::topic::TopicDescription;
 
@@ -20,6 +22,12 @@ use crate::topic::TopicDescription;
 pub struct Subscriber {
     pub(crate) participant: Arc<ParticipantInner>,
     pub(crate) qos: SubscriberQos,
+    /// Its readers' topics, under PRESENTATION GROUP access scope (one subgroup).
+    pub(crate) group: Option<Arc<GroupScope>>,
+    /// Its readers, in creation order (shared by its clones).
+    pub(crate) readers: Arc<Mutex<Vec<Arc<ReaderCore>>>>,
+    /// `begin_access` calls not yet ended.
+    pub(crate) accessing: Arc<AtomicU32>,
 }
 
 impl std::fmt::Debug for Subscriber {
@@ -36,11 +44,69 @@ impl Subscriber {
         &self.qos
     }
 
+    /// Opens an access to the samples of this subscriber's readers (DDS `begin_access`):
+    /// under PRESENTATION GROUP access scope with `ordered_access`,
+    /// [`Subscriber::get_datareaders`] may be called only between this and
+    /// [`Subscriber::end_access`]. Accesses nest.
+    pub fn begin_access(&self) -> Result<()> {
+        self.participant.check_alive()?;
+        self.accessing.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Closes the access [`Subscriber::begin_access`] opened (DDS `end_access`);
+    /// `PreconditionNotMet` if none is open.
+    pub fn end_access(&self) -> Result<()> {
+        self.accessing
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .map(|_| ())
+            .map_err(|_| Error::PreconditionNotMet("end_access: no begin_access is open".into()))
+    }
+
+    /// The readers of this subscriber that hold samples matching `mask` (DDS
+    /// `get_datareaders`). Under PRESENTATION GROUP access scope with `ordered_access`,
+    /// the list names a reader once per such sample, in the one order of the
+    /// subscriber's topics (they share one subgroup, so one total order): reading one
+    /// sample with `mask` from each reader named, in turn (`read`/`take` with `max` 1),
+    /// reads them all in that order — the same order at every participant. A coherent
+    /// set's samples sit where the set ended. Call it between
+    /// [`Subscriber::begin_access`] and [`Subscriber::end_access`] there
+    /// (`PreconditionNotMet` otherwise). Without GROUP ordered access, each reader with
+    /// such samples is named once, in creation order.
+    pub fn get_datareaders(&self, mask: StateMask) -> Result<Vec<ReaderHandle>> {
+        self.participant.check_alive()?;
+        let readers: Vec<Arc<ReaderCore>> = lock(&self.readers).clone();
+        let handle = |r: &ReaderCore| ReaderHandle(r.id);
+        if !(self.group.is_some() && self.qos.presentation.ordered_access) {
+            return Ok(readers
+                .iter()
+                .filter(|r| lock(&r.cache).any(&mask, None))
+                .map(|r| handle(r))
+                .collect());
+        }
+        if self.accessing.load(Ordering::Acquire) == 0 {
+            return Err(Error::PreconditionNotMet(
+                "get_datareaders: PRESENTATION GROUP ordered_access asks begin_access first".into(),
+            ));
+        }
+        let positions: Vec<_> = readers
+            .iter()
+            .map(|r| lock(&r.cache).positions(&mask))
+            .collect();
+        Ok(order_by_position(&positions)
+            .into_iter()
+            .map(|i| handle(&readers[i]))
+            .collect())
+    }
+
     /// Creates a reader on `topic` (a [`Topic`](crate::Topic) or a
     /// [`ContentFilteredTopic`](crate::ContentFilteredTopic), whose filter the reader
     /// applies to every sample it receives) and waits until the view carries it: every
     /// sample written after this returns reaches it; on a store-level topic it also holds
-    /// the stored history.
+    /// the stored history. Under PRESENTATION GROUP access scope with `coherent_access`
+    /// or `ordered_access`, `Unsupported` if the topic rides another subgroup than the
+    /// subscriber's other readers' topics (naming both topics, their subgroups and
+    /// `topic_subgroups`).
     pub fn create_datareader<D: TopicDescription>(
         &self,
         description: &D,
@@ -62,6 +128,9 @@ impl Subscriber {
         // HISTORY bounds only its cache.
         let (id, interest) = p.new_entity::<T<D>>(&topic.inner, qos.delivery_level(), true, 1)?;
         let sg = topic.inner.ident.subgroup;
+        if let Some(g) = &self.group {
+            g.admit(id, &ident.name, sg, p.config.topic_subgroups)?;
+        }
         let core = ReaderCore::new(
             id,
             Arc::clone(&topic.inner.ident),
@@ -101,8 +170,12 @@ impl Subscriber {
             p.remove_interest(id);
             unregister_reader(p, &core);
             let _ = p.redeclare(|_| true);
+            if let Some(g) = &self.group {
+                g.remove(id);
+            }
             return Err(e);
         }
+        lock(&self.readers).push(Arc::clone(&core));
         let r = DataReader::new(core, Arc::clone(&topic.inner));
         r.refresh_matched();
         Ok(r)
@@ -117,6 +190,10 @@ impl Subscriber {
         }
         core.deleted.store(true, Ordering::Release);
         unregister_reader(p, core);
+        if let Some(g) = &self.group {
+            g.remove(core.id);
+        }
+        lock(&self.readers).retain(|r| !Arc::ptr_eq(r, core));
         let endpoint = core.endpoint();
         p.announce(endpoint, false)?;
         p.redeclare(|_| true)

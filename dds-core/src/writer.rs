@@ -605,13 +605,31 @@ pub(crate) fn send_control(
     p: &ParticipantInner,
     kind: SampleKind,
 ) -> Result<()> {
+    send_control_with(core, p, kind, &[])
+}
+
+/// [`send_control`] with a body (a GROUP coherent set's end lists its writers);
+/// `OutOfResources` if the body does not fit the writer's slot.
+pub(crate) fn send_control_with(
+    core: &WriterCore,
+    p: &ParticipantInner,
+    kind: SampleKind,
+    body: &[u8],
+) -> Result<()> {
     if core.deleted.load(Ordering::Acquire) {
         return Err(Error::AlreadyDeleted(format!("writer {}", core.id)));
     }
     p.check_alive()?;
-    let (l, _) = loan(core, p)?;
+    let (l, room) = loan(core, p)?;
+    if body.len() > room {
+        return Err(Error::OutOfResources(format!(
+            "writer {}: a {kind:?} of {} bytes does not fit its {room}-byte slot",
+            core.id,
+            body.len()
+        )));
+    }
     core.asserted(p.now_us());
-    finish(core, l, kind, control_key(core, p), p.wall_ns(), &[])
+    finish(core, l, kind, control_key(core, p), p.wall_ns(), body)
 }
 
 /// The key hash of a writer's control messages: none is an instance (readers keep no

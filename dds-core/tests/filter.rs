@@ -1,18 +1,39 @@
 //! The filter language's golden files: `tests/filter/valid.txt` (expressions, parameters,
-//! samples and whether each passes) and `tests/filter/invalid.txt` (expressions and the
+//! the enum members a type would declare, samples and whether each passes) and `tests/filter/invalid.txt` (expressions and the
 //! exact error each gives). A failure names the file and line of the case.
 
 use std::path::Path;
 
-use spindle_dds_core::filter::Filter;
+use spindle_dds_core::filter::{Enumerators, Filter, Step};
 
-/// One case of a golden file: where it starts, its expression and parameters, and its
-/// `sample:` / `=>` lines.
+/// One case of a golden file: where it starts, its expression and parameters, its enum
+/// members (`enum: path = NAME value, …`: path and enumerators), and its `sample:` /
+/// `=>` lines.
 struct Case {
     line: usize,
     expr: String,
     params: Vec<String>,
+    enums: Vec<(Vec<Step>, Enumerators)>,
     checks: Vec<(Option<String>, String)>,
+}
+
+/// `phase = TAXI 1, CRUISE 4` → the path `phase` and its enumerators.
+fn enum_line(file: &str, line: usize, text: &str) -> (Vec<Step>, Enumerators) {
+    let bad = || format!("{file}:{line}: enum: wants `path = NAME value, …`, got {text:?}");
+    let (path, values) = text
+        .split_once(" = ")
+        .unwrap_or_else(|| panic!("{}", bad()));
+    let path = path.split('.').map(|n| Step::Name(n.to_string())).collect();
+    let values = values
+        .split(", ")
+        .map(|e| {
+            let parsed = e
+                .split_once(' ')
+                .and_then(|(name, v)| Some((name.to_string(), v.parse::<i128>().ok()?)));
+            parsed.unwrap_or_else(|| panic!("{}", bad()))
+        })
+        .collect();
+    (path, values)
 }
 
 fn cases(file: &str) -> Vec<Case> {
@@ -32,6 +53,7 @@ fn cases(file: &str) -> Vec<Case> {
                 line: i + 1,
                 expr: e.strip_prefix(' ').unwrap_or(e).to_string(),
                 params: Vec::new(),
+                enums: Vec::new(),
                 checks: Vec::new(),
             });
             continue;
@@ -41,6 +63,8 @@ fn cases(file: &str) -> Vec<Case> {
             .unwrap_or_else(|| panic!("{file}:{}: no expr: yet", i + 1));
         if let Some(p) = line.strip_prefix("params: ") {
             case.params = p.split(" | ").map(str::to_string).collect();
+        } else if let Some(e) = line.strip_prefix("enum: ") {
+            case.enums.push(enum_line(file, i + 1, e));
         } else if let Some(s) = line.strip_prefix("sample: ") {
             sample = Some(s.to_string());
         } else if let Some(want) = line.strip_prefix("=> ") {
@@ -57,8 +81,11 @@ fn cases(file: &str) -> Vec<Case> {
 fn valid_expressions_parse_and_decide_each_sample_as_the_golden_file_says() {
     let all = cases("valid.txt");
     for c in &all {
-        let f = Filter::new(&c.expr, &c.params)
+        let mut f = Filter::new(&c.expr, &c.params)
             .unwrap_or_else(|e| panic!("valid.txt:{}: {:?} refused: {e}", c.line, c.expr));
+        for (path, values) in &c.enums {
+            f.set_enum(path, values.clone());
+        }
         assert!(!c.checks.is_empty(), "valid.txt:{}: no samples", c.line);
         for (sample, want) in &c.checks {
             let json = sample.as_deref().expect("a sample before =>");
@@ -180,5 +207,49 @@ fn random_expressions_and_samples_never_panic() {
             Ok(Some(offset)) => assert!(offset <= expr.len(), "seed {seed}: {expr:?}"),
             Ok(None) => {}
         }
+    }
+}
+
+/// An enum member of a generated type (the filter learns the enum from the type's IDL)
+/// compares by value with a number, a parameter or an enumerator's name alike:
+/// `FlightPhase` is PREFLIGHT 0, TAXI 1, TAKEOFF 2, CLIMB 3, CRUISE 4, …
+#[test]
+fn enum_members_of_a_generated_type_compare_by_name_or_number() {
+    use spindle_dds_core::content_filter::ContentFilter;
+    use spindle_topics::avionics::{FlightPhase, GeoPoint, NavigationPosition};
+    use spindle_topics::{Endianness, TopicType};
+    let nav = |phase| {
+        NavigationPosition {
+            aircraft_id: 7,
+            timestamp_ns: 0,
+            position: GeoPoint {
+                latitude_deg: 0.0,
+                longitude_deg: 0.0,
+                altitude_m: 0.0,
+            },
+            velocity_ned_mps: [0.0; 3],
+            horizontal_accuracy_m: 5.0,
+            gnss_valid: true,
+            phase,
+        }
+        .encode(Endianness::Little)
+        .unwrap()
+    };
+    let (cruise, climb) = (nav(FlightPhase::Cruise), nav(FlightPhase::Climb));
+    for (expr, params, cruise_passes, climb_passes) in [
+        ("phase = 4", vec![], true, false),
+        ("phase = 'CRUISE'", vec![], true, false),
+        ("phase = %0", vec!["4".to_string()], true, false),
+        ("phase = %0", vec!["CLIMB".to_string()], false, true),
+        ("phase >= 3 AND phase < 'CRUISE'", vec![], false, true),
+        ("phase BETWEEN 'CLIMB' AND 4", vec![], true, true),
+        ("phase <> 4", vec![], false, true),
+    ] {
+        let f = ContentFilter::of_type::<NavigationPosition>(expr, &params).unwrap();
+        assert_eq!(
+            (f.passes(&cruise), f.passes(&climb)),
+            (cruise_passes, climb_passes),
+            "{expr} with {params:?}"
+        );
     }
 }

@@ -339,7 +339,7 @@ fn manual_liveliness_leases_expire_and_renew() {
 /// PRESENTATION coherent sets (TOPIC scope): a set's samples reach each reader all at
 /// once when the set ends, never before; when the writer crashes inside a set, every
 /// reader drops the whole set — each holds exactly the finished sets, the same samples in
-/// the same order. Misuse is an error, and GROUP scope is refused up front.
+/// the same order. Misuse is an error (GROUP scope: `sim_group.rs`).
 #[test]
 fn coherent_sets_arrive_whole_or_not_at_all_even_when_the_writer_crashes() {
     use spindle_qos::{Presentation, PresentationAccessScope, PublisherQos};
@@ -359,8 +359,6 @@ fn coherent_sets_arrive_whole_or_not_at_all_even_when_the_writer_crashes() {
                 },
                 ..Default::default()
             };
-            let refused = ps[0].create_publisher(coherent(PresentationAccessScope::Group));
-            assert!(matches!(refused, Err(Error::Unsupported(_))), "seed {seed}");
             let publisher = ps[0]
                 .create_publisher(coherent(PresentationAccessScope::Topic))
                 .unwrap();

@@ -96,6 +96,38 @@ impl Peer {
         }
     }
 
+    /// Waits up to `timeout` for a line starting with one of `prefixes` (as
+    /// [`Peer::wait_line`]); a subscriber's summary is `OK …` or `INCOMPLETE …`.
+    pub fn wait_line_of(&mut self, prefixes: &[&str], timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if prefixes.iter().any(|p| l.starts_with(p)) {
+                        return l;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "{}: no line {prefixes:?} within {timeout:?}; it printed {:?}",
+                    self.name, self.seen
+                ),
+                Err(RecvTimeoutError::Disconnected) => panic!(
+                    "{}: ended ({:?}) before printing {prefixes:?}; it printed {:?}",
+                    self.name,
+                    self.child.wait(),
+                    self.seen
+                ),
+            }
+        }
+    }
+
+    /// The lines it printed that a wait has seen so far.
+    pub fn seen(&self) -> &[String] {
+        &self.seen
+    }
+
     /// Sends one line on its stdin.
     pub fn send_line(&mut self, line: &str) {
         if let Some(s) = self.stdin.as_mut() {
@@ -142,6 +174,28 @@ impl Drop for Peer {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The `PROBLEM …` lines among a checking peer's output (its checker's findings: a sample
+/// out of order, a wrong key or payload, an unexpected dispose).
+pub fn problem_lines(lines: &[String]) -> Vec<&str> {
+    lines
+        .iter()
+        .filter(|l| l.starts_with("PROBLEM"))
+        .map(String::as_str)
+        .collect()
+}
+
+/// Panics, naming `peer` and quoting the lines, when `lines` hold any `PROBLEM` line: a
+/// checker's finding fails the test whatever the peer's exit status and summary say.
+pub fn assert_no_problems(peer: &str, lines: &[String]) {
+    let problems = problem_lines(lines);
+    assert!(
+        problems.is_empty(),
+        "{peer} reported {} problem(s):\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }
 
 /// A fresh directory for one test's files.
@@ -199,14 +253,24 @@ pub fn namespace(tag: &str) -> String {
 
 /// A Cyclone DDS configuration restricted to loopback (the `lo` interface, no multicast,
 /// unicast discovery to 127.0.0.1), written into `dir`; returns the `CYCLONEDDS_URI`.
+/// With `SPINDLE_CYCLONE_TRACE` set (Cyclone tracing categories, e.g. `trace`), each
+/// Cyclone process writes its trace to `dir/cyclone-trace-PID.log`.
 pub fn cyclone_uri(dir: &Path) -> String {
     let path = dir.join("cyclonedds.xml");
+    let trace = match std::env::var("SPINDLE_CYCLONE_TRACE") {
+        Ok(cats) => format!(
+            "<Tracing><Category>{cats}</Category><OutputFile>{}</OutputFile></Tracing>",
+            dir.join("cyclone-trace-${CYCLONEDDS_PID}.log").display()
+        ),
+        Err(_) => String::new(),
+    };
     std::fs::write(
         &path,
-        "<CycloneDDS><Domain id=\"any\"><General><Interfaces><NetworkInterface name=\"lo\"/>\
+        format!("<CycloneDDS><Domain id=\"any\"><General><Interfaces><NetworkInterface name=\"lo\"/>\
          </Interfaces><AllowMulticast>false</AllowMulticast></General><Discovery><Peers>\
          <Peer address=\"127.0.0.1\"/></Peers><ParticipantIndex>auto</ParticipantIndex>\
-         <MaxAutoParticipantIndex>20</MaxAutoParticipantIndex></Discovery></Domain></CycloneDDS>",
+         <MaxAutoParticipantIndex>20</MaxAutoParticipantIndex></Discovery>{trace}</Domain></CycloneDDS>"
+        ),
     )
     .expect("write cyclone config");
     format!("file://{}", path.display())

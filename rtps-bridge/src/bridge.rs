@@ -7,8 +7,12 @@
 //!   came from Spindle, so taking it back would loop. Everything the bridge writes into
 //!   Spindle gets Spindle's total order: every Spindle reader sees the samples of all RTPS
 //!   writers of a topic in one order.
-//! * **Spindle → RTPS**: a Spindle reader (KEEP_ALL) feeds one RustDDS writer per topic.
+//! * **Spindle → RTPS**: a Spindle reader (KEEP_ALL), woken by a WaitSet on its read
+//!   condition (not polled), feeds one RustDDS writer per topic.
 //!   Samples of this bridge's own Spindle writer are skipped (by its writer handle).
+//!   When a new RTPS reader matches, the bridge forwards one sample and waits (at most
+//!   [`HANDSHAKE_MS`]) until every reader acknowledged it before it forwards more: see
+//!   [`HANDSHAKE_MS`] for why (Cyclone DDS would otherwise lose the first samples).
 //!   Data keeps its bytes and source timestamp; a dispose notice becomes an RTPS dispose
 //!   carrying the key's serialization, which the bridge remembers from the instance's
 //!   last data sample (at most [`INSTANCE_KEYS_MAX`] per topic); an unregister notice is
@@ -25,8 +29,8 @@ use rustdds::{
     RTPSEntity, StatusEvented, TopicKind,
 };
 use spindle_dds_core::{
-    DataReader, DataWriter, DomainParticipant, DomainParticipantFactory, InstanceState,
-    ParticipantConfig, StateMask, WriterHandle,
+    Condition, DataReader, DataWriter, DomainParticipant, DomainParticipantFactory, GuardCondition,
+    InstanceState, ParticipantConfig, StateMask, WaitSet, WriterHandle,
 };
 use spindle_qos::{
     DataReaderQos, DataWriterQos, DomainParticipantQos, History, Reliability, TopicQos,
@@ -41,9 +45,30 @@ use crate::rtps::{
     RawKey, RawSample,
 };
 
-/// How long a forwarding thread sleeps when its reader had nothing (the timed poll that
-/// stands in for RustDDS's mio 0.6 wake-ups, which can be missed).
+/// How long an RTPS → Spindle thread sleeps when its RustDDS reader had nothing (the
+/// timed poll that stands in for RustDDS's mio 0.6 wake-ups, which can be missed). The
+/// Spindle → RTPS threads do not poll: a WaitSet wakes them.
 pub const POLL_IDLE_US: u64 = 200;
+
+/// Longest single WaitSet wait of a Spindle → RTPS thread before it looks at the RTPS
+/// writer's matched readers again (samples and the bridge's stop wake it at once).
+pub const WAIT_SLICE_MS: u64 = 50;
+
+/// How long a Spindle → RTPS thread waits, after a new RTPS reader matched, for every
+/// reader to acknowledge the one sample it forwarded before it forwards more.
+///
+/// Why: a Cyclone DDS volatile reader matched with a writer of another vendor starts at
+/// the first HEARTBEAT it sees: everything up to that heartbeat's last sequence number
+/// that has not yet arrived counts as lost (Cyclone's `handle_Heartbeat`, "the first
+/// heartbeat has to be treated specially"). RustDDS 0.15 sends no heartbeat while its
+/// history is empty (not even in answer to the reader's non-final ACKNACK), and the one it
+/// sends at match time is dropped when it reaches the reader before the reader knows the
+/// writer; so the first heartbeat a Cyclone reader saw was piggy-backed on a datagram and
+/// announced samples still in the next ones — the early samples the interop test lost (a
+/// Cyclone trace showed `HEARTBEAT(#2:1..5)` after DATA 1..3: samples 4 and 5 never came).
+/// With one sample and its heartbeat in the same datagram, and no more until it is
+/// acknowledged, the first heartbeat announces only what already arrived.
+pub const HANDSHAKE_MS: u64 = 2_000;
 
 /// Most samples a forwarding thread takes from its reader at once.
 pub const TAKE_BATCH_MAX: usize = 1024;
@@ -116,6 +141,7 @@ type BridgePrefixes = Arc<RwLock<HashSet<[u8; 12]>>>;
 /// A running bridge. [`Bridge::stop`] ends it (and lingers for reliable delivery).
 pub struct Bridge {
     stop: Arc<AtomicBool>,
+    stop_guard: Arc<GuardCondition>,
     threads: Vec<JoinHandle<()>>,
     stats: Arc<Stats>,
     spindle: Option<DomainParticipant>,
@@ -182,6 +208,7 @@ impl Bridge {
             .try_into()
             .map_err(|_| Error::Rtps("GUID prefix is not 12 bytes".into()))?;
         let stop = Arc::new(AtomicBool::new(false));
+        let stop_guard = GuardCondition::new();
         let stats = Arc::new(Stats::default());
         let prefixes: BridgePrefixes = Arc::new(RwLock::new(HashSet::from([own_prefix])));
         let mut threads = Vec::new();
@@ -213,9 +240,14 @@ impl Bridge {
             let stop = Arc::clone(&stop);
             let prefixes = Arc::clone(&prefixes);
             let registry_stats = Arc::clone(&stats);
+            let mut waitset = WaitSet::new();
+            waitset.attach_condition(reg_reader.create_readcondition(StateMask::ANY));
+            waitset.attach_condition(Arc::clone(&stop_guard) as Arc<dyn Condition>);
             threads.push(spawn("bridge-registry", move || {
                 let _keep = reg_writer;
                 while !stop.load(Ordering::Relaxed) {
+                    // Woken by a registry sample or the stop guard.
+                    let _ = waitset.wait(Duration::from_millis(WAIT_SLICE_MS));
                     match reg_reader.take(TAKE_BATCH_MAX, StateMask::ANY) {
                         Ok(got) if !got.is_empty() => {
                             let mut set = prefixes.write().unwrap_or_else(|e| e.into_inner());
@@ -228,7 +260,7 @@ impl Bridge {
                                 .bridges_known
                                 .store(set.len() as i64, Ordering::Relaxed);
                         }
-                        Ok(_) => std::thread::sleep(Duration::from_millis(10)),
+                        Ok(_) => {}
                         Err(e) => {
                             tracing::warn!("bridge registry: {e}");
                             std::thread::sleep(Duration::from_millis(10));
@@ -272,6 +304,7 @@ impl Bridge {
                 let reader = RtpsReader::create(&rtps_sub, &rtopic, rqos.clone(), t)?;
                 let ctx = Ctx {
                     stop: Arc::clone(&stop),
+                    stop_guard: Arc::clone(&stop_guard),
                     stats: Arc::clone(&stats),
                     prefixes: Arc::clone(&prefixes),
                     topic: t.clone(),
@@ -291,6 +324,7 @@ impl Bridge {
                 let writer = RtpsWriter::create(&rtps_pub, &rtopic, rqos, t)?;
                 let ctx = Ctx {
                     stop: Arc::clone(&stop),
+                    stop_guard: Arc::clone(&stop_guard),
                     stats: Arc::clone(&stats),
                     prefixes: Arc::clone(&prefixes),
                     topic: t.clone(),
@@ -302,6 +336,7 @@ impl Bridge {
         }
         Ok(Bridge {
             stop,
+            stop_guard,
             threads,
             stats,
             spindle: Some(spindle),
@@ -323,6 +358,8 @@ impl Bridge {
     /// for its RTPS writer's samples to be acknowledged. Returns the final counters.
     pub fn stop(mut self) -> StatsSnapshot {
         self.stop.store(true, Ordering::Relaxed);
+        // Wakes the threads waiting in their WaitSets.
+        self.stop_guard.set_trigger_value(true);
         for t in self.threads.drain(..) {
             if t.join().is_err() {
                 tracing::error!("a bridge thread panicked");
@@ -344,6 +381,7 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>
 
 struct Ctx {
     stop: Arc<AtomicBool>,
+    stop_guard: Arc<GuardCondition>,
     stats: Arc<Stats>,
     prefixes: BridgePrefixes,
     topic: TopicConfig,
@@ -598,6 +636,17 @@ impl RtpsWriter {
         }
     }
 
+    /// Waits up to [`HANDSHAKE_MS`] until every matched reliable RTPS reader acknowledged
+    /// everything written so far; true when they did.
+    fn handshake(&self) -> bool {
+        let wait = Duration::from_millis(HANDSHAKE_MS);
+        let acked = match self {
+            RtpsWriter::Keyed(w) => w.wait_for_acknowledgments(wait),
+            RtpsWriter::Plain(w) => w.wait_for_acknowledgments(wait),
+        };
+        matches!(acked, Ok(true))
+    }
+
     fn linger(&self) {
         let wait = rustdds::Duration::from_millis(LINGER_MS as i64).to_std();
         let acked = match self {
@@ -639,25 +688,35 @@ fn spindle_to_rtps(
     own_writer: Option<WriterHandle>,
 ) {
     let mut keys = KnownKeys::default();
+    let mut waitset = WaitSet::new();
+    waitset.attach_condition(reader.create_readcondition(StateMask::ANY));
+    waitset.attach_condition(Arc::clone(&ctx.stop_guard) as Arc<dyn Condition>);
+    // A new RTPS reader matched: forward one sample, then wait for acknowledgments
+    // (HANDSHAKE_MS says why).
+    let mut handshake = false;
     while !ctx.stop.load(Ordering::Relaxed) {
+        // Woken by a Spindle sample or the stop guard; the slice bounds how late a
+        // match is noticed when no sample comes.
+        let _ = waitset.wait(Duration::from_millis(WAIT_SLICE_MS));
         let change = writer.matched_change();
         if change != 0 {
             ctx.stats
                 .rtps_readers_matched
                 .fetch_add(change, Ordering::Relaxed);
         }
-        let got = match reader.take(TAKE_BATCH_MAX, StateMask::ANY) {
+        if change > 0 {
+            handshake = true;
+        }
+        let max = if handshake { 1 } else { TAKE_BATCH_MAX };
+        let got = match reader.take(max, StateMask::ANY) {
             Ok(g) => g,
             Err(e) => {
                 ctx.dropped(format_args!("Spindle take failed: {e}"));
-                std::thread::sleep(Duration::from_millis(10));
+                std::thread::sleep(Duration::from_millis(WAIT_SLICE_MS));
                 continue;
             }
         };
-        if got.is_empty() {
-            std::thread::sleep(Duration::from_micros(POLL_IDLE_US));
-            continue;
-        }
+        let mut wrote = false;
         for s in got {
             if Some(s.info.publication_handle) == own_writer {
                 ctx.stats.skipped_own.fetch_add(1, Ordering::Relaxed);
@@ -680,10 +739,20 @@ fn spindle_to_rtps(
             };
             match r {
                 Ok(()) => {
+                    wrote = true;
                     ctx.stats.into_rtps.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => ctx.dropped(format_args!("not forwarded to RTPS: {e}")),
             }
+        }
+        if handshake && wrote {
+            if !writer.handshake() {
+                tracing::warn!(
+                    "topic {:?}: a new RTPS reader did not acknowledge within {HANDSHAKE_MS} ms",
+                    ctx.topic.name
+                );
+            }
+            handshake = false;
         }
     }
     writer.linger();

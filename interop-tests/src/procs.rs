@@ -128,6 +128,17 @@ impl Peer {
         &self.seen
     }
 
+    /// Sends SIGINT to this child (by its own pid; `kill -INT`), the way to end a process
+    /// that stops on an interrupt and prints its totals then (`ddsperf`).
+    pub fn interrupt(&mut self) {
+        let st = Command::new("kill")
+            .arg("-INT")
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap_or_else(|e| panic!("{}: kill -INT: {e}", self.name));
+        assert!(st.success(), "{}: kill -INT failed: {st:?}", self.name);
+    }
+
     /// Sends one line on its stdin.
     pub fn send_line(&mut self, line: &str) {
         if let Some(s) = self.stdin.as_mut() {
@@ -307,11 +318,18 @@ pub fn cyclone_peer_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("cyclone/cyclone_peer.py")
 }
 
-/// The RTPS domain id of interop test `offset` (0..=4, distinct per test across the test
-/// files): a multiple of 5 picked by the test process's pid, plus `offset`, so two test
-/// runs at once (two worktrees, two CI jobs) rarely share a domain and one run's tests
-/// never do.
+/// Distinct RTPS domain ids one test run may use ([`rtps_domain`]'s offsets).
+pub const RTPS_DOMAINS_PER_RUN: u16 = 10;
+
+/// The RTPS domain id of interop test `offset` (below [`RTPS_DOMAINS_PER_RUN`], distinct
+/// per test across the test files): a multiple of [`RTPS_DOMAINS_PER_RUN`] picked by the
+/// test process's pid, plus `offset`, so two test runs at once (two worktrees, two CI
+/// jobs) rarely share a domain and one run's tests never do. At most 209: Cyclone DDS
+/// refuses domain ids whose ports pass 65535 (above 232).
 pub fn rtps_domain(offset: u16) -> u16 {
-    assert!(offset < 5, "offsets 0..=4 keep the tests of one run apart");
-    10 + (std::process::id() % 40) as u16 * 5 + offset
+    assert!(
+        offset < RTPS_DOMAINS_PER_RUN,
+        "offsets below RTPS_DOMAINS_PER_RUN keep the tests of one run apart"
+    );
+    10 + (std::process::id() % 20) as u16 * RTPS_DOMAINS_PER_RUN + offset
 }

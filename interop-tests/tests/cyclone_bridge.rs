@@ -200,3 +200,163 @@ fn a_spindle_writer_reaches_a_cyclone_reader_through_the_bridge() {
         assert!(st.success(), "Spindle peer: {st:?}");
     }
 }
+
+/// `ddsperf`'s data topic (its default `KS` type, `KeyedSeq`).
+const DDSPERF_TOPIC: &str = "DDSPerfRDataKS";
+/// How long `ddsperf pub` publishes, and at what rate: a bounded run.
+const DDSPERF_SECONDS: u64 = 3;
+const DDSPERF_RATE_HZ: u64 = 2_000;
+
+/// `ddsperf` from `cyclonedds-tools`, or why the test is skipped (`SPINDLE_DDSPERF_REQUIRED=1`,
+/// set by scripts/test.sh after scripts/setup.sh installed it, makes a missing one fail).
+fn ddsperf_or_skip() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("ddsperf"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        if std::env::var("SPINDLE_DDSPERF_REQUIRED").is_ok_and(|v| v == "1") {
+            panic!("ddsperf required but not on PATH (Debian package cyclonedds-tools)");
+        }
+        println!("SKIPPED: ddsperf across the bridge: no ddsperf on PATH (cyclonedds-tools)");
+    }
+    found
+}
+
+/// A bridge config forwarding `ddsperf`'s data topic one way. `KeyedSeq`'s key (`keyval`)
+/// is its second member: the layout steps over `seq` (`skip uint32`). (Bridged keyless,
+/// Cyclone does not match it: a keyless RTPS endpoint is not a keyed topic's.)
+fn ddsperf_bridge_config(
+    dir: &Path,
+    name: &str,
+    domain: u16,
+    spindle: &Path,
+    dir_: &str,
+) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    let text = format!(
+        "[rtps]\ndomain_id = {domain}\nonly_networks = [\"127.0.0.1\"]\n\n\
+         [spindle]\nconfig = \"{}\"\n\n\
+         [[topic]]\nname = \"{DDSPERF_TOPIC}\"\ntype_name = \"KeyedSeq\"\nkeyed = true\n\
+         key = [\"skip uint32\", \"uint32\"]\n\
+         direction = \"{dir_}\"\nreliability = \"reliable\"\n",
+        spindle.display()
+    );
+    std::fs::write(&path, text).expect("write bridge config");
+    path
+}
+
+/// The bridge's counter `name` in its `STATS` line.
+fn stat(stats: &str, name: &str) -> u64 {
+    stats
+        .split(&format!("{name}="))
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {stats:?}"))
+}
+
+/// Cyclone DDS's own `ddsperf pub` → bridge → Spindle → bridge → `ddsperf sub`, two RTPS
+/// domains, five processes: every sample the first bridge took from `ddsperf pub` reaches
+/// `ddsperf sub`, which counts no loss (its sequence numbers, per key, end to end).
+#[test]
+fn ddsperf_pub_reaches_ddsperf_sub_across_the_bridge() {
+    let Some(ddsperf) = ddsperf_or_skip() else {
+        return;
+    };
+    let dir = test_dir("ddsperf");
+    let uri = cyclone_uri(&dir);
+    let ns = namespace("ddsperf");
+    let (a, b) = (rtps_domain(5), rtps_domain(6));
+    let c1 = spindle_config(&dir, &ns, 1);
+    let c2 = spindle_config(&dir, &ns, 2);
+    let c3 = spindle_config(&dir, &ns, 3);
+    let env = [("CYCLONEDDS_URI", uri.as_str())];
+    // The subscriber ends on SIGINT (the test sends it); -D bounds it if the test dies.
+    let mut sub = Peer::start_with_env(
+        "ddsperf-sub",
+        &ddsperf,
+        &[s("-i"), s(b), s("-D"), s(TIMEOUT_S * 2), s("sub")],
+        &env,
+    );
+    let host = Peer::start_ready(
+        "spindle-host",
+        exe("spindle"),
+        &[s("host"), s(c1.display())],
+        START,
+    );
+    let out_cfg = ddsperf_bridge_config(&dir, "bridge-out", b, &c3, "spindle_to_rtps");
+    let mut bridge_out =
+        Peer::start_ready("bridge-out", exe("bridge"), &[s(out_cfg.display())], START);
+    bridge_out.wait_line("MATCHED rtps_readers=1", START);
+    let in_cfg = ddsperf_bridge_config(&dir, "bridge-in", a, &c2, "rtps_to_spindle");
+    let bridge_in = Peer::start_ready("bridge-in", exe("bridge"), &[s(in_cfg.display())], START);
+    let publisher = Peer::start_with_env(
+        "ddsperf-pub",
+        &ddsperf,
+        &[
+            s("-i"),
+            s(a),
+            s("-D"),
+            s(DDSPERF_SECONDS),
+            s("-k"),
+            s("all"),
+            s("pub"),
+            s(format!("{DDSPERF_RATE_HZ}Hz")),
+            s("size"),
+            s(PAYLOAD_BYTES),
+        ],
+        &env,
+    );
+    let (st, _) = publisher.finish(Duration::from_secs(DDSPERF_SECONDS + 30));
+    assert!(st.success(), "ddsperf pub: {st:?}");
+    // What went into Spindle: the first bridge's count once it stopped.
+    let (st, lines) = bridge_in.finish(Duration::from_secs(30));
+    assert!(st.success(), "bridge-in: {st:?} {lines:?}");
+    let stats_in = lines
+        .iter()
+        .find(|l| l.starts_with("STATS"))
+        .expect("STATS line")
+        .clone();
+    let n = stat(&stats_in, "into_spindle");
+    assert!(
+        n >= DDSPERF_RATE_HZ && stat(&stats_in, "dropped") == 0,
+        "too little reached Spindle: {stats_in}"
+    );
+    // ddsperf sub prints its running total each second: wait until it holds all n.
+    let want = format!("total {n} ");
+    let deadline = std::time::Instant::now() + Duration::from_secs(TIMEOUT_S);
+    while !sub.seen().iter().any(|l| l.contains(&want)) {
+        // Panics (with what it printed) if the total never gets there.
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        sub.wait_line_of(&["["], left);
+    }
+    sub.interrupt();
+    let (st, sub_lines) = sub.finish(Duration::from_secs(30));
+    let (st_out, lines) = bridge_out.finish(Duration::from_secs(30));
+    let stats_out = lines
+        .iter()
+        .find(|l| l.starts_with("STATS"))
+        .expect("STATS line");
+    assert!(st.success(), "ddsperf sub: {st:?} {sub_lines:?}");
+    assert!(st_out.success(), "bridge-out: {st_out:?} {lines:?}");
+    let lossy: Vec<&String> = sub_lines
+        .iter()
+        .filter(|l| {
+            l.contains(" total ") && !(l.contains(" lost 0 delta ") && l.contains(" lost 0 rate "))
+        })
+        .collect();
+    assert!(
+        lossy.is_empty(),
+        "ddsperf sub counted lost samples: {lossy:?}"
+    );
+    assert_eq!(
+        stat(stats_out, "into_rtps"),
+        n,
+        "{stats_out} after {stats_in}"
+    );
+    assert_eq!(stat(stats_out, "dropped"), 0, "{stats_out}");
+    let (st, _) = host.finish(Duration::from_secs(30));
+    assert!(st.success(), "Spindle host: {st:?}");
+}

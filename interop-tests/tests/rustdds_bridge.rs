@@ -99,12 +99,24 @@ fn rustdds_writers_reach_spindle_readers_through_the_bridge() {
     }
     let r1 = sub1.wait_line_of(SUMMARY, Duration::from_secs(TIMEOUT_S + 30));
     let r2 = sub2.wait_line_of(SUMMARY, Duration::from_secs(TIMEOUT_S + 30));
+    for p in pubs {
+        let (st, _) = p.finish(Duration::from_secs(30));
+        assert!(st.success(), "RustDDS publisher failed: {st:?}");
+    }
+    // The bridge's counters before the subscribers' verdicts: they say where samples
+    // stopped when a subscriber is short of some.
+    let (st, lines) = bridge.finish(Duration::from_secs(30));
+    let stats = lines
+        .iter()
+        .find(|l| l.starts_with("STATS"))
+        .cloned()
+        .unwrap_or_else(|| format!("no STATS line: {st:?} {lines:?}"));
     assert_no_problems("Spindle subscriber 1", sub1.seen());
     assert_no_problems("Spindle subscriber 2", sub2.seen());
     for r in [&r1, &r2] {
         assert!(
             r.starts_with("OK") && r.contains(&format!("received={}", 2 * n)),
-            "{r}"
+            "{r} (bridge: {stats})"
         );
     }
     let order = |l: &str| l.split("order=").nth(1).map(str::to_string);
@@ -113,16 +125,7 @@ fn rustdds_writers_reach_spindle_readers_through_the_bridge() {
         order(&r2),
         "the Spindle readers disagree on the order"
     );
-    for p in pubs {
-        let (st, _) = p.finish(Duration::from_secs(30));
-        assert!(st.success(), "RustDDS publisher failed: {st:?}");
-    }
-    let (st, lines) = bridge.finish(Duration::from_secs(30));
     assert!(st.success(), "bridge: {st:?} {lines:?}");
-    let stats = lines
-        .iter()
-        .find(|l| l.starts_with("STATS"))
-        .expect("STATS line");
     assert!(
         stats.contains(&format!("into_spindle={}", 2 * (n + 1))),
         "{stats}"

@@ -10,9 +10,10 @@
 //! * **Spindle → RTPS**: a Spindle reader (KEEP_ALL), woken by a WaitSet on its read
 //!   condition (not polled), feeds one RustDDS writer per topic.
 //!   Samples of this bridge's own Spindle writer are skipped (by its writer handle).
-//!   When a new RTPS reader matches, the bridge forwards one sample and waits (at most
-//!   [`HANDSHAKE_MS`]) until every reader acknowledged it before it forwards more: see
-//!   [`HANDSHAKE_MS`] for why (Cyclone DDS would otherwise lose the first samples).
+//!   When a new RTPS reader of another vendor than RustDDS matches, the bridge forwards
+//!   one sample and waits (at most [`HANDSHAKE_MS`]) until every reader acknowledged it
+//!   before it forwards more: see [`HANDSHAKE_MS`] for why (Cyclone DDS would otherwise
+//!   lose the first samples).
 //!   Data keeps its bytes and source timestamp; a dispose notice becomes an RTPS dispose
 //!   carrying the key's serialization, which the bridge remembers from the instance's
 //!   last data sample (at most [`INSTANCE_KEYS_MAX`] per topic); an unregister notice is
@@ -68,7 +69,19 @@ pub const WAIT_SLICE_MS: u64 = 50;
 /// Cyclone trace showed `HEARTBEAT(#2:1..5)` after DATA 1..3: samples 4 and 5 never came).
 /// With one sample and its heartbeat in the same datagram, and no more until it is
 /// acknowledged, the first heartbeat announces only what already arrived.
+///
+/// Only readers of other vendors get it ([`RUSTDDS_VENDOR`]): a RustDDS reader starts at
+/// the heartbeat's first sequence number and loses nothing. Seen, not understood: in a
+/// bridge that forwards a topic both ways, the wait always runs to its bound (its own
+/// RustDDS reader, matched with its writer, apparently never acknowledges), so a Cyclone
+/// reader joining such a bridge stalls that topic's forwarding for [`HANDSHAKE_MS`] once
+/// (the two-bridge test stalled twice, 2 s each, before readers were told apart by
+/// vendor).
 pub const HANDSHAKE_MS: u64 = 2_000;
+
+/// The vendor id RustDDS puts in the first two bytes of its GUID prefixes (RTPS 9.3.1.5
+/// says a prefix should start with its vendor's id).
+pub const RUSTDDS_VENDOR: [u8; 2] = [0x01, 0x12];
 
 /// Most samples a forwarding thread takes from its reader at once.
 pub const TAKE_BATCH_MAX: usize = 1024;
@@ -85,6 +98,9 @@ pub const BRIDGES_TOPIC: &str = "spindle.rtps_bridge.participants";
 
 /// How long a Spindle write from the bridge may block on a full window.
 pub const SPINDLE_MAX_BLOCKING_MS: i64 = 10_000;
+
+/// How many dropped samples a bridge logs one by one (after that, every power of two).
+pub const DROPS_LOGGED_MAX: u64 = 10;
 
 /// Counters of one bridge, summed over its topics.
 #[derive(Debug, Default)]
@@ -389,8 +405,11 @@ struct Ctx {
 
 impl Ctx {
     fn dropped(&self, what: std::fmt::Arguments<'_>) {
-        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!("topic {:?}: {what}", self.topic.name);
+        let n = self.stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        // The first ones, then every power of two: a flood stays a few lines.
+        if n <= DROPS_LOGGED_MAX || n.is_power_of_two() {
+            tracing::warn!("topic {:?}: {what} (dropped so far: {n})", self.topic.name);
+        }
     }
 }
 
@@ -618,20 +637,26 @@ impl RtpsWriter {
         }
     }
 
-    /// The change in matched RTPS readers since the last call.
-    fn matched_change(&self) -> i64 {
+    /// The change in matched RTPS readers since the last call, and whether a reader of
+    /// another vendor than RustDDS matched (it needs the [`HANDSHAKE_MS`] handshake).
+    fn matched_change(&self) -> (i64, bool) {
         let mut change = 0i64;
+        let mut foreign = false;
         loop {
             let st = match self {
                 RtpsWriter::Keyed(w) => w.try_recv_status(),
                 RtpsWriter::Plain(w) => w.try_recv_status(),
             };
             match st {
-                Some(DataWriterStatus::PublicationMatched { current, .. }) => {
+                Some(DataWriterStatus::PublicationMatched {
+                    current, reader, ..
+                }) => {
+                    let added = current.count_change() > 0;
                     change += current.count_change() as i64;
+                    foreign |= added && prefix_of(reader)[..2] != RUSTDDS_VENDOR;
                 }
                 Some(_) => {}
-                None => return change,
+                None => return (change, foreign),
             }
         }
     }
@@ -698,15 +723,13 @@ fn spindle_to_rtps(
         // Woken by a Spindle sample or the stop guard; the slice bounds how late a
         // match is noticed when no sample comes.
         let _ = waitset.wait(Duration::from_millis(WAIT_SLICE_MS));
-        let change = writer.matched_change();
+        let (change, foreign) = writer.matched_change();
         if change != 0 {
             ctx.stats
                 .rtps_readers_matched
                 .fetch_add(change, Ordering::Relaxed);
         }
-        if change > 0 {
-            handshake = true;
-        }
+        handshake |= foreign;
         let max = if handshake { 1 } else { TAKE_BATCH_MAX };
         let got = match reader.take(max, StateMask::ANY) {
             Ok(g) => g,

@@ -8,7 +8,8 @@
 //! changes (a volatile RTPS reader gets only what is written after it matched),
 //! `MATCHED rtps_writers=N` whenever the number of RTPS writers its readers know changes,
 //! and
-//! `BRIDGES N` whenever it learns of another bridge in its Spindle domain.
+//! `BRIDGES N` whenever it learns of another bridge in its Spindle domain. Warnings (a
+//! refused write, a sample not forwarded) go to standard error (`RUST_LOG` filters them).
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -31,6 +32,15 @@ pub fn main_with_args(args: &[String]) -> ExitCode {
 
 /// As [`main_with_args`], naming itself `program` in its messages (`spindle bridge`).
 pub fn main_named(program: &str, args: &[String]) -> ExitCode {
+    // The bridge's warnings (a refused write, a sample it could not forward) to stderr;
+    // `RUST_LOG` overrides. A caller that set up its own subscriber (`spindle bridge`)
+    // keeps it.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .try_init();
     let [path] = args else {
         eprintln!("usage: {program} CONFIG.toml");
         return ExitCode::from(2);

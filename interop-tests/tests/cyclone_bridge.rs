@@ -119,6 +119,7 @@ fn a_cyclone_writer_reaches_a_spindle_reader_through_the_bridge() {
         .find(|l| l.starts_with("STATS"))
         .expect("STATS line");
     assert!(stats.contains("dropped=0"), "{stats}");
+    assert!(stats.contains("rtps_gaps=0"), "{stats}");
     let (st, _) = sub.finish(Duration::from_secs(30));
     assert!(st.success(), "Spindle subscriber: {st:?}");
 }
@@ -324,6 +325,7 @@ fn ddsperf_pub_reaches_ddsperf_sub_across_the_bridge() {
         n >= DDSPERF_RATE_HZ && stat(&stats_in, "dropped") == 0,
         "too little reached Spindle: {stats_in}"
     );
+    assert_eq!(stat(&stats_in, "rtps_gaps"), 0, "{stats_in}");
     // ddsperf sub prints its running total each second: wait until it holds all n.
     let want = format!("total {n} ");
     let deadline = std::time::Instant::now() + Duration::from_secs(TIMEOUT_S);

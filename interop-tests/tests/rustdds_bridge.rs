@@ -131,6 +131,7 @@ fn rustdds_writers_reach_spindle_readers_through_the_bridge() {
         "{stats}"
     );
     assert!(stats.contains("dropped=0"), "{stats}");
+    assert!(stats.contains("rtps_gaps=0"), "{stats}");
     for sub in [sub1, sub2] {
         let (st, _) = sub.finish(Duration::from_secs(30));
         assert!(st.success(), "Spindle subscriber: {st:?}");

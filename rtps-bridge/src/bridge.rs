@@ -122,6 +122,12 @@ pub struct Stats {
     pub rtps_writers_matched: AtomicI64,
     /// Bridges known on the registry topic (this one included).
     pub bridges_known: AtomicI64,
+    /// Sequence numbers missing between consecutive samples the bridge's RTPS readers
+    /// took from one RTPS writer: samples the RTPS side acknowledged but the bridge never
+    /// got (RustDDS 0.15's reader evicts its oldest untaken samples past its resource
+    /// limit), or that the writer skipped on purpose (KEEP_LAST replacement, a GAP). Not
+    /// counted: what a writer wrote before the reader's first sample of it.
+    pub rtps_gaps: AtomicU64,
 }
 
 /// A snapshot of [`Stats`].
@@ -137,6 +143,8 @@ pub struct StatsSnapshot {
     pub dropped: u64,
     /// See [`Stats::rtps_readers_matched`].
     pub rtps_readers_matched: i64,
+    /// See [`Stats::rtps_gaps`].
+    pub rtps_gaps: u64,
 }
 
 impl Stats {
@@ -147,6 +155,7 @@ impl Stats {
             skipped_own: self.skipped_own.load(Ordering::Relaxed),
             dropped: self.dropped.load(Ordering::Relaxed),
             rtps_readers_matched: self.rtps_readers_matched.load(Ordering::Relaxed),
+            rtps_gaps: self.rtps_gaps.load(Ordering::Relaxed),
         }
     }
 }
@@ -422,7 +431,10 @@ enum Change {
 
 struct Taken {
     change: Change,
+    writer: rustdds::GUID,
     writer_prefix: [u8; 12],
+    /// The writer's sequence number of this change.
+    writer_sn: i64,
     source_timestamp_ns: Option<u64>,
 }
 
@@ -487,7 +499,9 @@ impl RtpsReader {
                     .into_iter()
                     .map(|s| {
                         let info = s.sample_info();
-                        let writer_prefix = prefix_of(info.writer_guid());
+                        let writer = info.writer_guid();
+                        let writer_prefix = prefix_of(writer);
+                        let writer_sn = i64::from(info.sample_identity().sequence_number);
                         let source_timestamp_ns = info.source_timestamp().map(timestamp_to_ns);
                         let state = info.instance_state();
                         let change = match s.into_value() {
@@ -501,7 +515,9 @@ impl RtpsReader {
                         };
                         Taken {
                             change,
+                            writer,
                             writer_prefix,
+                            writer_sn,
                             source_timestamp_ns,
                         }
                     })
@@ -516,11 +532,15 @@ impl RtpsReader {
                     .into_iter()
                     .map(|s| {
                         let info = s.sample_info();
-                        let writer_prefix = prefix_of(info.writer_guid());
+                        let writer = info.writer_guid();
+                        let writer_prefix = prefix_of(writer);
+                        let writer_sn = i64::from(info.sample_identity().sequence_number);
                         let source_timestamp_ns = info.source_timestamp().map(timestamp_to_ns);
                         Taken {
                             change: Change::Data(s.into_value()),
+                            writer,
                             writer_prefix,
+                            writer_sn,
                             source_timestamp_ns,
                         }
                     })
@@ -543,8 +563,39 @@ fn notice(key: &RawKey) -> CdrSample {
     CdrSample::new(vec![0, 1, 0, 0], KeyHash(key.hash)).unwrap_or_default()
 }
 
+/// The last sequence number taken from each RTPS writer, to count gaps
+/// ([`Stats::rtps_gaps`]); at most [`RTPS_WRITERS_TRACKED_MAX`] writers (then forgotten
+/// all at once: a gap across the reset is not counted).
+#[derive(Default)]
+struct WriterSeqs {
+    last: HashMap<rustdds::GUID, i64>,
+}
+
+/// Most RTPS writers per topic whose sequence numbers a bridge follows.
+pub const RTPS_WRITERS_TRACKED_MAX: usize = 4096;
+
+impl WriterSeqs {
+    /// Notes `sn` from `writer`; returns how many sequence numbers were skipped since the
+    /// last one taken from it (0 for its first, or one out of order).
+    fn gap(&mut self, writer: rustdds::GUID, sn: i64) -> u64 {
+        if self.last.len() >= RTPS_WRITERS_TRACKED_MAX && !self.last.contains_key(&writer) {
+            self.last.clear();
+        }
+        let gap = match self.last.get(&writer) {
+            Some(&last) if sn > last + 1 => (sn - last - 1) as u64,
+            _ => 0,
+        };
+        let e = self.last.entry(writer).or_insert(sn);
+        *e = (*e).max(sn);
+        // Invariant: bounded by RTPS_WRITERS_TRACKED_MAX.
+        assert!(self.last.len() <= RTPS_WRITERS_TRACKED_MAX);
+        gap
+    }
+}
+
 fn rtps_to_spindle(ctx: Ctx, mut reader: RtpsReader, writer: DataWriter<CdrSample>) {
     let layout = ctx.topic.key.clone();
+    let mut seqs = WriterSeqs::default();
     while !ctx.stop.load(Ordering::Relaxed) {
         let change = reader.matched_change();
         if change != 0 {
@@ -565,6 +616,19 @@ fn rtps_to_spindle(ctx: Ctx, mut reader: RtpsReader, writer: DataWriter<CdrSampl
             }
         };
         for taken in batch {
+            let gap = seqs.gap(taken.writer, taken.writer_sn);
+            if gap > 0 {
+                let n = ctx.stats.rtps_gaps.fetch_add(gap, Ordering::Relaxed) + gap;
+                if n == gap {
+                    tracing::warn!(
+                        "topic {:?}: {gap} sequence numbers of an RTPS writer never reached \
+                         the bridge (its RTPS reader evicts untaken samples past \
+                         {} when a writer outruns it)",
+                        ctx.topic.name,
+                        rtps::RTPS_READER_SAMPLES_MAX
+                    );
+                }
+            }
             forward_into_spindle(&ctx, &writer, taken);
         }
     }

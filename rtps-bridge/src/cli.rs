@@ -3,7 +3,8 @@
 //! `spindle-rtps-bridge CONFIG.toml` runs a bridge until its standard input closes (or
 //! reads a line `stop`), then lingers for reliable delivery and prints its counters. It
 //! prints `READY` on standard output once every reader and writer exists, and
-//! `STATS into_spindle=… into_rtps=… skipped_own=… dropped=…` when it stops; in between,
+//! `STATS into_spindle=… into_rtps=… skipped_own=… dropped=… rtps_gaps=…` when it stops
+//! (`rtps_gaps`: sequence numbers of RTPS writers that never reached it); in between,
 //! `MATCHED rtps_readers=N` whenever the number of RTPS readers matched with its writers
 //! changes (a volatile RTPS reader gets only what is written after it matched),
 //! `MATCHED rtps_writers=N` whenever the number of RTPS writers its readers know changes,
@@ -109,8 +110,8 @@ pub fn main_named(program: &str, args: &[String]) -> ExitCode {
     let _ = watcher.join();
     let s = bridge.stop();
     println!(
-        "STATS into_spindle={} into_rtps={} skipped_own={} dropped={}",
-        s.into_spindle, s.into_rtps, s.skipped_own, s.dropped
+        "STATS into_spindle={} into_rtps={} skipped_own={} dropped={} rtps_gaps={}",
+        s.into_spindle, s.into_rtps, s.skipped_own, s.dropped, s.rtps_gaps
     );
     ExitCode::SUCCESS
 }

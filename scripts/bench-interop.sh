@@ -7,6 +7,8 @@
 #   (b) RustDDS 0.15 over UDP loopback                (interop-rustdds-peer perf-*)
 #   (c) Cyclone DDS ddsperf over UDP loopback         (scripts/ddsperf-reference.sh)
 #   (d) RustDDS → bridge → Spindle (shm) → bridge → RustDDS (two RTPS domains)
+#   (e) Cyclone ddsperf pub → bridge → Spindle (shm) → bridge → ddsperf sub (throughput
+#       only: next to (c), what the bridge costs Cyclone's own tool)
 # then the semantic comparison (2 writers, 3 readers, one writer killed mid-stream: do
 # the readers hold the same samples in the same order?) for Spindle, RustDDS and Cyclone
 # DDS (its Python binding, the cross-check's venv).
@@ -192,6 +194,80 @@ ddsperf_ref() { # size
     | tee -a "$out.tmp" || true
 }
 
+# Cyclone DDS on loopback only (ddsperf across the bridge, the semantic run).
+cat >"$work/cyclonedds.xml" <<'XML'
+<CycloneDDS><Domain id="any"><General><Interfaces><NetworkInterface name="lo"/></Interfaces>
+<AllowMulticast>false</AllowMulticast></General><Discovery><Peers><Peer address="127.0.0.1"/></Peers>
+<ParticipantIndex>auto</ParticipantIndex><MaxAutoParticipantIndex>20</MaxAutoParticipantIndex>
+</Discovery></Domain></CycloneDDS>
+XML
+cyclone_uri="file://$work/cyclonedds.xml"
+
+# ddsperf_bridged SIZE: ddsperf pub (as fast as it may, KEEP_ALL) in RTPS domain a →
+# bridge → Spindle (shm) → bridge → ddsperf sub in domain b; the rate is ddsperf sub's
+# mean over its steady seconds, as in scripts/ddsperf-reference.sh; its lost count too.
+ddsperf_bridged() {
+  run=$((run + 1))
+  local size=$1 secs=5 ns="bench-interop-$$-$run" a=$((100 + RANDOM % 50)) b=$((150 + RANDOM % 50))
+  local stack=cyclone-ddsperf-bridge-spindle-bridge-ddsperf
+  [ "$quick" = 1 ] && secs=3
+  command -v ddsperf >/dev/null 2>&1 || { abort $stack throughput "$size" "no ddsperf"; return 0; }
+  for node in 1 2 3; do spindle_cfg "$work/d$node.toml" "$node" shm "$ns" "$size"; done
+  for side in in out; do
+    local dom dir cfg
+    if [ $side = in ]; then dom=$a; dir=rtps_to_spindle; cfg=d2; else dom=$b; dir=spindle_to_rtps; cfg=d3; fi
+    cat >"$work/dbridge-$side.toml" <<EOF
+[rtps]
+domain_id = $dom
+only_networks = ["127.0.0.1"]
+[spindle]
+config = "$work/$cfg.toml"
+[[topic]]
+name = "DDSPerfRDataKS"
+type_name = "KeyedSeq"
+keyed = true
+key = ["skip uint32", "uint32"]
+direction = "$dir"
+reliability = "reliable"
+EOF
+  done
+  start host "$bin/interop-spindle-peer" host "$work/d1.toml"
+  wait_line host READY 30 >/dev/null || { abort $stack throughput "$size" "host did not start"; return 0; }
+  start dsub env CYCLONEDDS_URI="$cyclone_uri" timeout $((secs + 60)) ddsperf -i "$b" -D $((secs + 50)) sub
+  start bin "$bin/interop-bridge" "$work/dbridge-in.toml"
+  wait_line bin READY 60 >/dev/null || { abort $stack throughput "$size" "bridge in did not start"; return 0; }
+  start bout "$bin/interop-bridge" "$work/dbridge-out.toml"
+  wait_line bout READY 60 >/dev/null || { abort $stack throughput "$size" "bridge out did not start"; return 0; }
+  wait_line bout "MATCHED rtps_readers=1" 60 >/dev/null || { abort $stack throughput "$size" "no match"; return 0; }
+  CYCLONEDDS_URI="$cyclone_uri" timeout $((secs + 30)) ddsperf -i "$a" -D "$secs" -k all pub size "$size" \
+    >"$work/dpub.out" 2>&1 || true
+  # Let the bridges drain, then end ddsperf sub with SIGINT (it prints its totals then;
+  # timeout passes the signal on).
+  sleep 3
+  kill -INT "${pid_of[dsub]}" 2>/dev/null || true
+  stop dsub bout bin host
+  python3 - "$work/dsub.out" "$size" "$stack" <<'PY' | tee -a "$out.tmp"
+import json, re, sys
+rates, lost = [], 0
+for l in open(sys.argv[1]):
+    m = re.search(r"size \d+ total \d+ lost (\d+) delta \d+ lost \d+ rate ([0-9.]+) kS/s", l)
+    if m:
+        lost = max(lost, int(m.group(1)))
+        rates.append(float(m.group(2)) * 1e3)
+steady = rates[1:-2]
+size, stack = int(sys.argv[2]), sys.argv[3]
+if len(steady) < 2:
+    print(json.dumps({"stack": stack, "mode": "throughput", "size": size,
+                      "error": f"too few steady seconds from ddsperf sub ({len(rates)} rate lines)"}))
+else:
+    mean = sum(steady) / len(steady)
+    print(json.dumps({"stack": stack, "mode": "throughput", "size": size, "samples": None,
+                      "msgs_per_s": round(mean), "bytes_per_s": round(mean * size),
+                      "lat_p50_us": None, "lat_p99_us": None, "out_of_order": None,
+                      "lost": lost}))
+PY
+}
+
 for size in $sizes; do
   for mode in throughput latency; do
     spindle_native tcp "$mode" "$size"
@@ -200,6 +276,7 @@ for size in $sizes; do
     bridged "$mode" "$size"
   done
   ddsperf_ref "$size"
+  ddsperf_bridged "$size"
 done
 
 # The semantic comparison: 2 writers, 3 readers, writer 2 killed (SIGKILL) mid-stream.
@@ -243,13 +320,6 @@ PY
 }
 cyc_python=$(bash topics/tests/crosscheck/setup.sh 2>/dev/null | tail -n 1) || cyc_python=""
 cyc_peer=interop-tests/cyclone/cyclone_peer.py
-cat >"$work/cyclonedds.xml" <<'XML'
-<CycloneDDS><Domain id="any"><General><Interfaces><NetworkInterface name="lo"/></Interfaces>
-<AllowMulticast>false</AllowMulticast></General><Discovery><Peers><Peer address="127.0.0.1"/></Peers>
-<ParticipantIndex>auto</ParticipantIndex><MaxAutoParticipantIndex>20</MaxAutoParticipantIndex>
-</Discovery></Domain></CycloneDDS>
-XML
-cyclone_uri="file://$work/cyclonedds.xml"
 semantic spindle
 semantic rustdds
 if [ -n "$cyc_python" ]; then semantic cyclone; else echo "bench-interop: no cyclonedds venv, Cyclone semantic run skipped" >&2; fi

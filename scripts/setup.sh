@@ -16,6 +16,7 @@ want pkg-config pkg-config
 want python3 python3
 want iperf3 iperf3
 want ip iproute2 # network namespaces of the partition test (bench/tests/vs_partition.rs)
+want ddsperf cyclonedds-tools # Cyclone DDS's ddsperf across the RTPS bridge (interop-tests)
 
 if [ "${#need_apt[@]}" -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"

@@ -29,6 +29,8 @@ bash topics/tests/crosscheck/setup.sh
 # The cross-check and the Cyclone interop tests must run, not skip, once the set-up
 # succeeded above.
 export SPINDLE_CROSSCHECK_REQUIRED=1
+# ddsperf (cyclonedds-tools, installed by scripts/setup.sh) across the RTPS bridge too.
+export SPINDLE_DDSPERF_REQUIRED=1
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --locked

@@ -96,6 +96,49 @@ impl Peer {
         }
     }
 
+    /// Waits up to `timeout` for a line starting with one of `prefixes` (as
+    /// [`Peer::wait_line`]); a subscriber's summary is `OK …` or `INCOMPLETE …`.
+    pub fn wait_line_of(&mut self, prefixes: &[&str], timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if prefixes.iter().any(|p| l.starts_with(p)) {
+                        return l;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "{}: no line {prefixes:?} within {timeout:?}; it printed {:?}",
+                    self.name, self.seen
+                ),
+                Err(RecvTimeoutError::Disconnected) => panic!(
+                    "{}: ended ({:?}) before printing {prefixes:?}; it printed {:?}",
+                    self.name,
+                    self.child.wait(),
+                    self.seen
+                ),
+            }
+        }
+    }
+
+    /// The lines it printed that a wait has seen so far.
+    pub fn seen(&self) -> &[String] {
+        &self.seen
+    }
+
+    /// Sends SIGINT to this child (by its own pid; `kill -INT`), the way to end a process
+    /// that stops on an interrupt and prints its totals then (`ddsperf`).
+    pub fn interrupt(&mut self) {
+        let st = Command::new("kill")
+            .arg("-INT")
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap_or_else(|e| panic!("{}: kill -INT: {e}", self.name));
+        assert!(st.success(), "{}: kill -INT failed: {st:?}", self.name);
+    }
+
     /// Sends one line on its stdin.
     pub fn send_line(&mut self, line: &str) {
         if let Some(s) = self.stdin.as_mut() {
@@ -142,6 +185,28 @@ impl Drop for Peer {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The `PROBLEM …` lines among a checking peer's output (its checker's findings: a sample
+/// out of order, a wrong key or payload, an unexpected dispose).
+pub fn problem_lines(lines: &[String]) -> Vec<&str> {
+    lines
+        .iter()
+        .filter(|l| l.starts_with("PROBLEM"))
+        .map(String::as_str)
+        .collect()
+}
+
+/// Panics, naming `peer` and quoting the lines, when `lines` hold any `PROBLEM` line: a
+/// checker's finding fails the test whatever the peer's exit status and summary say.
+pub fn assert_no_problems(peer: &str, lines: &[String]) {
+    let problems = problem_lines(lines);
+    assert!(
+        problems.is_empty(),
+        "{peer} reported {} problem(s):\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }
 
 /// A fresh directory for one test's files.
@@ -199,14 +264,24 @@ pub fn namespace(tag: &str) -> String {
 
 /// A Cyclone DDS configuration restricted to loopback (the `lo` interface, no multicast,
 /// unicast discovery to 127.0.0.1), written into `dir`; returns the `CYCLONEDDS_URI`.
+/// With `SPINDLE_CYCLONE_TRACE` set (Cyclone tracing categories, e.g. `trace`), each
+/// Cyclone process writes its trace to `dir/cyclone-trace-PID.log`.
 pub fn cyclone_uri(dir: &Path) -> String {
     let path = dir.join("cyclonedds.xml");
+    let trace = match std::env::var("SPINDLE_CYCLONE_TRACE") {
+        Ok(cats) => format!(
+            "<Tracing><Category>{cats}</Category><OutputFile>{}</OutputFile></Tracing>",
+            dir.join("cyclone-trace-${CYCLONEDDS_PID}.log").display()
+        ),
+        Err(_) => String::new(),
+    };
     std::fs::write(
         &path,
-        "<CycloneDDS><Domain id=\"any\"><General><Interfaces><NetworkInterface name=\"lo\"/>\
+        format!("<CycloneDDS><Domain id=\"any\"><General><Interfaces><NetworkInterface name=\"lo\"/>\
          </Interfaces><AllowMulticast>false</AllowMulticast></General><Discovery><Peers>\
          <Peer address=\"127.0.0.1\"/></Peers><ParticipantIndex>auto</ParticipantIndex>\
-         <MaxAutoParticipantIndex>20</MaxAutoParticipantIndex></Discovery></Domain></CycloneDDS>",
+         <MaxAutoParticipantIndex>20</MaxAutoParticipantIndex></Discovery>{trace}</Domain></CycloneDDS>"
+        ),
     )
     .expect("write cyclone config");
     format!("file://{}", path.display())
@@ -243,11 +318,18 @@ pub fn cyclone_peer_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("cyclone/cyclone_peer.py")
 }
 
-/// The RTPS domain id of interop test `offset` (0..=4, distinct per test across the test
-/// files): a multiple of 5 picked by the test process's pid, plus `offset`, so two test
-/// runs at once (two worktrees, two CI jobs) rarely share a domain and one run's tests
-/// never do.
+/// Distinct RTPS domain ids one test run may use ([`rtps_domain`]'s offsets).
+pub const RTPS_DOMAINS_PER_RUN: u16 = 10;
+
+/// The RTPS domain id of interop test `offset` (below [`RTPS_DOMAINS_PER_RUN`], distinct
+/// per test across the test files): a multiple of [`RTPS_DOMAINS_PER_RUN`] picked by the
+/// test process's pid, plus `offset`, so two test runs at once (two worktrees, two CI
+/// jobs) rarely share a domain and one run's tests never do. At most 209: Cyclone DDS
+/// refuses domain ids whose ports pass 65535 (above 232).
 pub fn rtps_domain(offset: u16) -> u16 {
-    assert!(offset < 5, "offsets 0..=4 keep the tests of one run apart");
-    10 + (std::process::id() % 40) as u16 * 5 + offset
+    assert!(
+        offset < RTPS_DOMAINS_PER_RUN,
+        "offsets below RTPS_DOMAINS_PER_RUN keep the tests of one run apart"
+    );
+    10 + (std::process::id() % 20) as u16 * RTPS_DOMAINS_PER_RUN + offset
 }

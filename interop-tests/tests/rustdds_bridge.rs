@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use spindle_interop_tests::procs::{
-    bridge_config, namespace, rtps_domain, spindle_config, test_dir, Peer,
+    assert_no_problems, bridge_config, namespace, rtps_domain, spindle_config, test_dir, Peer,
 };
 
 /// Samples per writer (see the module docs).
@@ -45,6 +45,9 @@ fn s(v: impl ToString) -> String {
 }
 
 const START: Duration = Duration::from_secs(60);
+
+/// A subscriber's summary line: `OK …` or `INCOMPLETE …`.
+const SUMMARY: &[&str] = &["OK", "INCOMPLETE"];
 
 /// Publishers print `MATCHED` and wait for `go` (see `interop-rustdds-peer`).
 const GO: &[(&str, &str)] = &[("INTEROP_WAIT_GO", "1")];
@@ -94,30 +97,41 @@ fn rustdds_writers_reach_spindle_readers_through_the_bridge() {
     for p in &mut pubs {
         p.send_line("go");
     }
-    let r1 = sub1.wait_line("OK", Duration::from_secs(TIMEOUT_S + 30));
-    let r2 = sub2.wait_line("OK", Duration::from_secs(TIMEOUT_S + 30));
-    assert!(r1.contains(&format!("received={}", 2 * n)), "{r1}");
+    let r1 = sub1.wait_line_of(SUMMARY, Duration::from_secs(TIMEOUT_S + 30));
+    let r2 = sub2.wait_line_of(SUMMARY, Duration::from_secs(TIMEOUT_S + 30));
+    for p in pubs {
+        let (st, _) = p.finish(Duration::from_secs(30));
+        assert!(st.success(), "RustDDS publisher failed: {st:?}");
+    }
+    // The bridge's counters before the subscribers' verdicts: they say where samples
+    // stopped when a subscriber is short of some.
+    let (st, lines) = bridge.finish(Duration::from_secs(30));
+    let stats = lines
+        .iter()
+        .find(|l| l.starts_with("STATS"))
+        .cloned()
+        .unwrap_or_else(|| format!("no STATS line: {st:?} {lines:?}"));
+    assert_no_problems("Spindle subscriber 1", sub1.seen());
+    assert_no_problems("Spindle subscriber 2", sub2.seen());
+    for r in [&r1, &r2] {
+        assert!(
+            r.starts_with("OK") && r.contains(&format!("received={}", 2 * n)),
+            "{r} (bridge: {stats})"
+        );
+    }
     let order = |l: &str| l.split("order=").nth(1).map(str::to_string);
     assert_eq!(
         order(&r1),
         order(&r2),
         "the Spindle readers disagree on the order"
     );
-    for p in pubs {
-        let (st, _) = p.finish(Duration::from_secs(30));
-        assert!(st.success(), "RustDDS publisher failed: {st:?}");
-    }
-    let (st, lines) = bridge.finish(Duration::from_secs(30));
     assert!(st.success(), "bridge: {st:?} {lines:?}");
-    let stats = lines
-        .iter()
-        .find(|l| l.starts_with("STATS"))
-        .expect("STATS line");
     assert!(
         stats.contains(&format!("into_spindle={}", 2 * (n + 1))),
         "{stats}"
     );
     assert!(stats.contains("dropped=0"), "{stats}");
+    assert!(stats.contains("rtps_gaps=0"), "{stats}");
     for sub in [sub1, sub2] {
         let (st, _) = sub.finish(Duration::from_secs(30));
         assert!(st.success(), "Spindle subscriber: {st:?}");
@@ -168,17 +182,24 @@ fn a_spindle_writer_reaches_a_rustdds_reader_through_the_bridge() {
     );
     let mut publisher = publisher;
     publisher.wait_line("SENT", Duration::from_secs(TIMEOUT_S));
-    let (st, lines) = sub.finish(Duration::from_secs(TIMEOUT_S + 30));
-    let summary = lines
+    let (sub_st, sub_lines) = sub.finish(Duration::from_secs(TIMEOUT_S + 30));
+    // The bridge's counters first: they say whether a lost sample left the bridge.
+    let (st, lines) = bridge.finish(Duration::from_secs(30));
+    assert_no_problems("the RustDDS subscriber", &sub_lines);
+    let summary = sub_lines
         .iter()
         .rev()
         .find(|l| l.starts_with("OK") || l.starts_with("INCOMPLETE"));
-    assert!(st.success(), "RustDDS subscriber: {st:?} {lines:?}");
     assert!(
-        summary.is_some_and(|l| l.contains(&format!("received={n}")) && l.contains("disposes=1")),
+        sub_st.success(),
+        "RustDDS subscriber: {sub_st:?} {sub_lines:?}"
+    );
+    assert!(
+        summary.is_some_and(|l| l.starts_with("OK")
+            && l.contains(&format!("received={n}"))
+            && l.contains("disposes=1")),
         "{summary:?}"
     );
-    let (st, lines) = bridge.finish(Duration::from_secs(30));
     assert!(st.success(), "bridge: {st:?} {lines:?}");
     let stats = lines
         .iter()

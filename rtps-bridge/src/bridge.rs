@@ -7,8 +7,13 @@
 //!   came from Spindle, so taking it back would loop. Everything the bridge writes into
 //!   Spindle gets Spindle's total order: every Spindle reader sees the samples of all RTPS
 //!   writers of a topic in one order.
-//! * **Spindle → RTPS**: a Spindle reader (KEEP_ALL) feeds one RustDDS writer per topic.
+//! * **Spindle → RTPS**: a Spindle reader (KEEP_ALL), woken by a WaitSet on its read
+//!   condition (not polled), feeds one RustDDS writer per topic.
 //!   Samples of this bridge's own Spindle writer are skipped (by its writer handle).
+//!   When a new RTPS reader of another vendor than RustDDS matches, the bridge forwards
+//!   one sample and waits (at most [`HANDSHAKE_MS`]) until every reader acknowledged it
+//!   before it forwards more: see [`HANDSHAKE_MS`] for why (Cyclone DDS would otherwise
+//!   lose the first samples).
 //!   Data keeps its bytes and source timestamp; a dispose notice becomes an RTPS dispose
 //!   carrying the key's serialization, which the bridge remembers from the instance's
 //!   last data sample (at most [`INSTANCE_KEYS_MAX`] per topic); an unregister notice is
@@ -25,8 +30,8 @@ use rustdds::{
     RTPSEntity, StatusEvented, TopicKind,
 };
 use spindle_dds_core::{
-    DataReader, DataWriter, DomainParticipant, DomainParticipantFactory, InstanceState,
-    ParticipantConfig, StateMask, WriterHandle,
+    Condition, DataReader, DataWriter, DomainParticipant, DomainParticipantFactory, GuardCondition,
+    InstanceState, ParticipantConfig, StateMask, WaitSet, WriterHandle,
 };
 use spindle_qos::{
     DataReaderQos, DataWriterQos, DomainParticipantQos, History, Reliability, TopicQos,
@@ -41,9 +46,42 @@ use crate::rtps::{
     RawKey, RawSample,
 };
 
-/// How long a forwarding thread sleeps when its reader had nothing (the timed poll that
-/// stands in for RustDDS's mio 0.6 wake-ups, which can be missed).
+/// How long an RTPS → Spindle thread sleeps when its RustDDS reader had nothing (the
+/// timed poll that stands in for RustDDS's mio 0.6 wake-ups, which can be missed). The
+/// Spindle → RTPS threads do not poll: a WaitSet wakes them.
 pub const POLL_IDLE_US: u64 = 200;
+
+/// Longest single WaitSet wait of a Spindle → RTPS thread before it looks at the RTPS
+/// writer's matched readers again (samples and the bridge's stop wake it at once).
+pub const WAIT_SLICE_MS: u64 = 50;
+
+/// How long a Spindle → RTPS thread waits, after a new RTPS reader matched, for every
+/// reader to acknowledge the one sample it forwarded before it forwards more.
+///
+/// Why: a Cyclone DDS volatile reader matched with a writer of another vendor starts at
+/// the first HEARTBEAT it sees: everything up to that heartbeat's last sequence number
+/// that has not yet arrived counts as lost (Cyclone's `handle_Heartbeat`, "the first
+/// heartbeat has to be treated specially"). RustDDS 0.15 sends no heartbeat while its
+/// history is empty (not even in answer to the reader's non-final ACKNACK), and the one it
+/// sends at match time is dropped when it reaches the reader before the reader knows the
+/// writer; so the first heartbeat a Cyclone reader saw was piggy-backed on a datagram and
+/// announced samples still in the next ones — the early samples the interop test lost (a
+/// Cyclone trace showed `HEARTBEAT(#2:1..5)` after DATA 1..3: samples 4 and 5 never came).
+/// With one sample and its heartbeat in the same datagram, and no more until it is
+/// acknowledged, the first heartbeat announces only what already arrived.
+///
+/// Only readers of other vendors get it ([`RUSTDDS_VENDOR`]): a RustDDS reader starts at
+/// the heartbeat's first sequence number and loses nothing. Seen, not understood: in a
+/// bridge that forwards a topic both ways, the wait always runs to its bound (its own
+/// RustDDS reader, matched with its writer, apparently never acknowledges), so a Cyclone
+/// reader joining such a bridge stalls that topic's forwarding for [`HANDSHAKE_MS`] once
+/// (the two-bridge test stalled twice, 2 s each, before readers were told apart by
+/// vendor).
+pub const HANDSHAKE_MS: u64 = 2_000;
+
+/// The vendor id RustDDS puts in the first two bytes of its GUID prefixes (RTPS 9.3.1.5
+/// says a prefix should start with its vendor's id).
+pub const RUSTDDS_VENDOR: [u8; 2] = [0x01, 0x12];
 
 /// Most samples a forwarding thread takes from its reader at once.
 pub const TAKE_BATCH_MAX: usize = 1024;
@@ -60,6 +98,9 @@ pub const BRIDGES_TOPIC: &str = "spindle.rtps_bridge.participants";
 
 /// How long a Spindle write from the bridge may block on a full window.
 pub const SPINDLE_MAX_BLOCKING_MS: i64 = 10_000;
+
+/// How many dropped samples a bridge logs one by one (after that, every power of two).
+pub const DROPS_LOGGED_MAX: u64 = 10;
 
 /// Counters of one bridge, summed over its topics.
 #[derive(Debug, Default)]
@@ -81,6 +122,12 @@ pub struct Stats {
     pub rtps_writers_matched: AtomicI64,
     /// Bridges known on the registry topic (this one included).
     pub bridges_known: AtomicI64,
+    /// Sequence numbers missing between consecutive samples the bridge's RTPS readers
+    /// took from one RTPS writer: samples the RTPS side acknowledged but the bridge never
+    /// got (RustDDS 0.15's reader evicts its oldest untaken samples past its resource
+    /// limit), or that the writer skipped on purpose (KEEP_LAST replacement, a GAP). Not
+    /// counted: what a writer wrote before the reader's first sample of it.
+    pub rtps_gaps: AtomicU64,
 }
 
 /// A snapshot of [`Stats`].
@@ -96,6 +143,8 @@ pub struct StatsSnapshot {
     pub dropped: u64,
     /// See [`Stats::rtps_readers_matched`].
     pub rtps_readers_matched: i64,
+    /// See [`Stats::rtps_gaps`].
+    pub rtps_gaps: u64,
 }
 
 impl Stats {
@@ -106,6 +155,7 @@ impl Stats {
             skipped_own: self.skipped_own.load(Ordering::Relaxed),
             dropped: self.dropped.load(Ordering::Relaxed),
             rtps_readers_matched: self.rtps_readers_matched.load(Ordering::Relaxed),
+            rtps_gaps: self.rtps_gaps.load(Ordering::Relaxed),
         }
     }
 }
@@ -116,6 +166,7 @@ type BridgePrefixes = Arc<RwLock<HashSet<[u8; 12]>>>;
 /// A running bridge. [`Bridge::stop`] ends it (and lingers for reliable delivery).
 pub struct Bridge {
     stop: Arc<AtomicBool>,
+    stop_guard: Arc<GuardCondition>,
     threads: Vec<JoinHandle<()>>,
     stats: Arc<Stats>,
     spindle: Option<DomainParticipant>,
@@ -182,6 +233,7 @@ impl Bridge {
             .try_into()
             .map_err(|_| Error::Rtps("GUID prefix is not 12 bytes".into()))?;
         let stop = Arc::new(AtomicBool::new(false));
+        let stop_guard = GuardCondition::new();
         let stats = Arc::new(Stats::default());
         let prefixes: BridgePrefixes = Arc::new(RwLock::new(HashSet::from([own_prefix])));
         let mut threads = Vec::new();
@@ -213,9 +265,14 @@ impl Bridge {
             let stop = Arc::clone(&stop);
             let prefixes = Arc::clone(&prefixes);
             let registry_stats = Arc::clone(&stats);
+            let mut waitset = WaitSet::new();
+            waitset.attach_condition(reg_reader.create_readcondition(StateMask::ANY));
+            waitset.attach_condition(Arc::clone(&stop_guard) as Arc<dyn Condition>);
             threads.push(spawn("bridge-registry", move || {
                 let _keep = reg_writer;
                 while !stop.load(Ordering::Relaxed) {
+                    // Woken by a registry sample or the stop guard.
+                    let _ = waitset.wait(Duration::from_millis(WAIT_SLICE_MS));
                     match reg_reader.take(TAKE_BATCH_MAX, StateMask::ANY) {
                         Ok(got) if !got.is_empty() => {
                             let mut set = prefixes.write().unwrap_or_else(|e| e.into_inner());
@@ -228,7 +285,7 @@ impl Bridge {
                                 .bridges_known
                                 .store(set.len() as i64, Ordering::Relaxed);
                         }
-                        Ok(_) => std::thread::sleep(Duration::from_millis(10)),
+                        Ok(_) => {}
                         Err(e) => {
                             tracing::warn!("bridge registry: {e}");
                             std::thread::sleep(Duration::from_millis(10));
@@ -272,6 +329,7 @@ impl Bridge {
                 let reader = RtpsReader::create(&rtps_sub, &rtopic, rqos.clone(), t)?;
                 let ctx = Ctx {
                     stop: Arc::clone(&stop),
+                    stop_guard: Arc::clone(&stop_guard),
                     stats: Arc::clone(&stats),
                     prefixes: Arc::clone(&prefixes),
                     topic: t.clone(),
@@ -291,6 +349,7 @@ impl Bridge {
                 let writer = RtpsWriter::create(&rtps_pub, &rtopic, rqos, t)?;
                 let ctx = Ctx {
                     stop: Arc::clone(&stop),
+                    stop_guard: Arc::clone(&stop_guard),
                     stats: Arc::clone(&stats),
                     prefixes: Arc::clone(&prefixes),
                     topic: t.clone(),
@@ -302,6 +361,7 @@ impl Bridge {
         }
         Ok(Bridge {
             stop,
+            stop_guard,
             threads,
             stats,
             spindle: Some(spindle),
@@ -323,6 +383,8 @@ impl Bridge {
     /// for its RTPS writer's samples to be acknowledged. Returns the final counters.
     pub fn stop(mut self) -> StatsSnapshot {
         self.stop.store(true, Ordering::Relaxed);
+        // Wakes the threads waiting in their WaitSets.
+        self.stop_guard.set_trigger_value(true);
         for t in self.threads.drain(..) {
             if t.join().is_err() {
                 tracing::error!("a bridge thread panicked");
@@ -344,6 +406,7 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>
 
 struct Ctx {
     stop: Arc<AtomicBool>,
+    stop_guard: Arc<GuardCondition>,
     stats: Arc<Stats>,
     prefixes: BridgePrefixes,
     topic: TopicConfig,
@@ -351,8 +414,11 @@ struct Ctx {
 
 impl Ctx {
     fn dropped(&self, what: std::fmt::Arguments<'_>) {
-        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!("topic {:?}: {what}", self.topic.name);
+        let n = self.stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        // The first ones, then every power of two: a flood stays a few lines.
+        if n <= DROPS_LOGGED_MAX || n.is_power_of_two() {
+            tracing::warn!("topic {:?}: {what} (dropped so far: {n})", self.topic.name);
+        }
     }
 }
 
@@ -365,7 +431,10 @@ enum Change {
 
 struct Taken {
     change: Change,
+    writer: rustdds::GUID,
     writer_prefix: [u8; 12],
+    /// The writer's sequence number of this change.
+    writer_sn: i64,
     source_timestamp_ns: Option<u64>,
 }
 
@@ -430,7 +499,9 @@ impl RtpsReader {
                     .into_iter()
                     .map(|s| {
                         let info = s.sample_info();
-                        let writer_prefix = prefix_of(info.writer_guid());
+                        let writer = info.writer_guid();
+                        let writer_prefix = prefix_of(writer);
+                        let writer_sn = i64::from(info.sample_identity().sequence_number);
                         let source_timestamp_ns = info.source_timestamp().map(timestamp_to_ns);
                         let state = info.instance_state();
                         let change = match s.into_value() {
@@ -444,7 +515,9 @@ impl RtpsReader {
                         };
                         Taken {
                             change,
+                            writer,
                             writer_prefix,
+                            writer_sn,
                             source_timestamp_ns,
                         }
                     })
@@ -459,11 +532,15 @@ impl RtpsReader {
                     .into_iter()
                     .map(|s| {
                         let info = s.sample_info();
-                        let writer_prefix = prefix_of(info.writer_guid());
+                        let writer = info.writer_guid();
+                        let writer_prefix = prefix_of(writer);
+                        let writer_sn = i64::from(info.sample_identity().sequence_number);
                         let source_timestamp_ns = info.source_timestamp().map(timestamp_to_ns);
                         Taken {
                             change: Change::Data(s.into_value()),
+                            writer,
                             writer_prefix,
+                            writer_sn,
                             source_timestamp_ns,
                         }
                     })
@@ -486,8 +563,39 @@ fn notice(key: &RawKey) -> CdrSample {
     CdrSample::new(vec![0, 1, 0, 0], KeyHash(key.hash)).unwrap_or_default()
 }
 
+/// The last sequence number taken from each RTPS writer, to count gaps
+/// ([`Stats::rtps_gaps`]); at most [`RTPS_WRITERS_TRACKED_MAX`] writers (then forgotten
+/// all at once: a gap across the reset is not counted).
+#[derive(Default)]
+struct WriterSeqs {
+    last: HashMap<rustdds::GUID, i64>,
+}
+
+/// Most RTPS writers per topic whose sequence numbers a bridge follows.
+pub const RTPS_WRITERS_TRACKED_MAX: usize = 4096;
+
+impl WriterSeqs {
+    /// Notes `sn` from `writer`; returns how many sequence numbers were skipped since the
+    /// last one taken from it (0 for its first, or one out of order).
+    fn gap(&mut self, writer: rustdds::GUID, sn: i64) -> u64 {
+        if self.last.len() >= RTPS_WRITERS_TRACKED_MAX && !self.last.contains_key(&writer) {
+            self.last.clear();
+        }
+        let gap = match self.last.get(&writer) {
+            Some(&last) if sn > last + 1 => (sn - last - 1) as u64,
+            _ => 0,
+        };
+        let e = self.last.entry(writer).or_insert(sn);
+        *e = (*e).max(sn);
+        // Invariant: bounded by RTPS_WRITERS_TRACKED_MAX.
+        assert!(self.last.len() <= RTPS_WRITERS_TRACKED_MAX);
+        gap
+    }
+}
+
 fn rtps_to_spindle(ctx: Ctx, mut reader: RtpsReader, writer: DataWriter<CdrSample>) {
     let layout = ctx.topic.key.clone();
+    let mut seqs = WriterSeqs::default();
     while !ctx.stop.load(Ordering::Relaxed) {
         let change = reader.matched_change();
         if change != 0 {
@@ -508,6 +616,19 @@ fn rtps_to_spindle(ctx: Ctx, mut reader: RtpsReader, writer: DataWriter<CdrSampl
             }
         };
         for taken in batch {
+            let gap = seqs.gap(taken.writer, taken.writer_sn);
+            if gap > 0 {
+                let n = ctx.stats.rtps_gaps.fetch_add(gap, Ordering::Relaxed) + gap;
+                if n == gap {
+                    tracing::warn!(
+                        "topic {:?}: {gap} sequence numbers of an RTPS writer never reached \
+                         the bridge (its RTPS reader evicts untaken samples past \
+                         {} when a writer outruns it)",
+                        ctx.topic.name,
+                        rtps::RTPS_READER_SAMPLES_MAX
+                    );
+                }
+            }
             forward_into_spindle(&ctx, &writer, taken);
         }
     }
@@ -580,22 +701,39 @@ impl RtpsWriter {
         }
     }
 
-    /// The change in matched RTPS readers since the last call.
-    fn matched_change(&self) -> i64 {
+    /// The change in matched RTPS readers since the last call, and whether a reader of
+    /// another vendor than RustDDS matched (it needs the [`HANDSHAKE_MS`] handshake).
+    fn matched_change(&self) -> (i64, bool) {
         let mut change = 0i64;
+        let mut foreign = false;
         loop {
             let st = match self {
                 RtpsWriter::Keyed(w) => w.try_recv_status(),
                 RtpsWriter::Plain(w) => w.try_recv_status(),
             };
             match st {
-                Some(DataWriterStatus::PublicationMatched { current, .. }) => {
+                Some(DataWriterStatus::PublicationMatched {
+                    current, reader, ..
+                }) => {
+                    let added = current.count_change() > 0;
                     change += current.count_change() as i64;
+                    foreign |= added && prefix_of(reader)[..2] != RUSTDDS_VENDOR;
                 }
                 Some(_) => {}
-                None => return change,
+                None => return (change, foreign),
             }
         }
+    }
+
+    /// Waits up to [`HANDSHAKE_MS`] until every matched reliable RTPS reader acknowledged
+    /// everything written so far; true when they did.
+    fn handshake(&self) -> bool {
+        let wait = Duration::from_millis(HANDSHAKE_MS);
+        let acked = match self {
+            RtpsWriter::Keyed(w) => w.wait_for_acknowledgments(wait),
+            RtpsWriter::Plain(w) => w.wait_for_acknowledgments(wait),
+        };
+        matches!(acked, Ok(true))
     }
 
     fn linger(&self) {
@@ -639,25 +777,33 @@ fn spindle_to_rtps(
     own_writer: Option<WriterHandle>,
 ) {
     let mut keys = KnownKeys::default();
+    let mut waitset = WaitSet::new();
+    waitset.attach_condition(reader.create_readcondition(StateMask::ANY));
+    waitset.attach_condition(Arc::clone(&ctx.stop_guard) as Arc<dyn Condition>);
+    // A new RTPS reader matched: forward one sample, then wait for acknowledgments
+    // (HANDSHAKE_MS says why).
+    let mut handshake = false;
     while !ctx.stop.load(Ordering::Relaxed) {
-        let change = writer.matched_change();
+        // Woken by a Spindle sample or the stop guard; the slice bounds how late a
+        // match is noticed when no sample comes.
+        let _ = waitset.wait(Duration::from_millis(WAIT_SLICE_MS));
+        let (change, foreign) = writer.matched_change();
         if change != 0 {
             ctx.stats
                 .rtps_readers_matched
                 .fetch_add(change, Ordering::Relaxed);
         }
-        let got = match reader.take(TAKE_BATCH_MAX, StateMask::ANY) {
+        handshake |= foreign;
+        let max = if handshake { 1 } else { TAKE_BATCH_MAX };
+        let got = match reader.take(max, StateMask::ANY) {
             Ok(g) => g,
             Err(e) => {
                 ctx.dropped(format_args!("Spindle take failed: {e}"));
-                std::thread::sleep(Duration::from_millis(10));
+                std::thread::sleep(Duration::from_millis(WAIT_SLICE_MS));
                 continue;
             }
         };
-        if got.is_empty() {
-            std::thread::sleep(Duration::from_micros(POLL_IDLE_US));
-            continue;
-        }
+        let mut wrote = false;
         for s in got {
             if Some(s.info.publication_handle) == own_writer {
                 ctx.stats.skipped_own.fetch_add(1, Ordering::Relaxed);
@@ -680,10 +826,20 @@ fn spindle_to_rtps(
             };
             match r {
                 Ok(()) => {
+                    wrote = true;
                     ctx.stats.into_rtps.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => ctx.dropped(format_args!("not forwarded to RTPS: {e}")),
             }
+        }
+        if handshake && wrote {
+            if !writer.handshake() {
+                tracing::warn!(
+                    "topic {:?}: a new RTPS reader did not acknowledge within {HANDSHAKE_MS} ms",
+                    ctx.topic.name
+                );
+            }
+            handshake = false;
         }
     }
     writer.linger();

@@ -3,12 +3,14 @@
 //! `spindle-rtps-bridge CONFIG.toml` runs a bridge until its standard input closes (or
 //! reads a line `stop`), then lingers for reliable delivery and prints its counters. It
 //! prints `READY` on standard output once every reader and writer exists, and
-//! `STATS into_spindle=… into_rtps=… skipped_own=… dropped=…` when it stops; in between,
+//! `STATS into_spindle=… into_rtps=… skipped_own=… dropped=… rtps_gaps=…` when it stops
+//! (`rtps_gaps`: sequence numbers of RTPS writers that never reached it); in between,
 //! `MATCHED rtps_readers=N` whenever the number of RTPS readers matched with its writers
 //! changes (a volatile RTPS reader gets only what is written after it matched),
 //! `MATCHED rtps_writers=N` whenever the number of RTPS writers its readers know changes,
 //! and
-//! `BRIDGES N` whenever it learns of another bridge in its Spindle domain.
+//! `BRIDGES N` whenever it learns of another bridge in its Spindle domain. Warnings (a
+//! refused write, a sample not forwarded) go to standard error (`RUST_LOG` filters them).
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -31,6 +33,15 @@ pub fn main_with_args(args: &[String]) -> ExitCode {
 
 /// As [`main_with_args`], naming itself `program` in its messages (`spindle bridge`).
 pub fn main_named(program: &str, args: &[String]) -> ExitCode {
+    // The bridge's warnings (a refused write, a sample it could not forward) to stderr;
+    // `RUST_LOG` overrides. A caller that set up its own subscriber (`spindle bridge`)
+    // keeps it.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .try_init();
     let [path] = args else {
         eprintln!("usage: {program} CONFIG.toml");
         return ExitCode::from(2);
@@ -99,8 +110,8 @@ pub fn main_named(program: &str, args: &[String]) -> ExitCode {
     let _ = watcher.join();
     let s = bridge.stop();
     println!(
-        "STATS into_spindle={} into_rtps={} skipped_own={} dropped={}",
-        s.into_spindle, s.into_rtps, s.skipped_own, s.dropped
+        "STATS into_spindle={} into_rtps={} skipped_own={} dropped={} rtps_gaps={}",
+        s.into_spindle, s.into_rtps, s.skipped_own, s.dropped, s.rtps_gaps
     );
     ExitCode::SUCCESS
 }

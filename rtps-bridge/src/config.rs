@@ -14,6 +14,7 @@
 //! type_name = "Interop::Reading"
 //! keyed = true
 //! key = ["string"]               # the struct's leading members that form its key, in order
+//!                                # ("skip uint32": a leading member not in the key)
 //! direction = "both"             # "both", "rtps_to_spindle" or "spindle_to_rtps"
 //! reliability = "reliable"       # or "best_effort"
 //! durability = "volatile"        # or "transient_local"

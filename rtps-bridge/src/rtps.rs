@@ -106,7 +106,23 @@ impl RawKey {
         let k = layout.extract(body, little).map_err(RawCdrError)?;
         Ok(RawKey {
             hash: k.hash.0,
-            serialized: body[..k.prefix_bytes].to_vec(),
+            serialized: k.key_only,
+            little,
+        })
+    }
+
+    /// The key of a key-only serialization (an RTPS dispose or unregister), by `layout`.
+    pub fn extract_key_only(
+        layout: &KeyLayout,
+        bytes: &[u8],
+        little: bool,
+    ) -> std::result::Result<RawKey, RawCdrError> {
+        let k = layout
+            .extract_key_only(bytes, little)
+            .map_err(RawCdrError)?;
+        Ok(RawKey {
+            hash: k.hash.0,
+            serialized: k.key_only,
             little,
         })
     }
@@ -201,6 +217,16 @@ fn key_of(
     })
 }
 
+fn key_of_key_only(
+    bytes: &[u8],
+    encoding: RepresentationIdentifier,
+) -> std::result::Result<RawKey, RawCdrError> {
+    KEY_LAYOUT.with(|l| match l.borrow().as_ref() {
+        Some(layout) => RawKey::extract_key_only(layout, bytes, is_little(encoding)),
+        None => Ok(RawKey::default()),
+    })
+}
+
 /// The pass-through (de)serializer adapter: bytes in, bytes out.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RawCdr;
@@ -249,7 +275,7 @@ impl<'de> with_key::Decode<'de, RawSample, RawKey> for RawCdr {
         input_key_bytes: &'de [u8],
         encoding: RepresentationIdentifier,
     ) -> std::result::Result<RawKey, RawCdrError> {
-        key_of(input_key_bytes, encoding)
+        key_of_key_only(input_key_bytes, encoding)
     }
 }
 

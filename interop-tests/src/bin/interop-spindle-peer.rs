@@ -23,14 +23,22 @@
 //!     each, prints the checker's summary (`OK …` or `INCOMPLETE …`), stays up until stdin
 //!     closes; exit 0 iff OK
 //! ```
+//!
+//! Readers are woken as a Spindle application would be, never polled: `perf-sub` takes in
+//! `on_data_available` on the participant's delivery thread (a listener, as Cyclone's
+//! `ddsperf` does by default), the other modes wait in a WaitSet on a read condition.
 
 use std::collections::HashMap;
 use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use spindle_dds_core::{DomainParticipantFactory, InstanceState, ParticipantConfig, StateMask};
+use spindle_dds_core::{
+    DataReader, DataReaderListener, DomainParticipantFactory, InstanceState, ParticipantConfig,
+    StateMask, WaitSet,
+};
 use spindle_interop_tests::perf::{now_ns, perf_value, PerfStats, LATENCY_GAP_US, PERF_TOPIC};
 use spindle_interop_tests::workload::{
     key_of, value_of, Checker, Record, DISPOSED_KEY, RECORD_QUIET_MS,
@@ -41,8 +49,12 @@ use spindle_qos::{
 };
 use spindle_topics::{KeyedString, TopicType};
 
-/// How long a perf subscriber sleeps when its reader had nothing (a timed poll).
-const PERF_POLL_US: u64 = 50;
+/// Longest single WaitSet wait before a loop looks at its deadline again (a sample wakes
+/// it at once).
+const WAIT_SLICE: Duration = Duration::from_millis(100);
+
+/// Most samples one take of the perf listener lends.
+const PERF_TAKE_MAX: usize = 1024;
 
 /// How long `count` keeps counting after the expected number arrived.
 const QUIET_MS: u64 = 1_500;
@@ -51,6 +63,52 @@ fn arg<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> T {
     args.get(i)
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| panic!("argument {i} ({what}) missing or bad: {args:?}"))
+}
+
+/// A WaitSet that wakes when `reader` holds samples.
+fn data_waitset(reader: &DataReader<KeyedString>) -> WaitSet {
+    let mut ws = WaitSet::new();
+    ws.attach_condition(reader.create_readcondition(StateMask::ANY));
+    ws
+}
+
+/// Waits for samples, at most [`WAIT_SLICE`] and never past `deadline`.
+fn wait_data(ws: &WaitSet, deadline: Instant) {
+    let left = deadline.saturating_duration_since(Instant::now());
+    // A timeout is not an error here: the caller looks at its deadline.
+    let _ = ws.wait(left.min(WAIT_SLICE));
+}
+
+/// The perf subscriber's listener: takes (loaned, decoding each value for its stamp) on
+/// the delivery thread and wakes the main thread once `count` samples arrived.
+struct PerfListener {
+    state: Arc<(Mutex<PerfStats>, Condvar)>,
+    count: u64,
+}
+
+impl DataReaderListener<KeyedString> for PerfListener {
+    fn on_data_available(&self, r: &DataReader<KeyedString>) {
+        let (stats, done) = &*self.state;
+        let mut st = stats.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            let got = match r.take_loaned(PERF_TAKE_MAX, StateMask::ANY) {
+                Ok(g) if !g.is_empty() => g,
+                Ok(_) => break,
+                Err(e) => {
+                    eprintln!("take: {e}");
+                    break;
+                }
+            };
+            for s in got.iter() {
+                if let Ok(Some(v)) = s.data() {
+                    st.sample(&v.value);
+                }
+            }
+        }
+        if st.samples() >= self.count {
+            done.notify_all();
+        }
+    }
 }
 
 fn wait_stdin() {
@@ -141,11 +199,10 @@ fn main() -> ExitCode {
             let mut check = Checker::new(count, bytes);
             let mut keys: HashMap<[u8; 16], String> = HashMap::new();
             let deadline = Instant::now() + Duration::from_secs(timeout_s);
+            let ws = data_waitset(&reader);
             while !check.complete(writers) && Instant::now() < deadline {
+                wait_data(&ws, deadline);
                 let got = reader.take(256, StateMask::ANY).expect("take");
-                if got.is_empty() {
-                    std::thread::sleep(Duration::from_micros(500));
-                }
                 for s in got {
                     match s.data {
                         Some(v) => {
@@ -183,13 +240,12 @@ fn main() -> ExitCode {
             let reader = new_reader();
             println!("READY");
             let deadline = Instant::now() + Duration::from_secs(timeout_s);
+            let ws = data_waitset(&reader);
             let mut n = 0u64;
             let mut quiet_until: Option<Instant> = None;
             while Instant::now() < deadline && quiet_until.is_none_or(|q| Instant::now() < q) {
+                wait_data(&ws, quiet_until.unwrap_or(deadline).min(deadline));
                 let got = reader.take(256, StateMask::ANY).expect("take");
-                if got.is_empty() {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
                 n += got.iter().filter(|s| s.info.valid_data).count() as u64;
                 if n >= expected && quiet_until.is_none() {
                     // Then watch a while longer: a loop would keep samples coming.
@@ -230,22 +286,28 @@ fn main() -> ExitCode {
             let timeout_s: u64 = arg(&args, 5, "timeout");
             let stack: String = arg(&args, 6, "stack");
             let reader = new_reader();
+            let state = Arc::new((Mutex::new(PerfStats::default()), Condvar::new()));
+            reader.set_listener(PerfListener {
+                state: Arc::clone(&state),
+                count,
+            });
             println!("READY");
-            let mut stats = PerfStats::default();
             let deadline = Instant::now() + Duration::from_secs(timeout_s);
-            while stats.samples() < count && Instant::now() < deadline {
-                let got = reader.take_loaned(1024, StateMask::ANY).expect("take");
-                if got.is_empty() {
-                    std::thread::sleep(Duration::from_micros(PERF_POLL_US));
+            let (stats, done) = &*state;
+            let mut st = stats.lock().unwrap_or_else(PoisonError::into_inner);
+            while st.samples() < count {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
                 }
-                for s in got.iter() {
-                    if let Ok(Some(v)) = s.data() {
-                        stats.sample(&v.value);
-                    }
-                }
+                st = done
+                    .wait_timeout(st, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
             }
-            println!("{}", stats.json(&stack, &mode, size, count));
-            let ok = stats.samples() >= count;
+            println!("{}", st.json(&stack, &mode, size, count));
+            let ok = st.samples() >= count;
+            drop(st);
             wait_stdin();
             if ok {
                 ExitCode::SUCCESS
@@ -259,14 +321,13 @@ fn main() -> ExitCode {
             println!("READY");
             let mut rec = Record::default();
             let deadline = Instant::now() + Duration::from_secs(timeout_s);
+            let ws = data_waitset(&reader);
             let mut last = Instant::now();
             while Instant::now() < deadline
                 && (rec.is_empty() || last.elapsed() < Duration::from_millis(RECORD_QUIET_MS))
             {
+                wait_data(&ws, deadline);
                 let got = reader.take(256, StateMask::ANY).expect("take");
-                if got.is_empty() {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
                 for s in got {
                     if let Some(v) = s.data {
                         rec.data(&v.value);

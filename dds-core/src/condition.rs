@@ -22,9 +22,12 @@ static WAITING: AtomicUsize = AtomicUsize::new(0);
 static CHANGES: AtomicU64 = AtomicU64::new(0);
 
 /// How long [`WaitSet::wait`] spins (yielding) for a change before it sleeps, by
-/// default: 0, sleep at once. Environment `SPINDLE_WAITSET_SPIN_US` sets it for the
-/// process (read once).
-pub const WAITSET_SPIN_US_DEFAULT: u64 = 0;
+/// default, in µs. Environment `SPINDLE_WAITSET_SPIN_US` sets it for the process (read
+/// once; 0 sleeps at once). Measured with `dds_perf --pingpong` over shm, 1 KiB, three
+/// rounds beside `ddsperf` (docs/benchmarks.md): the round trip's p50 fell from 30–42 µs
+/// to 18–25 µs unordered and from 31–45 µs to 23–32 µs atomic; over tcp it made no
+/// difference beyond the noise.
+pub const WAITSET_SPIN_US_DEFAULT: u64 = 50;
 
 /// The spin of [`WaitSet::wait`] ([`WAITSET_SPIN_US_DEFAULT`], `SPINDLE_WAITSET_SPIN_US`).
 fn waitset_spin() -> Duration {

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# A/B of DCPS next to the raw engine (issue 22): per round and transport, for each variant,
+# bandwidth_test and dds_perf (WaitSet, listener, listener + loan) at 1 KiB, then both at
+# 65,000 B; variants alternate, their order flipping each round; one JSON line per
+# (round, variant, transport) with the msgs/s of each run and the load average.
+#   VARIANTS="old new" BIN_ROOT=/tmp bash scripts/ab-dcps.sh ROUNDS OUT.jsonl
+# A variant is a directory $BIN_ROOT/<name> holding release builds of dds_perf and
+# examples' bandwidth_test from the commit it stands for; "<name>+spinN" runs <name>
+# with SPINDLE_WAITSET_SPIN_US=N. Compare each DCPS figure with the raw engine of the
+# same variant in the same round.
+set -u
+root=${BIN_ROOT:-/tmp}
+rounds=${1:-3}; out=${2:-ab-dcps.jsonl}
+variants=${VARIANTS:-"old new"}
+rate() { grep -o '"msgs_per_s":[0-9.]*' | tail -1 | cut -d: -f2; }
+for r in $(seq 1 "$rounds"); do
+  # alternate the order each round
+  if [ $((r % 2)) -eq 0 ]; then vs=$(echo $variants | tr ' ' '\n' | tac | tr '\n' ' '); else vs=$variants; fi
+  for t in shm tcp; do
+    n=1000000
+    for v in $vs; do
+      bin=$root/${v%%+*}
+      envs=""; case "$v" in *+spin*) envs="SPINDLE_WAITSET_SPIN_US=${v##*+spin}";; esac
+      raw=$(timeout 300 $bin/bandwidth_test --backend $t --nodes 2 --senders one --mode atomic --size 1024 --messages $n --window 256 --timeout-s 200 2>/dev/null | tail -1 | rate)
+      ws=$(env $envs timeout 300 $bin/dds_perf --transport $t --level atomic --size 1024 --samples $n 2>/dev/null | rate)
+      li=$(env $envs timeout 300 $bin/dds_perf --transport $t --level atomic --size 1024 --samples $n --listener 2>/dev/null | rate)
+      lo=$(env $envs timeout 300 $bin/dds_perf --transport $t --level atomic --size 1024 --samples $n --listener --loan 2>/dev/null | rate)
+      raw64=$(timeout 300 $bin/bandwidth_test --backend $t --nodes 2 --senders one --mode atomic --size 65000 --messages 20000 --window 256 --timeout-s 200 2>/dev/null | tail -1 | rate)
+      lo64=$(env $envs timeout 300 $bin/dds_perf --transport $t --level atomic --size 65000 --samples 20000 --listener --loan 2>/dev/null | rate)
+      echo "{\"round\":$r,\"variant\":\"$v\",\"transport\":\"$t\",\"raw\":${raw:-0},\"waitset\":${ws:-0},\"listener\":${li:-0},\"listener_loan\":${lo:-0},\"raw64\":${raw64:-0},\"listener_loan64\":${lo64:-0},\"load\":\"$(cut -d' ' -f1 /proc/loadavg)\",\"at\":\"$(date -u +%H:%M:%S)\"}" | tee -a "$out"
+    done
+  done
+done

@@ -28,6 +28,14 @@ use crate::smc::{Ring, Sender};
 pub const RECEIVE_BATCH_MAX: u64 = 1024;
 /// Most messages one delivery predicate delivers in one step.
 pub const DELIVERY_BATCH_MAX: u64 = 1024;
+/// Most bytes one delivery predicate copies out of a subgroup's rings in one step (the
+/// receive predicate, in unordered mode, where it delivers), and most bytes of full slots
+/// one send predicate pushes in one step: with 64 KiB messages,
+/// [`DELIVERY_BATCH_MAX`] alone let one busy subgroup copy up to 64 MiB before the
+/// predicate thread turned to the others, and a ping on another subgroup waited
+/// milliseconds behind a bulk stream (Spindle III's fairness across subgroups). At least
+/// one message is always delivered, whatever its size.
+pub const DELIVERY_STEP_BYTES_MAX: usize = 1 << 20;
 /// Most messages of the node's own ring one send predicate pushes in one step.
 pub const SEND_BATCH_MAX: u64 = 1024;
 /// Largest single push of ring slots, in bytes (a batch is split into chunks this size,
@@ -878,7 +886,12 @@ impl Engine {
         let Some(ring) = s.ring.clone() else {
             return false;
         };
-        let committed = ring.advance_committed(s.committed, SEND_BATCH_MAX);
+        // At most a step's worth of bytes of full slots (and at least one message): a
+        // ring of 64 KiB slots pushes 16 per step, so other subgroups' sends (a ping
+        // beside a bulk stream) wait for 1 MiB, not 64 MiB, of copies.
+        let send_max = SEND_BATCH_MAX
+            .min((DELIVERY_STEP_BYTES_MAX / s.geom.slot_payload_bytes.max(1)).max(1) as u64);
+        let committed = ring.advance_committed(s.committed, send_max);
         if committed == s.committed && s.pushed == committed {
             return false;
         }
@@ -975,6 +988,8 @@ impl Engine {
             let mut upto = published.min(have + batch);
             let s = &mut self.subgroups[i];
             let g = &s.geom;
+            // Unordered mode delivers what it receives: the step's byte bound applies here.
+            let mut step_bytes = 0;
             for k in have..upto {
                 let slot = g.slot(rank, k);
                 let tag = s.region.load_u64(slot);
@@ -996,6 +1011,18 @@ impl Engine {
                             g.slot_payload_bytes
                         ),
                     ));
+                }
+                if mode == DeliveryMode::Unordered {
+                    let size = match (len, &s.large) {
+                        (RDMC_LEN, Some(_)) => Large::size(&s.region, g, rank, k),
+                        (NULL_LEN, _) => 0,
+                        _ => len as usize,
+                    };
+                    step_bytes += size.min(s.delivery_prefix);
+                    if step_bytes >= DELIVERY_STEP_BYTES_MAX {
+                        upto = k + 1;
+                        break;
+                    }
                 }
             }
             if upto == have {
@@ -1091,6 +1118,7 @@ impl Engine {
         }
         let start = s.delivered;
         let mut d = start;
+        let mut copied = 0;
         while d - start < bound {
             let rank = (d % senders) as usize;
             let k = d / senders;
@@ -1113,11 +1141,14 @@ impl Engine {
                     format!("message {k} was overwritten before delivery"),
                 ));
             }
-            self.deliver_one(i, rank, k);
+            copied += self.deliver_one(i, rank, k);
             d += 1;
             if !self.techniques.batch_acks {
                 // One ack per delivered message (the unbatched baseline).
                 self.finish_deliveries(i);
+            }
+            if copied >= DELIVERY_STEP_BYTES_MAX {
+                break;
             }
         }
         if d == start {
@@ -1127,8 +1158,9 @@ impl Engine {
         Ok(true)
     }
 
-    /// Appends message `k` of sender `rank` to the subgroup's open delivery batch.
-    fn deliver_one(&mut self, i: usize, rank: usize, k: u64) {
+    /// Appends message `k` of sender `rank` to the subgroup's open delivery batch; returns
+    /// the bytes copied (0 for a null or a re-send already delivered).
+    fn deliver_one(&mut self, i: usize, rank: usize, k: u64) -> usize {
         let s = &mut self.subgroups[i];
         let slot = s.geom.slot(rank, k);
         let mut len = s.region.load_u64(slot + WORD_BYTES);
@@ -1144,11 +1176,11 @@ impl Engine {
             if let Some(l) = large {
                 let _ = l.take(&s.region, &s.geom, rank, k, None);
             }
-            return;
+            return 0;
         }
         if len == NULL_LEN {
             self.stats.nulls_delivered += 1;
-            return;
+            return 0;
         }
         self.stats.delivered += 1;
         let global_index = s.geom.global_index(rank, k);
@@ -1192,7 +1224,7 @@ impl Engine {
         };
         if read.is_err() {
             batch.payload.truncate(start);
-            return;
+            return 0;
         }
         batch.metas.push(Meta {
             global_index,
@@ -1202,6 +1234,7 @@ impl Engine {
             len,
             full_len,
         });
+        len
     }
 
     /// Closes this step's delivery batch and records the delivered count in the row.

@@ -34,6 +34,11 @@ const STATS_ROUNDS: u32 = 1024;
 /// Idle rounds between two readings of the clock.
 const CLOCK_ROUNDS: u32 = 16;
 
+/// Most rounds of the group's predicate thread one [`Endpoint::cork`] spans: the round
+/// that handed the application deliveries and the next, whose pushes carry what the
+/// upcall wrote. A busy stream thus holds its acknowledgements back by one round at most.
+const CORK_ROUNDS_MAX: u32 = 2;
+
 /// How to run one node.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -259,7 +264,10 @@ fn predicate_loop(
     while !shared.stop.load(Ordering::Acquire) {
         round = round.wrapping_add(1);
         let mut work = engine.step();
-        work |= engine.drain_pushes(&mut scratch, |p, bytes| p.post(&*ep, bytes)) > 0;
+        {
+            let _corked = Corked::new(&*ep);
+            work |= engine.drain_pushes(&mut scratch, |p, bytes| p.post(&*ep, bytes)) > 0;
+        }
         while let Some(batch) = engine.poll_delivery() {
             upcall(&batch);
             engine.recycle(batch);
@@ -560,8 +568,14 @@ fn group_loop(
     let mut round: u32 = 0;
     let mut now_us = 0;
     let mut carry = EngineCarry::default();
+    // Rounds the endpoint has been corked for (0: not corked). See `CORK_ROUNDS_MAX`.
+    let mut corked_rounds: u32 = 0;
     while !shared.stop.load(Ordering::Acquire) {
         round = round.wrapping_add(1);
+        if corked_rounds == 0 {
+            ep.cork();
+        }
+        corked_rounds += 1;
         if shared.leave.load(Ordering::Acquire) && shared.leave.swap(false, Ordering::AcqRel) {
             group.leave();
         }
@@ -577,8 +591,10 @@ fn group_loop(
             now_us = start.elapsed().as_micros() as u64;
         }
         let mut work = drive(&mut group, &*ep, now_us, &mut scratch);
+        let mut delivered = false;
         while let Some(out) = group.poll() {
             work = true;
+            delivered |= matches!(out, GroupOutput::Delivery(_));
             let stop = match (&out, group.exclusion()) {
                 (GroupOutput::ShutDown(_), Some(x)) => Some(Stop::Excluded(x)),
                 (GroupOutput::ShutDown(why), None) => Some(Stop::ShutDown(why.clone())),
@@ -615,6 +631,14 @@ fn group_loop(
         if work {
             app.round_end();
             carry.publish(&group, &shared.counters);
+        }
+        // This round's pushes (the acknowledgements of what it received above all) wait
+        // for the next round's when the application was handed deliveries: what its
+        // upcall wrote (a reply) then leaves in the same system call. Not across a log's
+        // sync, which may take milliseconds.
+        if !delivered || corked_rounds >= CORK_ROUNDS_MAX || persister.is_some() {
+            ep.uncork();
+            corked_rounds = 0;
         }
         if let Some(p) = &mut persister {
             // Group commit: one sync per log covers every delivery of this pass.
@@ -664,6 +688,9 @@ fn group_loop(
             // Park, but wake in time for the group's time-outs (joins, activation).
             ep.wait(Duration::from_millis(5));
         }
+    }
+    if corked_rounds > 0 {
+        ep.uncork();
     }
 }
 
@@ -751,6 +778,8 @@ pub fn drive(group: &mut Group, ep: &dyn Endpoint, now_us: u64, scratch: &mut Ve
     perform_all(group);
     // The last (peer, region) seen announced: a round's pushes mostly go to a few.
     let mut known = None;
+    // The round's pushes reach each peer together (tcp: one system call per link).
+    let _corked = Corked::new(ep);
     let posted = group.drain_pushes(scratch, |p, bytes| {
         if known != Some((p.peer, p.region)) {
             if ep.remote_region(p.peer, p.region).is_none() {
@@ -761,9 +790,27 @@ pub fn drive(group: &mut Group, ep: &dyn Endpoint, now_us: u64, scratch: &mut Ve
         }
         p.post(ep, bytes)
     });
+    drop(_corked);
     // State transfers, which follow the round's writes.
     perform_all(group);
     work || posted > 0
+}
+
+/// An [`Endpoint::cork`] ended when dropped, whatever path leaves the scope.
+pub(crate) struct Corked<'a>(&'a dyn Endpoint);
+
+impl<'a> Corked<'a> {
+    /// Corks `ep` until the value is dropped.
+    pub(crate) fn new(ep: &'a dyn Endpoint) -> Corked<'a> {
+        ep.cork();
+        Corked(ep)
+    }
+}
+
+impl Drop for Corked<'_> {
+    fn drop(&mut self) {
+        self.0.uncork();
+    }
 }
 
 /// Carries out one [`GroupAction`] on `ep`; gives back a send to retry (no link yet, or

@@ -41,6 +41,10 @@
 //! 7. **Bounds.** Sizes are bounded by the `*_MAX` constants below; oversize or malformed
 //!    input — including any bytes from a peer — gives an [`Error`], never a panic. A peer
 //!    that sends malformed bytes is disconnected with [`FailureReason::Malformed`].
+//! 8. **Corking.** Between [`Endpoint::cork`] and the outermost [`Endpoint::uncork`] a
+//!    backend may hold the writes and sends of the corking thread, to hand them to the
+//!    fabric together; at the uncork everything held goes out, in issue order. Nothing
+//!    corked is lost, and other threads' writes are not held.
 //!
 //! ## A region, read and written locally
 //!
@@ -341,6 +345,20 @@ pub trait Endpoint: Send + Sync + fmt::Debug {
     /// happened since the previous call returns at once. (The sim backend never parks:
     /// its clock only moves when the simulation is stepped.)
     fn wait(&self, timeout: Duration) -> bool;
+
+    /// Starts holding the writes and sends the calling thread issues on this endpoint
+    /// (contract item 8): until the matching [`Endpoint::uncork`] on the same thread, a
+    /// backend may keep what it is handed queued — in
+    /// issue order, within its outbound bound — and hand it to the fabric all at once, so
+    /// that the pushes of one predicate step reach a peer together (tcp: one system call
+    /// and one wake-up at the peer per link, instead of one per write). Calls nest; the
+    /// default does nothing (shm stores at once, RDMA posts are already batched by the
+    /// NIC's doorbell).
+    fn cork(&self) {}
+
+    /// Ends a [`Endpoint::cork`]: the outermost uncork hands everything held to the
+    /// fabric. A corked write is never lost or reordered, only held until here.
+    fn uncork(&self) {}
 
     /// Rings the endpoint's doorbell: a thread parked in [`Endpoint::wait`] returns at
     /// once (the engine's application threads wake the predicate thread with it after a

@@ -732,6 +732,14 @@ impl Endpoint for ShmEndpoint {
         after != before
     }
 
+    fn cork(&self) {
+        self.hub.cork();
+    }
+
+    fn uncork(&self) {
+        self.hub.uncork();
+    }
+
     fn wake(&self) {
         self.hub.doorbell().ring();
     }

@@ -224,6 +224,14 @@ impl Endpoint for TcpEndpoint {
         self.hub.wait(timeout)
     }
 
+    fn cork(&self) {
+        self.hub.cork();
+    }
+
+    fn uncork(&self) {
+        self.hub.uncork();
+    }
+
     fn wake(&self) {
         self.hub.doorbell().ring();
     }

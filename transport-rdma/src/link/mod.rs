@@ -351,6 +351,9 @@ pub struct Hub<S: LinkStream> {
     closed: AtomicBool,
     /// Links refused by the handshake, and when one was last logged.
     refusals: Refusals,
+    /// A frame was held by a cork: the corking thread's outermost [`Hub::uncork`]
+    /// flushes the links.
+    held: AtomicBool,
 }
 
 /// Least time between two log lines about refused links: an outsider retrying in a
@@ -404,6 +407,7 @@ impl<S: LinkStream> Hub<S> {
             doorbell: Doorbell::new(),
             closed: AtomicBool::new(false),
             refusals: Refusals::default(),
+            held: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&hub);
         std::thread::Builder::new()

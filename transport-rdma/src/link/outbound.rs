@@ -10,7 +10,7 @@ use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::frame::Head;
-use super::{lock, read, Hub, Link, LinkStream, RemoteWrite};
+use super::{lock, read, up_links, Hub, Link, LinkStream, RemoteWrite};
 use crate::trust::SendCipher;
 use crate::{
     Error, FailureReason, NodeId, RegionDesc, RegionId, Result, SEND_BYTES_MAX, WORD_BYTES,
@@ -22,6 +22,18 @@ use crate::{
 const CALLER_FLUSH_ROUNDS_MAX: usize = 4;
 /// Payloads at least this large skip the outbound buffer when the link is idle.
 const DIRECT_SEND_BYTES_MIN: usize = 16 << 10;
+
+/// Most bytes a link's queue holds for a cork ([`Hub::cork`]): past it, frames go to the
+/// socket at once, corked or not (one system call per this many bytes at least).
+pub(crate) const CORKED_BYTES_MAX: usize = 256 << 10;
+
+// A frame small enough to be held is always below the cork's bound.
+const _: () = assert!(DIRECT_SEND_BYTES_MIN < CORKED_BYTES_MAX);
+
+thread_local! {
+    /// The hub this thread has corked (its address; 0: none) and how deeply.
+    static CORK: std::cell::Cell<(usize, u32)> = const { std::cell::Cell::new((0, 0)) };
+}
 /// Writes larger than this go out as several `Write` frames of at most this many payload
 /// bytes, cut at region offsets that are multiples of it (so at word boundaries; the
 /// guard, if any, rides on the last). Frames this size fit the socket buffers and the
@@ -251,9 +263,58 @@ impl<S: LinkStream> Hub<S> {
             if out.flushing {
                 return Ok(());
             }
+            // Held only well inside the queue's own bound, so a cork never turns into
+            // `QueueFull` for the thread holding it.
+            let hold_bytes_max = CORKED_BYTES_MAX.min(self.cfg.outbound_bytes_max / 2);
+            if self.corked_here() && out.pending.len() < hold_bytes_max {
+                // Held for this thread's outermost uncork, which flushes every link.
+                self.held.store(true, Ordering::Relaxed);
+                return Ok(());
+            }
         }
         self.try_flush(link);
         Ok(())
+    }
+
+    /// Starts holding the small frames this thread queues (see
+    /// [`crate::Endpoint::cork`]). A cork is the calling thread's: frames other threads
+    /// queue meanwhile (probes, a writer's sends) go out at once, and carry the held ones
+    /// with them. A thread corks one hub at a time; its corks of another hub meanwhile are
+    /// no-ops (and so are the matching uncorks).
+    pub fn cork(&self) {
+        let me = self as *const Self as usize;
+        CORK.with(|c| match c.get() {
+            (0, _) => c.set((me, 1)),
+            (hub, depth) if hub == me => c.set((me, depth + 1)),
+            _ => {}
+        });
+    }
+
+    /// Ends a [`Hub::cork`]; this thread's outermost hands every link's held frames to
+    /// its socket.
+    pub fn uncork(&self) {
+        let me = self as *const Self as usize;
+        let last = CORK.with(|c| match c.get() {
+            (hub, depth) if hub == me => {
+                // Invariant: every uncork matches a cork of this thread, so the depth of
+                // a recorded cork is at least one.
+                assert!(depth > 0, "Hub::uncork without a matching cork");
+                c.set(if depth == 1 { (0, 0) } else { (me, depth - 1) });
+                depth == 1
+            }
+            _ => false,
+        });
+        if last && self.held.swap(false, Ordering::Relaxed) {
+            for link in up_links(&read(&self.peers)) {
+                self.try_flush(&link);
+            }
+        }
+    }
+
+    /// True while the calling thread holds a cork of this hub.
+    fn corked_here(&self) -> bool {
+        let me = self as *const Self as usize;
+        CORK.with(|c| c.get().0 == me)
     }
 
     /// Queues a frame made of `head` and `payload`. A large payload meeting an idle link
@@ -270,6 +331,11 @@ impl<S: LinkStream> Hub<S> {
         bounded: bool,
     ) -> Result<()> {
         let frame_bytes = head.len() + payload.len();
+        if payload.len() >= DIRECT_SEND_BYTES_MIN && self.corked_here() {
+            // Frames held ahead of a large payload go first, so the payload can still go
+            // to the socket straight from the caller's slice.
+            self.try_flush(link);
+        }
         if payload.len() < DIRECT_SEND_BYTES_MIN {
             return self.enqueue(link, frame_bytes, !bounded, |out| {
                 out.extend_from_slice(head);

@@ -39,6 +39,11 @@ const CLOCK_ROUNDS: u32 = 16;
 /// upcall wrote. A busy stream thus holds its acknowledgements back by one round at most.
 const CORK_ROUNDS_MAX: u32 = 2;
 
+/// Most messages a round may hand the application for its pushes to wait for the next
+/// round's (see [`CORK_ROUNDS_MAX`]): a reply to a few samples is worth the wait, the
+/// acknowledgements of a stream's batch are not.
+const CORK_CARRY_MESSAGES_MAX: usize = 8;
+
 /// How to run one node.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -591,10 +596,18 @@ fn group_loop(
             now_us = start.elapsed().as_micros() as u64;
         }
         let mut work = drive(&mut group, &*ep, now_us, &mut scratch);
-        let mut delivered = false;
+        // Messages handed to the application this round.
+        let mut delivered = 0;
         while let Some(out) = group.poll() {
             work = true;
-            delivered |= matches!(out, GroupOutput::Delivery(_));
+            if let GroupOutput::Delivery(b) = &out {
+                delivered += b.len();
+                if delivered > CORK_CARRY_MESSAGES_MAX && corked_rounds > 0 {
+                    // A stream's batch: its acknowledgements go before the upcall.
+                    ep.uncork();
+                    corked_rounds = 0;
+                }
+            }
             let stop = match (&out, group.exclusion()) {
                 (GroupOutput::ShutDown(_), Some(x)) => Some(Stop::Excluded(x)),
                 (GroupOutput::ShutDown(why), None) => Some(Stop::ShutDown(why.clone())),
@@ -633,10 +646,13 @@ fn group_loop(
             carry.publish(&group, &shared.counters);
         }
         // This round's pushes (the acknowledgements of what it received above all) wait
-        // for the next round's when the application was handed deliveries: what its
-        // upcall wrote (a reply) then leaves in the same system call. Not across a log's
-        // sync, which may take milliseconds.
-        if !delivered || corked_rounds >= CORK_ROUNDS_MAX || persister.is_some() {
+        // for the next round's when the application was handed a few deliveries: what
+        // its upcall wrote (a reply) then leaves in the same system call. Not for a
+        // stream's big rounds (uncorked above, before the upcall: their senders wait for
+        // those acknowledgements), nor across a log's sync, which may take milliseconds.
+        if corked_rounds > 0
+            && (delivered == 0 || corked_rounds >= CORK_ROUNDS_MAX || persister.is_some())
+        {
             ep.uncork();
             corked_rounds = 0;
         }

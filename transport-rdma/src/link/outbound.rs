@@ -305,7 +305,10 @@ impl<S: LinkStream> Hub<S> {
             _ => false,
         });
         if last && self.held.swap(false, Ordering::Relaxed) {
-            for link in up_links(&read(&self.peers)) {
+            // The peer table's lock is released first: a send that breaks fails its link,
+            // which takes the table's write lock.
+            let links = up_links(&read(&self.peers));
+            for link in links {
                 self.try_flush(&link);
             }
         }

@@ -357,6 +357,16 @@ pub fn qos_of(topic: &TopicConfig) -> QosPolicies {
         .build()
 }
 
+/// The RTPS QoS of a bridge's reader of `topic`: [`qos_of`], but KEEP_ALL whatever the
+/// topic's depth. History is not matched between RTPS endpoints, and RustDDS's reader
+/// applies a KEEP_LAST depth to the samples it has not yet handed over: a writer that
+/// outran the bridge by more than the depth per instance lost samples the reader had
+/// already acknowledged. The depth stays on the bridge's writers (their TRANSIENT_LOCAL
+/// history).
+pub fn reader_qos_of(topic: &TopicConfig) -> QosPolicies {
+    qos_of(topic).modify_by(&QosPolicyBuilder::new().history(History::KeepAll).build())
+}
+
 /// RTPS time (seconds and 2^-32 fractions since the Unix epoch) → nanoseconds.
 pub fn timestamp_to_ns(t: Timestamp) -> u64 {
     let ticks = t.to_ticks();

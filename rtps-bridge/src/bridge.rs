@@ -706,12 +706,15 @@ fn forward_into_spindle(ctx: &Ctx, writer: &DataWriter<CdrSample>, taken: Taken)
         return;
     }
     let ts = taken.source_timestamp_ns.unwrap_or_else(now_ns) as i64;
-    let r = match &taken.change {
-        Change::Data(raw) => CdrSample::new(raw.to_encapsulated(), KeyHash(raw.key.hash))
-            .map_err(spindle_dds_core::Error::from)
-            .and_then(|s| writer.write_w_timestamp(&s, ts)),
-        Change::Dispose(k) => writer.dispose(&notice(k)),
-        Change::Unregister(k) => writer.unregister_instance(&notice(k)),
+    let r = match taken.change {
+        Change::Data(raw) => {
+            let hash = KeyHash(raw.key.hash);
+            CdrSample::new(raw.into_encapsulated(), hash)
+                .map_err(spindle_dds_core::Error::from)
+                .and_then(|s| writer.write_w_timestamp(&s, ts))
+        }
+        Change::Dispose(k) => writer.dispose(&notice(&k)),
+        Change::Unregister(k) => writer.unregister_instance(&notice(&k)),
     };
     match r {
         Ok(()) => {
@@ -934,12 +937,5 @@ fn forward_data(
         }
         None => RawKey::default(),
     };
-    writer.write(
-        RawSample {
-            encoding,
-            body: body.to_vec(),
-            key,
-        },
-        ts,
-    )
+    writer.write(RawSample::new(encoding, body, key), ts)
 }

@@ -118,6 +118,10 @@ spindle_cfg() {
       if [ "$transport" = tcp ]; then echo "address = \"127.0.0.1:$((base + 1))\""
       else echo "address = \"@spindle-$base-1\""; fi
     fi
+    # The shared machine's load let a member suspect a busy peer (a bridge) after 52 ms
+    # of silence and exclude it mid-run; the interop tests use the same floor.
+    echo "[fabric]"
+    echo "suspect_floor_ms = 500"
   } >"$file"
 }
 

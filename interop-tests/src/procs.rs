@@ -217,6 +217,11 @@ pub fn test_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// The failure detector's floor in the tests' Spindle configs (ms of silence before a
+/// peer is suspected): on the shared, loaded machine the default let a member suspect a
+/// busy bridge after 52 ms and exclude it mid-run.
+pub const SUSPECT_FLOOR_MS: u64 = 500;
+
 /// Writes the Spindle participant config of `node` in shm namespace `ns` (node 1 starts
 /// the domain; the others join through it) and returns its path.
 pub fn spindle_config(dir: &Path, ns: &str, node: u32) -> PathBuf {
@@ -228,7 +233,8 @@ pub fn spindle_config(dir: &Path, ns: &str, node: u32) -> PathBuf {
     };
     let text = format!(
         "domain_id = 0\nnode_id = {node}\ntransport = \"shm\"\nlisten = \"{ns}\"\n\
-         entity_timeout_ms = 30000\n{membership}\n"
+         entity_timeout_ms = 30000\n{membership}\n\
+         [fabric]\nsuspect_floor_ms = {SUSPECT_FLOOR_MS}\n"
     );
     std::fs::write(&path, text).expect("write spindle config");
     path

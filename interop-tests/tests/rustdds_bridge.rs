@@ -245,9 +245,10 @@ fn two_bridges_both_ways_do_not_loop() {
         GO,
     );
     publisher.wait_line("MATCHED", START);
-    // Each bridge's reader knows the publisher and the other bridge's writer.
-    a.wait_line("MATCHED rtps_writers=2", START);
-    b.wait_line("MATCHED rtps_writers=2", START);
+    // Each bridge's reader knows the publisher and both bridges' writers (its own too:
+    // a bridge's readers and writers are two RTPS participants).
+    a.wait_line("MATCHED rtps_writers=3", START);
+    b.wait_line("MATCHED rtps_writers=3", START);
     publisher.send_line("go");
     let got = counter.wait_line("COUNT", Duration::from_secs(TIMEOUT_S + 30));
     assert_eq!(

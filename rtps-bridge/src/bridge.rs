@@ -18,6 +18,17 @@
 //!   carrying the key's serialization, which the bridge remembers from the instance's
 //!   last data sample (at most [`INSTANCE_KEYS_MAX`] per topic); an unregister notice is
 //!   not forwarded (RustDDS 0.15 has no unregister).
+//!
+//! **Two RTPS participants.** The bridge's RTPS readers live in one RustDDS participant and
+//! its writers in another. In one participant, a topic bridged both ways had the bridge's
+//! reader matched with the bridge's own writer, and RustDDS 0.15 never delivers between
+//! the endpoints of one participant (it ignores its own traffic): that reader never
+//! acknowledged, so the writer's acknowledgment frontier stayed at its first sample —
+//! every [`HANDSHAKE_MS`] wait and the [`LINGER_MS`] at stop ran to their bounds, and after
+//! a window of samples (its resource limit, 65,536) every write blocked for
+//! [`rtps::RTPS_MAX_BLOCKING_MS`] and failed. Apart, the reader is an ordinary remote
+//! reader of the writer: it acknowledges, and what it takes from it is skipped as a
+//! bridge's (both prefixes are announced on [`BRIDGES_TOPIC`]).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -42,8 +53,8 @@ use crate::config::{BridgeConfig, DurabilityKind, ReliabilityKind, TopicConfig};
 use crate::error::{Error, Result};
 use crate::keys::KeyLayout;
 use crate::rtps::{
-    self, qos_of, split_header, timestamp_from_ns, timestamp_to_ns, with_key_layout, RawCdr,
-    RawKey, RawSample,
+    self, qos_of, reader_qos_of, split_header, timestamp_from_ns, timestamp_to_ns, with_key_layout,
+    RawCdr, RawKey, RawSample,
 };
 
 /// How long an RTPS → Spindle thread sleeps when its RustDDS reader had nothing (the
@@ -71,20 +82,27 @@ pub const WAIT_SLICE_MS: u64 = 50;
 /// acknowledged, the first heartbeat announces only what already arrived.
 ///
 /// Only readers of other vendors get it ([`RUSTDDS_VENDOR`]): a RustDDS reader starts at
-/// the heartbeat's first sequence number and loses nothing. Seen, not understood: in a
-/// bridge that forwards a topic both ways, the wait always runs to its bound (its own
-/// RustDDS reader, matched with its writer, apparently never acknowledges), so a Cyclone
-/// reader joining such a bridge stalls that topic's forwarding for [`HANDSHAKE_MS`] once
-/// (the two-bridge test stalled twice, 2 s each, before readers were told apart by
-/// vendor).
+/// the heartbeat's first sequence number and loses nothing. (On a topic bridged both
+/// ways the wait used to run to its bound: the bridge's own reader, in the same RustDDS
+/// participant as its writer, never acknowledged — see the module docs, "Two RTPS
+/// participants".)
 pub const HANDSHAKE_MS: u64 = 2_000;
 
 /// The vendor id RustDDS puts in the first two bytes of its GUID prefixes (RTPS 9.3.1.5
 /// says a prefix should start with its vendor's id).
 pub const RUSTDDS_VENDOR: [u8; 2] = [0x01, 0x12];
 
-/// Most samples a forwarding thread takes from its reader at once.
+/// Most samples a forwarding thread takes from its Spindle reader at once.
 pub const TAKE_BATCH_MAX: usize = 1024;
+
+/// Most samples an RTPS → Spindle thread takes from its RustDDS reader at once: all it
+/// holds. RustDDS 0.15's `take` moves every new change into the reader's own cache, then
+/// lists and sorts that whole cache, whatever the requested count; a smaller batch leaves
+/// the rest there to be listed and sorted again by the next take, so a reader that fell
+/// behind took ever longer per sample (at 1 KiB from `ddsperf pub`, 85% of the thread's
+/// time in `take`, ~37k samples/s, the rest evicted). Bounded by the reader's resource
+/// limit ([`rtps::RTPS_READER_SAMPLES_MAX`]).
+pub const RTPS_TAKE_MAX: usize = rtps::RTPS_READER_SAMPLES_MAX as usize;
 
 /// Most instance keys a Spindle → RTPS topic remembers for disposes (oldest forgotten).
 pub const INSTANCE_KEYS_MAX: usize = 1 << 16;
@@ -128,6 +146,13 @@ pub struct Stats {
     /// limit), or that the writer skipped on purpose (KEEP_LAST replacement, a GAP). Not
     /// counted: what a writer wrote before the reader's first sample of it.
     pub rtps_gaps: AtomicU64,
+    /// How many separate gaps [`Stats::rtps_gaps`] sums.
+    pub rtps_gap_events: AtomicU64,
+    /// Handshakes with a new RTPS reader ([`HANDSHAKE_MS`]) that ran to their bound
+    /// without every reader's acknowledgment.
+    pub handshake_timeouts: AtomicU64,
+    /// RTPS writers that stopped ([`LINGER_MS`]) before every reader acknowledged.
+    pub unacked_at_stop: AtomicU64,
 }
 
 /// A snapshot of [`Stats`].
@@ -145,6 +170,10 @@ pub struct StatsSnapshot {
     pub rtps_readers_matched: i64,
     /// See [`Stats::rtps_gaps`].
     pub rtps_gaps: u64,
+    /// See [`Stats::handshake_timeouts`].
+    pub handshake_timeouts: u64,
+    /// See [`Stats::unacked_at_stop`].
+    pub unacked_at_stop: u64,
 }
 
 impl Stats {
@@ -156,6 +185,8 @@ impl Stats {
             dropped: self.dropped.load(Ordering::Relaxed),
             rtps_readers_matched: self.rtps_readers_matched.load(Ordering::Relaxed),
             rtps_gaps: self.rtps_gaps.load(Ordering::Relaxed),
+            handshake_timeouts: self.handshake_timeouts.load(Ordering::Relaxed),
+            unacked_at_stop: self.unacked_at_stop.load(Ordering::Relaxed),
         }
     }
 }
@@ -170,7 +201,8 @@ pub struct Bridge {
     threads: Vec<JoinHandle<()>>,
     stats: Arc<Stats>,
     spindle: Option<DomainParticipant>,
-    _rtps: rustdds::DomainParticipant,
+    _rtps_in: rustdds::DomainParticipant,
+    _rtps_out: rustdds::DomainParticipant,
 }
 
 impl std::fmt::Debug for Bridge {
@@ -225,17 +257,18 @@ impl Bridge {
             DomainParticipantQos::default(),
             spindle_cfg,
         )?;
-        let rtps = rtps::participant(cfg.rtps_domain_id, cfg.only_networks.as_deref())?;
-        let own_prefix: [u8; 12] = rtps
-            .guid()
-            .prefix
-            .as_ref()
-            .try_into()
-            .map_err(|_| Error::Rtps("GUID prefix is not 12 bytes".into()))?;
+        // Two RTPS participants, one for the bridge's readers and one for its writers
+        // (the module docs say why).
+        let rtps_in = rtps::participant(cfg.rtps_domain_id, cfg.only_networks.as_deref())?;
+        let rtps_out = rtps::participant(cfg.rtps_domain_id, cfg.only_networks.as_deref())?;
+        let own_prefixes = [
+            prefix_of_participant(&rtps_in)?,
+            prefix_of_participant(&rtps_out)?,
+        ];
         let stop = Arc::new(AtomicBool::new(false));
         let stop_guard = GuardCondition::new();
         let stats = Arc::new(Stats::default());
-        let prefixes: BridgePrefixes = Arc::new(RwLock::new(HashSet::from([own_prefix])));
+        let prefixes: BridgePrefixes = Arc::new(RwLock::new(HashSet::from(own_prefixes)));
         let mut threads = Vec::new();
 
         // Announce this bridge and learn the others (reliable + transient local: a bridge
@@ -257,10 +290,18 @@ impl Bridge {
                 .with_reliability(Reliability::reliable())
                 .with_durability(spindle_qos::DurabilityKind::TransientLocal),
         )?;
-        reg_writer.write(&KeyedString {
-            key: prefix_hex(&own_prefix),
-            value: format!("rtps domain {}", cfg.rtps_domain_id),
-        })?;
+        // Key: a participant's prefix; value: the bridge, named by its readers' prefix
+        // (a bridge announces two participants).
+        for p in &own_prefixes {
+            reg_writer.write(&KeyedString {
+                key: prefix_hex(p),
+                value: format!(
+                    "bridge {} in rtps domain {}",
+                    prefix_hex(&own_prefixes[0]),
+                    cfg.rtps_domain_id
+                ),
+            })?;
+        }
         {
             let stop = Arc::clone(&stop);
             let prefixes = Arc::clone(&prefixes);
@@ -270,20 +311,24 @@ impl Bridge {
             waitset.attach_condition(Arc::clone(&stop_guard) as Arc<dyn Condition>);
             threads.push(spawn("bridge-registry", move || {
                 let _keep = reg_writer;
+                // The bridges by name (two registry samples each), as many as the
+                // domain has, like the prefixes.
+                let mut bridges: HashSet<String> = HashSet::new();
                 while !stop.load(Ordering::Relaxed) {
                     // Woken by a registry sample or the stop guard.
                     let _ = waitset.wait(Duration::from_millis(WAIT_SLICE_MS));
                     match reg_reader.take(TAKE_BATCH_MAX, StateMask::ANY) {
                         Ok(got) if !got.is_empty() => {
                             let mut set = prefixes.write().unwrap_or_else(|e| e.into_inner());
-                            for s in got {
-                                if let Some(p) = s.data.and_then(|d| prefix_from_hex(&d.key)) {
+                            for d in got.into_iter().filter_map(|s| s.data) {
+                                if let Some(p) = prefix_from_hex(&d.key) {
                                     set.insert(p);
+                                    bridges.insert(d.value);
                                 }
                             }
                             registry_stats
                                 .bridges_known
-                                .store(set.len() as i64, Ordering::Relaxed);
+                                .store(bridges.len() as i64, Ordering::Relaxed);
                         }
                         Ok(_) => {}
                         Err(e) => {
@@ -295,10 +340,10 @@ impl Bridge {
             })?);
         }
 
-        let rtps_pub = rtps
+        let rtps_pub = rtps_out
             .create_publisher(&rustdds::QosPolicies::qos_none())
             .map_err(|e| Error::Rtps(format!("publisher: {e:?}")))?;
-        let rtps_sub = rtps
+        let rtps_sub = rtps_in
             .create_subscriber(&rustdds::QosPolicies::qos_none())
             .map_err(|e| Error::Rtps(format!("subscriber: {e:?}")))?;
 
@@ -309,9 +354,10 @@ impl Bridge {
                 TopicKind::NoKey
             };
             let rqos = qos_of(t);
-            let rtopic = rtps
-                .create_topic(t.name.clone(), t.type_name.clone(), &rqos, kind)
-                .map_err(|e| Error::Rtps(format!("topic {:?}: {e:?}", t.name)))?;
+            let rtopic = |p: &rustdds::DomainParticipant| {
+                p.create_topic(t.name.clone(), t.type_name.clone(), &rqos, kind)
+                    .map_err(|e| Error::Rtps(format!("topic {:?}: {e:?}", t.name)))
+            };
             let stopic = spindle.create_cdr_topic(&t.name, &t.type_name, TopicQos::default())?;
             let mut own_writer: Option<WriterHandle> = None;
 
@@ -326,7 +372,8 @@ impl Bridge {
                     node: spindle.node_id(),
                     writer_id: writer.id(),
                 });
-                let reader = RtpsReader::create(&rtps_sub, &rtopic, rqos.clone(), t)?;
+                let reader =
+                    RtpsReader::create(&rtps_sub, &rtopic(&rtps_in)?, reader_qos_of(t), t)?;
                 let ctx = Ctx {
                     stop: Arc::clone(&stop),
                     stop_guard: Arc::clone(&stop_guard),
@@ -346,7 +393,7 @@ impl Bridge {
                         .with_durability(spindle_durability(t))
                         .with_history(History::keep_all()),
                 )?;
-                let writer = RtpsWriter::create(&rtps_pub, &rtopic, rqos, t)?;
+                let writer = RtpsWriter::create(&rtps_pub, &rtopic(&rtps_out)?, rqos.clone(), t)?;
                 let ctx = Ctx {
                     stop: Arc::clone(&stop),
                     stop_guard: Arc::clone(&stop_guard),
@@ -365,7 +412,8 @@ impl Bridge {
             threads,
             stats,
             spindle: Some(spindle),
-            _rtps: rtps,
+            _rtps_in: rtps_in,
+            _rtps_out: rtps_out,
         })
     }
 
@@ -395,6 +443,14 @@ impl Bridge {
         }
         self.stats.snapshot()
     }
+}
+
+fn prefix_of_participant(p: &rustdds::DomainParticipant) -> Result<[u8; 12]> {
+    p.guid()
+        .prefix
+        .as_ref()
+        .try_into()
+        .map_err(|_| Error::Rtps("GUID prefix is not 12 bytes".into()))
 }
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
@@ -486,13 +542,12 @@ impl RtpsReader {
         }
     }
 
-    /// Takes up to [`TAKE_BATCH_MAX`] samples, in order per writer. (RustDDS's
-    /// `take_next_sample` sorts the whole cache for each sample: a batch sorts it once.)
+    /// Takes up to [`RTPS_TAKE_MAX`] samples (all the reader holds), in order per writer.
     fn take(&mut self, layout: Option<&KeyLayout>) -> std::result::Result<Vec<Taken>, String> {
         match self {
             RtpsReader::Keyed(r) => {
                 let got = with_key_layout(layout, || {
-                    r.take(TAKE_BATCH_MAX, rustdds::ReadCondition::not_read())
+                    r.take(RTPS_TAKE_MAX, rustdds::ReadCondition::not_read())
                 })
                 .map_err(|e| format!("{e:?}"))?;
                 Ok(got
@@ -525,7 +580,7 @@ impl RtpsReader {
             }
             RtpsReader::Plain(r) => {
                 let got = with_key_layout(None, || {
-                    r.take(TAKE_BATCH_MAX, rustdds::ReadCondition::not_read())
+                    r.take(RTPS_TAKE_MAX, rustdds::ReadCondition::not_read())
                 })
                 .map_err(|e| format!("{e:?}"))?;
                 Ok(got
@@ -618,13 +673,19 @@ fn rtps_to_spindle(ctx: Ctx, mut reader: RtpsReader, writer: DataWriter<CdrSampl
         for taken in batch {
             let gap = seqs.gap(taken.writer, taken.writer_sn);
             if gap > 0 {
-                let n = ctx.stats.rtps_gaps.fetch_add(gap, Ordering::Relaxed) + gap;
-                if n == gap {
+                let total = ctx.stats.rtps_gaps.fetch_add(gap, Ordering::Relaxed) + gap;
+                let events = ctx.stats.rtps_gap_events.fetch_add(1, Ordering::Relaxed) + 1;
+                // The first ones, then every power of two: a flood stays a few lines.
+                if events <= DROPS_LOGGED_MAX || events.is_power_of_two() {
                     tracing::warn!(
-                        "topic {:?}: {gap} sequence numbers of an RTPS writer never reached \
-                         the bridge (its RTPS reader evicts untaken samples past \
-                         {} when a writer outruns it)",
+                        "topic {:?}: samples {}..{} of RTPS writer {:?} never reached the \
+                         bridge ({total} so far): its RTPS reader acknowledged them and \
+                         evicted them untaken past {} samples (the writer outran the \
+                         bridge), or the writer skipped them",
                         ctx.topic.name,
+                        taken.writer_sn - gap as i64,
+                        taken.writer_sn - 1,
+                        taken.writer,
                         rtps::RTPS_READER_SAMPLES_MAX
                     );
                 }
@@ -645,12 +706,15 @@ fn forward_into_spindle(ctx: &Ctx, writer: &DataWriter<CdrSample>, taken: Taken)
         return;
     }
     let ts = taken.source_timestamp_ns.unwrap_or_else(now_ns) as i64;
-    let r = match &taken.change {
-        Change::Data(raw) => CdrSample::new(raw.to_encapsulated(), KeyHash(raw.key.hash))
-            .map_err(spindle_dds_core::Error::from)
-            .and_then(|s| writer.write_w_timestamp(&s, ts)),
-        Change::Dispose(k) => writer.dispose(&notice(k)),
-        Change::Unregister(k) => writer.unregister_instance(&notice(k)),
+    let r = match taken.change {
+        Change::Data(raw) => {
+            let hash = KeyHash(raw.key.hash);
+            CdrSample::new(raw.into_encapsulated(), hash)
+                .map_err(spindle_dds_core::Error::from)
+                .and_then(|s| writer.write_w_timestamp(&s, ts))
+        }
+        Change::Dispose(k) => writer.dispose(&notice(&k)),
+        Change::Unregister(k) => writer.unregister_instance(&notice(&k)),
     };
     match r {
         Ok(()) => {
@@ -687,8 +751,9 @@ impl RtpsWriter {
     fn write(&self, s: RawSample, ts_ns: i64) -> std::result::Result<(), String> {
         let ts = Some(timestamp_from_ns(ts_ns.max(0) as u64));
         match self {
-            RtpsWriter::Keyed(w) => w.write(s, ts).map_err(|e| format!("{e:?}")),
-            RtpsWriter::Plain(w) => w.write(s, ts).map_err(|e| format!("{e:?}")),
+            // Display, not Debug: RustDDS's Debug of a refused write prints the sample.
+            RtpsWriter::Keyed(w) => w.write(s, ts).map_err(|e| e.to_string()),
+            RtpsWriter::Plain(w) => w.write(s, ts).map_err(|e| e.to_string()),
         }
     }
 
@@ -696,7 +761,7 @@ impl RtpsWriter {
         match self {
             RtpsWriter::Keyed(w) => w
                 .dispose(k, Some(timestamp_from_ns(ts_ns.max(0) as u64)))
-                .map_err(|e| format!("{e:?}")),
+                .map_err(|e| e.to_string()),
             RtpsWriter::Plain(_) => Err("dispose on a keyless topic".into()),
         }
     }
@@ -736,15 +801,18 @@ impl RtpsWriter {
         matches!(acked, Ok(true))
     }
 
-    fn linger(&self) {
+    /// Waits up to [`LINGER_MS`] for every reader's acknowledgment; true when they came.
+    fn linger(&self) -> bool {
         let wait = rustdds::Duration::from_millis(LINGER_MS as i64).to_std();
         let acked = match self {
             RtpsWriter::Keyed(w) => w.wait_for_acknowledgments(wait),
             RtpsWriter::Plain(w) => w.wait_for_acknowledgments(wait),
         };
-        if !matches!(acked, Ok(true)) {
+        let ok = matches!(acked, Ok(true));
+        if !ok {
             tracing::warn!("RTPS writer stopped before every reader acknowledged: {acked:?}");
         }
+        ok
     }
 }
 
@@ -834,6 +902,7 @@ fn spindle_to_rtps(
         }
         if handshake && wrote {
             if !writer.handshake() {
+                ctx.stats.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
                     "topic {:?}: a new RTPS reader did not acknowledge within {HANDSHAKE_MS} ms",
                     ctx.topic.name
@@ -842,7 +911,9 @@ fn spindle_to_rtps(
             handshake = false;
         }
     }
-    writer.linger();
+    if !writer.linger() {
+        ctx.stats.unacked_at_stop.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 fn forward_data(
@@ -866,12 +937,5 @@ fn forward_data(
         }
         None => RawKey::default(),
     };
-    writer.write(
-        RawSample {
-            encoding,
-            body: body.to_vec(),
-            key,
-        },
-        ts,
-    )
+    writer.write(RawSample::new(encoding, body, key), ts)
 }

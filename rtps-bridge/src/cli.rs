@@ -3,14 +3,18 @@
 //! `spindle-rtps-bridge CONFIG.toml` runs a bridge until its standard input closes (or
 //! reads a line `stop`), then lingers for reliable delivery and prints its counters. It
 //! prints `READY` on standard output once every reader and writer exists, and
-//! `STATS into_spindle=… into_rtps=… skipped_own=… dropped=… rtps_gaps=…` when it stops
-//! (`rtps_gaps`: sequence numbers of RTPS writers that never reached it); in between,
+//! `STATS into_spindle=… into_rtps=… skipped_own=… dropped=… rtps_gaps=…
+//! handshake_timeouts=… unacked_at_stop=…` when it stops (`rtps_gaps`: sequence numbers of
+//! RTPS writers that never reached it; the last two: handshakes with new RTPS readers and
+//! lingers at stop that ran to their bounds without every acknowledgment); in between,
 //! `MATCHED rtps_readers=N` whenever the number of RTPS readers matched with its writers
 //! changes (a volatile RTPS reader gets only what is written after it matched),
 //! `MATCHED rtps_writers=N` whenever the number of RTPS writers its readers know changes,
-//! and
-//! `BRIDGES N` whenever it learns of another bridge in its Spindle domain. Warnings (a
-//! refused write, a sample not forwarded) go to standard error (`RUST_LOG` filters them).
+//! `BRIDGES N` whenever it learns of another bridge in its Spindle domain, and
+//! `LOST rtps_gaps=N` whenever the count of RTPS samples that never reached it grows (a
+//! reliable RTPS writer that outran the bridge: RustDDS's reader acknowledges on receipt
+//! and cannot push back, so the loss is reported as it happens). Warnings (a refused
+//! write, a sample not forwarded, a gap) go to standard error (`RUST_LOG` filters them).
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -76,6 +80,7 @@ pub fn main_named(program: &str, args: &[String]) -> ExitCode {
         let done = Arc::clone(&done);
         std::thread::spawn(move || {
             let (mut last, mut last_bridges, mut last_writers) = (0i64, 0i64, 0i64);
+            let mut last_gaps = 0u64;
             while !done.load(Ordering::Relaxed) {
                 let now = stats.rtps_readers_matched.load(Ordering::Relaxed);
                 if now != last {
@@ -88,6 +93,12 @@ pub fn main_named(program: &str, args: &[String]) -> ExitCode {
                     println!("MATCHED rtps_writers={writers}");
                     let _ = std::io::stdout().flush();
                     last_writers = writers;
+                }
+                let gaps = stats.rtps_gaps.load(Ordering::Relaxed);
+                if gaps != last_gaps {
+                    println!("LOST rtps_gaps={gaps}");
+                    let _ = std::io::stdout().flush();
+                    last_gaps = gaps;
                 }
                 let bridges = stats.bridges_known.load(Ordering::Relaxed);
                 if bridges != last_bridges {
@@ -110,8 +121,15 @@ pub fn main_named(program: &str, args: &[String]) -> ExitCode {
     let _ = watcher.join();
     let s = bridge.stop();
     println!(
-        "STATS into_spindle={} into_rtps={} skipped_own={} dropped={} rtps_gaps={}",
-        s.into_spindle, s.into_rtps, s.skipped_own, s.dropped, s.rtps_gaps
+        "STATS into_spindle={} into_rtps={} skipped_own={} dropped={} rtps_gaps={} \
+         handshake_timeouts={} unacked_at_stop={}",
+        s.into_spindle,
+        s.into_rtps,
+        s.skipped_own,
+        s.dropped,
+        s.rtps_gaps,
+        s.handshake_timeouts,
+        s.unacked_at_stop
     );
     ExitCode::SUCCESS
 }

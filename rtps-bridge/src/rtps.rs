@@ -29,24 +29,48 @@ pub const RTPS_MAX_BLOCKING_MS: u64 = 5_000;
 pub const RTPS_READER_SAMPLES_MAX: i32 = 1 << 16;
 
 /// An undecoded sample on the RTPS side.
+///
+/// It holds the whole encapsulated encoding (what Spindle carries), so a sample taken
+/// from RTPS is copied once, out of RustDDS's receive buffer, and moved into Spindle's
+/// `CdrSample` (it used to be copied a second time to put the header back).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawSample {
     /// CDR_LE or CDR_BE.
     pub encoding: RepresentationIdentifier,
-    /// The CDR body (after the 4-byte encapsulation header).
-    pub body: Vec<u8>,
+    /// The 4-byte encapsulation header (`encoding`, options zero), then the CDR body.
+    encapsulated: Vec<u8>,
     /// Its key (zero hash on keyless topics).
     pub key: RawKey,
 }
 
 impl RawSample {
+    /// A sample of `body` (the CDR after the encapsulation header) in `encoding`.
+    pub fn new(encoding: RepresentationIdentifier, body: &[u8], key: RawKey) -> RawSample {
+        let mut encapsulated = Vec::with_capacity(4 + body.len());
+        encapsulated.extend_from_slice(&encoding.to_bytes());
+        encapsulated.extend_from_slice(&[0, 0]);
+        encapsulated.extend_from_slice(body);
+        RawSample {
+            encoding,
+            encapsulated,
+            key,
+        }
+    }
+
+    /// The CDR body (after the 4-byte encapsulation header).
+    pub fn body(&self) -> &[u8] {
+        // `new` always writes the 4 header bytes.
+        self.encapsulated.get(4..).unwrap_or_default()
+    }
+
     /// The encoding with its 4-byte encapsulation header (what Spindle carries).
-    pub fn to_encapsulated(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(4 + self.body.len());
-        out.extend_from_slice(&self.encoding.to_bytes());
-        out.extend_from_slice(&[0, 0]);
-        out.extend_from_slice(&self.body);
-        out
+    pub fn encapsulated(&self) -> &[u8] {
+        &self.encapsulated
+    }
+
+    /// The encoding with its 4-byte encapsulation header, without a copy.
+    pub fn into_encapsulated(self) -> Vec<u8> {
+        self.encapsulated
     }
 
     /// Splits an encapsulated CDR encoding (CDR_LE or CDR_BE; the options are dropped).
@@ -55,11 +79,7 @@ impl RawSample {
         key: RawKey,
     ) -> std::result::Result<RawSample, RawCdrError> {
         let (head, body) = split_header(bytes)?;
-        Ok(RawSample {
-            encoding: head,
-            body: body.to_vec(),
-            key,
-        })
+        Ok(RawSample::new(head, body, key))
     }
 }
 
@@ -261,11 +281,8 @@ impl<'de> no_key::Decode<'de, RawSample> for RawCdr {
         input_bytes: &'de [u8],
         encoding: RepresentationIdentifier,
     ) -> std::result::Result<RawSample, RawCdrError> {
-        Ok(RawSample {
-            encoding,
-            body: input_bytes.to_vec(),
-            key: key_of(input_bytes, encoding)?,
-        })
+        let key = key_of(input_bytes, encoding)?;
+        Ok(RawSample::new(encoding, input_bytes, key))
     }
 }
 
@@ -301,7 +318,7 @@ impl no_key::SerializerAdapter<RawSample> for RawCdr {
                 "a big-endian sample cannot go out on the bridge's CDR_LE writer".into(),
             ));
         }
-        Ok(rustdds::bytes::Bytes::copy_from_slice(&value.body))
+        Ok(rustdds::bytes::Bytes::copy_from_slice(value.body()))
     }
 }
 
@@ -357,6 +374,16 @@ pub fn qos_of(topic: &TopicConfig) -> QosPolicies {
         .build()
 }
 
+/// The RTPS QoS of a bridge's reader of `topic`: [`qos_of`], but KEEP_ALL whatever the
+/// topic's depth. History is not matched between RTPS endpoints, and RustDDS's reader
+/// applies a KEEP_LAST depth to the samples it has not yet handed over: a writer that
+/// outran the bridge by more than the depth per instance lost samples the reader had
+/// already acknowledged. The depth stays on the bridge's writers (their TRANSIENT_LOCAL
+/// history).
+pub fn reader_qos_of(topic: &TopicConfig) -> QosPolicies {
+    qos_of(topic).modify_by(&QosPolicyBuilder::new().history(History::KeepAll).build())
+}
+
 /// RTPS time (seconds and 2^-32 fractions since the Unix epoch) → nanoseconds.
 pub fn timestamp_to_ns(t: Timestamp) -> u64 {
     let ticks = t.to_ticks();
@@ -395,7 +422,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(got.key.key_hash(), v.key_hash().unwrap());
-        assert_eq!(got.to_encapsulated(), bytes);
+        assert_eq!(got.encapsulated(), &bytes[..]);
         let out = <RawCdr as SerializerAdapter<RawSample>>::to_bytes(&got).unwrap();
         assert_eq!(&out[..], &bytes[4..]);
         let k = <RawCdr as with_key::SerializerAdapter<RawSample>>::key_to_bytes(&got.key).unwrap();

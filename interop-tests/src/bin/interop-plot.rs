@@ -15,7 +15,7 @@ struct Bar {
 }
 
 fn draw(path: &str, title: &str, y_desc: &str, bars: &[Bar]) -> Result<(), String> {
-    let root = SVGBackend::new(path, (1100, 520)).into_drawing_area();
+    let root = SVGBackend::new(path, (1100, 680)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let max = bars
         .iter()
@@ -30,10 +30,12 @@ fn draw(path: &str, title: &str, y_desc: &str, bars: &[Bar]) -> Result<(), Strin
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 18))
         .margin(10)
-        .x_label_area_size(150)
+        .x_label_area_size(290)
         .y_label_area_size(70)
+        // Bar i is centred on x = i, where the mesh puts its key points (labels placed at
+        // x = i + 0.5 were never drawn: every x label of the plots came out empty).
         .build_cartesian_2d(
-            0f64..n as f64,
+            -0.5f64..n as f64 - 0.5,
             ((min / 2.0).max(1e-3)..max * 2.0).log_scale(),
         )
         .map_err(|e| e.to_string())?;
@@ -41,11 +43,11 @@ fn draw(path: &str, title: &str, y_desc: &str, bars: &[Bar]) -> Result<(), Strin
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(n * 2)
+        .x_labels(n)
         .x_label_formatter(&|x| {
-            let i = x.floor() as usize;
-            if (x - x.floor() - 0.5).abs() < 1e-6 {
-                labels.get(i).cloned().unwrap_or_default()
+            let i = x.round();
+            if (x - i).abs() < 1e-6 && i >= 0.0 {
+                labels.get(i as usize).cloned().unwrap_or_default()
             } else {
                 String::new()
             }
@@ -62,7 +64,7 @@ fn draw(path: &str, title: &str, y_desc: &str, bars: &[Bar]) -> Result<(), Strin
         let x = i as f64;
         chart
             .draw_series(std::iter::once(Rectangle::new(
-                [(x + 0.15, min / 2.0), (x + 0.85, b.value.max(min / 2.0))],
+                [(x - 0.35, min / 2.0), (x + 0.35, b.value.max(min / 2.0))],
                 BLUE.mix(0.6).filled(),
             )))
             .map_err(|e| e.to_string())?;
@@ -70,8 +72,8 @@ fn draw(path: &str, title: &str, y_desc: &str, bars: &[Bar]) -> Result<(), Strin
             chart
                 .draw_series(std::iter::once(Rectangle::new(
                     [
-                        (x + 0.4, b.value.max(min / 2.0)),
-                        (x + 0.6, u.max(min / 2.0)),
+                        (x - 0.1, b.value.max(min / 2.0)),
+                        (x + 0.1, u.max(min / 2.0)),
                     ],
                     RED.mix(0.6).filled(),
                 )))

@@ -203,7 +203,7 @@ impl Application for DdsApp {
                                     && r.accepts(
                                         h,
                                         o.node,
-                                        endpoints.get(&(o.node, h.writer_id)),
+                                        || endpoints.get(&(o.node, h.writer_id)),
                                         &blocked,
                                     ))
                         })

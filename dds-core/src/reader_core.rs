@@ -168,11 +168,11 @@ impl ReaderCore {
     /// the sample's tag and match. A sample of a writer not yet announced here, or written
     /// under names it has since changed, is not taken (as a DDS reader takes nothing from
     /// a writer before they match).
-    pub(crate) fn accepts(
+    pub(crate) fn accepts<'e>(
         &self,
         h: &SampleHeader,
         sender: NodeId,
-        writer: Option<&Endpoint>,
+        writer: impl FnOnce() -> Option<&'e Endpoint>,
         blocked: &BTreeSet<WriterHandle>,
     ) -> bool {
         if !blocked.is_empty()
@@ -186,7 +186,9 @@ impl ReaderCore {
         if h.partition_tag == 0 {
             return self.default_partition;
         }
-        writer.is_some_and(|w| {
+        // The writer's endpoint is looked up only here: most samples are in the default
+        // partition, and the lookup is per sample.
+        writer().is_some_and(|w| {
             !w.reader
                 && partition_tag(&w.partition.name) == h.partition_tag
                 && partitions_match(&w.partition, &self.partition)
@@ -269,7 +271,7 @@ impl ReaderCore {
                     && self.accepts(
                         &h,
                         s.origin.node,
-                        endpoints.get(&(s.origin.node, h.writer_id)),
+                        || endpoints.get(&(s.origin.node, h.writer_id)),
                         &blocked,
                     )
                 {

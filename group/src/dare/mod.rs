@@ -80,7 +80,7 @@ use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES};
 use crate::{Error, Result};
 use layout::{
     log_region_id, pack, unpack, CtrlLayout, LogLayout, DARE_CTRL_REGION_ID, DARE_INDEX_MAX,
-    DARE_TERM_MAX, ENTRY_HEADER_BYTES, LOG_COMMIT_OFFSET, LOG_TAIL_OFFSET,
+    DARE_LOG_REGION_BASE, DARE_TERM_MAX, ENTRY_HEADER_BYTES, LOG_COMMIT_OFFSET, LOG_TAIL_OFFSET,
 };
 
 /// Most members of one DARE group.
@@ -296,6 +296,10 @@ pub struct DareNode {
     voted_for: Option<usize>,
     role: DareRole,
     failed: Vec<bool>,
+    /// Per rank: the latest term whose log region that member announced to this one
+    /// (the fabric's `RegionAnnounced`); a leader writes into a follower's log only once
+    /// the region of its own term is known here.
+    log_announced: Vec<Option<u64>>,
     /// Election time-out of this term, µs.
     timeout_us: u64,
     /// Last time the leader's heartbeat changed (or the term began), µs.
@@ -320,6 +324,8 @@ pub struct DareNode {
     deliveries: VecDeque<DareDelivery>,
     events: VecDeque<DareEvent>,
     stopped: Option<String>,
+    /// The time of the latest step, µs (for [`DareNode::describe`]).
+    now_us: u64,
 }
 
 fn splitmix(state: &mut u64) -> u64 {
@@ -393,6 +399,7 @@ impl DareNode {
             voted_for: None,
             role: DareRole::Follower { leader: None },
             failed: vec![false; n],
+            log_announced: vec![None; n],
             timeout_us,
             heard_us: 0,
             last_hb: vec![0; n],
@@ -410,6 +417,7 @@ impl DareNode {
             deliveries: VecDeque::new(),
             events: VecDeque::new(),
             stopped: None,
+            now_us: 0,
             config,
         })
     }
@@ -455,6 +463,63 @@ impl DareNode {
     pub fn pending(&self) -> usize {
         self.pending.len()
     }
+    /// One line of this member's state for a diagnosis (a test or a benchmark that
+    /// gives up prints it): term, role, vote, log (`tail`, its log term, `commit`),
+    /// `applied`, failed peers, pending messages and where they went, timers and, as
+    /// leader, each follower's replication state, inbox lengths and the control words.
+    pub fn describe(&self) -> String {
+        let (tail, log_term) = self.last_entry();
+        let commit = self.log.load_u64(LOG_COMMIT_OFFSET);
+        let n = self.members.len();
+        let words = |f: &dyn Fn(usize) -> usize| -> Vec<(u64, u64)> {
+            (0..n).map(|j| unpack(self.ctrl.load_u64(f(j)))).collect()
+        };
+        let grants: Vec<u64> = (0..n)
+            .map(|j| self.ctrl.load_u64(self.ctrl_layout.grant(j)))
+            .collect();
+        let vote_req_terms: Vec<u64> = (0..n)
+            .map(|j| {
+                self.ctrl
+                    .load_u64(self.ctrl_layout.vote_req(j) + 2 * WORD_BYTES)
+            })
+            .collect();
+        let mut s = format!(
+            "node {} rank {} now {}us: term {} role {:?} voted {:?} key {:?} | log tail {tail} \
+             (log term {log_term}) commit {commit} applied {} | failed {:?} | pending {} sent {} \
+             to {:?} | heard {}us timeout {}us hello {} acked {:?} | hb {:?} hello {:?} ack {:?} \
+             grant {grants:?} vote_req {vote_req_terms:?} logs announced {:?} stopped {:?}",
+            self.me,
+            self.rank,
+            self.now_us,
+            self.term,
+            self.role,
+            self.voted_for,
+            self.log_key,
+            self.applied,
+            self.failed,
+            self.pending.len(),
+            self.pending_sent,
+            self.sent_to,
+            self.heard_us,
+            self.timeout_us,
+            self.hello_sent,
+            self.acked,
+            words(&|j| self.ctrl_layout.hb(j)),
+            words(&|j| self.ctrl_layout.hello(j)),
+            words(&|j| self.ctrl_layout.ack(j)),
+            self.log_announced,
+            self.stopped,
+        );
+        if let Some(l) = &self.leader {
+            let inbox: Vec<usize> = l.inbox.iter().map(VecDeque::len).collect();
+            s.push_str(&format!(
+                " | leader: replicas {:?} inbox {inbox:?} appended {:?}",
+                l.replicas, l.appended_seq
+            ));
+        }
+        s
+    }
+
     /// True if [`DareNode::send`] would take a message.
     pub fn can_send(&self) -> bool {
         self.pending.len() < self.config.sender_window && self.stopped.is_none()
@@ -493,6 +558,45 @@ impl DareNode {
                 }
             }
         }
+    }
+
+    /// The fabric announced `peer`'s region `region` (`Event::RegionAnnounced`): if it
+    /// is a log region, writes into it may now be posted. The driver hands over every
+    /// announcement (other regions are ignored). A leader waits for the announcement of
+    /// a follower's log region for its term before it adjusts that follower: on a fabric
+    /// whose one-sided writes can overtake announcements (shm: a write is a memory copy,
+    /// an announcement a message on a socket) the follower's `hello` may arrive first, and
+    /// writes into a region the fabric does not know yet are refused — the entries would
+    /// be missing under a later `tail`.
+    pub fn handle_region_announced(&mut self, peer: NodeId, region: RegionId) {
+        let Some(r) = self.members.iter().position(|&m| m == peer) else {
+            return;
+        };
+        let Some(term) = region.checked_sub(DARE_LOG_REGION_BASE) else {
+            return;
+        };
+        let term = u64::from(term);
+        if term <= DARE_TERM_MAX && self.log_announced[r].is_none_or(|t| t < term) {
+            self.log_announced[r] = Some(term);
+        }
+    }
+
+    /// As leader: the followers' log regions of this term whose `hello` arrived but whose
+    /// announcement did not (yet). A driver that may have missed announcements (made
+    /// before its link was up) asks its fabric for these and reports the known ones with
+    /// [`DareNode::handle_region_announced`].
+    pub fn log_regions_awaited(&self) -> Vec<(NodeId, RegionId)> {
+        let Some(l) = &self.leader else {
+            return Vec::new();
+        };
+        (0..self.members.len())
+            .filter(|&j| {
+                l.replicas[j] == Replica::Waiting
+                    && self.log_announced[j] != Some(self.term)
+                    && unpack(self.ctrl.load_u64(self.ctrl_layout.hello(j))).0 == self.term
+            })
+            .map(|j| (self.members[j], log_region_id(self.term)))
+            .collect()
     }
 
     /// A two-sided message from `peer` with immediate [`DARE_IMM`]: a message handed
@@ -555,6 +659,7 @@ impl DareNode {
 
     fn step_inner(&mut self, now_us: u64, rekey: &mut Rekey<'_>) -> Result<bool> {
         let mut work = false;
+        self.now_us = now_us;
         if self.log_key.is_none() {
             self.adopt(0, now_us, rekey)?;
             work = true;
@@ -980,7 +1085,10 @@ impl DareNode {
                 Replica::Out => {}
                 Replica::Waiting => {
                     let (t, commit) = unpack(self.ctrl.load_u64(self.ctrl_layout.hello(j)));
-                    if t != self.term {
+                    if t != self.term || self.log_announced[j] != Some(self.term) {
+                        // No hello in this term yet, or the follower's log region for
+                        // this term not yet announced here (writes into it would be
+                        // refused): wait.
                         continue;
                     }
                     let applied = self.ctrl.load_u64(self.ctrl_layout.applied(j));

@@ -116,12 +116,17 @@ pub enum Verdict {
     /// ([`Event::PeerFailed`] with [`FailureReason::ConnectionLost`]); pending deliveries
     /// on it are discarded.
     DropLink,
+    /// Adds this many virtual microseconds to the delivery's delay *outside* the link's
+    /// FIFO order: deliveries issued after it on the link may land first. Matched with
+    /// [`DeliveryKind::Control`] it models shm, whose writes are memory copies done at
+    /// issue while region announcements travel on a socket beside them.
+    Lag(u64),
 }
 
 /// A fault rule. `None` fields match anything; the rule is active while
 /// `after_us <= now < until_us` (virtual). Rules are matched in the order added (rules
 /// added by [`SimWorld::partition`] go first); the first match decides: `Delay` at issue
-/// time, `DropLink` at delivery time.
+/// time, `Lag` at issue time (out of FIFO order), `DropLink` at delivery time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
     /// Sending node.
@@ -396,16 +401,25 @@ impl State {
             delay = delay.saturating_add(self.rng.gen_range(1..=self.cfg.delay_spike_max_us));
         }
         let now = self.now_us;
+        let mut lag = 0;
         if let Some(rule) = self.rules.iter().find(|r| r.matches(from, to, kind, now)) {
-            if let Verdict::Delay(extra) = rule.verdict {
-                delay = delay.saturating_add(extra);
+            match rule.verdict {
+                Verdict::Delay(extra) => delay = delay.saturating_add(extra),
+                Verdict::Lag(extra) => lag = extra,
+                Verdict::Pass | Verdict::DropLink => {}
             }
         }
         let from_incarnation = self.nodes.get(&from).map_or(0, |n| n.incarnation);
         let to_incarnation = self.nodes.get(&to).map_or(0, |n| n.incarnation);
         let load = self.links.entry((from, to)).or_default();
         let due = now.saturating_add(delay).max(load.last_due_us);
-        load.last_due_us = due;
+        // A lagged delivery falls due later without holding back the link's later ones.
+        let due = if lag > 0 {
+            due.saturating_add(lag)
+        } else {
+            load.last_due_us = due;
+            due
+        };
         load.in_flight += 1;
         load.bytes += payload.bytes_len();
         self.schedule_at(

@@ -91,7 +91,8 @@ pub const DARE_LOG_ENTRIES_MAX: usize = 1 << 16;
 pub const DARE_PAYLOAD_BYTES_MAX: usize = 1 << 20;
 /// Largest [`DareConfig::sender_window`].
 pub const DARE_SENDER_WINDOW_MAX: usize = 4096;
-/// Entries the leader writes to one follower per step (the rest follow in later steps).
+/// Entries the leader writes to one follower per step (the rest follow in later steps),
+/// past log adjustment: a follower is adjusted up to the leader's elected tail at once.
 pub const DARE_REPLICATE_BATCH_MAX: usize = 64;
 /// The 32-bit immediate of a message a sender hands to the leader.
 pub const DARE_IMM: u32 = 0x4441_5245;
@@ -263,6 +264,9 @@ struct LeaderState {
     appended_seq: Vec<u64>,
     hb_counter: u64,
     hb_sent_us: u64,
+    /// The leader's tail when it was elected: a follower is adjusted up to here in one
+    /// step (see [`DareNode::lead`]).
+    elected_tail: u64,
 }
 
 /// An entry read from a log ring.
@@ -856,6 +860,7 @@ impl DareNode {
             appended_seq,
             hb_counter: 0,
             hb_sent_us: 0,
+            elected_tail: tail,
         });
         // The log term is now this term: the leader's log is its own.
         self.log.store_u64(LOG_TAIL_OFFSET, pack(self.term, tail));
@@ -1120,7 +1125,18 @@ impl DareNode {
             }
             if let Replica::Synced { next, commit_sent } = l.replicas[j] {
                 if next <= tail {
-                    let last = tail.min(next + DARE_REPLICATE_BATCH_MAX as u64 - 1);
+                    // Log adjustment is not cut into batches: the `tail` word makes the
+                    // follower's log term this term, and votes rank a log by (log term,
+                    // tail). A follower holding only part of this leader's elected log
+                    // under a new-term `tail` (say up to 67 of 200 committed entries)
+                    // would outrank a member holding all 200 and could be elected without
+                    // entries 68-200. Up to `elected_tail` everything goes at once, so
+                    // a new-term `tail` always covers every committed entry.
+                    let last = if next <= l.elected_tail {
+                        tail
+                    } else {
+                        tail.min(next + DARE_REPLICATE_BATCH_MAX as u64 - 1)
+                    };
                     let region = log_region_id(self.term);
                     for k in next..=last {
                         let e = self.read_entry(k)?;

@@ -32,6 +32,8 @@
 //! assert_eq!(spindle_group::dare_sim::run_seed(3).trace_hash, outcome.trace_hash);
 //! ```
 
+pub mod handoff;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 

@@ -139,6 +139,102 @@ fn handoff_one_seed() {
     assert!(o.violations.is_empty(), "seed {seed}: {:?}", o.violations);
 }
 
+/// A new leader adjusts a follower that lacks many entries (more than
+/// `DARE_REPLICATE_BATCH_MAX`) in one step: the follower's log never carries the new
+/// term's `tail` below the leader's tail at election. Cut into batches, each ending with a
+/// new-term `tail`, the follower's (log term, tail) would outrank a member holding every
+/// committed entry while it held only the first batch.
+#[test]
+fn a_lagging_follower_never_holds_a_new_term_tail_short_of_the_elected_log() {
+    use spindle_group::dare::{DareConfig, DareRole};
+    use spindle_group::dare_sim::dare_cluster;
+    use spindle_transport_rdma::sim::{DeliveryKind, Rule, SimConfig, SimWorld, Verdict};
+    const MESSAGES: u64 = 150;
+    let mut checked = 0;
+    for seed in 1..=10u64 {
+        let config = DareConfig {
+            log_entries: 256,
+            payload_bytes_max: 16,
+            sender_window: 256,
+            heartbeat_us: 300,
+            election_timeout_us: 3_000,
+        };
+        let world = SimWorld::new(seed, SimConfig::default());
+        let mut sim = dare_cluster(world, &[1, 2, 3], &config, seed, 1..40).expect("cluster");
+        let leader = |sim: &spindle_group::testkit::SimCluster<_>| {
+            sim.nodes
+                .iter()
+                .find(|(_, n): &(_, &spindle_group::dare_sim::DareSimNode)| {
+                    !n.crashed && n.dare.role() == DareRole::Leader
+                })
+                .map(|(id, _)| *id)
+        };
+        let mut rounds = 0;
+        let l = loop {
+            sim.round();
+            rounds += 1;
+            assert!(rounds < 100_000, "seed {seed}: no first leader");
+            if let Some(l) = leader(&sim) {
+                break l;
+            }
+        };
+        let others: Vec<u32> = [1, 2, 3].into_iter().filter(|&m| m != l).collect();
+        let (slow, fast) = (others[0], others[1]);
+        // The slow follower's incoming writes wait until the leader is gone.
+        sim.world.add_rule(Rule {
+            from: Some(l),
+            to: Some(slow),
+            kind: Some(DeliveryKind::Write),
+            after_us: sim.now_us(),
+            until_us: u64::MAX,
+            verdict: Verdict::Delay(10_000_000),
+        });
+        for i in 0..MESSAGES {
+            sim.nodes
+                .get_mut(&l)
+                .expect("leader")
+                .dare
+                .send(&i.to_le_bytes())
+                .expect("window");
+        }
+        while sim.nodes[&fast].dare.applied() < MESSAGES {
+            sim.round();
+            rounds += 1;
+            assert!(
+                rounds < 400_000,
+                "seed {seed}: the first messages did not commit"
+            );
+        }
+        sim.world.crash(l);
+        sim.nodes.get_mut(&l).expect("leader").crashed = true;
+        // Until the slow follower holds everything: whenever its log is of a later
+        // term, its tail covers the new leader's elected log (all MESSAGES entries).
+        loop {
+            sim.round();
+            rounds += 1;
+            assert!(
+                rounds < 800_000,
+                "seed {seed}: the slow follower never caught up"
+            );
+            let r = sim.nodes[&slow].dare.handoff_report();
+            if r.log_term > 1 {
+                assert!(
+                    r.tail >= MESSAGES,
+                    "seed {seed}: node {slow} holds a term-{} tail of {} below the elected \
+                     log's {MESSAGES}",
+                    r.log_term,
+                    r.tail
+                );
+            }
+            if r.applied >= MESSAGES {
+                break;
+            }
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 10);
+}
+
 /// Replays one seed: `DARE_SEED=<seed> cargo test -p spindle-group --test dare_sim one_seed`.
 #[test]
 fn one_seed() {

@@ -126,6 +126,30 @@ fn a_view_change_hands_over_the_chosen_log_and_re_sends_the_rest_once() {
     );
 }
 
+/// Runs many hand-off seeds (`DARE_HANDOFF_SEEDS=<count>`, default 100):
+/// `cargo test -p spindle-group --test dare_sim handoff_summary -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn handoff_summary() {
+    let seeds = std::env::var("DARE_HANDOFF_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(SEEDS);
+    let failed: Vec<u64> = (1..=seeds)
+        .filter(|&seed| {
+            let o = run_handoff_seed(seed);
+            if !o.violations.is_empty() {
+                println!("seed {seed}: {o:?}");
+            }
+            !o.violations.is_empty()
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "hand-off seeds with violations: {failed:?}"
+    );
+}
+
 /// Replays one hand-off seed: `DARE_HANDOFF_SEED=<seed> cargo test -p spindle-group --test
 /// dare_sim handoff_one_seed`.
 #[test]

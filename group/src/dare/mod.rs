@@ -65,12 +65,17 @@
 //!   any entries the follower got from deposed leaders), then its `tail`, before anything
 //!   new; a follower whose missing entries left the leader's ring is reported
 //!   [`DareEvent::Lagging`] and left out (it needs a state transfer, not implemented).
+//!   The leader adjusts a follower only once the fabric announced the follower's log
+//!   region of the term ([`DareNode::handle_region_announced`]: over shm a `hello` can
+//!   overtake the announcement), and up to its own tail at election in one step (a
+//!   new-term `tail` over part of that log would outrank a log holding all of it).
 //!
 //! Membership is fixed per group: members join or leave by the group's view change,
-//! which builds a new group (DARE's own reconfiguration is not implemented). Members
-//! stop-fail: a peer whose link failed stays failed for this group.
+//! which builds a new group and hands the old one over ([`handoff`]; DARE's own
+//! reconfiguration is not implemented). Members stop-fail: a peer whose link failed stays
+//! failed for this group.
 
-mod handoff;
+pub mod handoff;
 pub mod layout;
 pub mod runtime;
 

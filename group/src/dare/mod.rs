@@ -87,8 +87,8 @@ use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES};
 
 use crate::{Error, Result};
 use layout::{
-    log_region_id, pack, unpack, CtrlLayout, LogLayout, DARE_CTRL_REGION_ID, DARE_INDEX_MAX,
-    DARE_LOG_REGION_BASE, DARE_TERM_MAX, ENTRY_HEADER_BYTES, LOG_COMMIT_OFFSET, LOG_TAIL_OFFSET,
+    log_region_id, pack, unpack, CtrlLayout, LogLayout, DARE_INDEX_MAX, DARE_LOG_REGION_BASE,
+    DARE_TERM_MAX, ENTRY_HEADER_BYTES, LOG_COMMIT_OFFSET, LOG_TAIL_OFFSET,
 };
 
 /// Most members of one DARE group.
@@ -301,6 +301,10 @@ pub struct DareNode {
     ctrl_layout: CtrlLayout,
     log_layout: LogLayout,
     ctrl: Region,
+    /// The id the control region is registered under (the same on every member).
+    ctrl_id: RegionId,
+    /// The term the first step adopts (0, or one past an earlier instance's terms).
+    first_term: u64,
     log: Region,
     /// The term the log region is registered for (`None`: not yet registered).
     log_key: Option<u64>,
@@ -360,7 +364,8 @@ impl DareNode {
     }
 
     /// Member `me` of `members` (distinct), with its registered control region `ctrl`
-    /// ([`DARE_CTRL_REGION_ID`], [`DareNode::ctrl_region_bytes`]). The log region is
+    /// ([`DareNode::ctrl_region_bytes`]; registered under [`layout::DARE_CTRL_REGION_ID`], or per
+    /// instance under an id every member uses). The log region is
     /// registered through the re-keying callback of the first [`DareNode::step`].
     /// `seed` draws the election time-outs.
     pub fn new(
@@ -403,6 +408,8 @@ impl DareNode {
             rank,
             members,
             log: ctrl.clone(),
+            ctrl_id: ctrl.id(),
+            first_term: 0,
             ctrl,
             ctrl_layout,
             log_layout,
@@ -432,6 +439,22 @@ impl DareNode {
             now_us: 0,
             config,
         })
+    }
+
+    /// Starts this member's terms at `term` instead of 0 (before its first step): a
+    /// group's instance of a later view starts one past the highest term of the one it
+    /// continues, so its log region ids ([`layout::log_region_id`]) are new and no write
+    /// of the old instance still in flight can land in them. The control region's id is
+    /// the one it was registered under (each instance its own). An error if `term` is
+    /// past [`DARE_TERM_MAX`] or the member already stepped.
+    pub fn with_first_term(mut self, term: u64) -> Result<DareNode> {
+        if term > DARE_TERM_MAX || self.log_key.is_some() {
+            return Err(Error::Config(format!(
+                "dare: first term {term}: past DARE_TERM_MAX {DARE_TERM_MAX} or already started"
+            )));
+        }
+        self.first_term = term;
+        Ok(self)
     }
 
     /// This member's node id.
@@ -673,7 +696,7 @@ impl DareNode {
         let mut work = false;
         self.now_us = now_us;
         if self.log_key.is_none() {
-            self.adopt(0, now_us, rekey)?;
+            self.adopt(self.first_term, now_us, rekey)?;
             work = true;
         }
         work |= self.read_heartbeats(now_us, rekey)?;
@@ -707,12 +730,7 @@ impl DareNode {
     }
 
     fn write_word(&mut self, rank: usize, offset: usize, value: u64) {
-        self.write(
-            rank,
-            DARE_CTRL_REGION_ID,
-            offset,
-            value.to_le_bytes().to_vec(),
-        );
+        self.write(rank, self.ctrl_id, offset, value.to_le_bytes().to_vec());
     }
 
     /// Adopts `term`: new role follower with no known leader, no vote, the log re-keyed.
@@ -942,7 +960,7 @@ impl DareNode {
             if j != self.rank && !self.failed[j] {
                 self.out.push_back(DareOut::Write {
                     peer: self.members[j],
-                    region: DARE_CTRL_REGION_ID,
+                    region: self.ctrl_id,
                     offset: off,
                     bytes: bytes.clone(),
                     guard: Some((off + 2 * WORD_BYTES, self.term)),
@@ -1016,7 +1034,7 @@ impl DareNode {
             );
             let mut bytes = pack(0, 0).to_le_bytes().to_vec();
             bytes.extend_from_slice(&applied.to_le_bytes());
-            self.write(l, DARE_CTRL_REGION_ID, off_ack, bytes);
+            self.write(l, self.ctrl_id, off_ack, bytes);
             self.write_word(l, off_hello, pack(self.term, commit));
             self.acked = (0, applied);
             work = true;
@@ -1028,7 +1046,7 @@ impl DareNode {
             let mut bytes = pack(self.term, self.acked.0).to_le_bytes().to_vec();
             bytes.extend_from_slice(&self.applied.to_le_bytes());
             let off = self.ctrl_layout.ack(self.rank);
-            self.write(l, DARE_CTRL_REGION_ID, off, bytes);
+            self.write(l, self.ctrl_id, off, bytes);
             work = true;
         }
         Ok(work)

@@ -1,5 +1,6 @@
 //! Unit tests of the DARE core.
 
+use super::layout::DARE_CTRL_REGION_ID;
 use super::*;
 
 fn node(me: NodeId, members: Vec<NodeId>, config: DareConfig) -> DareNode {
@@ -115,4 +116,33 @@ fn a_group_of_one_elects_itself_and_delivers_in_order() {
     );
     assert_eq!(n.log_region_id(), Some(log_region_id(1)));
     assert_eq!(n.pending(), 0);
+}
+
+#[test]
+fn an_instance_of_a_later_view_keys_its_regions_anew() {
+    let ctrl = Region::new_heap(77, DareNode::ctrl_region_bytes(1)).expect("region");
+    let mut n = DareNode::new(5, vec![5], DareConfig::default(), ctrl, 7)
+        .expect("node")
+        .with_first_term(9)
+        .expect("first term");
+    n.send(b"carried over").expect("room");
+    let mut got = Vec::new();
+    let mut now_us = 0;
+    while got.is_empty() && now_us < 1_000_000 {
+        n.step(now_us, &mut heap_rekey).expect("step");
+        got.extend(std::iter::from_fn(|| n.poll_delivery()));
+        now_us += 1_000;
+    }
+    assert_eq!(
+        n.term(),
+        10,
+        "the first election is one past the first term"
+    );
+    assert_eq!(n.log_region_id(), Some(log_region_id(10)));
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].payload, b"carried over");
+    assert!(n.with_first_term(3).is_err(), "already started");
+    let ctrl = Region::new_heap(78, DareNode::ctrl_region_bytes(1)).expect("region");
+    let late = DareNode::new(5, vec![5], DareConfig::default(), ctrl, 7).expect("node");
+    assert!(late.with_first_term(DARE_TERM_MAX + 1).is_err());
 }

@@ -522,3 +522,43 @@ fn world_and_endpoints_are_shareable_across_threads() {
         .expect("stepping thread");
     assert_eq!(region.load_u64(0), 4);
 }
+
+/// `Verdict::Lag` takes a delivery out of the link's FIFO order: a send issued after a
+/// lagged announcement lands first (shm: announcements on a socket beside writes that
+/// are memory copies); without the rule the announcement lands first.
+#[test]
+fn lag_rule_lets_later_deliveries_overtake_an_announcement() {
+    for seed in SEEDS.take(10) {
+        for lagged in [false, true] {
+            let world = SimWorld::new(seed, SimConfig::default());
+            let (a, b, _region) = pair(&world, 64);
+            if lagged {
+                world.add_rule(Rule {
+                    from: Some(2),
+                    to: Some(1),
+                    kind: Some(DeliveryKind::Control),
+                    after_us: world.now_us(),
+                    until_us: u64::MAX,
+                    verdict: Verdict::Lag(10_000),
+                });
+            }
+            b.register_region(9, 64).expect("register");
+            b.send(1, 7, b"after the announcement").expect("send");
+            world.run_until_idle(STEPS_MAX);
+            let ea = events(&a);
+            let at = |f: &dyn Fn(&Event) -> bool| ea.iter().position(f);
+            let recv = at(&|e| matches!(e, Event::Recv { .. })).expect("the send landed");
+            let announced = at(&|e| matches!(e, Event::RegionAnnounced { .. }))
+                .expect("the announcement landed");
+            assert_eq!(
+                recv < announced,
+                lagged,
+                "seed {seed}, lagged {lagged}: events {ea:?}"
+            );
+            assert!(
+                a.remote_region(2, 9).is_some(),
+                "seed {seed}: known in the end"
+            );
+        }
+    }
+}

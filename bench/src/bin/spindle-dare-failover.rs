@@ -22,6 +22,8 @@ use spindle_transport_rdma::{open_backend, Endpoint, FabricConfig, NodeId};
 const TRIALS_MAX: usize = 100;
 /// Most members.
 const NODES_MAX: usize = 9;
+/// The least silence after which the fabric suspects a peer, ms (see [`fabric_config`]).
+const SUSPECT_FLOOR_MS: u64 = 1_000;
 
 #[derive(Debug, Parser)]
 #[command(about = "DARE leader failure → first commit in the new term")]
@@ -42,13 +44,34 @@ struct Args {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The fabric's settings: the leader's close is seen at once ("peer closed the link"),
+/// so the failure detector's floor does not enter the measured time; it is raised from
+/// 50 ms to [`SUSPECT_FLOOR_MS`] because on a loaded machine (two cores, load 4.5) the
+/// survivors suspected each other after 54–103 ms of a starved thread's silence, and a
+/// DARE group, whose membership is fixed, cannot take a member back: no majority is left.
+fn fabric_config() -> FabricConfig {
+    FabricConfig {
+        suspect_floor_ms: SUSPECT_FLOOR_MS,
+        suspect_ceiling_ms: SUSPECT_FLOOR_MS.max(FabricConfig::default().suspect_ceiling_ms),
+        ..FabricConfig::default()
+    }
+}
+
+/// Each member's state, one line each (printed when a trial gives up).
+fn dump(handles: &[DareMember]) -> String {
+    handles
+        .iter()
+        .map(|h| format!("\n  {}", h.describe()))
+        .collect()
+}
+
 fn trial(args: &Args, index: usize) -> Result<f64, BoxError> {
     // Fresh node ids per trial (shm names endpoints by process and node).
     let base = (index * NODES_MAX) as NodeId;
     let members: Vec<NodeId> = (base + 1..=base + args.nodes as NodeId).collect();
     let eps: Vec<Arc<dyn Endpoint>> = members
         .iter()
-        .map(|&m| open_backend(&args.backend, m, FabricConfig::default()))
+        .map(|&m| open_backend(&args.backend, m, fabric_config()))
         .collect::<Result<_, _>>()?;
     let addresses: BTreeMap<NodeId, String> = eps.iter().map(|e| (e.node(), e.address())).collect();
     let config = DareConfig {
@@ -91,7 +114,7 @@ fn trial(args: &Args, index: usize) -> Result<f64, BoxError> {
             }
         }
         if Instant::now() > deadline {
-            return Err("no first leader".into());
+            return Err(format!("no first leader; members:{}", dump(&handles)).into());
         }
         std::thread::sleep(Duration::from_millis(1));
     };
@@ -107,7 +130,11 @@ fn trial(args: &Args, index: usize) -> Result<f64, BoxError> {
     }
     while delivered.iter().any(|d| d.load(Ordering::Acquire) < 10) {
         if Instant::now() > deadline {
-            return Err("the first messages were not delivered".into());
+            return Err(format!(
+                "the first messages were not delivered; members:{}",
+                dump(&handles)
+            )
+            .into());
         }
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -140,7 +167,11 @@ fn trial(args: &Args, index: usize) -> Result<f64, BoxError> {
             break t;
         }
         if Instant::now() > deadline {
-            return Err("no commit in a new term".into());
+            return Err(format!(
+                "no commit in a new term (old leader {leader}, term {old_term}); members:{}",
+                dump(&handles)
+            )
+            .into());
         }
         std::thread::sleep(Duration::from_micros(100));
     };

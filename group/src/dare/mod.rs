@@ -65,13 +65,21 @@
 //!   any entries the follower got from deposed leaders), then its `tail`, before anything
 //!   new; a follower whose missing entries left the leader's ring is reported
 //!   [`DareEvent::Lagging`] and left out (it needs a state transfer, not implemented).
+//!   The leader adjusts a follower only once the fabric announced the follower's log
+//!   region of the term ([`DareNode::handle_region_announced`]: over shm a `hello` can
+//!   overtake the announcement), and up to its own tail at election in one step (a
+//!   new-term `tail` over part of that log would outrank a log holding all of it).
 //!
 //! Membership is fixed per group: members join or leave by the group's view change,
-//! which builds a new group (DARE's own reconfiguration is not implemented). Members
-//! stop-fail: a peer whose link failed stays failed for this group.
+//! which builds a new group and hands the old one over ([`handoff`]; DARE's own
+//! reconfiguration is not implemented). Members stop-fail: a peer whose link failed stays
+//! failed for this group.
 
+pub mod handoff;
 pub mod layout;
 pub mod runtime;
+
+pub use handoff::{handoff_source, DareReport};
 
 use std::collections::VecDeque;
 
@@ -79,7 +87,7 @@ use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES};
 
 use crate::{Error, Result};
 use layout::{
-    log_region_id, pack, unpack, CtrlLayout, LogLayout, DARE_CTRL_REGION_ID, DARE_INDEX_MAX,
+    log_region_id, pack, unpack, CtrlLayout, LogLayout, DARE_INDEX_MAX, DARE_LOG_REGION_BASE,
     DARE_TERM_MAX, ENTRY_HEADER_BYTES, LOG_COMMIT_OFFSET, LOG_TAIL_OFFSET,
 };
 
@@ -91,7 +99,8 @@ pub const DARE_LOG_ENTRIES_MAX: usize = 1 << 16;
 pub const DARE_PAYLOAD_BYTES_MAX: usize = 1 << 20;
 /// Largest [`DareConfig::sender_window`].
 pub const DARE_SENDER_WINDOW_MAX: usize = 4096;
-/// Entries the leader writes to one follower per step (the rest follow in later steps).
+/// Entries the leader writes to one follower per step (the rest follow in later steps),
+/// past log adjustment: a follower is adjusted up to the leader's elected tail at once.
 pub const DARE_REPLICATE_BATCH_MAX: usize = 64;
 /// The 32-bit immediate of a message a sender hands to the leader.
 pub const DARE_IMM: u32 = 0x4441_5245;
@@ -263,6 +272,9 @@ struct LeaderState {
     appended_seq: Vec<u64>,
     hb_counter: u64,
     hb_sent_us: u64,
+    /// The leader's tail when it was elected: a follower is adjusted up to here in one
+    /// step (see [`DareNode::lead`]).
+    elected_tail: u64,
 }
 
 /// An entry read from a log ring.
@@ -289,6 +301,10 @@ pub struct DareNode {
     ctrl_layout: CtrlLayout,
     log_layout: LogLayout,
     ctrl: Region,
+    /// The id the control region is registered under (the same on every member).
+    ctrl_id: RegionId,
+    /// The term the first step adopts (0, or one past an earlier instance's terms).
+    first_term: u64,
     log: Region,
     /// The term the log region is registered for (`None`: not yet registered).
     log_key: Option<u64>,
@@ -296,6 +312,10 @@ pub struct DareNode {
     voted_for: Option<usize>,
     role: DareRole,
     failed: Vec<bool>,
+    /// Per rank: the latest term whose log region that member announced to this one
+    /// (the fabric's `RegionAnnounced`); a leader writes into a follower's log only once
+    /// the region of its own term is known here.
+    log_announced: Vec<Option<u64>>,
     /// Election time-out of this term, µs.
     timeout_us: u64,
     /// Last time the leader's heartbeat changed (or the term began), µs.
@@ -320,6 +340,8 @@ pub struct DareNode {
     deliveries: VecDeque<DareDelivery>,
     events: VecDeque<DareEvent>,
     stopped: Option<String>,
+    /// The time of the latest step, µs (for [`DareNode::describe`]).
+    now_us: u64,
 }
 
 fn splitmix(state: &mut u64) -> u64 {
@@ -342,7 +364,8 @@ impl DareNode {
     }
 
     /// Member `me` of `members` (distinct), with its registered control region `ctrl`
-    /// ([`DARE_CTRL_REGION_ID`], [`DareNode::ctrl_region_bytes`]). The log region is
+    /// ([`DareNode::ctrl_region_bytes`]; registered under [`layout::DARE_CTRL_REGION_ID`], or per
+    /// instance under an id every member uses). The log region is
     /// registered through the re-keying callback of the first [`DareNode::step`].
     /// `seed` draws the election time-outs.
     pub fn new(
@@ -385,6 +408,8 @@ impl DareNode {
             rank,
             members,
             log: ctrl.clone(),
+            ctrl_id: ctrl.id(),
+            first_term: 0,
             ctrl,
             ctrl_layout,
             log_layout,
@@ -393,6 +418,7 @@ impl DareNode {
             voted_for: None,
             role: DareRole::Follower { leader: None },
             failed: vec![false; n],
+            log_announced: vec![None; n],
             timeout_us,
             heard_us: 0,
             last_hb: vec![0; n],
@@ -410,8 +436,25 @@ impl DareNode {
             deliveries: VecDeque::new(),
             events: VecDeque::new(),
             stopped: None,
+            now_us: 0,
             config,
         })
+    }
+
+    /// Starts this member's terms at `term` instead of 0 (before its first step): a
+    /// group's instance of a later view starts one past the highest term of the one it
+    /// continues, so its log region ids ([`layout::log_region_id`]) are new and no write
+    /// of the old instance still in flight can land in them. The control region's id is
+    /// the one it was registered under (each instance its own). An error if `term` is
+    /// past [`DARE_TERM_MAX`] or the member already stepped.
+    pub fn with_first_term(mut self, term: u64) -> Result<DareNode> {
+        if term > DARE_TERM_MAX || self.log_key.is_some() {
+            return Err(Error::Config(format!(
+                "dare: first term {term}: past DARE_TERM_MAX {DARE_TERM_MAX} or already started"
+            )));
+        }
+        self.first_term = term;
+        Ok(self)
     }
 
     /// This member's node id.
@@ -455,6 +498,63 @@ impl DareNode {
     pub fn pending(&self) -> usize {
         self.pending.len()
     }
+    /// One line of this member's state for a diagnosis (a test or a benchmark that
+    /// gives up prints it): term, role, vote, log (`tail`, its log term, `commit`),
+    /// `applied`, failed peers, pending messages and where they went, timers and, as
+    /// leader, each follower's replication state, inbox lengths and the control words.
+    pub fn describe(&self) -> String {
+        let (tail, log_term) = self.last_entry();
+        let commit = self.log.load_u64(LOG_COMMIT_OFFSET);
+        let n = self.members.len();
+        let words = |f: &dyn Fn(usize) -> usize| -> Vec<(u64, u64)> {
+            (0..n).map(|j| unpack(self.ctrl.load_u64(f(j)))).collect()
+        };
+        let grants: Vec<u64> = (0..n)
+            .map(|j| self.ctrl.load_u64(self.ctrl_layout.grant(j)))
+            .collect();
+        let vote_req_terms: Vec<u64> = (0..n)
+            .map(|j| {
+                self.ctrl
+                    .load_u64(self.ctrl_layout.vote_req(j) + 2 * WORD_BYTES)
+            })
+            .collect();
+        let mut s = format!(
+            "node {} rank {} now {}us: term {} role {:?} voted {:?} key {:?} | log tail {tail} \
+             (log term {log_term}) commit {commit} applied {} | failed {:?} | pending {} sent {} \
+             to {:?} | heard {}us timeout {}us hello {} acked {:?} | hb {:?} hello {:?} ack {:?} \
+             grant {grants:?} vote_req {vote_req_terms:?} logs announced {:?} stopped {:?}",
+            self.me,
+            self.rank,
+            self.now_us,
+            self.term,
+            self.role,
+            self.voted_for,
+            self.log_key,
+            self.applied,
+            self.failed,
+            self.pending.len(),
+            self.pending_sent,
+            self.sent_to,
+            self.heard_us,
+            self.timeout_us,
+            self.hello_sent,
+            self.acked,
+            words(&|j| self.ctrl_layout.hb(j)),
+            words(&|j| self.ctrl_layout.hello(j)),
+            words(&|j| self.ctrl_layout.ack(j)),
+            self.log_announced,
+            self.stopped,
+        );
+        if let Some(l) = &self.leader {
+            let inbox: Vec<usize> = l.inbox.iter().map(VecDeque::len).collect();
+            s.push_str(&format!(
+                " | leader: replicas {:?} inbox {inbox:?} appended {:?}",
+                l.replicas, l.appended_seq
+            ));
+        }
+        s
+    }
+
     /// True if [`DareNode::send`] would take a message.
     pub fn can_send(&self) -> bool {
         self.pending.len() < self.config.sender_window && self.stopped.is_none()
@@ -493,6 +593,45 @@ impl DareNode {
                 }
             }
         }
+    }
+
+    /// The fabric announced `peer`'s region `region` (`Event::RegionAnnounced`): if it
+    /// is a log region, writes into it may now be posted. The driver hands over every
+    /// announcement (other regions are ignored). A leader waits for the announcement of
+    /// a follower's log region for its term before it adjusts that follower: on a fabric
+    /// whose one-sided writes can overtake announcements (shm: a write is a memory copy,
+    /// an announcement a message on a socket) the follower's `hello` may arrive first, and
+    /// writes into a region the fabric does not know yet are refused — the entries would
+    /// be missing under a later `tail`.
+    pub fn handle_region_announced(&mut self, peer: NodeId, region: RegionId) {
+        let Some(r) = self.members.iter().position(|&m| m == peer) else {
+            return;
+        };
+        let Some(term) = region.checked_sub(DARE_LOG_REGION_BASE) else {
+            return;
+        };
+        let term = u64::from(term);
+        if term <= DARE_TERM_MAX && self.log_announced[r].is_none_or(|t| t < term) {
+            self.log_announced[r] = Some(term);
+        }
+    }
+
+    /// As leader: the followers' log regions of this term whose `hello` arrived but whose
+    /// announcement did not (yet). A driver that may have missed announcements (made
+    /// before its link was up) asks its fabric for these and reports the known ones with
+    /// [`DareNode::handle_region_announced`].
+    pub fn log_regions_awaited(&self) -> Vec<(NodeId, RegionId)> {
+        let Some(l) = &self.leader else {
+            return Vec::new();
+        };
+        (0..self.members.len())
+            .filter(|&j| {
+                l.replicas[j] == Replica::Waiting
+                    && self.log_announced[j] != Some(self.term)
+                    && unpack(self.ctrl.load_u64(self.ctrl_layout.hello(j))).0 == self.term
+            })
+            .map(|j| (self.members[j], log_region_id(self.term)))
+            .collect()
     }
 
     /// A two-sided message from `peer` with immediate [`DARE_IMM`]: a message handed
@@ -555,8 +694,9 @@ impl DareNode {
 
     fn step_inner(&mut self, now_us: u64, rekey: &mut Rekey<'_>) -> Result<bool> {
         let mut work = false;
+        self.now_us = now_us;
         if self.log_key.is_none() {
-            self.adopt(0, now_us, rekey)?;
+            self.adopt(self.first_term, now_us, rekey)?;
             work = true;
         }
         work |= self.read_heartbeats(now_us, rekey)?;
@@ -590,12 +730,7 @@ impl DareNode {
     }
 
     fn write_word(&mut self, rank: usize, offset: usize, value: u64) {
-        self.write(
-            rank,
-            DARE_CTRL_REGION_ID,
-            offset,
-            value.to_le_bytes().to_vec(),
-        );
+        self.write(rank, self.ctrl_id, offset, value.to_le_bytes().to_vec());
     }
 
     /// Adopts `term`: new role follower with no known leader, no vote, the log re-keyed.
@@ -751,6 +886,7 @@ impl DareNode {
             appended_seq,
             hb_counter: 0,
             hb_sent_us: 0,
+            elected_tail: tail,
         });
         // The log term is now this term: the leader's log is its own.
         self.log.store_u64(LOG_TAIL_OFFSET, pack(self.term, tail));
@@ -824,7 +960,7 @@ impl DareNode {
             if j != self.rank && !self.failed[j] {
                 self.out.push_back(DareOut::Write {
                     peer: self.members[j],
-                    region: DARE_CTRL_REGION_ID,
+                    region: self.ctrl_id,
                     offset: off,
                     bytes: bytes.clone(),
                     guard: Some((off + 2 * WORD_BYTES, self.term)),
@@ -898,7 +1034,7 @@ impl DareNode {
             );
             let mut bytes = pack(0, 0).to_le_bytes().to_vec();
             bytes.extend_from_slice(&applied.to_le_bytes());
-            self.write(l, DARE_CTRL_REGION_ID, off_ack, bytes);
+            self.write(l, self.ctrl_id, off_ack, bytes);
             self.write_word(l, off_hello, pack(self.term, commit));
             self.acked = (0, applied);
             work = true;
@@ -910,7 +1046,7 @@ impl DareNode {
             let mut bytes = pack(self.term, self.acked.0).to_le_bytes().to_vec();
             bytes.extend_from_slice(&self.applied.to_le_bytes());
             let off = self.ctrl_layout.ack(self.rank);
-            self.write(l, DARE_CTRL_REGION_ID, off, bytes);
+            self.write(l, self.ctrl_id, off, bytes);
             work = true;
         }
         Ok(work)
@@ -980,7 +1116,10 @@ impl DareNode {
                 Replica::Out => {}
                 Replica::Waiting => {
                     let (t, commit) = unpack(self.ctrl.load_u64(self.ctrl_layout.hello(j)));
-                    if t != self.term {
+                    if t != self.term || self.log_announced[j] != Some(self.term) {
+                        // No hello in this term yet, or the follower's log region for
+                        // this term not yet announced here (writes into it would be
+                        // refused): wait.
                         continue;
                     }
                     let applied = self.ctrl.load_u64(self.ctrl_layout.applied(j));
@@ -1012,7 +1151,18 @@ impl DareNode {
             }
             if let Replica::Synced { next, commit_sent } = l.replicas[j] {
                 if next <= tail {
-                    let last = tail.min(next + DARE_REPLICATE_BATCH_MAX as u64 - 1);
+                    // Log adjustment is not cut into batches: the `tail` word makes the
+                    // follower's log term this term, and votes rank a log by (log term,
+                    // tail). A follower holding only part of this leader's elected log
+                    // under a new-term `tail` (say up to 67 of 200 committed entries)
+                    // would outrank a member holding all 200 and could be elected without
+                    // entries 68-200. Up to `elected_tail` everything goes at once, so
+                    // a new-term `tail` always covers every committed entry.
+                    let last = if next <= l.elected_tail {
+                        tail
+                    } else {
+                        tail.min(next + DARE_REPLICATE_BATCH_MAX as u64 - 1)
+                    };
                     let region = log_region_id(self.term);
                     for k in next..=last {
                         let e = self.read_entry(k)?;
@@ -1167,122 +1317,4 @@ impl DareNode {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn node(me: NodeId, members: Vec<NodeId>, config: DareConfig) -> DareNode {
-        let ctrl = Region::new_heap(
-            DARE_CTRL_REGION_ID,
-            DareNode::ctrl_region_bytes(members.len()),
-        )
-        .expect("region");
-        DareNode::new(me, members, config, ctrl, 7).expect("node")
-    }
-
-    fn heap_rekey(_old: Option<RegionId>, new: RegionId, len: usize) -> Result<Region> {
-        Ok(Region::new_heap(new, len)?)
-    }
-
-    #[test]
-    fn bad_settings_name_the_field() {
-        for (config, field) in [
-            (
-                DareConfig {
-                    log_entries: 1,
-                    ..DareConfig::default()
-                },
-                "log_entries",
-            ),
-            (
-                DareConfig {
-                    sender_window: 0,
-                    ..DareConfig::default()
-                },
-                "sender_window",
-            ),
-            (
-                DareConfig {
-                    election_timeout_us: 1,
-                    ..DareConfig::default()
-                },
-                "election_timeout_us",
-            ),
-        ] {
-            let e = config.validate().expect_err("invalid").to_string();
-            assert!(e.contains(field), "{e}");
-        }
-        let ctrl = Region::new_heap(1, 1024).expect("region");
-        let e = DareNode::new(9, vec![1, 2], DareConfig::default(), ctrl, 0)
-            .expect_err("not a member")
-            .to_string();
-        assert!(e.contains("node 9"), "{e}");
-    }
-
-    #[test]
-    fn malformed_messages_from_peers_are_errors_not_panics() {
-        let mut n = node(1, vec![1, 2, 3], DareConfig::default());
-        assert!(n.handle_recv(9, &[0; 16]).is_err(), "not a member");
-        assert!(
-            n.handle_recv(2, &[0; 3]).is_err(),
-            "shorter than its header"
-        );
-        let too_long =
-            vec![0; DARE_SEND_HEADER_BYTES + DareConfig::default().payload_bytes_max + 1];
-        assert!(
-            n.handle_recv(2, &too_long).is_err(),
-            "beyond the payload bound"
-        );
-        // Well-formed, to a member that is not the leader: dropped without error.
-        assert!(n.handle_recv(2, &[1, 0, 0, 0, 0, 0, 0, 0, 42]).is_ok());
-    }
-
-    #[test]
-    fn a_sender_is_bounded_by_its_window_and_the_payload_bound() {
-        let config = DareConfig {
-            sender_window: 2,
-            payload_bytes_max: 4,
-            ..DareConfig::default()
-        };
-        let mut n = node(1, vec![1, 2, 3], config);
-        assert!(matches!(
-            n.send(b"12345"),
-            Err(Error::PayloadTooLarge { len: 5, max: 4 })
-        ));
-        assert_eq!(n.send(b"a").expect("room"), 1);
-        assert_eq!(n.send(b"b").expect("room"), 2);
-        assert!(!n.can_send());
-        assert!(matches!(
-            n.send(b"c"),
-            Err(Error::DareWindowFull { window: 2 })
-        ));
-    }
-
-    #[test]
-    fn a_group_of_one_elects_itself_and_delivers_in_order() {
-        let mut n = node(5, vec![5], DareConfig::default());
-        for m in [&b"first"[..], b"second", b"third"] {
-            n.send(m).expect("room");
-        }
-        let mut got = Vec::new();
-        let mut now_us = 0;
-        while got.len() < 3 && now_us < 1_000_000 {
-            n.step(now_us, &mut heap_rekey).expect("step");
-            while let Some(d) = n.poll_delivery() {
-                got.push((d.index, d.sender_seq, d.payload));
-            }
-            now_us += 1_000;
-        }
-        assert_eq!(n.role(), DareRole::Leader);
-        assert_eq!(n.term(), 1);
-        assert_eq!(
-            got,
-            vec![
-                (1, 1, b"first".to_vec()),
-                (2, 2, b"second".to_vec()),
-                (3, 3, b"third".to_vec())
-            ]
-        );
-        assert_eq!(n.log_region_id(), Some(log_region_id(1)));
-        assert_eq!(n.pending(), 0);
-    }
-}
+mod tests;

@@ -25,10 +25,20 @@ const PARK_US: u64 = 200;
 /// Events ([`DareEvent`]) kept for [`DareMember::poll_event`]; older ones are dropped.
 pub const DARE_RUNTIME_EVENTS_MAX: usize = 1024;
 
-/// Hands one fabric event to the core.
-fn take_event(c: &mut DareNode, me: NodeId, e: Event) {
+/// Link failures kept for [`DareMember::describe`].
+const DARE_RUNTIME_FAILURES_MAX: usize = 64;
+
+/// Hands one fabric event to the core (a link failure also into `failures`).
+fn take_event(c: &mut DareNode, me: NodeId, e: Event, failures: &Mutex<Vec<String>>) {
     match e {
-        Event::PeerFailed { peer, .. } => c.handle_peer_failed(peer),
+        Event::PeerFailed { peer, reason } => {
+            let mut f = lock(failures);
+            if f.len() < DARE_RUNTIME_FAILURES_MAX {
+                f.push(format!("node {peer}: {reason}"));
+            }
+            c.handle_peer_failed(peer)
+        }
+        Event::RegionAnnounced { peer, region } => c.handle_region_announced(peer, region.region),
         Event::Recv { peer, imm, data } if imm == DARE_IMM => {
             if let Err(e) = c.handle_recv(peer, &data) {
                 tracing::warn!(node = me, %e, "dare: dropped");
@@ -67,6 +77,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub struct DareMember {
     core: Arc<Mutex<DareNode>>,
     events: Arc<Mutex<std::collections::VecDeque<DareEvent>>>,
+    failures: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
     ep: Arc<dyn Endpoint>,
     thread: Option<JoinHandle<()>>,
@@ -129,12 +140,14 @@ impl DareMember {
         let core = Arc::new(Mutex::new(core));
         let events: Arc<Mutex<std::collections::VecDeque<DareEvent>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
+        let failures: Arc<Mutex<Vec<String>>> = Arc::default();
         let thread = {
-            let (core, events, stop, ep) = (
+            let (core, events, stop, ep, failures) = (
                 Arc::clone(&core),
                 Arc::clone(&events),
                 Arc::clone(&stop),
                 Arc::clone(&ep),
+                Arc::clone(&failures),
             );
             std::thread::Builder::new()
                 .name(format!("spindle-dare-{me}"))
@@ -149,7 +162,14 @@ impl DareMember {
                             let mut c = lock(&core);
                             while let Some(e) = ep.poll_event() {
                                 work = true;
-                                take_event(&mut c, me, e);
+                                take_event(&mut c, me, e, &failures);
+                            }
+                            // A region announced before the link was up on this side
+                            // came without an event: ask the fabric for the ones awaited.
+                            for (peer, region) in c.log_regions_awaited() {
+                                if ep.remote_region(peer, region).is_some() {
+                                    c.handle_region_announced(peer, region);
+                                }
                             }
                             let now_us = start.elapsed().as_micros() as u64;
                             let mut rekey = |old: Option<RegionId>,
@@ -188,7 +208,7 @@ impl DareMember {
                                     // Keep taking input meanwhile: a peer blocked on its
                                     // own full queue to us must not wait on us in turn.
                                     while let Some(e) = ep.poll_event() {
-                                        take_event(&mut c, me, e);
+                                        take_event(&mut c, me, e, &failures);
                                     }
                                     ep.wait(Duration::from_micros(PARK_US));
                                 }
@@ -226,6 +246,7 @@ impl DareMember {
         Ok(DareMember {
             core,
             events,
+            failures,
             stop,
             ep,
             thread: Some(thread),
@@ -249,6 +270,13 @@ impl DareMember {
     /// The next event (elections, commits as leader, members left out), if any.
     pub fn poll_event(&self) -> Option<DareEvent> {
         lock(&self.events).pop_front()
+    }
+
+    /// One line of the member's state, for a diagnosis ([`DareNode::describe`]), and the
+    /// link failures the fabric reported to it, with their reasons.
+    pub fn describe(&self) -> String {
+        let core = lock(&self.core).describe();
+        format!("{core} | link failures {:?}", lock(&self.failures))
     }
 
     /// Why the member stopped, if it did.

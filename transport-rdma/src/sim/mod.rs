@@ -44,6 +44,10 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+mod rules;
+
+pub use rules::{DeliveryKind, Rule, Verdict};
+
 use crate::detector::{Detector, DetectorConfig};
 use crate::{
     check_region_len, round_up_to_words, Endpoint, Error, Event, FabricConfig, FailureReason,
@@ -90,61 +94,6 @@ impl Default for SimConfig {
             delay_spike_max_us: 0,
             fabric: FabricConfig::default(),
         }
-    }
-}
-
-/// What kind of delivery a [`Rule`] matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum DeliveryKind {
-    /// A one-sided write (with or without a guard).
-    Write,
-    /// A two-sided send.
-    Send,
-    /// Link set-up, region announcements and withdrawals, goodbyes.
-    Control,
-}
-
-/// What a matching [`Rule`] does to a delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Verdict {
-    /// Nothing (shadows later rules).
-    Pass,
-    /// Adds this many virtual microseconds to the delivery's delay (decided at issue;
-    /// the link stays FIFO, so later deliveries on it wait too).
-    Delay(u64),
-    /// The link fails at both ends when a matching delivery falls due
-    /// ([`Event::PeerFailed`] with [`FailureReason::ConnectionLost`]); pending deliveries
-    /// on it are discarded.
-    DropLink,
-}
-
-/// A fault rule. `None` fields match anything; the rule is active while
-/// `after_us <= now < until_us` (virtual). Rules are matched in the order added (rules
-/// added by [`SimWorld::partition`] go first); the first match decides: `Delay` at issue
-/// time, `DropLink` at delivery time.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rule {
-    /// Sending node.
-    pub from: Option<NodeId>,
-    /// Receiving node.
-    pub to: Option<NodeId>,
-    /// Kind of delivery.
-    pub kind: Option<DeliveryKind>,
-    /// Active from this virtual time on.
-    pub after_us: u64,
-    /// Active before this virtual time.
-    pub until_us: u64,
-    /// What happens to a match.
-    pub verdict: Verdict,
-}
-
-impl Rule {
-    fn matches(&self, from: NodeId, to: NodeId, kind: DeliveryKind, now_us: u64) -> bool {
-        self.from.is_none_or(|f| f == from)
-            && self.to.is_none_or(|t| t == to)
-            && self.kind.is_none_or(|k| k == kind)
-            && self.after_us <= now_us
-            && now_us < self.until_us
     }
 }
 
@@ -396,16 +345,25 @@ impl State {
             delay = delay.saturating_add(self.rng.gen_range(1..=self.cfg.delay_spike_max_us));
         }
         let now = self.now_us;
-        if let Some(rule) = self.rules.iter().find(|r| r.matches(from, to, kind, now)) {
-            if let Verdict::Delay(extra) = rule.verdict {
-                delay = delay.saturating_add(extra);
-            }
-        }
+        let (extra, lag) = match self
+            .rules
+            .iter()
+            .find(|r| r.matches(from, to, kind, now))
+            .map(|r| r.verdict)
+        {
+            Some(Verdict::Delay(extra)) => (extra, 0),
+            Some(Verdict::Lag(lag)) => (0, lag),
+            _ => (0, 0),
+        };
+        delay = delay.saturating_add(extra);
         let from_incarnation = self.nodes.get(&from).map_or(0, |n| n.incarnation);
         let to_incarnation = self.nodes.get(&to).map_or(0, |n| n.incarnation);
         let load = self.links.entry((from, to)).or_default();
         let due = now.saturating_add(delay).max(load.last_due_us);
-        load.last_due_us = due;
+        if lag == 0 {
+            load.last_due_us = due; // a lagged delivery holds back none after it
+        }
+        let due = due.saturating_add(lag);
         load.in_flight += 1;
         load.bytes += payload.bytes_len();
         self.schedule_at(

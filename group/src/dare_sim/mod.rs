@@ -32,12 +32,14 @@
 //! assert_eq!(spindle_group::dare_sim::run_seed(3).trace_hash, outcome.trace_hash);
 //! ```
 
+pub mod handoff;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use spindle_transport_rdma::sim::{Rule, SimConfig, SimEndpoint, SimWorld, Verdict};
+use spindle_transport_rdma::sim::{DeliveryKind, Rule, SimConfig, SimEndpoint, SimWorld, Verdict};
 use spindle_transport_rdma::{Endpoint, Event, NodeId, Region, RegionId};
 
 use crate::dare::layout::{DARE_CTRL_REGION_ID, DARE_LOG_REGION_BASE};
@@ -47,6 +49,8 @@ use crate::{Error, Result};
 
 /// Rounds a seeded run may take before it counts as hung.
 pub const DARE_SIM_ROUNDS_MAX: u64 = 400_000;
+/// Most extra delay of a region announcement past later writes, in virtual µs.
+pub const DARE_SIM_CONTROL_LAG_US_MAX: u64 = 2_000;
 /// Most messages one member sends in a seeded run.
 pub const DARE_SIM_MESSAGES_PER_SENDER_MAX: usize = 12;
 
@@ -94,6 +98,9 @@ impl SimNode for DareSimNode {
             work = true;
             match event {
                 Event::PeerFailed { peer, .. } => self.dare.handle_peer_failed(peer),
+                Event::RegionAnnounced { peer, region } => {
+                    self.dare.handle_region_announced(peer, region.region)
+                }
                 Event::Recv { peer, imm, data } if imm == DARE_IMM => {
                     if let Err(e) = self.dare.handle_recv(peer, &data) {
                         self.errors.push(e.to_string());
@@ -259,6 +266,8 @@ pub struct DareSeedOutcome {
     pub members: Vec<NodeId>,
     /// Faults applied, with the virtual time (µs) and the node they hit.
     pub faults: Vec<(u64, DareFault, NodeId)>,
+    /// How far region announcements lag the writes issued after them (µs; 0: in order).
+    pub control_lag_us: u64,
     /// Leaders elected, by term.
     pub leaders: BTreeMap<u64, NodeId>,
     /// Messages delivered, summed over correct members.
@@ -314,6 +323,7 @@ pub fn run_seed(seed: u64) -> DareSeedOutcome {
                 trace_hash: 0,
                 members: Vec::new(),
                 faults: Vec::new(),
+                control_lag_us: 0,
                 leaders: BTreeMap::new(),
                 deliveries: 0,
                 refused: 0,
@@ -373,12 +383,21 @@ fn run_seed_unchecked(seed: u64) -> DareSeedOutcome {
         delay_spike_max_us: 2_000,
         ..SimConfig::default()
     };
+    // Drawn from a stream of its own, so that the other draws of a seed stay as they were
+    // before lagging announcements were modelled.
+    let mut lag_rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6c61_675f_7368_6d00);
+    let control_lag_us = if lag_rng.gen_bool(0.5) {
+        lag_rng.gen_range(1..=DARE_SIM_CONTROL_LAG_US_MAX)
+    } else {
+        0
+    };
     let world = SimWorld::new(seed, sim_config);
     let mut outcome = DareSeedOutcome {
         seed,
         trace_hash: 0,
         members: members.clone(),
         faults: Vec::new(),
+        control_lag_us,
         leaders: BTreeMap::new(),
         deliveries: 0,
         refused: 0,
@@ -393,6 +412,17 @@ fn run_seed_unchecked(seed: u64) -> DareSeedOutcome {
             return outcome;
         }
     };
+    if control_lag_us > 0 {
+        // After set-up: the links are up and the control regions known.
+        sim.world.add_rule(Rule {
+            from: None,
+            to: None,
+            kind: Some(DeliveryKind::Control),
+            after_us: sim.now_us(),
+            until_us: u64::MAX,
+            verdict: Verdict::Lag(control_lag_us),
+        });
+    }
     let mut sent: BTreeMap<NodeId, u64> = members.iter().map(|&m| (m, 0)).collect();
     // Members cut off (crashed, or on the minority side), and paused ones with their end.
     let mut lost: BTreeSet<NodeId> = BTreeSet::new();

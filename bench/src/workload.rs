@@ -14,6 +14,14 @@
 //! sender's commit to its own delivery of the message (in atomic mode: once every member
 //! has it). With `--log DIR` each node writes `DIR/node-<id>.log`, one line per delivered
 //! message: `<subgroup> <global_index> <sender_rank> <sender_seq> <size>`.
+//!
+//! A `--size` above the largest slot ([`spindle_group::layout::SLOT_PAYLOAD_BYTES_MAX`])
+//! goes by RDMC inside the subgroup's total order (`ARCHITECTURE.md`, "Large messages"):
+//! the subgroup gets slots of the largest size for the announcements and an RDMC
+//! configuration (binomial pipeline, `--rdmc-block-bytes`, `--rdmc-window` messages in
+//! flight per sender, `message_bytes_max` = `--size`), and each message is sent with
+//! `Sender::try_send` (one copy into the registered send buffer) — the raw engine's side
+//! of DCPS's large samples.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -27,6 +35,7 @@ use clap::{Parser, ValueEnum};
 use spindle_transport_rdma::{open_backend, Endpoint, FabricConfig, NodeId};
 
 use spindle_group::layout::{DeliveryMode, Layout, SubgroupSpec, View};
+use spindle_group::rdmc::{RdmcConfig, ScheduleKind};
 use spindle_group::runtime::{Node, NodeConfig};
 use spindle_group::{EngineConfig, Error, Techniques};
 
@@ -34,6 +43,8 @@ use spindle_group::{EngineConfig, Error, Techniques};
 pub const WORKLOAD_NODES_MAX: usize = 16;
 /// Most messages per sender in one run.
 pub const WORKLOAD_MESSAGES_MAX: u64 = 100_000_000;
+/// Most bytes of one message (`--size`): RDMC's largest message.
+pub const WORKLOAD_MESSAGE_BYTES_MAX: usize = spindle_group::rdmc::RDMC_MESSAGE_BYTES_MAX;
 /// Most latency samples a node keeps.
 pub const LATENCY_SAMPLES_MAX: usize = 100_000;
 /// In bandwidth runs, one message in this many (by sender seq) is timed; latency runs time
@@ -102,6 +113,12 @@ pub struct Args {
     /// Slots per sender ring.
     #[arg(long, default_value_t = 256)]
     pub window: usize,
+    /// Messages above the slot in flight per sender (RDMC `window_messages`).
+    #[arg(long, default_value_t = 1)]
+    pub rdmc_window: usize,
+    /// RDMC block size in bytes (at most `--size`).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub rdmc_block_bytes: usize,
     /// Latency mode: each sender keeps one message in flight (`latency_test`).
     #[arg(long)]
     pub latency: bool,
@@ -197,12 +214,20 @@ impl Args {
         if self.messages == 0 || self.messages > WORKLOAD_MESSAGES_MAX {
             return Err(format!("--messages must be 1..={WORKLOAD_MESSAGES_MAX}").into());
         }
-        if self.size == 0 || self.size > spindle_group::layout::SLOT_PAYLOAD_BYTES_MAX {
-            return Err(format!(
-                "--size must be 1..={} bytes",
-                spindle_group::layout::SLOT_PAYLOAD_BYTES_MAX
-            )
-            .into());
+        if self.size == 0 || self.size > WORKLOAD_MESSAGE_BYTES_MAX {
+            return Err(format!("--size must be 1..={WORKLOAD_MESSAGE_BYTES_MAX} bytes").into());
+        }
+        if let Some(rdmc) = self.rdmc() {
+            if self.mode == Mode::Dare {
+                return Err(format!(
+                    "--mode dare takes at most {} bytes (--size {})",
+                    spindle_group::layout::SLOT_PAYLOAD_BYTES_MAX,
+                    self.size
+                )
+                .into());
+            }
+            rdmc.validate()
+                .map_err(|e| format!("--size {} by RDMC: {e}", self.size))?;
         }
         if !["sim", "tcp", "shm"].contains(&self.backend.as_str()) {
             return Err(format!("--backend {}: expected sim, tcp or shm", self.backend).into());
@@ -221,6 +246,22 @@ impl Args {
             ..Techniques::all()
         }
         .with_batching(!self.no_batching)
+    }
+
+    /// The RDMC configuration of the subgroups when `--size` exceeds the largest slot.
+    pub fn rdmc(&self) -> Option<RdmcConfig> {
+        (self.size > spindle_group::layout::SLOT_PAYLOAD_BYTES_MAX).then(|| RdmcConfig {
+            block_bytes: self.rdmc_block_bytes.min(self.size.next_multiple_of(8)),
+            message_bytes_max: self.size,
+            schedule: ScheduleKind::BinomialPipeline,
+            window_messages: self.rdmc_window,
+        })
+    }
+
+    /// Bytes of a message's slot payload: `--size`, or the largest slot when the message
+    /// goes by RDMC.
+    fn slot_bytes(&self) -> usize {
+        self.size.min(spindle_group::layout::SLOT_PAYLOAD_BYTES_MAX)
     }
 
     fn members(&self) -> Vec<NodeId> {
@@ -247,8 +288,8 @@ impl Args {
             members,
             mode,
             window_slots: self.window,
-            slot_payload_bytes: self.size,
-            rdmc: None,
+            slot_payload_bytes: self.slot_bytes(),
+            rdmc: self.rdmc(),
             delivery_prefix: None,
         };
         let all = self.members();
@@ -390,6 +431,7 @@ fn run_node(
         let own_delivered = Arc::clone(&own_delivered);
         let failed = Arc::clone(&failed);
         let (messages, size, latency) = (args.messages, args.size, args.latency);
+        let large = args.rdmc().is_some();
         let subgroup = spec.id;
         threads.push(std::thread::spawn(move || -> Result<(), String> {
             let payload = vec![0xA5u8; size];
@@ -403,6 +445,29 @@ fn run_node(
                     return Err(format!(
                         "subgroup {subgroup}: sent only {sent} of {messages}"
                     ));
+                }
+                if large {
+                    // By RDMC: one copy into the send buffer, announced in the next slot.
+                    // The commit instant is recorded after the send returns its sequence
+                    // number (a delivery that beats it only loses that latency sample).
+                    let t = Instant::now();
+                    match sender.try_send(&payload) {
+                        Ok(seq) => {
+                            if latency || seq % LATENCY_SAMPLE_EVERY == 0 {
+                                in_flight
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .insert((subgroup, seq), t);
+                            }
+                            sent += 1;
+                            if latency {
+                                wait_own(&own_delivered, sent, deadline)?;
+                            }
+                        }
+                        Err(Error::WindowFull { .. }) => std::thread::yield_now(),
+                        Err(e) => return Err(e.to_string()),
+                    }
+                    continue;
                 }
                 match sender.try_loan() {
                     Ok(mut loan) => {
@@ -421,21 +486,7 @@ fn run_node(
                         loan.commit();
                         sent += 1;
                         if latency {
-                            // Spin briefly, then yield: on a machine with fewer cores
-                            // than busy threads a pure spin starves the predicate threads
-                            // for whole scheduler slices.
-                            let mut waits: u64 = 0;
-                            while own_delivered.load(Ordering::Acquire) < sent {
-                                waits += 1;
-                                if waits % 1024 == 0 && Instant::now() > deadline {
-                                    return Err("latency test: a message never came back".into());
-                                }
-                                if waits < 64 {
-                                    std::hint::spin_loop();
-                                } else {
-                                    std::thread::yield_now();
-                                }
-                            }
+                            wait_own(&own_delivered, sent, deadline)?;
                         }
                     }
                     Err(Error::WindowFull { .. }) => std::thread::yield_now(),
@@ -489,6 +540,25 @@ fn run_node(
         nulls_sent: stats.nulls_sent,
         pushes: stats.pushes,
     })
+}
+
+/// Latency mode: waits until this node delivered its own `sent` messages. Spins briefly,
+/// then yields: on a machine with fewer cores than busy threads a pure spin starves the
+/// predicate threads for whole scheduler slices.
+fn wait_own(own_delivered: &AtomicU64, sent: u64, deadline: Instant) -> Result<(), String> {
+    let mut waits: u64 = 0;
+    while own_delivered.load(Ordering::Acquire) < sent {
+        waits += 1;
+        if waits % 1024 == 0 && Instant::now() > deadline {
+            return Err("latency test: a message never came back".into());
+        }
+        if waits < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    Ok(())
 }
 
 /// Runs node `me` of a DARE group over `ep` to the end of the workload: the same
@@ -868,6 +938,20 @@ fn sim_main(args: &Args) -> Result<(), BoxError> {
                 if *count < args.messages && !(args.latency && own_pending) {
                     let sender = sim.nodes[&me].engine.sender(spec.id)?;
                     while *count < args.messages {
+                        if args.rdmc().is_some() {
+                            match sender.try_send(&payload) {
+                                Ok(seq) => {
+                                    in_flight.insert((me, spec.id, seq), Instant::now());
+                                    *count += 1;
+                                    if args.latency {
+                                        break;
+                                    }
+                                }
+                                Err(Error::WindowFull { .. }) => break,
+                                Err(e) => return Err(e.into()),
+                            }
+                            continue;
+                        }
                         match sender.try_loan() {
                             Ok(mut loan) => {
                                 loan.write_at(0, &payload)?;
@@ -967,6 +1051,8 @@ fn print_summary(args: &Args, results: &[NodeResult]) {
         "latency_mode": args.latency,
         "messages": args.messages,
         "window": args.window,
+        "rdmc_window": args.rdmc().map(|r| r.window_messages),
+        "rdmc_block_bytes": args.rdmc().map(|r| r.block_bytes),
         "msgs_per_s": msgs_per_s.round(),
         "bytes_per_s": (msgs_per_s * args.size as f64).round(),
         "lat_p50_us": (percentile(&lats, 0.5) * 10.0).round() / 10.0,

@@ -230,3 +230,67 @@ fn tcp_killed_member_wedges_the_others() {
 fn shm_killed_member_wedges_the_others() {
     killed_member_wedges_the_others("shm");
 }
+
+/// Messages per sender in the large-message runs.
+const LARGE_MESSAGES: u64 = 24;
+/// Bytes of each large message: above the largest slot, so it goes by RDMC inside the
+/// subgroup's order (and not a multiple of the word or the block).
+const LARGE_BYTES: usize = 300_001;
+
+/// Three processes, every member sending messages above the slot with two RDMC messages
+/// in flight per sender: every node delivers every message, of its size, and the same
+/// sequence.
+fn large_messages_by_rdmc_deliver_one_order(backend: &str) {
+    let dir = std::env::temp_dir().join(format!(
+        "spindle-group-mp-large-{backend}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new(PERF)
+        .args(["--backend", backend, "--nodes", "3", "--senders", "all"])
+        .args(["--mode", "atomic", "--size", &LARGE_BYTES.to_string()])
+        .args(["--rdmc-window", "2", "--rdmc-block-bytes", "65536"])
+        .args(["--messages", &LARGE_MESSAGES.to_string()])
+        .args(["--timeout-s", "120", "--suspect-floor-ms", "250"])
+        .arg("--log")
+        .arg(&dir)
+        .output()
+        .expect("start spindle-group-perf");
+    assert!(
+        out.status.success(),
+        "{backend}: exit {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().expect("a result line")).expect("JSON");
+    assert_eq!(json["rdmc_window"], 2, "{backend}: the run went by RDMC");
+    let logs: Vec<Log> = (1..=3).map(|n| read_log(&dir, n)).collect();
+    for (n, log) in logs.iter().enumerate() {
+        assert_eq!(
+            log.len() as u64,
+            3 * LARGE_MESSAGES,
+            "{backend}: node {} delivered count",
+            n + 1
+        );
+        assert!(
+            log.iter().all(|l| l.4 == LARGE_BYTES),
+            "{backend}: node {}: a message of another size",
+            n + 1
+        );
+    }
+    assert_eq!(logs[1], logs[0], "{backend}: node 2's sequence differs");
+    assert_eq!(logs[2], logs[0], "{backend}: node 3's sequence differs");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tcp_large_messages_by_rdmc_deliver_one_order() {
+    large_messages_by_rdmc_deliver_one_order("tcp");
+}
+
+#[test]
+fn shm_large_messages_by_rdmc_deliver_one_order() {
+    large_messages_by_rdmc_deliver_one_order("shm");
+}

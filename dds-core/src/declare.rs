@@ -54,6 +54,19 @@ const _: () = assert!(SAMPLE_BYTES_MAX_LIMIT <= spindle_group::rdmc::RDMC_MESSAG
 /// RDMC block size of the topic subgroups (the RDMC default, chosen by measurement:
 /// docs/benchmarks.md, "RDMC"), or the whole message when smaller.
 const LARGE_BLOCK_BYTES: usize = 1 << 20;
+/// Large samples in flight per writer (RDMC `window_messages` of the topic subgroups). One:
+/// a send buffer is reused once every member delivered its message, so consecutive samples
+/// do not overlap. Two was measured against one at 1 MiB on two cores (docs/benchmarks.md,
+/// issue 14 "performance targets"): no gain over tcp beyond the noise and a loss over shm
+/// (the four busy threads of two processes already share two cores, and a second buffer
+/// doubles the working set); memory per member would be this many buffers of the writer's
+/// declared largest sample (address space; at most `RDMC_RESIDENT_BYTES` of each kept).
+pub const LARGE_WINDOW_MESSAGES: usize = 1;
+const _: () = assert!(LARGE_WINDOW_MESSAGES <= spindle_group::rdmc::RDMC_WINDOW_MESSAGES_MAX);
+// The window of the largest samples fits one registered region (with room for the header).
+const _: () = assert!(
+    LARGE_WINDOW_MESSAGES * SAMPLE_BYTES_MAX_LIMIT < spindle_transport_rdma::REGION_BYTES_MAX
+);
 
 /// The stable 64-bit id of a topic name (FNV-1a).
 pub fn topic_id(name: &str) -> u64 {
@@ -390,7 +403,7 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
                         block_bytes: LARGE_BLOCK_BYTES.min(i.sample_bytes_max),
                         message_bytes_max: i.sample_bytes_max,
                         schedule: ScheduleKind::BinomialPipeline,
-                        window_messages: 1,
+                        window_messages: LARGE_WINDOW_MESSAGES,
                     }),
                 },
                 level: offered,

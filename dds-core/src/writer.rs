@@ -379,39 +379,17 @@ impl<T: TopicType> DataWriter<T> {
     ) -> Result<()> {
         let p = &self.topic.participant;
         let mut staging = lock(&self.core.write_lock);
-        staging.resize(room, 0);
-        let small = match body(&mut staging[..]) {
+        // Grown, never shrunk here: a large sample's staging keeps its length, so the
+        // next one is not zero-filled again (a 1 MiB memset per sample showed in
+        // profiles); `send_large` drops it past `STAGING_KEPT_BYTES_MAX`.
+        if staging.len() < room {
+            staging.resize(room, 0);
+        }
+        let small = match body(&mut staging[..room]) {
             Ok(n) => Some((loan, n)),
             Err(spindle_topics::Error::BufferTooSmall { needed, .. }) => {
                 drop(loan);
-                let total = SAMPLE_HEADER_BYTES.saturating_add(needed);
-                let max = with_room(&self.core, p, |s| Ok(s.message_bytes_max()))?;
-                if total > max {
-                    return Err(Error::OutOfResources(format!(
-                        "a sample of {needed} bytes (with its {SAMPLE_HEADER_BYTES}-byte \
-                         header) exceeds the largest message of topic {:?}'s subgroup, \
-                         {max} bytes: the slot ({room} bytes of payload) and \
-                         sample_bytes_max = {} (at most {}); raise them or bound the type",
-                        self.core.topic.name,
-                        p.config.sample_bytes_max,
-                        crate::config::SAMPLE_BYTES_MAX_LIMIT
-                    )));
-                }
-                staging.resize(total, 0);
-                let n = body(&mut staging[SAMPLE_HEADER_BYTES..])?;
-                let mut hb = [0u8; SAMPLE_HEADER_BYTES];
-                header(&self.core, kind, key, timestamp_ns)?.encode(&mut hb);
-                staging[..SAMPLE_HEADER_BYTES].copy_from_slice(&hb);
-                let sample = &staging[..SAMPLE_HEADER_BYTES + n];
-                let sent = with_room(&self.core, p, |s| s.try_send(sample));
-                let len = sample.len();
-                // A big sample's staging is not kept for the writer's life (the RDMC
-                // buffers give their pages back past the same bound).
-                if staging.capacity() > STAGING_KEPT_BYTES_MAX {
-                    *staging = Vec::new();
-                }
-                sent?;
-                p.shared.counters.wrote(len, true);
+                self.send_large(&mut staging, room, needed, kind, key, timestamp_ns, body)?;
                 None
             }
             Err(e) => return Err(Error::Topic(e)),
@@ -430,6 +408,58 @@ impl<T: TopicType> DataWriter<T> {
             }
             None => Ok(()),
         }
+    }
+}
+
+impl<T: TopicType> DataWriter<T> {
+    /// The large-sample path of [`DataWriter::send_in`]: encodes the `needed` bytes of
+    /// body after the header into `staging` (grown, not zero-filled again when already
+    /// long enough) and sends it by RDMC with `Sender::try_send` (one copy into the
+    /// registered send buffer), waiting for a free send buffer up to RELIABILITY's
+    /// `max_blocking_time`. `room` is the slot's payload, for the error.
+    #[allow(clippy::too_many_arguments)]
+    fn send_large(
+        &self,
+        staging: &mut Vec<u8>,
+        room: usize,
+        needed: usize,
+        kind: SampleKind,
+        key: InstanceHandle,
+        timestamp_ns: i64,
+        mut body: impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
+    ) -> Result<()> {
+        let p = &self.topic.participant;
+        let total = SAMPLE_HEADER_BYTES.saturating_add(needed);
+        let max = with_room(&self.core, p, |s| Ok(s.message_bytes_max()))?;
+        if total > max {
+            return Err(Error::OutOfResources(format!(
+                "a sample of {needed} bytes (with its {SAMPLE_HEADER_BYTES}-byte \
+                 header) exceeds the largest message of topic {:?}'s subgroup, \
+                 {max} bytes: the slot ({room} bytes of payload) and \
+                 sample_bytes_max = {} (at most {}); raise them or bound the type",
+                self.core.topic.name,
+                p.config.sample_bytes_max,
+                crate::config::SAMPLE_BYTES_MAX_LIMIT
+            )));
+        }
+        if staging.len() < total {
+            staging.resize(total, 0);
+        }
+        let n = body(&mut staging[SAMPLE_HEADER_BYTES..total])?;
+        let mut hb = [0u8; SAMPLE_HEADER_BYTES];
+        header(&self.core, kind, key, timestamp_ns)?.encode(&mut hb);
+        staging[..SAMPLE_HEADER_BYTES].copy_from_slice(&hb);
+        let sample = &staging[..SAMPLE_HEADER_BYTES + n];
+        let sent = with_room(&self.core, p, |s| s.try_send(sample));
+        let len = sample.len();
+        // A big sample's staging is not kept for the writer's life (the RDMC
+        // buffers give their pages back past the same bound).
+        if staging.capacity() > STAGING_KEPT_BYTES_MAX {
+            *staging = Vec::new();
+        }
+        sent?;
+        p.shared.counters.wrote(len, true);
+        Ok(())
     }
 }
 

@@ -600,8 +600,11 @@ impl RdmcGroup {
     ) -> usize {
         let mut posted = 0;
         while let Some(w) = self.writes.front().copied() {
-            scratch.resize(w.len, 0);
-            if let Err(e) = self.region.read_bytes(w.offset, scratch) {
+            // No zero-fill first: the scratch is shared with the engine's small pushes,
+            // so a block's length is usually a regrowth, and a 1 MiB memset per block
+            // showed in profiles (docs/benchmarks.md, issue 14 "performance targets").
+            scratch.clear();
+            if let Err(e) = self.region.read_append(w.offset, w.len, scratch) {
                 // Offsets come from this core, never from a peer: a bad one is a bug.
                 unreachable!("RDMC write outside the region: {e}");
             }

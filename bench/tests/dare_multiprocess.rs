@@ -2,6 +2,8 @@
 //! member sending; each node's delivered log (index, sender, sequence number, size) must
 //! be the same sequence, with every message of every sender once.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
@@ -22,24 +24,16 @@ fn run_and_compare(backend: &str) {
     let dir =
         std::env::temp_dir().join(format!("spindle-dare-mp-{backend}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let out = Command::new(PERF)
-        .args(["--backend", backend, "--nodes", "3", "--senders", "all"])
-        .args(["--mode", "dare", "--size", "100", "--window", "16"])
-        .args(["--messages", &MESSAGES.to_string(), "--timeout-s", "120"])
-        .args(["--suspect-floor-ms", "250"])
-        .arg("--log")
-        .arg(&dir)
-        .output()
-        .expect("start spindle-group-perf");
-    assert!(
-        out.status.success(),
-        "{backend}/dare: exit {}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+    let json = common::perf_result(
+        Command::new(PERF)
+            .args(["--backend", backend, "--nodes", "3", "--senders", "all"])
+            .args(["--mode", "dare", "--size", "100", "--window", "16"])
+            .args(["--messages", &MESSAGES.to_string(), "--timeout-s", "120"])
+            .args(["--suspect-floor-ms", "250"])
+            .arg("--log")
+            .arg(&dir),
+        &format!("{backend}/dare"),
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let json: serde_json::Value =
-        serde_json::from_str(stdout.lines().last().expect("a JSON line")).expect("JSON");
     assert_eq!(json["mode"], "dare");
     let first = read_log(&dir, 1);
     assert_eq!(

@@ -2,6 +2,8 @@
 //! sending: the delivered logs of all nodes are compared; and a process killed with
 //! SIGKILL mid-run makes the survivors stop with an error instead of hanging.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -39,32 +41,24 @@ fn run_and_compare(backend: &str, mode: &str) {
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&dir);
-    let out = Command::new(PERF)
-        .args(["--backend", backend, "--nodes", "3", "--senders", "all"])
-        .args(["--layout", "overlapping", "--mode", mode, "--size", "200"])
-        .args([
-            "--messages",
-            &MESSAGES.to_string(),
-            "--window",
-            "32",
-            "--timeout-s",
-            "120",
-            "--suspect-floor-ms",
-            "250",
-        ])
-        .arg("--log")
-        .arg(&dir)
-        .output()
-        .expect("start spindle-group-perf");
-    assert!(
-        out.status.success(),
-        "{backend}/{mode}: exit {}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+    let json = common::perf_result(
+        Command::new(PERF)
+            .args(["--backend", backend, "--nodes", "3", "--senders", "all"])
+            .args(["--layout", "overlapping", "--mode", mode, "--size", "200"])
+            .args([
+                "--messages",
+                &MESSAGES.to_string(),
+                "--window",
+                "32",
+                "--timeout-s",
+                "120",
+                "--suspect-floor-ms",
+                "250",
+            ])
+            .arg("--log")
+            .arg(&dir),
+        &format!("{backend}/{mode}"),
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let json: serde_json::Value =
-        serde_json::from_str(stdout.lines().last().expect("a result line")).expect("JSON");
     assert_eq!(json["nodes"], 3);
     let logs: BTreeMap<u32, Log> = (1..=3).map(|n| (n, read_log(&dir, n))).collect();
     // Subgroup 0: nodes 1, 2, 3, all sending. Subgroup 1: nodes 2, 3, both sending.
@@ -246,25 +240,17 @@ fn large_messages_by_rdmc_deliver_one_order(backend: &str) {
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&dir);
-    let out = Command::new(PERF)
-        .args(["--backend", backend, "--nodes", "3", "--senders", "all"])
-        .args(["--mode", "atomic", "--size", &LARGE_BYTES.to_string()])
-        .args(["--rdmc-window", "2", "--rdmc-block-bytes", "65536"])
-        .args(["--messages", &LARGE_MESSAGES.to_string()])
-        .args(["--timeout-s", "120", "--suspect-floor-ms", "250"])
-        .arg("--log")
-        .arg(&dir)
-        .output()
-        .expect("start spindle-group-perf");
-    assert!(
-        out.status.success(),
-        "{backend}: exit {}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+    let json = common::perf_result(
+        Command::new(PERF)
+            .args(["--backend", backend, "--nodes", "3", "--senders", "all"])
+            .args(["--mode", "atomic", "--size", &LARGE_BYTES.to_string()])
+            .args(["--rdmc-window", "2", "--rdmc-block-bytes", "65536"])
+            .args(["--messages", &LARGE_MESSAGES.to_string()])
+            .args(["--timeout-s", "120", "--suspect-floor-ms", "250"])
+            .arg("--log")
+            .arg(&dir),
+        backend,
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let json: serde_json::Value =
-        serde_json::from_str(stdout.lines().last().expect("a result line")).expect("JSON");
     assert_eq!(json["rdmc_window"], 2, "{backend}: the run went by RDMC");
     let logs: Vec<Log> = (1..=3).map(|n| read_log(&dir, n)).collect();
     for (n, log) in logs.iter().enumerate() {

@@ -190,3 +190,18 @@ pub fn finish_members(procs: &mut BTreeMap<u32, Proc>, backend: &str, deadline: 
         );
     }
 }
+
+/// Runs a `spindle-group-perf` command to its end: asserts that it succeeded (naming
+/// `what` and its stderr otherwise) and returns its result, the JSON object of its last
+/// line.
+pub fn perf_result(cmd: &mut Command, what: &str) -> serde_json::Value {
+    let out = cmd.output().expect("start spindle-group-perf");
+    assert!(
+        out.status.success(),
+        "{what}: exit {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.lines().last().expect("a result line")).expect("JSON")
+}

@@ -16,6 +16,8 @@
 //! history of each writer is a prefix of what it wrote (no gap, nothing it did not
 //! write), and every process reads the same history.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -270,11 +272,7 @@ fn total_failure_and_restart(n: u32) {
             .iter()
             .map(|id| {
                 if transport == "tcp" {
-                    let port = std::net::TcpListener::bind("127.0.0.1:0")
-                        .unwrap()
-                        .local_addr()
-                        .unwrap()
-                        .port();
+                    let port = common::procs::loopback_port();
                     format!("{id}=127.0.0.1:{port}=127.0.0.1:{port}")
                 } else {
                     format!("{id}={ns}={}", ParticipantConfig::shm_address(&ns, *id))
@@ -503,11 +501,7 @@ fn a_member_back_after_the_restart_joins_with_its_log() {
     let members: Vec<String> = ids
         .iter()
         .map(|id| {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let port = common::procs::loopback_port();
             format!("{id}=127.0.0.1:{port}=127.0.0.1:{port}")
         })
         .collect();

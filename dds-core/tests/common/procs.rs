@@ -9,20 +9,40 @@ use std::sync::mpsc;
 
 use spindle_dds_core::{Contact, ParticipantConfig, Transport};
 
-/// `id=127.0.0.1:port,…` for `ids`, each on a port free when asked (bound, then
-/// released for the child to take).
+/// `id=127.0.0.1:port,…` for `ids`, each on a port free when asked (see
+/// [`loopback_port`]).
 pub fn loopback_members(ids: &[u32]) -> String {
     ids.iter()
-        .map(|id| {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            format!("{id}=127.0.0.1:{port}")
-        })
+        .map(|id| format!("{id}=127.0.0.1:{}", loopback_port()))
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// The lowest and highest port the tests pick from: below Linux's ephemeral range
+/// (32768–60999 by default). A port the kernel hands out as the source of an outgoing
+/// connection — the members' own dials — can then never take a member's listening port
+/// between the test's pick and the child's bind (seen: "Address already in use" when a
+/// member restarted on its port).
+const TEST_PORTS: (u16, u16) = (20_000, 32_000);
+
+/// A loopback port free when asked (bound, then released for a child to take), picked at
+/// random from [`TEST_PORTS`], and never one this process handed out before.
+pub fn loopback_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    for _ in 0..1_000 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        let span = u64::from(TEST_PORTS.1 - TEST_PORTS.0);
+        let port = TEST_PORTS.0 + (h.finish() % span) as u16;
+        if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
+            return port;
+        }
+    }
+    panic!("no free loopback port in {TEST_PORTS:?} after 1,000 tries");
 }
 
 /// Member `id`'s tcp configuration from `members` (as [`loopback_members`] writes it):

@@ -253,3 +253,76 @@ fn by_default_large_samples_go_up_to_256_mib_and_a_larger_one_names_the_limit() 
         },
     );
 }
+
+/// A member crashes while a writer's large sample is in flight to it and the writer's
+/// RDMC window (one message) is full: the writer's next large sample waits through the
+/// view change and goes in the next view (the stopped view's sender says it is wedged,
+/// not that its window is full for ever), and both survivors take every sample of the
+/// writer once, in its order, in one sequence.
+#[test]
+fn a_writer_with_a_large_sample_in_flight_to_a_crashed_member_writes_on_in_the_next_view() {
+    for_seeds(
+        "a_writer_with_a_large_sample_in_flight_to_a_crashed_member_writes_on_in_the_next_view",
+        |seed| {
+            let (d, ps) = domain(seed, 3, SAMPLE_BYTES_MAX);
+            let eps: Vec<_> = ps.iter().map(|p| endpoints(p, "terrain-tiles")).collect();
+            for (_, w) in &eps {
+                w.wait_for_readers(3, Duration::from_secs(60)).unwrap();
+            }
+            let w = &eps[0].1;
+            let len = |i: u64| (1 << 20) + i as usize * 1000;
+            let write = |i: u64| {
+                w.write(&Sequence {
+                    payload: payload(1, i, len(i)),
+                })
+                .unwrap_or_else(|e| panic!("seed {seed}: write {i}: {e}"))
+            };
+            write(0);
+            // Sample 0 is handed to RDMC and no round ran since: it is in flight to 3.
+            d.crash(3);
+            let vid = ps[0].view().expect("a view").vid;
+            for i in 1..SAMPLES_PER_WRITER {
+                write(i);
+            }
+            assert!(
+                ps[0].view().expect("a view").vid > vid,
+                "seed {seed}: the writer went on in a later view"
+            );
+            let want = SAMPLES_PER_WRITER as usize;
+            let mut got: Vec<Vec<Got>> = vec![Vec::new(); 2];
+            let done = d.run_until(ROUNDS_MAX, || {
+                for (n, (r, _)) in eps.iter().take(2).enumerate() {
+                    for s in r.take(usize::MAX, StateMask::ANY).unwrap() {
+                        let data = s.data.expect("valid data");
+                        let (wid, i) = parse(&data.payload);
+                        assert_eq!(
+                            data.payload,
+                            payload(wid, i, len(i)),
+                            "seed {seed}: reader {n}: sample {i} corrupted"
+                        );
+                        got[n].push((
+                            s.info.view_id,
+                            s.info.order_index,
+                            wid,
+                            i,
+                            data.payload.len(),
+                        ));
+                    }
+                }
+                got.iter().all(|g| g.len() >= want)
+            });
+            assert!(
+                done,
+                "seed {seed}: survivors took {:?} of {want}",
+                got.iter().map(Vec::len).collect::<Vec<_>>()
+            );
+            assert_eq!(got[0], got[1], "seed {seed}: both survivors, one sequence");
+            let order: Vec<u64> = got[0].iter().map(|s| s.3).collect();
+            assert_eq!(
+                order,
+                (0..SAMPLES_PER_WRITER).collect::<Vec<_>>(),
+                "seed {seed}: every sample once, in the writer's order"
+            );
+        },
+    );
+}

@@ -263,11 +263,7 @@ impl Sender {
     /// Borrows the next slot. [`Error::WindowFull`] when every slot holds a message some
     /// member has not consumed yet (retry later; nothing is lost).
     pub fn try_loan(&self) -> Result<Loan> {
-        if self.ring.stopped.load(Ordering::Acquire) {
-            return Err(Error::Wedged {
-                subgroup: self.ring.subgroup,
-            });
-        }
+        self.check_running()?;
         let (index, n) = self.ring.reserve(1);
         if n == 0 {
             return Err(Error::WindowFull {
@@ -300,7 +296,21 @@ impl Sender {
 }
 
 impl Sender {
+    /// [`Error::Wedged`] once the view this sender belongs to has stopped. Checked before
+    /// anything else a send may report: an RDMC window held by a message of a stopped
+    /// view never frees, and a caller that saw `WindowFull` would retry this sender for
+    /// ever instead of taking the next view's.
+    fn check_running(&self) -> Result<()> {
+        if self.ring.stopped.load(Ordering::Acquire) {
+            return Err(Error::Wedged {
+                subgroup: self.ring.subgroup,
+            });
+        }
+        Ok(())
+    }
+
     fn send_large(&self, payload: &[u8]) -> Result<u64> {
+        self.check_running()?;
         let ring = &self.ring;
         let len = payload.len();
         let Some(tx) = &ring.large else {

@@ -243,6 +243,17 @@ pub mod large_samples {
         v
     }
 
+    /// With `--kill`: how many times over each participant writes its [`sizes`].
+    pub const KILL_ROUNDS: u32 = 2;
+    /// With `--kill`: the participant SIGKILLed while it streams.
+    pub const KILLED: u32 = 3;
+
+    /// The payload sizes participant `node` writes when it writes its [`sizes`] `rounds`
+    /// times over (sample `i` of it has index `i`).
+    pub fn sizes_written(node: u32, rounds: u32) -> Vec<usize> {
+        (0..rounds).flat_map(|_| sizes(node)).collect()
+    }
+
     /// A payload of `len` bytes (at least 12) naming its writer and index, the rest a
     /// pattern of them.
     pub fn payload(node: u32, i: u64, len: usize) -> Vec<u8> {

@@ -4,7 +4,12 @@
 //! logs must be identical: one order for small and large samples together, every sample
 //! intact (each process checks the bytes of every sample it takes).
 //!
-//! `large_samples [--transport tcp|shm] [--out DIR]` runs the domain;
+//! With `--kill`, every participant writes its sizes [`KILL_ROUNDS`] times over and
+//! participant [`KILLED`] is SIGKILLed once its first round is written, while it streams
+//! the second (it is sending or receiving a large sample then): the survivors' logs must still be identical, with the
+//! killed writer's samples a prefix of what it wrote, all before the view that removed it.
+//!
+//! `large_samples [--transport tcp|shm] [--out DIR] [--kill]` runs the domain;
 //! `large_samples member ...` is one process of it (started by the former).
 
 use std::io::{BufRead, BufReader, Write};
@@ -13,7 +18,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use spindle_dds_core::{DomainParticipantFactory, ParticipantConfig, StateMask};
-use spindle_examples::large_samples::{payload, sizes, PARTICIPANTS, SAMPLE_BYTES_MAX, TOPIC};
+use spindle_examples::large_samples::{
+    payload, sizes, sizes_written, KILLED, KILL_ROUNDS, PARTICIPANTS, SAMPLE_BYTES_MAX, TOPIC,
+};
 use spindle_qos::{DataReaderQos, DataWriterQos, History, Reliability, TopicQos};
 use spindle_topics::Sequence;
 
@@ -31,6 +38,10 @@ struct Args {
     /// Write each reader's log to `DIR/<node>.log`.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// SIGKILL participant 3 while it streams large samples (every participant writes its
+    /// sizes several times over).
+    #[arg(long)]
+    kill: bool,
     #[command(subcommand)]
     member: Option<Member>,
 }
@@ -44,6 +55,8 @@ enum Member {
         listen: String,
         contact: String,
         out: PathBuf,
+        /// How many times over the participant writes its sizes.
+        rounds: u32,
     },
 }
 
@@ -56,8 +69,10 @@ fn main() {
             listen,
             contact,
             out,
-        }) => member(node, &transport, &listen, &contact, &out),
-        None => domain(&args.transport, args.out),
+            rounds,
+        }) => member(node, &transport, &listen, &contact, &out, rounds)
+            .map_err(|e| format!("participant {node}: {e}").into()),
+        None => domain(&args.transport, args.out, args.kill),
     };
     if let Err(e) = r {
         eprintln!("large_samples: {e}");
@@ -71,6 +86,7 @@ fn member(
     listen: &str,
     contact: &str,
     out: &Path,
+    rounds: u32,
 ) -> Result<(), BoxError> {
     let mut cfg = member_config(node, transport, listen, contact)?;
     cfg.entity_timeout_ms = 60_000;
@@ -112,18 +128,29 @@ fn member(
     if next(&mut stdin) != "WRITE" {
         return Ok(());
     }
-    for (i, len) in sizes(node).into_iter().enumerate() {
+    for (i, len) in sizes_written(node, rounds).into_iter().enumerate() {
         w.write(&Sequence {
             payload: payload(node, i as u64, len),
         })?;
+        if i + 1 == sizes(node).len() {
+            // Its first round is written (and, one large sample in flight at a time,
+            // its earlier large ones reached every member): the second is under way.
+            say("WRITING")?;
+        }
     }
     say("WROTE")?;
-    let want = (1..=PARTICIPANTS).map(|n| sizes(n).len()).sum::<usize>();
+    // Done once every writer's samples are all here, or the writer has left the view
+    // (its last samples were delivered before the view that removed it was installed,
+    // so they are in the reader's cache by the time `view` shows that view).
+    let want = |n: u32| sizes_written(n, rounds).len();
+    let mut took = vec![0usize; PARTICIPANTS as usize + 1];
     let mut lines = Vec::new();
     let deadline = std::time::Instant::now() + STEP_TIMEOUT;
-    while lines.len() < want {
+    loop {
+        let members = p.view().map(|v| v.members).unwrap_or_default();
+        let done = (1..=PARTICIPANTS).all(|n| took[n as usize] == want(n) || !members.contains(&n));
         if std::time::Instant::now() > deadline {
-            return Err(format!("node {node}: took {} of {want} samples", lines.len()).into());
+            return Err(format!("node {node}: took {took:?} samples per writer").into());
         }
         for s in r.take(usize::MAX, StateMask::ANY)? {
             let data = s.data.as_ref().ok_or("a sample without data")?;
@@ -139,6 +166,12 @@ fn member(
                 "{} {} {} {from}.{i}.{len} {}",
                 s.info.view_id, s.info.order_index, s.info.publication_handle, s.info.writer_seq
             ));
+            if let Some(t) = took.get_mut(from as usize) {
+                *t += 1;
+            }
+        }
+        if done {
+            break; // one take after the check: what the last view delivered is in
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -150,7 +183,7 @@ fn member(
     Ok(())
 }
 
-fn domain(transport: &str, out: Option<PathBuf>) -> Result<(), BoxError> {
+fn domain(transport: &str, out: Option<PathBuf>, kill: bool) -> Result<(), BoxError> {
     let out = out.unwrap_or_else(|| {
         std::env::temp_dir().join(format!("spindle-large-samples-{}", std::process::id()))
     });
@@ -173,11 +206,12 @@ fn domain(transport: &str, out: Option<PathBuf>) -> Result<(), BoxError> {
          sample_bytes_max {SAMPLE_BYTES_MAX}; logs in {}",
         out.display()
     );
+    let rounds = if kill { KILL_ROUNDS } else { 1 };
     let spawn = |node: u32, listen: &str| {
         let args: Vec<String> = ["member", &node.to_string(), transport, listen, &contact]
             .iter()
             .map(|s| s.to_string())
-            .chain([out.to_string_lossy().to_string()])
+            .chain([out.to_string_lossy().to_string(), rounds.to_string()])
             .collect();
         Proc::spawn_self(&format!("participant {node}"), &args)
     };
@@ -188,13 +222,28 @@ fn domain(transport: &str, out: Option<PathBuf>) -> Result<(), BoxError> {
         p.expect("JOINED", STEP_TIMEOUT)?;
         procs.push(p);
     }
-    for step in [("CREATE", "CREATED"), ("WRITE", "WROTE")] {
-        for p in &mut procs {
-            p.say(step.0);
-        }
-        for p in &procs {
-            p.expect(step.1, STEP_TIMEOUT)?;
-        }
+    for p in &mut procs {
+        p.say("CREATE");
+    }
+    for p in &procs {
+        p.expect("CREATED", STEP_TIMEOUT)?;
+    }
+    for p in &mut procs {
+        p.say("WRITE");
+    }
+    if kill {
+        let victim = &mut procs[KILLED as usize - 1];
+        victim.expect("WRITING", STEP_TIMEOUT)?;
+        // Its first round is written, its second under way (16 MiB samples among them).
+        std::thread::sleep(Duration::from_millis(20));
+        // std's Child::kill is SIGKILL on Unix: a crash, not a graceful leave.
+        victim.child.kill()?;
+        let _ = victim.child.wait();
+        println!("  SIGKILL participant {KILLED} while it streams large samples");
+        procs.remove(KILLED as usize - 1);
+    }
+    for p in &procs {
+        p.expect("WROTE", STEP_TIMEOUT)?;
     }
     for p in &procs {
         p.expect("DONE", STEP_TIMEOUT)?;

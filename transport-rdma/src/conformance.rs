@@ -1056,6 +1056,21 @@ pub fn check_cork(h: &mut dyn Harness) {
             );
         }
     }
+    // A thread that stays corked (busy elsewhere) does not hold its writes for ever: the
+    // peer sees them without the uncork (a probe tick sends them), so the link is not
+    // silent to the peer's failure detector meanwhile.
+    a.ep.cork();
+    let last = ROUNDS * WORDS + 7;
+    retry(&*a.ep, "write under a cork never lifted", || {
+        a.ep.write(target, 1, 0, &last.to_le_bytes())
+    });
+    drive_until(
+        h,
+        &mut [&mut b],
+        "a write held by a cork not yet lifted",
+        |_| region.load_u64(0) == last,
+    );
+    a.ep.uncork();
     a.ep.close();
     b.ep.close();
 }

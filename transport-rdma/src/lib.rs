@@ -44,7 +44,9 @@
 //! 8. **Corking.** Between [`Endpoint::cork`] and the outermost [`Endpoint::uncork`] a
 //!    backend may hold the writes and sends of the corking thread, to hand them to the
 //!    fabric together; at the uncork everything held goes out, in issue order. Nothing
-//!    corked is lost, and other threads' writes are not held.
+//!    corked is lost, and other threads' writes are not held. Nor is anything held for
+//!    long: a corking thread that stays busy does not silence its links — what it holds
+//!    goes out by the failure detector's next probe tick at the latest.
 //!
 //! ## A region, read and written locally
 //!

@@ -736,12 +736,19 @@ fn probe_loop<S: LinkStream>(hub: std::sync::Weak<Hub<S>>) {
         last_tick_us = Some(now_us);
         let links: Vec<Arc<Link<S>>> = up_links(&read(&h.peers));
         for link in links {
-            let idle = {
+            let (flushing, empty) = {
                 let out = lock(&link.out);
-                out.pending.is_empty() && !out.flushing
+                (out.flushing, out.pending.is_empty())
             };
-            if idle {
-                let _ = h.enqueue(&link, 0, true, encode_probe);
+            if !flushing {
+                if empty {
+                    let _ = h.enqueue(&link, 0, true, encode_probe);
+                } else {
+                    // Frames nobody is sending: a corking thread holds them (and may be
+                    // busy for a while before its uncork). A tick sends them; they say
+                    // the peer is alive as a probe would.
+                    h.try_flush(&link);
+                }
             }
             // `waiting` first: its release store follows the `last_heard_ms` store made
             // when the read began, so a reader seen waiting has a fresh `last_heard_ms`.

@@ -128,6 +128,7 @@ fn avionics_types_match_the_generated_code() {
     check::<av::FlightPlan>("avionics.idl", "Avionics::FlightPlan");
     check::<av::TrackReport>("avionics.idl", "Avionics::TrackReport");
     check::<av::HealthHeartbeat>("avionics.idl", "Avionics::HealthHeartbeat");
+    check::<av::TerrainTile>("avionics.idl", "Avionics::TerrainTile");
     check::<av::GeoPoint>("avionics.idl", "Avionics::GeoPoint");
     check::<av::Waypoint>("avionics.idl", "Avionics::Waypoint");
 }

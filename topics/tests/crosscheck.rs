@@ -260,6 +260,16 @@ fn avionics_sample(name: &str) -> Option<Ours> {
             detail: "GPS 2 lost, using IRS".into(),
             fault_codes: vec![0x1001, 0x2002, 0xDEAD_BEEF],
         }),
+        "terrain_tile" => ours(&av::TerrainTile {
+            tile_id: 0x2F_0A11,
+            revision: 3,
+            level: 9,
+            south_west: geo(),
+            extent_deg: 0.25,
+            rows: 3,
+            columns: 5,
+            elevation_posts: (0..30u32).map(|i| ((i * 37) % 256) as u8).collect(),
+        }),
         _ => return None,
     })
 }

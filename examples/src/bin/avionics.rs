@@ -25,14 +25,16 @@ use spindle_dds_core::{
 use spindle_examples::procs::{free_port, member_config, Proc};
 use spindle_examples::{check_agreement, parse_log};
 use spindle_qos::{DataReaderQos, DataWriterQos, DurabilityKind, History, Reliability, TopicQos};
-use spindle_topics::avionics::{AirData, Attitude, FlightPlan, GeoPoint, NavigationPosition};
+use spindle_topics::avionics::{
+    AirData, Attitude, FlightPlan, GeoPoint, NavigationPosition, TerrainTile,
+};
 use spindle_topics::TopicType;
 
 use spindle_examples::procs::BoxError;
 
 #[derive(Parser)]
 #[command(
-    about = "A small avionics domain on Spindle DDS: sensors, a flight-management node, two displays; one sensor is killed mid-run"
+    about = "A small avionics domain on Spindle DDS: sensors, a terrain database, a flight-management node, two displays; one sensor is killed mid-run"
 )]
 struct Args {
     /// Write each reader's log to `DIR/<process>-<topic>.log`.
@@ -44,6 +46,10 @@ struct Args {
     /// How long the sensors publish.
     #[arg(long, default_value_t = 6)]
     seconds: u64,
+    /// The members' failure-detector floor (`[fabric] suspect_floor_ms`; the default if
+    /// not given). A SIGKILL is noticed at once by its broken links whatever the floor.
+    #[arg(long)]
+    suspect_floor_ms: Option<u64>,
     #[command(subcommand)]
     member: Option<Sub>,
 }
@@ -82,6 +88,8 @@ enum Sub {
         listen: String,
         contact: String,
         out: PathBuf,
+        /// `[fabric] suspect_floor_ms`, or `-` for the default.
+        suspect_floor_ms: String,
     },
 }
 
@@ -94,6 +102,7 @@ const PROCESSES: &[(&str, u32, bool)] = &[
     ("gnss", 5, false),
     ("pfd", 6, false),
     ("mfd", 7, true),
+    ("tawd", 8, false),
 ];
 const KILLED: &str = "adc2";
 
@@ -107,7 +116,9 @@ fn main() {
             listen,
             contact,
             out,
-        }) => member(&name, node, &transport, &listen, &contact, &out),
+            suspect_floor_ms,
+        }) => suspect_floor_arg(&suspect_floor_ms)
+            .and_then(|floor| member(&name, node, &transport, &listen, &contact, &out, floor)),
         Some(Sub::Recorder {
             out,
             transport,
@@ -120,11 +131,27 @@ fn main() {
             data_dir,
             phase,
         }) => recorder::member(node, &transport, &members, &data_dir, &phase),
-        None => domain(args.out, &args.transport, args.seconds),
+        None => domain(
+            args.out,
+            &args.transport,
+            args.seconds,
+            args.suspect_floor_ms,
+        ),
     };
     if let Err(e) = r {
         eprintln!("avionics: {e}");
         std::process::exit(1);
+    }
+}
+
+/// A member's `suspect_floor_ms` argument: a number, or `-` for the default.
+fn suspect_floor_arg(arg: &str) -> Result<Option<u64>, BoxError> {
+    match arg {
+        "-" => Ok(None),
+        n => n
+            .parse()
+            .map(Some)
+            .map_err(|e| format!("suspect_floor_ms {n:?}: {e}").into()),
     }
 }
 
@@ -147,8 +174,13 @@ fn member(
     listen: &str,
     contact: &str,
     out: &Path,
+    suspect_floor_ms: Option<u64>,
 ) -> Result<(), BoxError> {
-    let cfg = member_config(node, transport, listen, contact)?;
+    let mut cfg = member_config(node, transport, listen, contact)?;
+    if let Some(floor) = suspect_floor_ms {
+        cfg.fabric.suspect_floor_ms = floor;
+        cfg.fabric.suspect_ceiling_ms = cfg.fabric.suspect_ceiling_ms.max(floor);
+    }
     let p = DomainParticipantFactory::instance().create_participant(0, Default::default(), &cfg)?;
     let stop = Arc::new(AtomicBool::new(false));
     let exit = Arc::new(AtomicBool::new(false));
@@ -182,6 +214,28 @@ fn member(
                 vertical_speed_mps: 0.0,
                 static_air_temperature_k: 268.0,
                 altitude_reference: Default::default(),
+            })
+        }
+        "tawd" => {
+            // The terrain database: 2 MiB tiles around the aircraft, a new revision of one
+            // of them every TERRAIN_PERIOD_MS (large samples: RDMC, in the topic's order).
+            publish::<TerrainTile>(&p, "TerrainTile", false, TERRAIN_PERIOD_MS, &stop, |i| {
+                let tile_id = TERRAIN_TILE_BASE + (i % TERRAIN_TILES) as u32;
+                let revision = (i / TERRAIN_TILES) as u16;
+                TerrainTile {
+                    tile_id,
+                    revision,
+                    level: 9,
+                    south_west: GeoPoint {
+                        latitude_deg: 48.25 + 0.25 * (i % TERRAIN_TILES) as f64,
+                        longitude_deg: 11.5,
+                        altitude_m: 0.0,
+                    },
+                    extent_deg: 0.25,
+                    rows: TERRAIN_ROWS,
+                    columns: TERRAIN_COLUMNS,
+                    elevation_posts: terrain_posts(tile_id, revision),
+                }
             })
         }
         "ahrs" => publish::<Attitude>(&p, "Attitude", false, 10, &stop, |i| Attitude {
@@ -248,11 +302,13 @@ fn member(
             let att = reader::<Attitude>(&p, &s, "Attitude", false)?;
             let nav = reader::<NavigationPosition>(&p, &s, "NavigationPosition", false)?;
             let plan = reader::<FlightPlan>(&p, &s, "FlightPlan", true)?;
+            let terrain = reader::<TerrainTile>(&p, &s, "TerrainTile", false)?;
             let mut ws = WaitSet::new();
             ws.attach_condition(air.create_readcondition(StateMask::ANY));
             ws.attach_condition(att.create_readcondition(StateMask::ANY));
             ws.attach_condition(nav.create_readcondition(StateMask::ANY));
             ws.attach_condition(plan.create_readcondition(StateMask::ANY));
+            ws.attach_condition(terrain.create_readcondition(StateMask::ANY));
             println!("READY");
             std::io::stdout().flush()?;
             let mut logs = Logs::new(out, name);
@@ -262,6 +318,7 @@ fn member(
                 logs.drain(&att, "Attitude")?;
                 logs.drain(&nav, "NavigationPosition")?;
                 logs.drain(&plan, "FlightPlan")?;
+                logs.drain(&terrain, "TerrainTile")?;
             }
             // The view this display ends in: the domain's members after the kill.
             if let Some(v) = p.view() {
@@ -360,6 +417,10 @@ impl Logs {
         }
         let f = self.files.get_mut(topic).ok_or("log file")?;
         for s in samples {
+            if let Some(d) = s.data.as_ref() {
+                d.check()
+                    .map_err(|e| format!("{}: {topic}: {e}", self.process))?;
+            }
             let key = s.data.as_ref().map_or_else(|| "-".to_string(), |d| d.key());
             writeln!(
                 f,
@@ -376,9 +437,56 @@ impl Logs {
     }
 }
 
-/// The key field of the avionics topics, for the logs.
+/// The key field of the avionics topics, for the logs, and a check of a sample's
+/// contents where the writer made them checkable.
 trait Keyed {
     fn key(&self) -> String;
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+impl Keyed for TerrainTile {
+    fn key(&self) -> String {
+        format!("{:#x}", self.tile_id)
+    }
+    fn check(&self) -> Result<(), String> {
+        if self.elevation_posts == terrain_posts(self.tile_id, self.revision) {
+            Ok(())
+        } else {
+            Err(format!(
+                "tile {:#x} revision {}: {} bytes of posts that are not the database's",
+                self.tile_id,
+                self.revision,
+                self.elevation_posts.len()
+            ))
+        }
+    }
+}
+
+/// Terrain tiles the database cycles through.
+const TERRAIN_TILES: u64 = 4;
+/// The first tile's id.
+const TERRAIN_TILE_BASE: u32 = 0x2F_0A00;
+/// Elevation posts per tile row: 1,024 x 1,024 posts of 2 bytes, 2 MiB a tile.
+const TERRAIN_ROWS: u16 = 1024;
+/// Elevation posts per tile column.
+const TERRAIN_COLUMNS: u16 = 1024;
+/// How often the database publishes a tile.
+const TERRAIN_PERIOD_MS: u64 = 1000;
+
+/// The posts of revision `revision` of tile `tile_id`: 16-bit big-endian elevations in
+/// decimetres, a pattern of the two so that a reader can check every byte.
+fn terrain_posts(tile_id: u32, revision: u16) -> Vec<u8> {
+    let posts = usize::from(TERRAIN_ROWS) * usize::from(TERRAIN_COLUMNS);
+    let mut x = (u64::from(tile_id) << 16) ^ u64::from(revision);
+    let mut v = Vec::with_capacity(posts * 2);
+    while v.len() < posts * 2 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        v.extend_from_slice(&x.to_be_bytes());
+    }
+    v
 }
 impl Keyed for AirData {
     fn key(&self) -> String {
@@ -410,7 +518,9 @@ fn spawn(
     listen: &str,
     contact: &str,
     out: &Path,
+    suspect_floor_ms: Option<u64>,
 ) -> Result<Proc, BoxError> {
+    let floor = suspect_floor_ms.map_or_else(|| "-".to_string(), |f| f.to_string());
     let args: Vec<String> = [
         "member",
         name,
@@ -419,6 +529,7 @@ fn spawn(
         listen,
         contact,
         &out.to_string_lossy(),
+        &floor,
     ]
     .iter()
     .map(|s| s.to_string())
@@ -432,7 +543,12 @@ fn wait_ready(p: &Proc, timeout: Duration) -> Result<(), BoxError> {
         .map_err(|_| format!("{} did not become ready", p.name).into())
 }
 
-fn domain(out: Option<PathBuf>, transport: &str, seconds: u64) -> Result<(), BoxError> {
+fn domain(
+    out: Option<PathBuf>,
+    transport: &str,
+    seconds: u64,
+    suspect_floor_ms: Option<u64>,
+) -> Result<(), BoxError> {
     let out = match out {
         Some(d) => d,
         None => std::env::temp_dir().join(format!("spindle-avionics-{}", std::process::id())),
@@ -461,11 +577,27 @@ fn domain(out: Option<PathBuf>, transport: &str, seconds: u64) -> Result<(), Box
     println!("avionics: {} processes over {transport}, sensors publish for {seconds} s, {KILLED} is killed half-way; logs in {}", PROCESSES.len(), out.display());
     let mut procs: Vec<Proc> = Vec::new();
     let start = Instant::now();
-    let fms = spawn("fms", 1, transport, &fms_listen, &contact, &out)?;
+    let fms = spawn(
+        "fms",
+        1,
+        transport,
+        &fms_listen,
+        &contact,
+        &out,
+        suspect_floor_ms,
+    )?;
     wait_ready(&fms, Duration::from_secs(30))?;
     procs.push(fms);
     for (name, node, _) in PROCESSES.iter().filter(|p| p.0 != "fms" && !p.2) {
-        let p = spawn(name, *node, transport, &listen_of(*node)?, &contact, &out)?;
+        let p = spawn(
+            name,
+            *node,
+            transport,
+            &listen_of(*node)?,
+            &contact,
+            &out,
+            suspect_floor_ms,
+        )?;
         procs.push(p);
     }
     for p in &procs[1..] {
@@ -478,7 +610,15 @@ fn domain(out: Option<PathBuf>, transport: &str, seconds: u64) -> Result<(), Box
     let publish_start = Instant::now();
     std::thread::sleep(Duration::from_millis(seconds * 1000 / 3));
     for (name, node, _) in PROCESSES.iter().filter(|p| p.2) {
-        let p = spawn(name, *node, transport, &listen_of(*node)?, &contact, &out)?;
+        let p = spawn(
+            name,
+            *node,
+            transport,
+            &listen_of(*node)?,
+            &contact,
+            &out,
+            suspect_floor_ms,
+        )?;
         wait_ready(&p, Duration::from_secs(60))?;
         println!(
             "  {:>7.3} s  {name} started late and is ready",

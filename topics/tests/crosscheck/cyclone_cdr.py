@@ -276,12 +276,26 @@ class HealthHeartbeat(IdlStruct, typename="Avionics::HealthHeartbeat"):
     fault_codes: t.sequence[t.uint32]
 
 
+@dataclass
+@annotate.final
+class TerrainTile(IdlStruct, typename="Avionics::TerrainTile"):
+    tile_id: t.uint32
+    annotate.key("tile_id")
+    revision: t.uint16
+    level: t.uint8
+    south_west: GeoPoint
+    extent_deg: Degrees
+    rows: t.uint16
+    columns: t.uint16
+    elevation_posts: t.sequence[t.uint8]
+
+
 TYPES = {
     cls.__idl_typename__: cls
     for cls in [
         KeyedString, Sequence, Sample, Point, Extras,
         AirData, Attitude, NavigationPosition, FlightPlan, TrackReport, HealthHeartbeat,
-        GeoPoint, Waypoint,
+        TerrainTile, GeoPoint, Waypoint,
     ]
 }
 
@@ -347,6 +361,9 @@ SAMPLES = [
         aircraft_id=0x4B1805, subsystem="FMS-1", sequence_number=42,
         status=HealthStatus.DEGRADED, severity_code="W", temperature_c=-12,
         detail="GPS 2 lost, using IRS", fault_codes=[0x1001, 0x2002, 0xDEADBEEF])),
+    ("terrain_tile", TerrainTile(
+        tile_id=0x2F0A11, revision=3, level=9, south_west=GEO, extent_deg=0.25,
+        rows=3, columns=5, elevation_posts=[(i * 37) % 256 for i in range(30)])),
 ]
 
 

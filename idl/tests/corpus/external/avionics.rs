@@ -3,7 +3,7 @@
 /// The IDL this file was generated from, includes and macros expanded: what run-time
 /// type descriptions (content filters) read, as each struct's `TopicType::IDL_SOURCE`.
 #[doc(hidden)]
-pub const SPINDLE_IDL_SOURCE: &str = "module Avionics { const unsigned long CALLSIGN_MAX = 8 ;\nconst unsigned long FIX_NAME_MAX = 5 ;\nconst unsigned long AIRPORT_CODE_MAX = 4 ;\nconst unsigned long WAYPOINTS_MAX = 32 ;\nconst unsigned long SUBSYSTEM_NAME_MAX = 16 ;\nconst unsigned long DETAIL_MAX = 4 * SUBSYSTEM_NAME_MAX ;\nconst unsigned long AXES = 3 ;\nconst double FEET_PER_METER = 3.28084 ;\ntypedef unsigned long AircraftId ;\ntypedef unsigned long TrackId ;\ntypedef unsigned long long TimestampNs ;\ntypedef double Degrees ;\ntypedef float Meters ;\ntypedef string < CALLSIGN_MAX > Callsign ;\ntypedef float Vector3 [ AXES ] ;\nenum AltitudeReference { BAROMETRIC , GEOMETRIC , RADIO } ;\nenum FlightPhase { PREFLIGHT , TAXI , TAKEOFF , CLIMB , CRUISE , DESCENT , APPROACH , LANDING } ;\nenum WaypointKind { FIX , VOR , NDB , AIRPORT , USER_DEFINED } ;\nenum ConstraintKind { NO_CONSTRAINT , ALTITUDE , SPEED , TIME_OF_ARRIVAL } ;\nenum TrackSource { PRIMARY_RADAR , SECONDARY_RADAR , ADSB , FUSED } ;\nenum HealthStatus { NOMINAL , DEGRADED , FAILED , OFFLINE } ;\nunion Constraint switch ( ConstraintKind ) { case ALTITUDE : Meters altitude_m ;\ncase SPEED : float speed_mps ;\ncase TIME_OF_ARRIVAL : TimestampNs eta_ns ;\n} ;\nunion TrackIdentity switch ( short ) { case 1 : AircraftId icao_address ;\ncase 2 : case 3 : Callsign callsign ;\ndefault : unsigned short mode_a_code ;\n} ;\n@ final struct GeoPoint { Degrees latitude_deg ;\nDegrees longitude_deg ;\nMeters altitude_m ;\n} ;\n@ final struct Waypoint { string < FIX_NAME_MAX > name ;\nWaypointKind kind ;\nGeoPoint position ;\nConstraint constraint ;\n} ;\ntypedef sequence < Waypoint , WAYPOINTS_MAX > Route ;\n@ topic @ final struct AirData { @ key AircraftId aircraft_id ;\nTimestampNs timestamp_ns ;\nfloat indicated_airspeed_mps ;\nfloat true_airspeed_mps ;\nfloat mach ;\nMeters pressure_altitude_m ;\nfloat vertical_speed_mps ;\nfloat static_air_temperature_k ;\nAltitudeReference altitude_reference ;\n} ;\n@ topic @ final struct Attitude { @ key AircraftId aircraft_id ;\nTimestampNs timestamp_ns ;\ndouble roll_rad ;\ndouble pitch_rad ;\ndouble heading_rad ;\nVector3 body_rates_radps ;\n} ;\n@ topic @ final struct NavigationPosition { @ key AircraftId aircraft_id ;\nTimestampNs timestamp_ns ;\nGeoPoint position ;\nfloat velocity_ned_mps [ AXES ] ;\nfloat horizontal_accuracy_m ;\nboolean gnss_valid ;\nFlightPhase phase ;\n} ;\n@ topic @ final struct FlightPlan { @ key AircraftId aircraft_id ;\nCallsign callsign ;\nstring < AIRPORT_CODE_MAX > origin ;\nstring < AIRPORT_CODE_MAX > destination ;\nunsigned short revision ;\nRoute route ;\n} ;\n@ topic @ final struct TrackReport { @ key unsigned short sensor_id ;\n@ key TrackId track_id ;\nTimestampNs timestamp_ns ;\nTrackSource source ;\nTrackIdentity identity ;\nGeoPoint position ;\nVector3 velocity_ned_mps ;\nfloat position_covariance_m2 [ AXES ] [ AXES ] ;\noctet quality ;\nlong long clock_offset_ns ;\n} ;\n@ topic @ final struct HealthHeartbeat { @ key AircraftId aircraft_id ;\n@ key string < SUBSYSTEM_NAME_MAX > subsystem ;\nunsigned long sequence_number ;\nHealthStatus status ;\nchar severity_code ;\nshort temperature_c ;\nstring < DETAIL_MAX > detail ;\nsequence < unsigned long > fault_codes ;\n} ;\n} ;\n";
+pub const SPINDLE_IDL_SOURCE: &str = "module Avionics { const unsigned long CALLSIGN_MAX = 8 ;\nconst unsigned long FIX_NAME_MAX = 5 ;\nconst unsigned long AIRPORT_CODE_MAX = 4 ;\nconst unsigned long WAYPOINTS_MAX = 32 ;\nconst unsigned long SUBSYSTEM_NAME_MAX = 16 ;\nconst unsigned long DETAIL_MAX = 4 * SUBSYSTEM_NAME_MAX ;\nconst unsigned long AXES = 3 ;\nconst double FEET_PER_METER = 3.28084 ;\ntypedef unsigned long AircraftId ;\ntypedef unsigned long TrackId ;\ntypedef unsigned long long TimestampNs ;\ntypedef double Degrees ;\ntypedef float Meters ;\ntypedef string < CALLSIGN_MAX > Callsign ;\ntypedef float Vector3 [ AXES ] ;\nenum AltitudeReference { BAROMETRIC , GEOMETRIC , RADIO } ;\nenum FlightPhase { PREFLIGHT , TAXI , TAKEOFF , CLIMB , CRUISE , DESCENT , APPROACH , LANDING } ;\nenum WaypointKind { FIX , VOR , NDB , AIRPORT , USER_DEFINED } ;\nenum ConstraintKind { NO_CONSTRAINT , ALTITUDE , SPEED , TIME_OF_ARRIVAL } ;\nenum TrackSource { PRIMARY_RADAR , SECONDARY_RADAR , ADSB , FUSED } ;\nenum HealthStatus { NOMINAL , DEGRADED , FAILED , OFFLINE } ;\nunion Constraint switch ( ConstraintKind ) { case ALTITUDE : Meters altitude_m ;\ncase SPEED : float speed_mps ;\ncase TIME_OF_ARRIVAL : TimestampNs eta_ns ;\n} ;\nunion TrackIdentity switch ( short ) { case 1 : AircraftId icao_address ;\ncase 2 : case 3 : Callsign callsign ;\ndefault : unsigned short mode_a_code ;\n} ;\n@ final struct GeoPoint { Degrees latitude_deg ;\nDegrees longitude_deg ;\nMeters altitude_m ;\n} ;\n@ final struct Waypoint { string < FIX_NAME_MAX > name ;\nWaypointKind kind ;\nGeoPoint position ;\nConstraint constraint ;\n} ;\ntypedef sequence < Waypoint , WAYPOINTS_MAX > Route ;\n@ topic @ final struct AirData { @ key AircraftId aircraft_id ;\nTimestampNs timestamp_ns ;\nfloat indicated_airspeed_mps ;\nfloat true_airspeed_mps ;\nfloat mach ;\nMeters pressure_altitude_m ;\nfloat vertical_speed_mps ;\nfloat static_air_temperature_k ;\nAltitudeReference altitude_reference ;\n} ;\n@ topic @ final struct Attitude { @ key AircraftId aircraft_id ;\nTimestampNs timestamp_ns ;\ndouble roll_rad ;\ndouble pitch_rad ;\ndouble heading_rad ;\nVector3 body_rates_radps ;\n} ;\n@ topic @ final struct NavigationPosition { @ key AircraftId aircraft_id ;\nTimestampNs timestamp_ns ;\nGeoPoint position ;\nfloat velocity_ned_mps [ AXES ] ;\nfloat horizontal_accuracy_m ;\nboolean gnss_valid ;\nFlightPhase phase ;\n} ;\n@ topic @ final struct FlightPlan { @ key AircraftId aircraft_id ;\nCallsign callsign ;\nstring < AIRPORT_CODE_MAX > origin ;\nstring < AIRPORT_CODE_MAX > destination ;\nunsigned short revision ;\nRoute route ;\n} ;\n@ topic @ final struct TrackReport { @ key unsigned short sensor_id ;\n@ key TrackId track_id ;\nTimestampNs timestamp_ns ;\nTrackSource source ;\nTrackIdentity identity ;\nGeoPoint position ;\nVector3 velocity_ned_mps ;\nfloat position_covariance_m2 [ AXES ] [ AXES ] ;\noctet quality ;\nlong long clock_offset_ns ;\n} ;\n@ topic @ final struct HealthHeartbeat { @ key AircraftId aircraft_id ;\n@ key string < SUBSYSTEM_NAME_MAX > subsystem ;\nunsigned long sequence_number ;\nHealthStatus status ;\nchar severity_code ;\nshort temperature_c ;\nstring < DETAIL_MAX > detail ;\nsequence < unsigned long > fault_codes ;\n} ;\n@ topic @ final struct TerrainTile { @ key unsigned long tile_id ;\nunsigned short revision ;\noctet level ;\nGeoPoint south_west ;\nDegrees extent_deg ;\nunsigned short rows ;\nunsigned short columns ;\nsequence < octet > elevation_posts ;\n} ;\n} ;\n";
 
 /// IDL `module Avionics`.
 pub mod avionics {
@@ -1157,6 +1157,66 @@ pub mod avionics {
 
         fn encode_key_be(&self, out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
             ::spindle_topics::cdr::encode_key_be(&(&self.aircraft_id, &self.subsystem), out)
+        }
+    }
+
+    /// IDL `struct Avionics::TerrainTile`.
+    #[derive(Debug, Clone, PartialEq, ::serde::Serialize, ::serde::Deserialize)]
+    pub struct TerrainTile {
+        /// IDL `@key unsigned long tile_id`
+        pub tile_id: u32,
+        /// IDL `unsigned short revision`
+        pub revision: u16,
+        /// IDL `octet level`
+        pub level: u8,
+        /// IDL `Avionics::GeoPoint south_west`
+        pub south_west: GeoPoint,
+        /// IDL `Avionics::Degrees extent_deg`
+        pub extent_deg: Degrees,
+        /// IDL `unsigned short rows`
+        pub rows: u16,
+        /// IDL `unsigned short columns`
+        pub columns: u16,
+        /// IDL `sequence<octet> elevation_posts`
+        #[serde(with = "::spindle_topics::cdr::octets")]
+        pub elevation_posts: ::std::vec::Vec<u8>,
+    }
+
+    impl TerrainTile {
+        /// Worst-case size of the key members (see `spindle_topics::cdr::MaxSize`).
+        pub const fn key_max_size_from(s: ::spindle_topics::cdr::MaxSize) -> ::spindle_topics::cdr::MaxSize {
+            // self.tile_id
+            s.primitive(4)
+        }
+    }
+
+    impl ::spindle_topics::cdr::CheckBounds for TerrainTile {
+        fn check_bounds(&self) -> ::spindle_topics::Result<()> {
+            ::spindle_topics::cdr::CheckBounds::check_bounds(&self.south_west)?;
+            ::std::result::Result::Ok(())
+        }
+    }
+
+    impl ::spindle_topics::TopicType for TerrainTile {
+        const TYPE_NAME: &'static str = "Avionics::TerrainTile";
+        const HAS_KEY: bool = true;
+        const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::None;
+        const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(TerrainTile::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
+        const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+
+        fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
+            ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
+            ::spindle_topics::cdr::encode_into(self, endianness, buf)
+        }
+
+        fn decode(bytes: &[u8]) -> ::spindle_topics::Result<Self> {
+            let v: Self = ::spindle_topics::cdr::decode(bytes)?;
+            ::spindle_topics::cdr::CheckBounds::check_bounds(&v)?;
+            ::std::result::Result::Ok(v)
+        }
+
+        fn encode_key_be(&self, out: &mut ::std::vec::Vec<u8>) -> ::spindle_topics::Result<()> {
+            ::spindle_topics::cdr::encode_key_be(&(&self.tile_id,), out)
         }
     }
 }

@@ -14,17 +14,26 @@
 # DDS (its Python binding, the cross-check's venv).
 # Writes JSON lines to docs/bench-interop.jsonl, the Markdown table to stdout and the
 # plots to docs/bench-interop-{throughput,latency}.svg.
-#   bash scripts/bench-interop.sh [--sizes "16 1024 65000"] [--quick]
+#   bash scripts/bench-interop.sh [--sizes "16 1024 65000"] [--quick] [--semantic-runs N]
+#                                 [--semantic-only]
 # --quick: fewer samples (a smoke run of the harness, figures not for the record).
+# --semantic-runs N: the semantic comparison N times per stack (default 1), and a count
+#   of the runs in which the readers held the same samples and the same order.
+# --semantic-only: only the semantic comparison; its JSON lines go to
+#   docs/bench-interop-semantic.jsonl (the throughput/latency file is left as it is).
 # RTPS traffic stays on loopback (RustDDS only_networks = 127.0.0.1, Cyclone lo only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes="16 1024 65000"
 quick=0
+semantic_runs=1
+semantic_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --sizes) sizes="$2"; shift 2 ;;
     --quick) quick=1; shift ;;
+    --semantic-runs) semantic_runs="$2"; shift 2 ;;
+    --semantic-only) semantic_only=1; shift ;;
     *) echo "bench-interop: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -32,6 +41,8 @@ cargo build --release -q -p spindle-interop-tests --bins
 bin="${CARGO_TARGET_DIR:-target}/release"
 work=$(mktemp -d)
 out=docs/bench-interop.jsonl
+[ "$semantic_only" = 1 ] && out=docs/bench-interop-semantic.jsonl
+case "$semantic_runs" in ''|*[!0-9]*|0) echo "bench-interop: --semantic-runs wants a count of at least 1, got '$semantic_runs'" >&2; exit 2 ;; esac
 : >"$out.tmp"
 declare -A pid_of fd_of
 cleanup() {
@@ -273,6 +284,7 @@ PY
 }
 
 for size in $sizes; do
+  [ "$semantic_only" = 1 ] && break
   for mode in throughput latency; do
     spindle_native tcp "$mode" "$size"
     spindle_native shm "$mode" "$size"
@@ -324,12 +336,14 @@ PY
 }
 cyc_python=$(bash topics/tests/crosscheck/setup.sh 2>/dev/null | tail -n 1) || cyc_python=""
 cyc_peer=interop-tests/cyclone/cyclone_peer.py
-semantic spindle
-semantic rustdds
-if [ -n "$cyc_python" ]; then semantic cyclone; else echo "bench-interop: no cyclonedds venv, Cyclone semantic run skipped" >&2; fi
+for ((i = 1; i <= semantic_runs; i++)); do
+  semantic spindle
+  semantic rustdds
+  if [ -n "$cyc_python" ]; then semantic cyclone; else echo "bench-interop: no cyclonedds venv, Cyclone semantic run skipped" >&2; fi
+done
 
 mv "$out.tmp" "$out"
-"$bin/interop-plot" "$out" docs/bench-interop
+[ "$semantic_only" = 1 ] || "$bin/interop-plot" "$out" docs/bench-interop
 python3 - "$out" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -351,9 +365,23 @@ for (stack, size), m in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
 print()
 print("| semantic: 2 writers, 3 readers, one writer killed | samples per reader | same samples | same order |")
 print("|---|---|---|---|")
+runs = {}
 for r in rows:
     if r["mode"] == "semantic" and not r.get("error"):
         print(f"| {r['stack']} | {r['samples']} | {r['same_samples']} | {r['same_order']} |")
+    if r["mode"] == "semantic":
+        c = runs.setdefault(r["stack"], [0, 0, 0, 0])
+        c[0] += 1
+        if not r.get("error"):
+            c[1] += 1
+            c[2] += r["same_samples"] and r["readers"] == 3
+            c[3] += r["same_samples"] and r["same_order"] and r["readers"] == 3
+if any(c[0] > 1 for c in runs.values()):
+    print()
+    print("| stack | semantic runs | completed | 3 readers, same samples | 3 readers, same samples in the same order |")
+    print("|---|---:|---:|---:|---:|")
+    for stack, c in runs.items():
+        print(f"| {stack} | {c[0]} | {c[1]} | {c[2]} | {c[3]} |")
 for r in rows:
     if r.get("error"):
         print(f"\nNot measured: {r['stack']} {r['mode']} {r['size']} B: {r['error']}")

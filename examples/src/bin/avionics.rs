@@ -587,18 +587,20 @@ fn domain(
         suspect_floor_ms,
     )?;
     wait_ready(&fms, Duration::from_secs(30))?;
-    procs.push(fms);
-    for (name, node, _) in PROCESSES.iter().filter(|p| p.0 != "fms" && !p.2) {
-        let p = spawn(
+    let launch = |name: &'static str, node: u32| -> Result<Proc, BoxError> {
+        spawn(
             name,
-            *node,
+            node,
             transport,
-            &listen_of(*node)?,
+            &listen_of(node)?,
             &contact,
             &out,
             suspect_floor_ms,
-        )?;
-        procs.push(p);
+        )
+    };
+    procs.push(fms);
+    for (name, node, _) in PROCESSES.iter().filter(|p| p.0 != "fms" && !p.2) {
+        procs.push(launch(name, *node)?);
     }
     for p in &procs[1..] {
         wait_ready(p, Duration::from_secs(60))?;
@@ -610,15 +612,7 @@ fn domain(
     let publish_start = Instant::now();
     std::thread::sleep(Duration::from_millis(seconds * 1000 / 3));
     for (name, node, _) in PROCESSES.iter().filter(|p| p.2) {
-        let p = spawn(
-            name,
-            *node,
-            transport,
-            &listen_of(*node)?,
-            &contact,
-            &out,
-            suspect_floor_ms,
-        )?;
+        let p = launch(name, *node)?;
         wait_ready(&p, Duration::from_secs(60))?;
         println!(
             "  {:>7.3} s  {name} started late and is ready",

@@ -806,10 +806,49 @@ pub fn drive(group: &mut Group, ep: &dyn Endpoint, now_us: u64, scratch: &mut Ve
         }
         p.post(ep, bytes)
     });
+    let posted = posted + group.drain_dare(|out, imm, ctrl| post_dare(ep, out, imm, ctrl));
     drop(_corked);
     // State transfers, which follow the round's writes.
     perform_all(group);
     work || posted > 0
+}
+
+/// Posts one output of a dare subgroup's core ([`Group::drain_dare`]): a write, or a
+/// two-sided send with the subgroup's immediate `imm`. A send or a control-region write
+/// to a peer that has not announced the view's control region `ctrl` yet is held
+/// (`QueueFull`), as an SST push is; a log-region write goes out as it is (the core
+/// writes only into log regions it heard announced; a withdrawn one refuses it).
+pub fn post_dare(
+    ep: &dyn Endpoint,
+    out: &crate::dare::DareOut,
+    imm: u32,
+    ctrl: spindle_transport_rdma::RegionId,
+) -> spindle_transport_rdma::Result<()> {
+    use crate::dare::DareOut;
+    let (peer, gated) = match out {
+        DareOut::Write { peer, region, .. } => (*peer, *region == ctrl),
+        DareOut::Send { peer, .. } => (*peer, true),
+    };
+    if gated && ep.remote_region(peer, ctrl).is_none() {
+        return Err(spindle_transport_rdma::Error::QueueFull { peer });
+    }
+    match out {
+        DareOut::Write {
+            peer,
+            region,
+            offset,
+            bytes,
+            guard: None,
+        } => ep.write(*peer, *region, *offset, bytes),
+        DareOut::Write {
+            peer,
+            region,
+            offset,
+            bytes,
+            guard: Some((at, value)),
+        } => ep.write_then_release(*peer, *region, *offset, bytes, *at, *value),
+        DareOut::Send { peer, bytes } => ep.send(*peer, imm, bytes),
+    }
 }
 
 /// An [`Endpoint::cork`] ended when dropped, whatever path leaves the scope.

@@ -13,6 +13,10 @@ impl Engine {
     /// first step of epoch termination, Derecho 3.6). The received counters are frozen
     /// from here on ([`Engine::received`]); application sends fail with
     /// [`Error::Wedged`].
+    ///
+    /// A dare subgroup's core stops stepping (quiesced) and its log region is withdrawn
+    /// ([`Engine::take_withdrawn_regions`]): its leader's writes no longer land, so the
+    /// log the core reports for the hand-off stays what it reported.
     pub fn wedge(&mut self) {
         self.wedged = true;
         for s in &mut self.subgroups {
@@ -20,6 +24,10 @@ impl Engine {
             if let Some(ring) = &s.ring {
                 ring.stopped
                     .store(true, std::sync::atomic::Ordering::Release);
+            }
+            if let Some(d) = &mut s.dare {
+                let log = d.core.as_ref().and_then(|c| c.log_region_id());
+                d.withdrawn.extend(log);
             }
         }
     }
@@ -47,6 +55,10 @@ impl Engine {
             .position(|s| s.spec.id == subgroup)
             .ok_or(Error::UnknownSubgroup { subgroup })?;
         let s = &self.subgroups[i];
+        if s.dare.is_some() {
+            // A dare subgroup ends its instance by the hand-off (`Engine::end_dare`).
+            return Ok(());
+        }
         if cuts.len() != s.geom.senders {
             return Err(Error::Protocol(format!(
                 "trim of subgroup {subgroup} has {} cuts for {} senders",
@@ -92,7 +104,8 @@ impl Engine {
         cut: u64,
     ) -> Result<Option<Vec<Vec<u8>>>> {
         let s = self.state(subgroup)?;
-        let Some(ring) = &s.ring else {
+        let Some(ring) = s.ring.as_ref().filter(|_| s.dare.is_none()) else {
+            // A dare subgroup's undelivered messages come from `Engine::end_dare`.
             return Ok(Some(Vec::new()));
         };
         let reserved = ring.reserved();

@@ -15,14 +15,19 @@ use spindle_transport_rdma::{NodeId, Region, RegionId};
 
 use crate::error::{Error, Result};
 use crate::large::Large;
-use crate::layout::{sst_region_id, Geometry, Layout, SubgroupId, SubgroupSpec, View};
+use crate::layout::{
+    sst_region_id, DeliveryMode, Geometry, Layout, SubgroupId, SubgroupSpec, View,
+};
 pub(crate) use crate::push::drain_queue;
 pub use crate::push::Push;
 use crate::smc::{Ring, Sender};
 
+mod dare;
 mod delivery;
 mod epoch;
 mod predicates;
+
+pub use dare::{dare_imm, is_dare_imm, DARE_ENGINE_IMM_TAG, DARE_OUT_QUEUE_MAX};
 
 /// Most messages one receive predicate takes from one sender in one step (batching bound;
 /// also what keeps one busy subgroup from starving the others).
@@ -296,6 +301,10 @@ struct SubgroupState {
     /// Bytes of each message copied into a delivery batch: the spec's
     /// `delivery_prefix` when it names this node, else `usize::MAX` (whole messages).
     delivery_prefix: usize,
+    /// A dare subgroup's core (`engine/dare.rs`); its `geom`, `region` and `ring` are
+    /// then the local staging ring of this node's sends, `region_id` the core's control
+    /// region.
+    dare: Option<dare::DareSub>,
 }
 
 /// Queues the same range of `s`'s region for every other member of the subgroup.
@@ -347,6 +356,94 @@ pub const SPARE_BATCH_BYTES_MAX: usize = 4 << 20;
 /// Most payload capacity all kept batches may have together.
 pub const SPARE_BATCHES_BYTES_MAX: usize = 16 << 20;
 
+/// The state of dare subgroup `spec` (at `index` of the layout, the `ordinal`-th dare
+/// subgroup) at `node`: its core over the subgroup's members with the control region
+/// registered under the subgroup's SST id of the view, and, for a sender, the local
+/// staging ring its application threads fill.
+#[allow(clippy::too_many_arguments)]
+fn dare_state(
+    node: NodeId,
+    view: &View,
+    index: usize,
+    ordinal: usize,
+    spec: SubgroupSpec,
+    settings: crate::layout::DareSettings,
+    post_lock: &Option<Arc<Mutex<()>>>,
+    register: &mut impl FnMut(RegionId, usize) -> Result<Region>,
+) -> Result<SubgroupState> {
+    let staging = SubgroupSpec {
+        members: vec![node],
+        senders: vec![node],
+        rdmc: None,
+        delivery_prefix: None,
+        ..spec.clone()
+    };
+    let geom = Geometry::new(&staging)?;
+    let region = Region::new_heap(0, geom.region_bytes)?;
+    let ctrl_id = sst_region_id(view.vid, index);
+    let ctrl = register(
+        ctrl_id,
+        crate::dare::DareNode::ctrl_region_bytes(spec.members.len()),
+    )?;
+    let seed = (u64::from(view.vid) << 16) ^ index as u64;
+    let core = crate::dare::DareNode::new(
+        node,
+        spec.members.clone(),
+        settings.config(spec.slot_payload_bytes),
+        ctrl,
+        seed,
+    )?
+    .with_log_region_base(dare::dare_log_base(ordinal))?;
+    let ring = spec.senders.contains(&node).then(|| {
+        Arc::new(Ring::new(
+            spec.id,
+            node,
+            region.clone(),
+            geom.clone(),
+            spec.mode,
+            0,
+            post_lock.clone(),
+        ))
+    });
+    Ok(SubgroupState {
+        peers: spec
+            .members
+            .iter()
+            .copied()
+            .filter(|m| *m != node)
+            .collect(),
+        senders: spec.senders.clone().into(),
+        received: vec![0; 1],
+        delivered: 0,
+        stable_seen: 0,
+        persisted: 0,
+        global_persisted: 0,
+        committed: 0,
+        pushed: 0,
+        ctrl_dirty: None,
+        batch_open: false,
+        skip: vec![0; 1],
+        halt: Halt::Running,
+        large: None,
+        ring,
+        my_rank: 0,
+        delivery_prefix: spec
+            .delivery_prefix
+            .as_ref()
+            .filter(|p| p.members.contains(&node))
+            .map_or(usize::MAX, |p| p.bytes),
+        region_id: ctrl_id,
+        region,
+        geom,
+        dare: Some(dare::DareSub::new(
+            core,
+            dare::dare_imm(view.vid, ordinal),
+            ctrl_id,
+        )),
+        spec,
+    })
+}
+
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
@@ -380,12 +477,29 @@ impl Engine {
         let post_lock = (!techniques.early_lock_release).then(|| Arc::new(Mutex::new(())));
         let mut subgroups = Vec::new();
         let mut rdmc_groups = 0;
+        let mut dare_ordinal = 0;
         for (index, spec) in layout.subgroups.into_iter().enumerate() {
             let rdmc_first = rdmc_groups;
             rdmc_groups += spec.rdmc.as_ref().map_or(0, |_| spec.senders.len());
             let Some(my_rank) = spec.members.iter().position(|m| *m == node) else {
+                dare_ordinal += usize::from(matches!(spec.mode, DeliveryMode::Dare(_)));
                 continue;
             };
+            if let DeliveryMode::Dare(settings) = spec.mode {
+                let ordinal = dare_ordinal;
+                dare_ordinal += 1;
+                subgroups.push(dare_state(
+                    node,
+                    &view,
+                    index,
+                    ordinal,
+                    spec,
+                    settings,
+                    &post_lock,
+                    &mut register,
+                )?);
+                continue;
+            }
             let geom = Geometry::new(&spec)?;
             let region_id = sst_region_id(view.vid, index);
             let region = register(region_id, geom.region_bytes)?;
@@ -448,6 +562,7 @@ impl Engine {
                 region,
                 geom,
                 spec,
+                dare: None,
             });
         }
         Ok(Engine {
@@ -584,10 +699,13 @@ impl Engine {
 
     /// A member failed (the fabric reported it): every subgroup it belongs to wedges —
     /// stops sending and delivering — until the next view (Derecho 3.6, a later issue).
+    /// A dare subgroup does not wedge: its core learns of the failure (an election when
+    /// the peer led) and runs on until the view change.
     pub fn handle_peer_failed(&mut self, peer: NodeId) {
+        self.handle_dare_peer_failed(peer);
         for i in 0..self.subgroups.len() {
             let s = &mut self.subgroups[i];
-            if s.halt == Halt::Running && s.peers.contains(&peer) {
+            if s.halt == Halt::Running && s.peers.contains(&peer) && s.dare.is_none() {
                 s.halt = Halt::Stopped;
                 if let Some(ring) = &s.ring {
                     ring.stopped

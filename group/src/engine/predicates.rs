@@ -30,7 +30,8 @@ impl Engine {
     }
 
     fn step_subgroup(&mut self, i: usize) -> bool {
-        if self.subgroups[i].halt != Halt::Running {
+        if self.subgroups[i].halt != Halt::Running || self.is_dare(i) {
+            // A dare subgroup runs in `Engine::step_dare`, which takes the time.
             return false;
         }
         let mut work = self.send_predicate(i);
@@ -80,7 +81,9 @@ impl Engine {
                     DeliveryMode::Atomic => {
                         g.messages_before(rank, region.load_u64(g.delivered_num(m))) > k
                     }
-                    DeliveryMode::Unordered => region.load_u64(g.received_num(m, rank)) > k,
+                    DeliveryMode::Unordered | DeliveryMode::Dare(_) => {
+                        region.load_u64(g.received_num(m, rank)) > k
+                    }
                 })
             };
             if let (Some(freed), Some(tx)) = (l.free_own(consumed), &ring.large) {
@@ -207,7 +210,7 @@ impl Engine {
             }
             let consumed = match mode {
                 DeliveryMode::Atomic => g.messages_before(rank, s.delivered),
-                DeliveryMode::Unordered => have,
+                DeliveryMode::Unordered | DeliveryMode::Dare(_) => have,
             };
             if published > consumed + g.window_slots as u64 {
                 return Err((

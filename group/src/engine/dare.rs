@@ -92,6 +92,18 @@ impl Engine {
             .ok_or(Error::UnknownSubgroup { subgroup })
     }
 
+    /// The shortest heartbeat of this node's dare subgroups, in µs (`None` without one):
+    /// a driver wakes at least this often.
+    pub fn dare_heartbeat_us(&self) -> Option<u64> {
+        self.subgroups
+            .iter()
+            .filter_map(|s| match s.spec.mode {
+                DeliveryMode::Dare(d) if s.dare.is_some() => Some(d.heartbeat_us),
+                _ => None,
+            })
+            .min()
+    }
+
     /// True if this node is a member of a dare subgroup in this view.
     pub fn has_dare(&self) -> bool {
         self.subgroups.iter().any(|s| s.dare.is_some())

@@ -30,6 +30,10 @@ use crate::membership::Trim;
 /// as it needs).
 pub const DARE_HANDOFF_CHUNK_BYTES_MAX: usize = 1 << 20;
 
+/// One dare subgroup's hand-off as it ended here: the subgroup, the messages to send
+/// again in the next view (oldest first), the next instance's first term.
+pub(super) type Ended = (SubgroupId, Vec<Vec<u8>>, u64);
+
 /// The hand-offs of the current view's dare subgroups.
 #[derive(Debug, Default)]
 pub(super) struct DareHandoffs {
@@ -116,7 +120,7 @@ impl Group {
         &mut self,
         layout: &Layout,
         trim: &Trim,
-    ) -> Result<Option<Vec<(SubgroupId, Vec<Vec<u8>>, u64)>>> {
+    ) -> Result<Option<Vec<Ended>>> {
         let me = self.me;
         let Some(c) = self.current.as_mut() else {
             return Ok(None);

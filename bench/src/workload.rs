@@ -78,10 +78,27 @@ pub enum Mode {
     Atomic,
     /// On receipt.
     Unordered,
-    /// Leader-based total order (DARE, `spindle_group::dare`): senders hand messages to
-    /// the leader, which replicates its log with one-sided writes and commits on a
-    /// majority. tcp and shm only; `--layout single` only.
+    /// Leader-based total order (DARE, `spindle_group::dare`) in a subgroup of the
+    /// engine (`DeliveryMode::Dare`): senders hand messages to the leader, which
+    /// replicates its log with one-sided writes and commits on a majority. tcp and shm
+    /// only; messages up to the largest slot.
     Dare,
+    /// The same protocol as a group of its own beside the engine
+    /// (`spindle_group::dare::runtime::DareMember`, the path before DARE was a delivery
+    /// mode), kept to compare the two. tcp and shm only; `--layout single` only.
+    DareStandalone,
+}
+
+/// The settings of the workloads' dare subgroups (and of `--mode dare-standalone`): a
+/// log of 1,024 entries, heartbeats every 2 ms, elections after 100 ms of silence (the
+/// loaded 2-core machines the workloads run on pause processes for tens of ms).
+pub fn workload_dare_settings(window: usize) -> spindle_group::DareSettings {
+    spindle_group::DareSettings {
+        log_entries: 1024,
+        sender_window: window.clamp(1, spindle_group::dare::DARE_SENDER_WINDOW_MAX),
+        heartbeat_us: 2_000,
+        election_timeout_us: 100_000,
+    }
 }
 
 /// The workload's command line (shared by `bandwidth_test`, `latency_test` and
@@ -217,8 +234,9 @@ impl Args {
         if self.size == 0 || self.size > WORKLOAD_MESSAGE_BYTES_MAX {
             return Err(format!("--size must be 1..={WORKLOAD_MESSAGE_BYTES_MAX} bytes").into());
         }
+        let dare = matches!(self.mode, Mode::Dare | Mode::DareStandalone);
         if let Some(rdmc) = self.rdmc() {
-            if self.mode == Mode::Dare {
+            if dare {
                 return Err(format!(
                     "--mode dare takes at most {} bytes (--size {})",
                     spindle_group::layout::SLOT_PAYLOAD_BYTES_MAX,
@@ -232,8 +250,11 @@ impl Args {
         if !["sim", "tcp", "shm"].contains(&self.backend.as_str()) {
             return Err(format!("--backend {}: expected sim, tcp or shm", self.backend).into());
         }
-        if self.mode == Mode::Dare && (self.backend == "sim" || self.layout != LayoutKind::Single) {
-            return Err("--mode dare runs over tcp or shm with --layout single".into());
+        if dare && self.backend == "sim" {
+            return Err("--mode dare runs over tcp or shm".into());
+        }
+        if self.mode == Mode::DareStandalone && self.layout != LayoutKind::Single {
+            return Err("--mode dare-standalone runs with --layout single".into());
         }
         Ok(())
     }
@@ -279,7 +300,8 @@ impl Args {
             members[..n].to_vec()
         };
         let mode = match self.mode {
-            Mode::Atomic | Mode::Dare => DeliveryMode::Atomic,
+            Mode::Atomic | Mode::DareStandalone => DeliveryMode::Atomic,
+            Mode::Dare => DeliveryMode::Dare(workload_dare_settings(self.window)),
             Mode::Unordered => DeliveryMode::Unordered,
         };
         let spec = |id, members: Vec<NodeId>| SubgroupSpec {
@@ -335,7 +357,7 @@ fn run_node(
     ep: Arc<dyn Endpoint>,
     peers: BTreeMap<NodeId, String>,
 ) -> Result<NodeResult, BoxError> {
-    if args.mode == Mode::Dare {
+    if args.mode == Mode::DareStandalone {
         return run_dare_node(args, ep, peers);
     }
     let me = ep.node();
@@ -575,15 +597,7 @@ fn run_dare_node(
     let layout = args.layout();
     let spec = &layout.subgroups[0];
     let expected = spec.senders.len() as u64 * args.messages;
-    let config = DareConfig {
-        log_entries: 1024,
-        payload_bytes_max: args.size,
-        sender_window: args
-            .window
-            .clamp(1, spindle_group::dare::DARE_SENDER_WINDOW_MAX),
-        heartbeat_us: 2_000,
-        election_timeout_us: 100_000,
-    };
+    let config: DareConfig = workload_dare_settings(args.window).config(args.size);
     let delivered = Arc::new(AtomicU64::new(0));
     let own_delivered = Arc::new(AtomicU64::new(0));
     let done_at: Arc<Mutex<Option<Instant>>> = Arc::default();
@@ -1046,6 +1060,7 @@ fn print_summary(args: &Args, results: &[NodeResult]) {
             Mode::Atomic => "atomic",
             Mode::Unordered => "unordered",
             Mode::Dare => "dare",
+            Mode::DareStandalone => "dare-standalone",
         },
         "layout": match args.layout { LayoutKind::Single => "single", LayoutKind::Overlapping => "overlapping" },
         "latency_mode": args.latency,

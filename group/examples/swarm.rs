@@ -6,8 +6,9 @@
 //!
 //! Prints each failing seed with the command that reruns it, then one JSON line:
 //! `{"start","seeds","violations","liveness_failures","views_installed","messages_delivered",
-//! "large_delivered","large_later_view"}` (large: above the slot, by RDMC in the same
-//! order; later view: cut off by a view change and re-sent)..
+//! "large_delivered","large_later_view","dare_delivered"}` (large: above the slot, by RDMC
+//! in the same order; later view: cut off by a view change and re-sent; dare: in the dare
+//! subgroup).
 //! Exits with 1 if any seed failed.
 
 use clap::Parser;
@@ -31,12 +32,13 @@ fn main() {
     let args = Args::parse();
     let cfg = SwarmConfig::default();
     let (mut violations, mut liveness, mut views, mut delivered) = (0u64, 0u64, 0u64, 0u64);
-    let (mut large, mut large_later) = (0u64, 0u64);
+    let (mut large, mut large_later, mut dare) = (0u64, 0u64, 0u64);
     for seed in args.start..args.start.saturating_add(args.seeds) {
         let r = run_seed(seed, &cfg);
         views += r.views_installed;
         delivered += r.messages_delivered;
         large += r.large_delivered;
+        dare += r.dare_delivered;
         large_later += r.large_later_view;
         if args.verbose {
             println!("{r:?}");
@@ -67,6 +69,7 @@ fn main() {
             "views_installed": views,
             "messages_delivered": delivered,
             "large_delivered": large,
+            "dare_delivered": dare,
             "large_later_view": large_later,
         })
     );

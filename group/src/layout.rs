@@ -10,6 +10,10 @@ use spindle_transport_rdma::{round_up_to_words, NodeId, RegionId, REGION_BYTES_M
 use crate::error::{Error, Result};
 use crate::rdmc::{RdmcConfig, RdmcGroup};
 
+/// Words a dare subgroup takes in the frozen counters and the trim
+/// ([`SubgroupSpec::frozen_words`]).
+pub const DARE_FROZEN_WORDS: usize = 4;
+
 /// A subgroup's id, unique within a layout.
 pub type SubgroupId = u32;
 
@@ -56,6 +60,66 @@ pub enum DeliveryMode {
     Atomic,
     /// Delivered on receipt; each sender's order is kept, nothing more.
     Unordered,
+    /// One total order chosen by a leader ([`crate::dare`], DARE §3): the subgroup has no
+    /// SMC rings; each member runs one [`crate::dare::DareNode`] per view over the
+    /// subgroup's members, a sender's message goes to the leader, which replicates it
+    /// into the followers' logs and commits it on a majority. The payload bound is the
+    /// subgroup's `slot_payload_bytes`, the sender's staging window its `window_slots`.
+    /// Liveness needs a majority of the subgroup's members in each view.
+    Dare(DareSettings),
+}
+
+/// Most dare subgroups in one layout (each takes its own range of log region ids and
+/// of two-sided immediates).
+pub const DARE_SUBGROUPS_MAX: usize = 16;
+/// Default [`DareSettings::log_entries`].
+pub const DARE_MODE_LOG_ENTRIES_DEFAULT: usize = 1024;
+/// Default [`DareSettings::sender_window`].
+pub const DARE_MODE_SENDER_WINDOW_DEFAULT: usize = 256;
+/// Default [`DareSettings::heartbeat_us`].
+pub const DARE_MODE_HEARTBEAT_US_DEFAULT: u64 = 1_000;
+/// Default [`DareSettings::election_timeout_us`].
+pub const DARE_MODE_ELECTION_TIMEOUT_US_DEFAULT: u64 = 10_000;
+
+/// The settings of a [`DeliveryMode::Dare`] subgroup (the rest of its
+/// [`crate::dare::DareConfig`] comes from the [`SubgroupSpec`]: the payload bound is its
+/// `slot_payload_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DareSettings {
+    /// Slots in each member's log ring.
+    pub log_entries: usize,
+    /// Messages a sender may have handed to the leader and not yet delivered itself.
+    pub sender_window: usize,
+    /// How often the leader writes its heartbeat word, in µs.
+    pub heartbeat_us: u64,
+    /// The smallest election time-out, in µs (see
+    /// [`crate::dare::DareConfig::election_timeout_us`]).
+    pub election_timeout_us: u64,
+}
+
+impl Default for DareSettings {
+    fn default() -> Self {
+        DareSettings {
+            log_entries: DARE_MODE_LOG_ENTRIES_DEFAULT,
+            sender_window: DARE_MODE_SENDER_WINDOW_DEFAULT,
+            heartbeat_us: DARE_MODE_HEARTBEAT_US_DEFAULT,
+            election_timeout_us: DARE_MODE_ELECTION_TIMEOUT_US_DEFAULT,
+        }
+    }
+}
+
+impl DareSettings {
+    /// The [`crate::dare::DareConfig`] of a dare subgroup whose messages carry at most
+    /// `payload_bytes_max` bytes.
+    pub fn config(&self, payload_bytes_max: usize) -> crate::dare::DareConfig {
+        crate::dare::DareConfig {
+            log_entries: self.log_entries,
+            payload_bytes_max,
+            sender_window: self.sender_window,
+            heartbeat_us: self.heartbeat_us,
+            election_timeout_us: self.election_timeout_us,
+        }
+    }
 }
 
 /// A membership view: an id, the members in rank order, and what each member declared.
@@ -149,6 +213,17 @@ pub struct DeliveryPrefix {
 }
 
 impl SubgroupSpec {
+    /// Words this subgroup takes in a member's frozen counters and in a trim at a view
+    /// change (`crate::membership`): one `received_num` per sender, or, for a dare
+    /// subgroup, its hand-off report (`log_term`, `tail`, `applied`, `term`) and in the
+    /// trim the hand-off (`source`, `from`, `to`, the next instance's first term).
+    pub fn frozen_words(&self) -> usize {
+        match self.mode {
+            DeliveryMode::Dare(_) => DARE_FROZEN_WORDS,
+            _ => self.senders.len(),
+        }
+    }
+
     /// The RDMC memory each member of this subgroup registers: one region per sender
     /// (zero without RDMC).
     pub fn rdmc_bytes_per_member(&self) -> usize {
@@ -219,6 +294,16 @@ impl Layout {
                  {RDMC_GROUPS_MAX}"
             )));
         }
+        let dare = self
+            .subgroups
+            .iter()
+            .filter(|s| matches!(s.mode, DeliveryMode::Dare(_)))
+            .count();
+        if dare > DARE_SUBGROUPS_MAX {
+            return Err(Error::Config(format!(
+                "{dare} dare subgroups, at most {DARE_SUBGROUPS_MAX}"
+            )));
+        }
         for sg in &self.subgroups {
             if !ids.insert(sg.id) {
                 return Err(Error::Config(format!(
@@ -232,6 +317,18 @@ impl Layout {
                     "subgroup {}: member {m} is not in view {}",
                     sg.id, view.vid
                 )));
+            }
+            if let DeliveryMode::Dare(d) = sg.mode {
+                if sg.rdmc.is_some() {
+                    return Err(Error::Config(format!(
+                        "subgroup {}: a dare subgroup carries no large messages (rdmc must be \
+                         None)",
+                        sg.id
+                    )));
+                }
+                d.config(sg.slot_payload_bytes)
+                    .validate()
+                    .map_err(|e| Error::Config(format!("subgroup {}: {e}", sg.id)))?;
             }
             let prefixed = sg.delivery_prefix.iter().flat_map(|p| &p.members);
             if let Some(m) = prefixed.clone().find(|m| !sg.members.contains(m)) {

@@ -36,9 +36,12 @@ use std::collections::{BTreeSet, VecDeque};
 
 use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES};
 
+use crate::dare::{handoff_source, DareReport};
 use crate::engine::{drain_queue, Push};
 use crate::error::{Error, Result};
-use crate::layout::{sst_region_id, DeliveryMode, Layout, View, DECLARED_BYTES_MAX, SUBGROUPS_MAX};
+use crate::layout::{
+    sst_region_id, DeliveryMode, Layout, SubgroupSpec, View, DECLARED_BYTES_MAX, SUBGROUPS_MAX,
+};
 
 /// Most changes one view change carries (further ones go to the next view change).
 pub const CHANGES_MAX: usize = 32;
@@ -249,7 +252,11 @@ impl Membership {
             .iter()
             .position(|m| *m == me)
             .ok_or_else(|| Error::Config(format!("node {me} is not in view {}", view.vid)))?;
-        let frozen_words = layout.subgroups.iter().map(|s| s.senders.len()).sum();
+        let frozen_words = layout
+            .subgroups
+            .iter()
+            .map(SubgroupSpec::frozen_words)
+            .sum();
         let geom = RowGeometry::new(view.members.len(), frozen_words);
         let region_id = membership_region_id(view.vid);
         let region = register(region_id, geom.row_bytes * view.members.len())?;
@@ -687,7 +694,7 @@ impl Membership {
     /// The leader's ragged trim, once the committed changes remove every suspected member
     /// and every remaining member has published its frozen counters.
     fn compute_trim(&mut self) {
-        let committed = &self.changes[..self.num_committed];
+        let committed = self.changes[..self.num_committed].to_vec();
         let removed: BTreeSet<NodeId> = committed
             .iter()
             .filter_map(|c| match c {
@@ -714,7 +721,15 @@ impl Membership {
         }
         let mut cuts = Vec::with_capacity(g.frozen_words);
         let mut base = 0;
-        for sg in &self.layout.subgroups {
+        for sg in &self.layout.subgroups.clone() {
+            if matches!(sg.mode, DeliveryMode::Dare(_)) {
+                let Some(c) = self.dare_handoff(sg, &removed, &own, base) else {
+                    return;
+                };
+                cuts.extend(c);
+                base += sg.frozen_words();
+                continue;
+            }
             let senders = sg.senders.len();
             let mut c = vec![u64::MAX; senders];
             let mut any = false;
@@ -755,10 +770,64 @@ impl Membership {
         tracing::debug!(changes = committed.len(), cuts = ?cuts, "ragged trim computed");
         self.trim = Some(Trim {
             tag: self.rank as u64 + 1,
-            changes: committed.to_vec(),
+            changes: committed,
             cuts,
         });
         self.dirty.trim = true;
+    }
+
+    /// A dare subgroup's part of the trim, from its remaining members' frozen reports
+    /// (`log_term`, `tail`, `applied`, `term` at `base` of their frozen words): the
+    /// hand-off source, the range `(from, to]` every survivor ends the instance with
+    /// ([`handoff_source`]), and the next instance's first term, one past every term
+    /// reported. `None` (and the member suspected) if the reports cannot be honoured.
+    fn dare_handoff(
+        &mut self,
+        sg: &SubgroupSpec,
+        removed: &BTreeSet<NodeId>,
+        own: &[u64],
+        base: usize,
+    ) -> Option<Vec<u64>> {
+        let g = self.geom.clone();
+        let mut reports = Vec::new();
+        let mut term_max = 0u64;
+        for m in sg.members.iter().filter(|m| !removed.contains(m)) {
+            let Some(k) = self.view.members.iter().position(|x| x == m) else {
+                continue;
+            };
+            let w = |j: usize| {
+                if k == self.rank {
+                    own[base + j]
+                } else {
+                    self.peer(k, g.frozen() + base + j)
+                }
+            };
+            reports.push(DareReport {
+                node: *m,
+                log_term: w(0),
+                tail: w(1),
+                applied: w(2),
+            });
+            term_max = term_max.max(w(0)).max(w(3));
+        }
+        match handoff_source(&reports) {
+            Ok(Some((source, from, to))) => Some(vec![
+                u64::from(source),
+                from,
+                to,
+                term_max.saturating_add(1),
+            ]),
+            Ok(None) => Some(vec![0; sg.frozen_words()]),
+            Err(e) => {
+                let culprit = reports.iter().max_by_key(|r| r.applied).map(|r| r.node);
+                if let Some(k) =
+                    culprit.and_then(|c| self.view.members.iter().position(|x| *x == c))
+                {
+                    self.bad(k, format!("subgroup {}: {e}", sg.id));
+                }
+                None
+            }
+        }
     }
 
     fn follow(&mut self, leader: usize) {

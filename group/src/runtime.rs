@@ -266,12 +266,22 @@ fn predicate_loop(
     let mut last_work = Instant::now();
     let mut idle_rounds: u32 = 0;
     let mut round: u32 = 0;
+    // A dare subgroup's core runs on the clock (heartbeats, elections) and on two-sided
+    // messages: its fabric events are taken every round, and a park never outlasts its
+    // heartbeat.
+    let dare = engine.dare_heartbeat_us();
+    let park = dare.map_or(park, |hb| park.min(Duration::from_micros(hb)));
+    let start = Instant::now();
     while !shared.stop.load(Ordering::Acquire) {
         round = round.wrapping_add(1);
         let mut work = engine.step();
+        if dare.is_some() {
+            work |= step_dare(&mut engine, &*ep, start.elapsed().as_micros() as u64);
+        }
         {
             let _corked = Corked::new(&*ep);
             work |= engine.drain_pushes(&mut scratch, |p, bytes| p.post(&*ep, bytes)) > 0;
+            work |= engine.drain_dare(|out, imm, ctrl| post_dare(&*ep, out, imm, ctrl)) > 0;
         }
         while let Some(batch) = engine.poll_delivery() {
             upcall(&batch);
@@ -279,10 +289,19 @@ fn predicate_loop(
             work = true;
         }
         // Fabric events are rare (failures): look every few rounds, and whenever idle.
-        if !work || round % EVENT_POLL_ROUNDS == 0 {
+        if !work || round % EVENT_POLL_ROUNDS == 0 || dare.is_some() {
             while let Some(event) = ep.poll_event() {
-                if let Event::PeerFailed { peer, .. } = event {
-                    engine.handle_peer_failed(peer);
+                match event {
+                    Event::PeerFailed { peer, .. } => engine.handle_peer_failed(peer),
+                    Event::RegionAnnounced { peer, region } => {
+                        engine.handle_region_announced(peer, region.region);
+                    }
+                    Event::Recv { peer, imm, data } if crate::engine::is_dare_imm(imm) => {
+                        if let Err(e) = engine.handle_dare_recv(peer, imm, &data) {
+                            tracing::warn!(peer, error = %e, "bad dare message");
+                        }
+                    }
+                    _ => {}
                 }
                 work = true;
             }
@@ -318,6 +337,22 @@ fn predicate_loop(
         }
     }
     *lock(&shared.stats) = engine.stats();
+}
+
+/// Steps the engine's dare subgroups at `now_us` over `ep` (a fixed view's [`Node`]):
+/// the log regions their cores wait for, their steps (registering re-keyed log regions
+/// on `ep`), and the withdrawal of the regions they re-keyed away from.
+fn step_dare(engine: &mut Engine, ep: &dyn Endpoint, now_us: u64) -> bool {
+    for (peer, region) in engine.dare_regions_awaited() {
+        if ep.remote_region(peer, region).is_some() {
+            engine.handle_region_announced(peer, region);
+        }
+    }
+    let work = engine.step_dare(now_us, &mut |id, len| Ok(ep.register_region(id, len)?));
+    for r in engine.take_withdrawn_regions() {
+        let _ = ep.deregister_region(r);
+    }
+    work
 }
 
 // ----- the group runtime ----------------------------------------------------------------
@@ -701,8 +736,11 @@ fn group_loop(
         }
         std::thread::yield_now();
         if idle_rounds % CLOCK_ROUNDS == 0 && last_work.elapsed() >= spin {
-            // Park, but wake in time for the group's time-outs (joins, activation).
-            ep.wait(Duration::from_millis(5));
+            // Park, but wake in time for the group's time-outs (joins, activation) and a
+            // dare subgroup's heartbeats.
+            let hb = group.engine().and_then(Engine::dare_heartbeat_us);
+            let park = Duration::from_millis(5);
+            ep.wait(hb.map_or(park, |hb| park.min(Duration::from_micros(hb))));
         }
     }
     if corked_rounds > 0 {
@@ -806,10 +844,49 @@ pub fn drive(group: &mut Group, ep: &dyn Endpoint, now_us: u64, scratch: &mut Ve
         }
         p.post(ep, bytes)
     });
+    let posted = posted + group.drain_dare(|out, imm, ctrl| post_dare(ep, out, imm, ctrl));
     drop(_corked);
     // State transfers, which follow the round's writes.
     perform_all(group);
     work || posted > 0
+}
+
+/// Posts one output of a dare subgroup's core ([`Group::drain_dare`]): a write, or a
+/// two-sided send with the subgroup's immediate `imm`. A send or a control-region write
+/// to a peer that has not announced the view's control region `ctrl` yet is held
+/// (`QueueFull`), as an SST push is; a log-region write goes out as it is (the core
+/// writes only into log regions it heard announced; a withdrawn one refuses it).
+pub fn post_dare(
+    ep: &dyn Endpoint,
+    out: &crate::dare::DareOut,
+    imm: u32,
+    ctrl: spindle_transport_rdma::RegionId,
+) -> spindle_transport_rdma::Result<()> {
+    use crate::dare::DareOut;
+    let (peer, gated) = match out {
+        DareOut::Write { peer, region, .. } => (*peer, *region == ctrl),
+        DareOut::Send { peer, .. } => (*peer, true),
+    };
+    if gated && ep.remote_region(peer, ctrl).is_none() {
+        return Err(spindle_transport_rdma::Error::QueueFull { peer });
+    }
+    match out {
+        DareOut::Write {
+            peer,
+            region,
+            offset,
+            bytes,
+            guard: None,
+        } => ep.write(*peer, *region, *offset, bytes),
+        DareOut::Write {
+            peer,
+            region,
+            offset,
+            bytes,
+            guard: Some((at, value)),
+        } => ep.write_then_release(*peer, *region, *offset, bytes, *at, *value),
+        DareOut::Send { peer, bytes } => ep.send(*peer, imm, bytes),
+    }
 }
 
 /// An [`Endpoint::cork`] ended when dropped, whatever path leaves the scope.

@@ -134,7 +134,9 @@ impl Ring {
                 DeliveryMode::Atomic => {
                     g.messages_before(self.sender_rank, self.region.load_u64(g.delivered_num(m)))
                 }
-                DeliveryMode::Unordered => {
+                // A dare subgroup's ring is a local staging ring: the engine counts a
+                // message as received when it hands it to the DARE core.
+                DeliveryMode::Unordered | DeliveryMode::Dare(_) => {
                     self.region.load_u64(g.received_num(m, self.sender_rank))
                 }
             })

@@ -75,6 +75,10 @@ enum Cmd {
         /// an address inside a network namespace, for the partition test.
         #[arg(long)]
         listen: Option<String>,
+        /// Order the subgroup by DARE (`DeliveryMode::Dare`, the workloads' settings)
+        /// instead of atomic multicast.
+        #[arg(long)]
+        dare: bool,
     },
     /// Throughput around a join: 4 members send unpaced, a fifth joins.
     JoinDip {
@@ -169,6 +173,17 @@ fn layout(view: &View) -> Result<Layout, String> {
     Ok(Layout::one_subgroup(view, 0, 64, 64))
 }
 
+/// [`layout`] with the subgroup ordered by DARE.
+fn dare_layout(view: &View) -> Result<Layout, String> {
+    let mut l = layout(view)?;
+    for s in &mut l.subgroups {
+        s.mode = spindle_group::DeliveryMode::Dare(
+            spindle_bench::workload::workload_dare_settings(s.window_slots),
+        );
+    }
+    Ok(l)
+}
+
 fn unix_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -256,6 +271,7 @@ fn node_main(
     log: Option<std::path::PathBuf>,
     pace_us: u64,
     rate_ms: u64,
+    dare: bool,
 ) -> Result<(), BoxError> {
     println!("ADDR {}", ep.address());
     std::io::stdout().flush()?;
@@ -263,7 +279,11 @@ fn node_main(
     let mut line = String::new();
     stdin.read_line(&mut line)?;
     let line = line.trim().to_string();
-    let mut cfg = GroupConfig::new(Arc::new(layout));
+    let mut cfg = if dare {
+        GroupConfig::new(Arc::new(dare_layout))
+    } else {
+        GroupConfig::new(Arc::new(layout))
+    };
     cfg.join_retry_us = 50_000;
     let group = if let Some(rest) = line.strip_prefix("PEERS ") {
         let peers = parse_peers(rest)?;
@@ -877,6 +897,7 @@ fn main() {
             fd,
             secret,
             listen,
+            dare,
         } => with_secret(fd.fabric(), secret).and_then(|fabric| {
             let ep = match listen {
                 Some(addr) if backend == "tcp" => {
@@ -887,7 +908,7 @@ fn main() {
                 Some(_) => return Err("--listen is for the tcp backend".into()),
                 None => open_backend(&backend, id, fabric)?,
             };
-            node_main(id, ep, messages, log, pace_us, rate_ms)
+            node_main(id, ep, messages, log, pace_us, rate_ms, dare)
         }),
         Cmd::JoinDip { backend, nodes } => join_dip_main(&backend, nodes),
         Cmd::Kills {

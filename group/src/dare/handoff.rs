@@ -71,7 +71,12 @@ pub fn handoff_source(reports: &[DareReport]) -> Result<Option<(NodeId, u64, u64
 impl DareNode {
     /// This member's report to a view change (call once it no longer steps).
     pub fn handoff_report(&self) -> DareReport {
-        let (tail, log_term) = self.last_entry();
+        // A member that never stepped has no log yet.
+        let (tail, log_term) = if self.log_key.is_some() {
+            self.last_entry()
+        } else {
+            (0, 0)
+        };
         DareReport {
             node: self.me,
             log_term,

@@ -40,10 +40,18 @@ pub const LOG_COMMIT_OFFSET: usize = WORD_BYTES;
 
 const _: () = assert!(DARE_LOG_REGION_BASE as u64 + DARE_TERM_MAX < u32::MAX as u64);
 
-/// The id the log region is registered under in `term`.
+/// The id the log region is registered under in `term` (a group of its own: base
+/// [`DARE_LOG_REGION_BASE`]).
 pub fn log_region_id(term: u64) -> RegionId {
+    log_region_id_at(DARE_LOG_REGION_BASE, term)
+}
+
+/// The id the log region is registered under in `term` when the group's log ids start
+/// at `base` (an engine's dare subgroups each take their own base, see
+/// [`crate::dare::DareNode::with_log_region_base`]).
+pub fn log_region_id_at(base: RegionId, term: u64) -> RegionId {
     assert!(term <= DARE_TERM_MAX, "term {term} beyond DARE_TERM_MAX");
-    DARE_LOG_REGION_BASE + term as RegionId
+    base + term as RegionId
 }
 
 /// `term` and `index` in one word (so a reader never sees one without the other).

@@ -87,7 +87,7 @@ use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES};
 
 use crate::{Error, Result};
 use layout::{
-    log_region_id, pack, unpack, CtrlLayout, LogLayout, DARE_INDEX_MAX, DARE_LOG_REGION_BASE,
+    log_region_id_at, pack, unpack, CtrlLayout, LogLayout, DARE_INDEX_MAX, DARE_LOG_REGION_BASE,
     DARE_TERM_MAX, ENTRY_HEADER_BYTES, LOG_COMMIT_OFFSET, LOG_TAIL_OFFSET,
 };
 
@@ -305,6 +305,8 @@ pub struct DareNode {
     ctrl_id: RegionId,
     /// The term the first step adopts (0, or one past an earlier instance's terms).
     first_term: u64,
+    /// The id of the log region of term 0; term `t`'s is `log_base + t`.
+    log_base: RegionId,
     log: Region,
     /// The term the log region is registered for (`None`: not yet registered).
     log_key: Option<u64>,
@@ -410,6 +412,7 @@ impl DareNode {
             log: ctrl.clone(),
             ctrl_id: ctrl.id(),
             first_term: 0,
+            log_base: DARE_LOG_REGION_BASE,
             ctrl,
             ctrl_layout,
             log_layout,
@@ -457,6 +460,26 @@ impl DareNode {
         Ok(self)
     }
 
+    /// Registers this member's log regions from `base` on (term `t` under `base + t`)
+    /// instead of [`DARE_LOG_REGION_BASE`] (before its first step): several groups on one
+    /// endpoint (an engine's dare subgroups) each take their own range of
+    /// [`DARE_TERM_MAX`] + 1 ids. An error if the range leaves the 32-bit ids or the
+    /// member already stepped.
+    pub fn with_log_region_base(mut self, base: RegionId) -> Result<DareNode> {
+        if u64::from(base) + DARE_TERM_MAX > u64::from(RegionId::MAX) || self.log_key.is_some() {
+            return Err(Error::Config(format!(
+                "dare: log region base {base:#x}: its terms pass the 32-bit ids, or the member \
+                 already started"
+            )));
+        }
+        self.log_base = base;
+        Ok(self)
+    }
+
+    fn log_id(&self, term: u64) -> RegionId {
+        log_region_id_at(self.log_base, term)
+    }
+
     /// This member's node id.
     pub fn node(&self) -> NodeId {
         self.me
@@ -492,7 +515,7 @@ impl DareNode {
     }
     /// The id the log region is registered under now.
     pub fn log_region_id(&self) -> Option<RegionId> {
-        self.log_key.map(log_region_id)
+        self.log_key.map(|t| self.log_id(t))
     }
     /// Messages handed over and not yet delivered here.
     pub fn pending(&self) -> usize {
@@ -607,7 +630,7 @@ impl DareNode {
         let Some(r) = self.members.iter().position(|&m| m == peer) else {
             return;
         };
-        let Some(term) = region.checked_sub(DARE_LOG_REGION_BASE) else {
+        let Some(term) = region.checked_sub(self.log_base) else {
             return;
         };
         let term = u64::from(term);
@@ -630,7 +653,7 @@ impl DareNode {
                     && self.log_announced[j] != Some(self.term)
                     && unpack(self.ctrl.load_u64(self.ctrl_layout.hello(j))).0 == self.term
             })
-            .map(|j| (self.members[j], log_region_id(self.term)))
+            .map(|j| (self.members[j], self.log_id(self.term)))
             .collect()
     }
 
@@ -746,7 +769,8 @@ impl DareNode {
             "terms only grow"
         );
         let len = self.log_layout.bytes();
-        let region = rekey(self.log_key.map(log_region_id), log_region_id(term), len)?;
+        let old = self.log_key.map(|t| self.log_id(t));
+        let region = rekey(old, self.log_id(term), len)?;
         if region.len() < len {
             return Err(Error::Config(format!(
                 "dare: log region of {} bytes, need {len}",
@@ -1139,7 +1163,7 @@ impl DareNode {
                             // earlier terms commit without new traffic).
                             self.write(
                                 j,
-                                log_region_id(self.term),
+                                self.log_id(self.term),
                                 LOG_TAIL_OFFSET,
                                 pack(self.term, tail).to_le_bytes().to_vec(),
                             );
@@ -1163,7 +1187,7 @@ impl DareNode {
                     } else {
                         tail.min(next + DARE_REPLICATE_BATCH_MAX as u64 - 1)
                     };
-                    let region = log_region_id(self.term);
+                    let region = self.log_id(self.term);
                     for k in next..=last {
                         let e = self.read_entry(k)?;
                         let at = self.log_layout.slot(k);
@@ -1217,7 +1241,7 @@ impl DareNode {
                 if c > commit_sent {
                     self.write(
                         j,
-                        log_region_id(self.term),
+                        self.log_id(self.term),
                         LOG_COMMIT_OFFSET,
                         c.to_le_bytes().to_vec(),
                     );

@@ -1,5 +1,6 @@
 //! Unit tests of the DARE core.
 
+use super::layout::log_region_id;
 use super::layout::DARE_CTRL_REGION_ID;
 use super::*;
 

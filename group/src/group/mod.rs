@@ -25,17 +25,21 @@ use std::sync::Arc;
 
 use spindle_transport_rdma::{Endpoint, Event, FailureReason, NodeId, Region, RegionId};
 
-use crate::engine::{DeliveryBatch, Engine, EngineConfig, EngineEvent, Push};
+use crate::engine::{is_dare_imm, DeliveryBatch, Engine, EngineConfig, EngineEvent, Push};
 use crate::error::{Error, Result};
-use crate::layout::{DeliveryMode, Layout, SubgroupId, View, DECLARED_BYTES_MAX};
-use crate::membership::{Change, Membership, Outcome, Trim, ADDRESS_BYTES_MAX};
+use crate::layout::{Layout, SubgroupId, View, DECLARED_BYTES_MAX};
+use crate::membership::{Membership, Outcome, ADDRESS_BYTES_MAX};
 use crate::smc::Sender;
 
+mod dare;
+mod install;
 mod leaving;
 mod redial;
 mod state;
 mod wire;
 
+pub use dare::DARE_HANDOFF_CHUNK_BYTES_MAX;
+use dare::{frozen_counters, DareHandoffs};
 use redial::Redial;
 pub use redial::REDIAL_US;
 pub use state::state_plan;
@@ -79,6 +83,9 @@ pub trait LocalFabric {
         id: RegionId,
         len_bytes: usize,
     ) -> spindle_transport_rdma::Result<Region>;
+    /// True if `peer`'s region `id` is known here (announced): a dare subgroup's core
+    /// asks for the log regions it waits for.
+    fn knows_remote_region(&self, peer: NodeId, id: RegionId) -> bool;
 }
 
 impl<E: Endpoint + ?Sized> LocalFabric for E {
@@ -94,6 +101,9 @@ impl<E: Endpoint + ?Sized> LocalFabric for E {
         len_bytes: usize,
     ) -> spindle_transport_rdma::Result<Region> {
         self.register_region(id, len_bytes)
+    }
+    fn knows_remote_region(&self, peer: NodeId, id: RegionId) -> bool {
+        self.remote_region(peer, id).is_some()
     }
 }
 
@@ -305,6 +315,11 @@ pub struct Group {
     left_at_us: Option<u64>,
     /// The first peer that told this node it was excluded (its link's last word).
     excluded: Option<Exclusion>,
+    /// The hand-offs of the dare subgroups at the current view change.
+    dare: DareHandoffs,
+    /// Per dare subgroup: the first term of its next instance (one past every term
+    /// reported at its last hand-off), kept across views that lack the subgroup.
+    dare_terms: BTreeMap<SubgroupId, u64>,
 }
 
 impl std::fmt::Debug for Group {
@@ -343,6 +358,8 @@ impl Group {
             next_declare_us: 0,
             left_at_us: None,
             excluded: None,
+            dare: DareHandoffs::default(),
+            dare_terms: BTreeMap::new(),
         }
     }
 
@@ -613,6 +630,18 @@ impl Group {
         let active = c.awaiting_state.is_empty();
         if active && c.layout.is_some() {
             work |= c.engine.step();
+            if c.engine.has_dare() {
+                for (peer, region) in c.engine.dare_regions_awaited() {
+                    if local.knows_remote_region(peer, region) {
+                        c.engine.handle_region_announced(peer, region);
+                    }
+                }
+                let mut register = |id, len| Ok(local.register_local_region(id, len)?);
+                work |= c.engine.step_dare(now_us, &mut register);
+                let withdrawn = c.engine.take_withdrawn_regions();
+                self.actions
+                    .extend(withdrawn.into_iter().map(GroupAction::DeregisterRegion));
+            }
         }
         while let Some(e) = c.engine.poll_event() {
             let (EngineEvent::Wedged { peer, .. } | EngineEvent::PeerMisbehaved { peer, .. }) = e;
@@ -641,6 +670,9 @@ impl Group {
         }
         if c.membership.wants_wedge() && !c.engine.is_wedged() {
             c.engine.wedge();
+            let withdrawn = c.engine.take_withdrawn_regions();
+            self.actions
+                .extend(withdrawn.into_iter().map(GroupAction::DeregisterRegion));
             let frozen = frozen_counters(c, me);
             c.membership.set_frozen(frozen);
             work |= c.membership.step();
@@ -737,6 +769,20 @@ impl Group {
         posted
     }
 
+    /// Posts the dare subgroups' queued writes and sends ([`Engine::drain_dare`]).
+    pub fn drain_dare(
+        &mut self,
+        post: impl FnMut(&crate::dare::DareOut, u32, RegionId) -> spindle_transport_rdma::Result<()>,
+    ) -> usize {
+        if matches!(self.phase, Phase::Done) {
+            return 0;
+        }
+        match &mut self.current {
+            Some(c) => c.engine.drain_dare(post),
+            None => 0,
+        }
+    }
+
     /// True when actions are queued (the round did something the runtime must carry out).
     fn take_action_work(&self) -> bool {
         !self.actions.is_empty()
@@ -791,6 +837,7 @@ impl Group {
                         }
                     }
                     c.membership.suspect(peer);
+                    c.engine.handle_dare_peer_failed(peer);
                 }
                 if let Phase::Joining { contacts, next, .. } = &mut self.phase {
                     if contacts.get(*next).is_some_and(|(c, _)| *c == peer) {
@@ -814,6 +861,18 @@ impl Group {
             Event::Recv { peer, imm, data } if imm == MEMBERSHIP_IMM => {
                 if let Err(e) = self.message(local, peer, &data, now_us) {
                     tracing::warn!(node = self.me, peer, error = %e, "bad membership message");
+                }
+            }
+            Event::Recv { peer, imm, data } if is_dare_imm(imm) => {
+                if let Some(c) = &mut self.current {
+                    if let Err(e) = c.engine.handle_dare_recv(peer, imm, &data) {
+                        tracing::warn!(node = self.me, peer, error = %e, "bad dare message");
+                    }
+                }
+            }
+            Event::RegionAnnounced { peer, region } => {
+                if let Some(c) = &mut self.current {
+                    c.engine.handle_region_announced(peer, region.region);
                 }
             }
             _ => {}
@@ -883,6 +942,15 @@ impl Group {
                         c.membership.request_declare(node, declared);
                     }
                 }
+            }
+            Msg::DareEntries {
+                vid,
+                subgroup,
+                first,
+                entries,
+            } => {
+                let current = self.current.as_ref().map_or(0, |c| c.view.vid);
+                self.dare.received(current, vid, subgroup, first, entries);
             }
             Msg::State {
                 vid,
@@ -1034,6 +1102,10 @@ impl Group {
             let w = Arc::clone(w);
             engine.set_waker(move || w());
         }
+        for (sg, term) in &self.dare_terms {
+            // Not a dare subgroup of this node in this view: nothing to start.
+            let _ = engine.set_dare_first_term(*sg, *term);
+        }
         self.current_skips.clear();
         if layout.is_ok() {
             for ((sg, sender), count) in std::mem::take(&mut self.pending_skips) {
@@ -1106,239 +1178,6 @@ impl Group {
             }));
     }
 
-    /// Acts on a trim a majority holds: re-sends, deliveries up to the trim, the next view.
-    /// Returns false while an application loan still holds the ring.
-    fn install<L: LocalFabric + ?Sized>(
-        &mut self,
-        local: &L,
-        trim: Trim,
-        now_us: u64,
-    ) -> Result<bool> {
-        let me = self.me;
-        let Some(c) = self.current.as_mut() else {
-            return Ok(false);
-        };
-        let layout = c.layout.clone().unwrap_or_default();
-        let total: usize = layout.subgroups.iter().map(|s| s.senders.len()).sum();
-        if trim.cuts.len() != total {
-            return Err(Error::Protocol(format!(
-                "trim has {} cuts, the layout {total} senders",
-                trim.cuts.len()
-            )));
-        }
-        let removed_now: Vec<NodeId> = trim
-            .changes
-            .iter()
-            .filter_map(|ch| match ch {
-                Change::Remove(n) => Some(*n),
-                _ => None,
-            })
-            .collect();
-        let mut resends = Vec::new();
-        let mut skips = Vec::new();
-        let mut base = 0;
-        for sg in &layout.subgroups {
-            let cuts = &trim.cuts[base..base + sg.senders.len()];
-            base += sg.senders.len();
-            if !sg.members.contains(&me) {
-                continue;
-            }
-            if let Some(r) = sg.senders.iter().position(|s| *s == me) {
-                match c.engine.messages_past_trim(sg.id, cuts[r])? {
-                    None => return Ok(false),
-                    Some(v) => resends.push((sg.id, v)),
-                }
-            }
-            if sg.mode == DeliveryMode::Unordered {
-                // Only senders that stay re-send; a removed sender's skip would wrongly
-                // hide the first messages of a later incarnation with the same id.
-                for (r, s) in sg.senders.iter().enumerate() {
-                    let n = c.engine.messages_held_from(sg.id, r, cuts[r])?;
-                    if n > 0 && !removed_now.contains(s) {
-                        skips.push(((sg.id, *s), n));
-                    }
-                }
-            }
-        }
-        let mut base = 0;
-        for sg in &layout.subgroups {
-            let cuts = &trim.cuts[base..base + sg.senders.len()];
-            base += sg.senders.len();
-            if sg.members.contains(&me) {
-                c.engine.deliver_to_trim(sg.id, cuts)?;
-            }
-        }
-        while let Some(b) = c.engine.poll_delivery() {
-            self.outputs.push_back(GroupOutput::Delivery(b));
-        }
-        // The next view: survivors in their order, then the joiners.
-        let old = c.view.clone();
-        let mut removed = Vec::new();
-        let mut added = Vec::new();
-        let mut declared = old.declared.clone();
-        for ch in &trim.changes {
-            match ch {
-                Change::Remove(n) => {
-                    removed.push(*n);
-                    declared.remove(n);
-                }
-                Change::Add { node, address } => {
-                    if !added.contains(node) {
-                        added.push(*node);
-                        self.addresses.insert(*node, address.clone());
-                    }
-                    // A joiner starts with nothing declared, even under a removed id.
-                    declared.remove(node);
-                }
-                Change::Declare { node, declared: d } => {
-                    if d.is_empty() {
-                        declared.remove(node);
-                    } else {
-                        declared.insert(*node, d.clone());
-                    }
-                }
-            }
-        }
-        let mut members: Vec<NodeId> = old
-            .members
-            .iter()
-            .copied()
-            .filter(|m| !removed.contains(m))
-            .collect();
-        for a in &added {
-            if !members.contains(a) {
-                members.push(*a);
-            }
-        }
-        let departed: Vec<NodeId> = old
-            .members
-            .iter()
-            .copied()
-            .filter(|m| !members.contains(m) || added.contains(m))
-            .collect();
-        let carried: Vec<NodeId> = c
-            .membership
-            .suspected()
-            .into_iter()
-            .filter(|n| !removed.contains(n) && *n != me)
-            .collect();
-        let joins = c.membership.pending_joins().to_vec();
-        let declares = c.membership.pending_declares().to_vec();
-        declared.retain(|n, _| members.contains(n));
-        let view = View {
-            vid: old.vid + 1,
-            members,
-            declared,
-        };
-        let _span = tracing::info_span!("install_view", node = me, vid = view.vid).entered();
-        tracing::info!(members = ?view.members, "installing view");
-        let holders_before = self.holders.clone();
-        let Some(prev) = self.current.take() else {
-            return Ok(false);
-        };
-        self.retiring = Some(prev.membership);
-        for (sg, msgs) in resends {
-            self.stats.resent += msgs.len() as u64;
-            self.pending_resends.entry(sg).or_default().extend(msgs);
-        }
-        self.pending_skips
-            .retain(|(_, s), _| !removed_now.contains(s));
-        self.pending_skips.extend(skips);
-        let plan = self.enter_view(local, view.clone(), &added, now_us)?;
-        let c = self.current.as_mut().expect("entered");
-        for n in carried {
-            c.membership.suspect(n);
-        }
-        for (n, a) in joins {
-            c.membership.request_join(n, a);
-        }
-        for (n, d) in declares {
-            c.membership.request_declare(n, d);
-        }
-        c.joiners = added.clone();
-        if !added.is_empty() && view.members.first() == Some(&me) {
-            // Joiners hold no state, even one that rejoins under the id of a member this
-            // change removed.
-            let holders = holders_before
-                .iter()
-                .map(|(sg, ids)| {
-                    let ids = ids.iter().copied().filter(|i| !added.contains(i));
-                    (*sg, ids.collect())
-                })
-                .collect();
-            let addresses = view
-                .members
-                .iter()
-                .map(|m| (*m, self.addresses.get(m).cloned().unwrap_or_default()))
-                .collect();
-            let msg = Msg::NewView(NewView {
-                view: view.clone(),
-                addresses,
-                holders,
-            })
-            .encode();
-            for a in &added {
-                self.actions.push_back(send(*a, msg.clone()));
-            }
-            c.new_view_msg = Some(msg);
-        }
-        for r in &removed {
-            if !view.members.contains(r) {
-                self.actions.push_back(GroupAction::Disconnect { peer: *r });
-            }
-        }
-        self.announce(view, added, departed);
-        for (sg, giver, receiver) in plan {
-            if giver == me {
-                self.outputs.push_back(GroupOutput::StateRequested {
-                    subgroup: sg,
-                    joiner: receiver,
-                });
-            }
-        }
-        self.apply_early_states();
-        self.flush_resends();
-        Ok(true)
-    }
-
-    /// Puts re-sends into the current view's rings, in order, as the window allows.
-    fn flush_resends(&mut self) -> bool {
-        let Some(c) = &self.current else {
-            return false;
-        };
-        if c.layout.is_none() || !c.awaiting_state.is_empty() || c.engine.is_wedged() {
-            return false;
-        }
-        let mut work = false;
-        for (sg, q) in self.pending_resends.iter_mut() {
-            let Ok(sender) = c.engine.sender(*sg) else {
-                // Not a sender of this subgroup in this (adequate) view: hand them back.
-                self.outputs.push_back(GroupOutput::Undeliverable {
-                    subgroup: *sg,
-                    payloads: q.drain(..).collect(),
-                });
-                work = true;
-                continue;
-            };
-            while let Some(msg) = q.front() {
-                match sender.try_send(msg) {
-                    Ok(_) => {
-                        q.pop_front();
-                        work = true;
-                    }
-                    Err(Error::WindowFull { .. }) => break,
-                    Err(e) => {
-                        tracing::error!(node = self.me, subgroup = sg, error = %e,
-                            "a re-send does not fit the new view's subgroup; dropped");
-                        q.pop_front();
-                    }
-                }
-            }
-        }
-        self.pending_resends.retain(|_, q| !q.is_empty());
-        work
-    }
-
     fn shut_down(&mut self, why: String) {
         // A member told us it excluded us (its link's last word, or its membership row):
         // that, not what we concluded from the links it then closed, is why we stop.
@@ -1371,17 +1210,4 @@ impl Group {
         self.phase = Phase::Done;
         self.outputs.push_back(out);
     }
-}
-
-/// The engine's frozen `received_num` per subgroup and sender of the layout, in layout
-/// order (zeros where this node is not a member).
-fn frozen_counters(c: &Current, me: NodeId) -> Vec<u64> {
-    let mut out = Vec::new();
-    for sg in c.layout.iter().flat_map(|l| l.subgroups.iter()) {
-        match c.engine.received(sg.id) {
-            Ok(r) if sg.members.contains(&me) => out.extend_from_slice(r),
-            _ => out.extend(std::iter::repeat_n(0, sg.senders.len())),
-        }
-    }
-    out
 }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use spindle_transport_rdma::NodeId;
 
+use crate::dare::{DareDelivery, DARE_PAYLOAD_BYTES_MAX};
 use crate::error::{Error, Result};
 use crate::layout::{SubgroupId, View, DECLARED_BYTES_MAX};
 
@@ -16,6 +17,7 @@ const MSG_REDIRECT: u8 = 2;
 const MSG_NEW_VIEW: u8 = 3;
 const MSG_STATE: u8 = 4;
 const MSG_DECLARE: u8 = 5;
+const MSG_DARE_ENTRIES: u8 = 6;
 
 /// The view a member sends to the joiners it admits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +66,18 @@ pub(crate) enum Msg {
         skips: Vec<(NodeId, u64)>,
         /// The application's snapshot.
         state: Vec<u8>,
+    },
+    /// Part of a dare subgroup's hand-off: entries of the source's log of the instance
+    /// of view `vid` (`crate::group::dare`).
+    DareEntries {
+        /// The view whose instance ends.
+        vid: u32,
+        /// The subgroup.
+        subgroup: SubgroupId,
+        /// The first index the source ships (in this message or another).
+        first: u64,
+        /// The entries, in index order.
+        entries: Vec<DareDelivery>,
     },
 }
 
@@ -128,6 +142,27 @@ impl Msg {
                     w.u64(*n);
                 }
                 w.bytes(state);
+                w.0
+            }
+            Msg::DareEntries {
+                vid,
+                subgroup,
+                first,
+                entries,
+            } => {
+                let mut w = Writer::new(MSG_DARE_ENTRIES);
+                w.u32(*vid);
+                w.u32(*subgroup);
+                w.u64(*first);
+                w.u32(entries.len() as u32);
+                for e in entries {
+                    w.u64(e.index);
+                    w.u64(e.term);
+                    w.u32(e.sender);
+                    w.u64(e.sender_seq);
+                    w.u32(e.payload.len() as u32);
+                    w.bytes(&e.payload);
+                }
                 w.0
             }
         }
@@ -204,6 +239,46 @@ impl Msg {
                     subgroup,
                     skips,
                     state: r.rest().to_vec(),
+                }
+            }
+            MSG_DARE_ENTRIES => {
+                let vid = r.u32()?;
+                let subgroup = r.u32()?;
+                let first = r.u64()?;
+                let n = r.u32()? as usize;
+                // Each entry takes at least its 32-byte header.
+                if n > r.remaining() / 32 {
+                    return Err(Error::Protocol(format!(
+                        "DARE hand-off of {n} entries in {} bytes",
+                        r.remaining()
+                    )));
+                }
+                let mut entries = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let index = r.u64()?;
+                    let term = r.u64()?;
+                    let sender = r.u32()?;
+                    let sender_seq = r.u64()?;
+                    let len = r.u32()? as usize;
+                    if len > DARE_PAYLOAD_BYTES_MAX {
+                        return Err(Error::Protocol(format!(
+                            "DARE hand-off entry {index} of {len} bytes, at most \
+                             {DARE_PAYLOAD_BYTES_MAX}"
+                        )));
+                    }
+                    entries.push(DareDelivery {
+                        index,
+                        term,
+                        sender,
+                        sender_seq,
+                        payload: r.take(len)?.to_vec(),
+                    });
+                }
+                Msg::DareEntries {
+                    vid,
+                    subgroup,
+                    first,
+                    entries,
                 }
             }
             k => return Err(Error::Protocol(format!("unknown message kind {k}"))),
@@ -337,6 +412,27 @@ mod tests {
                 subgroup: 5,
                 skips: vec![(1, 10), (2, 0)],
                 state: b"snapshot".to_vec(),
+            },
+            Msg::DareEntries {
+                vid: 7,
+                subgroup: 2,
+                first: 4,
+                entries: vec![
+                    DareDelivery {
+                        index: 4,
+                        term: 2,
+                        sender: 3,
+                        sender_seq: 1,
+                        payload: b"entry".to_vec(),
+                    },
+                    DareDelivery {
+                        index: 5,
+                        term: 3,
+                        sender: 1,
+                        sender_seq: 9,
+                        payload: Vec::new(),
+                    },
+                ],
             },
         ]
     }

@@ -6,15 +6,17 @@
 //! * per view: view ids increase at every node; one membership per view id (no split
 //!   brain); each view holds a majority of the previous one;
 //! * at the end: members that pass from view v to v+1 delivered the same messages in v in
-//!   every atomic subgroup (virtual synchrony); one total order per atomic subgroup across
-//!   views (every node's sequence is a prefix of the longest, so nothing past an agreed
-//!   trim was ever delivered).
+//!   every atomic subgroup and the dare subgroup (virtual synchrony; for DARE: the
+//!   hand-off ends the view's instance at one index everywhere); one total order per
+//!   atomic subgroup and in the dare subgroup across views (every node's sequence is a
+//!   prefix of the longest, so nothing past an agreed trim or hand-off was ever
+//!   delivered, and no committed entry was lost to an election or a view change).
 
 use std::collections::BTreeMap;
 
 use spindle_transport_rdma::NodeId;
 
-use super::{parse_payload, payload, MsgId, NodeRun, SG_ALL, SG_TAIL};
+use super::{parse_payload, payload, MsgId, NodeRun, SG_ALL, SG_DARE, SG_TAIL};
 use crate::layout::{SubgroupId, View};
 
 /// Violations a run keeps (the first ones; later ones add nothing to a diagnosis).
@@ -136,7 +138,10 @@ impl Checker {
                 let Some(mine) = n.subgroups_in.get(&v.vid) else {
                     continue;
                 };
-                for sg in [SG_ALL, SG_TAIL].into_iter().filter(|s| mine.contains(s)) {
+                for sg in [SG_ALL, SG_TAIL, SG_DARE]
+                    .into_iter()
+                    .filter(|s| mine.contains(s))
+                {
                     let list = n.per_view.get(&(v.vid, sg)).unwrap_or(&empty);
                     by_view.entry((v.vid, sg)).or_default().push((n.id, list));
                 }
@@ -158,7 +163,7 @@ impl Checker {
         }
         // One total order per atomic subgroup: every node's sequence is a prefix of the
         // longest one.
-        for sg in [SG_ALL, SG_TAIL] {
+        for sg in [SG_ALL, SG_TAIL, SG_DARE] {
             let longest = all
                 .iter()
                 .filter_map(|n| n.state.get(&sg))

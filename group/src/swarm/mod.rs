@@ -38,7 +38,7 @@ use spindle_transport_rdma::{Endpoint, FabricConfig, NodeId};
 use crate::engine::{EngineConfig, Techniques};
 use crate::error::Error;
 use crate::group::{Group, GroupConfig, GroupOutput, LayoutFn};
-use crate::layout::{DeliveryMode, Layout, SubgroupId, SubgroupSpec, View};
+use crate::layout::{DareSettings, DeliveryMode, Layout, SubgroupId, SubgroupSpec, View};
 use crate::rdmc::{RdmcConfig, ScheduleKind};
 use crate::runtime::drive;
 use crate::testkit::{SimCluster, SimNode};
@@ -58,6 +58,17 @@ pub const SG_ALL: SubgroupId = 0;
 pub const SG_TAIL: SubgroupId = 1;
 /// Every member, unordered; the first two send.
 pub const SG_UNORDERED: SubgroupId = 2;
+/// Every member sends, ordered by DARE ([`DeliveryMode::Dare`], [`SWARM_DARE`]).
+pub const SG_DARE: SubgroupId = 3;
+
+/// The swarm's dare subgroup's settings: a short log (its ring wraps within a run) and a
+/// small sender window.
+pub const SWARM_DARE: DareSettings = DareSettings {
+    log_entries: 32,
+    sender_window: 8,
+    heartbeat_us: 1_000,
+    election_timeout_us: 10_000,
+};
 
 /// Slot payload of the swarm's subgroups: a message above it is large and goes by RDMC.
 pub const SWARM_SLOT_PAYLOAD_BYTES: usize = 96;
@@ -80,11 +91,20 @@ pub fn swarm_rdmc(seed: u64) -> RdmcConfig {
     }
 }
 
+/// [`swarm_layout_with`] with the default dare settings [`SWARM_DARE`].
+pub fn swarm_layout(window_slots: usize, rdmc: Option<RdmcConfig>) -> LayoutFn {
+    swarm_layout_with(window_slots, rdmc, SWARM_DARE)
+}
+
 /// The swarm's deterministic layout function: [`SG_ALL`] (every member sends, atomic),
 /// [`SG_TAIL`] (ranks 1.., the first two send, atomic) and [`SG_UNORDERED`], each with
-/// large messages by RDMC when `rdmc` is set; a view of fewer than 3 members is
-/// inadequate.
-pub fn swarm_layout(window_slots: usize, rdmc: Option<RdmcConfig>) -> LayoutFn {
+/// large messages by RDMC when `rdmc` is set, and [`SG_DARE`] (every member sends,
+/// ordered by DARE, no large messages); a view of fewer than 3 members is inadequate.
+pub fn swarm_layout_with(
+    window_slots: usize,
+    rdmc: Option<RdmcConfig>,
+    dare: DareSettings,
+) -> LayoutFn {
     Arc::new(move |view: &View| {
         let m = &view.members;
         if m.len() < 3 {
@@ -119,6 +139,10 @@ pub fn swarm_layout(window_slots: usize, rdmc: Option<RdmcConfig>) -> LayoutFn {
                     m[..2].to_vec(),
                     DeliveryMode::Unordered,
                 ),
+                SubgroupSpec {
+                    rdmc: None,
+                    ..sg(SG_DARE, m.clone(), m.clone(), DeliveryMode::Dare(dare))
+                },
             ],
         })
     })
@@ -148,6 +172,8 @@ pub enum Fault {
     /// The node declares something new ([`Group::declare`]): a view change that changes
     /// no membership. The liveness phase checks that the final view carries it.
     Declare(NodeId),
+    /// The target freezes as with [`Fault::Pause`] and resumes this many rounds later.
+    PauseFor(Target, u64),
 }
 
 /// Whom a fault hits.
@@ -159,6 +185,11 @@ pub enum Target {
     Leader,
     /// A node that is joining right now (no fault if none is).
     Joiner,
+    /// The node that leads [`SG_DARE`]'s current term, as the live node with the
+    /// newest view knows it (no fault if none is known).
+    DareLeader,
+    /// A member of [`SG_DARE`] that does not lead it: the highest-ranked live one.
+    DareFollower,
 }
 
 /// When a fault fires.
@@ -195,6 +226,8 @@ pub struct Scenario {
     pub large_percent: u32,
     /// Whether the liveness phase restarts crashed and shut-down nodes.
     pub restart_in_liveness: bool,
+    /// The settings of the dare subgroup [`SG_DARE`].
+    pub dare: DareSettings,
     /// Apply every fault even when more than a minority would be impaired (scripted
     /// scenarios that test minority shutdown); random seeds keep a majority.
     pub unbounded_faults: bool,
@@ -214,7 +247,14 @@ impl Scenario {
             large_percent: 0,
             restart_in_liveness: true,
             unbounded_faults: false,
+            dare: SWARM_DARE,
         }
+    }
+
+    /// Sets the dare subgroup's settings.
+    pub fn dare(mut self, settings: DareSettings) -> Scenario {
+        self.dare = settings;
+        self
     }
 
     /// Applies every fault even when more than a minority would be impaired.
@@ -343,6 +383,11 @@ pub struct Report {
     pub messages_delivered: u64,
     /// Of those, large ones (by RDMC).
     pub large_delivered: u64,
+    /// Of those, in the dare subgroup ([`SG_DARE`]).
+    pub dare_delivered: u64,
+    /// Every leader of [`SG_DARE`] seen: `(view id, term, leader)`, as its members knew
+    /// them round by round (the checker asserts one leader per view and term).
+    pub dare_leaders: Vec<(u32, u64, NodeId)>,
     /// Large deliveries in a later view than the one the sender was in when it sent: the
     /// message was cut off by a view change (its RDMC transfer, or its stability, was
     /// incomplete at the trim) and re-sent.
@@ -443,6 +488,8 @@ struct Cluster {
     leaving: BTreeSet<NodeId>,
     delivered_total: u64,
     large_delivered: u64,
+    dare_delivered: u64,
+    dare_leaders: BTreeSet<(u32, u64, NodeId)>,
     /// Large messages sent, with the view their sender was in.
     large_sent_in: BTreeMap<MsgId, u32>,
     large_later_view: u64,
@@ -541,9 +588,10 @@ impl Cluster {
         };
         let cfg = GroupConfig {
             engine: EngineConfig { techniques },
-            layout: swarm_layout(
+            layout: swarm_layout_with(
                 sc.window_slots,
                 (sc.large_percent > 0).then(|| swarm_rdmc(seed)),
+                sc.dare,
             ),
             activation_timeout_us: 60_000,
             join_retry_us: 3_000,
@@ -578,6 +626,8 @@ impl Cluster {
             leaving: BTreeSet::new(),
             delivered_total: 0,
             large_delivered: 0,
+            dare_delivered: 0,
+            dare_leaders: BTreeSet::new(),
             large_sent_in: BTreeMap::new(),
             large_later_view: 0,
             delivery_hash: 0xcbf2_9ce4_8422_2325,
@@ -644,6 +694,8 @@ impl Cluster {
             views_installed,
             messages_delivered: self.delivered_total,
             large_delivered: self.large_delivered,
+            dare_delivered: self.dare_delivered,
+            dare_leaders: self.dare_leaders.into_iter().collect(),
             large_later_view: self.large_later_view,
             faults_fired: self.fired.iter().filter(|f| **f).count(),
             views: self.view_log,
@@ -734,7 +786,9 @@ impl Cluster {
     fn apply(&mut self, fault: Fault) {
         let hits: Vec<NodeId> = match &fault {
             Fault::Crash(Target::Node(n)) | Fault::Pause(n) | Fault::Leave(n) => vec![*n],
-            Fault::Crash(Target::Leader) => self.leader().into_iter().collect(),
+            Fault::Crash(t) | Fault::PauseFor(t, _) if *t != Target::Joiner => {
+                self.target(*t).into_iter().collect()
+            }
             Fault::Partition(sides) => {
                 let largest = sides.iter().map(|s| s.len()).max().unwrap_or(0);
                 let mut skipped_largest = false;
@@ -758,16 +812,17 @@ impl Cluster {
         }
         match fault {
             Fault::Crash(t) => {
-                let id = match t {
-                    Target::Node(n) => Some(n),
-                    Target::Leader => self.leader(),
-                    Target::Joiner => self
-                        .live()
-                        .find(|n| n.group.as_ref().is_some_and(|g| !g.is_active()))
-                        .map(|n| n.id),
-                };
-                if let Some(id) = id {
+                if let Some(id) = self.target(t) {
                     self.crash(id);
+                }
+            }
+            Fault::PauseFor(t, rounds) => {
+                if let Some(id) = self.target(t) {
+                    self.apply(Fault::Pause(id));
+                    self.sc
+                        .faults
+                        .push((When::Round(self.round + rounds), Fault::Resume(id)));
+                    self.fired.push(false);
                 }
             }
             Fault::Restart(id) => {
@@ -862,8 +917,9 @@ impl Cluster {
             if self.sim.rng.gen_range(0..100) >= pct {
                 continue;
             }
-            let sg = [SG_ALL, SG_TAIL, SG_UNORDERED][self.sim.rng.gen_range(0..3)];
-            let len = if self.sim.rng.gen_range(0..100) < self.sc.large_percent {
+            let sg = [SG_ALL, SG_TAIL, SG_UNORDERED, SG_DARE][self.sim.rng.gen_range(0..4)];
+            // A dare subgroup carries no large messages.
+            let len = if self.sim.rng.gen_range(0..100) < self.sc.large_percent && sg != SG_DARE {
                 self.sim
                     .rng
                     .gen_range(SWARM_SLOT_PAYLOAD_BYTES + 1..=SWARM_MESSAGE_BYTES_MAX)
@@ -891,7 +947,9 @@ impl Cluster {
                         self.large_sent_in.insert(msg, vid);
                     }
                 }
-                Err(Error::WindowFull { .. } | Error::Wedged { .. }) => {}
+                Err(
+                    Error::WindowFull { .. } | Error::Wedged { .. } | Error::DareWindowFull { .. },
+                ) => {}
                 Err(e) => self
                     .checker
                     .violation(format!("node {id}: send failed unexpectedly: {e}")),
@@ -912,6 +970,78 @@ impl Cluster {
         for (id, o) in outs {
             self.output(id, o);
         }
+        self.watch_dare_leaders();
+    }
+
+    /// Records the leaders of [`SG_DARE`] its members know; two leaders of one view and
+    /// term are a violation.
+    fn watch_dare_leaders(&mut self) {
+        let mut seen = Vec::new();
+        for n in self.live() {
+            let Some(e) = n.group.as_ref().and_then(|g| g.engine()) else {
+                continue;
+            };
+            if let Ok(Some((Some(leader), term))) = e.dare_leader(SG_DARE) {
+                seen.push((e.view().vid, term, leader));
+            }
+        }
+        for (vid, term, leader) in seen {
+            if self.dare_leaders.insert((vid, term, leader)) {
+                let other = self
+                    .dare_leaders
+                    .iter()
+                    .find(|(v, t, l)| *v == vid && *t == term && *l != leader);
+                if let Some(o) = other {
+                    let v = format!(
+                        "two leaders of subgroup {SG_DARE} in view {vid}, term {term}: {} and \
+                         {leader}",
+                        o.2
+                    );
+                    self.checker.violation(v);
+                }
+            }
+        }
+    }
+
+    fn dare_leader(&self) -> Option<NodeId> {
+        let newest = self
+            .live()
+            .filter_map(|n| n.group.as_ref().and_then(|g| g.engine()))
+            .max_by_key(|e| e.view().vid)?;
+        match newest.dare_leader(SG_DARE) {
+            Ok(Some((leader, _))) => {
+                leader.filter(|l| self.sim.nodes.get(l).is_some_and(|n| !n.down))
+            }
+            _ => None,
+        }
+    }
+
+    fn dare_follower(&self) -> Option<NodeId> {
+        let leader = self.dare_leader();
+        let newest = self
+            .live()
+            .filter_map(|n| n.group.as_ref().and_then(|g| g.layout()))
+            .last()?
+            .clone();
+        let sg = newest.subgroups.iter().find(|s| s.id == SG_DARE)?;
+        sg.members
+            .iter()
+            .rev()
+            .copied()
+            .find(|m| Some(*m) != leader && self.sim.nodes.get(m).is_some_and(|n| !n.down))
+    }
+
+    fn target(&self, t: Target) -> Option<NodeId> {
+        match t {
+            Target::Node(n) => Some(n),
+            Target::Leader => self.leader(),
+            Target::Joiner => self
+                .live()
+                .find(|n| n.group.as_ref().is_some_and(|g| !g.is_active()))
+                .map(|n| n.id),
+            Target::DareLeader => self.dare_leader(),
+            Target::DareFollower => self.dare_follower(),
+        }
     }
 
     fn output(&mut self, id: NodeId, o: GroupOutput) {
@@ -931,6 +1061,9 @@ impl Cluster {
                     self.delivered_total += 1;
                     if m.payload.len() > SWARM_SLOT_PAYLOAD_BYTES {
                         self.large_delivered += 1;
+                    }
+                    if sg == SG_DARE {
+                        self.dare_delivered += 1;
                     }
                     let list = n.state.entry(sg).or_default();
                     let Some(msg) = self.checker.delivery(id, vid, sg, m.payload, list) else {

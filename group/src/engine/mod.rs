@@ -11,17 +11,23 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES};
+use spindle_transport_rdma::{NodeId, Region, RegionId};
 
 use crate::error::{Error, Result};
 use crate::large::Large;
 use crate::layout::{
-    sst_region_id, DeliveryMode, Geometry, Layout, SubgroupId, SubgroupSpec, View, NULL_LEN,
-    RDMC_LEN, SLOT_HEADER_BYTES,
+    sst_region_id, DeliveryMode, Geometry, Layout, SubgroupId, SubgroupSpec, View,
 };
 pub(crate) use crate::push::drain_queue;
 pub use crate::push::Push;
 use crate::smc::{Ring, Sender};
+
+mod dare;
+mod delivery;
+mod epoch;
+mod predicates;
+
+pub use dare::{dare_imm, is_dare_imm, DARE_ENGINE_IMM_TAG, DARE_OUT_QUEUE_MAX};
 
 /// Most messages one receive predicate takes from one sender in one step (batching bound;
 /// also what keeps one busy subgroup from starving the others).
@@ -295,6 +301,10 @@ struct SubgroupState {
     /// Bytes of each message copied into a delivery batch: the spec's
     /// `delivery_prefix` when it names this node, else `usize::MAX` (whole messages).
     delivery_prefix: usize,
+    /// A dare subgroup's core (`engine/dare.rs`); its `geom`, `region` and `ring` are
+    /// then the local staging ring of this node's sends, `region_id` the core's control
+    /// region.
+    dare: Option<dare::DareSub>,
 }
 
 /// Queues the same range of `s`'s region for every other member of the subgroup.
@@ -346,6 +356,94 @@ pub const SPARE_BATCH_BYTES_MAX: usize = 4 << 20;
 /// Most payload capacity all kept batches may have together.
 pub const SPARE_BATCHES_BYTES_MAX: usize = 16 << 20;
 
+/// The state of dare subgroup `spec` (at `index` of the layout, the `ordinal`-th dare
+/// subgroup) at `node`: its core over the subgroup's members with the control region
+/// registered under the subgroup's SST id of the view, and, for a sender, the local
+/// staging ring its application threads fill.
+#[allow(clippy::too_many_arguments)]
+fn dare_state(
+    node: NodeId,
+    view: &View,
+    index: usize,
+    ordinal: usize,
+    spec: SubgroupSpec,
+    settings: crate::layout::DareSettings,
+    post_lock: &Option<Arc<Mutex<()>>>,
+    register: &mut impl FnMut(RegionId, usize) -> Result<Region>,
+) -> Result<SubgroupState> {
+    let staging = SubgroupSpec {
+        members: vec![node],
+        senders: vec![node],
+        rdmc: None,
+        delivery_prefix: None,
+        ..spec.clone()
+    };
+    let geom = Geometry::new(&staging)?;
+    let region = Region::new_heap(0, geom.region_bytes)?;
+    let ctrl_id = sst_region_id(view.vid, index);
+    let ctrl = register(
+        ctrl_id,
+        crate::dare::DareNode::ctrl_region_bytes(spec.members.len()),
+    )?;
+    let seed = (u64::from(view.vid) << 16) ^ index as u64;
+    let core = crate::dare::DareNode::new(
+        node,
+        spec.members.clone(),
+        settings.config(spec.slot_payload_bytes),
+        ctrl,
+        seed,
+    )?
+    .with_log_region_base(dare::dare_log_base(ordinal))?;
+    let ring = spec.senders.contains(&node).then(|| {
+        Arc::new(Ring::new(
+            spec.id,
+            node,
+            region.clone(),
+            geom.clone(),
+            spec.mode,
+            0,
+            post_lock.clone(),
+        ))
+    });
+    Ok(SubgroupState {
+        peers: spec
+            .members
+            .iter()
+            .copied()
+            .filter(|m| *m != node)
+            .collect(),
+        senders: spec.senders.clone().into(),
+        received: vec![0; 1],
+        delivered: 0,
+        stable_seen: 0,
+        persisted: 0,
+        global_persisted: 0,
+        committed: 0,
+        pushed: 0,
+        ctrl_dirty: None,
+        batch_open: false,
+        skip: vec![0; 1],
+        halt: Halt::Running,
+        large: None,
+        ring,
+        my_rank: 0,
+        delivery_prefix: spec
+            .delivery_prefix
+            .as_ref()
+            .filter(|p| p.members.contains(&node))
+            .map_or(usize::MAX, |p| p.bytes),
+        region_id: ctrl_id,
+        region,
+        geom,
+        dare: Some(dare::DareSub::new(
+            core,
+            dare::dare_imm(view.vid, ordinal),
+            ctrl_id,
+        )),
+        spec,
+    })
+}
+
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
@@ -379,12 +477,29 @@ impl Engine {
         let post_lock = (!techniques.early_lock_release).then(|| Arc::new(Mutex::new(())));
         let mut subgroups = Vec::new();
         let mut rdmc_groups = 0;
+        let mut dare_ordinal = 0;
         for (index, spec) in layout.subgroups.into_iter().enumerate() {
             let rdmc_first = rdmc_groups;
             rdmc_groups += spec.rdmc.as_ref().map_or(0, |_| spec.senders.len());
             let Some(my_rank) = spec.members.iter().position(|m| *m == node) else {
+                dare_ordinal += usize::from(matches!(spec.mode, DeliveryMode::Dare(_)));
                 continue;
             };
+            if let DeliveryMode::Dare(settings) = spec.mode {
+                let ordinal = dare_ordinal;
+                dare_ordinal += 1;
+                subgroups.push(dare_state(
+                    node,
+                    &view,
+                    index,
+                    ordinal,
+                    spec,
+                    settings,
+                    &post_lock,
+                    &mut register,
+                )?);
+                continue;
+            }
             let geom = Geometry::new(&spec)?;
             let region_id = sst_region_id(view.vid, index);
             let region = register(region_id, geom.region_bytes)?;
@@ -447,6 +562,7 @@ impl Engine {
                 region,
                 geom,
                 spec,
+                dare: None,
             });
         }
         Ok(Engine {
@@ -583,10 +699,13 @@ impl Engine {
 
     /// A member failed (the fabric reported it): every subgroup it belongs to wedges —
     /// stops sending and delivering — until the next view (Derecho 3.6, a later issue).
+    /// A dare subgroup does not wedge: its core learns of the failure (an election when
+    /// the peer led) and runs on until the view change.
     pub fn handle_peer_failed(&mut self, peer: NodeId) {
+        self.handle_dare_peer_failed(peer);
         for i in 0..self.subgroups.len() {
             let s = &mut self.subgroups[i];
-            if s.halt == Halt::Running && s.peers.contains(&peer) {
+            if s.halt == Halt::Running && s.peers.contains(&peer) && s.dare.is_none() {
                 s.halt = Halt::Stopped;
                 if let Some(ring) = &s.ring {
                     ring.stopped
@@ -626,653 +745,6 @@ impl Engine {
             .store_u64(s.geom.persisted_num(s.my_rank), persisted_num);
         self.note_ctrl(i, word);
         Ok(())
-    }
-
-    // ----- epoch termination (driven by the group layer, crate::group) -------------
-
-    /// Wedges every subgroup: no more sends, receipts or deliveries in this view (the
-    /// first step of epoch termination, Derecho 3.6). The received counters are frozen
-    /// from here on ([`Engine::received`]); application sends fail with
-    /// [`Error::Wedged`].
-    pub fn wedge(&mut self) {
-        self.wedged = true;
-        for s in &mut self.subgroups {
-            s.halt = Halt::Stopped;
-            if let Some(ring) = &s.ring {
-                ring.stopped
-                    .store(true, std::sync::atomic::Ordering::Release);
-            }
-        }
-    }
-
-    /// True once [`Engine::wedge`] ran.
-    pub fn is_wedged(&self) -> bool {
-        self.wedged
-    }
-
-    /// Messages received from each sender of `subgroup` (by sender rank); frozen once the
-    /// engine is wedged.
-    pub fn received(&self, subgroup: SubgroupId) -> Result<&[u64]> {
-        Ok(&self.state(subgroup)?.received)
-    }
-
-    /// Delivers, in order, every message of `subgroup` before its ragged trim. `cuts[r]`
-    /// is how many messages of sender rank `r` the trim keeps. Atomic mode delivers the
-    /// round-robin prefix the cuts allow; unordered mode delivers nothing more (its
-    /// messages went up on receipt). The trim comes from a peer's row, so a trim this node
-    /// cannot honour is an error, not a panic.
-    pub fn deliver_to_trim(&mut self, subgroup: SubgroupId, cuts: &[u64]) -> Result<()> {
-        let i = self
-            .subgroups
-            .iter()
-            .position(|s| s.spec.id == subgroup)
-            .ok_or(Error::UnknownSubgroup { subgroup })?;
-        let s = &self.subgroups[i];
-        if cuts.len() != s.geom.senders {
-            return Err(Error::Protocol(format!(
-                "trim of subgroup {subgroup} has {} cuts for {} senders",
-                cuts.len(),
-                s.geom.senders
-            )));
-        }
-        if s.spec.mode != DeliveryMode::Atomic {
-            return Ok(());
-        }
-        let n = s.geom.senders as u64;
-        let trim = cuts
-            .iter()
-            .enumerate()
-            .map(|(r, c)| c.saturating_mul(n).saturating_add(r as u64))
-            .min()
-            .unwrap_or(0);
-        let mut d = s.delivered;
-        while d < trim {
-            let s = &self.subgroups[i];
-            let rank = (d % n) as usize;
-            let k = d / n;
-            let slot = s.geom.slot(rank, k);
-            if k >= s.received[rank] || s.region.load_u64(slot) != k + 1 {
-                return Err(Error::Protocol(format!(
-                    "trim of subgroup {subgroup} keeps message {k} of sender rank {rank}, \
-                     which this node has not received"
-                )));
-            }
-            self.deliver_one(i, rank, k);
-            d += 1;
-        }
-        self.finish_deliveries(i);
-        Ok(())
-    }
-
-    /// This node's application messages in `subgroup` from sequence number `cut` on, in
-    /// order (nulls left out): what it re-sends in the next view. `None` while an
-    /// application thread still holds a loan on the ring (the view change waits for it).
-    pub fn messages_past_trim(
-        &self,
-        subgroup: SubgroupId,
-        cut: u64,
-    ) -> Result<Option<Vec<Vec<u8>>>> {
-        let s = self.state(subgroup)?;
-        let Some(ring) = &s.ring else {
-            return Ok(Some(Vec::new()));
-        };
-        let reserved = ring.reserved();
-        let committed = ring.advance_committed(s.committed, u64::MAX);
-        if committed < reserved {
-            return Ok(None);
-        }
-        let rank = ring.sender_rank;
-        let first = cut.max(committed.saturating_sub(s.geom.window_slots as u64));
-        let mut out = Vec::new();
-        for k in first..committed {
-            let slot = s.geom.slot(rank, k);
-            let len = s.region.load_u64(slot + WORD_BYTES);
-            match (len, &s.large) {
-                (NULL_LEN, _) => {}
-                (RDMC_LEN, Some(l)) => {
-                    let mut bytes = vec![0; Large::size(&s.region, &s.geom, rank, k)];
-                    l.peek(&s.region, &s.geom, rank, k, &mut bytes)?;
-                    out.push(bytes);
-                }
-                _ => out.push(s.region.to_vec(slot + SLOT_HEADER_BYTES, len as usize)?),
-            }
-        }
-        Ok(Some(out))
-    }
-
-    /// How many of sender rank `rank`'s messages in `subgroup`, from sequence number
-    /// `from` on, this node already holds for the application: application messages
-    /// (nulls left out) it received, plus re-sends it delivered in an earlier view and has
-    /// not received here yet (see [`Engine::skip_resent`]). After a trim at `from`, this
-    /// is how many of the sender's re-sends in the next view this node must skip.
-    pub fn messages_held_from(&self, subgroup: SubgroupId, rank: usize, from: u64) -> Result<u64> {
-        let s = self.state(subgroup)?;
-        let received = *s
-            .received
-            .get(rank)
-            .ok_or(Error::UnknownSubgroup { subgroup })?;
-        let first = from.max(received.saturating_sub(s.geom.window_slots as u64));
-        let app = (first..received)
-            .filter(|k| s.region.load_u64(s.geom.slot(rank, *k) + WORD_BYTES) != NULL_LEN)
-            .count() as u64;
-        // Re-sends are never nulls, so the skipped ones not received yet count whole.
-        Ok(app + s.skip[rank].saturating_sub(received))
-    }
-
-    /// The first `count` messages of `sender` in `subgroup` in this view are re-sends
-    /// this node already delivered in the previous view: they count as received and
-    /// delivered but are not handed up again (unordered mode; atomic mode never needs it,
-    /// nothing past the trim was delivered anywhere).
-    pub fn skip_resent(&mut self, subgroup: SubgroupId, sender: NodeId, count: u64) -> Result<()> {
-        let i = self
-            .subgroups
-            .iter()
-            .position(|s| s.spec.id == subgroup)
-            .ok_or(Error::UnknownSubgroup { subgroup })?;
-        let s = &mut self.subgroups[i];
-        if let Some(rank) = s.senders.iter().position(|x| *x == sender) {
-            s.skip[rank] = count;
-        }
-        Ok(())
-    }
-
-    // ----- the predicates -----------------------------------------------------------
-
-    /// Evaluates every subgroup's predicates once, starting from a different subgroup each
-    /// time (fairness). Returns true if anything happened (a driver spins while it does).
-    pub fn step(&mut self) -> bool {
-        self.stats.steps += 1;
-        let n = self.subgroups.len();
-        if n == 0 {
-            return false;
-        }
-        let start = self.next_start;
-        self.next_start = (start + 1) % n;
-        let mut work = false;
-        for j in 0..n {
-            work |= self.step_subgroup((start + j) % n);
-        }
-        work
-    }
-
-    fn step_subgroup(&mut self, i: usize) -> bool {
-        if self.subgroups[i].halt != Halt::Running {
-            return false;
-        }
-        let mut work = self.send_predicate(i);
-        match self.step_large(i) {
-            Ok(w) => work |= w,
-            Err((peer, detail)) => {
-                self.misbehaved(i, peer, detail);
-                return true;
-            }
-        }
-        let received = match self.receive_predicate(i) {
-            Ok(r) => r,
-            Err((peer, detail)) => {
-                self.misbehaved(i, peer, detail);
-                return true;
-            }
-        };
-        work |= received;
-        if self.null_send(i) {
-            work = true;
-            self.send_predicate(i);
-        }
-        match self.delivery_predicate(i) {
-            Ok(delivered) => work |= delivered,
-            Err((peer, detail)) => {
-                self.misbehaved(i, peer, detail);
-                return true;
-            }
-        }
-        work |= self.flush_ctrl(i);
-        self.track_persisted(i);
-        work
-    }
-
-    /// Runs the subgroup's RDMC groups (crate::large) and frees the send buffers of own
-    /// messages every member consumed (the rule that frees a slot, `Ring::refresh_limit`).
-    fn step_large(&mut self, i: usize) -> std::result::Result<bool, (NodeId, String)> {
-        let s = &mut self.subgroups[i];
-        let Some(l) = &mut s.large else {
-            return Ok(false);
-        };
-        let work = l.step()?;
-        if let Some(ring) = &s.ring {
-            let (g, region, rank) = (&s.geom, &s.region, ring.sender_rank);
-            let consumed = |k: u64| {
-                (0..g.members).all(|m| match s.spec.mode {
-                    DeliveryMode::Atomic => {
-                        g.messages_before(rank, region.load_u64(g.delivered_num(m))) > k
-                    }
-                    DeliveryMode::Unordered => region.load_u64(g.received_num(m, rank)) > k,
-                })
-            };
-            if let (Some(freed), Some(tx)) = (l.free_own(consumed), &ring.large) {
-                tx.freed.store(freed, std::sync::atomic::Ordering::Release);
-            }
-        }
-        Ok(work)
-    }
-
-    /// Notes a move of the subgroup's global persistence frontier (a counter; the runtime
-    /// reads the frontier with [`Engine::global_persisted_num`]).
-    fn track_persisted(&mut self, i: usize) {
-        let s = &mut self.subgroups[i];
-        if s.persisted == 0 {
-            return; // no log here, or nothing durable yet: the minimum cannot move
-        }
-        let global = Self::min_persisted(s);
-        if global > s.global_persisted {
-            // Invariant: the minimum includes this node's own frontier, so a peer's word,
-            // whatever its bytes, never lifts it above what this node made durable.
-            assert!(
-                global <= s.persisted,
-                "the minimum exceeds this node's own frontier"
-            );
-            s.global_persisted = global;
-            self.stats.persisted_frontier_moves += 1;
-        }
-    }
-
-    /// Send predicate: advance over committed slots of this node's ring and push them.
-    fn send_predicate(&mut self, i: usize) -> bool {
-        let batch = self.techniques.batch_sends;
-        if self.pushes.len() >= PUSH_QUEUE_MAX {
-            return false;
-        }
-        let s = &mut self.subgroups[i];
-        let Some(ring) = s.ring.clone() else {
-            return false;
-        };
-        // At most a step's worth of bytes of full slots (and at least one message): a
-        // ring of 64 KiB slots pushes 16 per step, so other subgroups' sends (a ping
-        // beside a bulk stream) wait for 1 MiB, not 64 MiB, of copies.
-        let send_max = SEND_BATCH_MAX
-            .min((DELIVERY_STEP_BYTES_MAX / s.geom.slot_payload_bytes.max(1)).max(1) as u64);
-        let committed = ring.advance_committed(s.committed, send_max);
-        if committed == s.committed && s.pushed == committed {
-            return false;
-        }
-        let rank = ring.sender_rank;
-        if committed > s.committed {
-            let old = s.committed;
-            if let Some(l) = &mut s.large {
-                for k in old..committed {
-                    if s.region.load_u64(s.geom.slot(rank, k) + WORD_BYTES) == RDMC_LEN {
-                        l.on_commit(&s.region, &s.geom, k);
-                    }
-                }
-            }
-            s.committed = committed;
-            // Own messages count as received at commit.
-            s.received[rank] = committed;
-            let my_rank = s.my_rank;
-            s.region
-                .store_u64(s.geom.received_num(my_rank, rank), committed);
-            self.note_ctrl(i, rank);
-            if self.subgroups[i].spec.mode == DeliveryMode::Unordered {
-                for k in old..committed {
-                    self.deliver_one(i, rank, k);
-                }
-                self.finish_deliveries(i);
-            }
-        }
-        let s = &mut self.subgroups[i];
-        let w = s.geom.window_slots as u64;
-        let slots_per_chunk = if batch {
-            (PUSH_BYTES_MAX / s.geom.slot_bytes).max(1) as u64
-        } else {
-            1
-        };
-        while s.pushed < s.committed {
-            let first = s.pushed;
-            let wrap = w - first % w;
-            let n = (s.committed - first).min(wrap).min(slots_per_chunk);
-            let last = first + n - 1;
-            let offset = s.geom.slot(rank, first);
-            // The last slot is pushed only up to its payload's end.
-            let last_len = s.region.load_u64(s.geom.slot(rank, last) + WORD_BYTES);
-            let last_payload = match last_len {
-                NULL_LEN => 0,
-                RDMC_LEN => crate::layout::RDMC_ANNOUNCE_BYTES,
-                _ => spindle_transport_rdma::round_up_to_words(last_len as usize),
-            };
-            let len = (n as usize - 1) * s.geom.slot_bytes + SLOT_HEADER_BYTES + last_payload;
-            let guard = Some((s.geom.ring(rank), first + n));
-            push_to_peers(&mut self.pushes, &mut self.stats, s, offset, len, guard);
-            s.pushed = first + n;
-        }
-        true
-    }
-
-    /// Receive predicate: take new messages from every other sender's ring. Returns
-    /// whether any arrived; `Err` names a member whose ring breaks the protocol.
-    fn receive_predicate(&mut self, i: usize) -> std::result::Result<bool, (NodeId, String)> {
-        let batch = if self.techniques.batch_receives {
-            RECEIVE_BATCH_MAX
-        } else {
-            1
-        };
-        let mode = self.subgroups[i].spec.mode;
-        let own = self.subgroups[i].ring.as_ref().map(|r| r.sender_rank);
-        let senders = self.subgroups[i].geom.senders;
-        let mut any = false;
-        for rank in 0..senders {
-            if Some(rank) == own {
-                continue;
-            }
-            let s = &self.subgroups[i];
-            let g = &s.geom;
-            let sender = s.senders[rank];
-            let published = s.region.load_u64(g.ring(rank));
-            let have = s.received[rank];
-            if published <= have {
-                continue;
-            }
-            let consumed = match mode {
-                DeliveryMode::Atomic => g.messages_before(rank, s.delivered),
-                DeliveryMode::Unordered => have,
-            };
-            if published > consumed + g.window_slots as u64 {
-                return Err((
-                    sender,
-                    format!(
-                        "published {published} messages with only {consumed} consumed here \
-                         and a window of {}",
-                        g.window_slots
-                    ),
-                ));
-            }
-            let mut upto = published.min(have + batch);
-            let s = &mut self.subgroups[i];
-            let g = &s.geom;
-            // Unordered mode delivers what it receives: the step's byte bound applies here.
-            let mut step_bytes = 0;
-            for k in have..upto {
-                let slot = g.slot(rank, k);
-                let tag = s.region.load_u64(slot);
-                if tag != k + 1 {
-                    return Err((sender, format!("slot of message {k} is tagged {tag}")));
-                }
-                let len = s.region.load_u64(slot + WORD_BYTES);
-                if let (RDMC_LEN, Some(l)) = (len, &mut s.large) {
-                    // Received only once its RDMC transfer completed here (Derecho §3.6).
-                    if !l.receive(&s.region, g, rank, k).map_err(|e| (sender, e))? {
-                        upto = k;
-                        break;
-                    }
-                } else if len != NULL_LEN && len > g.slot_payload_bytes as u64 {
-                    return Err((
-                        sender,
-                        format!(
-                            "message {k} claims {len} bytes, the slot holds {}",
-                            g.slot_payload_bytes
-                        ),
-                    ));
-                }
-                if mode == DeliveryMode::Unordered {
-                    let size = match (len, &s.large) {
-                        (RDMC_LEN, Some(_)) => Large::size(&s.region, g, rank, k),
-                        (NULL_LEN, _) => 0,
-                        _ => len as usize,
-                    };
-                    step_bytes += size.min(s.delivery_prefix);
-                    if step_bytes >= DELIVERY_STEP_BYTES_MAX {
-                        upto = k + 1;
-                        break;
-                    }
-                }
-            }
-            if upto == have {
-                continue;
-            }
-            if mode == DeliveryMode::Unordered {
-                for k in have..upto {
-                    self.deliver_one(i, rank, k);
-                }
-            }
-            let s = &mut self.subgroups[i];
-            s.received[rank] = upto;
-            let my_rank = s.my_rank;
-            s.region.store_u64(s.geom.received_num(my_rank, rank), upto);
-            any = true;
-            if self.techniques.batch_acks {
-                self.note_ctrl(i, rank);
-            } else {
-                for _ in have..upto {
-                    self.note_ctrl(i, rank);
-                }
-            }
-        }
-        if mode == DeliveryMode::Unordered {
-            self.finish_deliveries(i);
-        }
-        Ok(any)
-    }
-
-    /// Null-send (Spindle III-B): if this node's next turn precedes a message it has
-    /// received, fill its turns up to that message with nulls — unless an application
-    /// message of its own is being built or waits to be pushed (an active sender fills its
-    /// turns itself; a null would only push its message a round later). Evaluated from
-    /// the received counters every step, so a turn skipped while the application was busy
-    /// is filled once it is idle, and nothing is sent once every sender is caught up
-    /// (quiescence). Returns true if it sent any.
-    fn null_send(&mut self, i: usize) -> bool {
-        let s = &self.subgroups[i];
-        if !self.techniques.null_sends || s.spec.mode != DeliveryMode::Atomic {
-            return false;
-        }
-        let Some(ring) = &s.ring else {
-            return false;
-        };
-        let me = ring.sender_rank;
-        let Some(highest) = (0..s.geom.senders)
-            .filter(|r| *r != me && s.received[*r] > 0)
-            .map(|r| s.geom.global_index(r, s.received[r] - 1))
-            .max()
-        else {
-            return false;
-        };
-        let target = s.geom.messages_before(me, highest);
-        let have = ring.reserved();
-        if target <= have || have > s.committed {
-            return false;
-        }
-        let sent = ring.reserve_nulls(target - have);
-        self.stats.nulls_sent += sent;
-        sent > 0
-    }
-
-    /// Delivery predicate (atomic mode): deliver, in round-robin order, every message all
-    /// members have received.
-    fn delivery_predicate(&mut self, i: usize) -> std::result::Result<bool, (NodeId, String)> {
-        let s = &self.subgroups[i];
-        if s.spec.mode != DeliveryMode::Atomic {
-            return Ok(false);
-        }
-        let g = &s.geom;
-        let senders = g.senders as u64;
-        // Stability: the minimum over members of received_num, per sender.
-        let mut stable = s.received.clone();
-        for m in (0..g.members).filter(|m| *m != s.my_rank) {
-            for (rank, v) in stable.iter_mut().enumerate() {
-                *v = (*v).min(s.region.load_u64(g.received_num(m, rank)));
-            }
-        }
-        let stable_total: u64 = stable.iter().sum();
-        let s = &mut self.subgroups[i];
-        if stable_total > s.stable_seen {
-            self.stats.stable += stable_total - s.stable_seen;
-            s.stable_seen = stable_total;
-        }
-        let s = &self.subgroups[i];
-        let bound = if self.techniques.batch_deliveries {
-            DELIVERY_BATCH_MAX
-        } else {
-            1
-        };
-        if self.deliveries.len() >= DELIVERY_QUEUE_MAX {
-            return Ok(false);
-        }
-        let start = s.delivered;
-        let mut d = start;
-        let mut copied = 0;
-        while d - start < bound {
-            let rank = (d % senders) as usize;
-            let k = d / senders;
-            if k >= stable[rank] {
-                break;
-            }
-            // Invariant: a message is delivered only after this node received it (its own
-            // received_num is part of the minimum).
-            assert!(
-                k < self.subgroups[i].received[rank],
-                "delivering message {k} of sender {rank} before receiving it"
-            );
-            let slot = self.subgroups[i].geom.slot(rank, k);
-            let len = self.subgroups[i].region.load_u64(slot + WORD_BYTES);
-            let large = len == RDMC_LEN && self.subgroups[i].large.is_some();
-            if len != NULL_LEN && !large && len > self.subgroups[i].geom.slot_payload_bytes as u64 {
-                let sender = self.subgroups[i].senders[rank];
-                return Err((
-                    sender,
-                    format!("message {k} was overwritten before delivery"),
-                ));
-            }
-            copied += self.deliver_one(i, rank, k);
-            d += 1;
-            if !self.techniques.batch_acks {
-                // One ack per delivered message (the unbatched baseline).
-                self.finish_deliveries(i);
-            }
-            if copied >= DELIVERY_STEP_BYTES_MAX {
-                break;
-            }
-        }
-        if d == start {
-            return Ok(false);
-        }
-        self.finish_deliveries(i);
-        Ok(true)
-    }
-
-    /// Appends message `k` of sender `rank` to the subgroup's open delivery batch; returns
-    /// the bytes copied (0 for a null or a re-send already delivered).
-    fn deliver_one(&mut self, i: usize, rank: usize, k: u64) -> usize {
-        let s = &mut self.subgroups[i];
-        let slot = s.geom.slot(rank, k);
-        let mut len = s.region.load_u64(slot + WORD_BYTES);
-        s.delivered += 1;
-        let large = if let (RDMC_LEN, Some(l)) = (len, &mut s.large) {
-            len = Large::size(&s.region, &s.geom, rank, k) as u64;
-            Some(l)
-        } else {
-            None
-        };
-        if k < s.skip[rank] {
-            // A re-send of a message this node delivered in the previous view.
-            if let Some(l) = large {
-                let _ = l.take(&s.region, &s.geom, rank, k, None);
-            }
-            return 0;
-        }
-        if len == NULL_LEN {
-            self.stats.nulls_delivered += 1;
-            return 0;
-        }
-        self.stats.delivered += 1;
-        let global_index = s.geom.global_index(rank, k);
-        let len = len as usize;
-        if !(self.techniques.batched_upcall && s.batch_open) {
-            let batch = match self.spare_batches.pop() {
-                Some(mut b) => {
-                    b.subgroup = s.spec.id;
-                    b.senders = Arc::clone(&s.senders);
-                    b.metas.clear();
-                    b.payload.clear();
-                    b
-                }
-                None => DeliveryBatch {
-                    subgroup: s.spec.id,
-                    senders: Arc::clone(&s.senders),
-                    metas: Vec::new(),
-                    payload: Vec::new(),
-                },
-            };
-            self.deliveries.push_back(batch);
-            s.batch_open = true;
-            self.stats.delivery_batches += 1;
-        }
-        let batch = self
-            .deliveries
-            .back_mut()
-            .expect("a batch was just ensured");
-        let start = batch.payload.len();
-        // The length was checked against the slot (or the RDMC transfer) at receipt and
-        // before delivery; a delivery prefix copies only the message's first bytes.
-        let full_len = len;
-        let len = len.min(s.delivery_prefix);
-        let read = match large {
-            // Appended without zero-filling first: one copy per delivered byte.
-            Some(l) => l.take(&s.region, &s.geom, rank, k, Some((&mut batch.payload, len))),
-            None => s
-                .region
-                .read_append(slot + SLOT_HEADER_BYTES, len, &mut batch.payload)
-                .map_err(Error::from),
-        };
-        if read.is_err() {
-            batch.payload.truncate(start);
-            return 0;
-        }
-        batch.metas.push(Meta {
-            global_index,
-            sender_rank: rank as u32,
-            sender_seq: k,
-            start,
-            len,
-            full_len,
-        });
-        len
-    }
-
-    /// Closes this step's delivery batch and records the delivered count in the row.
-    fn finish_deliveries(&mut self, i: usize) {
-        let s = &mut self.subgroups[i];
-        s.batch_open = false;
-        let word = s.geom.senders;
-        let my_rank = s.my_rank;
-        let d = s.delivered;
-        if s.region.load_u64(s.geom.delivered_num(my_rank)) != d {
-            s.region.store_u64(s.geom.delivered_num(my_rank), d);
-            self.note_ctrl(i, word);
-        }
-    }
-
-    /// Word `word` of this node's control row changed: push it now (acks unbatched) or
-    /// at the end of the step (batched).
-    fn note_ctrl(&mut self, i: usize, word: usize) {
-        let s = &mut self.subgroups[i];
-        s.ctrl_dirty = Some(match s.ctrl_dirty {
-            None => (word, word),
-            Some((lo, hi)) => (lo.min(word), hi.max(word)),
-        });
-        if !self.techniques.batch_acks {
-            self.flush_ctrl(i);
-        }
-    }
-
-    /// Pushes the changed words of this node's control row to the other members.
-    fn flush_ctrl(&mut self, i: usize) -> bool {
-        let s = &mut self.subgroups[i];
-        let Some((lo, hi)) = s.ctrl_dirty.take() else {
-            return false;
-        };
-        let offset = s.geom.ctrl_row(s.my_rank) + lo * WORD_BYTES;
-        let len = (hi - lo + 1) * WORD_BYTES;
-        push_to_peers(&mut self.pushes, &mut self.stats, s, offset, len, None);
-        true
     }
 
     fn misbehaved(&mut self, i: usize, peer: NodeId, detail: String) {

@@ -1,0 +1,104 @@
+//! Copying delivered messages out of the rings into delivery batches.
+
+use std::sync::Arc;
+
+use spindle_transport_rdma::WORD_BYTES;
+
+use super::{DeliveryBatch, Engine, Meta};
+use crate::error::Error;
+use crate::large::Large;
+use crate::layout::{NULL_LEN, RDMC_LEN, SLOT_HEADER_BYTES};
+
+impl Engine {
+    /// Appends message `k` of sender `rank` to the subgroup's open delivery batch; returns
+    /// the bytes copied (0 for a null or a re-send already delivered).
+    pub(super) fn deliver_one(&mut self, i: usize, rank: usize, k: u64) -> usize {
+        let s = &mut self.subgroups[i];
+        let slot = s.geom.slot(rank, k);
+        let mut len = s.region.load_u64(slot + WORD_BYTES);
+        s.delivered += 1;
+        let large = if let (RDMC_LEN, Some(l)) = (len, &mut s.large) {
+            len = Large::size(&s.region, &s.geom, rank, k) as u64;
+            Some(l)
+        } else {
+            None
+        };
+        if k < s.skip[rank] {
+            // A re-send of a message this node delivered in the previous view.
+            if let Some(l) = large {
+                let _ = l.take(&s.region, &s.geom, rank, k, None);
+            }
+            return 0;
+        }
+        if len == NULL_LEN {
+            self.stats.nulls_delivered += 1;
+            return 0;
+        }
+        self.stats.delivered += 1;
+        let global_index = s.geom.global_index(rank, k);
+        let len = len as usize;
+        if !(self.techniques.batched_upcall && s.batch_open) {
+            let batch = match self.spare_batches.pop() {
+                Some(mut b) => {
+                    b.subgroup = s.spec.id;
+                    b.senders = Arc::clone(&s.senders);
+                    b.metas.clear();
+                    b.payload.clear();
+                    b
+                }
+                None => DeliveryBatch {
+                    subgroup: s.spec.id,
+                    senders: Arc::clone(&s.senders),
+                    metas: Vec::new(),
+                    payload: Vec::new(),
+                },
+            };
+            self.deliveries.push_back(batch);
+            s.batch_open = true;
+            self.stats.delivery_batches += 1;
+        }
+        let batch = self
+            .deliveries
+            .back_mut()
+            .expect("a batch was just ensured");
+        let start = batch.payload.len();
+        // The length was checked against the slot (or the RDMC transfer) at receipt and
+        // before delivery; a delivery prefix copies only the message's first bytes.
+        let full_len = len;
+        let len = len.min(s.delivery_prefix);
+        let read = match large {
+            // Appended without zero-filling first: one copy per delivered byte.
+            Some(l) => l.take(&s.region, &s.geom, rank, k, Some((&mut batch.payload, len))),
+            None => s
+                .region
+                .read_append(slot + SLOT_HEADER_BYTES, len, &mut batch.payload)
+                .map_err(Error::from),
+        };
+        if read.is_err() {
+            batch.payload.truncate(start);
+            return 0;
+        }
+        batch.metas.push(Meta {
+            global_index,
+            sender_rank: rank as u32,
+            sender_seq: k,
+            start,
+            len,
+            full_len,
+        });
+        len
+    }
+
+    /// Closes this step's delivery batch and records the delivered count in the row.
+    pub(super) fn finish_deliveries(&mut self, i: usize) {
+        let s = &mut self.subgroups[i];
+        s.batch_open = false;
+        let word = s.geom.senders;
+        let my_rank = s.my_rank;
+        let d = s.delivered;
+        if s.region.load_u64(s.geom.delivered_num(my_rank)) != d {
+            s.region.store_u64(s.geom.delivered_num(my_rank), d);
+            self.note_ctrl(i, word);
+        }
+    }
+}

@@ -1,13 +1,16 @@
-//! Five processes over tcp (and shm) on loopback, every member sending in one atomic
-//! subgroup: the leader and then a follower are SIGKILLed mid-stream; the survivors must
-//! install the same views and write byte-for-byte identical delivery logs.
+//! Five processes over tcp (and shm) on loopback, every member sending in one subgroup,
+//! atomic or ordered by DARE (`spindle-group-vs node --dare`, `DeliveryMode::Dare`): the
+//! leader and then a follower are SIGKILLed mid-stream, for real; the survivors must
+//! install the same views and write byte-for-byte identical delivery logs (for DARE:
+//! whichever of them led its instance, the hand-off ends each view's instance at one
+//! index everywhere).
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{finish_members, start_members, Proc};
+use common::{finish_members, start_members_with, Proc};
 
 /// Waits until `p` prints `VIEW <vid> ...`; returns the member list.
 fn wait_view(p: &Proc, vid: u32, what: &str) -> String {
@@ -25,11 +28,15 @@ fn wait_view(p: &Proc, vid: u32, what: &str) -> String {
     }
 }
 
-fn run(backend: &str) {
-    let dir = std::env::temp_dir().join(format!("spindle-vs-{backend}-{}", std::process::id()));
+fn run(backend: &str, dare: bool) {
+    let dir = std::env::temp_dir().join(format!(
+        "spindle-vs-{backend}-{dare}-{}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let mut procs = start_members(backend, 5, &dir, Stdio::inherit);
+    let args: &[&str] = if dare { &["--dare"] } else { &[] };
+    let (mut procs, _) = start_members_with(backend, 5, &dir, Stdio::inherit, args);
     for (id, p) in &procs {
         assert_eq!(
             wait_view(p, 1, &format!("{backend} node {id}")),
@@ -64,6 +71,19 @@ fn run(backend: &str) {
         deliveries > 100,
         "{backend}: only {deliveries} deliveries logged"
     );
+    if dare {
+        // DARE's log indexes start at 1 in each view's instance (atomic mode's
+        // round-robin index at 0): the subgroup did run DARE.
+        let first = text
+            .lines()
+            .find(|l| l.starts_with("1 "))
+            .expect("a delivery in view 1");
+        assert_eq!(
+            first.split(' ').nth(1),
+            Some("1"),
+            "{backend}: first delivery {first:?}"
+        );
+    }
     for v in ["VIEW 1 ", "VIEW 2 ", "VIEW 3 "] {
         assert!(text.contains(v), "{backend}: log lacks {v}");
     }
@@ -84,10 +104,20 @@ fn run(backend: &str) {
 
 #[test]
 fn tcp_survivors_of_two_kills_deliver_identical_logs() {
-    run("tcp");
+    run("tcp", false);
 }
 
 #[test]
 fn shm_survivors_of_two_kills_deliver_identical_logs() {
-    run("shm");
+    run("shm", false);
+}
+
+#[test]
+fn tcp_dare_survivors_of_two_kills_deliver_identical_logs() {
+    run("tcp", true);
+}
+
+#[test]
+fn shm_dare_survivors_of_two_kills_deliver_identical_logs() {
+    run("shm", true);
 }

@@ -870,23 +870,7 @@ pub fn post_dare(
     if gated && ep.remote_region(peer, ctrl).is_none() {
         return Err(spindle_transport_rdma::Error::QueueFull { peer });
     }
-    match out {
-        DareOut::Write {
-            peer,
-            region,
-            offset,
-            bytes,
-            guard: None,
-        } => ep.write(*peer, *region, *offset, bytes),
-        DareOut::Write {
-            peer,
-            region,
-            offset,
-            bytes,
-            guard: Some((at, value)),
-        } => ep.write_then_release(*peer, *region, *offset, bytes, *at, *value),
-        DareOut::Send { peer, bytes } => ep.send(*peer, imm, bytes),
-    }
+    crate::dare::runtime::post_with(ep, out, imm)
 }
 
 /// An [`Endpoint::cork`] ended when dropped, whatever path leaves the scope.

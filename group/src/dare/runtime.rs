@@ -50,6 +50,15 @@ fn take_event(c: &mut DareNode, me: NodeId, e: Event, failures: &Mutex<Vec<Strin
 
 /// Posts one output of the core.
 fn post(ep: &dyn Endpoint, out: &DareOut) -> spindle_transport_rdma::Result<()> {
+    post_with(ep, out, DARE_IMM)
+}
+
+/// Posts one output of a DARE core on `ep`, its two-sided sends with immediate `imm`.
+pub(crate) fn post_with(
+    ep: &dyn Endpoint,
+    out: &DareOut,
+    imm: u32,
+) -> spindle_transport_rdma::Result<()> {
     match out {
         DareOut::Write {
             peer,
@@ -65,7 +74,7 @@ fn post(ep: &dyn Endpoint, out: &DareOut) -> spindle_transport_rdma::Result<()> 
             bytes,
             guard: Some((at, value)),
         } => ep.write_then_release(*peer, *region, *offset, bytes, *at, *value),
-        DareOut::Send { peer, bytes } => ep.send(*peer, DARE_IMM, bytes),
+        DareOut::Send { peer, bytes } => ep.send(*peer, imm, bytes),
     }
 }
 

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES};
 
-use super::{DeliveryBatch, Engine, Halt, Meta, DELIVERY_QUEUE_MAX, SEND_BATCH_MAX};
+use super::{Engine, Halt, Meta, DELIVERY_QUEUE_MAX, SEND_BATCH_MAX};
 use crate::dare::layout::{DARE_LOG_REGION_BASE, DARE_TERM_MAX};
 use crate::dare::{DareDelivery, DareNode, DareOut, DareReport};
 use crate::error::{Error, Result};
@@ -251,30 +251,15 @@ impl Engine {
         let Some(rank) = members.iter().position(|x| *x == m.sender) else {
             return; // catch_up and the core check senders against the members
         };
-        if !(self.techniques.batched_upcall && s.batch_open) {
-            let batch = match self.spare_batches.pop() {
-                Some(mut b) => {
-                    b.subgroup = s.spec.id;
-                    b.senders = Arc::clone(&members);
-                    b.metas.clear();
-                    b.payload.clear();
-                    b
-                }
-                None => DeliveryBatch {
-                    subgroup: s.spec.id,
-                    senders: Arc::clone(&members),
-                    metas: Vec::new(),
-                    payload: Vec::new(),
-                },
-            };
-            self.deliveries.push_back(batch);
-            s.batch_open = true;
-            self.stats.delivery_batches += 1;
-        }
-        let batch = self
-            .deliveries
-            .back_mut()
-            .expect("a batch was just ensured");
+        let batch = super::delivery::open_batch(
+            &mut self.deliveries,
+            &mut self.spare_batches,
+            &mut self.stats.delivery_batches,
+            self.techniques.batched_upcall && s.batch_open,
+            s.spec.id,
+            &members,
+        );
+        s.batch_open = true;
         let start = batch.payload.len();
         let len = m.payload.len().min(s.delivery_prefix);
         batch.payload.extend_from_slice(&m.payload[..len]);

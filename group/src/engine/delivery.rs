@@ -1,13 +1,14 @@
 //! Copying delivered messages out of the rings into delivery batches.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
-use spindle_transport_rdma::WORD_BYTES;
+use spindle_transport_rdma::{NodeId, WORD_BYTES};
 
 use super::{DeliveryBatch, Engine, Meta};
 use crate::error::Error;
 use crate::large::Large;
-use crate::layout::{NULL_LEN, RDMC_LEN, SLOT_HEADER_BYTES};
+use crate::layout::{SubgroupId, NULL_LEN, RDMC_LEN, SLOT_HEADER_BYTES};
 
 impl Engine {
     /// Appends message `k` of sender `rank` to the subgroup's open delivery batch; returns
@@ -37,30 +38,15 @@ impl Engine {
         self.stats.delivered += 1;
         let global_index = s.geom.global_index(rank, k);
         let len = len as usize;
-        if !(self.techniques.batched_upcall && s.batch_open) {
-            let batch = match self.spare_batches.pop() {
-                Some(mut b) => {
-                    b.subgroup = s.spec.id;
-                    b.senders = Arc::clone(&s.senders);
-                    b.metas.clear();
-                    b.payload.clear();
-                    b
-                }
-                None => DeliveryBatch {
-                    subgroup: s.spec.id,
-                    senders: Arc::clone(&s.senders),
-                    metas: Vec::new(),
-                    payload: Vec::new(),
-                },
-            };
-            self.deliveries.push_back(batch);
-            s.batch_open = true;
-            self.stats.delivery_batches += 1;
-        }
-        let batch = self
-            .deliveries
-            .back_mut()
-            .expect("a batch was just ensured");
+        let batch = open_batch(
+            &mut self.deliveries,
+            &mut self.spare_batches,
+            &mut self.stats.delivery_batches,
+            self.techniques.batched_upcall && s.batch_open,
+            s.spec.id,
+            &s.senders,
+        );
+        s.batch_open = true;
         let start = batch.payload.len();
         // The length was checked against the slot (or the RDMC transfer) at receipt and
         // before delivery; a delivery prefix copies only the message's first bytes.
@@ -101,4 +87,38 @@ impl Engine {
             self.note_ctrl(i, word);
         }
     }
+}
+
+/// The batch a delivery of subgroup `subgroup` goes into: the last one queued when
+/// `append` (batched upcalls and a batch of this subgroup open this step), else a new
+/// one — a spare when there is one — queued with the subgroup's `senders` (counted in
+/// `batches`).
+pub(super) fn open_batch<'a>(
+    deliveries: &'a mut VecDeque<DeliveryBatch>,
+    spare: &mut Vec<DeliveryBatch>,
+    batches: &mut u64,
+    append: bool,
+    subgroup: SubgroupId,
+    senders: &Arc<[NodeId]>,
+) -> &'a mut DeliveryBatch {
+    if !append {
+        let batch = match spare.pop() {
+            Some(mut b) => {
+                b.subgroup = subgroup;
+                b.senders = Arc::clone(senders);
+                b.metas.clear();
+                b.payload.clear();
+                b
+            }
+            None => DeliveryBatch {
+                subgroup,
+                senders: Arc::clone(senders),
+                metas: Vec::new(),
+                payload: Vec::new(),
+            },
+        };
+        deliveries.push_back(batch);
+        *batches += 1;
+    }
+    deliveries.back_mut().expect("a batch was just ensured")
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use spindle_qos::{History, HistoryKind, ResourceLimits, LENGTH_UNLIMITED};
 
 use crate::clock::{Clock, WallClock};
+use crate::lent::{LentBatch, LentBytes};
 use crate::sample::{
     Coherent, InstanceHandle, InstanceState, SampleHeader, SampleInfo, SampleKind, SampleState,
     StateMask, ViewState, WriterHandle, COHERENT_SET_SAMPLES_MAX,
@@ -62,15 +63,19 @@ struct Entry {
 /// A QueryCondition's test of a sample's bytes, if a read has one ([`Cache::access_if`]).
 pub type Query<'a> = Option<&'a dyn Fn(&[u8]) -> bool>;
 
-/// A sample's serialized bytes as a cache holds and hands them out: owned until a `read`
-/// shares them with the samples (or loans) it returned, so reading a sample again copies
-/// nothing, and a `take` moves them out without a copy.
+/// A sample's serialized bytes as a cache holds and hands them out: borrowed from the
+/// delivery batch they came in (no copy at all), or a copy owned until a `read` shares it
+/// with the samples (or loans) it returned; reading a sample again copies nothing, and a
+/// `take` moves the bytes out without a copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Payload {
     /// One holder: the cache, or whoever took the sample.
     Owned(Vec<u8>),
     /// Shared by the cache and what `read` returned.
     Shared(Arc<Vec<u8>>),
+    /// In the delivery batch the sample came in, which stays lent while any of its
+    /// samples is held ([`crate::lent`]).
+    Lent(LentBytes),
 }
 
 impl Payload {
@@ -79,6 +84,7 @@ impl Payload {
         match self {
             Payload::Owned(v) => v,
             Payload::Shared(v) => v,
+            Payload::Lent(l) => l.bytes(),
         }
     }
 
@@ -90,11 +96,13 @@ impl Payload {
         self.clone()
     }
 
-    /// The buffer, if this was its last holder (for reuse).
+    /// The buffer, if this was its last holder (for reuse); lent bytes go back with
+    /// their batch when its last sample goes.
     fn into_buffer(self) -> Option<Vec<u8>> {
         match self {
             Payload::Owned(v) => Some(v),
             Payload::Shared(v) => Arc::try_unwrap(v).ok(),
+            Payload::Lent(_) => None,
         }
     }
 }
@@ -189,11 +197,22 @@ pub struct Cache {
     spare_bytes: usize,
 }
 
-/// A sample's bytes on their way into the cache: borrowed from a delivery (copied in), or
-/// already copied (a held-back coherent set's).
+/// A sample's bytes on their way into the cache: borrowed from a delivery (copied in),
+/// in a lent delivery batch (kept there, not copied), or already copied (a held-back
+/// coherent set's).
 enum Bytes<'a> {
     Borrowed(&'a [u8]),
+    Lent(&'a Arc<LentBatch>, &'a [u8]),
     Owned(Vec<u8>),
+}
+
+impl Bytes<'_> {
+    fn slice(&self) -> &[u8] {
+        match self {
+            Bytes::Borrowed(b) | Bytes::Lent(_, b) => b,
+            Bytes::Owned(b) => b,
+        }
+    }
 }
 
 /// Most capacity, in bytes, a cache keeps in spare payload buffers.
@@ -449,6 +468,30 @@ impl Cache {
         o: Origin,
         now_us: u64,
     ) -> Result<bool, Rejected> {
+        self.insert_bytes(h, Bytes::Borrowed(payload), o, now_us)
+    }
+
+    /// [`Cache::insert_at`] of a sample whose `payload` lies in the lent delivery batch
+    /// `batch`: a kept sample holds its bytes there ([`Payload::Lent`]) instead of a copy
+    /// (a coherent set's samples are still copied while held back).
+    pub fn insert_lent_at(
+        &mut self,
+        h: &SampleHeader,
+        batch: &Arc<LentBatch>,
+        payload: &[u8],
+        o: Origin,
+        now_us: u64,
+    ) -> Result<bool, Rejected> {
+        self.insert_bytes(h, Bytes::Lent(batch, payload), o, now_us)
+    }
+
+    fn insert_bytes(
+        &mut self,
+        h: &SampleHeader,
+        payload: Bytes<'_>,
+        o: Origin,
+        now_us: u64,
+    ) -> Result<bool, Rejected> {
         let writer = WriterHandle {
             node: o.node,
             writer_id: h.writer_id,
@@ -460,7 +503,7 @@ impl Cache {
             (SampleKind::GroupCoherentEnd, _) => {
                 // The delivery path checked the list (`decode_group_end`); a bad one ends
                 // nothing.
-                let writers: Vec<WriterHandle> = crate::sample::decode_group_end(payload)
+                let writers: Vec<WriterHandle> = crate::sample::decode_group_end(payload.slice())
                     .unwrap_or_default()
                     .into_iter()
                     .map(|writer_id| WriterHandle {
@@ -470,11 +513,12 @@ impl Cache {
                     .collect();
                 self.end_sets(&writers, o, now_us)
             }
-            (_, Coherent::No) => {
-                self.insert_one(h, Bytes::Borrowed(payload), o, Position::of(o, o), now_us)
-            }
+            (_, Coherent::No) => self.insert_one(h, payload, o, Position::of(o, o), now_us),
             (_, mark) => {
-                let copy = self.copy_payload(payload);
+                let copy = match payload {
+                    Bytes::Owned(b) => b,
+                    b => self.copy_payload(b.slice()),
+                };
                 if mark == Coherent::Begins {
                     // A set left unended by this writer is dropped: it never ended.
                     if let Some(old) = self.pending_sets.remove(&writer) {
@@ -648,17 +692,20 @@ impl Cache {
             return Err(Rejected::Samples);
         }
         let valid = h.kind == SampleKind::Data;
-        // No rejection after this point: the copy is kept.
+        // No rejection after this point: the bytes are kept (lent, or copied).
         let copy = match payload {
-            Bytes::Owned(b) if valid => b,
-            Bytes::Borrowed(b) if valid => self.copy_payload(b),
+            Bytes::Owned(b) if valid => Payload::Owned(b),
+            Bytes::Lent(batch, b) if valid => match batch.share(b) {
+                Some(l) => Payload::Lent(l),
+                None => Payload::Owned(self.copy_payload(b)),
+            },
+            Bytes::Borrowed(b) if valid => Payload::Owned(self.copy_payload(b)),
             Bytes::Owned(b) => {
                 self.keep_spare(b);
-                Vec::new()
+                Payload::Owned(Vec::new())
             }
-            Bytes::Borrowed(_) => Vec::new(),
+            Bytes::Borrowed(_) | Bytes::Lent(..) => Payload::Owned(Vec::new()),
         };
-        let copy = Payload::Owned(copy);
         let Some(inst) = self.instances.get_mut(&handle) else {
             return Err(Rejected::Instances);
         };

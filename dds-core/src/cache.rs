@@ -60,6 +60,89 @@ struct Entry {
     position: Position,
 }
 
+/// A cache's samples in arrival order (which only grows): a deque of (arrival, entry)
+/// with the arrivals increasing, so a new sample is a push at the back and a lookup a
+/// binary search. A sample removed from the middle (a KEEP_LAST eviction, a take of one
+/// instance) leaves a hole until holes reach either end, or outnumber the samples by
+/// [`SAMPLE_HOLES_SLACK`] (then the deque is compacted): memory stays within twice the
+/// samples held, and every removal is O(1) amortized. (A `BTreeMap` insert of the large
+/// entry was the cache's costliest step per sample.)
+#[derive(Debug, Default)]
+struct Samples {
+    slots: VecDeque<(u64, Option<Entry>)>,
+    /// Samples held: the slots that are not holes.
+    live: usize,
+}
+
+/// Holes a cache's sample deque may hold beyond the number of samples before it is
+/// compacted ([`Samples`]).
+const SAMPLE_HOLES_SLACK: usize = 32;
+
+impl Samples {
+    fn len(&self) -> usize {
+        self.live
+    }
+
+    fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    fn index(&self, arrival: u64) -> Option<usize> {
+        self.slots.binary_search_by_key(&arrival, |(a, _)| *a).ok()
+    }
+
+    fn insert(&mut self, arrival: u64, e: Entry) {
+        // Invariant: arrivals increase along the deque (the binary search relies on it).
+        assert!(
+            self.slots.back().is_none_or(|(a, _)| *a < arrival),
+            "arrivals only grow"
+        );
+        self.slots.push_back((arrival, Some(e)));
+        self.live += 1;
+    }
+
+    fn get(&self, arrival: u64) -> Option<&Entry> {
+        self.index(arrival).and_then(|i| self.slots[i].1.as_ref())
+    }
+
+    fn get_mut(&mut self, arrival: u64) -> Option<&mut Entry> {
+        self.index(arrival).and_then(|i| self.slots[i].1.as_mut())
+    }
+
+    fn remove(&mut self, arrival: u64) -> Option<Entry> {
+        let i = self.index(arrival)?;
+        let e = self.slots[i].1.take()?;
+        self.live -= 1;
+        while self.slots.front().is_some_and(|(_, e)| e.is_none()) {
+            self.slots.pop_front();
+        }
+        while self.slots.back().is_some_and(|(_, e)| e.is_none()) {
+            self.slots.pop_back();
+        }
+        if self.slots.len() > 2 * self.live + SAMPLE_HOLES_SLACK {
+            self.slots.retain(|(_, e)| e.is_some());
+        }
+        Some(e)
+    }
+
+    /// The samples with their arrivals, in arrival order.
+    fn iter(&self) -> impl Iterator<Item = (u64, &Entry)> + '_ {
+        self.slots
+            .iter()
+            .filter_map(|(a, e)| e.as_ref().map(|e| (*a, e)))
+    }
+
+    /// The samples, in arrival order.
+    fn values(&self) -> impl Iterator<Item = &Entry> + '_ {
+        self.slots.iter().filter_map(|(_, e)| e.as_ref())
+    }
+
+    /// Every sample, in arrival order, the deque emptied.
+    fn into_entries(self) -> impl Iterator<Item = Entry> {
+        self.slots.into_iter().filter_map(|(_, e)| e)
+    }
+}
+
 /// A QueryCondition's test of a sample's bytes, if a read has one ([`Cache::access_if`]).
 pub type Query<'a> = Option<&'a dyn Fn(&[u8]) -> bool>;
 
@@ -168,7 +251,7 @@ pub enum Rejected {
 pub struct Cache {
     history: History,
     limits: ResourceLimits,
-    samples: BTreeMap<u64, Entry>,
+    samples: Samples,
     instances: BTreeMap<InstanceHandle, Instance>,
     next_arrival: u64,
     /// The reader's DEADLINE period in µs (`None`: infinite).
@@ -238,7 +321,7 @@ impl Cache {
         Cache {
             history,
             limits,
-            samples: BTreeMap::new(),
+            samples: Samples::default(),
             instances: BTreeMap::new(),
             next_arrival: 0,
             deadline_us: None,
@@ -336,13 +419,13 @@ impl Cache {
             .samples
             .iter()
             .filter(|(_, e)| e.expires_ns.is_some_and(|x| x <= now) || purged.contains(&e.instance))
-            .map(|(a, e)| (*a, e.instance))
+            .map(|(a, e)| (a, e.instance))
             .collect();
         for h in &purged {
             self.instances.remove(h);
         }
         for (a, i) in expired {
-            if let Some(e) = self.samples.remove(&a) {
+            if let Some(e) = self.samples.remove(a) {
                 self.recycle([e.payload]);
             }
             if let Some(inst) = self.instances.get_mut(&i) {
@@ -712,7 +795,7 @@ impl Cache {
         let evicted = if evict_own {
             inst.arrivals
                 .pop_front()
-                .and_then(|old| self.samples.remove(&old))
+                .and_then(|old| self.samples.remove(old))
         } else {
             None
         };
@@ -852,7 +935,7 @@ impl Cache {
             return self.take_all();
         }
         let mut picked = Vec::new();
-        for (arrival, e) in &self.samples {
+        for (arrival, e) in self.samples.iter() {
             if picked.len() >= max {
                 break;
             }
@@ -862,13 +945,13 @@ impl Cache {
             {
                 continue;
             }
-            picked.push(*arrival);
+            picked.push(arrival);
         }
         let mut out = Vec::with_capacity(picked.len());
         let mut touched = BTreeSet::new();
         for arrival in picked {
             let (instance, view_new, state) = {
-                let Some(e) = self.samples.get(&arrival) else {
+                let Some(e) = self.samples.get(arrival) else {
                     continue;
                 };
                 let Some(inst) = self.instances.get(&e.instance) else {
@@ -883,14 +966,14 @@ impl Cache {
                 ViewState::NotNew
             };
             if take {
-                if let Some(e) = self.samples.remove(&arrival) {
+                if let Some(e) = self.samples.remove(arrival) {
                     if let Some(inst) = self.instances.get_mut(&instance) {
                         inst.arrivals.retain(|a| *a != arrival);
                     }
                     let info = e.info_now(view_state, state);
                     out.push((info, e.payload));
                 }
-            } else if let Some(e) = self.samples.get_mut(&arrival) {
+            } else if let Some(e) = self.samples.get_mut(arrival) {
                 let info = e.info_now(view_state, state);
                 e.read = true;
                 out.push((info, e.payload.share()));
@@ -911,7 +994,7 @@ impl Cache {
         let samples = std::mem::take(&mut self.samples);
         let mut out = Vec::with_capacity(samples.len());
         let mut last: Option<(InstanceHandle, ViewState, InstanceState)> = None;
-        for (_, e) in samples {
+        for e in samples.into_entries() {
             let (view_state, state) = match last {
                 Some((h, v, s)) if h == e.instance => (v, s),
                 _ => {
@@ -1006,6 +1089,47 @@ mod tests {
         assert_eq!(got[0].1.bytes(), b"abc", "and holds exactly the payload");
         c.recycle(got.into_iter().map(|(_, b)| b));
         assert_eq!(c.spare.len(), before);
+    }
+
+    #[test]
+    fn evictions_in_the_middle_leave_bounded_holes_and_the_order() {
+        // Instance 1's one sample stays at the front while instance 2 (KEEP_LAST 1) is
+        // replaced 1,000 times behind it: each eviction leaves a hole in the middle.
+        let mut c = Cache::new(History::keep_last(1), ResourceLimits::default());
+        c.insert(&hdr(SampleKind::Data, 1, 0), b"first", o(0))
+            .unwrap();
+        for i in 1..=1000u64 {
+            c.insert(&hdr(SampleKind::Data, 2, i), b"x", o(i)).unwrap();
+            assert_eq!(c.len(), 2);
+            assert!(
+                c.samples.slots.len() <= 2 * c.len() + SAMPLE_HOLES_SLACK,
+                "holes bounded after {i} evictions: {} slots",
+                c.samples.slots.len()
+            );
+        }
+        let seqs: Vec<u64> = c
+            .access(10, &StateMask::ANY, None, false)
+            .iter()
+            .map(|s| s.0.writer_seq)
+            .collect();
+        assert_eq!(
+            seqs,
+            vec![0, 1000],
+            "arrival order, the newest of instance 2"
+        );
+        // Take one instance (a removal at the front), then the rest.
+        let one = c.access(
+            10,
+            &StateMask::ANY,
+            Some(InstanceHandle(KeyHash([1; 16]))),
+            true,
+        );
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].1.bytes(), b"first");
+        assert_eq!(c.len(), 1);
+        let rest = c.access(10, &StateMask::ANY, None, true);
+        assert_eq!(rest[0].0.writer_seq, 1000);
+        assert!(c.is_empty() && c.samples.slots.is_empty());
     }
 
     #[test]

@@ -141,7 +141,8 @@
 // 3. the delivery path: delivery (DdsApp and handle_timeout: engine output enters here)
 // 4. drivers and handles: inner; metrics_http, transport; threads; topic; reader, writer;
 //    publisher, subscriber; participant; counters (DomainParticipant::counters); history
-//    (reads over a PERSISTENT reader's log); query; sim (feature testkit)
+//    (reads over a PERSISTENT reader's log); query; sim (feature testkit); lent_tests (tests
+//    of `lent` in simulation)
 pub mod cache;
 pub mod clock;
 mod common;
@@ -158,6 +159,8 @@ mod group_scope;
 mod history;
 mod inner;
 pub mod lent;
+#[cfg(all(test, feature = "testkit"))]
+mod lent_tests;
 pub mod logged;
 pub mod metrics;
 mod metrics_http;

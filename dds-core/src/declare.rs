@@ -37,7 +37,7 @@ const ENTRY_BYTES: usize = 10;
 pub const DECLARED_SUBGROUPS_MAX: usize = (DECLARED_BYTES_MAX - HEADER_BYTES) / ENTRY_BYTES;
 /// Ring slots are declared as a power of two up to this exponent.
 const WINDOW_LOG2_MAX: u8 = 12;
-/// Slot payloads are declared in units of this many bytes, up to [`SLOT_UNITS_MAX`]: 10
+/// Slot payloads are declared in units of this many bytes, up to 1,024 units (64 KiB): 10
 /// bits, the entry's slot byte and two bits of its window byte above the window's log2.
 /// (In whole KiB, a 1 KiB sample with its 64-byte header and CDR length rode a 2 KiB
 /// slot, and every push, which copies whole slots, moved twice the bytes.)

@@ -1,12 +1,13 @@
 //! Delivery batches lent to readers: a reader's cache holds a delivered sample as (the
 //! batch, its range) instead of a copy of its bytes.
 //!
-//! The delivery path ([`crate::delivery`]) takes each delivered [`DeliveryBatch`] whole
-//! from the engine and wraps it in a [`LentBatch`] shared by every cache entry, read and
-//! loan that holds one of its samples ([`LentBytes`]). When the last of them goes (the
-//! samples taken and decoded, loans returned, samples evicted), the batch goes back to
-//! the participant's [`BatchPool`], and from there to the engine to deliver into again:
-//! a steady stream neither copies samples into caches nor allocates.
+//! The delivery path (`DdsApp::deliver_owned`, `delivery.rs`) takes each delivered
+//! [`DeliveryBatch`] whole from the engine and wraps it in a [`LentBatch`] shared by every
+//! cache entry, read and loan that holds one of its samples ([`LentBytes`]). When the
+//! last of them goes (the samples taken and decoded, loans returned, samples evicted),
+//! the batch goes back to the participant's [`BatchPool`], and from there to the engine
+//! to deliver into again: a steady stream neither copies samples into caches nor
+//! allocates.
 //!
 //! What a held sample does to memory: it pins its whole batch (every sample a round
 //! delivered in its subgroup, at most about `spindle_group::DELIVERY_STEP_BYTES_MAX`

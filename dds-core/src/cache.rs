@@ -7,6 +7,7 @@ use std::sync::Arc;
 use spindle_qos::{History, HistoryKind, ResourceLimits, LENGTH_UNLIMITED};
 
 use crate::clock::{Clock, WallClock};
+use crate::lent::{LentBatch, LentBytes};
 use crate::sample::{
     Coherent, InstanceHandle, InstanceState, SampleHeader, SampleInfo, SampleKind, SampleState,
     StateMask, ViewState, WriterHandle, COHERENT_SET_SAMPLES_MAX,
@@ -59,18 +60,105 @@ struct Entry {
     position: Position,
 }
 
+/// A cache's samples in arrival order (which only grows): a deque of (arrival, entry)
+/// with the arrivals increasing, so a new sample is a push at the back and a lookup a
+/// binary search. A sample removed from the middle (a KEEP_LAST eviction, a take of one
+/// instance) leaves a hole until holes reach either end, or outnumber the samples by
+/// [`SAMPLE_HOLES_SLACK`] (then the deque is compacted): memory stays within twice the
+/// samples held, and every removal is O(1) amortized. (A `BTreeMap` insert of the large
+/// entry was the cache's costliest step per sample.)
+#[derive(Debug, Default)]
+struct Samples {
+    slots: VecDeque<(u64, Option<Entry>)>,
+    /// Samples held: the slots that are not holes.
+    live: usize,
+}
+
+/// Holes a cache's sample deque may hold beyond the number of samples before it is
+/// compacted ([`Samples`]).
+const SAMPLE_HOLES_SLACK: usize = 32;
+
+impl Samples {
+    fn len(&self) -> usize {
+        self.live
+    }
+
+    fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    fn index(&self, arrival: u64) -> Option<usize> {
+        self.slots.binary_search_by_key(&arrival, |(a, _)| *a).ok()
+    }
+
+    fn insert(&mut self, arrival: u64, e: Entry) {
+        // Invariant: arrivals increase along the deque (the binary search relies on it).
+        assert!(
+            self.slots.back().is_none_or(|(a, _)| *a < arrival),
+            "arrivals only grow"
+        );
+        self.slots.push_back((arrival, Some(e)));
+        self.live += 1;
+    }
+
+    fn get(&self, arrival: u64) -> Option<&Entry> {
+        self.index(arrival).and_then(|i| self.slots[i].1.as_ref())
+    }
+
+    fn get_mut(&mut self, arrival: u64) -> Option<&mut Entry> {
+        self.index(arrival).and_then(|i| self.slots[i].1.as_mut())
+    }
+
+    fn remove(&mut self, arrival: u64) -> Option<Entry> {
+        let i = self.index(arrival)?;
+        let e = self.slots[i].1.take()?;
+        self.live -= 1;
+        while self.slots.front().is_some_and(|(_, e)| e.is_none()) {
+            self.slots.pop_front();
+        }
+        while self.slots.back().is_some_and(|(_, e)| e.is_none()) {
+            self.slots.pop_back();
+        }
+        if self.slots.len() > 2 * self.live + SAMPLE_HOLES_SLACK {
+            self.slots.retain(|(_, e)| e.is_some());
+        }
+        Some(e)
+    }
+
+    /// The samples with their arrivals, in arrival order.
+    fn iter(&self) -> impl Iterator<Item = (u64, &Entry)> + '_ {
+        self.slots
+            .iter()
+            .filter_map(|(a, e)| e.as_ref().map(|e| (*a, e)))
+    }
+
+    /// The samples, in arrival order.
+    fn values(&self) -> impl Iterator<Item = &Entry> + '_ {
+        self.slots.iter().filter_map(|(_, e)| e.as_ref())
+    }
+
+    /// Every sample, in arrival order, the deque emptied.
+    fn into_entries(self) -> impl Iterator<Item = Entry> {
+        self.slots.into_iter().filter_map(|(_, e)| e)
+    }
+}
+
 /// A QueryCondition's test of a sample's bytes, if a read has one ([`Cache::access_if`]).
 pub type Query<'a> = Option<&'a dyn Fn(&[u8]) -> bool>;
 
-/// A sample's serialized bytes as a cache holds and hands them out: owned until a `read`
-/// shares them with the samples (or loans) it returned, so reading a sample again copies
-/// nothing, and a `take` moves them out without a copy.
+/// A sample's serialized bytes as a cache holds and hands them out: borrowed from the
+/// delivery batch they came in (no copy at all), or a copy owned until a `read` shares it
+/// with the samples (or loans) it returned; reading a sample again copies nothing, and a
+/// `take` moves the bytes out without a copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Payload {
     /// One holder: the cache, or whoever took the sample.
     Owned(Vec<u8>),
     /// Shared by the cache and what `read` returned.
     Shared(Arc<Vec<u8>>),
+    /// In the delivery batch the sample came in, which stays lent while any of its
+    /// samples is held ([`crate::lent`]).
+    Lent(LentBytes),
 }
 
 impl Payload {
@@ -79,6 +167,7 @@ impl Payload {
         match self {
             Payload::Owned(v) => v,
             Payload::Shared(v) => v,
+            Payload::Lent(l) => l.bytes(),
         }
     }
 
@@ -90,11 +179,13 @@ impl Payload {
         self.clone()
     }
 
-    /// The buffer, if this was its last holder (for reuse).
+    /// The buffer, if this was its last holder (for reuse); lent bytes go back with
+    /// their batch when its last sample goes.
     fn into_buffer(self) -> Option<Vec<u8>> {
         match self {
             Payload::Owned(v) => Some(v),
             Payload::Shared(v) => Arc::try_unwrap(v).ok(),
+            Payload::Lent(_) => None,
         }
     }
 }
@@ -160,7 +251,7 @@ pub enum Rejected {
 pub struct Cache {
     history: History,
     limits: ResourceLimits,
-    samples: BTreeMap<u64, Entry>,
+    samples: Samples,
     instances: BTreeMap<InstanceHandle, Instance>,
     next_arrival: u64,
     /// The reader's DEADLINE period in µs (`None`: infinite).
@@ -189,11 +280,22 @@ pub struct Cache {
     spare_bytes: usize,
 }
 
-/// A sample's bytes on their way into the cache: borrowed from a delivery (copied in), or
-/// already copied (a held-back coherent set's).
+/// A sample's bytes on their way into the cache: borrowed from a delivery (copied in),
+/// in a lent delivery batch (kept there, not copied), or already copied (a held-back
+/// coherent set's).
 enum Bytes<'a> {
     Borrowed(&'a [u8]),
+    Lent(&'a Arc<LentBatch>, &'a [u8]),
     Owned(Vec<u8>),
+}
+
+impl Bytes<'_> {
+    fn slice(&self) -> &[u8] {
+        match self {
+            Bytes::Borrowed(b) | Bytes::Lent(_, b) => b,
+            Bytes::Owned(b) => b,
+        }
+    }
 }
 
 /// Most capacity, in bytes, a cache keeps in spare payload buffers.
@@ -219,7 +321,7 @@ impl Cache {
         Cache {
             history,
             limits,
-            samples: BTreeMap::new(),
+            samples: Samples::default(),
             instances: BTreeMap::new(),
             next_arrival: 0,
             deadline_us: None,
@@ -317,13 +419,13 @@ impl Cache {
             .samples
             .iter()
             .filter(|(_, e)| e.expires_ns.is_some_and(|x| x <= now) || purged.contains(&e.instance))
-            .map(|(a, e)| (*a, e.instance))
+            .map(|(a, e)| (a, e.instance))
             .collect();
         for h in &purged {
             self.instances.remove(h);
         }
         for (a, i) in expired {
-            if let Some(e) = self.samples.remove(&a) {
+            if let Some(e) = self.samples.remove(a) {
                 self.recycle([e.payload]);
             }
             if let Some(inst) = self.instances.get_mut(&i) {
@@ -449,6 +551,30 @@ impl Cache {
         o: Origin,
         now_us: u64,
     ) -> Result<bool, Rejected> {
+        self.insert_bytes(h, Bytes::Borrowed(payload), o, now_us)
+    }
+
+    /// [`Cache::insert_at`] of a sample whose `payload` lies in the lent delivery batch
+    /// `batch`: a kept sample holds its bytes there ([`Payload::Lent`]) instead of a copy
+    /// (a coherent set's samples are still copied while held back).
+    pub fn insert_lent_at(
+        &mut self,
+        h: &SampleHeader,
+        batch: &Arc<LentBatch>,
+        payload: &[u8],
+        o: Origin,
+        now_us: u64,
+    ) -> Result<bool, Rejected> {
+        self.insert_bytes(h, Bytes::Lent(batch, payload), o, now_us)
+    }
+
+    fn insert_bytes(
+        &mut self,
+        h: &SampleHeader,
+        payload: Bytes<'_>,
+        o: Origin,
+        now_us: u64,
+    ) -> Result<bool, Rejected> {
         let writer = WriterHandle {
             node: o.node,
             writer_id: h.writer_id,
@@ -460,7 +586,7 @@ impl Cache {
             (SampleKind::GroupCoherentEnd, _) => {
                 // The delivery path checked the list (`decode_group_end`); a bad one ends
                 // nothing.
-                let writers: Vec<WriterHandle> = crate::sample::decode_group_end(payload)
+                let writers: Vec<WriterHandle> = crate::sample::decode_group_end(payload.slice())
                     .unwrap_or_default()
                     .into_iter()
                     .map(|writer_id| WriterHandle {
@@ -470,11 +596,12 @@ impl Cache {
                     .collect();
                 self.end_sets(&writers, o, now_us)
             }
-            (_, Coherent::No) => {
-                self.insert_one(h, Bytes::Borrowed(payload), o, Position::of(o, o), now_us)
-            }
+            (_, Coherent::No) => self.insert_one(h, payload, o, Position::of(o, o), now_us),
             (_, mark) => {
-                let copy = self.copy_payload(payload);
+                let copy = match payload {
+                    Bytes::Owned(b) => b,
+                    b => self.copy_payload(b.slice()),
+                };
                 if mark == Coherent::Begins {
                     // A set left unended by this writer is dropped: it never ended.
                     if let Some(old) = self.pending_sets.remove(&writer) {
@@ -648,24 +775,27 @@ impl Cache {
             return Err(Rejected::Samples);
         }
         let valid = h.kind == SampleKind::Data;
-        // No rejection after this point: the copy is kept.
+        // No rejection after this point: the bytes are kept (lent, or copied).
         let copy = match payload {
-            Bytes::Owned(b) if valid => b,
-            Bytes::Borrowed(b) if valid => self.copy_payload(b),
+            Bytes::Owned(b) if valid => Payload::Owned(b),
+            Bytes::Lent(batch, b) if valid => match batch.share(b) {
+                Some(l) => Payload::Lent(l),
+                None => Payload::Owned(self.copy_payload(b)),
+            },
+            Bytes::Borrowed(b) if valid => Payload::Owned(self.copy_payload(b)),
             Bytes::Owned(b) => {
                 self.keep_spare(b);
-                Vec::new()
+                Payload::Owned(Vec::new())
             }
-            Bytes::Borrowed(_) => Vec::new(),
+            Bytes::Borrowed(_) | Bytes::Lent(..) => Payload::Owned(Vec::new()),
         };
-        let copy = Payload::Owned(copy);
         let Some(inst) = self.instances.get_mut(&handle) else {
             return Err(Rejected::Instances);
         };
         let evicted = if evict_own {
             inst.arrivals
                 .pop_front()
-                .and_then(|old| self.samples.remove(&old))
+                .and_then(|old| self.samples.remove(old))
         } else {
             None
         };
@@ -805,7 +935,7 @@ impl Cache {
             return self.take_all();
         }
         let mut picked = Vec::new();
-        for (arrival, e) in &self.samples {
+        for (arrival, e) in self.samples.iter() {
             if picked.len() >= max {
                 break;
             }
@@ -815,13 +945,13 @@ impl Cache {
             {
                 continue;
             }
-            picked.push(*arrival);
+            picked.push(arrival);
         }
         let mut out = Vec::with_capacity(picked.len());
         let mut touched = BTreeSet::new();
         for arrival in picked {
             let (instance, view_new, state) = {
-                let Some(e) = self.samples.get(&arrival) else {
+                let Some(e) = self.samples.get(arrival) else {
                     continue;
                 };
                 let Some(inst) = self.instances.get(&e.instance) else {
@@ -836,14 +966,14 @@ impl Cache {
                 ViewState::NotNew
             };
             if take {
-                if let Some(e) = self.samples.remove(&arrival) {
+                if let Some(e) = self.samples.remove(arrival) {
                     if let Some(inst) = self.instances.get_mut(&instance) {
                         inst.arrivals.retain(|a| *a != arrival);
                     }
                     let info = e.info_now(view_state, state);
                     out.push((info, e.payload));
                 }
-            } else if let Some(e) = self.samples.get_mut(&arrival) {
+            } else if let Some(e) = self.samples.get_mut(arrival) {
                 let info = e.info_now(view_state, state);
                 e.read = true;
                 out.push((info, e.payload.share()));
@@ -864,7 +994,7 @@ impl Cache {
         let samples = std::mem::take(&mut self.samples);
         let mut out = Vec::with_capacity(samples.len());
         let mut last: Option<(InstanceHandle, ViewState, InstanceState)> = None;
-        for (_, e) in samples {
+        for e in samples.into_entries() {
             let (view_state, state) = match last {
                 Some((h, v, s)) if h == e.instance => (v, s),
                 _ => {
@@ -959,6 +1089,47 @@ mod tests {
         assert_eq!(got[0].1.bytes(), b"abc", "and holds exactly the payload");
         c.recycle(got.into_iter().map(|(_, b)| b));
         assert_eq!(c.spare.len(), before);
+    }
+
+    #[test]
+    fn evictions_in_the_middle_leave_bounded_holes_and_the_order() {
+        // Instance 1's one sample stays at the front while instance 2 (KEEP_LAST 1) is
+        // replaced 1,000 times behind it: each eviction leaves a hole in the middle.
+        let mut c = Cache::new(History::keep_last(1), ResourceLimits::default());
+        c.insert(&hdr(SampleKind::Data, 1, 0), b"first", o(0))
+            .unwrap();
+        for i in 1..=1000u64 {
+            c.insert(&hdr(SampleKind::Data, 2, i), b"x", o(i)).unwrap();
+            assert_eq!(c.len(), 2);
+            assert!(
+                c.samples.slots.len() <= 2 * c.len() + SAMPLE_HOLES_SLACK,
+                "holes bounded after {i} evictions: {} slots",
+                c.samples.slots.len()
+            );
+        }
+        let seqs: Vec<u64> = c
+            .access(10, &StateMask::ANY, None, false)
+            .iter()
+            .map(|s| s.0.writer_seq)
+            .collect();
+        assert_eq!(
+            seqs,
+            vec![0, 1000],
+            "arrival order, the newest of instance 2"
+        );
+        // Take one instance (a removal at the front), then the rest.
+        let one = c.access(
+            10,
+            &StateMask::ANY,
+            Some(InstanceHandle(KeyHash([1; 16]))),
+            true,
+        );
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].1.bytes(), b"first");
+        assert_eq!(c.len(), 1);
+        let rest = c.access(10, &StateMask::ANY, None, true);
+        assert_eq!(rest[0].0.writer_seq, 1000);
+        assert!(c.is_empty() && c.samples.slots.is_empty());
     }
 
     #[test]

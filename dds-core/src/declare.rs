@@ -26,8 +26,9 @@ use spindle_transport_rdma::NodeId;
 use crate::error::{Error, Result};
 use crate::sample::SAMPLE_HEADER_BYTES;
 
-/// The version byte in front of a declaration (2: the topic subgroup count follows it).
-const DECLARATION_VERSION: u8 = 2;
+/// The version byte in front of a declaration (2: the topic subgroup count follows it;
+/// 3: slot payloads in [`SLOT_UNIT_BYTES`] units).
+const DECLARATION_VERSION: u8 = 3;
 /// Bytes in front of the entries: the version and the topic subgroup count (u16).
 const HEADER_BYTES: usize = 3;
 /// Bytes of one encoded entry.
@@ -36,8 +37,17 @@ const ENTRY_BYTES: usize = 10;
 pub const DECLARED_SUBGROUPS_MAX: usize = (DECLARED_BYTES_MAX - HEADER_BYTES) / ENTRY_BYTES;
 /// Ring slots are declared as a power of two up to this exponent.
 const WINDOW_LOG2_MAX: u8 = 12;
-/// Slot payloads are declared in KiB, up to 64.
-const SLOT_KIB_MAX: u8 = 64;
+/// Slot payloads are declared in units of this many bytes, up to 1,024 units (64 KiB): 10
+/// bits, the entry's slot byte and two bits of its window byte above the window's log2.
+/// (In whole KiB, a 1 KiB sample with its 64-byte header and CDR length rode a 2 KiB
+/// slot, and every push, which copies whole slots, moved twice the bytes.)
+pub const SLOT_UNIT_BYTES: usize = 64;
+/// Most slot units (64 KiB).
+const SLOT_UNITS_MAX: usize = 1024;
+/// The window byte's bits below the slot units' two high bits.
+const WINDOW_LOG2_MASK: u8 = 0x0F;
+/// Where the slot units' high bits sit in the window byte.
+const SLOT_HIGH_SHIFT: u8 = 4;
 
 const FLAG_READER: u8 = 1;
 const FLAG_WRITER: u8 = 2;
@@ -129,7 +139,7 @@ pub struct Interest {
     pub level: DeliveryLevel,
     /// Ring slots per sender it needs (rounded up to a power of two).
     pub window_slots: usize,
-    /// Slot payload bytes it needs (rounded up to whole KiB).
+    /// Slot payload bytes it needs (rounded up to [`SLOT_UNIT_BYTES`]).
     pub slot_payload_bytes: usize,
     /// History depth per instance a store-level subgroup keeps (0: keep all, bounded
     /// by [`crate::store::STORE_SAMPLES_MAX`]).
@@ -205,10 +215,12 @@ pub fn encode_declaration(
     for (sg, i) in interests {
         let window_log2 =
             (i.window_slots.max(1).next_power_of_two().trailing_zeros() as u8).min(WINDOW_LOG2_MAX);
-        let slot_kib = i
+        // Stored as units - 1 (0..=1023): low 8 bits, then 2 bits in the window byte.
+        let slot_units = i
             .slot_payload_bytes
-            .div_ceil(1024)
-            .clamp(1, SLOT_KIB_MAX as usize) as u8;
+            .div_ceil(SLOT_UNIT_BYTES)
+            .clamp(1, SLOT_UNITS_MAX)
+            - 1;
         let large_log2 = match i.sample_bytes_max {
             0 => 0,
             n => n
@@ -223,8 +235,8 @@ pub fn encode_declaration(
                 | (large_log2 << LARGE_SHIFT),
         );
         out.push(i.level.to_u8());
-        out.push(window_log2);
-        out.push(slot_kib);
+        out.push(window_log2 | (((slot_units >> 8) as u8) << SLOT_HIGH_SHIFT));
+        out.push((slot_units & 0xFF) as u8);
         out.extend_from_slice(&i.store_depth.to_le_bytes());
     }
     Ok(out)
@@ -272,7 +284,9 @@ pub fn decode_declaration(bytes: &[u8]) -> std::result::Result<Declaration, Stri
             .ok_or_else(|| format!("subgroup {sg}: delivery level {} unknown", e[5]))?;
         let large_log2 = u32::from(flags >> LARGE_SHIFT);
         let large_ok = large_log2 == 0 || (LARGE_LOG2_MIN..=LARGE_LOG2_MAX).contains(&large_log2);
-        if e[6] > WINDOW_LOG2_MAX || e[7] == 0 || e[7] > SLOT_KIB_MAX || !large_ok {
+        let window_log2 = e[6] & WINDOW_LOG2_MASK;
+        let high = e[6] >> SLOT_HIGH_SHIFT;
+        if window_log2 > WINDOW_LOG2_MAX || high > 3 || !large_ok {
             return Err(format!("subgroup {sg}: entry {e:?} out of range"));
         }
         out.insert(
@@ -281,8 +295,9 @@ pub fn decode_declaration(bytes: &[u8]) -> std::result::Result<Declaration, Stri
                 reader: flags & FLAG_READER != 0,
                 writer: flags & FLAG_WRITER != 0,
                 level,
-                window_slots: 1 << e[6],
-                slot_payload_bytes: usize::from(e[7]) * 1024,
+                window_slots: 1 << window_log2,
+                slot_payload_bytes: ((usize::from(high) << 8 | usize::from(e[7])) + 1)
+                    * SLOT_UNIT_BYTES,
                 store_depth: u16::from_le_bytes([e[8], e[9]]),
                 sample_bytes_max: if large_log2 == 0 { 0 } else { 1 << large_log2 },
             },
@@ -469,6 +484,37 @@ mod tests {
         let bytes = encode_declaration(TOPIC_SUBGROUPS_MAX, &all).unwrap();
         assert!(bytes.len() <= DECLARED_BYTES_MAX, "{} bytes", bytes.len());
         assert_eq!(decode_declaration(&bytes).unwrap().1.len(), all.len());
+    }
+
+    #[test]
+    fn slots_are_declared_in_64_byte_units_up_to_64_kib() {
+        for (asked, declared) in [
+            (1, 64),
+            (64, 64),
+            (65, 128),
+            (1024 + 128, 1152),
+            (4096, 4096),
+            (65_000, 65_024),
+            (65_536, 65_536),
+            (1 << 20, 65_536),
+        ] {
+            for window_slots in [1, 256, 4096] {
+                let mut w = interest(false, true);
+                w.slot_payload_bytes = asked;
+                w.window_slots = window_slots;
+                let mut i = BTreeMap::new();
+                i.insert(3, w);
+                let bytes = encode_declaration(8, &i).unwrap();
+                let back = decode_declaration(&bytes).unwrap().1[&3];
+                assert_eq!(back.slot_payload_bytes, declared, "{asked} bytes asked");
+                assert_eq!(back.window_slots, window_slots, "{asked} bytes asked");
+            }
+        }
+        // The window byte's top two bits are unused: set, the entry is refused.
+        let bytes = encode_declaration(8, &BTreeMap::from([(3, interest(true, false))])).unwrap();
+        let mut bad = bytes.clone();
+        bad[HEADER_BYTES + 6] |= 0x40;
+        assert!(decode_declaration(&bad).is_err());
     }
 
     #[test]

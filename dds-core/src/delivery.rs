@@ -22,6 +22,7 @@ use crate::common::{lock, set_delivery_thread};
 use crate::condition::notify_all;
 use crate::declare::{dds_subgroups, BUILTIN_SUBGROUP};
 use crate::discovery::{self, Endpoint, EndpointKey};
+use crate::lent::LentBatch;
 use crate::reader_core::ReaderCore;
 use crate::sample::{SampleHeader, SampleKind, WriterHandle};
 use crate::shared::{Shared, State};
@@ -62,10 +63,10 @@ impl DdsApp {
             r.fire(mask);
         }
     }
-}
 
-impl Application for DdsApp {
-    fn deliver(&mut self, batch: &DeliveryBatch) {
+    /// Routes one delivered batch to the readers of its topics and the stores; with
+    /// `lent`, the batch itself lent to the readers (their caches borrow its bytes).
+    fn route(&mut self, batch: &DeliveryBatch, lent: Option<&Arc<LentBatch>>) {
         set_delivery_thread(true);
         let sg = batch.subgroup();
         let mut got: Vec<Arc<ReaderCore>> = Vec::new();
@@ -208,7 +209,7 @@ impl Application for DdsApp {
                                     ))
                         })
                         .map(|(h, p, o)| (h, *p, *o));
-                    if r.insert_all(mine) {
+                    if r.insert_all(mine, lent) {
                         got.push(Arc::clone(r));
                     }
                 }
@@ -238,6 +239,38 @@ impl Application for DdsApp {
         self.data_available.extend(got);
         fire(rematched);
         fire((revived, Vec::new()));
+    }
+}
+
+impl Application for DdsApp {
+    fn deliver(&mut self, batch: &DeliveryBatch) {
+        self.route(batch, None);
+    }
+
+    /// Lends the batch to the readers that keep its samples (no copy into their caches),
+    /// within [`crate::lent::LENT_BYTES_MAX`]; gives the engine back this batch if nobody
+    /// kept a sample of it, else one the readers are done with, if any.
+    fn deliver_owned(&mut self, batch: DeliveryBatch) -> Option<DeliveryBatch> {
+        if batch.subgroup() == BUILTIN_SUBGROUP {
+            self.route(&batch, None);
+            return Some(batch);
+        }
+        match self.shared.lent.lend(batch) {
+            Err(batch) => {
+                self.route(&batch, None);
+                Some(batch)
+            }
+            Ok(lent) => {
+                self.route(lent.batch(), Some(&lent));
+                match Arc::try_unwrap(lent) {
+                    Ok(lent) => Some(lent.into_batch()),
+                    Err(held) => {
+                        drop(held);
+                        self.shared.lent.spare()
+                    }
+                }
+            }
+        }
     }
 
     fn round_end(&mut self) {

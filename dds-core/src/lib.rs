@@ -81,12 +81,14 @@
 //!   above `sample_bytes_max`, or above the slot without it, `OutOfResources` naming the
 //!   setting. On delivery it is copied out of the RDMC buffer into the delivered batch,
 //!   as a small one is out of its slot.
-//! * Reads: the delivery path copies each sample once, from the delivered batch into the
-//!   reader's cache (into a recycled buffer). [`DataReader::take_loaned`] and
-//!   [`DataReader::read_loaned`] lend those bytes without decoding them
-//!   ([`LoanedSamples`], decoded on demand); a held loan holds only its samples' bytes,
-//!   never a ring slot, so it cannot slow the writers. A `read` shares the bytes with the
-//!   cache instead of copying them.
+//! * Reads: a reader's cache borrows the delivered batch a sample came in instead of
+//!   copying the sample ([`lent`]): the batch goes back to the engine once its last
+//!   sample is taken, dropped or evicted. What held samples pin is bounded per
+//!   participant ([`lent::LENT_BYTES_MAX`]); past it, samples are copied into the cache
+//!   as before. [`DataReader::take_loaned`] and [`DataReader::read_loaned`] lend those
+//!   bytes without decoding them ([`LoanedSamples`], decoded on demand); a held loan pins
+//!   its samples' batches, never a ring slot, so it cannot slow the writers. A `read`
+//!   shares the bytes with the cache instead of copying them.
 //! * Topics that share a subgroup are delivered in one total order together, and ride at
 //!   the highest level any writer of the subgroup offers (a reader still takes only its
 //!   topic's samples offered at the level it requests). A participant with a reader on
@@ -133,13 +135,14 @@
 
 // The layers, bottom to top; a module uses only modules of lower layers (ARCHITECTURE.md;
 // scripts/check-layering.py checks that no two modules use each other):
-// 1. data: clock, sample, status, store, cache, condition, metrics, config, declare,
+// 1. data: clock, sample, status, store, lent, cache, condition, metrics, config, declare,
 //    discovery, filter, content_filter, error, logged
 // 2. entity state: common, group_scope; reader_core, writer_core; shared (+ the Driver trait)
 // 3. the delivery path: delivery (DdsApp and handle_timeout: engine output enters here)
 // 4. drivers and handles: inner; metrics_http, transport; threads; topic; reader, writer;
 //    publisher, subscriber; participant; counters (DomainParticipant::counters); history
-//    (reads over a PERSISTENT reader's log); query; sim (feature testkit)
+//    (reads over a PERSISTENT reader's log); query; sim (feature testkit); lent_tests (tests
+//    of `lent` in simulation)
 pub mod cache;
 pub mod clock;
 mod common;
@@ -155,6 +158,9 @@ pub mod filter;
 mod group_scope;
 mod history;
 mod inner;
+pub mod lent;
+#[cfg(all(test, feature = "testkit"))]
+mod lent_tests;
 pub mod logged;
 pub mod metrics;
 mod metrics_http;

@@ -209,11 +209,11 @@ impl<T: TopicType> DataReader<T> {
 
     /// Like [`DataReader::take`], but lends the samples' serialized bytes instead of
     /// decoding them (DDS `take` with a loan, as Cyclone's loans): nothing is copied or
-    /// decoded until [`LoanedRead::data`] asks. The bytes are the reader's own copy, made
-    /// once at delivery, so a held loan does not hold back the writer's ring slot; it
-    /// holds its samples' bytes (each at most one slot) until dropped or
-    /// [`LoanedSamples::return_loan`], when the buffers go back to the reader for later
-    /// deliveries.
+    /// decoded until [`LoanedRead::data`] asks. The bytes are those the engine delivered,
+    /// in the delivery batch the reader's cache borrowed ([`crate::lent`]; a copy made at
+    /// delivery past [`crate::lent::LENT_BYTES_MAX`]), never a ring slot, so a held loan
+    /// does not hold back the writers; it pins its samples' batches until dropped or
+    /// [`LoanedSamples::return_loan`], when they go back for later deliveries.
     pub fn take_loaned(&self, max: usize, mask: StateMask) -> Result<LoanedSamples<T>> {
         Ok(LoanedSamples::new(
             &self.core,

@@ -16,6 +16,7 @@ use crate::clock::Clock;
 use crate::common::{lock, reason, TopicIdentity};
 use crate::content_filter::SharedFilter;
 use crate::discovery::{partition_tag, Endpoint, EndpointKey, Rxo};
+use crate::lent::LentBatch;
 use crate::sample::{Coherent, InstanceHandle, SampleHeader, SampleKind, WriterHandle};
 use crate::status::{
     rematch, DeadlineMissedStatus, IncompatibleQosStatus, LivelinessChangedStatus, MatchedStatus,
@@ -202,14 +203,16 @@ impl ReaderCore {
 
     /// Adds a delivered sample; false if rejected (counted in SAMPLE_REJECTED).
     pub(crate) fn insert(&self, h: &SampleHeader, payload: &[u8], o: Origin) -> bool {
-        self.insert_all(std::iter::once((h, payload, o)))
+        self.insert_all(std::iter::once((h, payload, o)), None)
     }
 
     /// Adds delivered samples of this reader's topic under one lock of the cache;
-    /// true if any was kept.
+    /// true if any was kept. With `lent`, the batch the payloads lie in, kept samples
+    /// borrow their bytes from it instead of being copied ([`crate::lent`]).
     pub(crate) fn insert_all<'a>(
         &self,
         items: impl Iterator<Item = (&'a SampleHeader, &'a [u8], Origin)>,
+        lent: Option<&Arc<LentBatch>>,
     ) -> bool {
         let mut kept = false;
         let mut rejected = Vec::new();
@@ -232,7 +235,11 @@ impl ReaderCore {
                     }
                     continue;
                 }
-                match cache.insert_at(h, payload, o, now_us) {
+                let inserted = match lent {
+                    Some(batch) => cache.insert_lent_at(h, batch, payload, o, now_us),
+                    None => cache.insert_at(h, payload, o, now_us),
+                };
+                match inserted {
                     Ok(k) => kept |= k,
                     Err(r) => rejected.push((r, h.key_hash)),
                 }

@@ -22,6 +22,7 @@ use crate::clock::Clock;
 use crate::declare::DdsSubgroup;
 use crate::discovery::{Endpoint, EndpointKey};
 use crate::error::Result;
+use crate::lent::BatchPool;
 use crate::logged::Durable;
 use crate::reader_core::ReaderCore;
 use crate::store::Store;
@@ -82,6 +83,9 @@ pub(crate) struct Shared {
     /// Set when the group went on without this participant and it is joining again:
     /// writes and entity calls wait, as through a view change, instead of failing.
     pub(crate) rejoining: AtomicBool,
+    /// Delivery batches lent to the readers' caches, and those they gave back
+    /// ([`crate::lent`]).
+    pub(crate) lent: Arc<BatchPool>,
 }
 
 /// What [`Shared::stopped_listener`] holds: the callback, and whether it ran (the
@@ -141,6 +145,7 @@ impl Shared {
             counters: Default::default(),
             rejoin_enabled: AtomicBool::new(false),
             rejoining: AtomicBool::new(false),
+            lent: BatchPool::new(),
         })
     }
 

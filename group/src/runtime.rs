@@ -361,6 +361,14 @@ fn step_dare(engine: &mut Engine, ep: &dyn Endpoint, now_us: u64) -> bool {
 pub trait Application: Send + 'static {
     /// Messages delivered in one subgroup.
     fn deliver(&mut self, batch: &DeliveryBatch);
+    /// Messages delivered in one subgroup, the batch handed over whole: an application
+    /// that keeps it (readers borrowing its bytes) gives back another batch it is done
+    /// with, or none, for the engine to reuse ([`Engine::recycle`]). By default
+    /// [`Application::deliver`], and the batch goes back.
+    fn deliver_owned(&mut self, batch: DeliveryBatch) -> Option<DeliveryBatch> {
+        self.deliver(&batch);
+        Some(batch)
+    }
     /// A new view is installed; later deliveries belong to it.
     fn view_installed(&mut self, _view: &ViewInstalled) {}
     /// The state of `subgroup` now (every delivery so far applied), for a joiner.
@@ -772,8 +780,9 @@ pub enum Handed {
 pub fn hand_to(group: &mut Group, app: &mut impl Application, out: GroupOutput) -> Handed {
     match out {
         GroupOutput::Delivery(b) => {
-            app.deliver(&b);
-            group.recycle(b);
+            if let Some(b) = app.deliver_owned(b) {
+                group.recycle(b);
+            }
             Handed::Other
         }
         GroupOutput::ViewInstalled(v) => {

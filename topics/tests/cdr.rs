@@ -436,3 +436,50 @@ fn wstring_bytes_are_a_byte_length_and_utf16_code_units() {
         );
     }
 }
+
+#[test]
+fn sequence_fast_path_gives_the_serde_paths_bytes_and_values() {
+    for endianness in [Endianness::Little, Endianness::Big] {
+        for len in [0usize, 1, 3, 4, 5, 7, 8, 9, 255, 1024] {
+            let s = Sequence {
+                payload: (0..len).map(|i| (i * 7 + 1) as u8).collect(),
+            };
+            let mut fast = vec![0xEE; len + 16];
+            let mut slow = vec![0xEE; len + 16];
+            let n = s.encode_into(endianness, &mut fast).unwrap();
+            let m = cdr::encode_into(&s, endianness, &mut slow).unwrap();
+            assert_eq!(
+                &fast[..n],
+                &slow[..m],
+                "{endianness:?}, {len} bytes: the serde path's encoding"
+            );
+            assert_eq!(Sequence::decode(&fast[..n]).unwrap(), s);
+            assert_eq!(cdr::decode::<Sequence>(&fast[..n]).unwrap(), s);
+            // Cut anywhere, both refuse it (and neither panics).
+            for cut in 0..n {
+                assert!(
+                    Sequence::decode(&fast[..cut]).is_err(),
+                    "{endianness:?}, {len} bytes cut at {cut}"
+                );
+                assert!(cdr::decode::<Sequence>(&fast[..cut]).is_err());
+            }
+            let mut short = vec![0u8; n - 1];
+            assert!(
+                matches!(
+                    s.encode_into(endianness, &mut short),
+                    Err(Error::BufferTooSmall { needed, .. }) if needed == n
+                ),
+                "a short buffer is told the size needed"
+            );
+        }
+    }
+    // A length past the end names the type and what is missing.
+    let mut bytes = vec![0x00, 0x01, 0, 0];
+    bytes.extend_from_slice(&u32::MAX.to_le_bytes());
+    bytes.extend_from_slice(b"abc");
+    let e = Sequence::decode(&bytes).unwrap_err().to_string();
+    assert!(
+        e.contains("Spindle::Sequence") && e.contains("3 left"),
+        "{e}"
+    );
+}

@@ -101,6 +101,15 @@ pub struct Args {
     /// Subgroups the topics hash onto (`ParticipantConfig::topic_subgroups`).
     #[arg(long, default_value_t = spindle_dds_core::declare::TOPIC_SUBGROUPS_DEFAULT)]
     pub topic_subgroups: u32,
+    /// The participants' failure-detector floor (`[fabric] suspect_floor_ms`; the
+    /// ceiling is raised to it): long enough for processes under `valgrind`, whose
+    /// threads take turns, not to suspect each other.
+    #[arg(long)]
+    pub suspect_floor_ms: Option<u64>,
+    /// The participants' `entity_timeout_ms` (joining and creating entities; their
+    /// default if not given).
+    #[arg(long)]
+    pub entity_timeout_ms: Option<u64>,
 }
 
 /// The process a driver starts (with `--pingpong`: the ping and the pong process).
@@ -177,6 +186,13 @@ fn participant(
     }
     if let Some(us) = a.spin_before_park_us {
         cfg.spin_before_park_us = us;
+    }
+    if let Some(ms) = a.suspect_floor_ms {
+        cfg.fabric.suspect_floor_ms = ms;
+        cfg.fabric.suspect_ceiling_ms = cfg.fabric.suspect_ceiling_ms.max(ms);
+    }
+    if let Some(ms) = a.entity_timeout_ms {
+        cfg.entity_timeout_ms = ms;
     }
     match contact {
         None => cfg.bootstrap = vec![node],
@@ -433,6 +449,12 @@ fn bench(a: &Args, exe_args: &[String]) -> Result<String, BoxError> {
         c.args(["--topic-subgroups", &a.topic_subgroups.to_string()]);
         if let Some(us) = a.spin_before_park_us {
             c.args(["--spin-before-park-us", &us.to_string()]);
+        }
+        if let Some(ms) = a.suspect_floor_ms {
+            c.args(["--suspect-floor-ms", &ms.to_string()]);
+        }
+        if let Some(ms) = a.entity_timeout_ms {
+            c.args(["--entity-timeout-ms", &ms.to_string()]);
         }
         c.args(["--busy-topics", &a.busy_topics.to_string()])
             .args(["--idle-topics", &a.idle_topics.to_string()]);

@@ -195,6 +195,16 @@ impl DeliveryBatch {
         self.metas.is_empty()
     }
 
+    /// Every message's payload, back to back: each [`Message::payload`] is a slice of it.
+    pub fn bytes(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// The memory the batch holds for payloads (at least `bytes().len()`).
+    pub fn capacity(&self) -> usize {
+        self.payload.capacity()
+    }
+
     /// The messages, in delivery order.
     pub fn iter(&self) -> impl Iterator<Item = Message<'_>> + '_ {
         self.metas.iter().map(|m| Message {

@@ -85,6 +85,62 @@ pub fn encode_into<T: Serialize + ?Sized>(
     Ok(w.pos)
 }
 
+/// Encodes a type whose only member is a `sequence<octet>` (`payload`), with the
+/// encapsulation header, into `buf`: the same bytes as [`encode_into`] gives, without
+/// going through serde (the length, then one copy). [`Error::BufferTooSmall`] tells the
+/// exact size needed.
+pub fn encode_octets_into(payload: &[u8], endianness: Endianness, buf: &mut [u8]) -> Result<usize> {
+    let len = u32::try_from(payload.len()).map_err(|_| Error::Encode {
+        type_name: "sequence<octet>",
+        detail: format!("{} bytes, more than a CDR length holds", payload.len()),
+    })?;
+    let needed = ENCAPSULATION_HEADER_LEN + 4 + payload.len();
+    if buf.len() < needed {
+        return Err(Error::BufferTooSmall {
+            needed,
+            available: buf.len(),
+        });
+    }
+    let (id, len) = match endianness {
+        Endianness::Little => (CDR_LE, len.to_le_bytes()),
+        Endianness::Big => (CDR_BE, len.to_be_bytes()),
+    };
+    buf[..2].copy_from_slice(&id);
+    buf[2..ENCAPSULATION_HEADER_LEN].fill(0);
+    buf[ENCAPSULATION_HEADER_LEN..ENCAPSULATION_HEADER_LEN + 4].copy_from_slice(&len);
+    buf[ENCAPSULATION_HEADER_LEN + 4..needed].copy_from_slice(payload);
+    Ok(needed)
+}
+
+/// Decodes what [`encode_octets_into`] encodes: the `sequence<octet>` of a type that has
+/// no other member, as [`decode`] would, without serde. Never panics: a short input or a
+/// length past its end gives [`Error::Decode`] naming `type_name` and the offset.
+pub fn decode_octets(bytes: &[u8], type_name: &'static str) -> Result<Vec<u8>> {
+    let endianness = encapsulation(bytes)?;
+    let body = &bytes[ENCAPSULATION_HEADER_LEN..];
+    let Some(len) = body.get(..4) else {
+        return Err(Error::Decode {
+            type_name,
+            offset: bytes.len(),
+            detail: format!("needs 4 more bytes, {} left", body.len()),
+        });
+    };
+    let len = [len[0], len[1], len[2], len[3]];
+    let len = match endianness {
+        Endianness::Little => u32::from_le_bytes(len),
+        Endianness::Big => u32::from_be_bytes(len),
+    } as usize;
+    let rest = &body[4..];
+    match rest.get(..len) {
+        Some(payload) => Ok(payload.to_vec()),
+        None => Err(Error::Decode {
+            type_name,
+            offset: ENCAPSULATION_HEADER_LEN + 4,
+            detail: format!("needs {len} more bytes, {} left", rest.len()),
+        }),
+    }
+}
+
 /// Encodes `value` into a new `Vec` (header included).
 pub fn encode<T: Serialize + ?Sized>(value: &T, endianness: Endianness) -> Result<Vec<u8>> {
     let mut buf = Vec::new();

@@ -10,24 +10,11 @@
 //! surviving sender's messages are delivered at every member. A failing seed prints the
 //! command that reruns it.
 
-use spindle_group::swarm::{reproduce_command, Fault, Report, Scenario, Target, When};
+use spindle_group::swarm::{Fault, Report, Scenario, Target, When};
 use spindle_group::DareSettings;
 
 fn check(r: &Report) {
-    assert!(
-        r.violations.is_empty(),
-        "seed {}: violations {:?}\nreproduce: {}",
-        r.seed,
-        r.violations,
-        reproduce_command(r.seed)
-    );
-    assert!(
-        r.liveness_failure.is_none(),
-        "seed {}: {}\nreproduce: {}",
-        r.seed,
-        r.liveness_failure.as_deref().unwrap_or(""),
-        reproduce_command(r.seed)
-    );
+    r.assert_clean();
     assert!(
         r.dare_delivered > 0,
         "seed {}: nothing delivered by DARE",

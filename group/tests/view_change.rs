@@ -9,30 +9,13 @@ use spindle_group::swarm::{
 /// Seeds `cargo test` runs (split over four tests so two cores share them).
 const SEEDS_PER_TEST: u64 = 125;
 
-fn check(r: &Report) {
-    assert!(
-        r.violations.is_empty(),
-        "seed {}: violations {:?}\nreproduce: {}",
-        r.seed,
-        r.violations,
-        reproduce_command(r.seed)
-    );
-    assert!(
-        r.liveness_failure.is_none(),
-        "seed {}: {}\nreproduce: {}",
-        r.seed,
-        r.liveness_failure.as_deref().unwrap_or(""),
-        reproduce_command(r.seed)
-    );
-}
-
 fn seeds(start: u64) {
     let cfg = SwarmConfig::default();
     let mut faults = 0;
     let mut views = 0;
     for seed in start..start + SEEDS_PER_TEST {
         let r = run_seed(seed, &cfg);
-        check(&r);
+        r.assert_clean();
         faults += r.faults_fired;
         views += r.views_installed;
     }
@@ -94,7 +77,7 @@ fn the_leader_crashes_in_the_middle_of_a_view_change() {
             .at(When::Round(200), Fault::Crash(Target::Node(5)))
             .at(When::ViewChangeFrom(200), Fault::Crash(Target::Leader))
             .run();
-        check(&r);
+        r.assert_clean();
         assert_eq!(r.faults_fired, 2, "seed {seed}: both crashes happened");
         // The survivors 2, 3, 4 installed a view without 1 and 5 (before the liveness
         // phase brought them back).
@@ -116,7 +99,7 @@ fn two_members_crash_at_once() {
             .at(When::Round(300), Fault::Crash(Target::Node(2)))
             .at(When::Round(300), Fault::Crash(Target::Node(4)))
             .run();
-        check(&r);
+        r.assert_clean();
         assert!(
             r.views
                 .iter()
@@ -136,7 +119,7 @@ fn a_joiner_crashes_during_its_join() {
             .at(When::Round(400), Fault::Restart(3))
             .at(When::JoiningFrom(400), Fault::Crash(Target::Joiner))
             .run();
-        check(&r);
+        r.assert_clean();
         assert_eq!(r.faults_fired, 3, "seed {seed}");
     }
 }
@@ -152,7 +135,7 @@ fn a_3_2_partition_leaves_the_majority_running_and_shuts_the_minority_down() {
             )
             .at(When::Round(1200), Fault::Heal)
             .run();
-        check(&r);
+        r.assert_clean();
         for n in [4, 5] {
             assert!(
                 r.shutdowns
@@ -219,7 +202,7 @@ fn a_member_that_is_only_slow_is_not_removed() {
             .at(When::Round(300), Fault::Pause(2))
             .at(When::Round(330), Fault::Resume(2))
             .run();
-        check(&r);
+        r.assert_clean();
         assert!(
             r.views.iter().all(|(_, _, vid, _)| *vid == 1),
             "seed {seed}: a slow member caused a view change: {:?}",
@@ -240,7 +223,7 @@ fn a_member_paused_past_the_detector_is_excluded_and_told_so_when_it_wakes() {
             .at(When::Round(2_300), Fault::Resume(2))
             .safety_rounds(2_600)
             .run();
-        check(&r);
+        r.assert_clean();
         assert!(
             r.views
                 .iter()
@@ -292,7 +275,7 @@ fn declarations_change_the_view_but_not_its_members_even_when_the_leader_crashes
             .at(When::ViewChangeFrom(200), Fault::Crash(Target::Leader))
             .restart_in_liveness(false)
             .run();
-        check(&r);
+        r.assert_clean();
         assert!(
             r.faults_fired >= 3,
             "seed {seed}: {} faults",
@@ -304,7 +287,7 @@ fn declarations_change_the_view_but_not_its_members_even_when_the_leader_crashes
             .at(When::Round(200), Fault::Declare(2))
             .restart_in_liveness(false)
             .run();
-        check(&q);
+        q.assert_clean();
         assert!(
             q.views
                 .iter()

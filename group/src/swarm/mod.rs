@@ -1253,3 +1253,24 @@ pub fn run_seed(seed: u64, cfg: &SwarmConfig) -> Report {
 pub fn reproduce_command(seed: u64) -> String {
     format!("cargo run --release -p spindle-group --example swarm -- --start {seed} --seeds 1")
 }
+
+impl Report {
+    /// Panics, naming the seed, what went wrong and the command that reruns it
+    /// ([`reproduce_command`]), if the run broke an invariant or did not finish.
+    pub fn assert_clean(&self) {
+        assert!(
+            self.violations.is_empty(),
+            "seed {}: violations {:?}\nreproduce: {}",
+            self.seed,
+            self.violations,
+            reproduce_command(self.seed)
+        );
+        assert!(
+            self.liveness_failure.is_none(),
+            "seed {}: {}\nreproduce: {}",
+            self.seed,
+            self.liveness_failure.as_deref().unwrap_or(""),
+            reproduce_command(self.seed)
+        );
+    }
+}

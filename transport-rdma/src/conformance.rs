@@ -775,6 +775,20 @@ pub fn check_links_and_regions(h: &mut dyn Harness) {
         "a write over the deduplicated link",
         |_| rc.load_u64(0) == 7,
     );
+    // The link's state (peers, regions) can be seen before its event is queued: wait for
+    // each side's PeerConnected (a side that never reports one fails here), then count.
+    drive_until(
+        h,
+        &mut [&mut c, &mut d],
+        "each side's PeerConnected after a simultaneous connect",
+        |n| {
+            n.iter().all(|x| {
+                x.events
+                    .iter()
+                    .any(|e| matches!(e, Event::PeerConnected { .. }))
+            })
+        },
+    );
     for node in [&c, &d] {
         let ups = node
             .events

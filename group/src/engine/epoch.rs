@@ -49,11 +49,7 @@ impl Engine {
     /// messages went up on receipt). The trim comes from a peer's row, so a trim this node
     /// cannot honour is an error, not a panic.
     pub fn deliver_to_trim(&mut self, subgroup: SubgroupId, cuts: &[u64]) -> Result<()> {
-        let i = self
-            .subgroups
-            .iter()
-            .position(|s| s.spec.id == subgroup)
-            .ok_or(Error::UnknownSubgroup { subgroup })?;
+        let i = self.subgroup_index(subgroup)?;
         let s = &self.subgroups[i];
         if s.dare.is_some() {
             // A dare subgroup ends its instance by the hand-off (`Engine::end_dare`).
@@ -156,11 +152,7 @@ impl Engine {
     /// delivered but are not handed up again (unordered mode; atomic mode never needs it,
     /// nothing past the trim was delivered anywhere).
     pub fn skip_resent(&mut self, subgroup: SubgroupId, sender: NodeId, count: u64) -> Result<()> {
-        let i = self
-            .subgroups
-            .iter()
-            .position(|s| s.spec.id == subgroup)
-            .ok_or(Error::UnknownSubgroup { subgroup })?;
+        let i = self.subgroup_index(subgroup)?;
         let s = &mut self.subgroups[i];
         if let Some(rank) = s.senders.iter().position(|x| *x == sender) {
             s.skip[rank] = count;

@@ -630,10 +630,7 @@ impl Engine {
     }
 
     fn state(&self, subgroup: SubgroupId) -> Result<&SubgroupState> {
-        self.subgroups
-            .iter()
-            .find(|s| s.spec.id == subgroup)
-            .ok_or(Error::UnknownSubgroup { subgroup })
+        Ok(&self.subgroups[self.subgroup_index(subgroup)?])
     }
 
     /// A handle for sending in `subgroup`.
@@ -727,17 +724,21 @@ impl Engine {
         }
     }
 
+    /// The index in `subgroups` of `subgroup`, or [`Error::UnknownSubgroup`].
+    fn subgroup_index(&self, subgroup: SubgroupId) -> Result<usize> {
+        self.subgroups
+            .iter()
+            .position(|s| s.spec.id == subgroup)
+            .ok_or(Error::UnknownSubgroup { subgroup })
+    }
+
     /// This node's log of `subgroup` is durable through the first `persisted_num` messages
     /// of this view's delivery order (the runtime appended and synced them). Publishes it
     /// in the SST (`persisted_num`, pushed with the next acknowledgements). A lower value
     /// than before is ignored (the frontier only moves up); a value above what this node
     /// delivered is an error (nothing is logged before it is delivered).
     pub fn handle_persisted(&mut self, subgroup: SubgroupId, persisted_num: u64) -> Result<()> {
-        let i = self
-            .subgroups
-            .iter()
-            .position(|s| s.spec.id == subgroup)
-            .ok_or(Error::UnknownSubgroup { subgroup })?;
+        let i = self.subgroup_index(subgroup)?;
         let s = &mut self.subgroups[i];
         if persisted_num > s.delivered {
             return Err(Error::Config(format!(

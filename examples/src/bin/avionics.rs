@@ -88,8 +88,9 @@ enum Sub {
         listen: String,
         contact: String,
         out: PathBuf,
-        /// `[fabric] suspect_floor_ms`, or `-` for the default.
-        suspect_floor_ms: String,
+        /// `[fabric] suspect_floor_ms` (the default if not given).
+        #[arg(long)]
+        suspect_floor_ms: Option<u64>,
     },
 }
 
@@ -117,8 +118,15 @@ fn main() {
             contact,
             out,
             suspect_floor_ms,
-        }) => suspect_floor_arg(&suspect_floor_ms)
-            .and_then(|floor| member(&name, node, &transport, &listen, &contact, &out, floor)),
+        }) => member(
+            &name,
+            node,
+            &transport,
+            &listen,
+            &contact,
+            &out,
+            suspect_floor_ms,
+        ),
         Some(Sub::Recorder {
             out,
             transport,
@@ -141,17 +149,6 @@ fn main() {
     if let Err(e) = r {
         eprintln!("avionics: {e}");
         std::process::exit(1);
-    }
-}
-
-/// A member's `suspect_floor_ms` argument: a number, or `-` for the default.
-fn suspect_floor_arg(arg: &str) -> Result<Option<u64>, BoxError> {
-    match arg {
-        "-" => Ok(None),
-        n => n
-            .parse()
-            .map(Some)
-            .map_err(|e| format!("suspect_floor_ms {n:?}: {e}").into()),
     }
 }
 
@@ -520,8 +517,7 @@ fn spawn(
     out: &Path,
     suspect_floor_ms: Option<u64>,
 ) -> Result<Proc, BoxError> {
-    let floor = suspect_floor_ms.map_or_else(|| "-".to_string(), |f| f.to_string());
-    let args: Vec<String> = [
+    let mut args: Vec<String> = [
         "member",
         name,
         &node.to_string(),
@@ -529,11 +525,13 @@ fn spawn(
         listen,
         contact,
         &out.to_string_lossy(),
-        &floor,
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if let Some(floor) = suspect_floor_ms {
+        args.extend(["--suspect-floor-ms".to_string(), floor.to_string()]);
+    }
     Proc::spawn_self(name, &args)
 }
 

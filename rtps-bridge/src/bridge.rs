@@ -107,7 +107,9 @@ pub const RTPS_TAKE_MAX: usize = rtps::RTPS_READER_SAMPLES_MAX as usize;
 /// Most instance keys a Spindle → RTPS topic remembers for disposes (oldest forgotten).
 pub const INSTANCE_KEYS_MAX: usize = 1 << 16;
 
-/// How long the bridge lingers at stop for its RTPS writers' reliable delivery to finish.
+/// How long the bridge lingers at stop, per topic and direction, for what it forwarded to
+/// be delivered: by every RTPS reader (its RTPS writers' acknowledgments), and by Spindle
+/// (its Spindle writers' `wait_for_acknowledgments`).
 pub const LINGER_MS: u64 = 3_000;
 
 /// The Spindle topic on which bridges announce their RTPS participants (key: the GUID
@@ -151,7 +153,9 @@ pub struct Stats {
     /// Handshakes with a new RTPS reader ([`HANDSHAKE_MS`]) that ran to their bound
     /// without every reader's acknowledgment.
     pub handshake_timeouts: AtomicU64,
-    /// RTPS writers that stopped ([`LINGER_MS`]) before every reader acknowledged.
+    /// Writers that stopped ([`LINGER_MS`]) before what they forwarded was delivered: RTPS
+    /// writers before every RTPS reader acknowledged, Spindle writers before Spindle
+    /// delivered their last sample.
     pub unacked_at_stop: AtomicU64,
 }
 
@@ -651,7 +655,10 @@ impl WriterSeqs {
 fn rtps_to_spindle(ctx: Ctx, mut reader: RtpsReader, writer: DataWriter<CdrSample>) {
     let layout = ctx.topic.key.clone();
     let mut seqs = WriterSeqs::default();
-    while !ctx.stop.load(Ordering::Relaxed) {
+    loop {
+        // Read before the take: once stop is seen, one last take forwards what the RTPS
+        // reader already holds (and acknowledged to its writers) before the thread ends.
+        let stopping = ctx.stop.load(Ordering::Relaxed);
         let change = reader.matched_change();
         if change != 0 {
             ctx.stats
@@ -659,6 +666,7 @@ fn rtps_to_spindle(ctx: Ctx, mut reader: RtpsReader, writer: DataWriter<CdrSampl
                 .fetch_add(change, Ordering::Relaxed);
         }
         let batch = match reader.take(layout.as_ref()) {
+            Ok(b) if b.is_empty() && stopping => break,
             Ok(b) if b.is_empty() => {
                 std::thread::sleep(Duration::from_micros(POLL_IDLE_US));
                 continue;
@@ -666,6 +674,9 @@ fn rtps_to_spindle(ctx: Ctx, mut reader: RtpsReader, writer: DataWriter<CdrSampl
             Ok(b) => b,
             Err(e) => {
                 ctx.dropped(format_args!("RTPS samples not readable: {e}"));
+                if stopping {
+                    break;
+                }
                 std::thread::sleep(Duration::from_micros(POLL_IDLE_US));
                 continue;
             }
@@ -692,6 +703,17 @@ fn rtps_to_spindle(ctx: Ctx, mut reader: RtpsReader, writer: DataWriter<CdrSampl
             }
             forward_into_spindle(&ctx, &writer, taken);
         }
+    }
+    // The participant closes without a graceful leave (`DomainParticipant::close`), and
+    // the view change that removes it delivers only what every survivor received: a
+    // sample still in flight at close would be lost although its RTPS writer got our
+    // acknowledgment. So wait until Spindle delivered everything this writer wrote.
+    if let Err(e) = writer.wait_for_acknowledgments(Duration::from_millis(LINGER_MS)) {
+        ctx.stats.unacked_at_stop.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            "topic {:?}: stopped before Spindle delivered every forwarded sample: {e}",
+            ctx.topic.name
+        );
     }
 }
 

@@ -203,4 +203,8 @@ pub(crate) trait Driver: Send + Sync {
     /// Lets about `hint` pass while a caller polls for something (zero: just yield): a
     /// sleep on threads; one round in simulation.
     fn idle(&self, hint: Duration);
+    /// Waits up to `max` for `sender`'s full window to find room for a message of `len`
+    /// bytes: parked until the predicate thread sees the window move on threads
+    /// ([`Sender::wait_for_room`]); one round in simulation.
+    fn wait_room(&self, sender: &Sender, len: usize, max: Duration);
 }

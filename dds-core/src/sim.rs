@@ -564,4 +564,8 @@ impl Driver for SimDriver {
     fn idle(&self, _hint: Duration) {
         self.domain.round();
     }
+
+    fn wait_room(&self, _sender: &Sender, _len: usize, _max: Duration) {
+        self.domain.round();
+    }
 }

@@ -228,4 +228,8 @@ impl Driver for ThreadDriver {
             std::thread::sleep(hint);
         }
     }
+
+    fn wait_room(&self, sender: &Sender, len: usize, max: Duration) {
+        sender.wait_for_room(len, max);
+    }
 }

@@ -16,10 +16,9 @@ use crate::sample::{Coherent, InstanceHandle, SampleHeader, SampleKind, SAMPLE_H
 use crate::status::{DeadlineMissedStatus, LivelinessLostStatus, MatchedStatus};
 use crate::writer_core::{blocking_us, lifespan_ns, WriterCore};
 
-/// How long a writer waiting for room lets pass every `LOAN_TRIES_PER_PAUSE` tries (it
-/// yields between).
-const LOAN_PAUSE: Duration = Duration::from_micros(50);
-const LOAN_TRIES_PER_PAUSE: u32 = 64;
+/// How long a writer lets pass between looks for the next view's sender while a view
+/// change runs.
+const VIEW_CHANGE_PAUSE: Duration = Duration::from_micros(50);
 /// How long `wait_for_acknowledgments` waits before it looks whether to nudge.
 const NUDGE_AFTER: Duration = Duration::from_millis(20);
 /// How long `wait_for_readers` lets pass between looks.
@@ -430,7 +429,7 @@ impl<T: TopicType> DataWriter<T> {
     ) -> Result<()> {
         let p = &self.topic.participant;
         let total = SAMPLE_HEADER_BYTES.saturating_add(needed);
-        let max = with_room(&self.core, p, |s| Ok(s.message_bytes_max()))?;
+        let max = with_room(&self.core, p, 0, |s| Ok(s.message_bytes_max()))?;
         if total > max {
             return Err(Error::OutOfResources(format!(
                 "a sample of {needed} bytes (with its {SAMPLE_HEADER_BYTES}-byte \
@@ -450,7 +449,7 @@ impl<T: TopicType> DataWriter<T> {
         header(&self.core, kind, key, timestamp_ns)?.encode(&mut hb);
         staging[..SAMPLE_HEADER_BYTES].copy_from_slice(&hb);
         let sample = &staging[..SAMPLE_HEADER_BYTES + n];
-        let sent = with_room(&self.core, p, |s| s.try_send(sample));
+        let sent = with_room(&self.core, p, sample.len(), |s| s.try_send(sample));
         let len = sample.len();
         // A big sample's staging is not kept for the writer's life (the RDMC
         // buffers give their pages back past the same bound).
@@ -525,18 +524,22 @@ fn blocking_deadline_us(core: &WriterCore, p: &ParticipantInner) -> u64 {
 /// The RELIABILITY deadline starts at the first refusal (the clock is read only when
 /// the writer has to wait).
 fn loan(core: &WriterCore, p: &ParticipantInner) -> Result<(spindle_group::Loan, usize)> {
-    let (l, max) = with_room(core, p, |s| Ok((s.try_loan()?, s.payload_bytes_max())))?;
+    let (l, max) = with_room(core, p, 0, |s| Ok((s.try_loan()?, s.payload_bytes_max())))?;
     let room = max.checked_sub(SAMPLE_HEADER_BYTES).ok_or_else(|| {
         Error::OutOfResources(format!("slots of {max} bytes hold no sample header"))
     })?;
     Ok((l, room))
 }
 
-/// Runs `attempt` on the writer's sender until it finds room: waits while the window is
-/// full or a view change runs, up to RELIABILITY's `max_blocking_time`.
+/// Runs `attempt` on the writer's sender until it finds room for a message of `len`
+/// bytes: waits while the window is full or a view change runs, up to RELIABILITY's
+/// `max_blocking_time`. On a full window it yields [`spindle_group::ROOM_SPIN_TRIES`]
+/// times, then parks until the window moves ([`spindle_group::Sender::wait_for_room`]):
+/// a writer blocked behind a slow reader takes no core from the threads that free it.
 fn with_room<R>(
     core: &WriterCore,
     p: &ParticipantInner,
+    len: usize,
     mut attempt: impl FnMut(&spindle_group::Sender) -> spindle_group::Result<R>,
 ) -> Result<R> {
     let mut tries = 0u32;
@@ -549,33 +552,40 @@ fn with_room<R>(
                 *lock(&core.sender) = Some(s.clone());
             }),
         };
-        let err = match sender {
+        // The sender whose window was full, to park on.
+        let (err, full) = match sender {
             Ok(s) => match attempt(&s) {
                 Ok(r) => return Ok(r),
-                Err(e @ spindle_group::Error::WindowFull { .. }) => e,
+                Err(e @ spindle_group::Error::WindowFull { .. }) => (e, Some(s)),
                 Err(e @ spindle_group::Error::Wedged { .. }) => {
                     *lock(&core.sender) = None;
-                    e
+                    (e, None)
                 }
                 Err(e) => return Err(e.into()),
             },
-            Err(e @ spindle_group::Error::Wedged { .. }) => e,
+            Err(e @ spindle_group::Error::Wedged { .. }) => (e, None),
             Err(e) => return Err(e.into()),
         };
         p.check_alive()?;
         let deadline_us = *deadline_us.get_or_insert_with(|| blocking_deadline_us(core, p));
-        if on_delivery_thread() || p.now_us() >= deadline_us {
+        let now_us = p.now_us();
+        if on_delivery_thread() || now_us >= deadline_us {
             return Err(Error::Timeout(format!(
                 "writing {}: {err} (RELIABILITY max_blocking_time)",
                 core.topic.name
             )));
         }
-        tries = tries.wrapping_add(1);
-        p.driver.idle(if tries % LOAN_TRIES_PER_PAUSE == 0 {
-            LOAN_PAUSE
-        } else {
-            Duration::ZERO
-        });
+        tries = tries.saturating_add(1);
+        match full {
+            Some(s) if tries > spindle_group::ROOM_SPIN_TRIES => {
+                let left = Duration::from_micros(deadline_us - now_us);
+                p.driver
+                    .wait_room(&s, len, left.min(spindle_group::ROOM_WAIT_SLICE));
+            }
+            Some(_) => p.driver.idle(Duration::ZERO),
+            // A view change: the next view's sender is not there yet.
+            None => p.driver.idle(VIEW_CHANGE_PAUSE),
+        }
     }
 }
 

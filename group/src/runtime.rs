@@ -552,11 +552,15 @@ impl GroupNode {
             if Instant::now() >= deadline {
                 return Err(err);
             }
-            tries = tries.wrapping_add(1);
-            if tries % 64 == 0 {
-                std::thread::sleep(Duration::from_micros(50));
-            } else {
-                std::thread::yield_now();
+            tries = tries.saturating_add(1);
+            match &sender {
+                Some(s) if tries > crate::ROOM_SPIN_TRIES => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    s.wait_for_room(payload.len(), left.min(crate::ROOM_WAIT_SLICE));
+                }
+                Some(_) => std::thread::yield_now(),
+                // A view change: no sender to wait on yet.
+                None => std::thread::sleep(Duration::from_micros(50)),
             }
         }
     }

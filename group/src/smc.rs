@@ -9,14 +9,25 @@
 
 use std::fmt;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Duration;
 
 use spindle_transport_rdma::{NodeId, Region, WORD_BYTES};
 
 use crate::error::{Error, Result};
 use crate::layout::{DeliveryMode, Geometry, SubgroupId, NULL_LEN, RDMC_LEN, SLOT_HEADER_BYTES};
 use crate::rdmc::{RdmcConfig, RdmcGroup};
+
+/// How many times a sending thread that found the window full yields before it parks
+/// ([`Sender::wait_for_room`]): a window that frees within a few scheduler turns costs no
+/// wake-up, and one that does not costs no core.
+pub const ROOM_SPIN_TRIES: u32 = 16;
+
+/// The longest a thread parked for room sleeps before it looks again: a bound, not the
+/// mechanism (the predicate thread wakes it when the window moves), so that no missed
+/// wake-up can stall a writer for longer.
+pub const ROOM_WAIT_SLICE: Duration = Duration::from_millis(1);
 
 /// What wakes the predicate thread after a commit (set by the runtime).
 pub(crate) type Waker = Box<dyn Fn() + Send + Sync>;
@@ -52,6 +63,21 @@ impl LargeTx {
     }
 }
 
+/// Application threads parked in [`Sender::wait_for_room`] on a full window, and what
+/// wakes them: the predicate thread, when it sees the window move
+/// ([`Ring::wake_room_waiters`]), or the ring stopping ([`Ring::stop`]).
+#[derive(Default)]
+struct RoomWaiters {
+    /// Threads parked or about to park: the predicate thread looks at nothing else while
+    /// this is zero, so a ring nobody waits on costs one load per step.
+    parked: AtomicU32,
+    /// The window's position (`limit` + RDMC buffers freed) at the last wake-up: the
+    /// predicate thread wakes the parked threads only when it moved.
+    seen: AtomicU64,
+    lock: Mutex<()>,
+    moved: Condvar,
+}
+
 /// The ring shared by a sender's application threads and the predicate thread.
 pub(crate) struct Ring {
     pub(crate) subgroup: SubgroupId,
@@ -74,6 +100,7 @@ pub(crate) struct Ring {
     pub(crate) post_lock: Option<Arc<Mutex<()>>>,
     /// Large messages by RDMC, when the subgroup has them.
     pub(crate) large: Option<LargeTx>,
+    room: RoomWaiters,
 }
 
 impl fmt::Debug for Ring {
@@ -113,6 +140,58 @@ impl Ring {
             waker: OnceLock::new(),
             post_lock,
             large: None,
+            room: RoomWaiters::default(),
+        }
+    }
+
+    /// Stops the ring: application sends fail with [`Error::Wedged`] from now on, and
+    /// threads parked for room wake to see it.
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        let _g = self.room.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.room.moved.notify_all();
+    }
+
+    /// Where the window stands: it moved when this did (both terms only grow).
+    fn window_mark(&self) -> u64 {
+        let freed = self
+            .large
+            .as_ref()
+            .map_or(0, |tx| tx.freed.load(Ordering::Acquire));
+        self.refresh_limit().wrapping_add(freed)
+    }
+
+    /// True when a message of `len` bytes finds room now (or the ring stopped, which the
+    /// send reports).
+    fn has_room(&self, len: usize) -> bool {
+        if self.stopped.load(Ordering::Acquire) {
+            return true;
+        }
+        let large_room = match &self.large {
+            Some(tx) if len > self.geom.slot_payload_bytes => {
+                tx.reserved
+                    .load(Ordering::Acquire)
+                    .saturating_sub(tx.freed.load(Ordering::Acquire))
+                    < tx.config.window_messages as u64
+            }
+            _ => true,
+        };
+        large_room && self.refresh_limit() > self.reserved()
+    }
+
+    /// Called by the predicate thread after each step: wakes the threads parked for room
+    /// when the window moved since the last wake-up. No system call while nobody is
+    /// parked or the window stands still.
+    pub(crate) fn wake_room_waiters(&self) {
+        // SeqCst, paired with the parking thread's increment: either this sees it, or
+        // that thread's own check under the lock sees the window as it is now.
+        if self.room.parked.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let mark = self.window_mark();
+        if self.room.seen.swap(mark, Ordering::AcqRel) != mark {
+            let _g = self.room.lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.room.moved.notify_all();
         }
     }
 
@@ -298,6 +377,28 @@ impl Sender {
 }
 
 impl Sender {
+    /// Parks the calling thread until a message of `len` bytes may find room in this
+    /// sender's window (or the sender's view stopped), for at most `timeout`; returns at
+    /// once when it already may. A thread that saw [`Error::WindowFull`] waits here
+    /// instead of spinning: the predicate thread wakes it when the members' counters move
+    /// the window. It may return early (then try again); it never sends anything.
+    pub fn wait_for_room(&self, len: usize, timeout: Duration) {
+        let ring = &self.ring;
+        let g = ring.room.lock.lock().unwrap_or_else(|p| p.into_inner());
+        ring.room.parked.fetch_add(1, Ordering::SeqCst);
+        // Checked under the lock the waking thread takes to notify: a move after this
+        // check wakes the wait below.
+        if !ring.has_room(len) {
+            let _ = ring.room.moved.wait_timeout(g, timeout);
+        }
+        ring.room.parked.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Threads parked in [`Sender::wait_for_room`] on this sender's window now.
+    pub fn parked_for_room(&self) -> u32 {
+        self.ring.room.parked.load(Ordering::SeqCst)
+    }
+
     /// [`Error::Wedged`] once the view this sender belongs to has stopped. Checked before
     /// anything else a send may report: an RDMC window held by a message of a stopped
     /// view never frees, and a caller that saw `WindowFull` would retry this sender for

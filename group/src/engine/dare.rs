@@ -164,8 +164,7 @@ impl Engine {
                             "dare: the subgroup's core stopped");
                         s.halt = Halt::Stopped;
                         if let Some(ring) = &s.ring {
-                            ring.stopped
-                                .store(true, std::sync::atomic::Ordering::Release);
+                            ring.stop();
                         }
                         continue;
                     }

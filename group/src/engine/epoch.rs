@@ -22,8 +22,7 @@ impl Engine {
         for s in &mut self.subgroups {
             s.halt = Halt::Stopped;
             if let Some(ring) = &s.ring {
-                ring.stopped
-                    .store(true, std::sync::atomic::Ordering::Release);
+                ring.stop();
             }
             if let Some(d) = &mut s.dare {
                 let log = d.core.as_ref().and_then(|c| c.log_region_id());

@@ -715,8 +715,7 @@ impl Engine {
             if s.halt == Halt::Running && s.peers.contains(&peer) && s.dare.is_none() {
                 s.halt = Halt::Stopped;
                 if let Some(ring) = &s.ring {
-                    ring.stopped
-                        .store(true, std::sync::atomic::Ordering::Release);
+                    ring.stop();
                 }
                 let subgroup = s.spec.id;
                 self.event(EngineEvent::Wedged { subgroup, peer });
@@ -762,8 +761,7 @@ impl Engine {
         let s = &mut self.subgroups[i];
         s.halt = Halt::Stopped;
         if let Some(ring) = &s.ring {
-            ring.stopped
-                .store(true, std::sync::atomic::Ordering::Release);
+            ring.stop();
         }
         let subgroup = s.spec.id;
         tracing::warn!(node = self.node, subgroup, peer, %detail, "peer broke the protocol");

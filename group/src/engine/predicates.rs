@@ -26,6 +26,13 @@ impl Engine {
         for j in 0..n {
             work |= self.step_subgroup((start + j) % n);
         }
+        // Threads parked on a full window (`Sender::wait_for_room`), whatever moved it:
+        // this step's deliveries, a peer's counters, an RDMC buffer freed, a DARE commit.
+        for s in &self.subgroups {
+            if let Some(ring) = &s.ring {
+                ring.wake_room_waiters();
+            }
+        }
         work
     }
 

@@ -197,8 +197,8 @@ pub use reader::{
     StatusCondition,
 };
 pub use sample::{
-    InstanceHandle, InstanceState, Sample, SampleInfo, SampleState, StateMask, ViewState,
-    WriterHandle,
+    InstanceHandle, InstanceState, Sample, SampleBuffer, SampleInfo, SampleState, StateMask,
+    ViewState, WriterHandle,
 };
 pub use spindle_qos::DeliveryLevel;
 pub use subscriber::Subscriber;

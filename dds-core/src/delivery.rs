@@ -88,6 +88,9 @@ impl DdsApp {
             // Samples handed over as their header only, by writer, and their bytes.
             let mut cut: Vec<WriterHandle> = Vec::new();
             let mut cut_bytes = 0;
+            // This participant's writer whose samples the batch is in the middle of, and
+            // where the last of them landed (recorded when the run ends).
+            let mut own_run: Option<(u32, (u64, u32, u64))> = None;
             for m in batch.iter() {
                 let (h, payload) = match SampleHeader::decode(m.payload) {
                     Ok(x) => x,
@@ -106,9 +109,12 @@ impl DdsApp {
                 };
                 if m.sender == me {
                     // Where this participant's writer's sample landed in the order
-                    // (`wait_for_acknowledgments` waits for it to be durable).
-                    st.own_delivered
-                        .insert(h.writer_id, (h.writer_seq, vid, m.global_index));
+                    // (`wait_for_acknowledgments` waits for it to be durable): the last
+                    // of each run of one writer's samples is recorded, not every one.
+                    if let Some((w, at)) = own_run.filter(|(w, _)| *w != h.writer_id) {
+                        st.own_delivered.insert(w, at);
+                    }
+                    own_run = Some((h.writer_id, (h.writer_seq, vid, m.global_index)));
                     own = true;
                 }
                 if m.payload.len() < m.full_len {
@@ -146,6 +152,9 @@ impl DdsApp {
                     continue;
                 }
                 items.push((h, payload, origin));
+            }
+            if let Some((w, at)) = own_run {
+                st.own_delivered.insert(w, at);
             }
             // One lock of each reader's cache per batch, per topic in it.
             let mut topics: Vec<u64> = items.iter().map(|(h, _, _)| h.topic_id).collect();

@@ -89,6 +89,9 @@
 //!   bytes without decoding them ([`LoanedSamples`], decoded on demand); a held loan pins
 //!   its samples' batches, never a ring slot, so it cannot slow the writers. A `read`
 //!   shares the bytes with the cache instead of copying them.
+//!   [`DataReader::take_into`] and [`DataReader::read_into`] decode into the values a
+//!   [`SampleBuffer`] kept from earlier accesses, so a reader that takes with one buffer
+//!   allocates nothing per sample.
 //! * Topics that share a subgroup are delivered in one total order together, and ride at
 //!   the highest level any writer of the subgroup offers (a reader still takes only its
 //!   topic's samples offered at the level it requests). A participant with a reader on
@@ -197,8 +200,8 @@ pub use reader::{
     StatusCondition,
 };
 pub use sample::{
-    InstanceHandle, InstanceState, Sample, SampleInfo, SampleState, StateMask, ViewState,
-    WriterHandle,
+    InstanceHandle, InstanceState, Sample, SampleBuffer, SampleInfo, SampleState, StateMask,
+    ViewState, WriterHandle,
 };
 pub use spindle_qos::DeliveryLevel;
 pub use subscriber::Subscriber;

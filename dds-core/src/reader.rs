@@ -14,7 +14,7 @@ use crate::delivery::writers_of;
 use crate::error::{Error, Result};
 use crate::inner::TopicInner;
 use crate::reader_core::{Listener, ReaderCore};
-use crate::sample::{InstanceHandle, Sample, SampleInfo, StateMask};
+use crate::sample::{InstanceHandle, Sample, SampleBuffer, SampleInfo, StateMask};
 use crate::status::{
     DeadlineMissedStatus, IncompatibleQosStatus, LivelinessChangedStatus, MatchedStatus,
     SampleRejectedStatus, StatusMask,
@@ -239,6 +239,47 @@ impl<T: TopicType> DataReader<T> {
     /// Like [`DataReader::read`], but removes the samples (DDS `take`).
     pub fn take(&self, max: usize, mask: StateMask) -> Result<Vec<Sample<T>>> {
         self.access(max, &mask, None, true)
+    }
+
+    /// Like [`DataReader::take`], but decodes into `out`'s values kept from earlier
+    /// accesses instead of new ones ([`SampleBuffer`]): a reader that takes with the same
+    /// buffer allocates and frees nothing per sample. `out` then holds exactly the taken
+    /// samples; returns how many. If a sample does not decode, the error is returned and
+    /// `out` holds the samples before it (the access took them all, as `take` does).
+    pub fn take_into(
+        &self,
+        out: &mut SampleBuffer<T>,
+        max: usize,
+        mask: StateMask,
+    ) -> Result<usize> {
+        self.access_into(out, max, &mask, true)
+    }
+
+    /// Like [`DataReader::read`], decoding into `out` as [`DataReader::take_into`] does.
+    pub fn read_into(
+        &self,
+        out: &mut SampleBuffer<T>,
+        max: usize,
+        mask: StateMask,
+    ) -> Result<usize> {
+        self.access_into(out, max, &mask, false)
+    }
+
+    fn access_into(
+        &self,
+        out: &mut SampleBuffer<T>,
+        max: usize,
+        mask: &StateMask,
+        take: bool,
+    ) -> Result<usize> {
+        let raw = self.access_raw(max, mask, None, take)?;
+        out.clear();
+        let decoded = raw
+            .iter()
+            .try_for_each(|(info, bytes)| out.push_decoded(info, bytes.bytes()));
+        // The values own their data; the bytes go back for later deliveries.
+        lock(&self.core.cache).recycle(raw.into_iter().map(|(_, b)| b));
+        decoded.map(|()| out.len())
     }
 
     /// Reads the samples of one instance (DDS `read_instance`).

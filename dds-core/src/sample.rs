@@ -366,6 +366,84 @@ pub struct Sample<T> {
     pub info: SampleInfo,
 }
 
+/// Samples decoded by [`DataReader::take_into`](crate::DataReader::take_into) or
+/// [`DataReader::read_into`](crate::DataReader::read_into) into values kept from earlier
+/// accesses (as Cyclone's `dds_take` into the application's samples): each access decodes
+/// over the values it holds ([`spindle_topics::TopicType::decode_in_place`]), so a reader
+/// that takes with one buffer allocates nothing per sample once the buffer has grown. It
+/// dereferences to the samples of the last access, in the topic's total order; it keeps
+/// as many values as the most samples one access returned (bounded by that access's
+/// `max`).
+pub struct SampleBuffer<T> {
+    /// The values; the first `len` are the last access's samples, the rest spare.
+    items: Vec<Sample<T>>,
+    len: usize,
+}
+
+impl<T> SampleBuffer<T> {
+    /// An empty buffer (it grows on the first accesses).
+    pub fn new() -> Self {
+        SampleBuffer {
+            items: Vec::new(),
+            len: 0,
+        }
+    }
+
+    /// Forgets the samples, keeping their values for the next access to decode into.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Values kept, in use or spare.
+    pub fn capacity(&self) -> usize {
+        self.items.len()
+    }
+}
+
+impl<T: spindle_topics::TopicType> SampleBuffer<T> {
+    /// Appends one sample, decoding `bytes` into a spare value if there is one. On an
+    /// error nothing is appended.
+    pub(crate) fn push_decoded(&mut self, info: &SampleInfo, bytes: &[u8]) -> Result<()> {
+        let key_hash = &info.instance_handle.0;
+        if let Some(spare) = self.items.get_mut(self.len) {
+            match (&mut spare.data, info.valid_data) {
+                (Some(value), true) => value.decode_in_place(bytes, key_hash)?,
+                (slot, true) => *slot = Some(T::decode_with_key_hash(bytes, key_hash)?),
+                (slot, false) => *slot = None,
+            }
+            spare.info = *info;
+        } else {
+            let data = if info.valid_data {
+                Some(T::decode_with_key_hash(bytes, key_hash)?)
+            } else {
+                None
+            };
+            self.items.push(Sample { data, info: *info });
+        }
+        self.len += 1;
+        Ok(())
+    }
+}
+
+impl<T> Default for SampleBuffer<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> std::ops::Deref for SampleBuffer<T> {
+    type Target = [Sample<T>];
+    fn deref(&self) -> &[Sample<T>] {
+        &self.items[..self.len]
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for SampleBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use spindle_dds_core::sim::{SimDomain, SIM_EPOCH_NS};
-use spindle_dds_core::{DataReader, DataReaderListener, Error, InstanceState, Sample, StateMask};
+use spindle_dds_core::{
+    DataReader, DataReaderListener, Error, InstanceState, Sample, SampleBuffer, StateMask,
+};
 use spindle_qos::{
     DataReaderQos, DataWriterQos, DurabilityKind, History, OwnershipKind, ResourceLimits, TopicQos,
 };
@@ -761,6 +763,70 @@ fn loaned_reads_match_copying_reads() {
                 .take_loaned(usize::MAX, StateMask::ANY)
                 .unwrap()
                 .is_empty());
+        }
+    });
+}
+
+/// `take_into` and `read_into` give what `take` and `read` give (values, notices, infos,
+/// order), reusing one buffer's values across accesses of more and fewer samples; `max`
+/// bounds an access as for `take`.
+#[test]
+fn take_into_matches_the_copying_take() {
+    for_seeds("take_into_matches_the_copying_take", |seed| {
+        let (d, ps) = domain(seed, 2);
+        let into = reader(&ps[1], "I", keep_all(&atomic()));
+        let copying = reader(&ps[1], "I", keep_all(&atomic()));
+        let w = writer(&ps[0], "I", DataWriterQos::default());
+        let mut buf = SampleBuffer::new();
+        for (round, n) in [10usize, 3, 25, 1].into_iter().enumerate() {
+            for i in 0..n {
+                w.write(&ks(
+                    &format!("k{}", i % 3),
+                    format!("{round}-{i}-{}", "x".repeat(i)),
+                ))
+                .unwrap();
+            }
+            w.dispose(&ks("k0", "")).unwrap();
+            let copied = take_n(&d, &copying, n + 1);
+            d.run_until(ROUNDS_MAX, || {
+                into.read_into(&mut buf, usize::MAX, StateMask::ANY)
+                    .unwrap()
+                    > n
+            });
+            assert_eq!(buf.len(), n + 1, "seed {seed} round {round}: all read");
+            // A read leaves them (READ now); take them in steps of at most 4.
+            let mut taken = Vec::new();
+            loop {
+                let got = into.take_into(&mut buf, 4, StateMask::ANY).unwrap();
+                assert_eq!(got, buf.len(), "seed {seed}: the count is the buffer's");
+                assert!(got <= 4, "seed {seed}: max bounds an access");
+                if got == 0 {
+                    break;
+                }
+                taken.extend(buf.iter().cloned());
+            }
+            assert!(
+                buf.capacity() >= 4,
+                "seed {seed}: values kept for the next access"
+            );
+            assert_eq!(taken.len(), copied.len(), "seed {seed} round {round}");
+            for (t, c) in taken.iter().zip(&copied) {
+                assert_eq!(t.data, c.data, "seed {seed} round {round}");
+                assert_eq!(
+                    (t.info.order_index, t.info.valid_data, t.info.instance_state),
+                    (c.info.order_index, c.info.valid_data, c.info.instance_state),
+                    "seed {seed} round {round}"
+                );
+                assert_eq!(
+                    t.info.sample_state,
+                    spindle_dds_core::SampleState::Read,
+                    "seed {seed}: read before"
+                );
+            }
+            assert!(
+                taken.iter().any(|s| s.data.is_none()),
+                "seed {seed}: the dispose notice comes without data"
+            );
         }
     });
 }

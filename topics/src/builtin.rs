@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cdr::{self, CheckBounds};
-use crate::{Endianness, Result, TopicType};
+use crate::{Endianness, KeyHash, Result, TopicType};
 
 /// The Spindle paper's benchmark type: an opaque byte payload, keyless.
 ///
@@ -39,6 +39,11 @@ impl TopicType for Sequence {
         Ok(Sequence {
             payload: cdr::decode_octets(bytes, Self::TYPE_NAME)?,
         })
+    }
+
+    // Overwrites the payload in its own buffer: no allocation once it has grown.
+    fn decode_in_place(&mut self, bytes: &[u8], _key_hash: &KeyHash) -> Result<()> {
+        cdr::decode_octets_into(bytes, Self::TYPE_NAME, &mut self.payload)
     }
 
     fn encode_key_be(&self, _out: &mut Vec<u8>) -> Result<()> {

@@ -255,6 +255,17 @@ pub trait TopicType: Sized + Clone + Send + Sync + 'static {
         Self::decode(bytes)
     }
 
+    /// Decodes into `self`, replacing its value, so that a reader decoding sample after
+    /// sample into the same values (`DataReader::take_into`) reuses their allocations
+    /// instead of allocating and freeing one value per sample. The default decodes a new
+    /// value and moves it in; a type whose members own buffers may overwrite them in place.
+    /// On an error `self` holds some valid value of the type, not necessarily the old one.
+    /// Never panics.
+    fn decode_in_place(&mut self, bytes: &[u8], key_hash: &KeyHash) -> Result<()> {
+        *self = Self::decode_with_key_hash(bytes, key_hash)?;
+        Ok(())
+    }
+
     /// Appends the big-endian CDR serialization of the key members, in declaration order
     /// (RTPS 9.6.3.8); appends nothing when `HAS_KEY` is false.
     fn encode_key_be(&self, out: &mut Vec<u8>) -> Result<()>;

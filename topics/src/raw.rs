@@ -120,6 +120,15 @@ impl TopicType for CdrSample {
         Self::new(bytes.to_vec(), *key_hash)
     }
 
+    // The bytes into the sample's own buffer: no allocation once it has grown.
+    fn decode_in_place(&mut self, bytes: &[u8], key_hash: &KeyHash) -> Result<()> {
+        check_encapsulation(bytes)?;
+        self.bytes.clear();
+        self.bytes.extend_from_slice(bytes);
+        self.key_hash = *key_hash;
+        Ok(())
+    }
+
     /// The serialized key is not known without the type: always an error. The instance
     /// comes from [`CdrSample::key_hash_value`], which [`TopicType::key_hash`] returns.
     fn encode_key_be(&self, _out: &mut Vec<u8>) -> Result<()> {

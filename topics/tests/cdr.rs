@@ -483,3 +483,48 @@ fn sequence_fast_path_gives_the_serde_paths_bytes_and_values() {
         "{e}"
     );
 }
+
+#[test]
+fn decode_in_place_gives_what_decode_gives_in_the_same_buffer() {
+    // Decoding a shorter sample over a longer one, then a longer one again: each time the
+    // value decode gives, and (once grown) the payload's buffer is the same allocation.
+    let mut into = Sequence {
+        payload: Vec::with_capacity(2048),
+    };
+    let buffer = into.payload.as_ptr();
+    for (round, len) in [1024usize, 3, 0, 2048, 17].into_iter().enumerate() {
+        for endianness in [Endianness::Little, Endianness::Big] {
+            let s = Sequence {
+                payload: (0..len).map(|i| (i * 13 + round) as u8).collect(),
+            };
+            let bytes = s.encode(endianness).unwrap();
+            into.decode_in_place(&bytes, &KeyHash::default()).unwrap();
+            assert_eq!(
+                into,
+                Sequence::decode(&bytes).unwrap(),
+                "{endianness:?} {len}"
+            );
+            assert_eq!(
+                into.payload.as_ptr(),
+                buffer,
+                "{len} bytes: no new allocation"
+            );
+            // A cut encoding is refused, never a panic, and the value stays decodable.
+            if let Some(cut) = bytes.len().checked_sub(1) {
+                assert!(into
+                    .decode_in_place(&bytes[..cut], &KeyHash::default())
+                    .is_err());
+            }
+        }
+    }
+    // The default (decode and move in) for a type without its own.
+    let k = KeyedString {
+        key: "k".into(),
+        value: "v".into(),
+    };
+    let mut other = KeyedString::default();
+    other
+        .decode_in_place(&k.encode(Endianness::Little).unwrap(), &KeyHash::default())
+        .unwrap();
+    assert_eq!(other, k);
+}

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 
 use spindle_dds_core::{
     Contact, DataReader, DataReaderListener, DomainParticipant, DomainParticipantFactory,
-    ParticipantConfig, StateMask, Transport, WaitSet,
+    ParticipantConfig, SampleBuffer, StateMask, Transport, WaitSet,
 };
 use spindle_qos::{DataReaderQos, DataWriterQos, DurabilityKind, History, Reliability, TopicQos};
 use spindle_topics::Sequence;
@@ -337,10 +337,11 @@ fn subscriber(a: &Args, listen: &str, contact: &str) -> Result<(), BoxError> {
     let mut count = 0u64;
     let mut first: Option<Instant> = None;
     let deadline = Instant::now() + Duration::from_secs(600);
+    let mut buf = SampleBuffer::new();
     while count < a.samples && Instant::now() < deadline {
         let mut got = 0;
         for r in &readers {
-            got += take_all(r, a.loan)?;
+            got += take_all_into(r, a.loan, &mut buf)?;
         }
         if got == 0 {
             let _ = ws.wait(Duration::from_millis(10));
@@ -356,7 +357,6 @@ fn subscriber(a: &Args, listen: &str, contact: &str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Takes every sample `r` holds, decoded or (with `loan`) lent; returns how many.
 /// Prints the participant's group counters to stderr (`SPINDLE_PERF_COUNTERS` set): how
 /// many pushes and deliveries the run took, to read batching from.
 fn report_counters(p: &DomainParticipant) {
@@ -370,6 +370,23 @@ fn report_counters(p: &DomainParticipant) {
     );
 }
 
+/// Takes every sample `r` holds, decoded into `buf`'s values (as a DDS application that
+/// keeps its samples between takes does: no allocation per sample) or (with `loan`) lent;
+/// returns how many.
+fn take_all_into(
+    r: &DataReader<Sequence>,
+    loan: bool,
+    buf: &mut SampleBuffer<Sequence>,
+) -> Result<u64, BoxError> {
+    Ok(if loan {
+        r.take_loaned(usize::MAX, StateMask::ANY)?.len() as u64
+    } else {
+        r.take_into(buf, usize::MAX, StateMask::ANY)? as u64
+    })
+}
+
+/// Takes every sample `r` holds, decoded into new values or (with `loan`) lent; returns
+/// how many (the ping-pong's one sample at a time).
 fn take_all(r: &DataReader<Sequence>, loan: bool) -> Result<u64, BoxError> {
     Ok(if loan {
         r.take_loaned(usize::MAX, StateMask::ANY)?.len() as u64
@@ -383,11 +400,15 @@ struct Count {
     count: Arc<AtomicU64>,
     first: Arc<Mutex<Option<Instant>>>,
     loan: bool,
+    /// The values each take decodes into (locked once per callback, not per sample).
+    buf: Mutex<SampleBuffer<Sequence>>,
 }
 
 impl DataReaderListener<Sequence> for Count {
     fn on_data_available(&self, r: &DataReader<Sequence>) {
-        let n = take_all(r, self.loan).unwrap_or(0);
+        let mut buf = self.buf.lock().unwrap_or_else(|p| p.into_inner());
+        let n = take_all_into(r, self.loan, &mut buf).unwrap_or(0);
+        drop(buf);
         if n > 0 {
             self.first
                 .lock()
@@ -410,6 +431,7 @@ fn take_in_listener(
             count: Arc::clone(&count),
             first: Arc::clone(&first),
             loan: a.loan,
+            buf: Mutex::new(SampleBuffer::new()),
         });
     }
     line("READY")?;

@@ -317,6 +317,61 @@ struct SubgroupState {
     dare: Option<dare::DareSub>,
 }
 
+/// What a subgroup's state is built from beside its spec ([`SubgroupState::fresh`]): the
+/// parts that differ between a Derecho-ordered subgroup and a dare one.
+struct SubgroupSlots {
+    geom: Geometry,
+    region_id: RegionId,
+    region: Region,
+    my_rank: usize,
+    ring: Option<Arc<Ring>>,
+    /// Sender lanes counted in `received` and `skip`: one per sender (a dare subgroup's
+    /// staging ring has one).
+    lanes: usize,
+    large: Option<Large>,
+    dare: Option<dare::DareSub>,
+}
+
+impl SubgroupState {
+    /// A subgroup's state at the start of a view: nothing received, delivered, persisted
+    /// or pushed yet.
+    fn fresh(spec: SubgroupSpec, node: NodeId, slots: SubgroupSlots) -> Self {
+        SubgroupState {
+            peers: spec
+                .members
+                .iter()
+                .copied()
+                .filter(|m| *m != node)
+                .collect(),
+            senders: spec.senders.clone().into(),
+            received: vec![0; slots.lanes],
+            delivered: 0,
+            stable_seen: 0,
+            persisted: 0,
+            global_persisted: 0,
+            committed: 0,
+            pushed: 0,
+            ctrl_dirty: None,
+            batch_open: false,
+            skip: vec![0; slots.lanes],
+            halt: Halt::Running,
+            large: slots.large,
+            ring: slots.ring,
+            my_rank: slots.my_rank,
+            delivery_prefix: spec
+                .delivery_prefix
+                .as_ref()
+                .filter(|p| p.members.contains(&node))
+                .map_or(usize::MAX, |p| p.bytes),
+            region_id: slots.region_id,
+            region: slots.region,
+            geom: slots.geom,
+            dare: slots.dare,
+            spec,
+        }
+    }
+}
+
 /// Queues the same range of `s`'s region for every other member of the subgroup.
 fn push_to_peers(
     pushes: &mut VecDeque<Push>,
@@ -415,43 +470,24 @@ fn dare_state(
             post_lock.clone(),
         ))
     });
-    Ok(SubgroupState {
-        peers: spec
-            .members
-            .iter()
-            .copied()
-            .filter(|m| *m != node)
-            .collect(),
-        senders: spec.senders.clone().into(),
-        received: vec![0; 1],
-        delivered: 0,
-        stable_seen: 0,
-        persisted: 0,
-        global_persisted: 0,
-        committed: 0,
-        pushed: 0,
-        ctrl_dirty: None,
-        batch_open: false,
-        skip: vec![0; 1],
-        halt: Halt::Running,
-        large: None,
-        ring,
-        my_rank: 0,
-        delivery_prefix: spec
-            .delivery_prefix
-            .as_ref()
-            .filter(|p| p.members.contains(&node))
-            .map_or(usize::MAX, |p| p.bytes),
-        region_id: ctrl_id,
-        region,
-        geom,
-        dare: Some(dare::DareSub::new(
-            core,
-            dare::dare_imm(view.vid, ordinal),
-            ctrl_id,
-        )),
+    Ok(SubgroupState::fresh(
         spec,
-    })
+        node,
+        SubgroupSlots {
+            geom,
+            region_id: ctrl_id,
+            region,
+            my_rank: 0,
+            ring,
+            lanes: 1,
+            large: None,
+            dare: Some(dare::DareSub::new(
+                core,
+                dare::dare_imm(view.vid, ordinal),
+                ctrl_id,
+            )),
+        },
+    ))
 }
 
 impl std::fmt::Debug for Engine {
@@ -541,39 +577,21 @@ impl Engine {
                 ring.large = large_tx.take();
                 Arc::new(ring)
             });
-            subgroups.push(SubgroupState {
-                peers: spec
-                    .members
-                    .iter()
-                    .copied()
-                    .filter(|m| *m != node)
-                    .collect(),
-                senders: spec.senders.clone().into(),
-                received: vec![0; spec.senders.len()],
-                delivered: 0,
-                stable_seen: 0,
-                persisted: 0,
-                global_persisted: 0,
-                committed: 0,
-                pushed: 0,
-                ctrl_dirty: None,
-                batch_open: false,
-                skip: vec![0; spec.senders.len()],
-                halt: Halt::Running,
-                large,
-                ring,
-                my_rank,
-                delivery_prefix: spec
-                    .delivery_prefix
-                    .as_ref()
-                    .filter(|p| p.members.contains(&node))
-                    .map_or(usize::MAX, |p| p.bytes),
-                region_id,
-                region,
-                geom,
+            let lanes = spec.senders.len();
+            subgroups.push(SubgroupState::fresh(
                 spec,
-                dare: None,
-            });
+                node,
+                SubgroupSlots {
+                    geom,
+                    region_id,
+                    region,
+                    my_rank,
+                    ring,
+                    lanes,
+                    large,
+                    dare: None,
+                },
+            ));
         }
         Ok(Engine {
             node,

@@ -116,6 +116,20 @@ pub fn encode_octets_into(payload: &[u8], endianness: Endianness, buf: &mut [u8]
 /// no other member, as [`decode`] would, without serde. Never panics: a short input or a
 /// length past its end gives [`Error::Decode`] naming `type_name` and the offset.
 pub fn decode_octets(bytes: &[u8], type_name: &'static str) -> Result<Vec<u8>> {
+    octets_of(bytes, type_name).map(<[u8]>::to_vec)
+}
+
+/// [`decode_octets`] into `out`, replacing its contents and reusing its allocation. On an
+/// error `out` is left as it was.
+pub fn decode_octets_into(bytes: &[u8], type_name: &'static str, out: &mut Vec<u8>) -> Result<()> {
+    let payload = octets_of(bytes, type_name)?;
+    out.clear();
+    out.extend_from_slice(payload);
+    Ok(())
+}
+
+/// The `sequence<octet>` that [`encode_octets_into`] encoded, borrowed from `bytes`.
+fn octets_of<'a>(bytes: &'a [u8], type_name: &'static str) -> Result<&'a [u8]> {
     let endianness = encapsulation(bytes)?;
     let body = &bytes[ENCAPSULATION_HEADER_LEN..];
     let Some(len) = body.get(..4) else {
@@ -131,14 +145,11 @@ pub fn decode_octets(bytes: &[u8], type_name: &'static str) -> Result<Vec<u8>> {
         Endianness::Big => u32::from_be_bytes(len),
     } as usize;
     let rest = &body[4..];
-    match rest.get(..len) {
-        Some(payload) => Ok(payload.to_vec()),
-        None => Err(Error::Decode {
-            type_name,
-            offset: ENCAPSULATION_HEADER_LEN + 4,
-            detail: format!("needs {len} more bytes, {} left", rest.len()),
-        }),
-    }
+    rest.get(..len).ok_or_else(|| Error::Decode {
+        type_name,
+        offset: ENCAPSULATION_HEADER_LEN + 4,
+        detail: format!("needs {len} more bytes, {} left", rest.len()),
+    })
 }
 
 /// Encodes `value` into a new `Vec` (header included).

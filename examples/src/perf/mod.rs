@@ -447,36 +447,38 @@ fn take_in_listener(
     Ok(())
 }
 
+/// The flags every child process of a run gets from the parent's: how the participants
+/// are set up and what the samples are (each mode adds its own).
+pub(crate) fn child_args(a: &Args, exe_args: &[String], c: &mut Command) {
+    c.args(exe_args)
+        .args(["--transport", &a.transport, "--level", &a.level])
+        .args(["--size", &a.size.to_string()])
+        .args(["--window", &a.window.to_string()])
+        .args(["--topic-subgroups", &a.topic_subgroups.to_string()]);
+    if a.listener {
+        c.arg("--listener");
+    }
+    if a.loan {
+        c.arg("--loan");
+    }
+    if let Some(us) = a.spin_before_park_us {
+        c.args(["--spin-before-park-us", &us.to_string()]);
+    }
+    if let Some(ms) = a.suspect_floor_ms {
+        c.args(["--suspect-floor-ms", &ms.to_string()]);
+    }
+    if let Some(ms) = a.entity_timeout_ms {
+        c.args(["--entity-timeout-ms", &ms.to_string()]);
+    }
+}
+
 fn bench(a: &Args, exe_args: &[String]) -> Result<String, BoxError> {
     let exe = std::env::current_exe()?;
     let common = |c: &mut Command| {
-        c.args(exe_args)
-            .args(["--transport", &a.transport, "--level", &a.level])
-            .args([
-                "--size",
-                &a.size.to_string(),
-                "--samples",
-                &a.samples.to_string(),
-            ])
-            .args(["--window", &a.window.to_string()]);
+        child_args(a, exe_args, c);
+        c.args(["--samples", &a.samples.to_string()]);
         if a.latency {
             c.arg("--latency");
-        }
-        if a.listener {
-            c.arg("--listener");
-        }
-        if a.loan {
-            c.arg("--loan");
-        }
-        c.args(["--topic-subgroups", &a.topic_subgroups.to_string()]);
-        if let Some(us) = a.spin_before_park_us {
-            c.args(["--spin-before-park-us", &us.to_string()]);
-        }
-        if let Some(ms) = a.suspect_floor_ms {
-            c.args(["--suspect-floor-ms", &ms.to_string()]);
-        }
-        if let Some(ms) = a.entity_timeout_ms {
-            c.args(["--entity-timeout-ms", &ms.to_string()]);
         }
         c.args(["--busy-topics", &a.busy_topics.to_string()])
             .args(["--idle-topics", &a.idle_topics.to_string()]);

@@ -504,24 +504,14 @@ pub(crate) fn bench(a: &Args, exe_args: &[String]) -> Result<String, BoxError> {
     check_args(a)?;
     let exe = std::env::current_exe()?;
     let common = |c: &mut Command| {
-        c.args(exe_args)
-            .arg("--pingpong")
-            .args(["--transport", &a.transport, "--level", &a.level])
-            .args(["--size", &a.size.to_string()])
-            .args(["--window", &a.window.to_string()])
+        // The participants' settings too (the failure detector's floor, the topics'
+        // subgroups): the children are the participants.
+        super::child_args(a, exe_args, c);
+        c.arg("--pingpong")
             .args(["--roundtrips", &a.roundtrips.to_string()])
             .args(["--warmup", &a.warmup.to_string()])
             .args(["--seconds", &a.seconds.to_string()])
             .args(["--bulk-size", &a.bulk_size.to_string()]);
-        if a.listener {
-            c.arg("--listener");
-        }
-        if a.loan {
-            c.arg("--loan");
-        }
-        if let Some(us) = a.spin_before_park_us {
-            c.args(["--spin-before-park-us", &us.to_string()]);
-        }
         if let Some(h) = &a.histogram {
             c.arg("--histogram").arg(h);
         }

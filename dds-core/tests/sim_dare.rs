@@ -19,9 +19,15 @@ use spindle_dds_core::{AtomicOrdering, DataReader, DataWriter, DomainParticipant
 use spindle_group::DeliveryMode;
 use spindle_qos::{DataWriterQos, DomainParticipantQos};
 use spindle_topics::Sequence;
+use spindle_transport_rdma::sim::{DeliveryKind, Rule, Verdict};
 
 /// Seeds each test runs (override with `SPINDLE_SIM_SEED`).
 const SEEDS: std::ops::RangeInclusive<u64> = 1..=4;
+/// One-way delay of every one-sided write between the two participants of
+/// `a_dare_topic_elects_when_a_round_trip_outlasts_the_election_time_out`, in µs: a round
+/// trip of 30 ms, past the longest election time-out a DCPS dare subgroup draws (twice
+/// `DARE_MODE_ELECTION_TIMEOUT_US_DEFAULT`).
+const SLOW_WRITE_US: u64 = 15_000;
 /// Rounds a test waits for something before it fails.
 const ROUNDS_MAX: u64 = 400_000;
 /// Samples each writer writes.
@@ -238,6 +244,79 @@ fn a_writer_only_and_a_reader_only_participant_on_a_dare_topic() {
                 got.len() >= SAMPLES_PER_WRITER as usize
             });
             assert!(done, "seed {seed}: took {} samples", got.len());
+            assert_eq!(
+                got,
+                (0..SAMPLES_PER_WRITER).collect::<Vec<_>>(),
+                "seed {seed}: every sample once, in order"
+            );
+        },
+    );
+}
+
+/// What `dds_perf --level dare` met over shm and tcp on a loaded machine: two processes
+/// whose loops come round every few milliseconds, so that a vote request and its grant
+/// took longer than the election time-out. Both members stood again before the other's
+/// grant came back, for ever (the terms climbed, no leader, nothing delivered). Modelled
+/// here by one-sided writes between the participants taking [`SLOW_WRITE_US`] each way
+/// from before the reader's declaration (the view that puts both on the dare subgroup).
+/// With the election time-out doubling after each election without a leader
+/// (`DARE_ELECTION_BACKOFF_SHIFT_MAX`), a leader is elected and every sample arrives.
+#[test]
+fn a_dare_topic_elects_when_a_round_trip_outlasts_the_election_time_out() {
+    for_seeds(
+        "a_dare_topic_elects_when_a_round_trip_outlasts_the_election_time_out",
+        |seed| {
+            let d = SimDomain::new(seed);
+            let dare = |id| {
+                d.participant_with(id, DomainParticipantQos::default(), |c| {
+                    c.atomic_ordering = AtomicOrdering::Dare;
+                })
+                .expect("participant")
+            };
+            let p1 = dare(1);
+            let t = p1.create_topic::<Sequence>(TOPIC, atomic()).unwrap();
+            let w = p1
+                .create_publisher(Default::default())
+                .unwrap()
+                .create_datawriter(&t, DataWriterQos::from_topic_qos(&atomic()))
+                .unwrap();
+            let p2 = dare(2);
+            for (from, to) in [(1, 2), (2, 1)] {
+                d.world().add_rule(Rule {
+                    from: Some(from),
+                    to: Some(to),
+                    kind: Some(DeliveryKind::Write),
+                    after_us: 0,
+                    until_us: u64::MAX,
+                    verdict: Verdict::Delay(SLOW_WRITE_US),
+                });
+            }
+            let t2 = p2.create_topic::<Sequence>(TOPIC, atomic()).unwrap();
+            let r = p2
+                .create_subscriber(Default::default())
+                .unwrap()
+                .create_datareader(&t2, keep_all(&atomic()))
+                .unwrap();
+            w.wait_for_readers(1, Duration::from_secs(60)).unwrap();
+            for i in 0..SAMPLES_PER_WRITER {
+                w.write(&Sequence {
+                    payload: payload(1, i),
+                })
+                .unwrap_or_else(|e| panic!("seed {seed}: write {i}: {e}"));
+            }
+            let mut got = Vec::new();
+            let done = d.run_until(ROUNDS_MAX, || {
+                for s in r.take(usize::MAX, StateMask::ANY).unwrap() {
+                    got.push(parse(&s.data.expect("valid data").payload).1);
+                }
+                got.len() >= SAMPLES_PER_WRITER as usize
+            });
+            assert!(
+                done,
+                "seed {seed}: took {} samples by {} µs (no DARE leader?)",
+                got.len(),
+                d.now_us()
+            );
             assert_eq!(
                 got,
                 (0..SAMPLES_PER_WRITER).collect::<Vec<_>>(),

@@ -623,7 +623,14 @@ mod tests {
             ParticipantConfig::from_toml_str(&format!("{base}atomic_ordering = \"x\"\n"), "x.toml")
                 .unwrap_err()
                 .to_string();
-        assert!(e.contains("x.toml") && e.contains("atomic_ordering"), "{e}");
+        // The file, the setting and the values it takes.
+        assert!(
+            e.contains("x.toml")
+                && e.contains("atomic_ordering")
+                && e.contains("round_robin")
+                && e.contains("dare"),
+            "{e}"
+        );
         // More topic subgroups than a domain may run DARE subgroups: named, with the fix.
         let text = format!("{base}atomic_ordering = \"dare\"\ntopic_subgroups = 20\n");
         let e = ParticipantConfig::from_toml_str(&text, "t.toml")

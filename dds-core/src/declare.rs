@@ -534,6 +534,35 @@ mod tests {
     }
 
     #[test]
+    fn a_dare_writer_makes_its_atomic_subgroup_dare_without_rdmc() {
+        // The DARE bit sits above the large-sample bits: both survive the round trip.
+        let mut w = interest(false, true);
+        w.dare = true;
+        w.sample_bytes_max = 256 << 20;
+        let mut unordered = w;
+        unordered.level = DeliveryLevel::Unordered;
+        let mut i = BTreeMap::new();
+        i.insert(3, w);
+        i.insert(5, unordered);
+        let bytes = encode_declaration(8, &i).unwrap();
+        assert_eq!(decode_declaration(&bytes).unwrap().1, i);
+        let mut view = View::new(1, vec![1, 2]);
+        view.declared.insert(1, bytes);
+        // A reader that did not ask for DARE: one writer's bit decides for the subgroup.
+        let r = BTreeMap::from([(3, interest(true, false)), (5, interest(true, false))]);
+        view.declared.insert(2, encode_declaration(8, &r).unwrap());
+        let sgs = dds_subgroups(&view);
+        let spec = |id| sgs.iter().find(|s| s.spec.id == id).unwrap().spec.clone();
+        let atomic = spec(3);
+        assert_eq!(atomic.mode, DeliveryMode::Dare(DareSettings::default()));
+        assert!(atomic.rdmc.is_none(), "a dare subgroup carries no RDMC");
+        // The bit means nothing below the Atomic level.
+        assert_eq!(spec(5).mode, DeliveryMode::Unordered);
+        assert!(spec(5).rdmc.is_some());
+        assert!(dds_layout()(&view).is_ok());
+    }
+
+    #[test]
     fn a_writers_large_samples_are_declared_and_give_its_subgroup_rdmc() {
         assert_eq!(Interest::large_for(0, 4096), 0);
         assert_eq!(Interest::large_for(4096, 4096), 0);

@@ -186,13 +186,15 @@ pub struct ParticipantConfig {
     /// `SPINDLE_REJOIN`.
     #[serde(default)]
     pub rejoin: bool,
-    /// How the participant's writers ask the domain to order Atomic-level topics (RELIABLE
-    /// + VOLATILE): [`AtomicOrdering::RoundRobin`] (the default: Derecho's round-robin
-    /// over senders, no leader) or [`AtomicOrdering::Dare`] (a leader per term orders
-    /// everything and replicates it by one-sided writes, DARE). A topic subgroup is
-    /// ordered by DARE when any of its Atomic writers asks for it, for every topic hashed
-    /// onto it; its samples must then fit the slot (no RDMC). TOML `atomic_ordering =
-    /// "dare"`, env `SPINDLE_ATOMIC_ORDERING`.
+    /// How the participant's writers ask the domain to order Atomic-level topics
+    /// (RELIABLE and VOLATILE): [`AtomicOrdering::RoundRobin`] (the default: Derecho's
+    /// round-robin over senders, no leader) or [`AtomicOrdering::Dare`] (a leader per
+    /// term orders everything and replicates it by one-sided writes, DARE). A topic
+    /// subgroup is ordered by DARE when any of its Atomic writers asks for it, for every
+    /// topic hashed onto it; its samples must then fit the slot (no RDMC), and
+    /// `topic_subgroups` may be at most `DARE_SUBGROUPS_MAX` (16). TOML
+    /// `atomic_ordering = "round_robin"` or `"dare"`, env `SPINDLE_ATOMIC_ORDERING`;
+    /// another value is an error naming the setting and the values it takes.
     #[serde(default)]
     pub atomic_ordering: AtomicOrdering,
 }

@@ -186,6 +186,39 @@ pub struct ParticipantConfig {
     /// `SPINDLE_REJOIN`.
     #[serde(default)]
     pub rejoin: bool,
+    /// How the participant's writers ask the domain to order Atomic-level topics
+    /// (RELIABLE and VOLATILE): [`AtomicOrdering::RoundRobin`] (the default: Derecho's
+    /// round-robin over senders, no leader) or [`AtomicOrdering::Dare`] (a leader per
+    /// term orders everything and replicates it by one-sided writes, DARE). A topic
+    /// subgroup is ordered by DARE when any of its Atomic writers asks for it, for every
+    /// topic hashed onto it; its samples must then fit the slot (no RDMC), and
+    /// `topic_subgroups` may be at most `DARE_SUBGROUPS_MAX` (16). TOML
+    /// `atomic_ordering = "round_robin"` or `"dare"`, env `SPINDLE_ATOMIC_ORDERING`;
+    /// another value is an error naming the setting and the values it takes.
+    #[serde(default)]
+    pub atomic_ordering: AtomicOrdering,
+}
+
+/// How an Atomic-level topic subgroup is ordered ([`ParticipantConfig::atomic_ordering`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AtomicOrdering {
+    /// Derecho's round-robin over the subgroup's senders (`DeliveryMode::Atomic`).
+    #[default]
+    RoundRobin,
+    /// A DARE leader per term (`DeliveryMode::Dare`).
+    Dare,
+}
+
+impl std::str::FromStr for AtomicOrdering {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim() {
+            "round_robin" => Ok(AtomicOrdering::RoundRobin),
+            "dare" => Ok(AtomicOrdering::Dare),
+            other => Err(format!("{other:?}: expected round_robin or dare")),
+        }
+    }
 }
 
 fn default_topic_subgroups() -> u32 {
@@ -298,6 +331,7 @@ impl ParticipantConfig {
             device: None,
             metrics: Default::default(),
             rejoin: false,
+            atomic_ordering: AtomicOrdering::RoundRobin,
         }
     }
 
@@ -356,6 +390,11 @@ impl ParticipantConfig {
             self.sample_bytes_max = v.trim().parse().map_err(|_| {
                 Error::Config(format!("SPINDLE_SAMPLE_BYTES_MAX={v:?} is not a number"))
             })?;
+        }
+        if let Some(v) = var("SPINDLE_ATOMIC_ORDERING") {
+            self.atomic_ordering = v
+                .parse()
+                .map_err(|e| Error::Config(format!("SPINDLE_ATOMIC_ORDERING={e}")))?;
         }
         if let Some(v) = var("SPINDLE_LISTEN") {
             self.listen = v;
@@ -469,6 +508,15 @@ impl ParticipantConfig {
                 self.topic_subgroups
             ));
         }
+        let dare_max = spindle_group::layout::DARE_SUBGROUPS_MAX;
+        if self.atomic_ordering == AtomicOrdering::Dare && self.topic_subgroups as usize > dare_max
+        {
+            return bad(format!(
+                "atomic_ordering = \"dare\" with topic_subgroups = {}: a domain runs at most \
+                 {dare_max} DARE subgroups; lower topic_subgroups",
+                self.topic_subgroups
+            ));
+        }
         if let Err(e) = self.fabric.validate() {
             let why = match e {
                 spindle_transport_rdma::Error::Config(why) => why,
@@ -553,6 +601,48 @@ fn validate_transport(cfg: &ParticipantConfig, origin: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn atomic_ordering_comes_from_toml_or_env_and_bad_values_are_named() {
+        let base = "node_id = 1\ntransport = \"tcp\"\nlisten = \"x\"\nbootstrap = [1]\n";
+        let c = ParticipantConfig::from_toml_str(base, "a.toml").unwrap();
+        assert_eq!(c.atomic_ordering, AtomicOrdering::RoundRobin);
+        let text = format!("{base}atomic_ordering = \"dare\"\ntopic_subgroups = 8\n");
+        let mut c = ParticipantConfig::from_toml_str(&text, "d.toml").unwrap();
+        assert_eq!(c.atomic_ordering, AtomicOrdering::Dare);
+        c.apply_env(|k| (k == "SPINDLE_ATOMIC_ORDERING").then(|| "round_robin".to_string()))
+            .unwrap();
+        assert_eq!(c.atomic_ordering, AtomicOrdering::RoundRobin);
+        let e = c
+            .apply_env(|k| (k == "SPINDLE_ATOMIC_ORDERING").then(|| "raft".to_string()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("SPINDLE_ATOMIC_ORDERING") && e.contains("raft"),
+            "{e}"
+        );
+        let e =
+            ParticipantConfig::from_toml_str(&format!("{base}atomic_ordering = \"x\"\n"), "x.toml")
+                .unwrap_err()
+                .to_string();
+        // The file, the setting and the values it takes.
+        assert!(
+            e.contains("x.toml")
+                && e.contains("atomic_ordering")
+                && e.contains("round_robin")
+                && e.contains("dare"),
+            "{e}"
+        );
+        // More topic subgroups than a domain may run DARE subgroups: named, with the fix.
+        let text = format!("{base}atomic_ordering = \"dare\"\ntopic_subgroups = 20\n");
+        let e = ParticipantConfig::from_toml_str(&text, "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("t.toml") && e.contains("topic_subgroups = 20") && e.contains("dare"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn parses_and_overrides_and_names_bad_keys() {

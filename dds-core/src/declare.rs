@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use spindle_group::rdmc::{RdmcConfig, ScheduleKind};
 use spindle_group::{
-    DeliveryMode, DeliveryPrefix, Layout, LayoutFn, SubgroupId, SubgroupSpec, View,
+    DareSettings, DeliveryMode, DeliveryPrefix, Layout, LayoutFn, SubgroupId, SubgroupSpec, View,
     DECLARED_BYTES_MAX,
 };
 use spindle_qos::DeliveryLevel;
@@ -51,6 +51,11 @@ const SLOT_HIGH_SHIFT: u8 = 4;
 
 const FLAG_READER: u8 = 1;
 const FLAG_WRITER: u8 = 2;
+/// A writer that asks for DARE ordering of its Atomic topics
+/// ([`crate::AtomicOrdering::Dare`]); the top bit, above the large-sample bits.
+const FLAG_DARE: u8 = 0x80;
+/// The large-sample bits of the flags byte, once shifted down.
+const LARGE_MASK: u8 = 0x1F;
 /// The flags byte's bits above the reader and writer flags hold log2 of the largest
 /// sample a writer declares (0: none above the slot).
 const LARGE_SHIFT: u8 = 2;
@@ -147,6 +152,9 @@ pub struct Interest {
     /// A writer's largest sample above the slot, by RDMC (a power of two from 64 KiB to
     /// [`SAMPLE_BYTES_MAX_LIMIT`]; 0: none).
     pub sample_bytes_max: usize,
+    /// A writer asks for the subgroup's Atomic order to be DARE's
+    /// ([`crate::AtomicOrdering::Dare`]).
+    pub dare: bool,
 }
 
 impl Interest {
@@ -173,6 +181,7 @@ impl Interest {
         self.slot_payload_bytes = self.slot_payload_bytes.max(other.slot_payload_bytes);
         self.store_depth = merge_depth(self.store_depth, other.store_depth);
         self.sample_bytes_max = self.sample_bytes_max.max(other.sample_bytes_max);
+        self.dare |= other.dare;
     }
 }
 
@@ -232,7 +241,8 @@ pub fn encode_declaration(
         out.push(
             (u8::from(i.reader) * FLAG_READER)
                 | (u8::from(i.writer) * FLAG_WRITER)
-                | (large_log2 << LARGE_SHIFT),
+                | (large_log2 << LARGE_SHIFT)
+                | (u8::from(i.dare) * FLAG_DARE),
         );
         out.push(i.level.to_u8());
         out.push(window_log2 | (((slot_units >> 8) as u8) << SLOT_HIGH_SHIFT));
@@ -282,7 +292,7 @@ pub fn decode_declaration(bytes: &[u8]) -> std::result::Result<Declaration, Stri
         let flags = e[4];
         let level = DeliveryLevel::from_u8(e[5])
             .ok_or_else(|| format!("subgroup {sg}: delivery level {} unknown", e[5]))?;
-        let large_log2 = u32::from(flags >> LARGE_SHIFT);
+        let large_log2 = u32::from((flags >> LARGE_SHIFT) & LARGE_MASK);
         let large_ok = large_log2 == 0 || (LARGE_LOG2_MIN..=LARGE_LOG2_MAX).contains(&large_log2);
         let window_log2 = e[6] & WINDOW_LOG2_MASK;
         let high = e[6] >> SLOT_HIGH_SHIFT;
@@ -300,6 +310,7 @@ pub fn decode_declaration(bytes: &[u8]) -> std::result::Result<Declaration, Stri
                     * SLOT_UNIT_BYTES,
                 store_depth: u16::from_le_bytes([e[8], e[9]]),
                 sample_bytes_max: if large_log2 == 0 { 0 } else { 1 << large_log2 },
+                dare: flags & FLAG_DARE != 0,
             },
         );
     }
@@ -387,8 +398,9 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
     let mut subgroups = merged
         .into_iter()
         .filter(|(_, (_, _, senders, _, _))| !senders.is_empty())
-        .map(
-            |(id, (i, members, senders, readers, offered))| DdsSubgroup {
+        .map(|(id, (i, members, senders, readers, offered))| {
+            let dare = offered == DeliveryLevel::Atomic && i.dare;
+            DdsSubgroup {
                 spec: SubgroupSpec {
                     // A member that writes the subgroup but reads none of its topics
                     // needs only each sample's header (where its own samples landed,
@@ -407,14 +419,17 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
                     id,
                     members,
                     senders,
-                    mode: if offered == DeliveryLevel::Unordered {
-                        DeliveryMode::Unordered
-                    } else {
-                        DeliveryMode::Atomic
+                    mode: match offered {
+                        DeliveryLevel::Unordered => DeliveryMode::Unordered,
+                        DeliveryLevel::Atomic if i.dare => {
+                            DeliveryMode::Dare(DareSettings::default())
+                        }
+                        _ => DeliveryMode::Atomic,
                     },
                     window_slots: i.window_slots,
                     slot_payload_bytes: i.slot_payload_bytes,
-                    rdmc: (i.sample_bytes_max > 0).then(|| RdmcConfig {
+                    // A DARE subgroup carries messages up to its slot only.
+                    rdmc: (i.sample_bytes_max > 0 && !dare).then(|| RdmcConfig {
                         block_bytes: LARGE_BLOCK_BYTES.min(i.sample_bytes_max),
                         message_bytes_max: i.sample_bytes_max,
                         schedule: ScheduleKind::BinomialPipeline,
@@ -424,8 +439,8 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
                 level: offered,
                 store_depth: i.store_depth,
                 readers,
-            },
-        )
+            }
+        })
         .collect::<Vec<_>>();
     // The built-in subgroup first: the engine evaluates its subgroups in layout order,
     // so an announcement that becomes stable in the same step as a sample of the
@@ -462,6 +477,7 @@ mod tests {
             slot_payload_bytes: 4096,
             store_depth: 0,
             sample_bytes_max: 0,
+            dare: false,
         }
     }
 
@@ -515,6 +531,35 @@ mod tests {
         let mut bad = bytes.clone();
         bad[HEADER_BYTES + 6] |= 0x40;
         assert!(decode_declaration(&bad).is_err());
+    }
+
+    #[test]
+    fn a_dare_writer_makes_its_atomic_subgroup_dare_without_rdmc() {
+        // The DARE bit sits above the large-sample bits: both survive the round trip.
+        let mut w = interest(false, true);
+        w.dare = true;
+        w.sample_bytes_max = 256 << 20;
+        let mut unordered = w;
+        unordered.level = DeliveryLevel::Unordered;
+        let mut i = BTreeMap::new();
+        i.insert(3, w);
+        i.insert(5, unordered);
+        let bytes = encode_declaration(8, &i).unwrap();
+        assert_eq!(decode_declaration(&bytes).unwrap().1, i);
+        let mut view = View::new(1, vec![1, 2]);
+        view.declared.insert(1, bytes);
+        // A reader that did not ask for DARE: one writer's bit decides for the subgroup.
+        let r = BTreeMap::from([(3, interest(true, false)), (5, interest(true, false))]);
+        view.declared.insert(2, encode_declaration(8, &r).unwrap());
+        let sgs = dds_subgroups(&view);
+        let spec = |id| sgs.iter().find(|s| s.spec.id == id).unwrap().spec.clone();
+        let atomic = spec(3);
+        assert_eq!(atomic.mode, DeliveryMode::Dare(DareSettings::default()));
+        assert!(atomic.rdmc.is_none(), "a dare subgroup carries no RDMC");
+        // The bit means nothing below the Atomic level.
+        assert_eq!(spec(5).mode, DeliveryMode::Unordered);
+        assert!(spec(5).rdmc.is_some());
+        assert!(dds_layout()(&view).is_ok());
     }
 
     #[test]

@@ -257,6 +257,7 @@ impl ParticipantInner {
                 slot_payload_bytes: discovery::ANNOUNCEMENT_BYTES_MAX,
                 store_depth: 1,
                 sample_bytes_max: 0,
+                dare: false,
             },
         );
         // A previous incarnation of this node (a process restarted with the same id)
@@ -443,6 +444,9 @@ impl ParticipantInner {
                 } else {
                     large_for::<T>(&self.config)
                 },
+                dare: !reader
+                    && level == DeliveryLevel::Atomic
+                    && self.config.atomic_ordering == crate::AtomicOrdering::Dare,
             },
         ))
     }

@@ -186,7 +186,7 @@ mod writer;
 mod writer_core;
 
 pub use condition::{Condition, GuardCondition, WaitSet};
-pub use config::{Contact, ParticipantConfig, Transport, SPIN_BEFORE_PARK_US_MAX};
+pub use config::{AtomicOrdering, Contact, ParticipantConfig, Transport, SPIN_BEFORE_PARK_US_MAX};
 pub use declare::{subgroup_of, topic_id};
 pub use delivery::DdsApp;
 pub use error::{Error, Result};

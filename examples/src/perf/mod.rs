@@ -47,7 +47,8 @@ pub struct Args {
     /// tcp or shm.
     #[arg(long, default_value = "tcp")]
     pub transport: String,
-    /// unordered, atomic or volatilestore.
+    /// unordered, atomic, dare (the Atomic level, its subgroup ordered by DARE) or
+    /// volatilestore.
     #[arg(long, default_value = "atomic")]
     pub level: String,
     /// Payload bytes per sample.
@@ -160,12 +161,13 @@ fn transport(a: &Args) -> Result<Transport, BoxError> {
 fn topic_qos(a: &Args) -> Result<TopicQos, BoxError> {
     Ok(match a.level.as_str() {
         "unordered" => TopicQos::default(),
-        "atomic" => TopicQos::default().with_reliability(Reliability::reliable()),
+        // `dare`: the Atomic level, its subgroup ordered by DARE (`atomic_ordering`).
+        "atomic" | "dare" => TopicQos::default().with_reliability(Reliability::reliable()),
         "volatilestore" => TopicQos::default()
             .with_reliability(Reliability::reliable())
             .with_durability(DurabilityKind::TransientLocal)
             .with_history(History::keep_last(1)),
-        l => return Err(format!("--level {l:?}: unordered, atomic or volatilestore").into()),
+        l => return Err(format!("--level {l:?}: unordered, atomic, dare or volatilestore").into()),
     })
 }
 
@@ -178,6 +180,9 @@ fn participant(
     let mut cfg = ParticipantConfig::new(node, transport(a)?, listen);
     cfg.window_slots = a.window;
     cfg.topic_subgroups = a.topic_subgroups;
+    if a.level == "dare" {
+        cfg.atomic_ordering = spindle_dds_core::AtomicOrdering::Dare;
+    }
     // A Sequence is unbounded: size the slots for the payload, its CDR length and header.
     cfg.slot_payload_bytes = (a.size.max(a.bulk_size) + 128).min(64 * 1024);
     if a.size.max(a.bulk_size) + 128 > 64 * 1024 {

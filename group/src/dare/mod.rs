@@ -44,7 +44,12 @@
 //! * **Suspicion.** A follower suspects its leader when the fabric reports the link
 //!   failed ([`DareNode::handle_peer_failed`]) or the leader's heartbeat word (written
 //!   every [`DareConfig::heartbeat_us`]) has not changed for its election time-out (drawn
-//!   per member and term in `[election_timeout_us, 2 × election_timeout_us)`).
+//!   per member and term in `[election_timeout_us, 2 × election_timeout_us)`, doubled
+//!   for each election this member took part in since it last heard a leader, at most
+//!   [`DARE_ELECTION_BACKOFF_SHIFT_MAX`] times: a fabric whose round trip — over real
+//!   processes, the time for the peer's loop to come round — exceeds the time-out would
+//!   otherwise split every vote for ever, each candidate's term overtaking the other's
+//!   request before its grant returns).
 //! * **Vote arrays.** A candidate takes the next term, votes for itself and writes
 //!   `(last_index, last_term, term)` into `vote_req[its rank]` of every member (the term
 //!   last, as the guard). A member grants at most one vote per term — to a candidate whose
@@ -106,6 +111,9 @@ pub const DARE_REPLICATE_BATCH_MAX: usize = 64;
 pub const DARE_IMM: u32 = 0x4441_5245;
 /// Bytes before the payload in a sender's message: its `sender_seq`.
 pub const DARE_SEND_HEADER_BYTES: usize = 8;
+/// Most doublings of a member's election time-out after elections without a leader
+/// heard (64 ×: 10 ms grows to at most 0.64 – 1.28 s).
+pub const DARE_ELECTION_BACKOFF_SHIFT_MAX: u32 = 6;
 
 /// Settings of one DARE group (equal on every member).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -320,6 +328,9 @@ pub struct DareNode {
     log_announced: Vec<Option<u64>>,
     /// Election time-out of this term, µs.
     timeout_us: u64,
+    /// Elections begun since this member last heard a leader (or led): the time-out's
+    /// doublings, at most [`DARE_ELECTION_BACKOFF_SHIFT_MAX`].
+    backoff: u32,
     /// Last time the leader's heartbeat changed (or the term began), µs.
     heard_us: u64,
     last_hb: Vec<u64>,
@@ -423,6 +434,7 @@ impl DareNode {
             failed: vec![false; n],
             log_announced: vec![None; n],
             timeout_us,
+            backoff: 0,
             heard_us: 0,
             last_hb: vec![0; n],
             hello_sent: false,
@@ -790,8 +802,8 @@ impl DareNode {
         self.leader = None;
         self.hello_sent = false;
         self.heard_us = now_us;
-        self.timeout_us = self.config.election_timeout_us
-            + splitmix(&mut self.rng) % self.config.election_timeout_us;
+        let base = self.config.election_timeout_us;
+        self.timeout_us = (base + splitmix(&mut self.rng) % base) << self.backoff;
         Ok(())
     }
 
@@ -828,6 +840,7 @@ impl DareNode {
             }
             self.role = DareRole::Follower { leader: Some(j) };
             self.heard_us = now_us;
+            self.backoff = 0;
         }
         Ok(work)
     }
@@ -888,6 +901,7 @@ impl DareNode {
     fn become_leader(&mut self, now_us: u64) -> Result<()> {
         let n = self.members.len();
         self.role = DareRole::Leader;
+        self.backoff = 0;
         let mut appended_seq = self.delivered_seq.clone();
         let (tail, _) = self.last_entry();
         for k in self.applied + 1..=tail {
@@ -972,6 +986,7 @@ impl DareNode {
     }
 
     fn start_election(&mut self, now_us: u64, rekey: &mut Rekey<'_>) -> Result<()> {
+        self.backoff = (self.backoff + 1).min(DARE_ELECTION_BACKOFF_SHIFT_MAX);
         self.adopt(self.term + 1, now_us, rekey)?;
         self.role = DareRole::Candidate;
         self.voted_for = Some(self.rank);

@@ -198,6 +198,7 @@ impl Group {
                 view: view.clone(),
                 addresses,
                 holders,
+                dare_terms: self.dare_terms.clone(),
             })
             .encode();
             for a in &added {

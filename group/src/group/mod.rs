@@ -909,6 +909,7 @@ impl Group {
                 view,
                 addresses,
                 holders,
+                dare_terms,
             }) => {
                 if !matches!(self.phase, Phase::Joining { .. }) {
                     return Ok(());
@@ -922,6 +923,11 @@ impl Group {
                 }
                 self.addresses.extend(addresses);
                 self.holders = holders;
+                // The survivors' first terms: this node's instances key the same regions.
+                for (sg, term) in dare_terms {
+                    let t = self.dare_terms.entry(sg).or_insert(0);
+                    *t = (*t).max(term);
+                }
                 self.phase = Phase::Member;
                 let me = [self.me];
                 self.enter_view(local, view.clone(), &me, now_us)?;

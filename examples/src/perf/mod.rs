@@ -349,6 +349,10 @@ fn subscriber(a: &Args, listen: &str, contact: &str) -> Result<(), BoxError> {
             got += take_all_into(r, a.loan, &mut buf)?;
         }
         if got == 0 {
+            if let Some(why) = no_more_samples(&p, &readers) {
+                eprintln!("dds_perf sub: {count} of {} samples: {why}", a.samples);
+                break;
+            }
             let _ = ws.wait(Duration::from_millis(10));
             continue;
         }
@@ -442,6 +446,11 @@ fn take_in_listener(
     line("READY")?;
     let deadline = Instant::now() + Duration::from_secs(600);
     while count.load(Ordering::Acquire) < a.samples && Instant::now() < deadline {
+        if let Some(why) = no_more_samples(&p, &readers) {
+            let n = count.load(Ordering::Acquire);
+            eprintln!("dds_perf sub: {n} of {} samples: {why}", a.samples);
+            break;
+        }
         std::thread::sleep(Duration::from_micros(200));
     }
     let start = *first.lock().unwrap_or_else(|p| p.into_inner());
@@ -450,6 +459,26 @@ fn take_in_listener(
     report_counters(&p);
     p.close();
     Ok(())
+}
+
+/// Why no more samples will come, if none will: this participant stopped (excluded, or
+/// it lost the majority when the publisher went), or every reader matched a writer and
+/// none is matched now (the publisher left). The subscriber then reports what it got
+/// instead of waiting out its deadline.
+fn no_more_samples<T: spindle_topics::TopicType>(
+    p: &DomainParticipant,
+    readers: &[DataReader<T>],
+) -> Option<String> {
+    if let Some(why) = p.stopped() {
+        return Some(format!("the participant stopped: {why}"));
+    }
+    readers
+        .iter()
+        .all(|r| {
+            let m = r.subscription_matched_status();
+            m.total_count > 0 && m.current_count == 0
+        })
+        .then(|| "the publisher left".to_string())
 }
 
 /// The flags every child process of a run gets from the parent's: how the participants

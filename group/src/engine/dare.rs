@@ -265,7 +265,11 @@ impl Engine {
         batch.metas.push(Meta {
             global_index: m.index,
             sender_rank: rank as u32,
-            sender_seq: m.sender_seq,
+            // The sender's ring index, as `Loan::seq` gave it: the core numbers a view's
+            // messages from 1 in the staging ring's order (`take_staged`). A loan dropped
+            // without a commit (a null, never handed to the core) shifts the rest of that
+            // sender's view by one.
+            sender_seq: m.sender_seq.saturating_sub(1),
             start,
             len,
             full_len: m.payload.len(),

@@ -12,14 +12,18 @@ rounds=${1:-2}; out=${2:-bench-dare-engine.jsonl}
 bin=${BIN:-$here/target/release/spindle-group-perf}
 backends=${BACKENDS:-"tcp shm"}
 # nodes senders size messages extra
-shapes=(
-  "3 one 1024 100000 -"
-  "3 all 1024 100000 -"
-  "3 all 64 100000 -"
-  "3 all 10240 20000 -"
-  "5 all 1024 20000 -"
-  "3 one 1024 5000 --latency"
-)
+# The grid: 3 and 5 nodes, one sender and all, 64 B, 1 KiB, 10 KiB; and the
+# latency run (one message in flight).
+shapes=()
+for n in 3 5; do
+  for s in one all; do
+    for size in 64 1024 10240; do
+      m=100000; [ "$size" = 10240 ] && m=20000; [ "$n" = 5 ] && [ "$s" = all ] && m=20000
+      shapes+=("$n $s $size $m -")
+    done
+  done
+done
+shapes+=("3 one 1024 5000 --latency")
 for r in $(seq 1 "$rounds"); do
   modes="atomic dare"; [ $((r % 2)) -eq 0 ] && modes="dare atomic"
   for b in $backends; do

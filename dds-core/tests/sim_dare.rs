@@ -10,7 +10,6 @@
 mod common;
 use common::{atomic, keep_all};
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use spindle_dds_core::declare::{dds_subgroups, subgroup_of, TOPIC_SUBGROUPS_DEFAULT};
@@ -36,19 +35,7 @@ const SAMPLES_PER_WRITER: u64 = 40;
 const TOPIC: &str = "flight-controls";
 
 fn for_seeds(name: &str, test: impl Fn(u64)) {
-    let seeds: Vec<u64> = match std::env::var("SPINDLE_SIM_SEED") {
-        Ok(s) => vec![s.parse().expect("SPINDLE_SIM_SEED is a number")],
-        Err(_) => SEEDS.collect(),
-    };
-    for seed in seeds {
-        if let Err(e) = catch_unwind(AssertUnwindSafe(|| test(seed))) {
-            eprintln!(
-                "{name} failed with seed {seed}; reproduce: SPINDLE_SIM_SEED={seed} cargo test \
-                 -p spindle-dds-core --test sim_dare {name}"
-            );
-            std::panic::resume_unwind(e);
-        }
-    }
+    common::sim::for_seeds_in(SEEDS, "sim_dare", name, test)
 }
 
 fn endpoints(p: &DomainParticipant) -> (DataReader<Sequence>, DataWriter<Sequence>) {

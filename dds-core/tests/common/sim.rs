@@ -17,9 +17,19 @@ pub const ROUNDS_MAX: u64 = 200_000;
 
 /// Runs `test` for every seed; a failure names the seed and how to reproduce it.
 pub fn for_seeds(file: &str, name: &str, test: impl Fn(u64)) {
+    for_seeds_in(SEEDS, file, name, test)
+}
+
+/// [`for_seeds`] over `seeds` instead of [`SEEDS`].
+pub fn for_seeds_in(
+    seeds: std::ops::RangeInclusive<u64>,
+    file: &str,
+    name: &str,
+    test: impl Fn(u64),
+) {
     let seeds: Vec<u64> = match std::env::var("SPINDLE_SIM_SEED") {
         Ok(s) => vec![s.parse().expect("SPINDLE_SIM_SEED is a number")],
-        Err(_) => SEEDS.collect(),
+        Err(_) => seeds.collect(),
     };
     for seed in seeds {
         if let Err(e) = catch_unwind(AssertUnwindSafe(|| test(seed))) {

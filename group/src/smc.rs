@@ -51,6 +51,15 @@ pub(crate) struct LargeTx {
 }
 
 impl LargeTx {
+    /// True while every send buffer holds a message some member has not consumed.
+    fn window_full(&self) -> bool {
+        let in_flight = self
+            .reserved
+            .load(Ordering::Acquire)
+            .saturating_sub(self.freed.load(Ordering::Acquire));
+        in_flight >= self.config.window_messages as u64
+    }
+
     pub(crate) fn new(region: Region, members: usize, config: RdmcConfig) -> LargeTx {
         LargeTx {
             region,
@@ -168,12 +177,7 @@ impl Ring {
             return true;
         }
         let large_room = match &self.large {
-            Some(tx) if len > self.geom.slot_payload_bytes => {
-                tx.reserved
-                    .load(Ordering::Acquire)
-                    .saturating_sub(tx.freed.load(Ordering::Acquire))
-                    < tx.config.window_messages as u64
-            }
+            Some(tx) if len > self.geom.slot_payload_bytes => !tx.window_full(),
             _ => true,
         };
         large_room && self.refresh_limit() > self.reserved()
@@ -431,7 +435,7 @@ impl Sender {
         }
         let _order = tx.order.lock().unwrap_or_else(|p| p.into_inner());
         let seq = tx.reserved.load(Ordering::Acquire) + 1;
-        if seq - 1 - tx.freed.load(Ordering::Acquire) >= tx.config.window_messages as u64 {
+        if tx.window_full() {
             return Err(Error::WindowFull {
                 subgroup: ring.subgroup,
             });

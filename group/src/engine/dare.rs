@@ -16,7 +16,10 @@
 //! every view), the log regions `DARE_LOG_REGION_BASE + ordinal × 2^24 + term` (the
 //! ordinal: the subgroup's place among the layout's dare subgroups), the two-sided sends
 //! the immediate [`dare_imm`] of the view and ordinal, so a message of an earlier view's
-//! instance is never taken for this one's.
+//! instance is never taken for this one's. An ordinal can pass to another subgroup when
+//! the layout changes; the group starts every instance of a view at one group-wide first
+//! term past every term reported before ([`Engine::set_dare_first_term`]), so a log id is
+//! never used by two instances.
 
 use std::collections::VecDeque;
 use std::sync::Arc;

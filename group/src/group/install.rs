@@ -88,8 +88,9 @@ impl Group {
             if !msgs.is_empty() {
                 resends.push((sg, msgs));
             }
-            let t = self.dare_terms.entry(sg).or_insert(0);
-            *t = (*t).max(first_term);
+            // Every dare subgroup's reported terms raise the one group-wide first term
+            // (see `dare_first_term`).
+            self.dare_first_term = self.dare_first_term.max(first_term);
         }
         while let Some(b) = c.engine.poll_delivery() {
             self.outputs.push_back(GroupOutput::Delivery(b));
@@ -198,7 +199,7 @@ impl Group {
                 view: view.clone(),
                 addresses,
                 holders,
-                dare_terms: self.dare_terms.clone(),
+                dare_first_term: self.dare_first_term,
             })
             .encode();
             for a in &added {

@@ -27,7 +27,7 @@ use spindle_transport_rdma::{Endpoint, Event, FailureReason, NodeId, Region, Reg
 
 use crate::engine::{is_dare_imm, DeliveryBatch, Engine, EngineConfig, EngineEvent, Push};
 use crate::error::{Error, Result};
-use crate::layout::{Layout, SubgroupId, View, DECLARED_BYTES_MAX};
+use crate::layout::{DeliveryMode, Layout, SubgroupId, View, DECLARED_BYTES_MAX};
 use crate::membership::{Membership, Outcome, ADDRESS_BYTES_MAX};
 use crate::smc::Sender;
 
@@ -317,9 +317,14 @@ pub struct Group {
     excluded: Option<Exclusion>,
     /// The hand-offs of the dare subgroups at the current view change.
     dare: DareHandoffs,
-    /// Per dare subgroup: the first term of its next instance (one past every term
-    /// reported at its last hand-off), kept across views that lack the subgroup.
-    dare_terms: BTreeMap<SubgroupId, u64>,
+    /// The first term of every dare instance of the next view: one past every term any
+    /// dare subgroup reported at any hand-off so far. One group-wide bound, not one per
+    /// subgroup: a dare subgroup's log region ids are keyed by its ordinal among the
+    /// layout's dare subgroups and its term, and a layout that gains or reorders dare
+    /// subgroups hands an ordinal to another subgroup — whose terms must then be past
+    /// every term the ordinal was used with, so no write of an ended instance still in
+    /// flight can land in a new instance's log.
+    dare_first_term: u64,
 }
 
 impl std::fmt::Debug for Group {
@@ -359,7 +364,7 @@ impl Group {
             left_at_us: None,
             excluded: None,
             dare: DareHandoffs::default(),
-            dare_terms: BTreeMap::new(),
+            dare_first_term: 0,
         }
     }
 
@@ -909,7 +914,7 @@ impl Group {
                 view,
                 addresses,
                 holders,
-                dare_terms,
+                dare_first_term,
             }) => {
                 if !matches!(self.phase, Phase::Joining { .. }) {
                     return Ok(());
@@ -923,11 +928,8 @@ impl Group {
                 }
                 self.addresses.extend(addresses);
                 self.holders = holders;
-                // The survivors' first terms: this node's instances key the same regions.
-                for (sg, term) in dare_terms {
-                    let t = self.dare_terms.entry(sg).or_insert(0);
-                    *t = (*t).max(term);
-                }
+                // The survivors' first term: this node's instances key the same regions.
+                self.dare_first_term = self.dare_first_term.max(dare_first_term);
                 self.phase = Phase::Member;
                 let me = [self.me];
                 self.enter_view(local, view.clone(), &me, now_us)?;
@@ -1108,9 +1110,10 @@ impl Group {
             let w = Arc::clone(w);
             engine.set_waker(move || w());
         }
-        for (sg, term) in &self.dare_terms {
-            // Not a dare subgroup of this node in this view: nothing to start.
-            let _ = engine.set_dare_first_term(*sg, *term);
+        for sg in &engine_layout.subgroups {
+            if matches!(sg.mode, DeliveryMode::Dare(_)) && sg.members.contains(&me) {
+                engine.set_dare_first_term(sg.id, self.dare_first_term)?;
+            }
         }
         self.current_skips.clear();
         if layout.is_ok() {

@@ -28,9 +28,10 @@ pub(crate) struct NewView {
     pub(crate) addresses: Vec<(NodeId, String)>,
     /// Per subgroup, the members that held its state before this view (joiners excluded).
     pub(crate) holders: BTreeMap<SubgroupId, Vec<NodeId>>,
-    /// Per dare subgroup, the first term of its instances (this view's included): a
-    /// joiner's instance must take the survivors' term, whose log region ids it keys.
-    pub(crate) dare_terms: BTreeMap<SubgroupId, u64>,
+    /// The first term of every dare instance of this view (one past every term any dare
+    /// subgroup reported at any earlier view change): a joiner's instances must take the
+    /// survivors' term, whose log region ids they key.
+    pub(crate) dare_first_term: u64,
 }
 
 /// One membership message.
@@ -122,11 +123,7 @@ impl Msg {
                     w.u16(d.len() as u16);
                     w.bytes(d);
                 }
-                w.u16(nv.dare_terms.len() as u16);
-                for (sg, term) in &nv.dare_terms {
-                    w.u32(*sg);
-                    w.u64(*term);
-                }
+                w.u64(nv.dare_first_term);
                 w.0
             }
             Msg::Declare { node, declared } => {
@@ -224,17 +221,12 @@ impl Msg {
                     members: addresses.iter().map(|(m, _)| *m).collect(),
                     declared,
                 };
-                let t = r.u16()? as usize;
-                let mut dare_terms = BTreeMap::new();
-                for _ in 0..t {
-                    let sg = r.u32()?;
-                    dare_terms.insert(sg, r.u64()?);
-                }
+                let dare_first_term = r.u64()?;
                 Msg::NewView(NewView {
                     view,
                     addresses,
                     holders,
-                    dare_terms,
+                    dare_first_term,
                 })
             }
             MSG_DECLARE => Msg::Declare {
@@ -417,7 +409,7 @@ mod tests {
                 view,
                 addresses: vec![(3, "a".into()), (1, "b".into()), (2, "c".into())],
                 holders: BTreeMap::from([(0, vec![3, 1]), (5, vec![])]),
-                dare_terms: BTreeMap::from([(7, 4)]),
+                dare_first_term: 4,
             }),
             Msg::Declare {
                 node: 2,

@@ -261,6 +261,7 @@ impl SimDomain {
                     suspect_ceiling_ms: 20,
                     ..FabricConfig::default()
                 },
+                link_rate_bytes_per_s: None,
             },
         );
         let clock = Arc::new(SimClock::default());

@@ -59,3 +59,21 @@ fn sim_conforms_over_many_seeds() {
         conformance::run_all(&mut harness);
     }
 }
+
+/// The same suite with the bandwidth model on (each NIC at 1 GB/s per direction, so a
+/// 16 MiB write takes 16.8 ms of virtual time): timing changes, the contract does not.
+#[test]
+fn sim_conforms_with_the_bandwidth_model() {
+    for seed in seeds().into_iter().take(4) {
+        let mut harness = Sim {
+            world: SimWorld::new(
+                seed,
+                SimConfig {
+                    link_rate_bytes_per_s: Some(1_000_000_000),
+                    ..SimConfig::default()
+                },
+            ),
+        };
+        conformance::run_all(&mut harness);
+    }
+}

@@ -579,6 +579,7 @@ impl Cluster {
                 suspect_ceiling_ms: 20,
                 ..FabricConfig::default()
             },
+            link_rate_bytes_per_s: None,
         };
         let world = SimWorld::new(seed, sim);
         let techniques = if seed % 3 == 0 {

@@ -11,6 +11,12 @@
 //! later of its drawn time and the previous delivery's time on that link); deliveries on
 //! different links interleave by due time, ties broken by issue sequence number.
 //!
+//! Bandwidth (off by default): with [`SimConfig::link_rate_bytes_per_s`] each node's NIC
+//! sends and receives one transfer at a time at that rate, so a write lands at
+//! `max(sender's send side free, receiver's receive side free, post time) + len / rate +
+//! link delay` (the `nic` module). [`SimEndpoint::write_phantom`] moves a length without
+//! bytes, for measurements too large to hold their bytes.
+//!
 //! Faults: [`Rule`]s delay deliveries or drop links, [`SimWorld::partition`] splits the
 //! world, [`SimWorld::pause`] holds a node's traffic, [`SimWorld::crash`] kills a node
 //! (its peers see [`FailureReason::Crashed`] after [`SimConfig::failure_detection_us`]) and
@@ -44,6 +50,8 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+mod faults;
+mod nic;
 mod rules;
 
 pub use rules::{DeliveryKind, Rule, Verdict};
@@ -82,6 +90,12 @@ pub struct SimConfig {
     /// or cut-off node is suspected, in virtual time; its `outbound_bytes_max` bounds
     /// bytes in flight).
     pub fabric: FabricConfig,
+    /// The bandwidth model: each node's NIC sends, and separately receives, one write or
+    /// send at a time at this many bytes per second, and a transfer lands its drawn link
+    /// delay after its last byte crossed (the model is in `sim/nic.rs`). `None` (the
+    /// default): transfers take no time beyond the link delay, and seeded runs replay as
+    /// they always have.
+    pub link_rate_bytes_per_s: Option<u64>,
 }
 
 impl Default for SimConfig {
@@ -93,6 +107,7 @@ impl Default for SimConfig {
             delay_spike_per_million: 0,
             delay_spike_max_us: 0,
             fabric: FabricConfig::default(),
+            link_rate_bytes_per_s: None,
         }
     }
 }
@@ -213,12 +228,28 @@ impl NodeState {
     }
 }
 
+/// What a write carries: its bytes, or only its length ([`SimEndpoint::write_phantom`]).
+#[derive(Debug)]
+enum WriteData {
+    Bytes(Vec<u8>),
+    Phantom(usize),
+}
+
+impl WriteData {
+    fn len(&self) -> usize {
+        match self {
+            WriteData::Bytes(b) => b.len(),
+            WriteData::Phantom(len) => *len,
+        }
+    }
+}
+
 #[derive(Debug)]
 enum Payload {
     Write {
         region: RegionId,
         offset: usize,
-        bytes: Vec<u8>,
+        data: WriteData,
         guard: Option<(usize, u64)>,
     },
     Send {
@@ -247,7 +278,7 @@ impl Payload {
 
     fn bytes_len(&self) -> usize {
         match self {
-            Payload::Write { bytes, .. } => bytes.len(),
+            Payload::Write { data, .. } => data.len(),
             Payload::Send { data, .. } => data.len(),
             _ => 0,
         }
@@ -308,6 +339,10 @@ struct State {
     links: BTreeMap<(NodeId, NodeId), LinkLoad>,
     rules: Vec<Rule>,
     trace: u64,
+    /// When each NIC is next free (the bandwidth model; unused without a link rate).
+    nics: nic::Nics,
+    /// Nodes whose activity went from none to some since [`SimWorld::take_woken`].
+    woken: BTreeSet<NodeId>,
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -358,8 +393,15 @@ impl State {
         delay = delay.saturating_add(extra);
         let from_incarnation = self.nodes.get(&from).map_or(0, |n| n.incarnation);
         let to_incarnation = self.nodes.get(&to).map_or(0, |n| n.incarnation);
+        // Under the bandwidth model a write or send leaves once both NICs have moved it.
+        let sent = match self.cfg.link_rate_bytes_per_s {
+            Some(rate) if kind != DeliveryKind::Control => {
+                self.nics.reserve(from, to, payload.bytes_len(), now, rate)
+            }
+            _ => now,
+        };
         let load = self.links.entry((from, to)).or_default();
-        let due = now.saturating_add(delay).max(load.last_due_us);
+        let due = sent.saturating_add(delay).max(load.last_due_us);
         if lag == 0 {
             load.last_due_us = due; // a lagged delivery holds back none after it
         }
@@ -490,6 +532,25 @@ impl State {
     }
 
     fn apply(&mut self, key: (u64, u64)) {
+        // Whom this entry may wake: a delivery's two ends, a timer's anyone.
+        let touched: Vec<NodeId> = match self.queue.get(&key) {
+            Some(Entry::Delivery(d)) => vec![d.from, d.to],
+            Some(Entry::Timer(_)) => self.nodes.keys().copied().collect(),
+            None => return,
+        };
+        let quiet: Vec<NodeId> = touched
+            .into_iter()
+            .filter(|n| self.nodes.get(n).is_some_and(|s| !s.activity))
+            .collect();
+        self.apply_entry(key);
+        for n in quiet {
+            if self.nodes.get(&n).is_some_and(|s| s.activity) {
+                self.woken.insert(n);
+            }
+        }
+    }
+
+    fn apply_entry(&mut self, key: (u64, u64)) {
         let Some(entry) = self.take(key) else {
             return;
         };
@@ -657,13 +718,16 @@ impl State {
                     Payload::Write {
                         region,
                         offset,
-                        bytes,
+                        data,
                         guard,
                     } => {
                         let Some(r) = target.regions.get(&region).cloned() else {
                             return; // withdrawn while the write was in flight
                         };
-                        let ok = r.write_bytes(offset, &bytes).is_ok();
+                        let ok = match &data {
+                            WriteData::Bytes(bytes) => r.write_bytes(offset, bytes).is_ok(),
+                            WriteData::Phantom(len) => r.check_range(offset, *len).is_ok(),
+                        };
                         if let Some((g, value)) = guard {
                             if ok && g % WORD_BYTES == 0 && r.check_range(g, WORD_BYTES).is_ok() {
                                 r.store_u64(g, value);
@@ -672,7 +736,10 @@ impl State {
                         target.activity = true;
                         self.hash(&region.to_le_bytes());
                         self.hash(&offset.to_le_bytes());
-                        self.hash(&bytes);
+                        match &data {
+                            WriteData::Bytes(bytes) => self.hash(bytes),
+                            WriteData::Phantom(len) => self.hash(&len.to_le_bytes()),
+                        }
                         if let Some((g, value)) = guard {
                             self.hash(&g.to_le_bytes());
                             self.hash(&value.to_le_bytes());
@@ -752,6 +819,8 @@ impl SimWorld {
                     links: BTreeMap::new(),
                     rules: Vec::new(),
                     trace: FNV_OFFSET,
+                    nics: nic::Nics::default(),
+                    woken: BTreeSet::new(),
                 }),
             }),
         }
@@ -832,160 +901,24 @@ impl SimWorld {
         self.shared.lock().rules.clear();
     }
 
-    /// Splits the world: every link between nodes on different sides drops (both
-    /// directions, from now until [`SimWorld::clear_rules`]). Links that are up fail at both
-    /// ends with [`FailureReason::ProbeTimeout`] once the failure detector's timeout
-    /// passes with the link still cut,
-    /// or earlier with [`FailureReason::ConnectionLost`] when traffic meets the cut.
-    pub fn partition(&self, sides: &[&[NodeId]]) {
+    /// Moves into `out` (in id order) the nodes whose activity — a write landed, an event
+    /// queued, a full link drained; what [`Endpoint::wait`] reports — went from none to
+    /// some since the last call, and clears their activity: the caller steps them now.
+    /// For event-driven runs of many nodes, which step only the nodes something reached.
+    pub fn take_woken(&self, out: &mut Vec<NodeId>) {
         let mut st = self.shared.lock();
-        let now = st.now_us;
-        let timeout_us = st.suspicion_delay_us();
-        let mut pairs = Vec::new();
-        for (i, side) in sides.iter().enumerate() {
-            for other in &sides[i + 1..] {
-                for &a in side.iter() {
-                    for &b in other.iter() {
-                        if a != b {
-                            pairs.push((a, b));
-                        }
-                    }
-                }
+        let woken = std::mem::take(&mut st.woken);
+        for n in woken {
+            if let Some(s) = st.nodes.get_mut(&n) {
+                s.activity = false;
             }
+            out.push(n);
         }
-        let mut new_rules = Vec::new();
-        for &(a, b) in &pairs {
-            for (from, to) in [(a, b), (b, a)] {
-                new_rules.push(Rule {
-                    from: Some(from),
-                    to: Some(to),
-                    kind: None,
-                    after_us: now,
-                    until_us: u64::MAX,
-                    verdict: Verdict::DropLink,
-                });
-            }
-        }
-        let room = SIM_RULES_MAX.saturating_sub(st.rules.len());
-        if new_rules.len() > room {
-            tracing::warn!("sim: partition truncated to {room} rules");
-            new_rules.truncate(room);
-        }
-        st.rules.splice(0..0, new_rules);
-        for (a, b) in pairs {
-            if st.live_link(a, b) || st.live_link(b, a) {
-                st.schedule_at(
-                    now.saturating_add(timeout_us),
-                    Entry::Timer(Timer::PartitionCheck { a, b }),
-                );
-            }
-        }
-    }
-
-    /// Crashes `node`: what it has in flight, to or from it, is discarded; its peers see
-    /// [`FailureReason::Crashed`] after [`SimConfig::failure_detection_us`]; its endpoint
-    /// handles return [`Error::Closed`] from now on.
-    pub fn crash(&self, node: NodeId) {
-        let mut st = self.shared.lock();
-        st.crash(node);
-    }
-
-    /// Holds `node`'s traffic, in and out, until [`SimWorld::resume`]. If it stays paused
-    /// past the failure detector's timeout (virtual), its peers fail their links to it
-    /// with [`FailureReason::ProbeTimeout`] and it sees them fail with
-    /// [`FailureReason::Excluded`] (the peer's last word, read once it resumes).
-    pub fn pause(&self, node: NodeId) {
-        let mut st = self.shared.lock();
-        let timeout_us = st.suspicion_delay_us();
-        let now = st.now_us;
-        let Some(n) = st.nodes.get_mut(&node) else {
-            return;
-        };
-        if n.paused {
-            return;
-        }
-        n.paused = true;
-        n.pause_epoch += 1;
-        let epoch = n.pause_epoch;
-        st.schedule_at(
-            now.saturating_add(timeout_us),
-            Entry::Timer(Timer::PauseCheck { node, epoch }),
-        );
-    }
-
-    /// Releases a paused node; its held traffic flows again, in order.
-    pub fn resume(&self, node: NodeId) {
-        if let Some(n) = self.shared.lock().nodes.get_mut(&node) {
-            n.paused = false;
-        }
-    }
-
-    /// Restarts `node` (crashing it first if it is alive): a new endpoint with the same
-    /// id, no regions and no links. Peers may connect to it again.
-    pub fn restart(&self, node: NodeId) -> Arc<SimEndpoint> {
-        let mut st = self.shared.lock();
-        let incarnation = match st.nodes.get(&node) {
-            Some(n) => {
-                if !n.crashed {
-                    st.crash(node);
-                }
-                st.nodes[&node].incarnation + 1
-            }
-            None => 1,
-        };
-        st.nodes.insert(node, NodeState::new(incarnation));
-        Arc::new(SimEndpoint {
-            shared: Arc::clone(&self.shared),
-            node,
-            incarnation,
-        })
     }
 
     /// FNV-1a over every delivery and timer applied so far (time, order, ends, payload).
     pub fn trace_hash(&self) -> u64 {
         self.shared.lock().trace
-    }
-}
-
-impl State {
-    fn crash(&mut self, node: NodeId) {
-        let detect_us = self.cfg.failure_detection_us;
-        let now = self.now_us;
-        let Some(n) = self.nodes.get_mut(&node) else {
-            return;
-        };
-        if n.crashed {
-            return;
-        }
-        n.crashed = true;
-        n.paused = false;
-        n.events.clear();
-        let incarnation = n.incarnation;
-        self.discard(|d| d.from == node || d.to == node);
-        let watchers: Vec<NodeId> = self
-            .nodes
-            .iter()
-            .filter(|(id, s)| **id != node && s.peers.get(&node).is_some_and(PeerState::live))
-            .map(|(id, _)| *id)
-            .collect();
-        for at in watchers {
-            let peer_incarnation = self.nodes[&at].peers[&node].incarnation;
-            // A link still connecting learns nothing from the crashed side: fail it too.
-            let peer_incarnation = if peer_incarnation == 0 {
-                0
-            } else {
-                incarnation
-            };
-            self.schedule_at(
-                now.saturating_add(detect_us),
-                Entry::Timer(Timer::Fail {
-                    at,
-                    peer: node,
-                    peer_incarnation,
-                    reason: FailureReason::Crashed,
-                }),
-            );
-        }
     }
 }
 
@@ -1051,19 +984,21 @@ impl SimEndpoint {
         }
     }
 
+    /// A write of `len` bytes: `bytes` (of that length), or none for a phantom write.
     fn issue_write(
         &self,
         peer: NodeId,
         region: RegionId,
         offset: usize,
-        bytes: &[u8],
+        len: usize,
+        bytes: Option<&[u8]>,
         guard: Option<(usize, u64)>,
     ) -> Result<()> {
         let mut st = self.live()?;
-        if bytes.len() > WRITE_BYTES_MAX {
+        if len > WRITE_BYTES_MAX {
             return Err(Error::TooLarge {
                 what: "write",
-                len: bytes.len(),
+                len,
                 max: WRITE_BYTES_MAX,
             });
         }
@@ -1095,14 +1030,11 @@ impl SimEndpoint {
                     return Err(oob(g, WORD_BYTES));
                 }
             }
-            if offset
-                .checked_add(bytes.len())
-                .is_none_or(|end| end > desc.len)
-            {
-                return Err(oob(offset, bytes.len()));
+            if offset.checked_add(len).is_none_or(|end| end > desc.len) {
+                return Err(oob(offset, len));
             }
         }
-        if let Err(e) = self.check_link(&st, peer, bytes.len()) {
+        if let Err(e) = self.check_link(&st, peer, len) {
             if matches!(e, Error::QueueFull { .. }) {
                 Self::refused(&mut st, self.node, peer);
             }
@@ -1114,7 +1046,7 @@ impl SimEndpoint {
             Payload::Write {
                 region,
                 offset,
-                bytes: bytes.to_vec(),
+                data: bytes.map_or(WriteData::Phantom(len), |b| WriteData::Bytes(b.to_vec())),
                 guard,
             },
         );
@@ -1272,7 +1204,7 @@ impl Endpoint for SimEndpoint {
     }
 
     fn write(&self, peer: NodeId, region: RegionId, offset: usize, bytes: &[u8]) -> Result<()> {
-        self.issue_write(peer, region, offset, bytes, None)
+        self.issue_write(peer, region, offset, bytes.len(), Some(bytes), None)
     }
 
     fn write_then_release(
@@ -1288,7 +1220,8 @@ impl Endpoint for SimEndpoint {
             peer,
             region,
             offset,
-            bytes,
+            bytes.len(),
+            Some(bytes),
             Some((guard_offset, guard_value)),
         )
     }

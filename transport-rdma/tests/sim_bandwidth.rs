@@ -125,6 +125,26 @@ fn independent_pairs_overlap_and_a_relay_waits_only_for_its_block() {
     assert_eq!(at, vec![2 * (1000 + LATENCY_US)]);
 }
 
+/// The receive side is taken when a transfer starts, not when it is posted: node 1 posts
+/// to 2 then to 3 at once, so its write to 3 starts at 1,000 µs; node 4's write to 3,
+/// posted just after node 1's two, is on node 3's receive side first, from 0.
+#[test]
+fn a_transfer_queued_behind_others_does_not_hold_its_receiver_before_it_starts() {
+    let (world, eps, regions) = world(7, Some(RATE), 4, &[(1, 2), (1, 3), (4, 3)]);
+    let start = world.now_us();
+    eps[0]
+        .write_then_release(2, 1, 8, &vec![1u8; MB], 0, 1)
+        .unwrap();
+    eps[0]
+        .write_then_release(3, 1, 8, &vec![1u8; MB], 0, 1)
+        .unwrap();
+    eps[3]
+        .write_then_release(3, 1, 8, &vec![4u8; MB], 0, 4)
+        .unwrap();
+    let at = landing_times(&world, &[(&regions[2], 4), (&regions[2], 1)], start);
+    assert_eq!(at, vec![1000 + LATENCY_US, 2000 + LATENCY_US]);
+}
+
 #[test]
 fn a_phantom_write_takes_its_nic_time_and_lands_only_its_guard() {
     let (world, eps, regions) = world(4, Some(RATE), 2, &[(1, 2)]);

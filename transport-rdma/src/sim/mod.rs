@@ -311,6 +311,8 @@ enum Timer {
     PauseCheck { node: NodeId, epoch: u64 },
     /// A partitioned link is declared failed if still cut.
     PartitionCheck { a: NodeId, b: NodeId },
+    /// The bandwidth model: `node`'s NIC starts its next queued transfer.
+    NicHead { node: NodeId },
 }
 
 #[derive(Debug)]
@@ -393,49 +395,57 @@ impl State {
         delay = delay.saturating_add(extra);
         let from_incarnation = self.nodes.get(&from).map_or(0, |n| n.incarnation);
         let to_incarnation = self.nodes.get(&to).map_or(0, |n| n.incarnation);
-        // Under the bandwidth model a write or send leaves once both NICs have moved it.
-        let sent = match self.cfg.link_rate_bytes_per_s {
-            Some(rate) if kind != DeliveryKind::Control => {
-                self.nics.reserve(from, to, payload.bytes_len(), now, rate)
-            }
-            _ => now,
-        };
         let load = self.links.entry((from, to)).or_default();
-        let due = sent.saturating_add(delay).max(load.last_due_us);
-        if lag == 0 {
-            load.last_due_us = due; // a lagged delivery holds back none after it
-        }
-        let due = due.saturating_add(lag);
         load.in_flight += 1;
         load.bytes += payload.bytes_len();
-        self.schedule_at(
-            due,
-            Entry::Delivery(Delivery {
-                from,
-                to,
-                from_incarnation,
-                to_incarnation,
-                payload,
-            }),
-        );
+        let d = Delivery {
+            from,
+            to,
+            from_incarnation,
+            to_incarnation,
+            payload,
+        };
+        if self.cfg.link_rate_bytes_per_s.is_some() {
+            // The bandwidth model: it waits its turn on the sender's NIC.
+            self.nic_enqueue(d, delay, lag);
+        } else {
+            self.schedule_delivery(now, delay, lag, d);
+        }
+    }
+
+    /// Queues `d`, which left its sender at `sent_us`, to land `delay_us` later (not
+    /// before the link's previous delivery), plus `lag_us`.
+    fn schedule_delivery(&mut self, sent_us: u64, delay_us: u64, lag_us: u64, d: Delivery) {
+        let load = self.links.entry((d.from, d.to)).or_default();
+        let due = sent_us.saturating_add(delay_us).max(load.last_due_us);
+        if lag_us == 0 {
+            load.last_due_us = due; // a lagged delivery holds back none after it
+        }
+        self.schedule_at(due.saturating_add(lag_us), Entry::Delivery(d));
     }
 
     /// Removes a queued entry, keeping the link accounting right.
     fn take(&mut self, key: (u64, u64)) -> Option<Entry> {
         let entry = self.queue.remove(&key)?;
         if let Entry::Delivery(d) = &entry {
-            if let Some(load) = self.links.get_mut(&(d.from, d.to)) {
-                load.in_flight = load.in_flight.saturating_sub(1);
-                load.bytes = load.bytes.saturating_sub(d.payload.bytes_len());
-                if load.refused && load.in_flight < SIM_IN_FLIGHT_MAX {
-                    load.refused = false;
-                    if let Some(n) = self.nodes.get_mut(&d.from) {
-                        n.activity = true;
-                    }
+            self.unload(d.from, d.to, d.payload.bytes_len());
+        }
+        Some(entry)
+    }
+
+    /// A delivery of `bytes` on `from -> to` left the link (landed or dropped): its
+    /// accounting, and the sender's wake-up if it was refused for room.
+    fn unload(&mut self, from: NodeId, to: NodeId, bytes: usize) {
+        if let Some(load) = self.links.get_mut(&(from, to)) {
+            load.in_flight = load.in_flight.saturating_sub(1);
+            load.bytes = load.bytes.saturating_sub(bytes);
+            if load.refused && load.in_flight < SIM_IN_FLIGHT_MAX {
+                load.refused = false;
+                if let Some(n) = self.nodes.get_mut(&from) {
+                    n.activity = true;
                 }
             }
         }
-        Some(entry)
     }
 
     /// Discards every pending delivery matching `pred`.
@@ -449,6 +459,7 @@ impl State {
         for key in keys {
             self.take(key);
         }
+        self.nic_discard(pred);
     }
 
     /// Fails the link between `a` and `b` at both ends with `reason` and drops what is
@@ -535,6 +546,7 @@ impl State {
         // Whom this entry may wake: a delivery's two ends, a timer's anyone.
         let touched: Vec<NodeId> = match self.queue.get(&key) {
             Some(Entry::Delivery(d)) => vec![d.from, d.to],
+            Some(Entry::Timer(Timer::NicHead { .. })) => Vec::new(),
             Some(Entry::Timer(_)) => self.nodes.keys().copied().collect(),
             None => return,
         };
@@ -566,6 +578,11 @@ impl State {
 
     fn apply_timer(&mut self, timer: Timer) {
         match timer {
+            Timer::NicHead { node } => {
+                self.hash(&[12]);
+                self.hash(&node.to_le_bytes());
+                self.nic_head(node);
+            }
             Timer::Fail {
                 at,
                 peer,

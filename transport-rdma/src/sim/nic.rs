@@ -2,34 +2,51 @@
 //! writes that carry only their length ([`SimEndpoint::write_phantom`]).
 //!
 //! **Bandwidth.** With a link rate set, every node has one NIC with a send side and a
-//! receive side, each moving one transfer (a write or a send; control deliveries such as
-//! link set-up and region announcements are not data and keep the plain link delay) at a
-//! time at that rate. A transfer of `len` bytes from `a` to `b` posted at `now` starts at
-//! `max(a's send side free, b's receive side free, now)`, occupies both sides for
-//! `len / rate`, and lands the drawn link delay (the per-transfer latency) after its last
-//! byte left: `due = start + len / rate + delay`. The sides are busy for the transfer
-//! time only, not the latency: a NIC starts its next transfer while the previous one is
-//! on the wire, as a real one does, and as the schedule model of the RDMC paper (§4.2)
-//! and `spindle_group::rdmc::model` assume. Reservations are made in posting order
-//! (first come, first served on each side); the free times are kept in nanoseconds and
-//! only the due time is rounded up to the world's microsecond, so rounding never adds up
-//! along a NIC's queue.
+//! receive side, each moving one transfer at a time at that rate. What a node posts
+//! (writes, sends, and its control deliveries, which carry no bytes and so take no time
+//! but keep their place in the order) waits in its NIC's queue, first in first out. When a
+//! transfer reaches the head of the queue, at time `h` (its post time, or when the one
+//! before it finished), it takes the receiver's receive side: it starts at
+//! `max(h, receive side free)`, occupies both sides for `len / rate`, and lands the drawn
+//! link delay (the per-transfer latency) after its last byte crossed:
+//! `due = max(post, send side free, receive side free) + len / rate + delay`.
+//!
+//! The sides are busy for the transfer time, not the latency: a NIC starts its next
+//! transfer while the previous one is on the wire, as a real one does and as the schedule
+//! model of the RDMC paper (§4.2) and `spindle_group::rdmc::model` assume. The receive
+//! side is taken when a transfer actually starts (the head-of-queue event,
+//! [`super::Timer::NicHead`]), not when it is posted: a root that posts a hundred blocks
+//! at once does not book its receivers' NICs far ahead and block the transfers other
+//! senders start meanwhile. Free times are kept in nanoseconds; only due times round up
+//! to the world's microsecond, so rounding does not add up along a queue.
 //!
 //! With no rate (the default) nothing here is consulted and every run replays as before.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use super::SimEndpoint;
+use super::{Delivery, Entry, SimEndpoint, State, Timer};
 use crate::{NodeId, RegionId, Result};
 
-/// When each node's NIC sides are next free, in virtual nanoseconds.
+/// A delivery waiting in its sender's NIC queue, with what was drawn for it at post time.
+#[derive(Debug)]
+pub(super) struct Queued {
+    delivery: Delivery,
+    post_us: u64,
+    delay_us: u64,
+    lag_us: u64,
+}
+
+/// Every node's NIC: when each side is next free (virtual ns) and what waits to be sent.
 #[derive(Debug, Default)]
 pub(super) struct Nics {
     send_free_ns: BTreeMap<NodeId, u64>,
     recv_free_ns: BTreeMap<NodeId, u64>,
+    queues: BTreeMap<NodeId, VecDeque<Queued>>,
+    /// Nodes with a [`Timer::NicHead`] pending.
+    armed: BTreeSet<NodeId>,
 }
 
-/// Nanoseconds `len` bytes take at `rate` bytes per second (rounded up; at least 0).
+/// Nanoseconds `len` bytes take at `rate` bytes per second (rounded up).
 pub(super) fn transfer_ns(len: usize, rate: u64) -> u64 {
     let rate = u128::from(rate.max(1));
     let ns = (len as u128 * 1_000_000_000).div_ceil(rate);
@@ -37,24 +54,112 @@ pub(super) fn transfer_ns(len: usize, rate: u64) -> u64 {
 }
 
 impl Nics {
-    /// Reserves `from`'s send side and `to`'s receive side for `len` bytes at `rate`,
-    /// posted at `now_us`; returns the virtual microsecond (rounded up) by which the last
-    /// byte has crossed, before the latency.
+    /// Moves `len` bytes at `rate` from `from`'s send side to `to`'s receive side, ready
+    /// at `ready_us` (call it in the order transfers reach their queue heads); returns
+    /// the virtual microsecond (rounded up) by which the last byte has crossed.
     pub(super) fn reserve(
         &mut self,
         from: NodeId,
         to: NodeId,
         len: usize,
-        now_us: u64,
+        ready_us: u64,
+        rate: u64,
+    ) -> u64 {
+        let end = self.reserve_ns(from, to, len, ready_us, rate);
+        end.div_ceil(1000)
+    }
+
+    fn reserve_ns(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        len: usize,
+        ready_us: u64,
         rate: u64,
     ) -> u64 {
         let send_free = self.send_free_ns.entry(from).or_default();
         let recv_free = self.recv_free_ns.entry(to).or_default();
-        let start = now_us.saturating_mul(1000).max(*send_free).max(*recv_free);
+        let start = ready_us
+            .saturating_mul(1000)
+            .max(*send_free)
+            .max(*recv_free);
         let end = start.saturating_add(transfer_ns(len, rate));
         *send_free = end;
         *recv_free = end;
-        end.div_ceil(1000)
+        end
+    }
+
+    /// When `node`'s send side is next free, in µs (rounded up).
+    fn send_free_us(&self, node: NodeId) -> u64 {
+        self.send_free_ns
+            .get(&node)
+            .copied()
+            .unwrap_or(0)
+            .div_ceil(1000)
+    }
+}
+
+impl State {
+    /// Puts `d` (with its drawn delay and lag) in its sender's NIC queue, and wakes the
+    /// NIC if it was idle.
+    pub(super) fn nic_enqueue(&mut self, d: Delivery, delay_us: u64, lag_us: u64) {
+        let node = d.from;
+        let post_us = self.now_us;
+        self.nics.queues.entry(node).or_default().push_back(Queued {
+            delivery: d,
+            post_us,
+            delay_us,
+            lag_us,
+        });
+        if self.nics.armed.insert(node) {
+            let at = post_us.max(self.nics.send_free_us(node));
+            self.schedule_at(at, Entry::Timer(Timer::NicHead { node }));
+        }
+    }
+
+    /// `node`'s NIC starts the transfer at the head of its queue (and arms itself for the
+    /// next one, when this one's last byte has left).
+    pub(super) fn nic_head(&mut self, node: NodeId) {
+        let rate = self.cfg.link_rate_bytes_per_s.unwrap_or(u64::MAX);
+        let Some(q) = self
+            .nics
+            .queues
+            .get_mut(&node)
+            .and_then(VecDeque::pop_front)
+        else {
+            self.nics.armed.remove(&node);
+            return;
+        };
+        let len = q.delivery.payload.bytes_len();
+        let sent_us = self.nics.reserve(node, q.delivery.to, len, q.post_us, rate);
+        self.schedule_delivery(sent_us, q.delay_us, q.lag_us, q.delivery);
+        if self.nics.queues.get(&node).is_some_and(|q| !q.is_empty()) {
+            let at = self.now_us.max(self.nics.send_free_us(node));
+            self.schedule_at(at, Entry::Timer(Timer::NicHead { node }));
+        } else {
+            self.nics.armed.remove(&node);
+        }
+    }
+
+    /// Drops the queued deliveries matching `pred` (a crash, a failed link).
+    pub(super) fn nic_discard(&mut self, pred: impl Fn(&Delivery) -> bool) {
+        let mut dropped = Vec::new();
+        for q in self.nics.queues.values_mut() {
+            q.retain(|x| {
+                let drop = pred(&x.delivery);
+                if drop {
+                    dropped.push((
+                        x.delivery.from,
+                        x.delivery.to,
+                        x.delivery.payload.bytes_len(),
+                    ));
+                }
+                !drop
+            });
+        }
+        for (from, to, bytes) in dropped {
+            self.unload(from, to, bytes);
+        }
     }
 }
 

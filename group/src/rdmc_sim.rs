@@ -51,6 +51,27 @@ pub struct RdmcNode {
     /// Receivers: the bytes of each completed message, by sequence number (read, then
     /// released at once).
     pub received: BTreeMap<u64, Vec<u8>>,
+    /// When each message completed here (virtual µs), by sequence number.
+    pub completed_at: BTreeMap<u64, u64>,
+    /// Payload-free mode, for measurements only ([`measure_completion`] with
+    /// [`RdmcData::Phantom`]): writes at or past this offset (the message buffers) go as
+    /// [`SimEndpoint::write_phantom`] — their length, not their bytes — and completed
+    /// messages are released unread. `None`: every write carries its bytes.
+    pub phantom_from: Option<usize>,
+}
+
+impl RdmcNode {
+    fn new(ep: Arc<SimEndpoint>, group: RdmcGroup) -> RdmcNode {
+        RdmcNode {
+            ep,
+            group,
+            crashed: false,
+            events: Vec::new(),
+            received: BTreeMap::new(),
+            completed_at: BTreeMap::new(),
+            phantom_from: None,
+        }
+    }
 }
 
 impl SimNode for RdmcNode {
@@ -58,7 +79,7 @@ impl SimNode for RdmcNode {
         !self.crashed
     }
 
-    fn step(&mut self, _now_us: u64, scratch: &mut Vec<u8>) -> bool {
+    fn step(&mut self, now_us: u64, scratch: &mut Vec<u8>) -> bool {
         let mut work = false;
         while let Some(event) = self.ep.poll_event() {
             work = true;
@@ -68,17 +89,29 @@ impl SimNode for RdmcNode {
         }
         work |= self.group.step();
         let ep = &self.ep;
-        work |= self
-            .group
-            .drain_writes(scratch, |w, bytes| w.post(&**ep, bytes))
-            > 0;
+        work |= match self.phantom_from {
+            None => self
+                .group
+                .drain_writes(scratch, |w, bytes| w.post(&**ep, bytes)),
+            Some(from) => self.group.drain_writes_by(|w, region| {
+                if w.offset >= from {
+                    return ep.write_phantom(w.peer, w.region, w.offset, w.len, w.guard);
+                }
+                scratch.clear();
+                region.read_append(w.offset, w.len, scratch)?;
+                w.post(&**ep, scratch)
+            }),
+        } > 0;
         while let Some(event) = self.group.poll_event() {
             work = true;
             self.events.push(event);
             if let RdmcEvent::Completed { seq, .. } = event {
+                self.completed_at.insert(seq, now_us);
                 if self.group.rank() != 0 {
-                    if let Ok(bytes) = self.group.read_message() {
-                        self.received.insert(seq, bytes);
+                    if self.phantom_from.is_none() {
+                        if let Ok(bytes) = self.group.read_message() {
+                            self.received.insert(seq, bytes);
+                        }
                     }
                     self.group.release();
                 }
@@ -102,16 +135,7 @@ pub fn rdmc_cluster(
         let ep = sim.world.endpoint(n);
         let region = ep.register_region(RDMC_SIM_REGION_ID, len)?;
         let group = RdmcGroup::new(n, members.to_vec(), config.clone(), region)?;
-        sim.nodes.insert(
-            n,
-            RdmcNode {
-                ep,
-                group,
-                crashed: false,
-                events: Vec::new(),
-                received: BTreeMap::new(),
-            },
-        );
+        sim.nodes.insert(n, RdmcNode::new(ep, group));
     }
     for (i, &a) in members.iter().enumerate() {
         for &b in &members[i + 1..] {
@@ -323,4 +347,201 @@ pub fn run_seed(seed: u64) -> RdmcSeedOutcome {
     }
     outcome.trace_hash = sim.trace_hash();
     outcome
+}
+
+/// How the data of a measured transfer travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RdmcData {
+    /// Real bytes (drawn from the seed), checked intact at every receiver.
+    Bytes,
+    /// Payload-free: block writes carry only their length
+    /// ([`SimEndpoint::write_phantom`]), so a message of any size to any number of
+    /// receivers costs no memory for its bytes. For the completion table only; the
+    /// schedule, the handshake, the counters and every guard word run as in a real
+    /// transfer.
+    Phantom,
+}
+
+/// One case of the completion table: one message of `size_bytes` from the root to
+/// `receivers` receivers on `schedule`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletionCase {
+    /// The schedule.
+    pub schedule: ScheduleKind,
+    /// Receivers (the root comes on top).
+    pub receivers: u32,
+    /// The message size.
+    pub size_bytes: usize,
+    /// The block size.
+    pub block_bytes: usize,
+}
+
+/// The links of a measurement: the sim fabric's bandwidth model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkSpec {
+    /// Bytes per second each NIC sends, and separately receives
+    /// ([`SimConfig::link_rate_bytes_per_s`]).
+    pub rate_bytes_per_s: u64,
+    /// Latency added to every transfer, in µs (the link delay, fixed).
+    pub latency_us: u64,
+}
+
+impl LinkSpec {
+    /// The same links in the schedule model's terms ([`crate::rdmc::model`]).
+    pub fn model(&self) -> crate::rdmc::model::LinkModel {
+        crate::rdmc::model::LinkModel {
+            link_bytes_per_s: self.rate_bytes_per_s,
+            latency_us: self.latency_us as f64,
+        }
+    }
+}
+
+/// What one measured transfer took, in virtual µs after the root handed the message over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    /// The first receiver to complete.
+    pub first_us: u64,
+    /// The last receiver to complete: the table's figure.
+    pub last_us: u64,
+    /// Links brought up (pairs of members): the schedule's pairs and the root's.
+    pub links: usize,
+    /// Deliveries and timers the fabric applied, set-up included.
+    pub fabric_steps: u64,
+    /// Fingerprint of the run: equal for equal seeds and cases.
+    pub trace_hash: u64,
+}
+
+/// Most fabric deliveries one measured transfer may take before it counts as stalled
+/// (256 MiB to 1024 receivers in 1 MiB blocks takes about 270,000).
+pub const COMPLETION_STEPS_MAX: u64 = 50_000_000;
+
+/// Runs one message of `case` through a real [`RdmcGroup`] per member on the sim fabric
+/// with the bandwidth model `link`, event by event (only the members a delivery reached
+/// step: [`SimCluster::next_event`]), and returns when the receivers completed.
+///
+/// The members link only to the peers the schedule pairs them with and to the root (its
+/// announcements and their ready words), not all to all, and share one computed schedule
+/// ([`RdmcGroup::share_schedule`]). With [`RdmcData::Bytes`] every receiver's copy is
+/// checked against the root's; a mismatch, a failure or a stall is an error naming the case.
+pub fn measure_completion(
+    case: CompletionCase,
+    link: LinkSpec,
+    data: RdmcData,
+    seed: u64,
+) -> Result<Completion> {
+    let what = |detail: String| Error::Config(format!("RDMC completion {case:?}: {detail}"));
+    let n = case.receivers + 1;
+    let members: Vec<NodeId> = (1..=n).collect();
+    let config = RdmcConfig {
+        block_bytes: case.block_bytes,
+        message_bytes_max: case.size_bytes,
+        schedule: case.schedule,
+        window_messages: 1,
+    };
+    let blocks = case.size_bytes.div_ceil(case.block_bytes) as u32;
+    let schedule = Arc::new(crate::rdmc::Schedule::new(case.schedule, n, blocks)?);
+    let sim_config = SimConfig {
+        link_delay_min_us: link.latency_us,
+        link_delay_max_us: link.latency_us,
+        link_rate_bytes_per_s: Some(link.rate_bytes_per_s),
+        ..SimConfig::default()
+    };
+    let world = SimWorld::new(seed, sim_config);
+    let mut sim: SimCluster<RdmcNode> = SimCluster::new(world, seed, 0..0);
+    let len = RdmcGroup::region_bytes(members.len(), &config);
+    let data_from = RdmcGroup::buffer_offset(members.len(), &config, 1);
+    for &m in &members {
+        let ep = sim.world.endpoint(m);
+        let region = ep.register_region(RDMC_SIM_REGION_ID, len)?;
+        let mut group = RdmcGroup::new(m, members.clone(), config.clone(), region)?;
+        group.share_schedule(Arc::clone(&schedule))?;
+        let mut node = RdmcNode::new(ep, group);
+        if data == RdmcData::Phantom {
+            node.phantom_from = Some(data_from);
+        }
+        sim.nodes.insert(m, node);
+    }
+    // The pairs the schedule moves blocks between, and the root with everyone.
+    let mut pairs: std::collections::BTreeSet<(u32, u32)> = (1..n).map(|r| (0, r)).collect();
+    for t in schedule.steps().iter().flatten() {
+        pairs.insert((t.from.min(t.to), t.from.max(t.to)));
+    }
+    let mut degree = vec![0usize; n as usize];
+    for &(a, b) in &pairs {
+        degree[a as usize] += 1;
+        degree[b as usize] += 1;
+        let (a, b) = (members[a as usize], members[b as usize]);
+        let address = sim.nodes[&b].ep.address();
+        sim.nodes[&a].ep.connect(b, &address)?;
+    }
+    sim.world
+        .run_until_idle(CONNECT_STEPS_MAX.max(8 * pairs.len()));
+    for (rank, m) in members.iter().enumerate() {
+        let node = &sim.nodes[m];
+        let mut connected = 0;
+        while let Some(e) = node.ep.poll_event() {
+            connected += usize::from(matches!(e, Event::PeerConnected { .. }));
+        }
+        if connected != degree[rank] {
+            return Err(what(format!(
+                "node {m} has {connected} links of {}",
+                degree[rank]
+            )));
+        }
+    }
+    sim.settle(&[]); // the set-up's wake-ups
+    let root = members[0];
+    let start_us = sim.now_us();
+    let root_node = sim.nodes.get_mut(&root).expect("the root is a node");
+    match data {
+        RdmcData::Bytes => root_node
+            .group
+            .send(&message_bytes(seed, 1, case.size_bytes))?,
+        RdmcData::Phantom => root_node.group.send_in_place(case.size_bytes)?,
+    }
+    sim.settle(&[root]);
+    // Run until the fabric is idle (the last deliveries are the receivers' ready words);
+    // each receiver noted when it completed.
+    let mut steps = 0u64;
+    while sim.next_event() {
+        steps += 1;
+        if steps >= COMPLETION_STEPS_MAX {
+            return Err(what(format!("not idle after {steps} deliveries")));
+        }
+    }
+    if let Some(node) = sim.nodes.values().find(|x| x.group.failed().is_some()) {
+        return Err(what(format!(
+            "node {} reported a failure: {:?}",
+            node.group.node(),
+            node.events.last()
+        )));
+    }
+    if let Some(m) = members[1..]
+        .iter()
+        .find(|m| !sim.nodes[m].completed_at.contains_key(&1))
+    {
+        return Err(what(format!(
+            "the fabric went idle with node {m} incomplete, {} µs in",
+            sim.now_us() - start_us
+        )));
+    }
+    if data == RdmcData::Bytes {
+        let expected = message_bytes(seed, 1, case.size_bytes);
+        for m in &members[1..] {
+            if sim.nodes[m].received.get(&1) != Some(&expected) {
+                return Err(what(format!("node {m} holds other bytes than the root's")));
+            }
+        }
+    }
+    let at: Vec<u64> = members[1..]
+        .iter()
+        .map(|m| sim.nodes[m].completed_at[&1] - start_us)
+        .collect();
+    Ok(Completion {
+        first_us: at.iter().copied().min().unwrap_or(0),
+        last_us: at.iter().copied().max().unwrap_or(0),
+        links: pairs.len(),
+        fabric_steps: steps,
+        trace_hash: sim.trace_hash(),
+    })
 }

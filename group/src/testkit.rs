@@ -56,6 +56,8 @@ use crate::layout::{Layout, View};
 
 /// Steps the fabric may take to bring up the links of a new [`engine_cluster`].
 pub const CONNECT_STEPS_MAX: usize = 1_000_000;
+/// Steps one node takes in a row in [`SimCluster::settle`] while it reports work.
+pub const SETTLE_STEPS_MAX: usize = 1 << 16;
 
 /// One node a [`SimCluster`] runs.
 pub trait SimNode {
@@ -187,6 +189,42 @@ impl<N: SimNode> SimCluster<N> {
     /// One round, outputs left in the nodes.
     pub fn round(&mut self) -> bool {
         self.round_with(|_, _| {})
+    }
+
+    /// Event-driven stepping, for runs of many nodes (a round steps every node): steps
+    /// the nodes in `also` and those the fabric woke since the last call
+    /// ([`SimWorld::take_woken`]: a write landed, an event queued, a full link drained),
+    /// each again while it reports work (at most [`SETTLE_STEPS_MAX`] times), all at the
+    /// current virtual time. True if any did something.
+    pub fn settle(&mut self, also: &[NodeId]) -> bool {
+        let mut woken = also.to_vec();
+        let mut work = false;
+        loop {
+            self.world.take_woken(&mut woken);
+            if woken.is_empty() {
+                return work;
+            }
+            woken.sort_unstable();
+            woken.dedup();
+            for id in std::mem::take(&mut woken) {
+                for _ in 0..SETTLE_STEPS_MAX {
+                    if !self.step_node(id) {
+                        break;
+                    }
+                    work = true;
+                }
+            }
+        }
+    }
+
+    /// Applies the fabric's next delivery or timer (virtual time jumps to its due time)
+    /// and [`SimCluster::settle`]s the nodes it woke. False if nothing was left to apply.
+    pub fn next_event(&mut self) -> bool {
+        if !self.world.step() {
+            return false;
+        }
+        self.settle(&[]);
+        true
     }
 
     /// Hash of every delivery and timer of the fabric so far.

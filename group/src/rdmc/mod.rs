@@ -598,17 +598,30 @@ impl RdmcGroup {
         scratch: &mut Vec<u8>,
         mut post: impl FnMut(&RdmcWrite, &[u8]) -> spindle_transport_rdma::Result<()>,
     ) -> usize {
-        let mut posted = 0;
-        while let Some(w) = self.writes.front().copied() {
+        self.drain_writes_by(|w, region| {
             // No zero-fill first: the scratch is shared with the engine's small pushes,
             // so a block's length is usually a regrowth, and a 1 MiB memset per block
             // showed in profiles (docs/benchmarks.md, issue 14 "performance targets").
             scratch.clear();
-            if let Err(e) = self.region.read_append(w.offset, w.len, scratch) {
+            if let Err(e) = region.read_append(w.offset, w.len, scratch) {
                 // Offsets come from this core, never from a peer: a bad one is a bug.
                 unreachable!("RDMC write outside the region: {e}");
             }
-            match post(&w, scratch) {
+            post(w, scratch)
+        })
+    }
+
+    /// [`RdmcGroup::drain_writes`] for a poster that reads the bytes itself (from the
+    /// region it is handed, at the write's offset) or moves none: the sim fabric's
+    /// phantom writes of the RDMC completion table (`crate::rdmc_sim`) post a block's
+    /// length only. Same queueing and failure rules.
+    pub fn drain_writes_by(
+        &mut self,
+        mut post: impl FnMut(&RdmcWrite, &Region) -> spindle_transport_rdma::Result<()>,
+    ) -> usize {
+        let mut posted = 0;
+        while let Some(w) = self.writes.front().copied() {
+            match post(&w, &self.region) {
                 Ok(()) => {
                     self.writes.pop_front();
                     posted += 1;
@@ -647,6 +660,28 @@ impl RdmcGroup {
             work |= self.check_completed();
         }
         work
+    }
+
+    /// Hands the group a schedule computed elsewhere, used for its messages of that
+    /// block count instead of computing one: the members of one group simulated in one
+    /// process share a single copy (a schedule of 1025 members and 256 blocks holds
+    /// 262,144 transfers; one per member would not fit in memory). It must be of this
+    /// group's schedule kind and member count.
+    pub fn share_schedule(&mut self, schedule: Arc<Schedule>) -> Result<()> {
+        if schedule.kind() != self.config.schedule
+            || schedule.members() as usize != self.members.len()
+        {
+            return Err(Error::Config(format!(
+                "a shared RDMC schedule of {:?} for {} members does not fit a group of {:?} \
+                 with {} members",
+                schedule.kind(),
+                schedule.members(),
+                self.config.schedule,
+                self.members.len()
+            )));
+        }
+        self.schedule_cache = Some(schedule);
+        Ok(())
     }
 
     fn schedule_for(&mut self, blocks: u32) -> Result<Arc<Schedule>> {

@@ -8,6 +8,8 @@
 //! that is a [`SimNode`]: an [`EngineNode`], a swarm member, a DCPS participant) and the
 //! seeded generator that picks how far virtual time moves after each round. A round steps
 //! every live node once, in id order, at the same virtual time, then advances the fabric.
+//! Runs of many nodes step event by event instead ([`SimCluster::next_event`]: the next
+//! delivery, then only the nodes it reached), as the RDMC completion table does with 1025.
 //! The same seed and the same calls give the same run ([`SimCluster::trace_hash`]).
 //!
 //! ```

@@ -6,7 +6,11 @@
 //! This is a model of the schedules, not the sim fabric: it answers "how long does this
 //! schedule take on NICs of this speed", which the paper's analysis (§4.4) states in
 //! block steps: the binomial pipeline needs `k + ceil(log2 n) - 1` steps of one block
-//! time each ([`binomial_pipeline_bound_us`]).
+//! time each ([`binomial_pipeline_bound_us`]). The real `RdmcGroup` on the sim fabric's
+//! bandwidth model (`crate::rdmc_sim::measure_completion`, feature `testkit`) is
+//! checked against it: the example `rdmc_sim_table` prints this model's figure beside
+//! each run. It differs where the run's first-come NICs serve transfers in another order
+//! than the schedule's steps (docs/benchmarks.md).
 //!
 //! ```
 //! use spindle_group::rdmc::model::{binomial_pipeline_bound_us, completion_us, LinkModel};

@@ -1120,5 +1120,12 @@ mod tests {
         ));
         let mut receiver = RdmcGroup::new(2, vec![1, 2], small, region).unwrap();
         assert!(receiver.send(&[1; 8]).is_err());
+        // A shared schedule must be of the group's kind and member count.
+        let chain = Arc::new(Schedule::new(ScheduleKind::Chain, 2, 4).unwrap());
+        assert!(receiver.share_schedule(chain).is_err());
+        let three = Arc::new(Schedule::new(ScheduleKind::BinomialPipeline, 3, 4).unwrap());
+        assert!(receiver.share_schedule(three).is_err());
+        let fits = Arc::new(Schedule::new(ScheduleKind::BinomialPipeline, 2, 4).unwrap());
+        assert!(receiver.share_schedule(fits).is_ok());
     }
 }

@@ -59,8 +59,8 @@ impl SimWorld {
     }
 
     /// Crashes `node`: what it has in flight, to or from it, is discarded; its peers see
-    /// [`FailureReason::Crashed`] after [`SimConfig::failure_detection_us`]; its endpoint
-    /// handles return [`Error::Closed`] from now on.
+    /// [`FailureReason::Crashed`] after [`super::SimConfig::failure_detection_us`]; its endpoint
+    /// handles return [`crate::Error::Closed`] from now on.
     pub fn crash(&self, node: NodeId) {
         let mut st = self.shared.lock();
         st.crash(node);

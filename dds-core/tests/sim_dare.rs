@@ -46,11 +46,14 @@ const TOPIC: &str = "flight-controls";
 const LATE_WRITE_US: u64 = 150_000;
 /// The window in which those writes are issued, in µs.
 const LATE_WINDOW_US: u64 = 5_000;
-/// Samples of that test's first topic written before, and in, the window.
-const X_BEFORE: u64 = 10;
+/// Samples of that test's first topic written before, and in, the window: the late
+/// writes carry log indices (and a `tail`) past what the second topic's log holds when
+/// they land.
+const X_BEFORE: u64 = 30;
 const X_LATE: u64 = 10;
-/// Samples of its second topic, half before the late writes land and half after.
+/// Samples of its second topic, [`Y_EARLY`] of them before the late writes land.
 const Y_SAMPLES: u64 = 40;
+const Y_EARLY: u64 = 5;
 
 fn for_seeds(name: &str, test: impl Fn(u64)) {
     common::sim::for_seeds_in(SEEDS, "sim_dare", name, test)
@@ -506,12 +509,12 @@ fn a_late_write_of_an_ended_dare_instance_never_lands_in_another_topics_log() {
                 "seed {seed}: the view change outlasted the late writes ({} µs after them)",
                 d.now_us() - t
             );
-            // Half of Y's samples before the late writes land, half after.
-            for i in 0..Y_SAMPLES / 2 {
+            // A few of Y's samples before the late writes land, the rest after.
+            for i in 0..Y_EARLY {
                 write(&wy, y_tag, i);
             }
             d.run_for((t + LATE_WRITE_US + LATE_WINDOW_US).saturating_sub(d.now_us()));
-            for i in Y_SAMPLES / 2..Y_SAMPLES {
+            for i in Y_EARLY..Y_SAMPLES {
                 write(&wy, y_tag, i);
             }
             let x_all = X_BEFORE + X_LATE;

@@ -20,7 +20,7 @@ use spindle_dds_core::declare::{
 use spindle_dds_core::sim::SimDomain;
 use spindle_dds_core::{AtomicOrdering, DataReader, DataWriter, DomainParticipant, StateMask};
 use spindle_group::dare::layout::{DARE_LOG_REGION_BASE, DARE_TERM_MAX};
-use spindle_group::{DeliveryMode, SubgroupId};
+use spindle_group::{DareSettings, DeliveryMode, SubgroupId};
 use spindle_qos::{DataWriterQos, DomainParticipantQos};
 use spindle_topics::Sequence;
 use spindle_transport_rdma::sim::{DeliveryKind, Rule, Verdict};
@@ -201,6 +201,99 @@ fn a_dare_ordered_topic_keeps_one_order_when_its_leader_crashes() {
                         "seed {seed}: writer 1 wrote {half}"
                     );
                 }
+            }
+        },
+    );
+}
+
+/// A participant's `[dare]` settings ([`spindle_dds_core::ParticipantConfig::dare`]) reach
+/// its topic's dare subgroup: every member's layout carries them and the engine runs the
+/// subgroup's core with them (its heartbeat); with a log of 8 slots and a window of 4
+/// messages the ring wraps many times, and every sample still arrives once, in order.
+#[test]
+fn a_participants_dare_settings_reach_its_topics_subgroup() {
+    for_seeds(
+        "a_participants_dare_settings_reach_its_topics_subgroup",
+        |seed| {
+            let settings = DareSettings {
+                log_entries: 8,
+                sender_window: 4,
+                heartbeat_us: 250,
+                election_timeout_us: 4_000,
+            };
+            assert_ne!(settings, DareSettings::default());
+            let d = SimDomain::new(seed);
+            let ps: Vec<DomainParticipant> = (1..=3)
+                .map(|id| {
+                    d.participant_with(id, DomainParticipantQos::default(), |c| {
+                        c.atomic_ordering = AtomicOrdering::Dare;
+                        c.dare = settings;
+                    })
+                    .expect("participant")
+                })
+                .collect();
+            let eps: Vec<_> = ps.iter().map(endpoints).collect();
+            for (_, w) in &eps {
+                w.wait_for_readers(3, Duration::from_secs(60)).unwrap();
+            }
+            let sg = subgroup_of(TOPIC, TOPIC_SUBGROUPS_DEFAULT);
+            for id in 1..=3 {
+                let (mode, heartbeat) = d
+                    .inspect_group(id, |g| {
+                        let mode = g
+                            .layout()
+                            .and_then(|l| l.subgroups.iter().find(|s| s.id == sg))
+                            .map(|s| s.mode);
+                        (mode, g.engine().and_then(|e| e.dare_heartbeat_us()))
+                    })
+                    .expect("a participant");
+                assert_eq!(
+                    mode,
+                    Some(DeliveryMode::Dare(settings)),
+                    "seed {seed}: node {id}'s layout"
+                );
+                assert_eq!(
+                    heartbeat,
+                    Some(settings.heartbeat_us),
+                    "seed {seed}: node {id}'s engine"
+                );
+            }
+            for i in 0..SAMPLES_PER_WRITER {
+                for (k, (_, w)) in eps.iter().enumerate() {
+                    w.write(&Sequence {
+                        payload: payload(k as u32 + 1, i),
+                    })
+                    .unwrap_or_else(|e| panic!("seed {seed}: write {i} of {}: {e}", k + 1));
+                }
+            }
+            let mut got: Vec<Vec<(u32, u64)>> = vec![Vec::new(); 3];
+            let all = 3 * SAMPLES_PER_WRITER as usize;
+            let done = d.run_until(ROUNDS_MAX, || {
+                for (n, (r, _)) in eps.iter().enumerate() {
+                    take_into(seed, &format!("reader {}", n + 1), r, &mut got[n]);
+                }
+                got.iter().all(|g| g.len() >= all)
+            });
+            assert!(
+                done,
+                "seed {seed}: took {:?}",
+                got.iter().map(Vec::len).collect::<Vec<_>>()
+            );
+            for n in 1..3 {
+                assert_eq!(
+                    got[n],
+                    got[0],
+                    "seed {seed}: readers 1 and {}: one order",
+                    n + 1
+                );
+            }
+            for w in 1..=3u32 {
+                let seq: Vec<u64> = got[0].iter().filter(|s| s.0 == w).map(|s| s.1).collect();
+                assert_eq!(
+                    seq,
+                    (0..SAMPLES_PER_WRITER).collect::<Vec<_>>(),
+                    "seed {seed}: writer {w}'s samples, once, in order"
+                );
             }
         },
     );

@@ -46,6 +46,12 @@ const ENV_OUT: &str = "SPINDLE_DARE_CHILD_OUT";
 const WRITE_PAUSE: Duration = Duration::from_millis(2);
 /// How often a child writes its status to stderr (and its `TAKEN` line again).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
+/// The children's `RUST_LOG` (`warn` when unset): e.g.
+/// `warn,spindle_group::engine::dare=debug` logs each DARE event and refused output.
+const ENV_CHILD_LOG: &str = "SPINDLE_DARE_CHILD_LOG";
+/// A failure shows at most this many log lines of each child, and its last status lines.
+const CONTEXT_LOG_LINES: usize = 60;
+const CONTEXT_STATUS_LINES: usize = 3;
 /// Node 2 takes this many of node 1's samples before node 1 is SIGKILLed.
 const KILL_AFTER: usize = 50;
 /// One run at a time: twelve processes at once would starve a small machine.
@@ -208,14 +214,22 @@ fn run(transport: &str, kill: bool) {
     let out = |id: u32| dir.path().join(format!("taken-{id}.txt"));
     let err = |id: u32| dir.path().join(format!("node-{id}.stderr"));
     let namespace = format!("dare{}{}", std::process::id(), u8::from(kill));
+    // A failure shows each child's log lines (warnings, errors, and what
+    // `SPINDLE_DARE_CHILD_LOG` asks for) and its last status lines: the status alone
+    // repeats the end state, not how it came about.
     let context = || {
         IDS.iter()
             .map(|id| {
                 let text = std::fs::read_to_string(err(*id)).unwrap_or_default();
-                let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                let (status, logs): (Vec<&str>, Vec<&str>) =
+                    text.lines().partition(|l| l.starts_with("status:"));
+                let first_logs = &logs[..logs.len().min(CONTEXT_LOG_LINES)];
+                let last_status = &status[status.len().saturating_sub(CONTEXT_STATUS_LINES)..];
                 format!(
-                    "node {id}: {:?}",
-                    tail.into_iter().rev().collect::<Vec<_>>()
+                    "node {id}: {} log lines (first {}): {first_logs:#?}\nnode {id}: last status \
+                     lines: {last_status:#?}",
+                    logs.len(),
+                    first_logs.len()
                 )
             })
             .collect::<Vec<_>>()
@@ -229,7 +243,10 @@ fn run(transport: &str, kill: bool) {
             (ENV_TRANSPORT, transport.to_string()),
             (ENV_NAMESPACE, namespace.clone()),
             (ENV_OUT, out(id).display().to_string()),
-            ("RUST_LOG", "warn".to_string()),
+            (
+                "RUST_LOG",
+                std::env::var(ENV_CHILD_LOG).unwrap_or_else(|_| "warn".to_string()),
+            ),
         ];
         if let Some(a) = &contact {
             env.push((ENV_CONTACT, a.clone()));

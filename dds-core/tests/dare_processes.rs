@@ -50,7 +50,7 @@ const STATUS_EVERY: Duration = Duration::from_secs(1);
 /// suspected). It was 300: at load 9 on the shared 2-core machine (the test beside other
 /// work) a live child went 300 ms without a frame reaching a peer, was excluded, and the
 /// survivors of the SIGKILL were one member of a two-member view ("lost the majority"),
-/// or the excluded child never took node 1's samples; twice in about 400 runs. The kill
+/// or the excluded child never took node 1's samples; twice in about 550 runs. The kill
 /// itself is noticed by the end of its streams, at once, whatever the floor.
 const SUSPECT_FLOOR_MS: u64 = 5_000;
 /// A failure shows at most this many of each child's other stderr lines (a panic's

@@ -46,13 +46,6 @@ const ENV_OUT: &str = "SPINDLE_DARE_CHILD_OUT";
 const WRITE_PAUSE: Duration = Duration::from_millis(2);
 /// How often a child writes its status to stderr (and its `TAKEN` line again).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
-/// The children's failure detector's floor (ms of silence before a live peer is
-/// suspected). It was 300: at load 9 on the shared 2-core machine (the test beside other
-/// work) a live child went 300 ms without a frame reaching a peer, was excluded, and the
-/// survivors of the SIGKILL were one member of a two-member view ("lost the majority"),
-/// or the excluded child never took node 1's samples; twice in about 550 runs. The kill
-/// itself is noticed by the end of its streams, at once, whatever the floor.
-const SUSPECT_FLOOR_MS: u64 = 5_000;
 /// A failure shows at most this many of each child's other stderr lines (a panic's
 /// message), and its last status lines.
 const CONTEXT_LOG_LINES: usize = 60;
@@ -94,9 +87,8 @@ fn dare_child() {
     }
     cfg.entity_timeout_ms = WAIT_MAX.as_millis() as u64;
     // Only the SIGKILL may be suspected, and it is noticed at once (the end of its
-    // streams), not by silence: the floor lies far above a loaded machine's stalls.
-    cfg.fabric.suspect_floor_ms = SUSPECT_FLOOR_MS;
-    cfg.fabric.suspect_ceiling_ms = cfg.fabric.suspect_ceiling_ms.max(SUSPECT_FLOOR_MS);
+    // streams), not by silence.
+    common::procs::tolerate_stalls(&mut cfg);
     let p = DomainParticipantFactory::instance()
         .create_participant(0, Default::default(), &cfg)
         .unwrap();

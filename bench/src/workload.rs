@@ -250,8 +250,8 @@ impl Args {
         if !["sim", "tcp", "shm"].contains(&self.backend.as_str()) {
             return Err(format!("--backend {}: expected sim, tcp or shm", self.backend).into());
         }
-        if dare && self.backend == "sim" {
-            return Err("--mode dare runs over tcp or shm".into());
+        if self.mode == Mode::DareStandalone && self.backend == "sim" {
+            return Err("--mode dare-standalone runs over tcp or shm".into());
         }
         if self.mode == Mode::DareStandalone && self.layout != LayoutKind::Single {
             return Err("--mode dare-standalone runs with --layout single".into());

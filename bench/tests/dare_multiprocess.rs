@@ -1,6 +1,7 @@
 //! DARE mode over real processes: three members over tcp and shm on loopback, every
 //! member sending; each node's delivered log (index, sender, sequence number, size) must
-//! be the same sequence, with every message of every sender once.
+//! be the same sequence, with every message of every sender once. The same workload on
+//! the sim fabric (`--backend sim`: every node in one process, virtual time) too.
 
 mod common;
 
@@ -76,4 +77,9 @@ fn three_processes_over_tcp_deliver_one_log_order() {
 #[test]
 fn three_processes_over_shm_deliver_one_log_order() {
     run_and_compare("shm");
+}
+
+#[test]
+fn three_nodes_on_the_sim_fabric_deliver_one_log_order() {
+    run_and_compare("sim");
 }

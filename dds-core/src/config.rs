@@ -30,6 +30,12 @@
 //! connect_timeout_ms = 5000
 //! domain_secret_file = "/etc/spindle/domain.key"  # or domain_secret = "..." (16+ bytes)
 //! encrypt_links = true         # with a secret: encrypt tcp links (the default)
+//!
+//! [dare]                       # optional: the dare subgroups of atomic_ordering = "dare"
+//! heartbeat_us = 1000          # how often a DARE leader beats
+//! election_timeout_us = 10000  # at least twice heartbeat_us; each term draws [this, 2x)
+//! log_entries = 1024           # slots of each member's log ring
+//! sender_window = 256          # messages a writer has at the leader, not yet delivered
 //! ```
 //!
 //! A domain secret makes every link start with a handshake that proves both sides know
@@ -45,14 +51,18 @@
 //! `SPINDLE_TRANSPORT`, `SPINDLE_LISTEN`, `SPINDLE_BOOTSTRAP` (comma-separated ids),
 //! `SPINDLE_CONTACTS` (`id=address,id=address`), `SPINDLE_SPIN_BEFORE_PARK_US`,
 //! `SPINDLE_DATA_DIR`, `SPINDLE_DOMAIN_SECRET` (the secret), `SPINDLE_DOMAIN_SECRET_FILE`
-//! (a key file), `SPINDLE_ENCRYPT_LINKS` and `SPINDLE_REJOIN` (`true`/`false`).
+//! (a key file), `SPINDLE_ENCRYPT_LINKS` and `SPINDLE_REJOIN` (`true`/`false`),
+//! `SPINDLE_ATOMIC_ORDERING`, and the `[dare]` keys as `SPINDLE_DARE_HEARTBEAT_US`,
+//! `SPINDLE_DARE_ELECTION_TIMEOUT_US`, `SPINDLE_DARE_LOG_ENTRIES` and
+//! `SPINDLE_DARE_SENDER_WINDOW`.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer};
+use spindle_group::DareSettings;
 use spindle_transport_rdma::{DomainSecret, FabricConfig, NodeId};
 
-use crate::declare::{TOPIC_SUBGROUPS_DEFAULT, TOPIC_SUBGROUPS_MAX};
+use crate::declare::{check_dare_settings, TOPIC_SUBGROUPS_DEFAULT, TOPIC_SUBGROUPS_MAX};
 use crate::error::{Error, Result};
 
 /// The transport a participant uses.
@@ -197,6 +207,21 @@ pub struct ParticipantConfig {
     /// another value is an error naming the setting and the values it takes.
     #[serde(default)]
     pub atomic_ordering: AtomicOrdering,
+    /// The settings this participant's DARE writers ask their dare subgroups to run with
+    /// (with `atomic_ordering = "dare"`): the leader's heartbeat, the election time-out
+    /// (at least twice the heartbeat; a member draws its time-out in `[this, 2×)` per
+    /// term, doubled after each election it began without a leader), the log ring's
+    /// slots and each writer's messages in flight at the leader. They travel in the
+    /// participant's declaration; a subgroup whose DARE writers ask for different
+    /// settings runs with the largest of each (the most tolerant timing, the largest
+    /// log and window). The `[dare]` TOML table (`heartbeat_us`, `election_timeout_us`,
+    /// `log_entries`, `sender_window`; every key optional, the defaults
+    /// `spindle_group::layout::DARE_MODE_*_DEFAULT`), env `SPINDLE_DARE_HEARTBEAT_US`,
+    /// `SPINDLE_DARE_ELECTION_TIMEOUT_US`, `SPINDLE_DARE_LOG_ENTRIES`,
+    /// `SPINDLE_DARE_SENDER_WINDOW`. Bounds: [`crate::declare::check_dare_settings`]; a
+    /// value out of them is an error naming the key.
+    #[serde(default, deserialize_with = "dare_from_toml")]
+    pub dare: DareSettings,
 }
 
 /// How an Atomic-level topic subgroup is ordered ([`ParticipantConfig::atomic_ordering`]).
@@ -238,6 +263,27 @@ struct FabricToml {
     domain_secret: Option<String>,
     domain_secret_file: Option<std::path::PathBuf>,
     encrypt_links: Option<bool>,
+}
+
+/// The `[dare]` table: every key optional, unknown keys refused.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DareToml {
+    heartbeat_us: Option<u64>,
+    election_timeout_us: Option<u64>,
+    log_entries: Option<usize>,
+    sender_window: Option<usize>,
+}
+
+fn dare_from_toml<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<DareSettings, D::Error> {
+    let t = DareToml::deserialize(d)?;
+    let f = DareSettings::default();
+    Ok(DareSettings {
+        heartbeat_us: t.heartbeat_us.unwrap_or(f.heartbeat_us),
+        election_timeout_us: t.election_timeout_us.unwrap_or(f.election_timeout_us),
+        log_entries: t.log_entries.unwrap_or(f.log_entries),
+        sender_window: t.sender_window.unwrap_or(f.sender_window),
+    })
 }
 
 fn fabric_from_toml<'de, D: Deserializer<'de>>(
@@ -332,6 +378,7 @@ impl ParticipantConfig {
             metrics: Default::default(),
             rejoin: false,
             atomic_ordering: AtomicOrdering::RoundRobin,
+            dare: DareSettings::default(),
         }
     }
 
@@ -395,6 +442,23 @@ impl ParticipantConfig {
             self.atomic_ordering = v
                 .parse()
                 .map_err(|e| Error::Config(format!("SPINDLE_ATOMIC_ORDERING={e}")))?;
+        }
+        let big = |k: &str, v: String| -> Result<u64> {
+            v.trim()
+                .parse()
+                .map_err(|_| Error::Config(format!("{k}={v:?} is not a number")))
+        };
+        if let Some(v) = var("SPINDLE_DARE_HEARTBEAT_US") {
+            self.dare.heartbeat_us = big("SPINDLE_DARE_HEARTBEAT_US", v)?;
+        }
+        if let Some(v) = var("SPINDLE_DARE_ELECTION_TIMEOUT_US") {
+            self.dare.election_timeout_us = big("SPINDLE_DARE_ELECTION_TIMEOUT_US", v)?;
+        }
+        if let Some(v) = var("SPINDLE_DARE_LOG_ENTRIES") {
+            self.dare.log_entries = num("SPINDLE_DARE_LOG_ENTRIES", v)? as usize;
+        }
+        if let Some(v) = var("SPINDLE_DARE_SENDER_WINDOW") {
+            self.dare.sender_window = num("SPINDLE_DARE_SENDER_WINDOW", v)? as usize;
         }
         if let Some(v) = var("SPINDLE_LISTEN") {
             self.listen = v;
@@ -516,6 +580,9 @@ impl ParticipantConfig {
                  {dare_max} DARE subgroups; lower topic_subgroups",
                 self.topic_subgroups
             ));
+        }
+        if let Err(e) = check_dare_settings(&self.dare) {
+            return bad(format!("[dare] {e}"));
         }
         if let Err(e) = self.fabric.validate() {
             let why = match e {
@@ -642,6 +709,110 @@ mod tests {
             e.contains("t.toml") && e.contains("topic_subgroups = 20") && e.contains("dare"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn dare_settings_come_from_toml_or_env_and_bad_values_are_named() {
+        let base = "node_id = 1\ntransport = \"tcp\"\nlisten = \"x\"\nbootstrap = [1]\n";
+        let c = ParticipantConfig::from_toml_str(base, "a.toml").unwrap();
+        assert_eq!(c.dare, DareSettings::default());
+        let text = format!(
+            "{base}atomic_ordering = \"dare\"\ntopic_subgroups = 8\n[dare]\nheartbeat_us = 250\n\
+             election_timeout_us = 3000\nlog_entries = 64\nsender_window = 32\n"
+        );
+        let mut c = ParticipantConfig::from_toml_str(&text, "d.toml").unwrap();
+        let want = DareSettings {
+            heartbeat_us: 250,
+            election_timeout_us: 3_000,
+            log_entries: 64,
+            sender_window: 32,
+        };
+        assert_eq!(c.dare, want);
+        // One key alone; the others keep their defaults.
+        let one = format!("{base}[dare]\nlog_entries = 4096\n");
+        let d = ParticipantConfig::from_toml_str(&one, "o.toml")
+            .unwrap()
+            .dare;
+        assert_eq!(
+            d,
+            DareSettings {
+                log_entries: 4096,
+                ..DareSettings::default()
+            }
+        );
+        // The environment overrides the file.
+        let env = |k: &str| match k {
+            "SPINDLE_DARE_HEARTBEAT_US" => Some("500".to_string()),
+            "SPINDLE_DARE_ELECTION_TIMEOUT_US" => Some("20000".to_string()),
+            "SPINDLE_DARE_LOG_ENTRIES" => Some("128".to_string()),
+            "SPINDLE_DARE_SENDER_WINDOW" => Some("16".to_string()),
+            _ => None,
+        };
+        c.apply_env(env).unwrap();
+        assert_eq!(
+            c.dare,
+            DareSettings {
+                heartbeat_us: 500,
+                election_timeout_us: 20_000,
+                log_entries: 128,
+                sender_window: 16,
+            }
+        );
+        c.validate("env").unwrap();
+        let e = c
+            .apply_env(|k| (k == "SPINDLE_DARE_LOG_ENTRIES").then(|| "many".to_string()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("SPINDLE_DARE_LOG_ENTRIES") && e.contains("many"),
+            "{e}"
+        );
+        // Bad values: the file, the table, the key and what is wrong; never a panic.
+        for (body, named) in [
+            ("heartbeat_us = 0", "heartbeat_us = 0: must be 1.."),
+            (
+                "heartbeat_us = 2000\nelection_timeout_us = 3000",
+                "election_timeout_us = 3000: must be at least twice heartbeat_us (2000)",
+            ),
+            (
+                "election_timeout_us = 1000",
+                "election_timeout_us = 1000: must be at least twice heartbeat_us (1000)",
+            ),
+            (
+                "election_timeout_us = 100000000",
+                "election_timeout_us = 100000000",
+            ),
+            ("log_entries = 0", "log_entries = 0: must be 2..=8192"),
+            ("log_entries = 100000", "log_entries = 100000"),
+            ("sender_window = 0", "sender_window = 0: must be 1..=4096"),
+            ("sender_window = 5000", "sender_window = 5000"),
+        ] {
+            let text = format!("{base}[dare]\n{body}\n");
+            let e = ParticipantConfig::from_toml_str(&text, "b.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("b.toml") && e.contains("[dare]") && e.contains(named),
+                "{body}: {e}"
+            );
+        }
+        let e =
+            ParticipantConfig::from_toml_str(&format!("{base}[dare]\nheartbeat = 5\n"), "u.toml")
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("u.toml") && e.contains("heartbeat"), "{e}");
+        let e = ParticipantConfig::from_toml_str(
+            &format!("{base}[dare]\nheartbeat_us = -5\n"),
+            "n.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("n.toml") && e.contains("heartbeat_us"), "{e}");
+        let mut c = ParticipantConfig::from_toml_str(base, "a.toml").unwrap();
+        c.apply_env(|k| (k == "SPINDLE_DARE_HEARTBEAT_US").then(|| "0".to_string()))
+            .unwrap();
+        let e = c.validate("env").unwrap_err().to_string();
+        assert!(e.contains("[dare] heartbeat_us = 0"), "{e}");
     }
 
     #[test]

@@ -27,10 +27,39 @@ use crate::error::{Error, Result};
 use crate::sample::SAMPLE_HEADER_BYTES;
 
 /// The version byte in front of a declaration (2: the topic subgroup count follows it;
-/// 3: slot payloads in [`SLOT_UNIT_BYTES`] units).
-const DECLARATION_VERSION: u8 = 3;
-/// Bytes in front of the entries: the version and the topic subgroup count (u16).
-const HEADER_BYTES: usize = 3;
+/// 3: slot payloads in [`SLOT_UNIT_BYTES`] units; 4: a header flags byte, and the
+/// participant's DARE settings when it has a DARE writer).
+const DECLARATION_VERSION: u8 = 4;
+/// Bytes in front of the entries (or of the DARE settings): the version, the topic
+/// subgroup count (u16) and the header flags.
+const HEADER_BYTES: usize = 4;
+/// Header flag: the participant's DARE settings follow the header
+/// ([`DARE_SETTINGS_BYTES`]); set when one of its entries has [`FLAG_DARE`].
+const HEADER_FLAG_DARE_SETTINGS: u8 = 1;
+/// Bytes of the declared DARE settings: heartbeat and election time-out in µs, log
+/// entries and sender window, each a u32.
+const DARE_SETTINGS_BYTES: usize = 16;
+/// The longest DARE heartbeat a participant may configure, in µs (1 s).
+pub const DARE_HEARTBEAT_US_MAX: u64 = 1_000_000;
+/// The longest DARE election time-out a participant may configure, in µs (60 s; a
+/// member's time-out doubles at most `DARE_ELECTION_BACKOFF_SHIFT_MAX` times).
+pub const DARE_ELECTION_TIMEOUT_US_MAX: u64 = 60_000_000;
+/// The most DARE log entries a participant may configure: a member's log ring of a dare
+/// subgroup is one registered region, and a topic subgroup's slot carries up to 64 KiB.
+pub const DCPS_DARE_LOG_ENTRIES_MAX: usize = 8192;
+const _: () = assert!(
+    spindle_group::dare::layout::LOG_HEADER_BYTES
+        + DCPS_DARE_LOG_ENTRIES_MAX
+            * (spindle_group::dare::layout::ENTRY_HEADER_BYTES + SLOT_UNITS_MAX * SLOT_UNIT_BYTES)
+        <= spindle_transport_rdma::REGION_BYTES_MAX
+        && DCPS_DARE_LOG_ENTRIES_MAX <= spindle_group::dare::DARE_LOG_ENTRIES_MAX,
+    "the largest DCPS DARE log ring fits one region"
+);
+const _: () = assert!(
+    DARE_ELECTION_TIMEOUT_US_MAX <= u32::MAX as u64
+        && spindle_group::dare::DARE_SENDER_WINDOW_MAX <= u32::MAX as usize,
+    "the declared DARE settings fit their u32 fields"
+);
 /// Bytes of one encoded entry.
 const ENTRY_BYTES: usize = 10;
 /// Most subgroups one participant may read or write (what fits in one declaration).
@@ -194,10 +223,46 @@ fn merge_depth(a: u16, b: u16) -> u16 {
     }
 }
 
-/// Encodes one participant's interests (at most [`DECLARED_SUBGROUPS_MAX`]) and the topic
-/// subgroup count it hashes topics with.
+/// Checks DARE settings a participant configures or declares
+/// ([`crate::ParticipantConfig::dare`]); the error names the setting and what is wrong.
+pub fn check_dare_settings(d: &DareSettings) -> std::result::Result<(), String> {
+    let window_max = spindle_group::dare::DARE_SENDER_WINDOW_MAX;
+    if d.heartbeat_us == 0 || d.heartbeat_us > DARE_HEARTBEAT_US_MAX {
+        return Err(format!(
+            "heartbeat_us = {}: must be 1..={DARE_HEARTBEAT_US_MAX}",
+            d.heartbeat_us
+        ));
+    }
+    if d.election_timeout_us < 2 * d.heartbeat_us
+        || d.election_timeout_us > DARE_ELECTION_TIMEOUT_US_MAX
+    {
+        return Err(format!(
+            "election_timeout_us = {}: must be at least twice heartbeat_us ({}) and at most \
+             {DARE_ELECTION_TIMEOUT_US_MAX} (a leader must beat at least twice per time-out)",
+            d.election_timeout_us, d.heartbeat_us
+        ));
+    }
+    if d.log_entries < 2 || d.log_entries > DCPS_DARE_LOG_ENTRIES_MAX {
+        return Err(format!(
+            "log_entries = {}: must be 2..={DCPS_DARE_LOG_ENTRIES_MAX}",
+            d.log_entries
+        ));
+    }
+    if d.sender_window == 0 || d.sender_window > window_max {
+        return Err(format!(
+            "sender_window = {}: must be 1..={window_max}",
+            d.sender_window
+        ));
+    }
+    Ok(())
+}
+
+/// Encodes one participant's interests (at most [`DECLARED_SUBGROUPS_MAX`]), the topic
+/// subgroup count it hashes topics with and, when one of its interests asks for DARE,
+/// the DARE settings it asks for.
 pub fn encode_declaration(
     topic_subgroups: u32,
+    dare: &DareSettings,
     interests: &BTreeMap<SubgroupId, Interest>,
 ) -> Result<Vec<u8>> {
     if interests.len() > DECLARED_SUBGROUPS_MAX {
@@ -218,9 +283,24 @@ pub fn encode_declaration(
                 "topic_subgroups = {topic_subgroups}: must be 1..={TOPIC_SUBGROUPS_MAX}"
             ))
         })?;
-    let mut out = Vec::with_capacity(HEADER_BYTES + interests.len() * ENTRY_BYTES);
+    let with_dare = interests.values().any(|i| i.dare);
+    let mut out =
+        Vec::with_capacity(HEADER_BYTES + DARE_SETTINGS_BYTES + interests.len() * ENTRY_BYTES);
     out.push(DECLARATION_VERSION);
     out.extend_from_slice(&count.to_le_bytes());
+    out.push(u8::from(with_dare) * HEADER_FLAG_DARE_SETTINGS);
+    if with_dare {
+        check_dare_settings(dare).map_err(|e| Error::Config(format!("[dare] {e}")))?;
+        // In range of a u32 each (checked above; see the assertion beside the bounds).
+        for v in [
+            dare.heartbeat_us,
+            dare.election_timeout_us,
+            dare.log_entries as u64,
+            dare.sender_window as u64,
+        ] {
+            out.extend_from_slice(&(v as u32).to_le_bytes());
+        }
+    }
     for (sg, i) in interests {
         let window_log2 =
             (i.window_slots.max(1).next_power_of_two().trailing_zeros() as u8).min(WINDOW_LOG2_MAX);
@@ -249,6 +329,14 @@ pub fn encode_declaration(
         out.push((slot_units & 0xFF) as u8);
         out.extend_from_slice(&i.store_depth.to_le_bytes());
     }
+    if out.len() > DECLARED_BYTES_MAX {
+        return Err(Error::OutOfResources(format!(
+            "a declaration of {} subgroups with DARE settings takes {} bytes, more than \
+             {DECLARED_BYTES_MAX}",
+            interests.len(),
+            out.len()
+        )));
+    }
     Ok(out)
 }
 
@@ -258,9 +346,26 @@ pub type Declaration = (Option<u32>, BTreeMap<SubgroupId, Interest>);
 
 /// Decodes a declaration; `Err` names what is wrong (a peer's bytes: never a panic).
 pub fn decode_declaration(bytes: &[u8]) -> std::result::Result<Declaration, String> {
+    decode_full(bytes).map(|(count, _, interests)| (count, interests))
+}
+
+/// The DARE settings a declaration asks for (`None` without a DARE writer); `Err` names
+/// what is wrong.
+pub fn decode_dare_settings(bytes: &[u8]) -> std::result::Result<Option<DareSettings>, String> {
+    decode_full(bytes).map(|(_, dare, _)| dare)
+}
+
+/// A declaration's count, DARE settings and interests.
+type Decoded = (
+    Option<u32>,
+    Option<DareSettings>,
+    BTreeMap<SubgroupId, Interest>,
+);
+
+fn decode_full(bytes: &[u8]) -> std::result::Result<Decoded, String> {
     let mut out = BTreeMap::new();
     if bytes.is_empty() {
-        return Ok((None, out));
+        return Ok((None, None, out));
     }
     if bytes[0] != DECLARATION_VERSION {
         return Err(format!(
@@ -280,7 +385,37 @@ pub fn decode_declaration(bytes: &[u8]) -> std::result::Result<Declaration, Stri
             "declares {count} topic subgroups, must be 1..={TOPIC_SUBGROUPS_MAX}"
         ));
     }
-    let body = &bytes[HEADER_BYTES..];
+    let flags = bytes[3];
+    if flags & !HEADER_FLAG_DARE_SETTINGS != 0 {
+        return Err(format!("declaration header flags {flags:#x} unknown"));
+    }
+    let mut body = &bytes[HEADER_BYTES..];
+    let mut dare = None;
+    if flags & HEADER_FLAG_DARE_SETTINGS != 0 {
+        let Some(words) = body.get(..DARE_SETTINGS_BYTES) else {
+            return Err(format!(
+                "declaration of {} bytes is too short for its DARE settings",
+                bytes.len()
+            ));
+        };
+        let word = |k: usize| {
+            u32::from_le_bytes([
+                words[4 * k],
+                words[4 * k + 1],
+                words[4 * k + 2],
+                words[4 * k + 3],
+            ])
+        };
+        let d = DareSettings {
+            heartbeat_us: u64::from(word(0)),
+            election_timeout_us: u64::from(word(1)),
+            log_entries: word(2) as usize,
+            sender_window: word(3) as usize,
+        };
+        check_dare_settings(&d).map_err(|e| format!("declared DARE settings: {e}"))?;
+        dare = Some(d);
+        body = &body[DARE_SETTINGS_BYTES..];
+    }
     if body.len() % ENTRY_BYTES != 0 {
         return Err(format!(
             "declaration body of {} bytes is not whole entries",
@@ -314,7 +449,14 @@ pub fn decode_declaration(bytes: &[u8]) -> std::result::Result<Declaration, Stri
             },
         );
     }
-    Ok((Some(count), out))
+    if dare.is_some() != out.values().any(|i| i.dare) {
+        return Err(format!(
+            "declaration {} DARE settings but {} entry asks for DARE",
+            if dare.is_some() { "has" } else { "has no" },
+            if dare.is_some() { "no" } else { "an" }
+        ));
+    }
+    Ok((Some(count), dare, out))
 }
 
 /// One subgroup of the DDS layout, with what DDS needs beyond the engine's spec.
@@ -372,9 +514,21 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
         DeliveryLevel,
     );
     let mut merged: BTreeMap<SubgroupId, Merged> = BTreeMap::new();
+    // Per subgroup: the field-wise largest DARE settings its DARE writers declared.
+    let mut dare_settings: BTreeMap<SubgroupId, DareSettings> = BTreeMap::new();
     for m in &view.members {
         let Some(d) = decl.get(m) else { continue };
+        let asked = view
+            .declared
+            .get(m)
+            .and_then(|b| decode_dare_settings(b).ok().flatten());
         for (sg, i) in d {
+            if let (true, true, Some(a)) = (i.writer, i.dare, asked) {
+                dare_settings
+                    .entry(*sg)
+                    .and_modify(|s| *s = most_tolerant(s, &a))
+                    .or_insert(a);
+            }
             let e = merged.entry(*sg).or_insert_with(|| {
                 (
                     *i,
@@ -422,7 +576,7 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
                     mode: match offered {
                         DeliveryLevel::Unordered => DeliveryMode::Unordered,
                         DeliveryLevel::Atomic if i.dare => {
-                            DeliveryMode::Dare(DareSettings::default())
+                            DeliveryMode::Dare(dare_settings.get(&id).copied().unwrap_or_default())
                         }
                         _ => DeliveryMode::Atomic,
                     },
@@ -447,6 +601,19 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
     // announced writer is delivered before it (readers need the writer's PARTITION).
     subgroups.sort_by_key(|s| s.spec.id != BUILTIN_SUBGROUP);
     subgroups
+}
+
+/// The field-wise largest of two DARE settings (each valid, so is the result: the
+/// larger election time-out is at least twice the larger heartbeat). What a dare
+/// subgroup runs with when its writers declared different settings: the longest
+/// heartbeat and election time-out, the largest log and sender window any asked for.
+fn most_tolerant(a: &DareSettings, b: &DareSettings) -> DareSettings {
+    DareSettings {
+        log_entries: a.log_entries.max(b.log_entries),
+        sender_window: a.sender_window.max(b.sender_window),
+        heartbeat_us: a.heartbeat_us.max(b.heartbeat_us),
+        election_timeout_us: a.election_timeout_us.max(b.election_timeout_us),
+    }
 }
 
 /// How long a participant joining the domain's group waits before it asks its contacts
@@ -486,18 +653,21 @@ mod tests {
         let mut i = BTreeMap::new();
         i.insert(3, interest(true, false));
         i.insert(BUILTIN_SUBGROUP, interest(true, true));
-        let bytes = encode_declaration(8, &i).unwrap();
+        let bytes = encode_declaration(8, &DareSettings::default(), &i).unwrap();
         assert_eq!(bytes.len(), HEADER_BYTES + 2 * ENTRY_BYTES);
         assert_eq!(decode_declaration(&bytes), Ok((Some(8), i.clone())));
         assert_eq!(decode_declaration(&[]), Ok((None, BTreeMap::new())));
-        let e = encode_declaration(0, &i).unwrap_err().to_string();
+        let e = encode_declaration(0, &DareSettings::default(), &i)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("topic_subgroups = 0"), "{e}");
         // Every topic subgroup and the built-in one fit one declaration.
         let all: BTreeMap<_, _> = (0..TOPIC_SUBGROUPS_MAX)
             .chain([BUILTIN_SUBGROUP])
             .map(|sg| (sg, interest(true, true)))
             .collect();
-        let bytes = encode_declaration(TOPIC_SUBGROUPS_MAX, &all).unwrap();
+        let bytes =
+            encode_declaration(TOPIC_SUBGROUPS_MAX, &DareSettings::default(), &all).unwrap();
         assert!(bytes.len() <= DECLARED_BYTES_MAX, "{} bytes", bytes.len());
         assert_eq!(decode_declaration(&bytes).unwrap().1.len(), all.len());
     }
@@ -520,14 +690,19 @@ mod tests {
                 w.window_slots = window_slots;
                 let mut i = BTreeMap::new();
                 i.insert(3, w);
-                let bytes = encode_declaration(8, &i).unwrap();
+                let bytes = encode_declaration(8, &DareSettings::default(), &i).unwrap();
                 let back = decode_declaration(&bytes).unwrap().1[&3];
                 assert_eq!(back.slot_payload_bytes, declared, "{asked} bytes asked");
                 assert_eq!(back.window_slots, window_slots, "{asked} bytes asked");
             }
         }
         // The window byte's top two bits are unused: set, the entry is refused.
-        let bytes = encode_declaration(8, &BTreeMap::from([(3, interest(true, false))])).unwrap();
+        let bytes = encode_declaration(
+            8,
+            &DareSettings::default(),
+            &BTreeMap::from([(3, interest(true, false))]),
+        )
+        .unwrap();
         let mut bad = bytes.clone();
         bad[HEADER_BYTES + 6] |= 0x40;
         assert!(decode_declaration(&bad).is_err());
@@ -544,13 +719,16 @@ mod tests {
         let mut i = BTreeMap::new();
         i.insert(3, w);
         i.insert(5, unordered);
-        let bytes = encode_declaration(8, &i).unwrap();
+        let bytes = encode_declaration(8, &DareSettings::default(), &i).unwrap();
         assert_eq!(decode_declaration(&bytes).unwrap().1, i);
         let mut view = View::new(1, vec![1, 2]);
         view.declared.insert(1, bytes);
         // A reader that did not ask for DARE: one writer's bit decides for the subgroup.
         let r = BTreeMap::from([(3, interest(true, false)), (5, interest(true, false))]);
-        view.declared.insert(2, encode_declaration(8, &r).unwrap());
+        view.declared.insert(
+            2,
+            encode_declaration(8, &DareSettings::default(), &r).unwrap(),
+        );
         let sgs = dds_subgroups(&view);
         let spec = |id| sgs.iter().find(|s| s.spec.id == id).unwrap().spec.clone();
         let atomic = spec(3);
@@ -560,6 +738,163 @@ mod tests {
         assert_eq!(spec(5).mode, DeliveryMode::Unordered);
         assert!(spec(5).rdmc.is_some());
         assert!(dds_layout()(&view).is_ok());
+    }
+
+    #[test]
+    fn dare_settings_travel_with_a_dare_writer_and_the_subgroup_takes_the_most_tolerant() {
+        let mut w = interest(false, true);
+        w.dare = true;
+        let i = BTreeMap::from([(3, w)]);
+        let fast = DareSettings {
+            log_entries: 64,
+            sender_window: 32,
+            heartbeat_us: 250,
+            election_timeout_us: 3_000,
+        };
+        let bytes = encode_declaration(8, &fast, &i).unwrap();
+        assert_eq!(
+            bytes.len(),
+            HEADER_BYTES + DARE_SETTINGS_BYTES + ENTRY_BYTES
+        );
+        assert_eq!(decode_declaration(&bytes).unwrap().1, i);
+        assert_eq!(decode_dare_settings(&bytes), Ok(Some(fast)));
+        // Without a DARE writer, no settings are declared.
+        let plain =
+            encode_declaration(8, &fast, &BTreeMap::from([(3, interest(true, true))])).unwrap();
+        assert_eq!(plain.len(), HEADER_BYTES + ENTRY_BYTES);
+        assert_eq!(decode_dare_settings(&plain), Ok(None));
+        // One writer alone: its settings reach the subgroup.
+        let mut view = View::new(1, vec![1, 2]);
+        view.declared.insert(1, bytes);
+        view.declared.insert(2, plain);
+        let mode = |view: &View| {
+            dds_subgroups(view)
+                .into_iter()
+                .find(|s| s.spec.id == 3)
+                .unwrap()
+                .spec
+                .mode
+        };
+        assert_eq!(mode(&view), DeliveryMode::Dare(fast));
+        assert!(dds_layout()(&view).is_ok());
+        // Two DARE writers: field by field, the larger.
+        let slow = DareSettings {
+            log_entries: 16,
+            sender_window: 64,
+            heartbeat_us: 2_000,
+            election_timeout_us: 5_000,
+        };
+        view.declared
+            .insert(2, encode_declaration(8, &slow, &i).unwrap());
+        let want = DareSettings {
+            log_entries: 64,
+            sender_window: 64,
+            heartbeat_us: 2_000,
+            election_timeout_us: 5_000,
+        };
+        assert_eq!(mode(&view), DeliveryMode::Dare(want));
+        assert!(dds_layout()(&view).is_ok());
+    }
+
+    #[test]
+    fn bad_dare_settings_are_named_errors_in_a_config_or_a_peers_declaration() {
+        let ok = DareSettings::default();
+        for (bad, named) in [
+            (
+                DareSettings {
+                    heartbeat_us: 0,
+                    ..ok
+                },
+                "heartbeat_us = 0",
+            ),
+            (
+                DareSettings {
+                    heartbeat_us: DARE_HEARTBEAT_US_MAX + 1,
+                    election_timeout_us: DARE_ELECTION_TIMEOUT_US_MAX,
+                    ..ok
+                },
+                "heartbeat_us",
+            ),
+            (
+                DareSettings {
+                    heartbeat_us: 1_000,
+                    election_timeout_us: 1_999,
+                    ..ok
+                },
+                "election_timeout_us = 1999: must be at least twice heartbeat_us (1000)",
+            ),
+            (
+                DareSettings {
+                    election_timeout_us: DARE_ELECTION_TIMEOUT_US_MAX + 1,
+                    ..ok
+                },
+                "election_timeout_us",
+            ),
+            (
+                DareSettings {
+                    log_entries: 1,
+                    ..ok
+                },
+                "log_entries = 1",
+            ),
+            (
+                DareSettings {
+                    log_entries: DCPS_DARE_LOG_ENTRIES_MAX + 1,
+                    ..ok
+                },
+                "log_entries",
+            ),
+            (
+                DareSettings {
+                    sender_window: 0,
+                    ..ok
+                },
+                "sender_window = 0",
+            ),
+        ] {
+            let e = check_dare_settings(&bad).unwrap_err();
+            assert!(e.contains(named), "{bad:?}: {e}");
+            // Refused when encoding a DARE writer's declaration...
+            let mut w = interest(false, true);
+            w.dare = true;
+            let i = BTreeMap::from([(3, w)]);
+            let e = encode_declaration(8, &bad, &i).unwrap_err().to_string();
+            assert!(e.contains(named), "{bad:?}: {e}");
+            // ... and in a peer's declared bytes.
+            let mut bytes = encode_declaration(8, &ok, &i).unwrap();
+            for (k, v) in [
+                bad.heartbeat_us,
+                bad.election_timeout_us,
+                bad.log_entries as u64,
+                bad.sender_window as u64,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let at = HEADER_BYTES + 4 * k;
+                bytes[at..at + 4]
+                    .copy_from_slice(&(v.min(u64::from(u32::MAX)) as u32).to_le_bytes());
+            }
+            let e = decode_declaration(&bytes).unwrap_err();
+            assert!(e.contains("DARE settings"), "{bad:?}: {e}");
+        }
+        // Settings without a DARE entry, an entry without settings, unknown flags.
+        let mut w = interest(false, true);
+        w.dare = true;
+        let with = encode_declaration(8, &ok, &BTreeMap::from([(3, w)])).unwrap();
+        let mut no_entry = with.clone();
+        no_entry[HEADER_BYTES + DARE_SETTINGS_BYTES + 4] &= !FLAG_DARE;
+        assert!(decode_declaration(&no_entry).is_err());
+        let mut no_settings = with[..HEADER_BYTES].to_vec();
+        no_settings.extend_from_slice(&with[HEADER_BYTES + DARE_SETTINGS_BYTES..]);
+        no_settings[3] = 0;
+        assert!(decode_declaration(&no_settings).is_err());
+        let mut flags = with.clone();
+        flags[3] |= 0x80;
+        assert!(decode_declaration(&flags).is_err());
+        for cut in 0..with.len() {
+            let _ = decode_declaration(&with[..cut]);
+        }
     }
 
     #[test]
@@ -573,20 +908,23 @@ mod tests {
         w.sample_bytes_max = 4 << 20;
         let mut i = BTreeMap::new();
         i.insert(3, w);
-        let bytes = encode_declaration(8, &i).unwrap();
+        let bytes = encode_declaration(8, &DareSettings::default(), &i).unwrap();
         assert_eq!(decode_declaration(&bytes).unwrap().1, i);
         let mut view = View::new(1, vec![1, 2]);
         view.declared.insert(1, bytes);
         let mut r = BTreeMap::new();
         r.insert(3, interest(true, false));
-        view.declared.insert(2, encode_declaration(8, &r).unwrap());
+        view.declared.insert(
+            2,
+            encode_declaration(8, &DareSettings::default(), &r).unwrap(),
+        );
         let sgs = dds_subgroups(&view);
         let rdmc = sgs[0].spec.rdmc.clone().expect("RDMC for the large writer");
         assert_eq!(rdmc.message_bytes_max, 4 << 20);
         assert_eq!(rdmc.block_bytes, LARGE_BLOCK_BYTES);
         assert!(dds_layout()(&view).is_ok());
         // A log2 outside 16..=28 in the flags is refused.
-        let mut bad = encode_declaration(8, &i).unwrap();
+        let mut bad = encode_declaration(8, &DareSettings::default(), &i).unwrap();
         bad[HEADER_BYTES + 4] = FLAG_WRITER | (29 << LARGE_SHIFT);
         assert!(decode_declaration(&bad).is_err());
         bad[HEADER_BYTES + 4] = FLAG_WRITER | (3 << LARGE_SHIFT);
@@ -597,7 +935,7 @@ mod tests {
     fn bad_declarations_are_errors_never_panics() {
         let mut i = BTreeMap::new();
         i.insert(1, interest(false, true));
-        let good = encode_declaration(16, &i).unwrap();
+        let good = encode_declaration(16, &DareSettings::default(), &i).unwrap();
         for cut in 0..good.len() {
             let _ = decode_declaration(&good[..cut]);
         }
@@ -616,10 +954,19 @@ mod tests {
         let mut view = View::new(4, vec![5, 2, 9]);
         let mut i = BTreeMap::new();
         i.insert(BUILTIN_SUBGROUP, interest(true, true));
-        view.declared.insert(2, encode_declaration(4, &i).unwrap());
-        view.declared.insert(9, encode_declaration(16, &i).unwrap());
+        view.declared.insert(
+            2,
+            encode_declaration(4, &DareSettings::default(), &i).unwrap(),
+        );
+        view.declared.insert(
+            9,
+            encode_declaration(16, &DareSettings::default(), &i).unwrap(),
+        );
         assert_eq!(domain_topic_subgroups(&view), Some((2, 4)));
-        view.declared.insert(5, encode_declaration(16, &i).unwrap());
+        view.declared.insert(
+            5,
+            encode_declaration(16, &DareSettings::default(), &i).unwrap(),
+        );
         assert_eq!(domain_topic_subgroups(&view), Some((5, 16)));
         assert_eq!(subgroup_of_id(17, 4), 1);
         assert_eq!(subgroup_of_id(17, 1), 0);

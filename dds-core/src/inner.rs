@@ -193,7 +193,7 @@ impl ParticipantInner {
         for (sg, i) in lock(&self.interests).values() {
             merged.entry(*sg).and_modify(|m| m.merge(i)).or_insert(*i);
         }
-        let bytes = encode_declaration(self.config.topic_subgroups, &merged)?;
+        let bytes = encode_declaration(self.config.topic_subgroups, &self.config.dare, &merged)?;
         if self.deleted.load(Ordering::Acquire) {
             return Err(Error::AlreadyDeleted("the participant was deleted".into()));
         }

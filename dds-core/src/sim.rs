@@ -483,6 +483,18 @@ impl SimDomain {
         self.participant(node)
     }
 
+    /// `look` at participant `node`'s group (its view, layout, engine): what a test
+    /// checks beyond the DCPS API, e.g. the settings a subgroup's engine runs with.
+    /// `None` for a node that is not a participant of the domain. `look` runs with the
+    /// domain locked: it must not call back into the domain.
+    pub fn inspect_group<R>(&self, node: NodeId, look: impl FnOnce(&Group) -> R) -> Option<R> {
+        lock(&self.core)
+            .cluster
+            .nodes
+            .get(&node)
+            .map(|m| look(&m.group))
+    }
+
     /// True once participant `node` stopped (crashed, closed, shut down or left).
     pub fn is_stopped(&self, node: NodeId) -> bool {
         lock(&self.core)

@@ -46,6 +46,10 @@ const ENV_OUT: &str = "SPINDLE_DARE_CHILD_OUT";
 const WRITE_PAUSE: Duration = Duration::from_millis(2);
 /// How often a child writes its status to stderr (and its `TAKEN` line again).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
+/// A failure shows at most this many of each child's other stderr lines (a panic's
+/// message), and its last status lines.
+const CONTEXT_LOG_LINES: usize = 60;
+const CONTEXT_STATUS_LINES: usize = 3;
 /// Node 2 takes this many of node 1's samples before node 1 is SIGKILLed.
 const KILL_AFTER: usize = 50;
 /// One run at a time: twelve processes at once would starve a small machine.
@@ -82,9 +86,9 @@ fn dare_child() {
         Err(_) => cfg.bootstrap = vec![id],
     }
     cfg.entity_timeout_ms = WAIT_MAX.as_millis() as u64;
-    // Above the scheduler stalls of a loaded machine: only the SIGKILL is suspected.
-    cfg.fabric.suspect_floor_ms = 300;
-    cfg.fabric.suspect_ceiling_ms = cfg.fabric.suspect_ceiling_ms.max(300);
+    // Only the SIGKILL may be suspected, and it is noticed at once (the end of its
+    // streams), not by silence.
+    common::procs::tolerate_stalls(&mut cfg);
     let p = DomainParticipantFactory::instance()
         .create_participant(0, Default::default(), &cfg)
         .unwrap();
@@ -208,14 +212,21 @@ fn run(transport: &str, kill: bool) {
     let out = |id: u32| dir.path().join(format!("taken-{id}.txt"));
     let err = |id: u32| dir.path().join(format!("node-{id}.stderr"));
     let namespace = format!("dare{}{}", std::process::id(), u8::from(kill));
+    // A failure shows each child's stderr lines other than its status (a panic's
+    // message) and its last status lines: fifteen status lines only repeat the end state.
     let context = || {
         IDS.iter()
             .map(|id| {
                 let text = std::fs::read_to_string(err(*id)).unwrap_or_default();
-                let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                let (status, logs): (Vec<&str>, Vec<&str>) =
+                    text.lines().partition(|l| l.starts_with("status:"));
+                let first_logs = &logs[..logs.len().min(CONTEXT_LOG_LINES)];
+                let last_status = &status[status.len().saturating_sub(CONTEXT_STATUS_LINES)..];
                 format!(
-                    "node {id}: {:?}",
-                    tail.into_iter().rev().collect::<Vec<_>>()
+                    "node {id}: {} other stderr lines (first {}): {first_logs:#?}\nnode {id}: last status \
+                     lines: {last_status:#?}",
+                    logs.len(),
+                    first_logs.len()
                 )
             })
             .collect::<Vec<_>>()

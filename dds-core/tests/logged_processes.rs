@@ -54,8 +54,6 @@ const ENV_DIR: &str = "SPINDLE_LOGGED_DOMAIN_DIR";
 const ENV_ID: &str = "SPINDLE_LOGGED_DOMAIN_ID";
 const ENV_ROUND: &str = "SPINDLE_LOGGED_DOMAIN_ROUND";
 const ENV_TRANSPORT: &str = "SPINDLE_LOGGED_DOMAIN_TRANSPORT";
-/// The children's failure detector's floor (ms of silence before a peer is suspected).
-const SUSPECT_FLOOR_MS: u64 = 500;
 /// The child's entity time-out (its restart's too), if not `WAIT_MAX`.
 const ENV_TIMEOUT_MS: &str = "SPINDLE_LOGGED_DOMAIN_TIMEOUT_MS";
 /// A late member's restart time-out in `a_member_back_after_the_restart_joins_with_its_log`.
@@ -107,10 +105,8 @@ fn logged_domain_child() {
     cfg.bootstrap = contacts.iter().map(|c| c.node).collect();
     cfg.contacts = contacts;
     cfg.data_dir = Some(std::path::Path::new(&dir).join(format!("node-{id}")));
-    // Five processes on a loaded 2-core machine starve for tens of milliseconds: suspect
-    // a peer only after this much silence (nobody is excluded here on purpose; every
-    // process dies by SIGKILL, all at once).
-    cfg.fabric.suspect_floor_ms = SUSPECT_FLOOR_MS;
+    // Nobody is excluded here on purpose (every process dies by SIGKILL, all at once).
+    common::procs::tolerate_stalls(&mut cfg);
     cfg.entity_timeout_ms =
         std::env::var(ENV_TIMEOUT_MS).map_or(WAIT_MAX.as_millis() as u64, |t| t.parse().unwrap());
     let p = DomainParticipantFactory::instance()

@@ -8,7 +8,6 @@
 mod common;
 use common::{atomic, keep_all};
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use spindle_dds_core::sim::SimDomain;
@@ -26,19 +25,7 @@ const SAMPLE_BYTES_MAX: usize = 2 << 20;
 const SAMPLES_PER_WRITER: u64 = 9;
 
 fn for_seeds(name: &str, test: impl Fn(u64)) {
-    let seeds: Vec<u64> = match std::env::var("SPINDLE_SIM_SEED") {
-        Ok(s) => vec![s.parse().expect("SPINDLE_SIM_SEED is a number")],
-        Err(_) => SEEDS.collect(),
-    };
-    for seed in seeds {
-        if let Err(e) = catch_unwind(AssertUnwindSafe(|| test(seed))) {
-            eprintln!(
-                "{name} failed with seed {seed}; reproduce: SPINDLE_SIM_SEED={seed} cargo test \
-                 -p spindle-dds-core --test sim_large {name}"
-            );
-            std::panic::resume_unwind(e);
-        }
-    }
+    common::sim::for_seeds_in(SEEDS, "sim_large", name, test)
 }
 
 fn domain(seed: u64, n: u32, sample_bytes_max: usize) -> (SimDomain, Vec<DomainParticipant>) {

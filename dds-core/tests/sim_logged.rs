@@ -8,7 +8,6 @@
 mod common;
 use common::{atomic, keep_all, ks};
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -29,19 +28,7 @@ const ACK_TIMEOUT: Duration = Duration::from_secs(10);
 const TOPIC: &str = "flight-recorder";
 
 fn for_seeds(name: &str, test: impl Fn(u64)) {
-    let seeds: Vec<u64> = match std::env::var("SPINDLE_SIM_SEED") {
-        Ok(s) => vec![s.parse().expect("SPINDLE_SIM_SEED is a number")],
-        Err(_) => SEEDS.collect(),
-    };
-    for seed in seeds {
-        if let Err(e) = catch_unwind(AssertUnwindSafe(|| test(seed))) {
-            eprintln!(
-                "{name} failed with seed {seed}; reproduce: SPINDLE_SIM_SEED={seed} cargo test \
-                 -p spindle-dds-core --test sim_logged {name}"
-            );
-            std::panic::resume_unwind(e);
-        }
-    }
+    common::sim::for_seeds_in(SEEDS, "sim_logged", name, test)
 }
 
 /// RELIABLE + PERSISTENT: the LoggedStore level; the writers keep all their history

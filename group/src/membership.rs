@@ -222,6 +222,9 @@ pub struct Membership {
     wedge_wanted: bool,
     /// Set when this node shut down because the members it lost had suspected it.
     excluded_by: Option<NodeId>,
+    /// The members this node lost when it shut down for want of a majority (empty
+    /// otherwise), in rank order.
+    lost: Vec<NodeId>,
     frozen: Option<Vec<u64>>,
     trim: Option<Trim>,
     /// This node, as leader, has adopted the longest list and highest trim it found.
@@ -277,6 +280,7 @@ impl Membership {
             active,
             wedge_wanted: false,
             excluded_by: None,
+            lost: Vec::new(),
             frozen: None,
             trim: None,
             adopted: false,
@@ -452,6 +456,12 @@ impl Membership {
         self.excluded_by
     }
 
+    /// The members this node lost when it shut down for want of a majority, in rank
+    /// order (empty if it did not).
+    pub fn lost_majority_to(&self) -> &[NodeId] {
+        &self.lost
+    }
+
     fn shut_down(&mut self, why: String) {
         tracing::info!(node = self.view.members[self.rank], %why, "shutting down");
         self.outcome = Some(Outcome::ShutDown(why));
@@ -512,6 +522,10 @@ impl Membership {
             return true;
         }
         if alive * 2 <= n {
+            self.lost = (0..n)
+                .filter(|k| *k != self.rank && !self.takes_part(*k))
+                .map(|k| self.view.members[k])
+                .collect();
             // Members we lost whose rows suspect us: we were excluded (stopped or starved
             // while they moved on), not cut off. Only the message differs.
             let by = self.suspected_by();

@@ -291,18 +291,7 @@ fn predicate_loop(
         // Fabric events are rare (failures): look every few rounds, and whenever idle.
         if !work || round % EVENT_POLL_ROUNDS == 0 || dare.is_some() {
             while let Some(event) = ep.poll_event() {
-                match event {
-                    Event::PeerFailed { peer, .. } => engine.handle_peer_failed(peer),
-                    Event::RegionAnnounced { peer, region } => {
-                        engine.handle_region_announced(peer, region.region);
-                    }
-                    Event::Recv { peer, imm, data } if crate::engine::is_dare_imm(imm) => {
-                        if let Err(e) = engine.handle_dare_recv(peer, imm, &data) {
-                            tracing::warn!(peer, error = %e, "bad dare message");
-                        }
-                    }
-                    _ => {}
-                }
+                handle_fabric_event(&mut engine, event);
                 work = true;
             }
         }
@@ -339,10 +328,28 @@ fn predicate_loop(
     *lock(&shared.stats) = engine.stats();
 }
 
+/// Hands a fabric event to a fixed view's engine: a failed peer, an announced region (a
+/// dare subgroup's re-keyed log), a dare subgroup's two-sided message; others are not the
+/// engine's. [`Node`]'s predicate thread and the sim's `testkit::EngineNode` both use it.
+pub(crate) fn handle_fabric_event(engine: &mut Engine, event: Event) {
+    match event {
+        Event::PeerFailed { peer, .. } => engine.handle_peer_failed(peer),
+        Event::RegionAnnounced { peer, region } => {
+            engine.handle_region_announced(peer, region.region);
+        }
+        Event::Recv { peer, imm, data } if crate::engine::is_dare_imm(imm) => {
+            if let Err(e) = engine.handle_dare_recv(peer, imm, &data) {
+                tracing::warn!(peer, error = %e, "bad dare message");
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Steps the engine's dare subgroups at `now_us` over `ep` (a fixed view's [`Node`]):
 /// the log regions their cores wait for, their steps (registering re-keyed log regions
 /// on `ep`), and the withdrawal of the regions they re-keyed away from.
-fn step_dare(engine: &mut Engine, ep: &dyn Endpoint, now_us: u64) -> bool {
+pub(crate) fn step_dare(engine: &mut Engine, ep: &dyn Endpoint, now_us: u64) -> bool {
     for (peer, region) in engine.dare_regions_awaited() {
         if ep.remote_region(peer, region).is_some() {
             engine.handle_region_announced(peer, region);

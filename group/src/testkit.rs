@@ -90,19 +90,25 @@ impl SimNode for EngineNode {
         !self.crashed
     }
 
-    fn step(&mut self, _now_us: u64, scratch: &mut Vec<u8>) -> bool {
+    fn step(&mut self, now_us: u64, scratch: &mut Vec<u8>) -> bool {
         let mut work = false;
         while let Some(event) = self.ep.poll_event() {
             work = true;
-            if let Event::PeerFailed { peer, .. } = event {
-                self.engine.handle_peer_failed(peer);
-            }
+            crate::runtime::handle_fabric_event(&mut self.engine, event);
         }
         work |= self.engine.step();
+        // A dare subgroup's core runs on the (virtual) clock, as on the predicate thread.
+        if self.engine.has_dare() {
+            work |= crate::runtime::step_dare(&mut self.engine, &*self.ep, now_us);
+        }
         let ep = &self.ep;
-        work | (self
+        work |= self
             .engine
             .drain_pushes(scratch, |p, bytes| p.post(&**ep, bytes))
+            > 0;
+        work | (self
+            .engine
+            .drain_dare(|out, imm, ctrl| crate::runtime::post_dare(&**ep, out, imm, ctrl))
             > 0)
     }
 }

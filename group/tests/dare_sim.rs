@@ -209,6 +209,7 @@ fn a_lagging_follower_never_holds_a_new_term_tail_short_of_the_elected_log() {
             from: Some(l),
             to: Some(slow),
             kind: Some(DeliveryKind::Write),
+            regions: None,
             after_us: sim.now_us(),
             until_us: u64::MAX,
             verdict: Verdict::Delay(10_000_000),

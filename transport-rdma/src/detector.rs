@@ -201,6 +201,55 @@ pub fn stall_us(cfg: &DetectorConfig) -> u64 {
     cfg.floor_us / 2
 }
 
+/// This process's own stalls, seen from its probe ticks: a tick that comes later than its
+/// interval means the process was stopped (SIGSTOP, a debugger), swapped out or starved.
+/// A stall longer than the peers' suspicion floor may have got this node suspected and
+/// excluded; [`StallLog::stall_us`] answers "was this node silent that long lately?" for a
+/// node that then finds its peers gone ([`crate::Endpoint::stall_ms`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StallLog {
+    /// When the last tick ran.
+    last_tick_us: Option<u64>,
+    /// The last stall past the bound: when it ended, and how late its tick came.
+    last_stall: Option<(u64, u64)>,
+}
+
+impl StallLog {
+    /// Records a tick at `now_us` of a loop that ticks every `interval_us`; returns how
+    /// late it came (0 for the first). A lateness past `bound_us` is kept as a stall.
+    pub fn tick(&mut self, now_us: u64, interval_us: u64, bound_us: u64) -> u64 {
+        let late_us = self
+            .last_tick_us
+            .map_or(0, |t| now_us.saturating_sub(t).saturating_sub(interval_us));
+        self.last_tick_us = Some(now_us);
+        if late_us > bound_us {
+            self.last_stall = Some((now_us, late_us));
+        }
+        late_us
+    }
+
+    /// The length of a stall past `bound_us` that ended at most `within_us` before
+    /// `now_us`, or that is still going on (no tick for longer than `interval_us` +
+    /// `bound_us`: the caller runs before the ticking thread did after a stop), if any.
+    pub fn stall_us(
+        &self,
+        now_us: u64,
+        within_us: u64,
+        interval_us: u64,
+        bound_us: u64,
+    ) -> Option<u64> {
+        let ongoing_us = self
+            .last_tick_us
+            .map_or(0, |t| now_us.saturating_sub(t).saturating_sub(interval_us));
+        if ongoing_us > bound_us {
+            return Some(ongoing_us);
+        }
+        self.last_stall
+            .filter(|(end_us, _)| now_us.saturating_sub(*end_us) <= within_us)
+            .map(|(_, late_us)| late_us)
+    }
+}
+
 /// Microseconds on a process-wide monotonic clock (for backends without one of their own).
 #[cfg(any(feature = "libfabric", feature = "verbs"))]
 pub(crate) fn monotonic_us() -> u64 {
@@ -276,6 +325,26 @@ mod tests {
         }
         assert!(d.peak_gap_us() > 55_000, "{d:?}");
         assert_eq!(d.check(t + 60_000), Verdict::Alive, "{d:?}");
+    }
+
+    #[test]
+    fn a_late_tick_is_a_stall_remembered_for_the_window_asked() {
+        let (interval, bound) = (10_000, 50_000);
+        let mut log = StallLog::default();
+        assert_eq!(log.tick(0, interval, bound), 0);
+        assert_eq!(log.tick(10_000, interval, bound), 0);
+        // Late, but within the bound: not a stall.
+        assert_eq!(log.tick(60_000, interval, bound), 40_000);
+        assert_eq!(log.stall_us(60_000, u64::MAX, interval, bound), None);
+        // Stopped for 2 s: asked before the next tick, the stall is still going on.
+        assert_eq!(log.stall_us(2_060_000, 0, interval, bound), Some(1_990_000));
+        assert_eq!(log.tick(2_070_000, interval, bound), 2_000_000);
+        // After the tick: remembered for the window asked, not beyond.
+        assert_eq!(
+            log.stall_us(2_075_000, 10_000, interval, bound),
+            Some(2_000_000)
+        );
+        assert_eq!(log.stall_us(2_075_000, 1_000, interval, bound), None);
     }
 
     #[test]

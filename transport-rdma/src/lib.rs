@@ -368,6 +368,17 @@ pub trait Endpoint: Send + Sync + fmt::Debug {
     /// it relies on its `wait` time-out.
     fn wake(&self) {}
 
+    /// If this process went silent for longer than the fabric's suspicion floor — its
+    /// fabric thread ran that late (the process was stopped, swapped out or starved) — in
+    /// a stall that ended at most `within` ago or is still going on, its length in ms.
+    /// Peers may have suspected and excluded this node meanwhile: a group that then finds
+    /// its peers gone says it was excluded, not that they failed. The default (and the
+    /// sim, whose paused nodes hear `FailureReason::Excluded` from each peer) says `None`.
+    fn stall_ms(&self, within: Duration) -> Option<u64> {
+        let _ = within;
+        None
+    }
+
     /// Closes every link gracefully and releases the endpoint's resources; later calls
     /// fail with [`Error::Closed`].
     fn close(&self);

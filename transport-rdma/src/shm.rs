@@ -744,6 +744,10 @@ impl Endpoint for ShmEndpoint {
         self.hub.doorbell().ring();
     }
 
+    fn stall_ms(&self, within: Duration) -> Option<u64> {
+        self.hub.stall_ms(within)
+    }
+
     fn close(&self) {
         if self.hub.is_closed() {
             return;

@@ -195,6 +195,7 @@ fn drop_link_rule_fails_the_link_at_both_ends_when_traffic_meets_it() {
             from: Some(1),
             to: Some(2),
             kind: Some(DeliveryKind::Send),
+            regions: None,
             after_us: 0,
             until_us: u64::MAX,
             verdict: Verdict::DropLink,
@@ -482,6 +483,7 @@ fn delay_rule_postpones_deliveries_and_keeps_the_link_fifo() {
             from: Some(1),
             to: Some(2),
             kind: Some(DeliveryKind::Write),
+            regions: None,
             after_us: start,
             until_us: start + 1,
             verdict: Verdict::Delay(100_000),
@@ -537,6 +539,7 @@ fn lag_rule_lets_later_deliveries_overtake_an_announcement() {
                     from: Some(2),
                     to: Some(1),
                     kind: Some(DeliveryKind::Control),
+                    regions: None,
                     after_us: world.now_us(),
                     until_us: u64::MAX,
                     verdict: Verdict::Lag(10_000),
@@ -560,5 +563,46 @@ fn lag_rule_lets_later_deliveries_overtake_an_announcement() {
                 "seed {seed}: known in the end"
             );
         }
+    }
+}
+
+/// A rule's `regions` limits it to one-sided writes into those region ids: a write into
+/// region 2 (in the range) is held back, one into region 1 and a send on the same link
+/// are not; without the range both writes would be held.
+#[test]
+fn a_region_range_limits_a_rule_to_writes_into_those_regions() {
+    for seed in SEEDS.take(10) {
+        let world = SimWorld::new(seed, SimConfig::default());
+        let (a, b, outside) = pair(&world, 64);
+        let inside = b.register_region(2, 64).expect("register");
+        world.run_until_idle(STEPS_MAX);
+        let _ = events(&a);
+        let start = world.now_us();
+        world.add_rule(Rule {
+            from: Some(1),
+            to: Some(2),
+            kind: None,
+            regions: Some(2..=5),
+            after_us: start,
+            until_us: u64::MAX,
+            verdict: Verdict::Lag(100_000),
+        });
+        a.write(2, 2, 0, &7u64.to_ne_bytes()).expect("held write");
+        a.write(2, 1, 0, &8u64.to_ne_bytes()).expect("free write");
+        a.send(2, 3, b"free send").expect("send");
+        world.run_for(50_000);
+        assert_eq!(
+            outside.load_u64(0),
+            8,
+            "seed {seed}: region 1 is outside the range"
+        );
+        assert!(
+            events(&b).iter().any(|e| matches!(e, Event::Recv { .. })),
+            "seed {seed}: a send matches no region range"
+        );
+        assert_eq!(inside.load_u64(0), 0, "seed {seed}: region 2 is held back");
+        world.run_until_idle(STEPS_MAX);
+        assert_eq!(inside.load_u64(0), 7, "seed {seed}: and lands in the end");
+        assert!(world.now_us() >= start + 100_000, "seed {seed}");
     }
 }

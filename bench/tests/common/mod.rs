@@ -13,10 +13,11 @@ use std::time::Duration;
 /// The binary under test.
 pub const VS: &str = env!("CARGO_BIN_EXE_spindle-group-vs");
 /// The failure detector's floor every member of these tests runs with: above the
-/// scheduler stalls of a machine loaded by parallel tests (the default, 50 ms, is for
+/// scheduler stalls of a machine loaded by parallel tests and builds (250 ms was passed
+/// there: a member starved that long at load 13 on 2 vCPUs; the default, 50 ms, is for
 /// the benchmarks), so only the tests' own hangs, kills and cuts are suspected. Kills and
 /// closed links are noticed at once whatever the floor.
-pub const TEST_SUSPECT_FLOOR_MS: &str = "250";
+pub const TEST_SUSPECT_FLOOR_MS: &str = "1000";
 /// How long a member may take to print its address.
 const ADDR_DEADLINE: Duration = Duration::from_secs(30);
 

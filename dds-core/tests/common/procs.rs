@@ -45,10 +45,25 @@ pub fn loopback_port() -> u16 {
     panic!("no free loopback port in {TEST_PORTS:?} after 1,000 tries");
 }
 
-/// Member `id`'s tcp configuration from `members` (as [`loopback_members`] writes it):
-/// it listens on its own address and knows everyone's.
+/// The failure detector's floor of every child of these tests, in ms: above the scheduler
+/// stalls of a shared 2-core machine loaded by builds and parallel tests (live children
+/// went 300 ms without a frame reaching a peer at load 9–13 and were excluded, in
+/// `dare_processes` and `logged_processes`). A SIGKILL is noticed at once by the end of
+/// the killed process's streams, whatever the floor; only a SIGSTOPped child waits for it.
+pub const CHILD_SUSPECT_FLOOR_MS: u64 = 5_000;
+
+/// Makes `cfg` suspect a silent peer only after [`CHILD_SUSPECT_FLOOR_MS`].
+pub fn tolerate_stalls(cfg: &mut ParticipantConfig) {
+    cfg.fabric.suspect_floor_ms = CHILD_SUSPECT_FLOOR_MS;
+    cfg.fabric.suspect_ceiling_ms = cfg.fabric.suspect_ceiling_ms.max(CHILD_SUSPECT_FLOOR_MS);
+}
+
+/// A child's tcp configuration: it listens on its own address of `members`
+/// ([`loopback_members`]), knows every member as a contact, and tolerates stalls
+/// ([`tolerate_stalls`]).
 pub fn member_config(id: u32, members: &str) -> ParticipantConfig {
     let mut cfg = ParticipantConfig::new(id, Transport::Tcp, String::new());
+    tolerate_stalls(&mut cfg);
     for m in members.split(',') {
         let (n, a) = m.split_once('=').expect("id=address");
         let n: u32 = n.parse().expect("a node id");

@@ -86,6 +86,9 @@ pub trait LocalFabric {
     /// True if `peer`'s region `id` is known here (announced): a dare subgroup's core
     /// asks for the log regions it waits for.
     fn knows_remote_region(&self, peer: NodeId, id: RegionId) -> bool;
+    /// A stall of this process past the fabric's suspicion floor that ended at most
+    /// `within_us` ago or is still going on, in ms ([`Endpoint::stall_ms`]).
+    fn local_stall_ms(&self, within_us: u64) -> Option<u64>;
 }
 
 impl<E: Endpoint + ?Sized> LocalFabric for E {
@@ -104,6 +107,9 @@ impl<E: Endpoint + ?Sized> LocalFabric for E {
     }
     fn knows_remote_region(&self, peer: NodeId, id: RegionId) -> bool {
         self.remote_region(peer, id).is_some()
+    }
+    fn local_stall_ms(&self, within_us: u64) -> Option<u64> {
+        self.stall_ms(std::time::Duration::from_micros(within_us))
     }
 }
 
@@ -698,7 +704,26 @@ impl Group {
                     return true;
                 }
             },
-            Some(Outcome::ShutDown(why)) => {
+            Some(Outcome::ShutDown(mut why)) => {
+                // Peers lost right after this process stalled past the suspicion floor
+                // (SIGSTOP, swapped out): they excluded it, whatever reached it first —
+                // their closed links, wedges or their last word.
+                let since_us = now_us.saturating_sub(c.installed_us);
+                if let (None, Some(first), Some(stall_ms)) = (
+                    self.excluded,
+                    c.membership.lost_majority_to().first(),
+                    local.local_stall_ms(since_us),
+                ) {
+                    self.excluded = Some(Exclusion {
+                        vid: c.view.vid,
+                        by: *first,
+                        silent_ms: Some(stall_ms),
+                    });
+                    why = format!(
+                        "{why}, after this process stalled for {stall_ms} ms (past the \
+                         fabric's suspicion floor)"
+                    );
+                }
                 self.shut_down(why);
                 return true;
             }

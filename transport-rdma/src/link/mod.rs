@@ -103,7 +103,7 @@ use frame::{
 };
 use outbound::Outbound;
 
-use crate::detector::{stall_us, Detector, DetectorConfig, Verdict};
+use crate::detector::{stall_us, Detector, DetectorConfig, StallLog, Verdict};
 use crate::peers::{check_not_self, LinkState, PeerEntry, PeerTable};
 use crate::{
     Doorbell, Error, Event, FabricConfig, FailureReason, NodeId, Region, RegionDesc, RegionId,
@@ -354,6 +354,8 @@ pub struct Hub<S: LinkStream> {
     /// A frame was held by a cork: the corking thread's outermost [`Hub::uncork`]
     /// flushes the links.
     held: AtomicBool,
+    /// This process's stalls, from the probe thread's ticks.
+    stalls: Mutex<StallLog>,
 }
 
 /// Least time between two log lines about refused links: an outsider retrying in a
@@ -408,6 +410,7 @@ impl<S: LinkStream> Hub<S> {
             closed: AtomicBool::new(false),
             refusals: Refusals::default(),
             held: AtomicBool::new(false),
+            stalls: Mutex::new(StallLog::default()),
         });
         let weak = Arc::downgrade(&hub);
         std::thread::Builder::new()
@@ -466,6 +469,20 @@ impl<S: LinkStream> Hub<S> {
 
     fn now_us(&self) -> u64 {
         self.start.elapsed().as_micros() as u64
+    }
+
+    /// See [`crate::Endpoint::stall_ms`]: a stall past the suspicion floor.
+    pub fn stall_ms(&self, within: Duration) -> Option<u64> {
+        let within_us = within.as_micros().min(u128::from(u64::MAX)) as u64;
+        let interval_us = self.cfg.probe_interval_ms.saturating_mul(1000);
+        lock(&self.stalls)
+            .stall_us(
+                self.now_us(),
+                within_us,
+                interval_us,
+                self.detector_cfg.floor_us,
+            )
+            .map(|us| us / 1000)
     }
 
     fn check_open(&self) -> Result<()> {
@@ -719,7 +736,6 @@ pub(crate) fn readable(fd: RawFd) -> bool {
 }
 
 fn probe_loop<S: LinkStream>(hub: std::sync::Weak<Hub<S>>) {
-    let mut last_tick_us: Option<u64> = None;
     loop {
         let Some(h) = hub.upgrade() else { return };
         if h.is_closed() {
@@ -730,10 +746,8 @@ fn probe_loop<S: LinkStream>(hub: std::sync::Weak<Hub<S>>) {
         // A tick that comes late means this process was stopped or starved: every peer
         // looks silent at once, and none of it is evidence against them.
         let interval_us = h.cfg.probe_interval_ms.saturating_mul(1000);
-        let late_us =
-            last_tick_us.map_or(0, |t| now_us.saturating_sub(t).saturating_sub(interval_us));
+        let late_us = lock(&h.stalls).tick(now_us, interval_us, h.detector_cfg.floor_us);
         let stalled = late_us > stall_us(&h.detector_cfg);
-        last_tick_us = Some(now_us);
         let links: Vec<Arc<Link<S>>> = up_links(&read(&h.peers));
         for link in links {
             let (flushing, empty) = {

@@ -36,6 +36,7 @@ impl SimWorld {
                     from: Some(from),
                     to: Some(to),
                     kind: None,
+                    regions: None,
                     after_us: now,
                     until_us: u64::MAX,
                     verdict: Verdict::DropLink,

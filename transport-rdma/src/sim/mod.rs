@@ -276,6 +276,14 @@ impl Payload {
         }
     }
 
+    /// The target region of a one-sided write.
+    fn region(&self) -> Option<RegionId> {
+        match self {
+            Payload::Write { region, .. } => Some(*region),
+            _ => None,
+        }
+    }
+
     fn bytes_len(&self) -> usize {
         match self {
             Payload::Write { data, .. } => data.len(),
@@ -385,7 +393,7 @@ impl State {
         let (extra, lag) = match self
             .rules
             .iter()
-            .find(|r| r.matches(from, to, kind, now))
+            .find(|r| r.matches(from, to, kind, payload.region(), now))
             .map(|r| r.verdict)
         {
             Some(Verdict::Delay(extra)) => (extra, 0),
@@ -500,7 +508,7 @@ impl State {
     fn cut(&self, a: NodeId, b: NodeId) -> bool {
         self.rules
             .iter()
-            .find(|r| r.matches(a, b, DeliveryKind::Control, self.now_us))
+            .find(|r| r.matches(a, b, DeliveryKind::Control, None, self.now_us))
             .is_some_and(|r| r.verdict == Verdict::DropLink)
     }
 
@@ -656,7 +664,7 @@ impl State {
         if let Some(rule) = self
             .rules
             .iter()
-            .find(|r| r.matches(d.from, d.to, kind, now))
+            .find(|r| r.matches(d.from, d.to, kind, d.payload.region(), now))
         {
             if rule.verdict == Verdict::DropLink {
                 self.hash(&[5]);

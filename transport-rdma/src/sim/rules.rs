@@ -1,6 +1,8 @@
 //! Fault rules of a simulated world: which deliveries they match and what they do.
 
-use crate::NodeId;
+use std::ops::RangeInclusive;
+
+use crate::{NodeId, RegionId};
 
 /// What kind of delivery a [`Rule`] matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -43,6 +45,10 @@ pub struct Rule {
     pub to: Option<NodeId>,
     /// Kind of delivery.
     pub kind: Option<DeliveryKind>,
+    /// Target region ids: `Some` matches only one-sided writes into a region whose id
+    /// lies in the range (say, one protocol's regions and not the rest of the traffic
+    /// on the link); `None` matches any delivery.
+    pub regions: Option<RangeInclusive<RegionId>>,
     /// Active from this virtual time on.
     pub after_us: u64,
     /// Active before this virtual time.
@@ -57,11 +63,16 @@ impl Rule {
         from: NodeId,
         to: NodeId,
         kind: DeliveryKind,
+        region: Option<RegionId>,
         now_us: u64,
     ) -> bool {
         self.from.is_none_or(|f| f == from)
             && self.to.is_none_or(|t| t == to)
             && self.kind.is_none_or(|k| k == kind)
+            && self
+                .regions
+                .as_ref()
+                .is_none_or(|rs| region.is_some_and(|r| rs.contains(&r)))
             && self.after_us <= now_us
             && now_us < self.until_us
     }

@@ -24,6 +24,8 @@ const SG: u32 = 9;
 const ROUNDS: u64 = 20;
 /// Liveness bound per wait (not a timing assertion).
 const WAIT_MAX: Duration = Duration::from_secs(120);
+/// The children's failure detector's floor, in ms (see the child's set-up).
+const CHILD_SUSPECT_FLOOR_MS: u64 = 5_000;
 const ENV_DIR: &str = "SPINDLE_LOGGED_CHILD_DIR";
 const ENV_ID: &str = "SPINDLE_LOGGED_CHILD_ID";
 const ENV_VID: &str = "SPINDLE_LOGGED_CHILD_VID";
@@ -64,7 +66,17 @@ fn logged_child() {
     };
     let id: NodeId = id.parse().unwrap();
     let vid: u32 = vid.parse().unwrap();
-    let ep = open_backend(&backend, id, FabricConfig::default()).unwrap();
+    // Nobody is excluded here on purpose (all three die by SIGKILL at once): suspect a
+    // silent peer only after CHILD_SUSPECT_FLOOR_MS, above a loaded machine's stalls (the
+    // default 50 ms floor excluded starved children at load 7-9).
+    let fabric = FabricConfig {
+        suspect_floor_ms: CHILD_SUSPECT_FLOOR_MS,
+        suspect_ceiling_ms: FabricConfig::default()
+            .suspect_ceiling_ms
+            .max(CHILD_SUSPECT_FLOOR_MS),
+        ..FabricConfig::default()
+    };
+    let ep = open_backend(&backend, id, fabric).unwrap();
     println!("ADDR {}", ep.address());
     std::io::stdout().flush().unwrap();
     let mut line = String::new();

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::detector::{monotonic_us, stall_us, Detector, DetectorConfig, Verdict};
+use crate::detector::{monotonic_us, stall_us, Detector, DetectorConfig, StallLog, Verdict};
 use crate::peers::{check_not_self, LinkState, PeerEntry, PeerTable};
 use crate::side_channel::{
     frame, lock, u32_at, u64_at, FrameReader, KIND_BYE, KIND_EXCLUDED, KIND_HELLO, KIND_HELLO_ACK,
@@ -208,8 +208,8 @@ pub(crate) struct SideState<B: SideBackend> {
     pub(crate) tx_slots: Vec<Option<TxSlot>>,
     /// The backend's own state.
     pub(crate) extra: B::Extra,
-    /// When [`SideLinks::probe_peers`] last ran (monotonic µs), to tell our own stalls.
-    pub(crate) last_tick_us: Option<u64>,
+    /// When [`SideLinks::probe_peers`] ran (monotonic µs), to tell our own stalls.
+    pub(crate) stalls: StallLog,
 }
 
 /// The backend-specific steps of a side-channel-linked backend.
@@ -334,7 +334,7 @@ impl<B: SideBackend> SideLinks<B> {
                 tx_free: (0..tx_slots).rev().collect(),
                 tx_slots: vec![None; tx_slots],
                 extra,
-                last_tick_us: None,
+                stalls: StallLog::default(),
             }),
             doorbell: Doorbell::new(),
             work: Doorbell::new(),
@@ -792,6 +792,18 @@ impl<B: SideBackend> SideLinks<B> {
         Ok(())
     }
 
+    /// See [`crate::Endpoint::stall_ms`]: a stall of the progress thread past these
+    /// backends' floor (the ceiling, see [`SideLinks::probe_peers`]).
+    pub(crate) fn stall_ms(&self, within: Duration) -> Option<u64> {
+        let floor_us = DetectorConfig::from_fabric(&self.cfg).ceiling_us;
+        let interval_us = self.cfg.probe_interval_ms.saturating_mul(1000);
+        let within_us = within.as_micros().min(u128::from(u64::MAX)) as u64;
+        self.lock()
+            .stalls
+            .stall_us(monotonic_us(), within_us, interval_us, floor_us)
+            .map(|us| us / 1000)
+    }
+
     /// Probes every linked peer on its side channel, feeds each peer's failure detector
     /// and fails those whose silence exceeds its bound (telling them so first, best
     /// effort). The progress thread calls it every probe interval.
@@ -807,11 +819,8 @@ impl<B: SideBackend> SideLinks<B> {
         let now_us = monotonic_us();
         // A late tick means this process was stopped or starved: forgive the silence.
         let interval_us = self.cfg.probe_interval_ms.saturating_mul(1000);
-        let late_us = state
-            .last_tick_us
-            .map_or(0, |t| now_us.saturating_sub(t).saturating_sub(interval_us));
+        let late_us = state.stalls.tick(now_us, interval_us, cfg.floor_us);
         let stalled = late_us > stall_us(&cfg);
-        state.last_tick_us = Some(now_us);
         let mut suspects = Vec::new();
         let mut probed = Vec::new();
         for peer in state.peers.ids() {

@@ -1023,6 +1023,10 @@ impl Endpoint for VerbsEndpoint {
         self.shared.doorbell.ring();
     }
 
+    fn stall_ms(&self, within: Duration) -> Option<u64> {
+        self.shared.stall_ms(within)
+    }
+
     fn close(&self) {
         self.shared.close(&self.threads);
     }

@@ -59,6 +59,18 @@ fn for_seeds(name: &str, test: impl Fn(u64)) {
     common::sim::for_seeds_in(SEEDS, "sim_dare", name, test)
 }
 
+/// Participant `id` of `d` with `atomic_ordering = "dare"`, and `settings` for its dare
+/// subgroups if given (the defaults otherwise).
+fn dare_participant(d: &SimDomain, id: u32, settings: Option<DareSettings>) -> DomainParticipant {
+    d.participant_with(id, DomainParticipantQos::default(), |c| {
+        c.atomic_ordering = AtomicOrdering::Dare;
+        if let Some(s) = settings {
+            c.dare = s;
+        }
+    })
+    .expect("participant")
+}
+
 fn endpoints(p: &DomainParticipant) -> (DataReader<Sequence>, DataWriter<Sequence>) {
     let t = p.create_topic::<Sequence>(TOPIC, atomic()).unwrap();
     let r = p
@@ -94,14 +106,8 @@ fn a_dare_ordered_topic_keeps_one_order_when_its_leader_crashes() {
         "a_dare_ordered_topic_keeps_one_order_when_its_leader_crashes",
         |seed| {
             let d = SimDomain::new(seed);
-            let ps: Vec<DomainParticipant> = (1..=3)
-                .map(|id| {
-                    d.participant_with(id, DomainParticipantQos::default(), |c| {
-                        c.atomic_ordering = AtomicOrdering::Dare;
-                    })
-                    .expect("participant")
-                })
-                .collect();
+            let ps: Vec<DomainParticipant> =
+                (1..=3).map(|id| dare_participant(&d, id, None)).collect();
             let eps: Vec<_> = ps.iter().map(endpoints).collect();
             for (_, w) in &eps {
                 w.wait_for_readers(3, Duration::from_secs(60)).unwrap();
@@ -224,13 +230,7 @@ fn a_participants_dare_settings_reach_its_topics_subgroup() {
             assert_ne!(settings, DareSettings::default());
             let d = SimDomain::new(seed);
             let ps: Vec<DomainParticipant> = (1..=3)
-                .map(|id| {
-                    d.participant_with(id, DomainParticipantQos::default(), |c| {
-                        c.atomic_ordering = AtomicOrdering::Dare;
-                        c.dare = settings;
-                    })
-                    .expect("participant")
-                })
+                .map(|id| dare_participant(&d, id, Some(settings)))
                 .collect();
             let eps: Vec<_> = ps.iter().map(endpoints).collect();
             for (_, w) in &eps {
@@ -308,12 +308,7 @@ fn a_writer_only_and_a_reader_only_participant_on_a_dare_topic() {
         "a_writer_only_and_a_reader_only_participant_on_a_dare_topic",
         |seed| {
             let d = SimDomain::new(seed);
-            let dare = |id| {
-                d.participant_with(id, DomainParticipantQos::default(), |c| {
-                    c.atomic_ordering = AtomicOrdering::Dare;
-                })
-                .expect("participant")
-            };
+            let dare = |id| dare_participant(&d, id, None);
             // The reader's participant joins the domain after the writer exists: it joins
             // a view whose dare subgroup already runs.
             let mut ps: Vec<DomainParticipant> = vec![dare(1)];
@@ -368,12 +363,7 @@ fn a_dare_topic_elects_when_a_round_trip_outlasts_the_election_time_out() {
         "a_dare_topic_elects_when_a_round_trip_outlasts_the_election_time_out",
         |seed| {
             let d = SimDomain::new(seed);
-            let dare = |id| {
-                d.participant_with(id, DomainParticipantQos::default(), |c| {
-                    c.atomic_ordering = AtomicOrdering::Dare;
-                })
-                .expect("participant")
-            };
+            let dare = |id| dare_participant(&d, id, None);
             let p1 = dare(1);
             let t = p1.create_topic::<Sequence>(TOPIC, atomic()).unwrap();
             let w = p1
@@ -488,14 +478,8 @@ fn a_late_write_of_an_ended_dare_instance_never_lands_in_another_topics_log() {
                 .expect("a topic name whose subgroup comes before X's");
             let sy = subgroup_of(&y_name, TOPIC_SUBGROUPS_DEFAULT);
             let d = SimDomain::new(seed);
-            let ps: Vec<DomainParticipant> = (1..=3)
-                .map(|id| {
-                    d.participant_with(id, DomainParticipantQos::default(), |c| {
-                        c.atomic_ordering = AtomicOrdering::Dare;
-                    })
-                    .expect("participant")
-                })
-                .collect();
+            let ps: Vec<DomainParticipant> =
+                (1..=3).map(|id| dare_participant(&d, id, None)).collect();
             // Every participant reads both topics (readers alone put no subgroup in the
             // layout: it needs a writer).
             let topics: Vec<_> = ps

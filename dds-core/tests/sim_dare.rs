@@ -18,7 +18,9 @@ use spindle_dds_core::declare::{
     dds_subgroups, declarations, subgroup_of, TOPIC_SUBGROUPS_DEFAULT,
 };
 use spindle_dds_core::sim::SimDomain;
-use spindle_dds_core::{AtomicOrdering, DataReader, DataWriter, DomainParticipant, StateMask};
+use spindle_dds_core::{
+    AtomicOrdering, DataReader, DataWriter, DomainParticipant, StateMask, Topic,
+};
 use spindle_group::dare::layout::{DARE_LOG_REGION_BASE, DARE_TERM_MAX};
 use spindle_group::{DareSettings, DeliveryMode, SubgroupId};
 use spindle_qos::{DataWriterQos, DomainParticipantQos};
@@ -71,6 +73,14 @@ fn dare_participant(d: &SimDomain, id: u32, settings: Option<DareSettings>) -> D
     .expect("participant")
 }
 
+/// An Atomic-level writer of `t` in a new publisher of `p`.
+fn writer(p: &DomainParticipant, t: &Topic<Sequence>) -> DataWriter<Sequence> {
+    p.create_publisher(Default::default())
+        .unwrap()
+        .create_datawriter(t, DataWriterQos::from_topic_qos(&atomic()))
+        .unwrap()
+}
+
 fn endpoints(p: &DomainParticipant) -> (DataReader<Sequence>, DataWriter<Sequence>) {
     let t = p.create_topic::<Sequence>(TOPIC, atomic()).unwrap();
     let r = p
@@ -78,11 +88,7 @@ fn endpoints(p: &DomainParticipant) -> (DataReader<Sequence>, DataWriter<Sequenc
         .unwrap()
         .create_datareader(&t, keep_all(&atomic()))
         .unwrap();
-    let w = p
-        .create_publisher(Default::default())
-        .unwrap()
-        .create_datawriter(&t, DataWriterQos::from_topic_qos(&atomic()))
-        .unwrap();
+    let w = writer(p, &t);
     (r, w)
 }
 
@@ -313,11 +319,7 @@ fn a_writer_only_and_a_reader_only_participant_on_a_dare_topic() {
             // a view whose dare subgroup already runs.
             let mut ps: Vec<DomainParticipant> = vec![dare(1)];
             let t = ps[0].create_topic::<Sequence>(TOPIC, atomic()).unwrap();
-            let w = ps[0]
-                .create_publisher(Default::default())
-                .unwrap()
-                .create_datawriter(&t, DataWriterQos::from_topic_qos(&atomic()))
-                .unwrap();
+            let w = writer(&ps[0], &t);
             ps.push(dare(2));
             let t2 = ps[1].create_topic::<Sequence>(TOPIC, atomic()).unwrap();
             let r = ps[1]
@@ -366,11 +368,7 @@ fn a_dare_topic_elects_when_a_round_trip_outlasts_the_election_time_out() {
             let dare = |id| dare_participant(&d, id, None);
             let p1 = dare(1);
             let t = p1.create_topic::<Sequence>(TOPIC, atomic()).unwrap();
-            let w = p1
-                .create_publisher(Default::default())
-                .unwrap()
-                .create_datawriter(&t, DataWriterQos::from_topic_qos(&atomic()))
-                .unwrap();
+            let w = writer(&p1, &t);
             let p2 = dare(2);
             for (from, to) in [(1, 2), (2, 1)] {
                 d.world().add_rule(Rule {
@@ -514,11 +512,7 @@ fn a_late_write_of_an_ended_dare_instance_never_lands_in_another_topics_log() {
                 "seed {seed}: the readers' declarations never reached every view"
             );
             // X turns dare (the first and only dare subgroup): one instance, which elects.
-            let wx = ps[0]
-                .create_publisher(Default::default())
-                .unwrap()
-                .create_datawriter(&topics[0].0, DataWriterQos::from_topic_qos(&atomic()))
-                .unwrap();
+            let wx = writer(&ps[0], &topics[0].0);
             wx.wait_for_readers(3, Duration::from_secs(60)).unwrap();
             assert!(
                 d.run_until(ROUNDS_MAX, || ps.iter().all(|p| dare_subgroups(p) == [sx])),
@@ -568,11 +562,7 @@ fn a_late_write_of_an_ended_dare_instance_never_lands_in_another_topics_log() {
             }
             d.run_for(LATE_WINDOW_US);
             // Y turns dare and takes ordinal 0 from X.
-            let wy = ps[1]
-                .create_publisher(Default::default())
-                .unwrap()
-                .create_datawriter(&topics[1].1, DataWriterQos::from_topic_qos(&atomic()))
-                .unwrap();
+            let wy = writer(&ps[1], &topics[1].1);
             wy.wait_for_readers(3, Duration::from_secs(60)).unwrap();
             assert!(
                 d.run_until(ROUNDS_MAX, || ps

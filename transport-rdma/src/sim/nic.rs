@@ -65,18 +65,6 @@ impl Nics {
         ready_us: u64,
         rate: u64,
     ) -> u64 {
-        let end = self.reserve_ns(from, to, len, ready_us, rate);
-        end.div_ceil(1000)
-    }
-
-    fn reserve_ns(
-        &mut self,
-        from: NodeId,
-        to: NodeId,
-        len: usize,
-        ready_us: u64,
-        rate: u64,
-    ) -> u64 {
         let send_free = self.send_free_ns.entry(from).or_default();
         let recv_free = self.recv_free_ns.entry(to).or_default();
         let start = ready_us
@@ -86,7 +74,7 @@ impl Nics {
         let end = start.saturating_add(transfer_ns(len, rate));
         *send_free = end;
         *recv_free = end;
-        end
+        end.div_ceil(1000)
     }
 
     /// When `node`'s send side is next free, in µs (rounded up).

@@ -148,17 +148,8 @@ fn a_dare_ordered_topic_keeps_one_order_when_its_leader_crashes() {
             let mut got: Vec<Vec<(u32, u64, u32, u64)>> = vec![Vec::new(); 2];
             let take = |got: &mut Vec<Vec<(u32, u64, u32, u64)>>| {
                 for (n, (r, _)) in eps.iter().skip(1).enumerate() {
-                    for s in r.take(usize::MAX, StateMask::ANY).unwrap() {
-                        let data = s.data.expect("valid data");
-                        let (w, i) = parse(&data.payload);
-                        assert_eq!(
-                            data.payload,
-                            payload(w, i),
-                            "seed {seed}: reader {}: sample {i} of {w}",
-                            n + 2
-                        );
-                        got[n].push((s.info.view_id, s.info.order_index, w, i));
-                    }
+                    let what = format!("reader {}", n + 2);
+                    got[n].extend(take_checked(seed, &what, r));
                 }
             };
             let started = d.run_until(ROUNDS_MAX, || {
@@ -434,9 +425,10 @@ fn dare_subgroups(p: &DomainParticipant) -> Vec<SubgroupId> {
         .collect()
 }
 
-/// Takes everything `r` holds into `got` as `(writer tag, index)`, checking each
-/// payload against [`payload`].
-fn take_into(seed: u64, what: &str, r: &DataReader<Sequence>, got: &mut Vec<(u32, u64)>) {
+/// Takes everything `r` holds as `(view id, order index, writer tag, index)`, checking
+/// each payload against [`payload`].
+fn take_checked(seed: u64, what: &str, r: &DataReader<Sequence>) -> Vec<(u32, u64, u32, u64)> {
+    let mut got = Vec::new();
     for s in r.take(usize::MAX, StateMask::ANY).unwrap() {
         let data = s.data.expect("valid data");
         let (w, i) = parse(&data.payload);
@@ -445,8 +437,18 @@ fn take_into(seed: u64, what: &str, r: &DataReader<Sequence>, got: &mut Vec<(u32
             payload(w, i),
             "seed {seed}: {what}: sample {i} of {w} is not what was written"
         );
-        got.push((w, i));
+        got.push((s.info.view_id, s.info.order_index, w, i));
     }
+    got
+}
+
+/// Takes everything `r` holds into `got` as `(writer tag, index)` ([`take_checked`]).
+fn take_into(seed: u64, what: &str, r: &DataReader<Sequence>, got: &mut Vec<(u32, u64)>) {
+    got.extend(
+        take_checked(seed, what, r)
+            .into_iter()
+            .map(|(_, _, w, i)| (w, i)),
+    );
 }
 
 /// The regression test of one group-wide first term for every dare instance (commit

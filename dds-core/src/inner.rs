@@ -128,12 +128,13 @@ impl ParticipantInner {
     }
 
     /// Waits up to `timeout` (on the participant's clock) until `done` holds of the
-    /// shared state; `what` names the wait in the time-out error. Gives up early, with
+    /// shared state; `what` names the wait in the time-out error (it is given the state,
+    /// so the error can say how far the wait got). Gives up early, with
     /// `PreconditionNotMet`, if the participant stopped.
     pub(crate) fn wait_until(
         &self,
         timeout: Duration,
-        what: impl Fn() -> String,
+        what: impl Fn(&State) -> String,
         done: impl Fn(&State) -> bool,
     ) -> Result<()> {
         let deadline_us = self.now_us().saturating_add(timeout.as_micros() as u64);
@@ -153,7 +154,7 @@ impl ParticipantInner {
             }
             let left_us = deadline_us.saturating_sub(self.now_us());
             if left_us == 0 {
-                return Err(Error::Timeout(what()));
+                return Err(Error::Timeout(what(&st)));
             }
             let left = Duration::from_micros(left_us).min(VIEW_WAIT_SLICE);
             st = self.driver.wait_changed(&self.shared, st, left);
@@ -206,7 +207,7 @@ impl ParticipantInner {
         );
         self.wait_until(
             self.timeout(),
-            || {
+            |_| {
                 format!(
                     "no view carried this participant's entities within {} ms",
                     self.config.entity_timeout_ms
@@ -329,7 +330,7 @@ impl ParticipantInner {
         }
         self.wait_until(
             self.timeout(),
-            || {
+            |_| {
                 format!(
                     "node {me} did not rejoin domain {} within {} ms",
                     self.domain_id, self.config.entity_timeout_ms
@@ -396,7 +397,7 @@ impl ParticipantInner {
         }
         self.wait_until(
             self.timeout(),
-            || {
+            |_| {
                 format!(
                     "entity {} was not announced back within {} ms",
                     e.entity, self.config.entity_timeout_ms

@@ -288,6 +288,20 @@ pub struct Durable {
     since: u32,
 }
 
+/// `view 3 below 120, view 4 below 7 (since view 2)`: what an error says of the frontiers.
+impl std::fmt::Display for Durable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.frontiers.is_empty() {
+            write!(f, "none")?;
+        }
+        for (i, (vid, num)) in self.frontiers.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}view {vid} below {num}")?;
+        }
+        write!(f, " (since view {})", self.since)
+    }
+}
+
 impl Durable {
     /// The frontier of `vid` moved to `num`.
     pub fn moved(&mut self, vid: u32, num: u64) {
@@ -335,8 +349,10 @@ mod tests {
         let mut d = Durable::default();
         d.view_installed(3, &[], &[1, 2]);
         assert!(!d.covers(3, 0));
+        assert_eq!(d.to_string(), "none (since view 3)");
         d.moved(3, 5);
         assert!(d.covers(3, 4) && !d.covers(3, 5));
+        assert_eq!(d.to_string(), "view 3 below 5 (since view 3)");
         // A member left: the later view vouches for view 3's tail.
         d.view_installed(4, &[1, 2], &[1]);
         assert!(!d.covers(3, 7));

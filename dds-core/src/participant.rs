@@ -293,7 +293,7 @@ impl DomainParticipant {
         let joined = inner
             .wait_until(
                 inner.timeout(),
-                || {
+                |_| {
                     format!(
                         "node {me} did not join domain {domain_id} within {} ms",
                         inner.config.entity_timeout_ms

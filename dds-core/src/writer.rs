@@ -253,9 +253,27 @@ impl<T: TopicType> DataWriter<T> {
             self.core.level == spindle_qos::DeliveryLevel::LoggedStore,
         );
         let p = &self.topic.participant;
-        let what = || {
+        let what = |st: &crate::shared::State| {
+            // Where the wait stands: the writer's last sample delivered here (sequence
+            // number, view, place in the view's order) and, on a PERSISTENT topic, how far
+            // the subgroup's durable frontiers reached.
+            let delivered = st.own_delivered.get(&id).map_or_else(
+                || "none of its samples delivered here".to_string(),
+                |(seq, vid, index)| {
+                    format!("its sample {seq} delivered here in view {vid} at order index {index}")
+                },
+            );
+            let durable = if logged {
+                st.durable.get(&sg).map_or_else(
+                    || "; no durable frontier known".to_string(),
+                    |d| format!("; durable frontiers {d}"),
+                )
+            } else {
+                String::new()
+            };
             format!(
-                "writer {id} on {:?}: sample {target} not acknowledged ({}) within {} ms",
+                "writer {id} on {:?}: sample {target} not acknowledged ({}) within {} ms: \
+                 {delivered}{durable}",
                 self.core.topic.name,
                 if logged {
                     "durable at every member"

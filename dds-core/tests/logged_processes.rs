@@ -25,7 +25,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use spindle_dds_core::{
-    Contact, DomainParticipantFactory, ParticipantConfig, StateMask, Transport,
+    Contact, DomainParticipantFactory, Error, ParticipantConfig, StateMask, Transport,
 };
 use spindle_qos::{DataReaderQos, DataWriterQos, DurabilityKind, History, Reliability, TopicQos};
 use spindle_topics::KeyedString;
@@ -148,14 +148,26 @@ fn logged_domain_child() {
             key: format!("n{id}"),
             value: format!("r{round}-n{id}-k{k}"),
         };
-        if w.write(&v).is_err() {
+        // A write blocked past RELIABILITY max_blocking_time (a view change wedged the
+        // subgroup: the other processes' entities come in one view change each) returns
+        // `Timeout`, and the application writes again, up to `WAIT_MAX`.
+        let since = std::time::Instant::now();
+        let written = loop {
+            match w.write(&v) {
+                Err(Error::Timeout(_)) if since.elapsed() < WAIT_MAX => continue,
+                other => break other,
+            }
+        };
+        if let Err(e) = written {
+            println!("GAVE UP writing sample {k}: {e}");
             break;
         }
         // Mid-stream, but bounded: what the stores keep over all rounds stays far below
         // STORE_SAMPLES_MAX.
         std::thread::sleep(Duration::from_millis(1));
         if (k + 1) % ACK_EVERY == 0 {
-            if w.wait_for_acknowledgments(WAIT_MAX).is_err() {
+            if let Err(e) = w.wait_for_acknowledgments(WAIT_MAX) {
+                println!("GAVE UP waiting for sample {}: {e}", k + 1);
                 break;
             }
             println!("ACKED {}", k + 1);
@@ -326,6 +338,13 @@ fn total_failure_and_restart(n: u32) {
                 ready[i] = true;
             } else if let Some(a) = after(&line, "ACKED ") {
                 acks[i] = acks[i].max(a.trim().parse().unwrap());
+            } else if let Some(why) = after(&line, "GAVE UP ") {
+                panic!(
+                    "round {round} ({transport}): node {} gave up {why}; ready {ready:?}, \
+                     acks {acks:?}\n{}",
+                    ids[i],
+                    stderr_of(dir.path(), &ids, round)
+                );
             }
         }
         // Mid-stream: every process dies at once.
@@ -477,6 +496,8 @@ fn wait_ready(
             ready.insert(i);
         } else if let Some(a) = after(&line, "ACKED ") {
             g.1 = g.1.max(a.trim().parse().unwrap());
+        } else if let Some(why) = after(&line, "GAVE UP ") {
+            panic!("{what}: child {i} gave up {why}; ready {ready:?}");
         }
     }
     got

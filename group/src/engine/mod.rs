@@ -409,6 +409,11 @@ pub struct Engine {
     stats: EngineStats,
     post_lock: Option<Arc<Mutex<()>>>,
     wedged: bool,
+    /// The delivery predicate's per-sender stability frontier, reused across steps.
+    stable_scratch: Vec<u64>,
+    /// Distinct peers over all subgroups (fixed for the engine's view): where
+    /// [`Engine::drain_pushes`] stops scanning once that many are held.
+    peers_total: usize,
 }
 
 /// Most delivery batches an engine keeps for reuse: one per subgroup a round may deliver
@@ -593,10 +598,17 @@ impl Engine {
                 },
             ));
         }
+        let peers_total = subgroups
+            .iter()
+            .flat_map(|s| s.peers.iter())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
         Ok(Engine {
             node,
             view,
             techniques,
+            peers_total,
+            stable_scratch: Vec::new(),
             subgroups,
             next_start: 0,
             pushes: VecDeque::new(),
@@ -823,15 +835,10 @@ impl Engine {
             }
         }
         let subgroups = &self.subgroups;
-        let peers_total = subgroups
-            .iter()
-            .flat_map(|s| s.peers.iter())
-            .collect::<std::collections::BTreeSet<_>>()
-            .len();
         let (smc_posted, failed) = drain_queue(
             &mut self.pushes,
             scratch,
-            peers_total,
+            self.peers_total,
             |id| {
                 subgroups
                     .iter()

@@ -337,14 +337,30 @@ impl Engine {
             return Ok(false);
         }
         let g = &s.geom;
-        let senders = g.senders as u64;
-        // Stability: the minimum over members of received_num, per sender.
-        let mut stable = s.received.clone();
+        // Stability: the minimum over members of received_num, per sender, computed into
+        // the engine's reused scratch (a fresh vector per subgroup per step was the step's
+        // most frequent allocation once many subgroups run).
+        let mut stable = std::mem::take(&mut self.stable_scratch);
+        stable.clear();
+        stable.extend_from_slice(&s.received);
         for m in (0..g.members).filter(|m| *m != s.my_rank) {
             for (rank, v) in stable.iter_mut().enumerate() {
                 *v = (*v).min(s.region.load_u64(g.received_num(m, rank)));
             }
         }
+        let delivered = self.deliver_stable(i, &stable);
+        self.stable_scratch = stable;
+        delivered
+    }
+
+    /// Delivers, in round-robin order, the messages below `stable` (per sender, the
+    /// minimum over members of `received_num`), at most a batch's worth.
+    fn deliver_stable(
+        &mut self,
+        i: usize,
+        stable: &[u64],
+    ) -> std::result::Result<bool, (NodeId, String)> {
+        let senders = self.subgroups[i].geom.senders as u64;
         let stable_total: u64 = stable.iter().sum();
         let s = &mut self.subgroups[i];
         if stable_total > s.stable_seen {

@@ -53,8 +53,10 @@
 //!    errors, and a bad local range is an [`Error`] too. The default reads the range into
 //!    a per-thread scratch and writes that; a backend that can move the bytes straight
 //!    from the region overrides it (shm copies from the local mapping into the peer's).
-//!    The caller leaves the range unchanged until the write is applied at the peer (an
-//!    RDMA backend's NIC reads it after the call returns).
+//!    As with [`Endpoint::write`], the bytes are taken when the call returns: the caller
+//!    may change the range afterwards (RDMC completes a message once its writes are
+//!    posted). An RDMA override that lets the NIC read the range later must keep that
+//!    promise some other way (not done: libfabric and verbs keep the default).
 //!
 //! ## A region, read and written locally
 //!

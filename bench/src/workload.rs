@@ -130,10 +130,8 @@ pub struct Args {
     /// Slots per sender ring.
     #[arg(long, default_value_t = 256)]
     pub window: usize,
-    /// Messages above the slot in flight per sender (RDMC `window_messages`); the default
-    /// is the DCPS topic subgroups' (`LARGE_WINDOW_MESSAGES`), so the raw engine and DCPS
-    /// compare at one window.
-    #[arg(long, default_value_t = 2)]
+    /// Messages above the slot in flight per sender (RDMC `window_messages`).
+    #[arg(long, default_value_t = 1)]
     pub rdmc_window: usize,
     /// RDMC block size in bytes (at most `--size`).
     #[arg(long, default_value_t = 1 << 20)]

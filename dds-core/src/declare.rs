@@ -98,16 +98,14 @@ const _: () = assert!(SAMPLE_BYTES_MAX_LIMIT <= spindle_group::rdmc::RDMC_MESSAG
 /// RDMC block size of the topic subgroups (the RDMC default, chosen by measurement:
 /// docs/benchmarks.md, "RDMC"), or the whole message when smaller.
 const LARGE_BLOCK_BYTES: usize = 1 << 20;
-/// Large samples in flight per writer (RDMC `window_messages` of the topic subgroups): the
-/// next sample is copied into the second send buffer and moves while the members deliver
-/// the one before (a send buffer is reused once every member delivered its message). Two
-/// was slower than one over shm at 1 MiB while the engine copied every block into a
-/// scratch first; since blocks go out in place (`Endpoint::write_from`) two beat one in
-/// 10 of 12 alternated DCPS rounds and 11 of 12 raw-engine rounds (docs/benchmarks.md,
-/// issue 14 "the engine's large path"). Memory per member: this many buffers of each
-/// writer's declared largest sample — address space, of which at most
-/// `RDMC_RESIDENT_BYTES` per buffer stays resident when idle; verbs pins it all.
-pub const LARGE_WINDOW_MESSAGES: usize = 2;
+/// Large samples in flight per writer (RDMC `window_messages` of the topic subgroups). One:
+/// a send buffer is reused once every member delivered its message, so consecutive samples
+/// do not overlap. Two was measured against one at 1 MiB on two cores (docs/benchmarks.md,
+/// issue 14 "performance targets"): no gain over tcp beyond the noise and a loss over shm
+/// (the four busy threads of two processes already share two cores, and a second buffer
+/// doubles the working set); memory per member would be this many buffers of the writer's
+/// declared largest sample (address space; at most `RDMC_RESIDENT_BYTES` of each kept).
+pub const LARGE_WINDOW_MESSAGES: usize = 1;
 const _: () = assert!(LARGE_WINDOW_MESSAGES <= spindle_group::rdmc::RDMC_WINDOW_MESSAGES_MAX);
 // The window of the largest samples fits one registered region (with room for the header).
 const _: () = assert!(

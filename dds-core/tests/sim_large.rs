@@ -168,7 +168,10 @@ fn four_mib_samples_written_and_read_through_loans_arrive_intact_in_one_order() 
         |seed| {
             let (d, ps) = domain(seed, 2, 2 * BIG);
             let eps: Vec<_> = ps.iter().map(|p| endpoints(p, "software-images")).collect();
-            eps[0].1.wait_for_readers(2, Duration::from_secs(60)).unwrap();
+            eps[0]
+                .1
+                .wait_for_readers(2, Duration::from_secs(60))
+                .unwrap();
             for i in 0..LOANED {
                 let mut loan = eps[0]
                     .1
@@ -199,7 +202,11 @@ fn four_mib_samples_written_and_read_through_loans_arrive_intact_in_one_order() 
                 }
                 got.iter().all(|g| g.len() >= LOANED as usize)
             });
-            assert!(done, "seed {seed}: readers got {:?} of {LOANED}", got.iter().map(Vec::len).collect::<Vec<_>>());
+            assert!(
+                done,
+                "seed {seed}: readers got {:?} of {LOANED}",
+                got.iter().map(Vec::len).collect::<Vec<_>>()
+            );
             for g in &got {
                 assert_eq!(
                     g.iter().map(|s| s.1).collect::<Vec<_>>(),

@@ -239,8 +239,8 @@ impl Large {
     /// Posts the groups' queued writes through `post` (see [`RdmcGroup::drain_writes_by`]),
     /// each with its bytes left in place in the group's region ([`PushBytes::in_place`]:
     /// a block goes to the fabric with `Endpoint::write_from`, not copied into a scratch
-    /// first). The range is the send buffer's (or, on a relaying receiver, the receive
-    /// buffer's), which stays unchanged until every member consumed the message.
+    /// first). The fabric takes the bytes before the post returns (contract item 9), as
+    /// RDMC's rule — a message completes once its writes are posted — expects.
     pub(crate) fn drain(
         &mut self,
         mut post: impl FnMut(&Push, &PushBytes<'_>) -> spindle_transport_rdma::Result<()>,

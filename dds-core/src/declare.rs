@@ -103,8 +103,12 @@ const LARGE_BLOCK_BYTES: usize = 1 << 20;
 /// do not overlap. Two was measured against one at 1 MiB on two cores (docs/benchmarks.md,
 /// issue 14 "performance targets"): no gain over tcp beyond the noise and a loss over shm
 /// (the four busy threads of two processes already share two cores, and a second buffer
-/// doubles the working set); memory per member would be this many buffers of the writer's
-/// declared largest sample (address space; at most `RDMC_RESIDENT_BYTES` of each kept).
+/// doubles the working set). Measured again once blocks went out in place
+/// (`Endpoint::write_from`, docs/benchmarks.md, issue 14 "the engine's large path"): two
+/// won at load ≈ 2 and lost over shm at load 3–6.5, so the gain needs free cores while
+/// the cost does not: memory per member would be this many buffers of the writer's
+/// declared largest sample (address space; at most `RDMC_RESIDENT_BYTES` of each kept;
+/// verbs pins it all).
 pub const LARGE_WINDOW_MESSAGES: usize = 1;
 const _: () = assert!(LARGE_WINDOW_MESSAGES <= spindle_group::rdmc::RDMC_WINDOW_MESSAGES_MAX);
 // The window of the largest samples fits one registered region (with room for the header).

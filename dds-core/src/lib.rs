@@ -80,7 +80,18 @@
 //!   the writer's registered RDMC send buffer (the slot it had loaned becomes a null);
 //!   above `sample_bytes_max`, or above the slot without it, `OutOfResources` naming the
 //!   setting. On delivery it is copied out of the RDMC buffer into the delivered batch,
-//!   as a small one is out of its slot.
+//!   as a small one is out of its slot. `loan_sample` works for large samples with the
+//!   same API: the application fills the loaned value, and [`LoanedSample::write`] sends
+//!   it by RDMC as `write` does (test: `tests/sim_large.rs`, 4 MiB samples written
+//!   through loans and read through `take_loaned`). What it cannot do is let the
+//!   application fill the registered RDMC send buffer in place: that buffer is region
+//!   memory any peer of the group may write one-sidedly at any moment (a faulty one
+//!   included), kept as atomic words; a `&mut [u8]` (or a `&mut T` laid over it) would
+//!   claim exclusive access to memory that can change under it, which is undefined
+//!   behaviour in Rust whatever the peer writes. The closest sound thing is what is
+//!   done: the value is encoded once into the writer's staging buffer and copied once,
+//!   word by word, into the send buffer. Encoding straight into the send buffer through
+//!   a word-wise writer (a new `TopicType` entry point) would save that copy; not done.
 //! * Reads: a reader's cache borrows the delivered batch a sample came in instead of
 //!   copying the sample ([`lent`]): the batch goes back to the engine once its last
 //!   sample is taken, dropped or evicted. What held samples pin is bounded per

@@ -155,6 +155,70 @@ fn large_and_small_samples_of_a_topic_arrive_in_one_order_intact() {
     );
 }
 
+/// Samples of 4 MiB written through `loan_sample` (the application fills the loaned
+/// value; it goes by RDMC in the topic's order) and read through `take_loaned`, among
+/// small loaned ones: every reader gets every sample intact, in one order.
+#[test]
+fn four_mib_samples_written_and_read_through_loans_arrive_intact_in_one_order() {
+    const LOANED: u64 = 5;
+    const BIG: usize = 4 << 20;
+    let len = |i: u64| if i % 2 == 0 { BIG } else { 100 };
+    for_seeds(
+        "four_mib_samples_written_and_read_through_loans_arrive_intact_in_one_order",
+        |seed| {
+            let (d, ps) = domain(seed, 2, 2 * BIG);
+            let eps: Vec<_> = ps.iter().map(|p| endpoints(p, "software-images")).collect();
+            eps[0]
+                .1
+                .wait_for_readers(2, Duration::from_secs(60))
+                .unwrap();
+            for i in 0..LOANED {
+                let mut loan = eps[0]
+                    .1
+                    .loan_sample()
+                    .unwrap_or_else(|e| panic!("seed {seed}: loan_sample: {e}"));
+                loan.payload = payload(1, i, len(i));
+                loan.write()
+                    .unwrap_or_else(|e| panic!("seed {seed}: loaned write of sample {i}: {e}"));
+            }
+            let mut got: Vec<Vec<(u64, u64)>> = vec![Vec::new(); 2];
+            let done = d.run_until(ROUNDS_MAX, || {
+                for (n, (r, _)) in eps.iter().enumerate() {
+                    let loaned = r.take_loaned(usize::MAX, StateMask::ANY).unwrap();
+                    for s in loaned.iter() {
+                        let data = s.data().unwrap().expect("valid data");
+                        let (w, i) = parse(&data.payload);
+                        assert_eq!(
+                            (w, data.payload.len()),
+                            (1, len(i)),
+                            "seed {seed}: reader {n}: sample {i}'s writer and size"
+                        );
+                        assert!(
+                            data.payload == payload(1, i, len(i)),
+                            "seed {seed}: reader {n}: sample {i} corrupted"
+                        );
+                        got[n].push((s.info.order_index, i));
+                    }
+                }
+                got.iter().all(|g| g.len() >= LOANED as usize)
+            });
+            assert!(
+                done,
+                "seed {seed}: readers got {:?} of {LOANED}",
+                got.iter().map(Vec::len).collect::<Vec<_>>()
+            );
+            for g in &got {
+                assert_eq!(
+                    g.iter().map(|s| s.1).collect::<Vec<_>>(),
+                    (0..LOANED).collect::<Vec<_>>(),
+                    "seed {seed}: each sample once, in the writer's order"
+                );
+                assert_eq!(g, &got[0], "seed {seed}: every reader, one order");
+            }
+        },
+    );
+}
+
 #[test]
 fn a_sample_above_the_limit_is_out_of_resources_naming_the_setting() {
     for_seeds(

@@ -22,7 +22,7 @@ use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES};
 
 use crate::error::Result;
 use crate::layout::{rdmc_region_id, Geometry, SubgroupSpec, SLOT_HEADER_BYTES};
-use crate::push::Push;
+use crate::push::{Push, PushBytes};
 use crate::rdmc::{RdmcConfig, RdmcEvent, RdmcGroup, RDMC_WINDOW_MESSAGES_MAX};
 use crate::smc::LargeTx;
 
@@ -236,15 +236,22 @@ impl Large {
         Ok(g.region().read_bytes(at, out)?)
     }
 
-    /// Posts the groups' queued writes through `post` (see [`RdmcGroup::drain_writes`]).
+    /// Posts the groups' queued writes through `post` (see [`RdmcGroup::drain_writes_by`]),
+    /// each with its bytes left in place in the group's region ([`PushBytes::in_place`]:
+    /// a block goes to the fabric with `Endpoint::write_from`, not copied into a scratch
+    /// first). The fabric takes the bytes before the post returns (contract item 9), as
+    /// RDMC's rule — a message completes once its writes are posted — expects.
     pub(crate) fn drain(
         &mut self,
-        scratch: &mut Vec<u8>,
-        mut post: impl FnMut(&Push, &[u8]) -> spindle_transport_rdma::Result<()>,
+        mut post: impl FnMut(&Push, &PushBytes<'_>) -> spindle_transport_rdma::Result<()>,
     ) -> usize {
         self.groups
             .iter_mut()
-            .map(|g| g.drain_writes(scratch, &mut post))
+            .map(|g| {
+                g.drain_writes_by(|w, region| {
+                    post(w, &PushBytes::in_place(region, w.offset, w.len))
+                })
+            })
             .sum()
     }
 }

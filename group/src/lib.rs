@@ -132,9 +132,10 @@ pub mod testkit;
 pub use counters::NodeCounters;
 pub use engine::{
     dare_imm, is_dare_imm, DeliveryBatch, Engine, EngineConfig, EngineEvent, EngineStats, Message,
-    Push, Techniques, DARE_ENGINE_IMM_TAG, DARE_OUT_QUEUE_MAX, DELIVERY_BATCH_MAX,
-    DELIVERY_QUEUE_MAX, EVENT_QUEUE_MAX, PUSH_BYTES_MAX, PUSH_QUEUE_MAX, RECEIVE_BATCH_MAX,
-    SEND_BATCH_MAX, SPARE_BATCHES_BYTES_MAX, SPARE_BATCHES_MAX, SPARE_BATCH_BYTES_MAX,
+    PostBytes, Push, PushBytes, Techniques, DARE_ENGINE_IMM_TAG, DARE_OUT_QUEUE_MAX,
+    DELIVERY_BATCH_MAX, DELIVERY_QUEUE_MAX, EVENT_QUEUE_MAX, PUSH_BYTES_MAX, PUSH_QUEUE_MAX,
+    RECEIVE_BATCH_MAX, SEND_BATCH_MAX, SPARE_BATCHES_BYTES_MAX, SPARE_BATCHES_MAX,
+    SPARE_BATCH_BYTES_MAX,
 };
 pub use error::{Error, Result};
 pub use group::{

@@ -37,7 +37,7 @@ use std::collections::{BTreeSet, VecDeque};
 use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES};
 
 use crate::dare::{handoff_source, DareReport};
-use crate::engine::{drain_queue, Push};
+use crate::engine::{drain_queue, Push, PushBytes};
 use crate::error::{Error, Result};
 use crate::layout::{
     sst_region_id, DeliveryMode, Layout, SubgroupSpec, View, DECLARED_BYTES_MAX, SUBGROUPS_MAX,
@@ -1058,7 +1058,7 @@ impl Membership {
     pub fn drain_pushes(
         &mut self,
         scratch: &mut Vec<u8>,
-        post: impl FnMut(&Push, &[u8]) -> spindle_transport_rdma::Result<()>,
+        post: impl FnMut(&Push, &PushBytes<'_>) -> spindle_transport_rdma::Result<()>,
     ) -> usize {
         let region = &self.region;
         let id = self.region_id;

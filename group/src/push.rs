@@ -2,9 +2,130 @@
 //! pushes, the membership rows, RDMC's blocks) and the one loop that posts a queue of them
 //! in order per peer.
 
+use std::cell::OnceCell;
 use std::collections::VecDeque;
+use std::ops::Deref;
 
-use spindle_transport_rdma::{NodeId, Region, RegionId};
+use spindle_transport_rdma::{LocalRange, NodeId, Region, RegionId};
+
+/// The bytes of a [`Push`] as the drains hand them to their poster: already read into
+/// the drain's scratch (SST, SMC and membership pushes), or a range of the node's own
+/// region left in place (RDMC blocks, up to a block of a MiB or more), which
+/// [`Push::post`] hands to the fabric with [`spindle_transport_rdma::Endpoint::write_from`]
+/// — no copy into a scratch first (over shm one copy in all, into the peer's mapping).
+/// Derefs to the bytes for a poster that wants them (the in-process test and benchmark
+/// fabrics): a range is then read once, on first use, into a buffer of its own.
+pub struct PushBytes<'a> {
+    inner: Source<'a>,
+}
+
+enum Source<'a> {
+    Read(&'a [u8]),
+    InPlace {
+        from: LocalRange<'a>,
+        read: OnceCell<Vec<u8>>,
+    },
+}
+
+impl<'a> PushBytes<'a> {
+    /// Bytes already read.
+    pub fn read(bytes: &'a [u8]) -> Self {
+        PushBytes {
+            inner: Source::Read(bytes),
+        }
+    }
+
+    /// `len` bytes of the local `region` at `offset`, left in place. The range must lie
+    /// inside the region (the cores compute it from their own layout).
+    pub fn in_place(region: &'a Region, offset: usize, len: usize) -> Self {
+        PushBytes {
+            inner: Source::InPlace {
+                from: LocalRange {
+                    region,
+                    offset,
+                    len,
+                },
+                read: OnceCell::new(),
+            },
+        }
+    }
+
+    /// The local range, for bytes left in place.
+    pub fn local_range(&self) -> Option<LocalRange<'a>> {
+        match &self.inner {
+            Source::Read(_) => None,
+            Source::InPlace { from, .. } => Some(*from),
+        }
+    }
+}
+
+impl Deref for PushBytes<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match &self.inner {
+            Source::Read(bytes) => bytes,
+            Source::InPlace { from, read } => read.get_or_init(|| {
+                let mut out = Vec::new();
+                if let Err(e) = from.region.read_append(from.offset, from.len, &mut out) {
+                    // Ranges come from this crate's cores, never from a peer: a bad one
+                    // is a bug.
+                    unreachable!("a push's range outside its region: {e}");
+                }
+                out
+            }),
+        }
+    }
+}
+
+/// What [`Push::post`] takes: bytes already read (a slice, a `Vec`), or a [`PushBytes`],
+/// whose bytes left in place go to the fabric by `Endpoint::write_from`.
+pub trait PostBytes {
+    /// The local range, when the bytes are left in place.
+    fn local_range(&self) -> Option<LocalRange<'_>>;
+    /// The bytes (read on first use when left in place).
+    fn bytes(&self) -> &[u8];
+}
+
+impl PostBytes for [u8] {
+    fn local_range(&self) -> Option<LocalRange<'_>> {
+        None
+    }
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl PostBytes for Vec<u8> {
+    fn local_range(&self) -> Option<LocalRange<'_>> {
+        None
+    }
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl PostBytes for PushBytes<'_> {
+    fn local_range(&self) -> Option<LocalRange<'_>> {
+        PushBytes::local_range(self)
+    }
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl std::fmt::Debug for PushBytes<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.inner {
+            Source::Read(bytes) => f.debug_tuple("Read").field(&bytes.len()).finish(),
+            Source::InPlace { from, .. } => f
+                .debug_struct("InPlace")
+                .field("offset", &from.offset)
+                .field("len", &from.len)
+                .finish(),
+        }
+    }
+}
 
 /// A one-sided write the engine wants posted: bytes `offset..offset + len` of the node's
 /// own copy of region `region`, written at the same offset of `peer`'s copy; then, if
@@ -26,11 +147,15 @@ pub struct Push {
 impl Push {
     /// Posts this push on `endpoint` with `bytes` (what [`crate::Engine::drain_pushes`]
     /// hands out): a plain write, or a write then the guard's release.
-    pub fn post(
+    pub fn post<B: PostBytes + ?Sized>(
         &self,
         endpoint: &dyn spindle_transport_rdma::Endpoint,
-        bytes: &[u8],
+        bytes: &B,
     ) -> spindle_transport_rdma::Result<()> {
+        if let Some(from) = bytes.local_range() {
+            return endpoint.write_from(self.peer, self.region, self.offset, from, self.guard);
+        }
+        let bytes = bytes.bytes();
         match self.guard {
             Some((at, value)) => {
                 endpoint.write_then_release(self.peer, self.region, self.offset, bytes, at, value)
@@ -49,7 +174,7 @@ pub(crate) fn drain_queue<'r>(
     scratch: &mut Vec<u8>,
     peers_total: usize,
     region: impl Fn(RegionId) -> Option<&'r Region>,
-    mut post: impl FnMut(&Push, &[u8]) -> spindle_transport_rdma::Result<()>,
+    mut post: impl FnMut(&Push, &PushBytes<'_>) -> spindle_transport_rdma::Result<()>,
 ) -> (usize, Vec<NodeId>) {
     let mut posted = 0;
     let mut held: Vec<NodeId> = Vec::new();
@@ -78,7 +203,7 @@ pub(crate) fn drain_queue<'r>(
         if r.read_bytes(push.offset, bytes).is_err() {
             continue;
         }
-        match post(&push, bytes) {
+        match post(&push, &PushBytes::read(bytes)) {
             Ok(()) => posted += 1,
             Err(spindle_transport_rdma::Error::QueueFull { .. }) => {
                 held.push(push.peer);

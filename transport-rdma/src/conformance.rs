@@ -1,4 +1,4 @@
-//! The conformance suite every backend must pass: contract items 1–7 of the crate docs.
+//! The conformance suite every backend must pass: contract items 1–9 of the crate docs.
 //!
 //! A backend plugs in through a [`Harness`]: how to open an endpoint, how to make progress
 //! (the simulator steps its world; real backends just let their threads run), and whether
@@ -464,6 +464,142 @@ impl Workload for GuardWorkload {
     }
 }
 
+/// Writes from a local region (contract item 9): generation `g` fills its own range of a
+/// local source region with byte `g` — at word phase `g % 8`, so most generations are
+/// copied across word phases and some along them — and writes it with
+/// [`Endpoint::write_from`] to the peer's payload, then guard `g`: with the write's own
+/// guard on even generations, as a plain write after it (FIFO) on odd ones. A reader that
+/// sees guard `g` must see no payload byte older than `g`, and at the end exactly the last
+/// generation's bytes. A local range past its region is an error, not a panic.
+#[derive(Debug)]
+pub struct WriteFromWorkload {
+    generations: u64,
+    payload_len: usize,
+    next: u64,
+    /// The generation whose payload went out and whose separate guard write is pending.
+    payload_sent: bool,
+    source: Option<Region>,
+}
+
+impl WriteFromWorkload {
+    /// `generations` payloads of `payload_len` bytes (at most 250 generations, so a
+    /// generation fits in the byte it fills).
+    pub fn new(generations: u64, payload_len: usize) -> Self {
+        assert!(
+            generations <= 250,
+            "a generation must fit in one payload byte"
+        );
+        WriteFromWorkload {
+            generations,
+            payload_len,
+            next: 1,
+            payload_sent: false,
+            source: None,
+        }
+    }
+
+    /// Where generation `g`'s bytes start in the source region.
+    fn source_offset(&self, g: u64) -> usize {
+        (g as usize - 1) * (self.payload_len + 16) + (g % 8) as usize
+    }
+}
+
+impl Workload for WriteFromWorkload {
+    fn name(&self) -> &'static str {
+        "write from a local region"
+    }
+    fn region_len(&self) -> usize {
+        8 + self.payload_len
+    }
+    fn issue(&mut self, ep: &dyn Endpoint, target: NodeId) -> Issued {
+        if self.next > self.generations {
+            return Issued::Done;
+        }
+        if self.source.is_none() {
+            let len = self.generations as usize * (self.payload_len + 16);
+            let source = Region::new_heap(0, len).expect("a local source region");
+            for g in 1..=self.generations {
+                let bytes = vec![g as u8; self.payload_len];
+                source
+                    .write_bytes(self.source_offset(g), &bytes)
+                    .expect("source ranges inside the source region");
+            }
+            let past = crate::LocalRange {
+                region: &source,
+                offset: len - 4,
+                len: 8,
+            };
+            assert!(
+                matches!(
+                    ep.write_from(target, WORKLOAD_REGION, 8, past, None),
+                    Err(Error::OutOfBounds { .. })
+                ),
+                "a local range past its region must be OutOfBounds"
+            );
+            self.source = Some(source);
+        }
+        let g = self.next;
+        let source = self.source.as_ref().expect("made above");
+        let from = crate::LocalRange {
+            region: source,
+            offset: self.source_offset(g),
+            len: self.payload_len,
+        };
+        let issued = if g % 2 == 0 {
+            issue_op(
+                ep.write_from(target, WORKLOAD_REGION, 8, from, Some((0, g))),
+                "guarded write from a local region",
+            )
+        } else {
+            if !self.payload_sent {
+                match issue_op(
+                    ep.write_from(target, WORKLOAD_REGION, 8, from, None),
+                    "write from a local region",
+                ) {
+                    Issued::More => self.payload_sent = true,
+                    other => return other,
+                }
+            }
+            issue_op(
+                ep.write(target, WORKLOAD_REGION, 0, &g.to_ne_bytes()),
+                "guard write after a write from a local region",
+            )
+        };
+        if issued == Issued::More {
+            self.payload_sent = false;
+            self.next += 1;
+        }
+        issued
+    }
+    fn check(&mut self, region: &Region, _events: &mut Vec<Event>) -> Result<bool, String> {
+        let g = region.load_u64(0);
+        if g == 0 {
+            return Ok(false);
+        }
+        let payload = region
+            .to_vec(8, self.payload_len)
+            .map_err(|e| e.to_string())?;
+        if let Some((at, b)) = payload.iter().enumerate().find(|(_, b)| u64::from(**b) < g) {
+            return Err(format!(
+                "guard {g} visible but payload byte {at} is from generation {b}: \
+                 a write from a local region landed after its guard"
+            ));
+        }
+        if g == self.generations {
+            if let Some((at, b)) = payload
+                .iter()
+                .enumerate()
+                .find(|(_, b)| u64::from(**b) != g)
+            {
+                return Err(format!(
+                    "last generation {g}: payload byte {at} is {b}, not the source's bytes"
+                ));
+            }
+        }
+        Ok(g == self.generations)
+    }
+}
+
 /// Sends ordered with writes (contract item 5): write a marker, then send with immediate
 /// `i`; at `Recv` of `i` the marker must be `>= i`, and receives come in order, intact.
 #[derive(Debug, Clone)]
@@ -553,8 +689,13 @@ pub fn workloads() -> Vec<Box<dyn Workload>> {
         Box::new(TornWorkload::new(20_000)),
         Box::new(GuardWorkload::new(200, 32 * 1024)),
         Box::new(SendWorkload::new(300)),
+        Box::new(WriteFromWorkload::new(120, WRITE_FROM_PAYLOAD_BYTES)),
     ]
 }
+
+/// Payload of [`WriteFromWorkload`] in the suite: 32 KiB and 3 bytes, so every write ends
+/// in a partial word.
+const WRITE_FROM_PAYLOAD_BYTES: usize = 32 * 1024 + 3;
 
 /// Runs one workload between two fresh endpoints of the harness.
 pub fn check_workload(
@@ -673,6 +814,15 @@ pub fn check_send_recv(h: &mut dyn Harness) {
         h,
         Box::new(SendWorkload::new(300)),
         Box::new(SendWorkload::new(300)),
+    );
+}
+
+/// `write_from` moves a local region's bytes like `write`, guard included (item 9).
+pub fn check_write_from(h: &mut dyn Harness) {
+    check_workload(
+        h,
+        Box::new(WriteFromWorkload::new(120, WRITE_FROM_PAYLOAD_BYTES)),
+        Box::new(WriteFromWorkload::new(120, WRITE_FROM_PAYLOAD_BYTES)),
     );
 }
 
@@ -1097,6 +1247,7 @@ pub fn run_all(h: &mut dyn Harness) {
     check_untorn_words(h);
     check_guard(h);
     check_send_recv(h);
+    check_write_from(h);
     check_doorbell(h);
     check_cork(h);
     check_failures(h);

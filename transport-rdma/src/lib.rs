@@ -47,6 +47,16 @@
 //!    corked is lost, and other threads' writes are not held. Nor is anything held for
 //!    long: a corking thread that stays busy does not silence its links — what it holds
 //!    goes out by the failure detector's next probe tick at the latest.
+//! 9. **Writes from a local region.** [`Endpoint::write_from`] is [`Endpoint::write`] (or,
+//!    with a guard, [`Endpoint::write_then_release`]) whose bytes are a range of a local
+//!    [`Region`] ([`LocalRange`]) instead of a slice: same ordering, same guard rule, same
+//!    errors, and a bad local range is an [`Error`] too. The default reads the range into
+//!    a per-thread scratch and writes that; a backend that can move the bytes straight
+//!    from the region overrides it (shm copies from the local mapping into the peer's).
+//!    As with [`Endpoint::write`], the bytes are taken when the call returns: the caller
+//!    may change the range afterwards (RDMC completes a message once its writes are
+//!    posted). An RDMA override that lets the NIC read the range later must keep that
+//!    promise some other way (not done: libfabric and verbs keep the default).
 //!
 //! ## A region, read and written locally
 //!
@@ -91,7 +101,8 @@ pub use backend::{backend_names, open_backend};
 pub use doorbell::Doorbell;
 pub use error::{Error, FailureReason, Result};
 pub use region::{
-    check_region_len, page_bytes, round_up_to_words, Region, HEAP_MAP_BYTES_MIN, WORD_BYTES,
+    check_region_len, page_bytes, round_up_to_words, Region, COPY_CHUNK_BYTES, HEAP_MAP_BYTES_MIN,
+    WORD_BYTES,
 };
 pub use trust::DomainSecret;
 
@@ -116,6 +127,45 @@ pub const PEERS_MAX: usize = 1024;
 pub const EVENT_QUEUE_MAX: usize = 65_536;
 /// Upper bound for [`FabricConfig::outbound_bytes_max`].
 pub const OUTBOUND_BYTES_MAX: usize = 1 << 30;
+
+/// Most bytes the default [`Endpoint::write_from`] keeps in its per-thread scratch
+/// between calls (a larger one is freed after its write).
+pub const WRITE_FROM_SCRATCH_KEPT_BYTES: usize = 16 << 20;
+
+std::thread_local! {
+    /// The default [`Endpoint::write_from`]'s scratch, one per thread.
+    static WRITE_FROM_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Reads `from` into this thread's scratch and hands the bytes to `f` (the default
+/// [`Endpoint::write_from`], and a framing backend's).
+pub(crate) fn with_local_bytes(
+    from: LocalRange<'_>,
+    f: impl FnOnce(&[u8]) -> Result<()>,
+) -> Result<()> {
+    WRITE_FROM_SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        scratch.clear();
+        from.region
+            .read_append(from.offset, from.len, &mut scratch)?;
+        let result = f(&scratch);
+        if scratch.capacity() > WRITE_FROM_SCRATCH_KEPT_BYTES {
+            *scratch = Vec::new();
+        }
+        result
+    })
+}
+
+/// The bytes of an [`Endpoint::write_from`]: `len` bytes of a local `region` at `offset`.
+#[derive(Debug, Clone, Copy)]
+pub struct LocalRange<'a> {
+    /// The local region the bytes are in (registered on the endpoint or not).
+    pub region: &'a Region,
+    /// Where they start in it.
+    pub offset: usize,
+    /// How many.
+    pub len: usize,
+}
 
 /// What a peer needs to know to write into a region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -334,6 +384,26 @@ pub trait Endpoint: Send + Sync + fmt::Debug {
         guard_offset: usize,
         guard_value: u64,
     ) -> Result<()>;
+
+    /// One-sided write of the local range `from` into `peer`'s region `region` at
+    /// `offset`, then, with a `guard` `(guard_offset, guard_value)`, the guard's release
+    /// as [`Endpoint::write_then_release`] (contract item 9). The default reads `from`
+    /// into a per-thread scratch (kept up to [`WRITE_FROM_SCRATCH_KEPT_BYTES`]) and
+    /// writes that, so every backend is correct; shm overrides it with one copy from the
+    /// local mapping into the peer's.
+    fn write_from(
+        &self,
+        peer: NodeId,
+        region: RegionId,
+        offset: usize,
+        from: LocalRange<'_>,
+        guard: Option<(usize, u64)>,
+    ) -> Result<()> {
+        with_local_bytes(from, |bytes| match guard {
+            Some((at, value)) => self.write_then_release(peer, region, offset, bytes, at, value),
+            None => self.write(peer, region, offset, bytes),
+        })
+    }
 
     /// Two-sided send of `bytes` with immediate `imm`; the peer polls it as
     /// [`Event::Recv`] (contract item 5).

@@ -33,6 +33,10 @@ use crate::{Error, RegionId, Result, REGION_BYTES_MAX};
 /// Size of the fabric's atomic unit, in bytes.
 pub const WORD_BYTES: usize = 8;
 
+/// Bytes [`Region::copy_from`] moves per step through its stack buffer when source and
+/// destination offsets sit at different places in their words.
+pub const COPY_CHUNK_BYTES: usize = 4096;
+
 /// A registered region of memory, shared with the fabric. Cloning is cheap (a reference
 /// count); the memory lives until the last clone and the backend release it.
 #[derive(Clone)]
@@ -357,6 +361,81 @@ impl Region {
         Ok(())
     }
 
+    /// Copies `len` bytes of `src` at `src_offset` into this region at `offset`, without
+    /// a buffer in between when both offsets sit at the same place in their words (the
+    /// usual case: block-aligned buffers), else through a small stack buffer
+    /// ([`COPY_CHUNK_BYTES`] at a time). Ordering as [`Region::write_bytes`] on this side
+    /// (a release fence first, whole words stored atomically, partial words merged) and
+    /// [`Region::read_bytes`] on `src` (relaxed loads). This is how a backend that maps
+    /// its peers' memory applies [`crate::Endpoint::write_from`]. Errors (never panics)
+    /// if a range does not fit, or if both ranges are in one region and overlap.
+    pub fn copy_from(
+        &self,
+        offset: usize,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        self.check_range(offset, len)?;
+        src.check_range(src_offset, len)?;
+        if self.inner.ptr == src.inner.ptr && offset < src_offset + len && src_offset < offset + len
+        {
+            return Err(Error::Config(format!(
+                "copy_from: {len} bytes at {src_offset} overlap their destination at {offset} \
+                 in region {}",
+                self.id()
+            )));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        if offset % WORD_BYTES != src_offset % WORD_BYTES {
+            let mut buf = [0u8; COPY_CHUNK_BYTES];
+            let mut done = 0;
+            while done < len {
+                let n = COPY_CHUNK_BYTES.min(len - done);
+                src.read_bytes(src_offset + done, &mut buf[..n])?;
+                self.write_bytes(offset + done, &buf[..n])?;
+                done += n;
+            }
+            return Ok(());
+        }
+        fence(Ordering::Release);
+        // Leading and trailing partial words go through `read_bytes`/`merge_word`.
+        let head = ((WORD_BYTES - offset % WORD_BYTES) % WORD_BYTES).min(len);
+        if head > 0 {
+            let mut raw = [0u8; WORD_BYTES];
+            src.read_bytes(src_offset, &mut raw[..head])?;
+            self.merge_word(offset / WORD_BYTES, offset % WORD_BYTES, &raw[..head]);
+        }
+        let whole = (len - head) / WORD_BYTES;
+        let to = (offset + head) / WORD_BYTES;
+        let from = (src_offset + head) / WORD_BYTES;
+        // Invariant: both word runs lie inside their regions (ranges checked above).
+        assert!(
+            to + whole <= self.inner.words && from + whole <= src.inner.words,
+            "copy_from: word runs inside both regions"
+        );
+        let dst_base = self.inner.ptr.as_ptr();
+        let src_base = src.inner.ptr.as_ptr();
+        for i in 0..whole {
+            // SAFETY: `from + i < from + whole <= src.words` and `to + i < to + whole <=
+            // self.words` (asserted above): both words lie inside their regions, which
+            // `&self` and `&src` keep alive; access is atomic, as everywhere in a region.
+            let value = unsafe { &*src_base.add(from + i) }.load(Ordering::Relaxed);
+            // SAFETY: as above.
+            unsafe { &*dst_base.add(to + i) }.store(value, Ordering::Relaxed);
+        }
+        let done = head + whole * WORD_BYTES;
+        if done < len {
+            let mut raw = [0u8; WORD_BYTES];
+            let tail = len - done;
+            src.read_bytes(src_offset + done, &mut raw[..tail])?;
+            self.merge_word((offset + done) / WORD_BYTES, 0, &raw[..tail]);
+        }
+        Ok(())
+    }
+
     /// Merges `bytes` into word `index` starting at byte `start` of the word.
     fn merge_word(&self, index: usize, start: usize, bytes: &[u8]) {
         assert!(
@@ -521,6 +600,56 @@ pub fn check_region_len(len_bytes: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copy_from_moves_every_byte_at_any_alignment_and_keeps_the_neighbours() {
+        let src = Region::new_heap(1, 10_000).unwrap();
+        let pattern: Vec<u8> = (0..10_000u32).map(|i| (i * 7 + 3) as u8).collect();
+        src.write_bytes(0, &pattern).unwrap();
+        // Same word phase (fast path) and different phases (stack buffer, more than one
+        // chunk), with partial words at both ends.
+        for (from, to, len) in [
+            (0, 0, 9_000),
+            (5, 13, 8_003),
+            (3, 8, 5_001),
+            (8, 1, 4_100),
+            (7, 7, 1),
+        ] {
+            let dst = Region::new_heap(2, 10_000).unwrap();
+            dst.write_bytes(0, &[0xEE; 10_000]).unwrap();
+            dst.copy_from(to, &src, from, len).unwrap();
+            let got = dst.to_vec(0, 10_000).unwrap();
+            assert_eq!(
+                &got[to..to + len],
+                &pattern[from..from + len],
+                "{from}->{to} {len}"
+            );
+            assert!(
+                got[..to].iter().all(|b| *b == 0xEE),
+                "bytes before {to} kept"
+            );
+            assert!(
+                got[to + len..].iter().all(|b| *b == 0xEE),
+                "bytes after {} kept",
+                to + len
+            );
+        }
+        let dst = Region::new_heap(2, 64).unwrap();
+        assert!(
+            dst.copy_from(60, &src, 0, 8).is_err(),
+            "destination range past the end"
+        );
+        assert!(
+            dst.copy_from(0, &src, 9_996, 8).is_err(),
+            "source range past the end"
+        );
+        assert!(
+            src.copy_from(4, &src, 0, 8).is_err(),
+            "overlapping ranges of one region"
+        );
+        src.copy_from(100, &src, 0, 8).unwrap();
+        assert_eq!(src.to_vec(100, 8).unwrap(), &pattern[..8]);
+    }
 
     #[test]
     fn unaligned_writes_merge_and_read_back() {

@@ -81,8 +81,8 @@ use std::time::Duration;
 
 use crate::link::{Hub, LinkHooks, RemoteWrite};
 use crate::{
-    Endpoint, Error, Event, FabricConfig, FailureReason, NodeId, Region, RegionDesc, RegionId,
-    Result, REGION_BYTES_MAX,
+    Endpoint, Error, Event, FabricConfig, FailureReason, LocalRange, NodeId, Region, RegionDesc,
+    RegionId, Result, REGION_BYTES_MAX,
 };
 
 /// Longest namespace string accepted by [`ShmEndpoint::open`], in bytes (the abstract
@@ -479,6 +479,36 @@ impl LinkHooks for ShmHooks {
         bytes: &[u8],
         guard: Option<(usize, u64)>,
     ) -> Result<RemoteWrite> {
+        self.store_remote(peer, desc, guard, |region| {
+            region.write_bytes(offset, bytes)
+        })
+    }
+
+    fn remote_write_from(
+        &self,
+        peer: NodeId,
+        desc: RegionDesc,
+        offset: usize,
+        from: LocalRange<'_>,
+        guard: Option<(usize, u64)>,
+    ) -> Result<RemoteWrite> {
+        // One copy, from the local mapping straight into the peer's (no scratch).
+        self.store_remote(peer, desc, guard, |region| {
+            region.copy_from(offset, from.region, from.offset, from.len)
+        })
+    }
+}
+
+impl ShmHooks {
+    /// Applies a write to `peer`'s mapped region `desc` with `store`, then the guard, in
+    /// the peer's issue order, and rings its doorbell.
+    fn store_remote(
+        &self,
+        peer: NodeId,
+        desc: RegionDesc,
+        guard: Option<(usize, u64)>,
+        store: impl FnOnce(&Region) -> Result<()>,
+    ) -> Result<RemoteWrite> {
         let (region, control, order) = {
             let remote = self.remote.read().unwrap_or_else(|p| p.into_inner());
             let maps = remote.get(&peer);
@@ -498,7 +528,7 @@ impl LinkHooks for ShmHooks {
         };
         {
             let _in_order = lock(&order);
-            region.write_bytes(offset, bytes)?;
+            store(&region)?;
             if let Some((guard_offset, value)) = guard {
                 region.check_range(guard_offset, crate::WORD_BYTES)?;
                 region.store_u64(guard_offset, value);
@@ -704,6 +734,17 @@ impl Endpoint for ShmEndpoint {
     ) -> Result<()> {
         self.hub
             .write_then_release(peer, region, offset, bytes, guard_offset, guard_value)
+    }
+
+    fn write_from(
+        &self,
+        peer: NodeId,
+        region: RegionId,
+        offset: usize,
+        from: LocalRange<'_>,
+        guard: Option<(usize, u64)>,
+    ) -> Result<()> {
+        self.hub.write_from(peer, region, offset, from, guard)
     }
 
     fn send(&self, peer: NodeId, imm: u32, bytes: &[u8]) -> Result<()> {

@@ -36,8 +36,8 @@ use std::time::Duration;
 
 use crate::link::{DefaultHooks, Hub};
 use crate::{
-    Endpoint, Error, Event, FabricConfig, FailureReason, NodeId, Region, RegionDesc, RegionId,
-    Result,
+    Endpoint, Error, Event, FabricConfig, FailureReason, LocalRange, NodeId, Region, RegionDesc,
+    RegionId, Result,
 };
 
 /// Most inbound connections that may be in their handshake at once; further ones are
@@ -210,6 +210,17 @@ impl Endpoint for TcpEndpoint {
     ) -> Result<()> {
         self.hub
             .write_then_release(peer, region, offset, bytes, guard_offset, guard_value)
+    }
+
+    fn write_from(
+        &self,
+        peer: NodeId,
+        region: RegionId,
+        offset: usize,
+        from: LocalRange<'_>,
+        guard: Option<(usize, u64)>,
+    ) -> Result<()> {
+        self.hub.write_from(peer, region, offset, from, guard)
     }
 
     fn send(&self, peer: NodeId, imm: u32, bytes: &[u8]) -> Result<()> {

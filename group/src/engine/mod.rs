@@ -19,7 +19,7 @@ use crate::layout::{
     sst_region_id, DeliveryMode, Geometry, Layout, SubgroupId, SubgroupSpec, View,
 };
 pub(crate) use crate::push::drain_queue;
-pub use crate::push::Push;
+pub use crate::push::{PostBytes, Push, PushBytes};
 use crate::smc::{Ring, Sender};
 
 mod dare;
@@ -821,7 +821,7 @@ impl Engine {
     pub fn drain_pushes(
         &mut self,
         scratch: &mut Vec<u8>,
-        post: impl FnMut(&Push, &[u8]) -> spindle_transport_rdma::Result<()>,
+        post: impl FnMut(&Push, &PushBytes<'_>) -> spindle_transport_rdma::Result<()>,
     ) -> usize {
         let post_lock = self.post_lock.clone();
         let held = post_lock
@@ -831,7 +831,7 @@ impl Engine {
         let mut posted = 0;
         for s in &mut self.subgroups {
             if let Some(l) = &mut s.large {
-                posted += l.drain(scratch, &mut post);
+                posted += l.drain(&mut post);
             }
         }
         let subgroups = &self.subgroups;

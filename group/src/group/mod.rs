@@ -25,7 +25,9 @@ use std::sync::Arc;
 
 use spindle_transport_rdma::{Endpoint, Event, FailureReason, NodeId, Region, RegionId};
 
-use crate::engine::{is_dare_imm, DeliveryBatch, Engine, EngineConfig, EngineEvent, Push};
+use crate::engine::{
+    is_dare_imm, DeliveryBatch, Engine, EngineConfig, EngineEvent, Push, PushBytes,
+};
 use crate::error::{Error, Result};
 use crate::layout::{DeliveryMode, Layout, SubgroupId, View, DECLARED_BYTES_MAX};
 use crate::membership::{Membership, Outcome, ADDRESS_BYTES_MAX};
@@ -774,7 +776,7 @@ impl Group {
     pub fn drain_pushes(
         &mut self,
         scratch: &mut Vec<u8>,
-        mut post: impl FnMut(&Push, &[u8]) -> spindle_transport_rdma::Result<()>,
+        mut post: impl FnMut(&Push, &PushBytes<'_>) -> spindle_transport_rdma::Result<()>,
     ) -> usize {
         if matches!(self.phase, Phase::Done) {
             // A stopped node writes nothing more.

@@ -106,8 +106,8 @@ use outbound::Outbound;
 use crate::detector::{stall_us, Detector, DetectorConfig, StallLog, Verdict};
 use crate::peers::{check_not_self, LinkState, PeerEntry, PeerTable};
 use crate::{
-    Doorbell, Error, Event, FabricConfig, FailureReason, NodeId, Region, RegionDesc, RegionId,
-    Result, EVENT_QUEUE_MAX, REGIONS_PER_ENDPOINT_MAX,
+    Doorbell, Error, Event, FabricConfig, FailureReason, LocalRange, NodeId, Region, RegionDesc,
+    RegionId, Result, EVENT_QUEUE_MAX, REGIONS_PER_ENDPOINT_MAX,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -207,6 +207,20 @@ pub trait LinkHooks: Send + Sync + 'static {
         _desc: RegionDesc,
         _offset: usize,
         _bytes: &[u8],
+        _guard: Option<(usize, u64)>,
+    ) -> Result<RemoteWrite> {
+        Ok(RemoteWrite::Framed)
+    }
+
+    /// An outgoing [`crate::Endpoint::write_from`], checked as for
+    /// [`LinkHooks::remote_write`] (and the local range against its region). Default:
+    /// frame it (from a scratch copy of the range).
+    fn remote_write_from(
+        &self,
+        _peer: NodeId,
+        _desc: RegionDesc,
+        _offset: usize,
+        _from: LocalRange<'_>,
         _guard: Option<(usize, u64)>,
     ) -> Result<RemoteWrite> {
         Ok(RemoteWrite::Framed)

@@ -13,8 +13,8 @@ use super::frame::Head;
 use super::{lock, read, up_links, Hub, Link, LinkStream, RemoteWrite};
 use crate::trust::SendCipher;
 use crate::{
-    Error, FailureReason, NodeId, RegionDesc, RegionId, Result, SEND_BYTES_MAX, WORD_BYTES,
-    WRITE_BYTES_MAX,
+    Error, FailureReason, LocalRange, NodeId, RegionDesc, RegionId, Result, SEND_BYTES_MAX,
+    WORD_BYTES, WRITE_BYTES_MAX,
 };
 
 /// Rounds of "send what others queued meanwhile" one caller does before handing the
@@ -639,6 +639,35 @@ impl<S: LinkStream> Hub<S> {
             return Ok(());
         }
         self.enqueue_write(&link, region, offset, bytes, guard)
+    }
+
+    /// Write from a local region (see [`crate::Endpoint::write_from`]): the hooks move
+    /// it straight when they can (shm), else it is framed from a scratch copy.
+    pub fn write_from(
+        &self,
+        peer: NodeId,
+        region: RegionId,
+        offset: usize,
+        from: LocalRange<'_>,
+        guard: Option<(usize, u64)>,
+    ) -> Result<()> {
+        let link = self.link(peer)?;
+        let desc = self.remote_desc(&link, region)?;
+        Self::check_write(&desc, offset, from.len)?;
+        if let Some((guard_offset, _)) = guard {
+            Self::check_guard(&desc, guard_offset)?;
+        }
+        from.region.check_range(from.offset, from.len)?;
+        if self
+            .hooks
+            .remote_write_from(peer, desc, offset, from, guard)?
+            == RemoteWrite::Done
+        {
+            return Ok(());
+        }
+        crate::with_local_bytes(from, |bytes| {
+            self.enqueue_write(&link, region, offset, bytes, guard)
+        })
     }
 
     /// Two-sided send (see [`crate::Endpoint::send`]).

@@ -49,23 +49,8 @@ if [ ! -x "$bin" ] || [ "$src/pingpong.c" -nt "$bin" ] || [ "$src/Octets.idl" -n
   gcc -O2 -Wall -Wextra -Werror -o "$bin" "$src/pingpong.c" "$build/Octets.c" -I"$build" -lddsc
 fi
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-# Loopback only, as scripts/ddsperf-reference.sh: no multicast, unicast discovery.
-cat >"$work/cyclonedds.xml" <<'XML'
-<CycloneDDS><Domain id="any"><General><Interfaces><NetworkInterface name="lo"/></Interfaces>
-<AllowMulticast>false</AllowMulticast></General><Discovery><Peers><Peer address="127.0.0.1"/></Peers>
-<ParticipantIndex>auto</ParticipantIndex><MaxAutoParticipantIndex>20</MaxAutoParticipantIndex>
-</Discovery></Domain></CycloneDDS>
-XML
-export CYCLONEDDS_URI="file://$work/cyclonedds.xml"
-# A domain of this run's own, so a concurrent run does not match it.
-domain=$(( 100 + $$ % 100 ))
+# Loopback only, a work directory and a domain id of this run's own.
+. scripts/cyclone-loopback.sh
 "$bin" pong "$domain" "$trigger" $((seconds + 10)) >"$work/pong.out" 2>&1 &
 pids+=($!)
 "$bin" ping "$domain" "$trigger" "$size" "$warmup" "$roundtrips" "$seconds"

@@ -44,23 +44,8 @@ if ! command -v ddsperf >/dev/null 2>&1; then
   $SUDO apt-get install -y -qq --no-install-recommends cyclonedds-tools >/dev/null
 fi
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-# Loopback only: no multicast, unicast discovery to 127.0.0.1, a domain id of our own.
-cat >"$work/cyclonedds.xml" <<'XML'
-<CycloneDDS><Domain id="any"><General><Interfaces><NetworkInterface name="lo"/></Interfaces>
-<AllowMulticast>false</AllowMulticast></General><Discovery><Peers><Peer address="127.0.0.1"/></Peers>
-<ParticipantIndex>auto</ParticipantIndex><MaxAutoParticipantIndex>20</MaxAutoParticipantIndex>
-</Discovery></Domain></CycloneDDS>
-XML
-export CYCLONEDDS_URI="file://$work/cyclonedds.xml"
-domain=$((50 + RANDOM % 150))
+# Loopback only, a work directory and a domain id of this run's own.
+. scripts/cyclone-loopback.sh
 
 if [ "$ping" = 1 ]; then
   timeout $((seconds + 15)) ddsperf -i "$domain" -D $((seconds + 3)) pong "$trigger" >"$work/pong.out" 2>&1 &

@@ -447,19 +447,14 @@ impl Workload for GuardWorkload {
         issued
     }
     fn check(&mut self, region: &Region, _events: &mut Vec<Event>) -> Result<bool, String> {
-        let g = region.load_u64(0);
-        if g == 0 {
+        let Some((g, _)) = guarded_payload(
+            region,
+            self.payload_len,
+            "guard released before its payload",
+        )?
+        else {
             return Ok(false);
-        }
-        let payload = region
-            .to_vec(8, self.payload_len)
-            .map_err(|e| e.to_string())?;
-        if let Some((at, b)) = payload.iter().enumerate().find(|(_, b)| u64::from(**b) < g) {
-            return Err(format!(
-                "guard {g} visible but payload byte {at} is from generation {b}: \
-                 guard released before its payload"
-            ));
-        }
+        };
         Ok(g == self.generations)
     }
 }
@@ -572,19 +567,14 @@ impl Workload for WriteFromWorkload {
         issued
     }
     fn check(&mut self, region: &Region, _events: &mut Vec<Event>) -> Result<bool, String> {
-        let g = region.load_u64(0);
-        if g == 0 {
+        let Some((g, payload)) = guarded_payload(
+            region,
+            self.payload_len,
+            "a write from a local region landed after its guard",
+        )?
+        else {
             return Ok(false);
-        }
-        let payload = region
-            .to_vec(8, self.payload_len)
-            .map_err(|e| e.to_string())?;
-        if let Some((at, b)) = payload.iter().enumerate().find(|(_, b)| u64::from(**b) < g) {
-            return Err(format!(
-                "guard {g} visible but payload byte {at} is from generation {b}: \
-                 a write from a local region landed after its guard"
-            ));
-        }
+        };
         if g == self.generations {
             if let Some((at, b)) = payload
                 .iter()
@@ -598,6 +588,28 @@ impl Workload for WriteFromWorkload {
         }
         Ok(g == self.generations)
     }
+}
+
+/// The guarded workloads' check: the guard word at 0 (generation `g`, 0 before the first)
+/// and the `payload_len` bytes after it, none of which may be from a generation before
+/// `g` (the payload lands before its guard). `None` before the first guard; `Err` names
+/// the stale byte, then `what`.
+fn guarded_payload(
+    region: &Region,
+    payload_len: usize,
+    what: &str,
+) -> Result<Option<(u64, Vec<u8>)>, String> {
+    let g = region.load_u64(0);
+    if g == 0 {
+        return Ok(None);
+    }
+    let payload = region.to_vec(8, payload_len).map_err(|e| e.to_string())?;
+    if let Some((at, b)) = payload.iter().enumerate().find(|(_, b)| u64::from(**b) < g) {
+        return Err(format!(
+            "guard {g} visible but payload byte {at} is from generation {b}: {what}"
+        ));
+    }
+    Ok(Some((g, payload)))
 }
 
 /// Sends ordered with writes (contract item 5): write a marker, then send with immediate

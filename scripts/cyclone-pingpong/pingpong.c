@@ -47,6 +47,18 @@ static dds_qos_t *pingpong_qos(void)
   return q;
 }
 
+/* The participant of a side in `domain`, with the ping and the pong topic. */
+static dds_entity_t open_domain(dds_domainid_t domain, dds_entity_t *tping, dds_entity_t *tpong)
+{
+  dds_entity_t pp = dds_create_participant(domain, NULL, NULL);
+  check(pp, "participant");
+  *tping = dds_create_topic(pp, &SpindleRef_Octets_desc, "spindle_ref_ping", NULL, NULL);
+  *tpong = dds_create_topic(pp, &SpindleRef_Octets_desc, "spindle_ref_pong", NULL, NULL);
+  check(*tping, "ping topic");
+  check(*tpong, "pong topic");
+  return pp;
+}
+
 /* ---- pong ------------------------------------------------------------------------ */
 
 static dds_entity_t pong_writer;
@@ -81,12 +93,8 @@ static void on_ping(dds_entity_t rd, void *arg)
 
 static int run_pong(dds_domainid_t domain, int listener, int seconds)
 {
-  dds_entity_t pp = dds_create_participant(domain, NULL, NULL);
-  check(pp, "participant");
-  dds_entity_t tping = dds_create_topic(pp, &SpindleRef_Octets_desc, "spindle_ref_ping", NULL, NULL);
-  dds_entity_t tpong = dds_create_topic(pp, &SpindleRef_Octets_desc, "spindle_ref_pong", NULL, NULL);
-  check(tping, "ping topic");
-  check(tpong, "pong topic");
+  dds_entity_t tping, tpong;
+  dds_entity_t pp = open_domain(domain, &tping, &tpong);
   dds_qos_t *q = pingpong_qos();
   pong_writer = dds_create_writer(pp, tpong, q, NULL);
   check(pong_writer, "pong writer");
@@ -182,12 +190,8 @@ static void on_pong(dds_entity_t rd, void *arg)
 
 static int run_ping(dds_domainid_t domain, int listener, size_t size, long warmup, long total, int seconds)
 {
-  dds_entity_t pp = dds_create_participant(domain, NULL, NULL);
-  check(pp, "participant");
-  dds_entity_t tping = dds_create_topic(pp, &SpindleRef_Octets_desc, "spindle_ref_ping", NULL, NULL);
-  dds_entity_t tpong = dds_create_topic(pp, &SpindleRef_Octets_desc, "spindle_ref_pong", NULL, NULL);
-  check(tping, "ping topic");
-  check(tpong, "pong topic");
+  dds_entity_t tping, tpong;
+  dds_entity_t pp = open_domain(domain, &tping, &tpong);
   dds_qos_t *q = pingpong_qos();
   ps.writer = dds_create_writer(pp, tping, q, NULL);
   check(ps.writer, "ping writer");

@@ -28,6 +28,7 @@
 //! suspect_deviations = 4       # learned bound: mean gap + this many deviations
 //! outbound_bytes_max = 67108864
 //! connect_timeout_ms = 5000
+//! read_spin_us = 1000           # how long a link's reader polls after data before it blocks
 //! domain_secret_file = "/etc/spindle/domain.key"  # or domain_secret = "..." (16+ bytes)
 //! encrypt_links = true         # with a secret: encrypt tcp links (the default)
 //!
@@ -263,6 +264,7 @@ struct FabricToml {
     domain_secret: Option<String>,
     domain_secret_file: Option<std::path::PathBuf>,
     encrypt_links: Option<bool>,
+    read_spin_us: Option<u64>,
 }
 
 /// The `[dare]` table: every key optional, unknown keys refused.
@@ -317,6 +319,7 @@ fn fabric_from_toml<'de, D: Deserializer<'de>>(
         suspect_deviations: t.suspect_deviations.unwrap_or(f.suspect_deviations),
         outbound_bytes_max: t.outbound_bytes_max.unwrap_or(f.outbound_bytes_max),
         connect_timeout_ms: t.connect_timeout_ms.unwrap_or(f.connect_timeout_ms),
+        read_spin_us: t.read_spin_us.unwrap_or(f.read_spin_us),
     })
 }
 
@@ -1044,6 +1047,10 @@ mod tests {
                 "probe_interval_ms (60) must be below",
             ),
             ("suspect_deviations = 0", "suspect_deviations (0)"),
+            (
+                "read_spin_us = 200000",
+                "read_spin_us (200000) must not exceed",
+            ),
             ("suspect_floor = 5", "unknown field `suspect_floor`"),
         ] {
             let text = format!("{BOOT}[fabric]\n{table}\n");

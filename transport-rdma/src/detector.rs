@@ -363,7 +363,7 @@ mod tests {
     fn impossible_settings_are_refused_naming_the_field() {
         let ok = FabricConfig::default();
         ok.validate().expect("the defaults validate");
-        let cases: [(FabricConfig, &str); 6] = [
+        let cases: [(FabricConfig, &str); 7] = [
             (
                 FabricConfig {
                     suspect_floor_ms: 3_000,
@@ -405,6 +405,13 @@ mod tests {
                     ..ok.clone()
                 },
                 "outbound_bytes_max (1)",
+            ),
+            (
+                FabricConfig {
+                    read_spin_us: 100_001,
+                    ..ok.clone()
+                },
+                "read_spin_us (100001) must not exceed 100000",
             ),
         ];
         for (cfg, want) in cases {

@@ -255,7 +255,18 @@ pub struct FabricConfig {
     /// records keyed by the handshake). On by default; off leaves authentication only.
     /// shm links are same-host memory and never encrypted.
     pub encrypt_links: bool,
+    /// How long a stream link's reader thread (tcp; shm's control link) keeps polling its
+    /// socket, yielding the core between polls, after a peer's last data frame before it
+    /// blocks in `recv`, at most [`READ_SPIN_US_MAX`]; 0 blocks at once. A peer that
+    /// answers within it is read without the wake-up of a sleeping thread, which on a
+    /// virtual machine is most of a round trip's cost over loopback. Probes do not start
+    /// a spin: an idle link costs nothing. Measured in docs/benchmarks.md ("The link
+    /// reader's spin").
+    pub read_spin_us: u64,
 }
+
+/// The longest [`FabricConfig::read_spin_us`] accepted.
+pub const READ_SPIN_US_MAX: u64 = 100_000;
 
 impl Default for FabricConfig {
     fn default() -> Self {
@@ -272,6 +283,9 @@ impl Default for FabricConfig {
             connect_timeout_ms: 5_000,
             domain_secret: None,
             encrypt_links: true,
+            // The predicate thread's default spin (group's `NodeConfig`): a reply that
+            // would not wake the one does not wake the other.
+            read_spin_us: 1_000,
         }
     }
 }
@@ -319,6 +333,12 @@ impl FabricConfig {
                 self.outbound_bytes_max,
                 WRITE_BYTES_MAX.max(SEND_BYTES_MAX),
                 OUTBOUND_BYTES_MAX
+            ));
+        }
+        if self.read_spin_us > READ_SPIN_US_MAX {
+            return bad(format!(
+                "read_spin_us ({}) must not exceed {READ_SPIN_US_MAX}",
+                self.read_spin_us
             ));
         }
         Ok(())

@@ -62,6 +62,23 @@ impl Harness for Real {
     }
 }
 
+/// A real backend whose link readers block at once instead of polling after data
+/// (`FabricConfig::read_spin_us` = 0): the reader's other way of waiting.
+struct BlockingReads(&'static str);
+
+impl Harness for BlockingReads {
+    fn name(&self) -> String {
+        format!("{} with read_spin_us = 0", self.0)
+    }
+    fn open(&mut self, node: NodeId, cfg: FabricConfig) -> Arc<dyn Endpoint> {
+        let cfg = FabricConfig {
+            read_spin_us: 0,
+            ..cfg
+        };
+        open_backend(self.0, node, cfg).unwrap_or_else(|e| panic!("{}: open: {e}", self.name()))
+    }
+}
+
 fn spawn_peer(backend: &'static str) -> impl FnMut(&str, NodeId) -> Child {
     move |address, target| {
         Command::new(env!("CARGO_BIN_EXE_spindle-fabric-peer"))
@@ -81,6 +98,11 @@ fn spawn_peer(backend: &'static str) -> impl FnMut(&str, NodeId) -> Child {
 #[test]
 fn tcp_conforms_in_process() {
     conformance::run_all(&mut Real("tcp"));
+}
+
+#[test]
+fn tcp_conforms_in_process_with_blocking_reads() {
+    conformance::run_all(&mut BlockingReads("tcp"));
 }
 
 #[test]

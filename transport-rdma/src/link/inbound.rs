@@ -2,9 +2,10 @@
 //! and applies them in order (writes through the hooks, sends and region changes as
 //! events), with backpressure when the owner's event queue is full.
 
+use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::frame::{malformed, Frame, FrameReader, Step};
 use super::{lock, read, write, Hub, Link, LinkStream};
@@ -47,16 +48,35 @@ impl<S: LinkStream> Hub<S> {
         mut stream: S,
         mut opener: Option<Opener>,
     ) {
+        let spin = Duration::from_micros(self.config().read_spin_us);
+        // When the peer's last data frame (a write or a send, not a probe) was applied.
+        let mut last_data: Option<Instant> = None;
         let reason = loop {
-            match reader.step(|frame| self.apply(link, frame)) {
-                Ok(Step::Applied) => self.doorbell.ring(),
+            let mut data = false;
+            match reader.step(|frame| {
+                data = matches!(
+                    frame,
+                    Frame::Write { .. } | Frame::WriteRelease { .. } | Frame::Send { .. }
+                );
+                self.apply(link, frame)
+            }) {
+                Ok(Step::Applied) => {
+                    if data {
+                        last_data = Some(Instant::now());
+                    }
+                    self.doorbell.ring()
+                }
                 Ok(Step::NeedRead { needed }) => {
                     // Silence is judged only while we wait on the socket: time spent
                     // applying a large frame or waiting for event-queue room is ours.
                     link.last_heard_ms.store(self.now_ms(), Ordering::Release);
                     link.waiting.store(true, Ordering::Release);
-                    let mut from = Opening {
+                    let mut polled = PollThenBlock {
                         inner: &mut stream,
+                        until: last_data.map(|t| t + spin),
+                    };
+                    let mut from = Opening {
+                        inner: &mut polled,
                         opener: opener.as_mut(),
                     };
                     let got = reader.fill(&mut from, needed);
@@ -200,5 +220,43 @@ impl<S: LinkStream> Hub<S> {
         drop(local);
         self.hooks
             .apply_write(link.peer, &region, offset, bytes, guard)
+    }
+}
+
+/// A link's stream read by polling until `until`, then by blocking: the reader thread's
+/// spin ([`crate::FabricConfig::read_spin_us`]). Each poll is one non-blocking `recv`;
+/// between polls the thread yields its core, so the threads that share it (the predicate
+/// thread above all) run as soon as they have work.
+struct PollThenBlock<'a, S> {
+    inner: &'a mut S,
+    /// Poll until then; `None` or past: block at once.
+    until: Option<Instant>,
+}
+
+impl<S: LinkStream> io::Read for PollThenBlock<'_, S> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(until) = self.until {
+            let fd = self.inner.as_raw_fd();
+            while Instant::now() < until {
+                // SAFETY: `fd` is the open socket `self.inner` owns, borrowed for this
+                // call; `buf` is a live, writable slice of `buf.len()` bytes, and `recv`
+                // writes at most that many into it. MSG_DONTWAIT makes this one call
+                // non-blocking without touching the descriptor's flags, which the writer's
+                // clone of the socket shares.
+                let n = unsafe {
+                    libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT)
+                };
+                if n >= 0 {
+                    return Ok(n as usize);
+                }
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                    io::ErrorKind::Interrupted => {}
+                    _ => return Err(e),
+                }
+            }
+        }
+        self.inner.read(buf)
     }
 }

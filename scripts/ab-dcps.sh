@@ -7,7 +7,7 @@
 # A variant is a directory $BIN_ROOT/<name> holding release builds of dds_perf and
 # examples' bandwidth_test from the commit it stands for; "<name>+spinN" runs <name>
 # with SPINDLE_WAITSET_SPIN_US=N. Compare each DCPS figure with the raw engine of the
-# same variant in the same round.
+# same variant in the same round. TRANSPORTS (default "shm tcp") picks the transports.
 set -u
 root=${BIN_ROOT:-/tmp}
 rounds=${1:-3}; out=${2:-ab-dcps.jsonl}
@@ -16,7 +16,7 @@ rate() { grep -o '"msgs_per_s":[0-9.]*' | tail -1 | cut -d: -f2; }
 for r in $(seq 1 "$rounds"); do
   # alternate the order each round
   if [ $((r % 2)) -eq 0 ]; then vs=$(echo $variants | tr ' ' '\n' | tac | tr '\n' ' '); else vs=$variants; fi
-  for t in shm tcp; do
+  for t in ${TRANSPORTS:-shm tcp}; do
     n=1000000
     for v in $vs; do
       bin=$root/${v%%+*}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A/B of the DCPS round trip (issue 17): dds_perf --pingpong over shm and tcp, unordered
 # and atomic, for each variant, then Cyclone's ddsperf ping/pong in the same round
-# (scripts/ddsperf-reference.sh --ping: the round trip, twice its printed figure).
+# (scripts/ddsperf-reference.sh --ping: the round trip, twice its printed figure) and
+# Cyclone's C API in the same exchange (scripts/cyclone-pingpong.sh: every round trip).
 #   VARIANTS="old new new+spin50" BIN_ROOT=/tmp bash scripts/ab-pingpong.sh ROUNDS OUT.jsonl
 # Variants as in scripts/ab-dcps.sh (a directory $BIN_ROOT/<name> with dds_perf;
 # "<name>+spinN" sets SPINDLE_WAITSET_SPIN_US=N). The set measured, by environment:
@@ -37,5 +38,7 @@ for r in $(seq 1 "$rounds"); do
     done
     j=$(cd "$here" && timeout 120 bash scripts/ddsperf-reference.sh --ping --size $size --seconds 6 2>/dev/null | tail -1)
     echo "{\"round\":$r,\"variant\":\"ddsperf\",\"run\":${j:-null},\"load\":\"$(cut -d' ' -f1 /proc/loadavg)\",\"at\":\"$(date -u +%H:%M:%S)\"}" | tee -a "$out"
+    j=$(cd "$here" && timeout 300 bash scripts/cyclone-pingpong.sh --size $size --roundtrips $roundtrips 2>/dev/null | tail -1)
+    echo "{\"round\":$r,\"variant\":\"cyclone\",\"run\":${j:-null},\"load\":\"$(cut -d' ' -f1 /proc/loadavg)\",\"at\":\"$(date -u +%H:%M:%S)\"}" | tee -a "$out"
   done
 done

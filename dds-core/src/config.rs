@@ -28,7 +28,7 @@
 //! suspect_deviations = 4       # learned bound: mean gap + this many deviations
 //! outbound_bytes_max = 67108864
 //! connect_timeout_ms = 5000
-//! read_spin_us = 1000           # how long a link's reader polls after data before it blocks
+//! read_spin_us = 1000         # at most this long a link's reader polls before it blocks
 //! domain_secret_file = "/etc/spindle/domain.key"  # or domain_secret = "..." (16+ bytes)
 //! encrypt_links = true         # with a secret: encrypt tcp links (the default)
 //!

@@ -255,13 +255,15 @@ pub struct FabricConfig {
     /// records keyed by the handshake). On by default; off leaves authentication only.
     /// shm links are same-host memory and never encrypted.
     pub encrypt_links: bool,
-    /// How long a stream link's reader thread (tcp; shm's control link) keeps polling its
-    /// socket, yielding the core between polls, after a peer's last data frame before it
-    /// blocks in `recv`, at most [`READ_SPIN_US_MAX`]; 0 blocks at once. A peer that
-    /// answers within it is read without the wake-up of a sleeping thread, which on a
-    /// virtual machine is most of a round trip's cost over loopback. Probes do not start
-    /// a spin: an idle link costs nothing. Measured in docs/benchmarks.md ("The link
-    /// reader's spin").
+    /// The longest a stream link's reader thread (tcp; shm's control link) polls its
+    /// socket, yielding the core between polls, before it blocks in `recv`, at most
+    /// [`READ_SPIN_US_MAX`]; 0 blocks at once. The poll adapts to the waits the reader
+    /// sees, as KVM's halt polling does: a wait that ended within this bound doubles the
+    /// next poll (from 10 µs), a longer one halves it. A peer that answers within
+    /// microseconds (a ping/pong, a stream) is then read without the wake-up of a
+    /// sleeping thread, which on a virtual machine is most of a round trip's cost over
+    /// loopback; a link with sparse traffic (a periodic topic, probes) blocks at once and
+    /// costs no core. Measured in docs/benchmarks.md ("The link reader's spin").
     pub read_spin_us: u64,
 }
 

@@ -48,38 +48,26 @@ impl<S: LinkStream> Hub<S> {
         mut stream: S,
         mut opener: Option<Opener>,
     ) {
-        let spin = Duration::from_micros(self.config().read_spin_us);
-        // When the peer's last data frame (a write or a send, not a probe) was applied.
-        let mut last_data: Option<Instant> = None;
+        let mut spin = ReadSpin::new(self.config().read_spin_us);
         let reason = loop {
-            let mut data = false;
-            match reader.step(|frame| {
-                data = matches!(
-                    frame,
-                    Frame::Write { .. } | Frame::WriteRelease { .. } | Frame::Send { .. }
-                );
-                self.apply(link, frame)
-            }) {
-                Ok(Step::Applied) => {
-                    if data {
-                        last_data = Some(Instant::now());
-                    }
-                    self.doorbell.ring()
-                }
+            match reader.step(|frame| self.apply(link, frame)) {
+                Ok(Step::Applied) => self.doorbell.ring(),
                 Ok(Step::NeedRead { needed }) => {
                     // Silence is judged only while we wait on the socket: time spent
                     // applying a large frame or waiting for event-queue room is ours.
                     link.last_heard_ms.store(self.now_ms(), Ordering::Release);
                     link.waiting.store(true, Ordering::Release);
+                    let started = Instant::now();
                     let mut polled = PollThenBlock {
                         inner: &mut stream,
-                        until: last_data.map(|t| t + spin),
+                        until: started + spin.poll(),
                     };
                     let mut from = Opening {
                         inner: &mut polled,
                         opener: opener.as_mut(),
                     };
                     let got = reader.fill(&mut from, needed);
+                    spin.waited(started.elapsed());
                     link.waiting.store(false, Ordering::Release);
                     link.last_heard_ms.store(self.now_ms(), Ordering::Release);
                     match got {
@@ -223,40 +211,140 @@ impl<S: LinkStream> Hub<S> {
     }
 }
 
+/// How long a link's reader polls its socket before it blocks, adapted to the waits it
+/// sees, as KVM's halt polling adapts to a vCPU's: a wait that ended within
+/// [`crate::FabricConfig::read_spin_us`] and outlasted the poll doubles the next poll
+/// (from [`READ_SPIN_START`], at most that bound), a longer one halves it (below the
+/// start: no poll). A peer that
+/// answers within microseconds (a ping/pong, a stream) is read without waking a
+/// sleeping thread; a link whose traffic is sparse (a periodic topic, probes) blocks at
+/// once and costs no core. Sans-IO: the reader loop feeds it the waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReadSpin {
+    max: Duration,
+    poll: Duration,
+}
+
+/// The first poll after a short wait. Then it doubles while waits stay short.
+pub(crate) const READ_SPIN_START: Duration = Duration::from_micros(10);
+
+impl ReadSpin {
+    /// No poll yet, at most `max_us` later.
+    pub(crate) fn new(max_us: u64) -> Self {
+        ReadSpin {
+            max: Duration::from_micros(max_us),
+            poll: Duration::ZERO,
+        }
+    }
+
+    /// How long the next wait polls before it blocks.
+    pub(crate) fn poll(&self) -> Duration {
+        self.poll
+    }
+
+    /// A wait (polling and blocking) took `waited`.
+    pub(crate) fn waited(&mut self, waited: Duration) {
+        if waited > self.max {
+            self.poll /= 2;
+            if self.poll < READ_SPIN_START {
+                self.poll = Duration::ZERO;
+            }
+        } else if waited > self.poll {
+            self.poll = (self.poll * 2).max(READ_SPIN_START).min(self.max);
+        }
+    }
+}
+
 /// A link's stream read by polling until `until`, then by blocking: the reader thread's
-/// spin ([`crate::FabricConfig::read_spin_us`]). Each poll is one non-blocking `recv`;
-/// between polls the thread yields its core, so the threads that share it (the predicate
-/// thread above all) run as soon as they have work.
+/// spin ([`ReadSpin`]). Each poll is one non-blocking `recv`; between polls the thread
+/// yields its core, so the threads that share it (the predicate thread above all) run as
+/// soon as they have work.
 struct PollThenBlock<'a, S> {
     inner: &'a mut S,
-    /// Poll until then; `None` or past: block at once.
-    until: Option<Instant>,
+    /// Poll until then; past: block at once.
+    until: Instant,
 }
 
 impl<S: LinkStream> io::Read for PollThenBlock<'_, S> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if let Some(until) = self.until {
-            let fd = self.inner.as_raw_fd();
-            while Instant::now() < until {
-                // SAFETY: `fd` is the open socket `self.inner` owns, borrowed for this
-                // call; `buf` is a live, writable slice of `buf.len()` bytes, and `recv`
-                // writes at most that many into it. MSG_DONTWAIT makes this one call
-                // non-blocking without touching the descriptor's flags, which the writer's
-                // clone of the socket shares.
-                let n = unsafe {
-                    libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT)
-                };
-                if n >= 0 {
-                    return Ok(n as usize);
-                }
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => std::thread::yield_now(),
-                    io::ErrorKind::Interrupted => {}
-                    _ => return Err(e),
-                }
+        let fd = self.inner.as_raw_fd();
+        while Instant::now() < self.until {
+            // SAFETY: `fd` is the open socket `self.inner` owns, borrowed for this
+            // call; `buf` is a live, writable slice of `buf.len()` bytes, and `recv`
+            // writes at most that many into it. MSG_DONTWAIT makes this one call
+            // non-blocking without touching the descriptor's flags, which the writer's
+            // clone of the socket shares.
+            let n =
+                unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                io::ErrorKind::Interrupted => {}
+                _ => return Err(e),
             }
         }
         self.inner.read(buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn short_waits_grow_the_poll_to_the_bound_and_a_long_one_stops_it() {
+        let mut spin = ReadSpin::new(1_000);
+        assert_eq!(spin.poll(), Duration::ZERO, "a new link blocks at once");
+        // A ping/pong: every wait about 45 us.
+        let mut polls = Vec::new();
+        for _ in 0..5 {
+            spin.waited(45 * US);
+            polls.push(spin.poll().as_micros());
+        }
+        assert_eq!(
+            polls,
+            [10, 20, 40, 80, 80],
+            "doubles until it covers the wait"
+        );
+        // Waits shorter than the poll (the poll caught the data) leave it.
+        spin.waited(30 * US);
+        assert_eq!(spin.poll(), 80 * US);
+        // Short waits never push it past the bound.
+        for _ in 0..20 {
+            spin.waited(900 * US);
+        }
+        assert_eq!(spin.poll(), 1_000 * US);
+        // A wait past the bound (a stall, a sparse topic, a probe on an idle link) halves
+        // it: one tail in a ping/pong leaves most of the poll, a run of them stops it.
+        let mut polls = Vec::new();
+        for _ in 0..8 {
+            spin.waited(1_001 * US);
+            polls.push(spin.poll().as_micros());
+        }
+        assert_eq!(polls, [500, 250, 125, 62, 31, 15, 0, 0]);
+    }
+
+    #[test]
+    fn a_zero_bound_never_polls() {
+        let mut spin = ReadSpin::new(0);
+        for w in [0, 1, 10, 5_000] {
+            spin.waited(w * US);
+            assert_eq!(spin.poll(), Duration::ZERO, "after a wait of {w} us");
+        }
+    }
+
+    #[test]
+    fn sparse_traffic_never_polls() {
+        // A 1 kHz topic: every wait 1 ms or more against a 200 us bound.
+        let mut spin = ReadSpin::new(200);
+        for w in [1_000, 1_200, 999, 10_000] {
+            spin.waited(w * US);
+            assert_eq!(spin.poll(), Duration::ZERO, "after a wait of {w} us");
+        }
     }
 }

@@ -56,8 +56,8 @@
 //! ## Threads, queues and backpressure
 //!
 //! Per link: a reader thread decodes frames into a reusable buffer and applies writes in
-//! order (through [`LinkHooks::apply_write`]; after a data frame it polls the socket for
-//! [`FabricConfig::read_spin_us`] before it blocks), and a writer thread that only works when
+//! order (through [`LinkHooks::apply_write`]; it polls the socket before it blocks while
+//! recent waits were short, `inbound::ReadSpin`), and a writer thread that only works when
 //! the socket would block. Writers encode frames into the link's outbound buffer and the
 //! first caller to find the socket free sends the whole buffer with one non-blocking
 //! syscall (opportunistic batching: frames queued meanwhile by other threads go out in

@@ -209,14 +209,9 @@ ddsperf_ref() { # size
     | tee -a "$out.tmp" || true
 }
 
-# Cyclone DDS on loopback only (ddsperf across the bridge, the semantic run).
-cat >"$work/cyclonedds.xml" <<'XML'
-<CycloneDDS><Domain id="any"><General><Interfaces><NetworkInterface name="lo"/></Interfaces>
-<AllowMulticast>false</AllowMulticast></General><Discovery><Peers><Peer address="127.0.0.1"/></Peers>
-<ParticipantIndex>auto</ParticipantIndex><MaxAutoParticipantIndex>20</MaxAutoParticipantIndex>
-</Discovery></Domain></CycloneDDS>
-XML
-cyclone_uri="file://$work/cyclonedds.xml"
+# Cyclone DDS on loopback only (ddsperf across the bridge, the semantic run): the
+# configuration the Cyclone reference scripts use too.
+cyclone_uri="file://$PWD/scripts/cyclone-loopback.xml"
 
 # ddsperf_bridged SIZE: ddsperf pub (as fast as it may, KEEP_ALL) in RTPS domain a →
 # bridge → Spindle (shm) → bridge → ddsperf sub in domain b; the rate is ddsperf sub's

@@ -1,7 +1,8 @@
 # Sourced by the Cyclone DDS reference scripts (ddsperf-reference.sh, cyclone-pingpong.sh):
 # a work directory removed at exit with the background processes listed in `pids`, a
-# Cyclone configuration on loopback only (no multicast, unicast discovery to 127.0.0.1)
-# exported as CYCLONEDDS_URI, and `domain`, a domain id of this run's own.
+# Cyclone configuration on loopback only (scripts/cyclone-loopback.xml: no multicast,
+# unicast discovery to 127.0.0.1) exported as CYCLONEDDS_URI (run from the repository
+# root, as every script here cds there), and `domain`, a domain id of this run's own.
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -9,11 +10,5 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-cat >"$work/cyclonedds.xml" <<'XML'
-<CycloneDDS><Domain id="any"><General><Interfaces><NetworkInterface name="lo"/></Interfaces>
-<AllowMulticast>false</AllowMulticast></General><Discovery><Peers><Peer address="127.0.0.1"/></Peers>
-<ParticipantIndex>auto</ParticipantIndex><MaxAutoParticipantIndex>20</MaxAutoParticipantIndex>
-</Discovery></Domain></CycloneDDS>
-XML
-export CYCLONEDDS_URI="file://$work/cyclonedds.xml"
+export CYCLONEDDS_URI="file://$PWD/scripts/cyclone-loopback.xml"
 domain=$((50 + RANDOM % 150))

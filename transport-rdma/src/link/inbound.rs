@@ -215,10 +215,10 @@ impl<S: LinkStream> Hub<S> {
 /// sees, as KVM's halt polling adapts to a vCPU's: a wait that ended within
 /// [`crate::FabricConfig::read_spin_us`] and outlasted the poll doubles the next poll
 /// (from [`READ_SPIN_START`], at most that bound), a longer one halves it (below the
-/// start: no poll). A peer that
-/// answers within microseconds (a ping/pong, a stream) is read without waking a
-/// sleeping thread; a link whose traffic is sparse (a periodic topic, probes) blocks at
-/// once and costs no core. Sans-IO: the reader loop feeds it the waits.
+/// start: no poll). A peer that answers within microseconds (a ping/pong, a stream) is
+/// read without waking a sleeping thread; a link whose traffic is sparse (a periodic
+/// topic, probes) blocks at once and costs no core. Sans-IO: the reader loop feeds it
+/// the waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ReadSpin {
     max: Duration,

@@ -382,7 +382,7 @@ fn report_counters(p: &DomainParticipant) {
 /// Takes every sample `r` holds, decoded into `buf`'s values (as a DDS application that
 /// keeps its samples between takes does: no allocation per sample) or (with `loan`) lent;
 /// returns how many.
-fn take_all_into(
+pub(crate) fn take_all_into(
     r: &DataReader<Sequence>,
     loan: bool,
     buf: &mut SampleBuffer<Sequence>,
@@ -396,7 +396,7 @@ fn take_all_into(
 
 /// Takes every sample `r` holds, decoded into new values or (with `loan`) lent; returns
 /// how many (the ping-pong's one sample at a time).
-fn take_all(r: &DataReader<Sequence>, loan: bool) -> Result<u64, BoxError> {
+pub(crate) fn take_all(r: &DataReader<Sequence>, loan: bool) -> Result<u64, BoxError> {
     Ok(if loan {
         r.take_loaned(usize::MAX, StateMask::ANY)?.len() as u64
     } else {

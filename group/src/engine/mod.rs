@@ -34,14 +34,21 @@ pub use dare::{dare_imm, is_dare_imm, DARE_ENGINE_IMM_TAG, DARE_OUT_QUEUE_MAX};
 pub const RECEIVE_BATCH_MAX: u64 = 1024;
 /// Most messages one delivery predicate delivers in one step.
 pub const DELIVERY_BATCH_MAX: u64 = 1024;
-/// Most bytes one delivery predicate copies out of a subgroup's rings in one step (the
-/// receive predicate, in unordered mode, where it delivers), and most bytes of full slots
-/// one send predicate pushes in one step: with 64 KiB messages,
-/// [`DELIVERY_BATCH_MAX`] alone let one busy subgroup copy up to 64 MiB before the
-/// predicate thread turned to the others, and a ping on another subgroup waited
-/// milliseconds behind a bulk stream (Spindle III's fairness across subgroups). At least
-/// one message is always delivered, whatever its size.
-pub const DELIVERY_STEP_BYTES_MAX: usize = 1 << 20;
+/// A subgroup's byte budget per predicate and step: the most the send predicate pushes of
+/// full slots in one [`Engine::step`], and the most the receive predicate (unordered mode,
+/// where it delivers; one budget for all senders) or the delivery predicate copies out of
+/// the rings. Each still moves at least one message, whatever its size. A subgroup one
+/// of whose predicates stopped at its budget is served after the others in the next step
+/// (`Engine::step`), so what a quiet subgroup's message waits behind, per step, is at most
+/// a budget or two of each busy subgroup's copies (Spindle III's fairness across
+/// subgroups). One 64 KiB slot: a round of the runtime (the step, then the upcalls, which
+/// copy what the step delivered once more) then does tens of microseconds of a bulk
+/// stream's work between two looks at the other subgroups. With [`DELIVERY_BATCH_MAX`]
+/// alone one busy subgroup of 64 KiB messages could copy 64 MiB before the predicate
+/// thread turned to the others; 1 MiB held a 1 KiB ping's round trip at about 0.5 ms behind
+/// a 65,000-byte stream, 64 KiB at about 60 µs (docs/benchmarks.md, issue 17). A stream of
+/// 1 KiB messages measured no slower with it (a full window of 256 slots is four budgets).
+pub const DELIVERY_STEP_BYTES_MAX: usize = 64 << 10;
 /// Most messages of the node's own ring one send predicate pushes in one step.
 pub const SEND_BATCH_MAX: u64 = 1024;
 /// Largest single push of ring slots, in bytes (a batch is split into chunks this size,
@@ -265,6 +272,9 @@ pub struct EngineStats {
     /// Messages (nulls included) seen stable — received by every member — in atomic
     /// subgroups.
     pub stable: u64,
+    /// Steps in which a subgroup stopped at its byte budget ([`DELIVERY_STEP_BYTES_MAX`])
+    /// with more to copy (one per subgroup and step).
+    pub budget_stops: u64,
 }
 
 /// Why a subgroup no longer runs.
@@ -302,6 +312,12 @@ struct SubgroupState {
     ctrl_dirty: Option<(usize, usize)>,
     /// A delivery batch of this subgroup is open at the back of the queue (this step).
     batch_open: bool,
+    /// This step, a predicate of the subgroup stopped at the byte budget
+    /// ([`DELIVERY_STEP_BYTES_MAX`]): more waits.
+    saturated: bool,
+    /// The subgroup was saturated in the step before: this step serves it after the
+    /// subgroups that were not.
+    deferred: bool,
     /// Per sender rank: how many of its first messages in this view are re-sends this node
     /// already delivered in the previous view (unordered mode; counted, not upcalled).
     skip: Vec<u64>,
@@ -353,6 +369,8 @@ impl SubgroupState {
             pushed: 0,
             ctrl_dirty: None,
             batch_open: false,
+            saturated: false,
+            deferred: false,
             skip: vec![0; slots.lanes],
             halt: Halt::Running,
             large: slots.large,
@@ -400,6 +418,9 @@ pub struct Engine {
     techniques: Techniques,
     subgroups: Vec<SubgroupState>,
     next_start: usize,
+    /// Bytes the running predicate of the subgroup being stepped may still copy (see
+    /// [`DELIVERY_STEP_BYTES_MAX`]).
+    step_budget: usize,
     pushes: VecDeque<Push>,
     deliveries: VecDeque<DeliveryBatch>,
     /// Batches handed back after their upcall ([`Engine::recycle`]), reused so that a
@@ -611,6 +632,7 @@ impl Engine {
             stable_scratch: Vec::new(),
             subgroups,
             next_start: 0,
+            step_budget: DELIVERY_STEP_BYTES_MAX,
             pushes: VecDeque::new(),
             deliveries: VecDeque::new(),
             spare_batches: Vec::new(),

@@ -13,7 +13,11 @@ use crate::layout::{DeliveryMode, NULL_LEN, RDMC_LEN, SLOT_HEADER_BYTES};
 
 impl Engine {
     /// Evaluates every subgroup's predicates once, starting from a different subgroup each
-    /// time (fairness). Returns true if anything happened (a driver spins while it does).
+    /// time (fairness), and serving first the subgroups that did not use their whole byte
+    /// budget ([`DELIVERY_STEP_BYTES_MAX`]) in the step before: a quiet subgroup's pushes
+    /// and deliveries are queued before a busy one's, and a busy one copies at most its
+    /// budget before the step ends. Returns true if anything happened (a driver spins
+    /// while it does).
     pub fn step(&mut self) -> bool {
         self.stats.steps += 1;
         let n = self.subgroups.len();
@@ -22,9 +26,17 @@ impl Engine {
         }
         let start = self.next_start;
         self.next_start = (start + 1) % n;
+        for s in &mut self.subgroups {
+            s.deferred = std::mem::take(&mut s.saturated);
+        }
         let mut work = false;
-        for j in 0..n {
-            work |= self.step_subgroup((start + j) % n);
+        for deferred in [false, true] {
+            for j in 0..n {
+                let i = (start + j) % n;
+                if self.subgroups[i].deferred == deferred {
+                    work |= self.step_subgroup(i);
+                }
+            }
         }
         // Threads parked on a full window (`Sender::wait_for_room`), whatever moved it:
         // this step's deliveries, a peer's counters, an RDMC buffer freed, a DARE commit.
@@ -34,6 +46,17 @@ impl Engine {
             }
         }
         work
+    }
+
+    /// Takes `bytes` from the running predicate's budget, and marks the subgroup
+    /// saturated (served last in the next step) once the budget is used up.
+    fn spend(&mut self, i: usize, bytes: usize) {
+        self.step_budget = self.step_budget.saturating_sub(bytes);
+        let s = &mut self.subgroups[i];
+        if self.step_budget == 0 && !s.saturated {
+            s.saturated = true;
+            self.stats.budget_stops += 1;
+        }
     }
 
     fn step_subgroup(&mut self, i: usize) -> bool {
@@ -130,11 +153,13 @@ impl Engine {
         let Some(ring) = s.ring.clone() else {
             return false;
         };
-        // At most a step's worth of bytes of full slots (and at least one message): a
-        // ring of 64 KiB slots pushes 16 per step, so other subgroups' sends (a ping
-        // beside a bulk stream) wait for 1 MiB, not 64 MiB, of copies.
-        let send_max = SEND_BATCH_MAX
-            .min((DELIVERY_STEP_BYTES_MAX / s.geom.slot_payload_bytes.max(1)).max(1) as u64);
+        self.step_budget = DELIVERY_STEP_BYTES_MAX;
+        // At most the step's budget of full slots (and at least one message): a ring of
+        // 64 KiB slots pushes 4 per step, so other subgroups' sends (a ping beside a bulk
+        // stream) wait for 256 KiB, not 64 MiB, of copies.
+        let send_max =
+            SEND_BATCH_MAX.min((self.step_budget / s.geom.slot_payload_bytes.max(1)).max(1) as u64);
+        let old_committed = s.committed;
         let committed = ring.advance_committed(s.committed, send_max);
         if committed == s.committed && s.pushed == committed {
             return false;
@@ -165,6 +190,7 @@ impl Engine {
         }
         let s = &mut self.subgroups[i];
         let w = s.geom.window_slots as u64;
+        let mut pushed_bytes = 0;
         let slots_per_chunk = if batch {
             (PUSH_BYTES_MAX / s.geom.slot_bytes).max(1) as u64
         } else {
@@ -187,6 +213,13 @@ impl Engine {
             let guard = Some((s.geom.ring(rank), first + n));
             push_to_peers(&mut self.pushes, &mut self.stats, s, offset, len, guard);
             s.pushed = first + n;
+            pushed_bytes += len;
+        }
+        if committed - old_committed == send_max {
+            // Stopped at the budget's count of slots: more may be committed.
+            self.spend(i, usize::MAX);
+        } else {
+            self.spend(i, pushed_bytes);
         }
         true
     }
@@ -201,6 +234,8 @@ impl Engine {
         };
         let mode = self.subgroups[i].spec.mode;
         let own = self.subgroups[i].ring.as_ref().map(|r| r.sender_rank);
+        // One budget for every sender's messages (unordered mode delivers them here).
+        self.step_budget = DELIVERY_STEP_BYTES_MAX;
         let senders = self.subgroups[i].geom.senders;
         let mut any = false;
         for rank in 0..senders {
@@ -230,10 +265,13 @@ impl Engine {
                 ));
             }
             let mut upto = published.min(have + batch);
+            let left = self.step_budget;
             let s = &mut self.subgroups[i];
             let g = &s.geom;
-            // Unordered mode delivers what it receives: the step's byte bound applies here.
+            // Unordered mode delivers what it receives: the step's byte budget applies
+            // here (at least one message of each sender).
             let mut step_bytes = 0;
+            let mut stopped = false;
             for k in have..upto {
                 let slot = g.slot(rank, k);
                 let tag = s.region.load_u64(slot);
@@ -263,7 +301,8 @@ impl Engine {
                         _ => len as usize,
                     };
                     step_bytes += size.min(s.delivery_prefix);
-                    if step_bytes >= DELIVERY_STEP_BYTES_MAX {
+                    if step_bytes >= left && k + 1 < upto {
+                        stopped = true;
                         upto = k + 1;
                         break;
                     }
@@ -277,6 +316,7 @@ impl Engine {
                     self.deliver_one(i, rank, k);
                 }
             }
+            self.spend(i, if stopped { usize::MAX } else { step_bytes });
             let s = &mut self.subgroups[i];
             s.received[rank] = upto;
             let my_rank = s.my_rank;
@@ -379,6 +419,8 @@ impl Engine {
         let start = s.delivered;
         let mut d = start;
         let mut copied = 0;
+        self.step_budget = DELIVERY_STEP_BYTES_MAX;
+        let left = self.step_budget;
         while d - start < bound {
             let rank = (d % senders) as usize;
             let k = d / senders;
@@ -407,12 +449,17 @@ impl Engine {
                 // One ack per delivered message (the unbatched baseline).
                 self.finish_deliveries(i);
             }
-            if copied >= DELIVERY_STEP_BYTES_MAX {
+            if copied >= left {
+                // More may be stable: the rest waits for the next step.
+                self.spend(i, usize::MAX);
                 break;
             }
         }
         if d == start {
             return Ok(false);
+        }
+        if copied < left {
+            self.spend(i, copied);
         }
         self.finish_deliveries(i);
         Ok(true)

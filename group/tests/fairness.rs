@@ -7,10 +7,8 @@
 
 mod common;
 
-use common::{payload, Sim};
-use spindle_group::{
-    DeliveryMode, Layout, SubgroupId, SubgroupSpec, Techniques, DELIVERY_STEP_BYTES_MAX,
-};
+use common::{payload, subgroup_spec, Sim};
+use spindle_group::{DeliveryMode, Layout, SubgroupId, Techniques, DELIVERY_STEP_BYTES_MAX};
 use spindle_transport_rdma::NodeId;
 
 /// The busy subgroup and its message size.
@@ -30,15 +28,15 @@ const RECEIVER: NodeId = 2;
 const STEPS_MAX: usize = 10_000;
 
 fn layout(mode: DeliveryMode) -> Layout {
-    let sg = |id, window_slots, slot_payload_bytes| SubgroupSpec {
-        id,
-        members: vec![WRITER, RECEIVER],
-        senders: vec![WRITER],
-        mode,
-        window_slots,
-        slot_payload_bytes,
-        rdmc: None,
-        delivery_prefix: None,
+    let sg = |id, window_slots, slot_payload_bytes| {
+        subgroup_spec(
+            id,
+            vec![WRITER, RECEIVER],
+            vec![WRITER],
+            mode,
+            window_slots,
+            slot_payload_bytes,
+        )
     };
     Layout {
         subgroups: vec![sg(BULK, BULK_WINDOW, 64 << 10), sg(PING, 8, PING_BYTES)],

@@ -349,10 +349,16 @@ impl Sim {
     }
 }
 
-/// Three nodes, three overlapping subgroups: all of {1,2,3} atomic with every member
-/// sending; {2,3} atomic with one sender; {1,3} unordered with both sending.
-pub fn overlapping_layout(window_slots: usize, slot_payload_bytes: usize) -> Layout {
-    let sg = |id, members: Vec<NodeId>, senders: Vec<NodeId>, mode| SubgroupSpec {
+/// A subgroup of small messages only (no RDMC) whose members are handed whole messages.
+pub fn subgroup_spec(
+    id: SubgroupId,
+    members: Vec<NodeId>,
+    senders: Vec<NodeId>,
+    mode: DeliveryMode,
+    window_slots: usize,
+    slot_payload_bytes: usize,
+) -> SubgroupSpec {
+    SubgroupSpec {
         id,
         members,
         senders,
@@ -361,6 +367,14 @@ pub fn overlapping_layout(window_slots: usize, slot_payload_bytes: usize) -> Lay
         slot_payload_bytes,
         rdmc: None,
         delivery_prefix: None,
+    }
+}
+
+/// Three nodes, three overlapping subgroups: all of {1,2,3} atomic with every member
+/// sending; {2,3} atomic with one sender; {1,3} unordered with both sending.
+pub fn overlapping_layout(window_slots: usize, slot_payload_bytes: usize) -> Layout {
+    let sg = |id, members, senders, mode| {
+        subgroup_spec(id, members, senders, mode, window_slots, slot_payload_bytes)
     };
     Layout {
         subgroups: vec![

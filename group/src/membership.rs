@@ -474,8 +474,11 @@ impl Membership {
         }
         let n = self.view.members.len();
         let vid = self.view.vid;
+        // What this step may change, to tell the runner whether it worked. Suspicions are
+        // only ever added within a view, so their count tells whether one was: no copy
+        // of the flags (this runs every round of the predicate thread).
         let before = (
-            self.suspected.clone(),
+            self.suspected_count(),
             self.changes.len(),
             self.num_committed,
         );
@@ -485,10 +488,12 @@ impl Membership {
                 continue;
             }
             for w in 0..self.geom.suspected_words {
-                let bits = self.peer(k, w);
-                for b in 0..64 {
-                    let j = w * 64 + b;
-                    if bits & (1 << b) != 0 && j < n && !self.suspected[j] {
+                let mut bits = self.peer(k, w);
+                // The set bits only: a quiet row costs one load per word.
+                while bits != 0 {
+                    let j = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    if j < n && !self.suspected[j] {
                         self.suspected[j] = true;
                         self.dirty.suspected = true;
                     }
@@ -584,7 +589,7 @@ impl Membership {
             || self.outcome.is_some()
             || before
                 != (
-                    self.suspected.clone(),
+                    self.suspected_count(),
                     self.changes.len(),
                     self.num_committed,
                 );
@@ -596,6 +601,11 @@ impl Membership {
     /// dropped it).
     pub fn others_failed(&self) -> bool {
         (0..self.view.members.len()).all(|k| k == self.rank || self.failed[k])
+    }
+
+    /// How many members this node suspects (a count that only grows within a view).
+    fn suspected_count(&self) -> usize {
+        self.suspected.iter().filter(|s| **s).count()
     }
 
     /// True if member `k` asked to leave: its own row suspects itself.
@@ -965,6 +975,10 @@ impl Membership {
     /// then the word that gates it.
     fn flush(&mut self) {
         let d = std::mem::take(&mut self.dirty);
+        if !(d.suspected || d.acks || d.changes || d.frozen || d.trim) {
+            // The steady state, every round: nothing to write, no peer list to build.
+            return;
+        }
         let g = self.geom.clone();
         // Leavers too: they must see the trim that removes them to echo it.
         let peers: Vec<NodeId> = (0..self.view.members.len())

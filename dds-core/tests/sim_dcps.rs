@@ -787,13 +787,18 @@ fn take_into_matches_the_copying_take() {
                 .unwrap();
             }
             w.dispose(&ks("k0", "")).unwrap();
-            let copied = take_n(&d, &copying, n + 1);
             d.run_until(ROUNDS_MAX, || {
                 into.read_into(&mut buf, usize::MAX, StateMask::ANY)
                     .unwrap()
                     > n
             });
             assert_eq!(buf.len(), n + 1, "seed {seed} round {round}: all read");
+            // The copying reader, in the same participant, holds the same samples now: it
+            // takes them at the same instant, so each sample's instance state (the
+            // instance's at the access) is the same on both paths, however many
+            // delivery steps the round's samples took.
+            let copied = copying.take(usize::MAX, StateMask::ANY).unwrap();
+            assert_eq!(copied.len(), n + 1, "seed {seed} round {round}: all taken");
             // A read leaves them (READ now); take them in steps of at most 4.
             let mut taken = Vec::new();
             loop {

@@ -132,7 +132,7 @@ impl SimNode for Member {
         !self.link.done.load(Ordering::Acquire)
     }
 
-    fn step(&mut self, now_us: u64, scratch: &mut Vec<u8>) -> bool {
+    fn step(&mut self, now_us: u64, _scratch: &mut Vec<u8>) -> bool {
         if self.link.leave.swap(false, Ordering::AcqRel) {
             self.group.leave();
         }
@@ -141,7 +141,7 @@ impl SimNode for Member {
                 tracing::error!(error = %e, "sim: declaration refused");
             }
         }
-        let mut work = drive(&mut self.group, &*self.ep, now_us, scratch);
+        let mut work = drive(&mut self.group, &*self.ep, now_us);
         while let Some(out) = self.group.poll() {
             work = true;
             if let Some(p) = &mut self.persister {

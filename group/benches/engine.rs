@@ -19,7 +19,6 @@ const PAYLOAD_BYTES: usize = 1024;
 struct Pair {
     engines: Vec<Engine>,
     regions: BTreeMap<u32, Region>,
-    scratch: Vec<u8>,
 }
 
 impl Pair {
@@ -54,11 +53,7 @@ impl Pair {
             .expect("engine");
             engines.push(e);
         }
-        Pair {
-            engines,
-            regions,
-            scratch: Vec::new(),
-        }
+        Pair { engines, regions }
     }
 
     /// Steps both engines until node 2 delivered `n` messages.
@@ -68,14 +63,7 @@ impl Pair {
             for e in &mut self.engines {
                 e.step();
                 let regions = &self.regions;
-                e.drain_pushes(&mut self.scratch, |push, bytes| {
-                    let peer = &regions[&push.peer];
-                    peer.write_bytes(push.offset, bytes)?;
-                    if let Some((at, value)) = push.guard {
-                        peer.store_u64(at, value);
-                    }
-                    Ok(())
-                });
+                e.drain_pushes(|push, bytes| push.apply(&regions[&push.peer], bytes));
             }
             while let Some(b) = self.engines[1].poll_delivery() {
                 got += b.len();

@@ -79,18 +79,10 @@
 //! engines[2].sender(0)?.try_send(b"world")?;
 //!
 //! let mut delivered: BTreeMap<u32, Vec<Vec<u8>>> = BTreeMap::new();
-//! let mut scratch = Vec::new();
 //! for _ in 0..20 {
 //!     for e in &mut engines {
 //!         e.step();
-//!         e.drain_pushes(&mut scratch, |push, bytes| {
-//!             let peer = &regions[&push.peer];
-//!             peer.write_bytes(push.offset, bytes)?;
-//!             if let Some((at, value)) = push.guard {
-//!                 peer.store_u64(at, value);
-//!             }
-//!             Ok(())
-//!         });
+//!         e.drain_pushes(|push, bytes| push.apply(&regions[&push.peer], bytes));
 //!         while let Some(batch) = e.poll_delivery() {
 //!             for m in batch.iter() {
 //!                 delivered.entry(e.node()).or_default().push(m.payload.to_vec());

@@ -1071,7 +1071,6 @@ impl Membership {
     /// for good is suspected. Returns how many were posted.
     pub fn drain_pushes(
         &mut self,
-        scratch: &mut Vec<u8>,
         post: impl FnMut(&Push, &PushBytes<'_>) -> spindle_transport_rdma::Result<()>,
     ) -> usize {
         let region = &self.region;
@@ -1079,7 +1078,6 @@ impl Membership {
         let peers_total = self.view.members.len();
         let (posted, failed) = drain_queue(
             &mut self.pushes,
-            scratch,
             peers_total,
             |r| (r == id).then_some(region),
             post,

@@ -8,54 +8,35 @@ use std::ops::Deref;
 
 use spindle_transport_rdma::{LocalRange, NodeId, Region, RegionId};
 
-/// The bytes of a [`Push`] as the drains hand them to their poster: already read into
-/// the drain's scratch (SST, SMC and membership pushes), or a range of the node's own
-/// region left in place (RDMC blocks, up to a block of a MiB or more), which
-/// [`Push::post`] hands to the fabric with [`spindle_transport_rdma::Endpoint::write_from`]
-/// — no copy into a scratch first (over shm one copy in all, into the peer's mapping).
-/// Derefs to the bytes for a poster that wants them (the in-process test and benchmark
-/// fabrics): a range is then read once, on first use, into a buffer of its own.
+/// The bytes of a [`Push`] as the drains hand them to their poster: a range of the
+/// node's own region, left in place (SST, SMC and membership pushes, and RDMC blocks of a
+/// MiB or more), which [`Push::post`] hands to the fabric with
+/// [`spindle_transport_rdma::Endpoint::write_from`] — no copy into a scratch first: over
+/// shm one copy in all, from the local mapping into the peer's; tcp frames it from one
+/// copy. Derefs to the bytes for a poster that wants them (the doc examples' fabrics): the
+/// range is then read once, on first use, into a buffer of its own.
 pub struct PushBytes<'a> {
-    inner: Source<'a>,
-}
-
-enum Source<'a> {
-    Read(&'a [u8]),
-    InPlace {
-        from: LocalRange<'a>,
-        read: OnceCell<Vec<u8>>,
-    },
+    from: LocalRange<'a>,
+    read: OnceCell<Vec<u8>>,
 }
 
 impl<'a> PushBytes<'a> {
-    /// Bytes already read.
-    pub fn read(bytes: &'a [u8]) -> Self {
-        PushBytes {
-            inner: Source::Read(bytes),
-        }
-    }
-
     /// `len` bytes of the local `region` at `offset`, left in place. The range must lie
     /// inside the region (the cores compute it from their own layout).
     pub fn in_place(region: &'a Region, offset: usize, len: usize) -> Self {
         PushBytes {
-            inner: Source::InPlace {
-                from: LocalRange {
-                    region,
-                    offset,
-                    len,
-                },
-                read: OnceCell::new(),
+            from: LocalRange {
+                region,
+                offset,
+                len,
             },
+            read: OnceCell::new(),
         }
     }
 
-    /// The local range, for bytes left in place.
-    pub fn local_range(&self) -> Option<LocalRange<'a>> {
-        match &self.inner {
-            Source::Read(_) => None,
-            Source::InPlace { from, .. } => Some(*from),
-        }
+    /// The local range the bytes are in.
+    pub fn local_range(&self) -> LocalRange<'a> {
+        self.from
     }
 }
 
@@ -63,18 +44,16 @@ impl Deref for PushBytes<'_> {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        match &self.inner {
-            Source::Read(bytes) => bytes,
-            Source::InPlace { from, read } => read.get_or_init(|| {
-                let mut out = Vec::new();
-                if let Err(e) = from.region.read_append(from.offset, from.len, &mut out) {
-                    // Ranges come from this crate's cores, never from a peer: a bad one
-                    // is a bug.
-                    unreachable!("a push's range outside its region: {e}");
-                }
-                out
-            }),
-        }
+        let from = &self.from;
+        self.read.get_or_init(|| {
+            let mut out = Vec::new();
+            if let Err(e) = from.region.read_append(from.offset, from.len, &mut out) {
+                // Ranges come from this crate's cores, never from a peer: a bad one is a
+                // bug.
+                unreachable!("a push's range outside its region: {e}");
+            }
+            out
+        })
     }
 }
 
@@ -107,7 +86,7 @@ impl PostBytes for Vec<u8> {
 
 impl PostBytes for PushBytes<'_> {
     fn local_range(&self) -> Option<LocalRange<'_>> {
-        PushBytes::local_range(self)
+        Some(PushBytes::local_range(self))
     }
     fn bytes(&self) -> &[u8] {
         self
@@ -116,14 +95,10 @@ impl PostBytes for PushBytes<'_> {
 
 impl std::fmt::Debug for PushBytes<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.inner {
-            Source::Read(bytes) => f.debug_tuple("Read").field(&bytes.len()).finish(),
-            Source::InPlace { from, .. } => f
-                .debug_struct("InPlace")
-                .field("offset", &from.offset)
-                .field("len", &from.len)
-                .finish(),
-        }
+        f.debug_struct("PushBytes")
+            .field("offset", &self.from.offset)
+            .field("len", &self.from.len)
+            .finish()
     }
 }
 
@@ -165,13 +140,33 @@ impl Push {
     }
 }
 
+impl Push {
+    /// Applies this push to `peer`, the peer's copy of the region mapped in this process
+    /// (the in-process fabrics of tests, benchmarks and examples): the bytes — copied
+    /// straight from the local region when left in place — then the guard, stored with
+    /// release semantics.
+    pub fn apply<B: PostBytes + ?Sized>(
+        &self,
+        peer: &Region,
+        bytes: &B,
+    ) -> spindle_transport_rdma::Result<()> {
+        match bytes.local_range() {
+            Some(from) => peer.copy_from(self.offset, from.region, from.offset, from.len)?,
+            None => peer.write_bytes(self.offset, bytes.bytes())?,
+        }
+        if let Some((at, value)) = self.guard {
+            peer.store_u64(at, value);
+        }
+        Ok(())
+    }
+}
+
 /// Posts the pushes of `queue` in order per peer (see [`crate::Engine::drain_pushes`]); `region`
 /// finds the local region a push reads from. Stops scanning once `peers_total` peers are
 /// held. Returns how many were posted and the peers whose post failed for good (their
 /// pushes are dropped).
 pub(crate) fn drain_queue<'r>(
     queue: &mut VecDeque<Push>,
-    scratch: &mut Vec<u8>,
     peers_total: usize,
     region: impl Fn(RegionId) -> Option<&'r Region>,
     mut post: impl FnMut(&Push, &PushBytes<'_>) -> spindle_transport_rdma::Result<()>,
@@ -194,16 +189,13 @@ pub(crate) fn drain_queue<'r>(
         let Some(r) = region(push.region) else {
             continue;
         };
-        // Grow only: a short push after a long one must not zero the long one's bytes
-        // again (a memset per slot push).
-        if scratch.len() < push.len {
-            scratch.resize(push.len, 0);
-        }
-        let bytes = &mut scratch[..push.len];
-        if r.read_bytes(push.offset, bytes).is_err() {
+        if r.check_range(push.offset, push.len).is_err() {
+            // Pushes come from the cores' own layouts: a range outside the region is a
+            // bug, dropped rather than posted.
             continue;
         }
-        match post(&push, &PushBytes::read(bytes)) {
+        // Left in place: the fabric copies the bytes from the region itself.
+        match post(&push, &PushBytes::in_place(r, push.offset, push.len)) {
             Ok(()) => posted += 1,
             Err(spindle_transport_rdma::Error::QueueFull { .. }) => {
                 held.push(push.peer);

@@ -262,7 +262,6 @@ fn predicate_loop(
 ) {
     let spin = Duration::from_micros(cfg.spin_before_park_us);
     let park = Duration::from_millis(cfg.park_ms);
-    let mut scratch = Vec::new();
     let mut last_work = Instant::now();
     let mut idle_rounds: u32 = 0;
     let mut round: u32 = 0;
@@ -280,7 +279,7 @@ fn predicate_loop(
         }
         {
             let _corked = Corked::new(&*ep);
-            work |= engine.drain_pushes(&mut scratch, |p, bytes| p.post(&*ep, bytes)) > 0;
+            work |= engine.drain_pushes(|p, bytes| p.post(&*ep, bytes)) > 0;
             work |= engine.drain_dare(|out, imm, ctrl| post_dare(&*ep, out, imm, ctrl)) > 0;
         }
         while let Some(batch) = engine.poll_delivery() {
@@ -623,7 +622,6 @@ fn group_loop(
     let mut last_work = Instant::now();
     let mut idle_rounds: u32 = 0;
     let mut refresh = true;
-    let mut scratch = Vec::new();
     let mut round: u32 = 0;
     let mut now_us = 0;
     let mut carry = EngineCarry::default();
@@ -649,7 +647,7 @@ fn group_loop(
         if idle_rounds > 0 || round % CLOCK_ROUNDS == 0 {
             now_us = start.elapsed().as_micros() as u64;
         }
-        let mut work = drive(&mut group, &*ep, now_us, &mut scratch);
+        let mut work = drive(&mut group, &*ep, now_us);
         // Messages handed to the application this round.
         let mut delivered = 0;
         while let Some(out) = group.poll() {
@@ -832,10 +830,10 @@ pub fn hand_to(group: &mut Group, app: &mut impl Application, out: GroupOutput) 
 
 /// One round of a [`Group`] over `ep` at `now_us`: hands it the fabric's events, runs it
 /// once, performs the [`GroupAction`]s it queued (in order) and posts its pushes, holding
-/// a push whose peer has not announced the region yet. `scratch` is reused across rounds.
+/// a push whose peer has not announced the region yet.
 /// Returns true if anything happened. The predicate thread of [`GroupNode`] and the
 /// simulations drive a group only through this function.
-pub fn drive(group: &mut Group, ep: &dyn Endpoint, now_us: u64, scratch: &mut Vec<u8>) -> bool {
+pub fn drive(group: &mut Group, ep: &dyn Endpoint, now_us: u64) -> bool {
     let mut work = false;
     while let Some(ev) = ep.poll_event() {
         work = true;
@@ -854,7 +852,7 @@ pub fn drive(group: &mut Group, ep: &dyn Endpoint, now_us: u64, scratch: &mut Ve
     let mut known = None;
     // The round's pushes reach each peer together (tcp: one system call per link).
     let _corked = Corked::new(ep);
-    let posted = group.drain_pushes(scratch, |p, bytes| {
+    let posted = group.drain_pushes(|p, bytes| {
         if known != Some((p.peer, p.region)) {
             if ep.remote_region(p.peer, p.region).is_none() {
                 // The peer has not installed this view (or the link is not up yet): hold.

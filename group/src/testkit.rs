@@ -90,7 +90,7 @@ impl SimNode for EngineNode {
         !self.crashed
     }
 
-    fn step(&mut self, now_us: u64, scratch: &mut Vec<u8>) -> bool {
+    fn step(&mut self, now_us: u64, _scratch: &mut Vec<u8>) -> bool {
         let mut work = false;
         while let Some(event) = self.ep.poll_event() {
             work = true;
@@ -102,10 +102,7 @@ impl SimNode for EngineNode {
             work |= crate::runtime::step_dare(&mut self.engine, &*self.ep, now_us);
         }
         let ep = &self.ep;
-        work |= self
-            .engine
-            .drain_pushes(scratch, |p, bytes| p.post(&**ep, bytes))
-            > 0;
+        work |= self.engine.drain_pushes(|p, bytes| p.post(&**ep, bytes)) > 0;
         work | (self
             .engine
             .drain_dare(|out, imm, ctrl| crate::runtime::post_dare(&**ep, out, imm, ctrl))

@@ -32,7 +32,6 @@ struct Pair {
     engines: BTreeMap<u32, Engine>,
     regions: BTreeMap<u32, Region>,
     geom: Geometry,
-    scratch: Vec<u8>,
 }
 
 impl Pair {
@@ -62,7 +61,6 @@ impl Pair {
             engines,
             regions,
             geom: Geometry::new(&spec()).unwrap(),
-            scratch: Vec::new(),
         }
     }
 
@@ -71,14 +69,7 @@ impl Pair {
         for (n, e) in &mut self.engines {
             e.step();
             let regions = &self.regions;
-            e.drain_pushes(&mut self.scratch, |p, bytes| {
-                let r = &regions[&p.peer];
-                r.write_bytes(p.offset, bytes)?;
-                if let Some((at, v)) = p.guard {
-                    r.store_u64(at, v);
-                }
-                Ok(())
-            });
+            e.drain_pushes(|p, bytes| p.apply(&regions[&p.peer], bytes));
             while e.poll_delivery().is_some() {}
             while let Some(ev) = e.poll_event() {
                 events.push((*n, ev));

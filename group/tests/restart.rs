@@ -51,9 +51,9 @@ struct Node {
 }
 
 impl SimNode for Node {
-    fn step(&mut self, now_us: u64, scratch: &mut Vec<u8>) -> bool {
+    fn step(&mut self, now_us: u64, _scratch: &mut Vec<u8>) -> bool {
         self.steps += 1;
-        let mut work = drive(&mut self.group, &*self.ep, now_us, scratch);
+        let mut work = drive(&mut self.group, &*self.ep, now_us);
         while let Some(out) = self.group.poll() {
             work = true;
             match &out {

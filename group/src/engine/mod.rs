@@ -842,7 +842,6 @@ impl Engine {
     /// peer's queued pushes and wedges its subgroups. Returns how many pushes were posted.
     pub fn drain_pushes(
         &mut self,
-        scratch: &mut Vec<u8>,
         post: impl FnMut(&Push, &PushBytes<'_>) -> spindle_transport_rdma::Result<()>,
     ) -> usize {
         let post_lock = self.post_lock.clone();
@@ -859,7 +858,6 @@ impl Engine {
         let subgroups = &self.subgroups;
         let (smc_posted, failed) = drain_queue(
             &mut self.pushes,
-            scratch,
             self.peers_total,
             |id| {
                 subgroups

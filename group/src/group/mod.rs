@@ -775,7 +775,6 @@ impl Group {
     /// out.
     pub fn drain_pushes(
         &mut self,
-        scratch: &mut Vec<u8>,
         mut post: impl FnMut(&Push, &PushBytes<'_>) -> spindle_transport_rdma::Result<()>,
     ) -> usize {
         if matches!(self.phase, Phase::Done) {
@@ -784,11 +783,11 @@ impl Group {
         }
         let mut posted = 0;
         if let Some(r) = &mut self.retiring {
-            posted += r.drain_pushes(scratch, &mut post);
+            posted += r.drain_pushes(&mut post);
         }
         if let Some(c) = &mut self.current {
-            posted += c.membership.drain_pushes(scratch, &mut post);
-            posted += c.engine.drain_pushes(scratch, &mut post);
+            posted += c.membership.drain_pushes(&mut post);
+            posted += c.engine.drain_pushes(&mut post);
         }
         for (to, msg) in std::mem::take(&mut self.pending_state_sends) {
             self.actions.push_back(GroupAction::Send {

@@ -458,12 +458,12 @@ impl SimNode for NodeRun {
         !self.down
     }
 
-    fn step(&mut self, now_us: u64, scratch: &mut Vec<u8>) -> bool {
+    fn step(&mut self, now_us: u64, _scratch: &mut Vec<u8>) -> bool {
         if self.frozen {
             return false;
         }
         match self.group.as_mut() {
-            Some(g) => drive(g, &*self.ep, now_us, scratch),
+            Some(g) => drive(g, &*self.ep, now_us),
             None => false,
         }
     }

@@ -102,6 +102,11 @@ pub struct Args {
     /// Subgroups the topics hash onto (`ParticipantConfig::topic_subgroups`).
     #[arg(long, default_value_t = spindle_dds_core::declare::TOPIC_SUBGROUPS_DEFAULT)]
     pub topic_subgroups: u32,
+    /// The participants' `slot_payload_bytes` (default: the sample's size and its
+    /// overhead, up to 64 KiB). Give the configuration's default (4096) to measure what
+    /// an application that keeps it gets.
+    #[arg(long)]
+    pub slot_payload_bytes: Option<usize>,
     /// The participants' failure-detector floor (`[fabric] suspect_floor_ms`; the
     /// ceiling is raised to it): long enough for processes under `valgrind`, whose
     /// threads take turns, not to suspect each other.
@@ -184,7 +189,9 @@ fn participant(
         cfg.atomic_ordering = spindle_dds_core::AtomicOrdering::Dare;
     }
     // A Sequence is unbounded: size the slots for the payload, its CDR length and header.
-    cfg.slot_payload_bytes = (a.size.max(a.bulk_size) + 128).min(64 * 1024);
+    cfg.slot_payload_bytes = a
+        .slot_payload_bytes
+        .unwrap_or((a.size.max(a.bulk_size) + 128).min(64 * 1024));
     if a.size.max(a.bulk_size) + 128 > 64 * 1024 {
         // Larger samples go by RDMC (the writer declares its largest sample).
         cfg.sample_bytes_max = a.size.max(a.bulk_size) + 128;
@@ -503,6 +510,9 @@ pub(crate) fn child_args(a: &Args, exe_args: &[String], c: &mut Command) {
     }
     if let Some(ms) = a.entity_timeout_ms {
         c.args(["--entity-timeout-ms", &ms.to_string()]);
+    }
+    if let Some(b) = a.slot_payload_bytes {
+        c.args(["--slot-payload-bytes", &b.to_string()]);
     }
 }
 

@@ -54,6 +54,16 @@ pub const SEND_BATCH_MAX: u64 = 1024;
 /// Largest single push of ring slots, in bytes (a batch is split into chunks this size,
 /// each with its own guard).
 pub const PUSH_BYTES_MAX: usize = 1 << 20;
+/// Unused bytes of a slot from which a push of a run of slots ends at that slot's message
+/// (the next slot starts a push of its own): one more push (a frame over tcp, a copy call
+/// over shm) costs about what copying this many idle bytes does, and an application's
+/// small samples in the default 4096-byte slots then cross the fabric at their own size
+/// (over tcp, 1 KiB samples in 4 KiB slots moved four times their bytes).
+pub const PUSH_GAP_BYTES_MIN: usize = 1024;
+const _: () = assert!(
+    PUSH_GAP_BYTES_MIN >= crate::layout::SLOT_HEADER_BYTES && PUSH_GAP_BYTES_MIN < PUSH_BYTES_MAX,
+    "a gap worth a push of its own is more than a header and less than a push"
+);
 /// Pushes queued and not yet drained above which the send predicate waits (the fabric
 /// is behind).
 pub const PUSH_QUEUE_MAX: usize = 4096;

@@ -1,12 +1,12 @@
 //! The predicates of one step (Derecho 3.3, Spindle III): send, receive with null-sends,
 //! delivery, and the control row's acknowledgements.
 
-use spindle_transport_rdma::{NodeId, WORD_BYTES};
+use spindle_transport_rdma::{NodeId, Region, WORD_BYTES};
 
 use super::{push_to_peers, Engine, Halt};
 use super::{
     DELIVERY_BATCH_MAX, DELIVERY_QUEUE_MAX, DELIVERY_STEP_BYTES_MAX, PUSH_BYTES_MAX,
-    PUSH_QUEUE_MAX, RECEIVE_BATCH_MAX, SEND_BATCH_MAX,
+    PUSH_GAP_BYTES_MIN, PUSH_QUEUE_MAX, RECEIVE_BATCH_MAX, SEND_BATCH_MAX,
 };
 use crate::large::Large;
 use crate::layout::{DeliveryMode, NULL_LEN, RDMC_LEN, SLOT_HEADER_BYTES};
@@ -199,17 +199,23 @@ impl Engine {
         while s.pushed < s.committed {
             let first = s.pushed;
             let wrap = w - first % w;
-            let n = (s.committed - first).min(wrap).min(slots_per_chunk);
-            let last = first + n - 1;
+            let n_max = (s.committed - first).min(wrap).min(slots_per_chunk);
+            // One push carries a run of whole slots and the last one up to its message's
+            // end; a slot whose message leaves `PUSH_GAP_BYTES_MIN` or more of it unused
+            // ends the run, so small messages in large slots cross the fabric at about
+            // their own size, not the slot's.
+            let mut n = 0;
+            let mut last_used = 0;
+            while n < n_max {
+                last_used =
+                    slot_used_bytes(&s.region, s.geom.slot(rank, first + n)).min(s.geom.slot_bytes);
+                n += 1;
+                if s.geom.slot_bytes - last_used >= PUSH_GAP_BYTES_MIN {
+                    break;
+                }
+            }
             let offset = s.geom.slot(rank, first);
-            // The last slot is pushed only up to its payload's end.
-            let last_len = s.region.load_u64(s.geom.slot(rank, last) + WORD_BYTES);
-            let last_payload = match last_len {
-                NULL_LEN => 0,
-                RDMC_LEN => crate::layout::RDMC_ANNOUNCE_BYTES,
-                _ => spindle_transport_rdma::round_up_to_words(last_len as usize),
-            };
-            let len = (n as usize - 1) * s.geom.slot_bytes + SLOT_HEADER_BYTES + last_payload;
+            let len = (n as usize - 1) * s.geom.slot_bytes + last_used;
             let guard = Some((s.geom.ring(rank), first + n));
             push_to_peers(&mut self.pushes, &mut self.stats, s, offset, len, guard);
             s.pushed = first + n;
@@ -489,4 +495,15 @@ impl Engine {
         push_to_peers(&mut self.pushes, &mut self.stats, s, offset, len, None);
         true
     }
+}
+
+/// The bytes of the slot at `slot` that hold its message: the header and the payload,
+/// rounded up to whole words (a null's and an RDMC announcement's as the layout says).
+fn slot_used_bytes(region: &Region, slot: usize) -> usize {
+    let payload = match region.load_u64(slot + WORD_BYTES) {
+        NULL_LEN => 0,
+        RDMC_LEN => crate::layout::RDMC_ANNOUNCE_BYTES,
+        len => spindle_transport_rdma::round_up_to_words(len as usize),
+    };
+    SLOT_HEADER_BYTES + payload
 }

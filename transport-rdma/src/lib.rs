@@ -52,11 +52,16 @@
 //!    [`Region`] ([`LocalRange`]) instead of a slice: same ordering, same guard rule, same
 //!    errors, and a bad local range is an [`Error`] too. The default reads the range into
 //!    a per-thread scratch and writes that; a backend that can move the bytes straight
-//!    from the region overrides it (shm copies from the local mapping into the peer's).
-//!    As with [`Endpoint::write`], the bytes are taken when the call returns: the caller
-//!    may change the range afterwards (RDMC completes a message once its writes are
-//!    posted). An RDMA override that lets the NIC read the range later must keep that
-//!    promise some other way (not done: libfabric and verbs keep the default).
+//!    from the region overrides it (shm copies from the local mapping into the peer's;
+//!    tcp hands a large range to the socket from the region's memory and copies the rest
+//!    into its outbound queue). As with [`Endpoint::write`], the bytes are taken when the
+//!    call returns: the caller may change the range afterwards (RDMC completes a message
+//!    once its writes are posted). An RDMA override that lets the NIC read the range
+//!    later must keep that promise some other way (not done: libfabric and verbs keep the
+//!    default). Words stay whole (item 2) for ranges nobody stores into during the call,
+//!    which is what callers write from (committed slots, RDMC blocks, rows of the calling
+//!    thread): a word another thread stores into meanwhile may arrive torn, since a
+//!    kernel copy is not a word-by-word load.
 //!
 //! ## A region, read and written locally
 //!

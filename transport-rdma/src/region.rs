@@ -294,6 +294,20 @@ impl Region {
         Ok(offset / WORD_BYTES)
     }
 
+    /// The address of the byte at `offset`, once `len` bytes there are checked to lie
+    /// inside the region: for a backend that hands the range to the kernel (a socket
+    /// send) instead of copying it out first. Valid while this region (a clone) lives.
+    pub(crate) fn range_ptr(&self, offset: usize, len: usize) -> Result<*const u8> {
+        self.check_range(offset, len)?;
+        Ok(self
+            .inner
+            .ptr
+            .as_ptr()
+            .cast::<u8>()
+            .cast_const()
+            .wrapping_add(offset))
+    }
+
     /// Acquire load of the aligned word at `offset` (the guard side of the contract).
     ///
     /// # Panics

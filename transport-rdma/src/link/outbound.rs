@@ -110,37 +110,107 @@ impl Outbound {
 /// Sends as much of `buf` as the socket takes without blocking; `Ok(n)` with `n <
 /// buf.len()` means the socket is full.
 fn send_nonblocking(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
-    send_two_nonblocking(fd, buf, &[])
+    send_two_nonblocking(fd, buf, Payload::Slice(&[]))
+}
+
+/// A frame's payload: the caller's slice, or a range of a local region
+/// ([`crate::Endpoint::write_from`]) taken in place: sent to the socket from the region's
+/// memory, or copied from it into the outbound queue, never through a scratch copy first.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Payload<'a> {
+    /// The caller's bytes.
+    Slice(&'a [u8]),
+    /// A range of a local region, checked against it when the write was accepted.
+    Region(LocalRange<'a>),
+}
+
+impl<'a> Payload<'a> {
+    fn len(&self) -> usize {
+        match self {
+            Payload::Slice(b) => b.len(),
+            Payload::Region(r) => r.len,
+        }
+    }
+
+    /// The `n` bytes from `at` (`at + n <= self.len()`).
+    fn part(&self, at: usize, n: usize) -> Payload<'a> {
+        match *self {
+            Payload::Slice(b) => Payload::Slice(&b[at..at + n]),
+            Payload::Region(r) => {
+                // Invariant: a part lies inside the range it is cut from.
+                assert!(at + n <= r.len, "a payload part lies inside its payload");
+                Payload::Region(LocalRange {
+                    region: r.region,
+                    offset: r.offset + at,
+                    len: n,
+                })
+            }
+        }
+    }
+
+    /// Appends the bytes to `out` (a region's by whole-word loads, as
+    /// [`crate::Region::read_append`]).
+    fn append_to(&self, out: &mut Vec<u8>) {
+        match self {
+            Payload::Slice(b) => out.extend_from_slice(b),
+            Payload::Region(r) => {
+                let appended = r.region.read_append(r.offset, r.len, out);
+                // Invariant: a region payload's range was checked against its region
+                // when the write was accepted (`Hub::write_from`), and parts stay inside.
+                assert!(appended.is_ok(), "a region payload lies inside its region");
+            }
+        }
+    }
+
+    /// The address of the first byte and the length, for an `iovec`.
+    fn raw(&self) -> (*const u8, usize) {
+        match self {
+            Payload::Slice(b) => (b.as_ptr(), b.len()),
+            Payload::Region(r) => {
+                let at = r.region.range_ptr(r.offset, r.len);
+                // Invariant: as in `append_to`, the range lies inside the region.
+                assert!(at.is_ok(), "a region payload lies inside its region");
+                (at.unwrap_or(std::ptr::null()), r.len)
+            }
+        }
+    }
 }
 
 /// Sends as much of `head` then `payload` as the socket takes without blocking, in one
 /// `sendmsg` where possible; `Ok(n)` with `n` short of both lengths means the socket is
-/// full.
-fn send_two_nonblocking(fd: RawFd, head: &[u8], payload: &[u8]) -> io::Result<usize> {
-    let total = head.len() + payload.len();
+/// full. A region payload goes from the region's memory: the kernel copies it, and a word
+/// another thread stores into meanwhile may be taken torn (contract item 9: callers do
+/// not write from ranges they are storing into).
+fn send_two_nonblocking(fd: RawFd, head: &[u8], payload: Payload<'_>) -> io::Result<usize> {
+    let (body, body_len) = payload.raw();
+    let total = head.len() + body_len;
     let mut sent = 0;
     while sent < total {
-        let (a, b) = if sent < head.len() {
-            (&head[sent..], payload)
+        let (a, a_len, b_len) = if sent < head.len() {
+            (head[sent..].as_ptr(), head.len() - sent, body_len)
         } else {
-            (&payload[sent - head.len()..], &[][..])
+            (body.wrapping_add(sent - head.len()), total - sent, 0)
         };
         let mut iov = [
             libc::iovec {
-                iov_base: a.as_ptr() as *mut libc::c_void,
-                iov_len: a.len(),
+                iov_base: a as *mut libc::c_void,
+                iov_len: a_len,
             },
             libc::iovec {
-                iov_base: b.as_ptr() as *mut libc::c_void,
-                iov_len: b.len(),
+                iov_base: body as *mut libc::c_void,
+                iov_len: b_len,
             },
         ];
         // SAFETY: an all-zero msghdr is valid (no name, no control data).
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = iov.as_mut_ptr();
-        msg.msg_iovlen = if b.is_empty() { 1 } else { 2 };
-        // SAFETY: `msg` points at `iov`, whose entries describe the live slices `a` and
-        // `b` (the kernel only reads them); all outlive the call. `fd` is the link's socket.
+        msg.msg_iovlen = if b_len == 0 { 1 } else { 2 };
+        // SAFETY: `msg` points at `iov`, whose entries describe live memory the kernel
+        // only reads: the tail of `head`, and the tail of the payload — the caller's
+        // slice, or a range of a region checked against it (`Payload::raw`) whose memory
+        // the borrowed `Region` keeps mapped for this call. All outlive the call. Words
+        // of a region that other threads store into meanwhile are read by the kernel,
+        // not by Rust code. `fd` is the link's socket.
         let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
         if n >= 0 {
             sent += n as usize;
@@ -330,7 +400,7 @@ impl<S: LinkStream> Hub<S> {
         &self,
         link: &Link<S>,
         head: &[u8],
-        payload: &[u8],
+        payload: Payload<'_>,
         bounded: bool,
     ) -> Result<()> {
         let frame_bytes = head.len() + payload.len();
@@ -342,7 +412,7 @@ impl<S: LinkStream> Hub<S> {
         if payload.len() < DIRECT_SEND_BYTES_MIN {
             return self.enqueue(link, frame_bytes, !bounded, |out| {
                 out.extend_from_slice(head);
-                out.extend_from_slice(payload);
+                payload.append_to(out);
             });
         }
         {
@@ -351,7 +421,7 @@ impl<S: LinkStream> Hub<S> {
             if out.flushing || !out.pending.is_empty() || out.seal.is_some() {
                 out.append(|p| {
                     p.extend_from_slice(head);
-                    p.extend_from_slice(payload);
+                    payload.append_to(p);
                 });
                 let idle = !out.flushing;
                 drop(out);
@@ -380,9 +450,12 @@ impl<S: LinkStream> Hub<S> {
                 rest.clear();
                 if n < head.len() {
                     rest.extend_from_slice(&head[n..]);
-                    rest.extend_from_slice(payload);
+                    payload.append_to(&mut rest);
                 } else {
-                    rest.extend_from_slice(&payload[n - head.len()..]);
+                    let done = n - head.len();
+                    payload
+                        .part(done, payload.len() - done)
+                        .append_to(&mut rest);
                 }
                 out.inflight = Some((rest, 0));
                 drop(out);
@@ -591,7 +664,7 @@ impl<S: LinkStream> Hub<S> {
         if self.hooks.remote_write(peer, desc, offset, bytes, None)? == RemoteWrite::Done {
             return Ok(());
         }
-        self.enqueue_write(&link, region, offset, bytes, None)
+        self.enqueue_write(&link, region, offset, Payload::Slice(bytes), None)
     }
 
     /// Queues a write as one frame, or as several (see [`WRITE_FRAME_PAYLOAD_BYTES_MAX`]).
@@ -600,7 +673,7 @@ impl<S: LinkStream> Hub<S> {
         link: &Link<S>,
         region: RegionId,
         offset: usize,
-        bytes: &[u8],
+        bytes: Payload<'_>,
         guard: Option<(usize, u64)>,
     ) -> Result<()> {
         let _issue = lock(&link.issue);
@@ -612,7 +685,7 @@ impl<S: LinkStream> Hub<S> {
             let n = (frame_end - abs).min(bytes.len() - at);
             let last = at + n == bytes.len();
             let head = Head::write(region, abs, if last { guard } else { None }, n);
-            self.enqueue_payload(link, head.as_slice(), &bytes[at..at + n], at == 0)?;
+            self.enqueue_payload(link, head.as_slice(), bytes.part(at, n), at == 0)?;
             at += n;
             if last {
                 return Ok(());
@@ -638,11 +711,13 @@ impl<S: LinkStream> Hub<S> {
         if self.hooks.remote_write(peer, desc, offset, bytes, guard)? == RemoteWrite::Done {
             return Ok(());
         }
-        self.enqueue_write(&link, region, offset, bytes, guard)
+        self.enqueue_write(&link, region, offset, Payload::Slice(bytes), guard)
     }
 
     /// Write from a local region (see [`crate::Endpoint::write_from`]): the hooks move
-    /// it straight when they can (shm), else it is framed from a scratch copy.
+    /// it straight when they can (shm), else it is framed from the region in place (a
+    /// large frame meeting an idle socket goes from the region's memory, the rest is
+    /// copied from it into the queue).
     pub fn write_from(
         &self,
         peer: NodeId,
@@ -665,9 +740,7 @@ impl<S: LinkStream> Hub<S> {
         {
             return Ok(());
         }
-        crate::with_local_bytes(from, |bytes| {
-            self.enqueue_write(&link, region, offset, bytes, guard)
-        })
+        self.enqueue_write(&link, region, offset, Payload::Region(from), guard)
     }
 
     /// Two-sided send (see [`crate::Endpoint::send`]).
@@ -682,7 +755,7 @@ impl<S: LinkStream> Hub<S> {
         let link = self.link(peer)?;
         let head = Head::send(imm, bytes.len());
         let _issue = lock(&link.issue);
-        self.enqueue_payload(&link, head.as_slice(), bytes, true)
+        self.enqueue_payload(&link, head.as_slice(), Payload::Slice(bytes), true)
     }
 
     /// The descriptor of `peer`'s region `id`.

@@ -419,6 +419,10 @@ fn run_node(
                     own_delivered.fetch_add(1, Ordering::Release);
                 }
                 if let Some(w) = log.as_mut() {
+                    if let Some(bad) = payload_fault(&m) {
+                        let mut e = log_error.lock().unwrap_or_else(|p| p.into_inner());
+                        e.get_or_insert(bad);
+                    }
                     line.clear();
                     line.push_str(&m.log_line(batch.subgroup()));
                     line.push('\n');
@@ -456,9 +460,11 @@ fn run_node(
         let large = args.rdmc().is_some();
         let subgroup = spec.id;
         threads.push(std::thread::spawn(move || -> Result<(), String> {
-            let payload = vec![0xA5u8; size];
+            let payload = vec![FILL_BYTE; size];
             let mut sent = 0u64;
             let mut tries: u64 = 0;
+            // Consecutive full windows (see `wait_room`).
+            let mut full: u32 = 0;
             while sent < messages {
                 tries += 1;
                 if tries % 1024 == 0
@@ -482,11 +488,12 @@ fn run_node(
                                     .insert((subgroup, seq), t);
                             }
                             sent += 1;
+                            full = 0;
                             if latency {
                                 wait_own(&own_delivered, sent, deadline)?;
                             }
                         }
-                        Err(Error::WindowFull { .. }) => std::thread::yield_now(),
+                        Err(Error::WindowFull { .. }) => wait_room(&sender, size, &mut full),
                         Err(e) => return Err(e.to_string()),
                     }
                     continue;
@@ -507,11 +514,12 @@ fn run_node(
                         }
                         loan.commit();
                         sent += 1;
+                        full = 0;
                         if latency {
                             wait_own(&own_delivered, sent, deadline)?;
                         }
                     }
-                    Err(Error::WindowFull { .. }) => std::thread::yield_now(),
+                    Err(Error::WindowFull { .. }) => wait_room(&sender, size, &mut full),
                     Err(e) => return Err(e.to_string()),
                 }
             }
@@ -543,7 +551,7 @@ fn run_node(
         std::thread::sleep(Duration::from_millis(1));
     }
     if let Some(e) = log_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        errors.push(format!("writing the log: {e}"));
+        errors.push(format!("logging the deliveries: {e}"));
     }
     let stats = node.stop();
     if !errors.is_empty() {
@@ -562,6 +570,48 @@ fn run_node(
         nulls_sent: stats.nulls_sent,
         pushes: stats.pushes,
     })
+}
+
+/// With `--log`, every delivered payload is checked against what the senders write: the
+/// fill byte `0xA5` throughout, except the first 8 bytes of a message sent through an
+/// SMC slot, which carry its sequence number (little-endian) when the size allows. A
+/// message corrupted on its way (a wrong offset, a torn or short copy) fails the run,
+/// naming the message and the first bad byte.
+fn payload_fault(m: &spindle_group::Message<'_>) -> Option<String> {
+    let p = m.payload;
+    if p.len() != m.full_len {
+        return None; // a delivery prefix: only the first bytes are here
+    }
+    let seq_bytes = m.sender_seq.to_le_bytes();
+    let seq_at_head = p.len() >= 8 && p[..8] == seq_bytes;
+    let from = if seq_at_head { 8 } else { 0 };
+    let bad = p[from..].iter().position(|&b| b != FILL_BYTE)?;
+    let at = from + bad;
+    Some(format!(
+        "a corrupted delivery: message {} of sender {} ({} bytes): byte {at} is {:#04x}, \
+         expected {FILL_BYTE:#04x}",
+        m.sender_seq,
+        m.sender,
+        p.len(),
+        p[at]
+    ))
+}
+
+/// The byte every workload payload is filled with.
+const FILL_BYTE: u8 = 0xA5;
+
+/// A sender's window is full: yield for the first [`spindle_group::ROOM_SPIN_TRIES`]
+/// tries in a row, then park until the predicate thread moves the window (at most
+/// [`spindle_group::ROOM_WAIT_SLICE`]), as a DCPS writer and [`Node::send`] do. A sender
+/// that only yielded kept a core busy on a 2-core machine while the threads that free its
+/// window (the predicate threads, a link's reader) waited for one.
+fn wait_room(sender: &spindle_group::Sender, len: usize, full: &mut u32) {
+    *full = full.saturating_add(1);
+    if *full > spindle_group::ROOM_SPIN_TRIES {
+        sender.wait_for_room(len, spindle_group::ROOM_WAIT_SLICE);
+    } else {
+        std::thread::yield_now();
+    }
 }
 
 /// Latency mode: waits until this node delivered its own `sent` messages. Spins briefly,
@@ -683,7 +733,7 @@ fn run_dare_node(
     }
     let start = Instant::now();
     if spec.senders.contains(&me) {
-        let payload = vec![0xA5u8; args.size];
+        let payload = vec![FILL_BYTE; args.size];
         let mut sent = 0u64;
         while sent < args.messages {
             if Instant::now() > deadline {
@@ -938,7 +988,7 @@ fn sim_main(args: &Args) -> Result<(), BoxError> {
             None => None,
         });
     }
-    let payload = vec![0xA5u8; args.size];
+    let payload = vec![FILL_BYTE; args.size];
     let start = Instant::now();
     let deadline = start + Duration::from_secs(args.timeout_s);
     while delivered.iter().zip(&expected).any(|(d, e)| d < e) {

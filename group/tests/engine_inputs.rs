@@ -1,14 +1,14 @@
 //! Bytes a peer writes into our SST are input from outside: a broken or hostile row or
 //! ring must give a clear event and a stopped subgroup, never a panic.
 
+mod common;
+
 use std::collections::BTreeMap;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spindle_group::layout::{Geometry, SLOT_HEADER_BYTES};
-use spindle_group::{
-    DeliveryMode, Engine, EngineConfig, EngineEvent, Error, Layout, SubgroupSpec, View,
-};
+use spindle_group::{DeliveryMode, Engine, EngineEvent, Error, Layout, SubgroupSpec};
 use spindle_transport_rdma::Region;
 
 const WINDOW: usize = 4;
@@ -36,27 +36,10 @@ struct Pair {
 
 impl Pair {
     fn new() -> Pair {
-        let view = View::new(1, vec![1, 2]);
         let layout = Layout {
             subgroups: vec![spec()],
         };
-        let mut regions = BTreeMap::new();
-        let mut engines = BTreeMap::new();
-        for n in [1, 2] {
-            let e = Engine::new(
-                n,
-                view.clone(),
-                layout.clone(),
-                EngineConfig::default(),
-                |id, len| {
-                    let r = Region::new_heap(id, len)?;
-                    regions.insert(n, r.clone());
-                    Ok(r)
-                },
-            )
-            .unwrap();
-            engines.insert(n, e);
-        }
+        let (engines, regions) = common::heap_engines(&[1, 2], &layout);
         Pair {
             engines,
             regions,

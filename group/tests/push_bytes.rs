@@ -3,13 +3,11 @@
 //! more of it unused. Small messages in large slots cross the fabric at about their own
 //! size, and the receiver still gets every message whole and in order.
 
-use std::collections::BTreeMap;
+mod common;
 
 use spindle_group::layout::{Geometry, SLOT_HEADER_BYTES};
-use spindle_group::{
-    DeliveryMode, Engine, EngineConfig, Layout, SubgroupSpec, View, PUSH_GAP_BYTES_MIN,
-};
-use spindle_transport_rdma::{round_up_to_words, Region};
+use spindle_group::{DeliveryMode, Layout, SubgroupSpec, PUSH_GAP_BYTES_MIN};
+use spindle_transport_rdma::round_up_to_words;
 
 /// Slots far larger than the small messages (the DCPS default slot).
 const SLOT_PAYLOAD: usize = 4096;
@@ -41,28 +39,11 @@ fn small_messages_in_large_slots_are_pushed_at_their_size() {
             && SLOT_PAYLOAD - round_up_to_words(NEAR_FULL) < PUSH_GAP_BYTES_MIN,
         "the test's sizes straddle the gap bound"
     );
-    let view = View::new(1, vec![1, 2]);
     let layout = Layout {
         subgroups: vec![spec()],
     };
     let geom = Geometry::new(&spec()).unwrap();
-    let mut regions = BTreeMap::new();
-    let mut engines = BTreeMap::new();
-    for n in [1u32, 2] {
-        let e = Engine::new(
-            n,
-            view.clone(),
-            layout.clone(),
-            EngineConfig::default(),
-            |id, len| {
-                let r = Region::new_heap(id, len)?;
-                regions.insert(n, r.clone());
-                Ok(r)
-            },
-        )
-        .unwrap();
-        engines.insert(n, e);
-    }
+    let (mut engines, regions) = common::heap_engines(&[1, 2], &layout);
     // small, small, small, near-full, small: the near-full one runs on into the next.
     let sizes = [SMALL, SMALL, SMALL, NEAR_FULL, SMALL];
     let sender = engines[&1].sender(3).unwrap();

@@ -10,7 +10,7 @@ use spindle_group::{
     DeliveryMode, Engine, EngineConfig, Error, Layout, SubgroupId, SubgroupSpec, Techniques, View,
 };
 use spindle_transport_rdma::sim::{SimConfig, SimWorld};
-use spindle_transport_rdma::NodeId;
+use spindle_transport_rdma::{NodeId, Region};
 
 /// What one node delivered in one subgroup: `(global_index, sender_rank, sender_seq)`.
 pub type Delivered = Vec<(u64, u32, u64)>;
@@ -383,4 +383,37 @@ pub fn overlapping_layout(window_slots: usize, slot_payload_bytes: usize) -> Lay
             sg(30, vec![1, 3], vec![1, 3], DeliveryMode::Unordered),
         ],
     }
+}
+
+/// Engines of `nodes` in view 1 of `layout`, each over its own heap region (no fabric):
+/// the test moves pushes itself (`Push::apply` into the peer's region). Returns the
+/// engines and each node's region, by node. For one subgroup (one region per node).
+pub fn heap_engines(
+    nodes: &[NodeId],
+    layout: &Layout,
+) -> (BTreeMap<NodeId, Engine>, BTreeMap<NodeId, Region>) {
+    assert_eq!(
+        layout.subgroups.len(),
+        1,
+        "one region per node: one subgroup"
+    );
+    let view = View::new(1, nodes.to_vec());
+    let mut regions = BTreeMap::new();
+    let mut engines = BTreeMap::new();
+    for &n in nodes {
+        let e = Engine::new(
+            n,
+            view.clone(),
+            layout.clone(),
+            EngineConfig::default(),
+            |id, len| {
+                let r = Region::new_heap(id, len)?;
+                regions.insert(n, r.clone());
+                Ok(r)
+            },
+        )
+        .expect("an engine of a valid layout");
+        engines.insert(n, e);
+    }
+    (engines, regions)
 }

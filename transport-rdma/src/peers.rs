@@ -139,7 +139,6 @@ impl<E: PeerEntry> PeerTable<E> {
         self.entries.get(&peer)
     }
 
-    #[cfg_attr(not(any(feature = "libfabric", feature = "verbs")), allow(dead_code))] // only the side-channel backends use it
     /// The entry of `peer`, to change.
     pub(crate) fn get_mut(&mut self, peer: NodeId) -> Option<&mut E> {
         self.entries.get_mut(&peer)

@@ -8,10 +8,10 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use super::frame::{
-    encode_goodbye, encode_hello, encode_region_announce, encode_region_withdraw, malformed,
-    FrameReader, Hello, RegionEntry,
+    encode_goodbye, encode_hello, encode_refused, encode_region_announce, encode_region_withdraw,
+    malformed, FrameReader, Hello, RegionEntry, Reply,
 };
-use super::handshake::{self, Existing};
+use super::handshake::{self, Decision, Existing};
 use super::outbound::Outbound;
 use super::{lock, read, write, Hub, Link, LinkStream, Slot};
 use crate::detector::Detector;
@@ -116,24 +116,39 @@ impl<S: LinkStream> Hub<S> {
                 inner: &mut stream,
                 opener: opener.as_mut(),
             })?;
-            let Some(reply) = reply else {
-                // Rejected (Goodbye): the peer keeps its own connection to us, which
-                // replaces our attempt; give up on the peer if it never comes.
-                let deadline = Instant::now() + Duration::from_millis(self.cfg.connect_timeout_ms);
-                while Instant::now() < deadline && !self.is_closed() {
-                    let pending = read(&self.peers).is_current(peer, attempt);
-                    if !pending {
-                        return Ok(None);
+            let reply = match reply {
+                Reply::Hello(reply) => reply,
+                Reply::Refused(by) => {
+                    // The peer keeps its own connection to us, which replaces our
+                    // attempt: only a hello from the incarnation that refused us may take
+                    // its place (see `handshake::decide`). Give up on the peer if its
+                    // connection never comes.
+                    if let Some(Slot::Pending {
+                        attempt: a,
+                        refused_by,
+                    }) = write(&self.peers).get_mut(peer)
+                    {
+                        if *a == attempt {
+                            *refused_by = by;
+                        }
                     }
-                    std::thread::sleep(REJECTED_POLL);
+                    let deadline =
+                        Instant::now() + Duration::from_millis(self.cfg.connect_timeout_ms);
+                    while Instant::now() < deadline && !self.is_closed() {
+                        let pending = read(&self.peers).is_current(peer, attempt);
+                        if !pending {
+                            return Ok(None);
+                        }
+                        std::thread::sleep(REJECTED_POLL);
+                    }
+                    return Err(Error::io(
+                        "handshake",
+                        io::Error::new(
+                            io::ErrorKind::ConnectionRefused,
+                            "peer refused our link and did not link back",
+                        ),
+                    ));
                 }
-                return Err(Error::io(
-                    "handshake",
-                    io::Error::new(
-                        io::ErrorKind::ConnectionRefused,
-                        "peer refused our link and did not link back",
-                    ),
-                ));
             };
             handshake::check_hello(self.node, &reply, Some(peer))?;
             stream
@@ -266,7 +281,7 @@ impl<S: LinkStream> Hub<S> {
                 }
             };
             let mut reader = FrameReader::new();
-            let Some(hello) = reader.next_owned_hello(&mut Opening {
+            let Reply::Hello(hello) = reader.next_owned_hello(&mut Opening {
                 inner: &mut stream,
                 opener: opener.as_mut(),
             })?
@@ -287,24 +302,31 @@ impl<S: LinkStream> Hub<S> {
                 let existing = match peers.get(peer) {
                     None => Existing::None,
                     Some(Slot::Failed(_)) => Existing::Failed,
-                    Some(Slot::Pending { .. }) => Existing::Pending,
+                    Some(Slot::Pending { refused_by, .. }) => Existing::Pending {
+                        refused_by: *refused_by,
+                    },
                     Some(Slot::Up(link)) => Existing::Up {
                         incarnation: link.incarnation,
                     },
                 };
                 let room = peers.room_for(peer);
-                let decision = handshake::decide(self.node, &hello, existing, room);
-                // A live link to the same incarnation is either a duplicate from a
-                // simultaneous connect (rejected below) or a link the peer already closed
-                // and whose Goodbye or end of stream we have not processed yet (the peer
-                // reconnecting right after a disconnect): give it a moment to fail. So
-                // is a live link to another incarnation: a restarted peer's old link fails
-                // as soon as its dead process's socket closes, while a second process
-                // claiming a live member's id is refused, never displacing it.
-                if !matches!(decision, Admit::RejectDuplicate | Admit::RejectLiveId)
-                    || Instant::now() >= stale_deadline
-                    || self.is_closed()
-                {
+                // Asked again a moment later (`Decision::Later`): a live link to the same
+                // incarnation is either a duplicate from a simultaneous connect (rejected
+                // below) or a link the peer already closed and whose Goodbye or end of
+                // stream we have not processed yet (the peer reconnecting right after a
+                // disconnect): give it a moment to fail. So is a live link to another
+                // incarnation: a restarted peer's old link fails as soon as its dead
+                // process's socket closes, while a second process claiming a live
+                // member's id is refused, never displacing it. And a hello that would
+                // take the place of our own dial to the peer waits for the dial's answer,
+                // which says which incarnation the peer is.
+                let decision = match handshake::decide(self.node, &hello, existing, room) {
+                    Decision::Later(_) if Instant::now() < stale_deadline && !self.is_closed() => {
+                        None
+                    }
+                    d => Some(d.admit()),
+                };
+                if let Some(decision) = decision {
                     break (local, peers, decision);
                 }
                 drop(peers);
@@ -316,11 +338,13 @@ impl<S: LinkStream> Hub<S> {
                 drop(local);
                 if decision == Admit::RejectLiveId {
                     self.refused(&format!(
-                        "a second link claims node {peer}, whose live link stays"
+                        "a link claims node {peer} as incarnation {:#x}, not the one that \
+                         is linked or that answered our dial; that one stays",
+                        hello.incarnation
                     ));
                 }
                 let mut bye = Vec::new();
-                encode_goodbye(&mut bye);
+                encode_refused(&mut bye, self.incarnation);
                 if let Some(seal) = &mut seal {
                     let plain = std::mem::take(&mut bye);
                     seal.seal(&plain, &mut bye);

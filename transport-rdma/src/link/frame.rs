@@ -60,6 +60,7 @@ const KIND_SEND: u8 = 6;
 const KIND_PROBE: u8 = 7;
 const KIND_GOODBYE: u8 = 8;
 const KIND_EXCLUDED: u8 = 9;
+const KIND_REFUSED: u8 = 10;
 
 /// One entry of a region table, as carried by `Hello` and `RegionAnnounce`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,6 +136,23 @@ pub enum Frame<'a> {
         /// How long we had been silent at the sender.
         silent_ms: u64,
     },
+    /// The acceptor's answer to a `Hello` it does not take (instead of its own `Hello`):
+    /// it closes the connection. `incarnation` is the acceptor's, so a dialer refused
+    /// by the tie-break knows which incarnation's own dial to wait for.
+    Refused {
+        /// The refusing endpoint's incarnation.
+        incarnation: u64,
+    },
+}
+
+/// The answer to a `Hello`, as the dialer reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// The link is taken; the acceptor's `Hello`.
+    Hello(Hello),
+    /// The link is refused, by an endpoint of this incarnation (`None`: a `Goodbye`,
+    /// which says no more).
+    Refused(Option<u64>),
 }
 
 /// Result of looking at the front of a receive buffer.
@@ -231,7 +249,7 @@ pub fn decode_frame(buf: &[u8]) -> Result<Decoded<'_>> {
             "frame body of {body_len} bytes exceeds {FRAME_BODY_BYTES_MAX}"
         )));
     }
-    if !(KIND_HELLO..=KIND_EXCLUDED).contains(&kind) {
+    if !(KIND_HELLO..=KIND_REFUSED).contains(&kind) {
         return Err(malformed(format!("unknown frame kind {kind}")));
     }
     let total = FRAME_HEADER_BYTES + body_len;
@@ -332,6 +350,11 @@ pub fn decode_frame(buf: &[u8]) -> Result<Decoded<'_>> {
             let silent_ms = c.u64("silent ms")?;
             c.finish("excluded")?;
             Frame::Excluded { silent_ms }
+        }
+        KIND_REFUSED => {
+            let incarnation = c.u64("incarnation")?;
+            c.finish("refused")?;
+            Frame::Refused { incarnation }
         }
         _ => {
             c.finish("goodbye")?;
@@ -500,6 +523,12 @@ pub fn encode_excluded(out: &mut Vec<u8>, silent_ms: u64) {
     out.extend_from_slice(&silent_ms.to_le_bytes());
 }
 
+/// Appends a `Refused` frame: we do not take the dialer's link; we are `incarnation`.
+pub fn encode_refused(out: &mut Vec<u8>, incarnation: u64) {
+    put_header(out, KIND_REFUSED, 8);
+    out.extend_from_slice(&incarnation.to_le_bytes());
+}
+
 // ---------------------------------------------------------------------------------------
 // Receive buffer
 // ---------------------------------------------------------------------------------------
@@ -567,24 +596,26 @@ impl FrameReader {
         }
     }
 
-    /// Reads the handshake reply: `Some(hello)`, or `None` for a Goodbye.
-    pub(crate) fn next_owned_hello<R: Read>(&mut self, stream: &mut R) -> Result<Option<Hello>> {
+    /// Reads a handshake frame: the dialer's `Hello`, or the acceptor's answer (its
+    /// `Hello`, or a refusal).
+    pub(crate) fn next_owned_hello<R: Read>(&mut self, stream: &mut R) -> Result<Reply> {
         loop {
             match decode_frame(&self.buf[self.start..self.end])? {
                 Decoded::Frame(frame, used) => {
                     self.start += used;
                     return match frame {
-                        Frame::Hello(h) => Ok(Some(h)),
-                        Frame::Goodbye => Ok(None),
+                        Frame::Hello(h) => Ok(Reply::Hello(h)),
+                        Frame::Goodbye => Ok(Reply::Refused(None)),
+                        Frame::Refused { incarnation } => Ok(Reply::Refused(Some(incarnation))),
                         _ => Err(malformed("expected hello")),
                     };
                 }
                 Decoded::Incomplete { needed } => {
                     // Before the handshake the peer is unknown: only a Hello (or a
-                    // Goodbye) of a Hello's size may make us buffer.
+                    // refusal) of a Hello's size may make us buffer.
                     if self.end - self.start >= FRAME_HEADER_BYTES {
                         let kind = self.buf[self.start + 4];
-                        if kind != KIND_HELLO && kind != KIND_GOODBYE {
+                        if ![KIND_HELLO, KIND_GOODBYE, KIND_REFUSED].contains(&kind) {
                             return Err(malformed("expected hello"));
                         }
                     }
@@ -726,6 +757,21 @@ mod tests {
         assert!(
             decode_frame(&short).is_err(),
             "an excluded frame carries its silence"
+        );
+        let (buf, len) = roundtrip(|o| encode_refused(o, 0xdead));
+        assert_eq!(
+            decode_frame(&buf).unwrap(),
+            Decoded::Frame(
+                Frame::Refused {
+                    incarnation: 0xdead
+                },
+                len
+            )
+        );
+        let short = [0, 0, 0, 0, KIND_REFUSED];
+        assert!(
+            decode_frame(&short).is_err(),
+            "a refusal carries the refuser's incarnation"
         );
         // Every strict prefix asks for more bytes.
         for cut in 0..len {

@@ -166,6 +166,7 @@ impl<S: LinkStream> Hub<S> {
                 }
             }
             Frame::Hello(_) => return Err(malformed("hello after the handshake")),
+            Frame::Refused { .. } => return Err(malformed("refusal after the handshake")),
             // `FrameReader::step` ends the link on it before it reaches us.
             Frame::Excluded { .. } => return Ok(false),
         }

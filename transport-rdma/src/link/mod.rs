@@ -43,15 +43,20 @@
 //! incarnation and its region table). The acceptor decides, under the peer-table lock:
 //! with no link (or a failed one) it accepts; with its own attempt to the same peer in
 //! flight it accepts only if the initiator has the lower node id (the connection
-//! initiated by the lower node id is the one kept, on both sides); with a live link to
-//! the same incarnation it rejects (after giving that link up to half the connect
-//! time-out to fail: the peer may be re-dialing right after closing it, its Goodbye still
-//! in flight); with a live link to another incarnation it waits the same way (a restarted
-//! peer's old link fails as soon as the dead process's socket closes) and then refuses: a
-//! second process claiming a live peer's id never displaces it. Accepting means replying
-//! with its own
-//! `Hello`; rejecting means `Goodbye`. Both sides report [`Event::PeerConnected`] once the
-//! link is installed, with the peer's regions already known.
+//! initiated by the lower node id is the one kept, on both sides), and only from the
+//! incarnation that answered that attempt's `Hello` with a refusal (waiting up to half
+//! the connect time-out for the answer; taking the hello if none comes): node ids are
+//! claims, and the endpoint at the address we dialed is the peer, so another process
+//! claiming its id never takes the place of our dial (its link's end would report the
+//! live peer failed); with a live link to the same incarnation it rejects (after giving
+//! that link up to half the connect time-out to fail: the peer may be re-dialing right
+//! after closing it, its Goodbye still in flight); with a live link to another
+//! incarnation it waits the same way (a restarted peer's old link fails as soon as the
+//! dead process's socket closes) and then refuses: a second process claiming a live
+//! peer's id never displaces it. Accepting means replying with its own `Hello`;
+//! rejecting means `Refused` (carrying the acceptor's incarnation). Both sides report
+//! [`Event::PeerConnected`] once the link is installed, with the peer's regions already
+//! known.
 //!
 //! ## Threads, queues and backpressure
 //!
@@ -306,6 +311,9 @@ enum Slot<S: LinkStream> {
     /// Our own connection attempt is in flight.
     Pending {
         attempt: u64,
+        /// The incarnation of the peer that refused the attempt (it dials us instead), once
+        /// it did: only its hello takes the attempt's place.
+        refused_by: Option<u64>,
     },
     Up(Arc<Link<S>>),
     Failed(FailureReason),
@@ -321,7 +329,7 @@ impl<S: LinkStream> PeerEntry for Slot<S> {
     }
     fn link_id(&self) -> u64 {
         match self {
-            Slot::Pending { attempt } => *attempt,
+            Slot::Pending { attempt, .. } => *attempt,
             Slot::Up(link) => link.id,
             // Never current: `PeerTable` ids start at 1 and a failed slot is down anyway.
             Slot::Failed(_) => 0,
@@ -565,7 +573,10 @@ impl<S: LinkStream> Hub<S> {
     pub fn begin_connect(&self, peer: NodeId) -> Result<Option<u64>> {
         self.check_open()?;
         check_not_self(self.node, peer)?;
-        write(&self.peers).begin_dial(peer, |attempt| Slot::Pending { attempt })
+        write(&self.peers).begin_dial(peer, |attempt| Slot::Pending {
+            attempt,
+            refused_by: None,
+        })
     }
 
     /// Dialing for `attempt` failed: the peer is reported failed unless another link to

@@ -1,12 +1,13 @@
 //! Authenticated and encrypted tcp links: peers without the domain secret (or with
 //! another one) are refused before any region is announced, a second link claiming a
-//! live peer's id never displaces it, and encrypted links carry no plaintext frame.
+//! live peer's id never displaces it (nor the dial to a peer that answered it), and
+//! encrypted links carry no plaintext frame.
 
 mod tcp_common;
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::sync::Arc;
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use spindle_transport_rdma::tcp::TcpEndpoint;
@@ -132,6 +133,90 @@ fn a_second_link_claiming_a_live_id_is_refused_and_the_live_one_stays() {
         "b saw no failure and no second connect"
     );
     assert_eq!(a.poll_event(), None);
+}
+
+/// A relay on loopback: accepts one connection and, once the returned sender says so,
+/// forwards it to `to` both ways. Holds a dial in flight for as long as a test needs.
+fn held_relay(to: String) -> (String, mpsc::Sender<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (release, released) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let (inbound, _) = listener.accept().unwrap();
+        if released.recv().is_err() {
+            return;
+        }
+        let outbound = TcpStream::connect(&to).unwrap();
+        let (mut from, mut into) = (inbound.try_clone().unwrap(), outbound.try_clone().unwrap());
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut from, &mut into);
+            let _ = into.shutdown(Shutdown::Write);
+        });
+        let (mut back, mut out) = (outbound, inbound);
+        let _ = std::io::copy(&mut back, &mut out);
+        let _ = out.shutdown(Shutdown::Write);
+    });
+    (addr, release)
+}
+
+/// The events `ep` reports up to and including `PeerConnected { peer }`.
+fn events_until_connected(ep: &Arc<TcpEndpoint>, peer: u32) -> Vec<Event> {
+    let mut seen = Vec::new();
+    event_where(&**ep, "the real peer connected", |e| {
+        seen.push(e.clone());
+        matches!(e, Event::PeerConnected { peer: p } if *p == peer)
+    });
+    seen
+}
+
+#[test]
+fn a_hello_claiming_a_peer_being_dialed_is_refused_when_that_peer_answered_as_another() {
+    // An open domain (no secret): ids are claims, and the dial to the address we were
+    // given is what tells the real peer. Node 251 dials 253 and 253 dials 251 at once;
+    // 251's dial is held in a relay, so 253 hears from 251 only by refusing its own dial
+    // (251 < 253: the tie-break keeps 251's). Meanwhile another process claims 251.
+    let cfg = FabricConfig {
+        connect_timeout_ms: 30_000,
+        ..cfg_with(None, false)
+    };
+    let (a, b) = (open_with(251, cfg.clone()), open_with(253, cfg));
+    let rb = b.register_region(1, 8).unwrap();
+    let (relay, release) = held_relay(b.address());
+    a.connect(b.node(), &relay).unwrap();
+    b.connect(a.node(), &a.address()).unwrap();
+    // The impostor's hello (another incarnation than 251's) gets a refusal, never the
+    // member's Hello: taken, its link would stand for 251, and its end (right below)
+    // would report the live 251 failed.
+    let mut s = TcpStream::connect(b.address()).unwrap();
+    s.set_read_timeout(Some(GIVE_UP)).unwrap();
+    s.write_all(&hello(a.node(), b.node(), &[])).unwrap();
+    let mut header = [0u8; 5];
+    s.read_exact(&mut header).unwrap();
+    assert_eq!(
+        header[4], 10,
+        "a refusal (kind 10); kind 1 is the member's Hello: it took an impostor's hello \
+         for the peer it was dialing"
+    );
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    drop(s);
+    assert_eq!(b.refused_links(), 1);
+    // The real 251's dial now arrives and is taken: the first thing either end reports
+    // about the other is the link coming up, and data goes over it.
+    release.send(()).unwrap();
+    for (ep, peer) in [(&b, a.node()), (&a, b.node())] {
+        let seen = events_until_connected(ep, peer);
+        let before = &seen[..seen.len() - 1];
+        assert!(
+            !before.iter().any(|e| matches!(e,
+                Event::PeerFailed { peer: p, .. } | Event::PeerConnected { peer: p } if *p == peer)),
+            "node {} reported {peer} failed, or connected twice: {seen:?}",
+            ep.node()
+        );
+    }
+    a.write(b.node(), 1, 0, &5u64.to_le_bytes()).unwrap();
+    wait_until(&*b, "a write from the real peer", || rb.load_u64(0) == 5);
+    assert_eq!(b.peers(), vec![a.node()]);
 }
 
 /// Dials `ep` as node `node` with the secret and the real handshake, sends a Hello, and

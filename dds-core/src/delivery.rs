@@ -84,7 +84,9 @@ impl DdsApp {
                 .subgroups
                 .get(&sg)
                 .map_or((false, 0), |d| (d.level.keeps_history(), d.store_depth));
-            let mut items = Vec::with_capacity(batch.len());
+            // Allocated at its first sample: a batch of this participant's own samples
+            // handed over as headers only (a publisher's) needs none.
+            let mut items = Vec::new();
             // Samples handed over as their header only, by writer, and their bytes.
             let mut cut: Vec<WriterHandle> = Vec::new();
             let mut cut_bytes = 0;
@@ -150,6 +152,9 @@ impl DdsApp {
                 if sg == BUILTIN_SUBGROUP {
                     apply_announcement(&mut st, m.sender, m.payload, &mut announced);
                     continue;
+                }
+                if items.is_empty() {
+                    items.reserve(batch.len());
                 }
                 items.push((h, payload, origin));
             }

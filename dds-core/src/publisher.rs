@@ -205,7 +205,11 @@ impl Publisher {
         if let Some(g) = &self.group {
             g.remove(id);
         }
-        lock(&p.shared.state).writers.remove(&id);
+        {
+            let mut st = lock(&p.shared.state);
+            st.writers.remove(&id);
+            st.own_delivered.remove(&id);
+        }
         let endpoint = writer.core().endpoint();
         p.announce(endpoint, false)?;
         p.redeclare(|_| true)

@@ -12,6 +12,7 @@
 //! window_slots = 64            # ring slots per writer (a power of two is used)
 //! slot_payload_bytes = 4096    # largest message when the type is unbounded
 //! sample_bytes_max = 268435456 # larger samples by RDMC, up to this (the default, 256 MiB; 0: off)
+//! large_window_messages = 1    # large samples in flight per writer (1..=3; each a buffer per member)
 //! entity_timeout_ms = 10000    # how long create_*/delete_* wait for their view change
 //! spin_before_park_us = 1000   # how long the predicate thread spins idle before it parks
 //! data_dir = "/var/lib/spindle/node-2" # optional: the logs of PERSISTENT topics
@@ -145,6 +146,18 @@ pub struct ParticipantConfig {
     /// `SPINDLE_SAMPLE_BYTES_MAX`.
     #[serde(default = "default_sample_bytes_max")]
     pub sample_bytes_max: usize,
+    /// Large samples (above the slot) one of this participant's writers may have in
+    /// flight: RDMC send buffers per writer, and receive buffers per such writer at every
+    /// member of its subgroup (the subgroup takes the largest any writer's participant
+    /// declares). One (the default, [`crate::declare::LARGE_WINDOW_MESSAGES`]): a writer's
+    /// next large sample is copied in once every member delivered the last. Two or three:
+    /// the next one is copied and sent while the last is still in flight, which measured
+    /// faster on idle cores (docs/benchmarks.md, issue 14) at the cost of that many
+    /// buffers of `sample_bytes_max` each (address space; at most 16 MiB of each stays
+    /// resident, except on verbs). 1..=[`crate::declare::LARGE_WINDOW_MESSAGES_MAX`].
+    /// TOML `large_window_messages`, env `SPINDLE_LARGE_WINDOW_MESSAGES`.
+    #[serde(default = "default_large_window_messages")]
+    pub large_window_messages: usize,
     /// How long entity creation and deletion wait for their view change.
     #[serde(default = "default_entity_timeout_ms")]
     pub entity_timeout_ms: u64,
@@ -351,6 +364,9 @@ fn default_slot_payload_bytes() -> usize {
 fn default_sample_bytes_max() -> usize {
     SAMPLE_BYTES_MAX_DEFAULT
 }
+fn default_large_window_messages() -> usize {
+    crate::declare::LARGE_WINDOW_MESSAGES
+}
 fn default_entity_timeout_ms() -> u64 {
     10_000
 }
@@ -371,6 +387,7 @@ impl ParticipantConfig {
             window_slots: default_window_slots(),
             slot_payload_bytes: default_slot_payload_bytes(),
             sample_bytes_max: default_sample_bytes_max(),
+            large_window_messages: default_large_window_messages(),
             entity_timeout_ms: default_entity_timeout_ms(),
             topic_subgroups: default_topic_subgroups(),
             fabric: FabricConfig::default(),
@@ -439,6 +456,13 @@ impl ParticipantConfig {
         if let Some(v) = var("SPINDLE_SAMPLE_BYTES_MAX") {
             self.sample_bytes_max = v.trim().parse().map_err(|_| {
                 Error::Config(format!("SPINDLE_SAMPLE_BYTES_MAX={v:?} is not a number"))
+            })?;
+        }
+        if let Some(v) = var("SPINDLE_LARGE_WINDOW_MESSAGES") {
+            self.large_window_messages = v.trim().parse().map_err(|_| {
+                Error::Config(format!(
+                    "SPINDLE_LARGE_WINDOW_MESSAGES={v:?} is not a number"
+                ))
             })?;
         }
         if let Some(v) = var("SPINDLE_ATOMIC_ORDERING") {
@@ -567,6 +591,13 @@ impl ParticipantConfig {
             return bad(format!(
                 "sample_bytes_max = {}: at most {SAMPLE_BYTES_MAX_LIMIT} (256 MiB)",
                 self.sample_bytes_max
+            ));
+        }
+        let large_max = crate::declare::LARGE_WINDOW_MESSAGES_MAX;
+        if !(1..=large_max).contains(&self.large_window_messages) {
+            return bad(format!(
+                "large_window_messages = {}: must be 1..={large_max}",
+                self.large_window_messages
             ));
         }
         if self.topic_subgroups == 0 || self.topic_subgroups > TOPIC_SUBGROUPS_MAX {
@@ -893,6 +924,32 @@ mod tests {
             e.contains("l.toml") && e.contains("sample_bytes_max"),
             "{e}"
         );
+        assert_eq!(
+            c.large_window_messages, 1,
+            "one large sample in flight by default"
+        );
+        let ok =
+            ParticipantConfig::from_toml_str(&format!("{base}large_window_messages = 3"), "w.toml")
+                .unwrap();
+        assert_eq!(ok.large_window_messages, 3);
+        for bad in [0, 4] {
+            let e = ParticipantConfig::from_toml_str(
+                &format!("{base}large_window_messages = {bad}"),
+                "w.toml",
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("w.toml") && e.contains(&format!("large_window_messages = {bad}")),
+                "{e}"
+            );
+        }
+        c.apply_env(|k| (k == "SPINDLE_LARGE_WINDOW_MESSAGES").then(|| "2".to_string()))
+            .unwrap();
+        assert_eq!(c.large_window_messages, 2);
+        assert!(c
+            .apply_env(|k| (k == "SPINDLE_LARGE_WINDOW_MESSAGES").then(|| "two".to_string()))
+            .is_err());
         assert_eq!(c.topic_subgroups, TOPIC_SUBGROUPS_DEFAULT);
         c.apply_env(|k| (k == "SPINDLE_TOPIC_SUBGROUPS").then(|| "1".to_string()))
             .unwrap();

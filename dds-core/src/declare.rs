@@ -28,8 +28,9 @@ use crate::sample::SAMPLE_HEADER_BYTES;
 
 /// The version byte in front of a declaration (2: the topic subgroup count follows it;
 /// 3: slot payloads in [`SLOT_UNIT_BYTES`] units; 4: a header flags byte, and the
-/// participant's DARE settings when it has a DARE writer).
-const DECLARATION_VERSION: u8 = 4;
+/// participant's DARE settings when it has a DARE writer; 5: the large window in each
+/// entry's window byte).
+const DECLARATION_VERSION: u8 = 5;
 /// Bytes in front of the entries (or of the DARE settings): the version, the topic
 /// subgroup count (u16) and the header flags.
 const HEADER_BYTES: usize = 4;
@@ -77,6 +78,9 @@ const SLOT_UNITS_MAX: usize = 1024;
 const WINDOW_LOG2_MASK: u8 = 0x0F;
 /// Where the slot units' high bits sit in the window byte.
 const SLOT_HIGH_SHIFT: u8 = 4;
+/// Where the large window (minus one, 0..=2) sits in the window byte, above the slot
+/// units' high bits.
+const LARGE_WINDOW_SHIFT: u8 = 6;
 
 const FLAG_READER: u8 = 1;
 const FLAG_WRITER: u8 = 2;
@@ -98,22 +102,29 @@ const _: () = assert!(SAMPLE_BYTES_MAX_LIMIT <= spindle_group::rdmc::RDMC_MESSAG
 /// RDMC block size of the topic subgroups (the RDMC default, chosen by measurement:
 /// docs/benchmarks.md, "RDMC"), or the whole message when smaller.
 const LARGE_BLOCK_BYTES: usize = 1 << 20;
-/// Large samples in flight per writer (RDMC `window_messages` of the topic subgroups). One:
-/// a send buffer is reused once every member delivered its message, so consecutive samples
-/// do not overlap. Two was measured against one at 1 MiB on two cores (docs/benchmarks.md,
-/// issue 14 "performance targets"): no gain over tcp beyond the noise and a loss over shm
-/// (the four busy threads of two processes already share two cores, and a second buffer
+/// The default of [`crate::ParticipantConfig::large_window_messages`]: large samples in
+/// flight per writer (RDMC `window_messages` of the topic subgroups). One: a send buffer
+/// is reused once every member delivered its message, so consecutive samples do not
+/// overlap. Two was measured against one at 1 MiB on two cores (docs/benchmarks.md, issue
+/// 14 "performance targets"): no gain over tcp beyond the noise and a loss over shm (the
+/// four busy threads of two processes already share two cores, and a second buffer
 /// doubles the working set). Measured again once blocks went out in place
 /// (`Endpoint::write_from`, docs/benchmarks.md, issue 14 "the engine's large path"): two
 /// won at load ≈ 2 and lost over shm at load 3–6.5, so the gain needs free cores while
-/// the cost does not: memory per member would be this many buffers of the writer's
-/// declared largest sample (address space; at most `RDMC_RESIDENT_BYTES` of each kept;
-/// verbs pins it all).
+/// the cost does not: memory per member is this many buffers of the writer's declared
+/// largest sample (address space; at most `RDMC_RESIDENT_BYTES` of each kept; verbs pins
+/// it all). So one by default, and a setting for a deployment with cores to spare.
 pub const LARGE_WINDOW_MESSAGES: usize = 1;
-const _: () = assert!(LARGE_WINDOW_MESSAGES <= spindle_group::rdmc::RDMC_WINDOW_MESSAGES_MAX);
-// The window of the largest samples fits one registered region (with room for the header).
+/// The most [`crate::ParticipantConfig::large_window_messages`] accepts (it is declared
+/// in two bits).
+pub const LARGE_WINDOW_MESSAGES_MAX: usize = 3;
+const _: () =
+    assert!(LARGE_WINDOW_MESSAGES >= 1 && LARGE_WINDOW_MESSAGES <= LARGE_WINDOW_MESSAGES_MAX);
+const _: () = assert!(LARGE_WINDOW_MESSAGES_MAX <= spindle_group::rdmc::RDMC_WINDOW_MESSAGES_MAX);
+// The largest window of the largest samples fits one registered region (with room for
+// the header), whatever writers declare.
 const _: () = assert!(
-    LARGE_WINDOW_MESSAGES * SAMPLE_BYTES_MAX_LIMIT < spindle_transport_rdma::REGION_BYTES_MAX
+    LARGE_WINDOW_MESSAGES_MAX * SAMPLE_BYTES_MAX_LIMIT < spindle_transport_rdma::REGION_BYTES_MAX
 );
 
 /// The stable 64-bit id of a topic name (FNV-1a).
@@ -188,6 +199,10 @@ pub struct Interest {
     /// A writer asks for the subgroup's Atomic order to be DARE's
     /// ([`crate::AtomicOrdering::Dare`]).
     pub dare: bool,
+    /// Large samples in flight per writer it asks for (its participant's
+    /// [`crate::ParticipantConfig::large_window_messages`], 1..=[`LARGE_WINDOW_MESSAGES_MAX`];
+    /// the subgroup takes the largest any member declares).
+    pub large_window: usize,
 }
 
 impl Interest {
@@ -215,6 +230,7 @@ impl Interest {
         self.store_depth = merge_depth(self.store_depth, other.store_depth);
         self.sample_bytes_max = self.sample_bytes_max.max(other.sample_bytes_max);
         self.dare |= other.dare;
+        self.large_window = self.large_window.max(other.large_window);
     }
 }
 
@@ -329,7 +345,13 @@ pub fn encode_declaration(
                 | (u8::from(i.dare) * FLAG_DARE),
         );
         out.push(i.level.to_u8());
-        out.push(window_log2 | (((slot_units >> 8) as u8) << SLOT_HIGH_SHIFT));
+        // 1..=LARGE_WINDOW_MESSAGES_MAX (3): two bits.
+        let large_window = (i.large_window.clamp(1, LARGE_WINDOW_MESSAGES_MAX) - 1) as u8;
+        out.push(
+            window_log2
+                | (((slot_units >> 8) as u8) << SLOT_HIGH_SHIFT)
+                | (large_window << LARGE_WINDOW_SHIFT),
+        );
         out.push((slot_units & 0xFF) as u8);
         out.extend_from_slice(&i.store_depth.to_le_bytes());
     }
@@ -434,8 +456,9 @@ fn decode_full(bytes: &[u8]) -> std::result::Result<Decoded, String> {
         let large_log2 = u32::from((flags >> LARGE_SHIFT) & LARGE_MASK);
         let large_ok = large_log2 == 0 || (LARGE_LOG2_MIN..=LARGE_LOG2_MAX).contains(&large_log2);
         let window_log2 = e[6] & WINDOW_LOG2_MASK;
-        let high = e[6] >> SLOT_HIGH_SHIFT;
-        if window_log2 > WINDOW_LOG2_MAX || high > 3 || !large_ok {
+        let high = (e[6] >> SLOT_HIGH_SHIFT) & 3;
+        let large_window = usize::from(e[6] >> LARGE_WINDOW_SHIFT) + 1;
+        if window_log2 > WINDOW_LOG2_MAX || large_window > LARGE_WINDOW_MESSAGES_MAX || !large_ok {
             return Err(format!("subgroup {sg}: entry {e:?} out of range"));
         }
         out.insert(
@@ -450,6 +473,7 @@ fn decode_full(bytes: &[u8]) -> std::result::Result<Decoded, String> {
                 store_depth: u16::from_le_bytes([e[8], e[9]]),
                 sample_bytes_max: if large_log2 == 0 { 0 } else { 1 << large_log2 },
                 dare: flags & FLAG_DARE != 0,
+                large_window,
             },
         );
     }
@@ -591,7 +615,7 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
                         block_bytes: LARGE_BLOCK_BYTES.min(i.sample_bytes_max),
                         message_bytes_max: i.sample_bytes_max,
                         schedule: ScheduleKind::BinomialPipeline,
-                        window_messages: LARGE_WINDOW_MESSAGES,
+                        window_messages: i.large_window.clamp(1, LARGE_WINDOW_MESSAGES_MAX),
                     }),
                 },
                 level: offered,
@@ -649,6 +673,7 @@ mod tests {
             store_depth: 0,
             sample_bytes_max: 0,
             dare: false,
+            large_window: LARGE_WINDOW_MESSAGES,
         }
     }
 
@@ -700,7 +725,8 @@ mod tests {
                 assert_eq!(back.window_slots, window_slots, "{asked} bytes asked");
             }
         }
-        // The window byte's top two bits are unused: set, the entry is refused.
+        // The window byte's top two bits are the large window less one: both set (a
+        // window of 4) is refused.
         let bytes = encode_declaration(
             8,
             &DareSettings::default(),
@@ -708,7 +734,7 @@ mod tests {
         )
         .unwrap();
         let mut bad = bytes.clone();
-        bad[HEADER_BYTES + 6] |= 0x40;
+        bad[HEADER_BYTES + 6] |= 0xC0;
         assert!(decode_declaration(&bad).is_err());
     }
 
@@ -933,6 +959,42 @@ mod tests {
         assert!(decode_declaration(&bad).is_err());
         bad[HEADER_BYTES + 4] = FLAG_WRITER | (3 << LARGE_SHIFT);
         assert!(decode_declaration(&bad).is_err());
+    }
+
+    #[test]
+    fn a_writers_large_window_is_declared_and_its_subgroup_takes_the_largest() {
+        // Writers at nodes 1 (window 2) and 2 (window 1), a reader at 3 (its window is
+        // not a writer's): the subgroup's RDMC window is 2; every window round-trips.
+        let decl = |reader: bool, window: usize| {
+            let mut w = interest(reader, !reader);
+            w.sample_bytes_max = if reader { 0 } else { 1 << 20 };
+            w.large_window = window;
+            let mut i = BTreeMap::new();
+            i.insert(3, w);
+            let bytes = encode_declaration(8, &DareSettings::default(), &i).unwrap();
+            assert_eq!(decode_declaration(&bytes).unwrap().1, i, "window {window}");
+            bytes
+        };
+        for window in 1..=LARGE_WINDOW_MESSAGES_MAX {
+            decl(false, window);
+        }
+        let mut view = View::new(1, vec![1, 2, 3]);
+        view.declared.insert(1, decl(false, 2));
+        view.declared.insert(2, decl(false, 1));
+        view.declared.insert(3, decl(true, 1));
+        let sgs = dds_subgroups(&view);
+        let rdmc = sgs[0]
+            .spec
+            .rdmc
+            .clone()
+            .expect("RDMC for the large writers");
+        assert_eq!(rdmc.window_messages, 2, "the largest declared window");
+        assert!(dds_layout()(&view).is_ok());
+        // A window above the most (its two bits at 3: a window of 4) is refused.
+        let mut bad = decl(false, 1);
+        bad[HEADER_BYTES + 6] |= 3 << LARGE_WINDOW_SHIFT;
+        let e = decode_declaration(&bad).unwrap_err();
+        assert!(e.contains("subgroup 3"), "{e}");
     }
 
     #[test]

@@ -259,6 +259,7 @@ impl ParticipantInner {
                 store_depth: 1,
                 sample_bytes_max: 0,
                 dare: false,
+                large_window: crate::declare::LARGE_WINDOW_MESSAGES,
             },
         );
         // A previous incarnation of this node (a process restarted with the same id)
@@ -448,6 +449,12 @@ impl ParticipantInner {
                 dare: !reader
                     && level == DeliveryLevel::Atomic
                     && self.config.atomic_ordering == crate::AtomicOrdering::Dare,
+                // A reader's is the smallest: the writers' settings decide.
+                large_window: if reader {
+                    1
+                } else {
+                    self.config.large_window_messages
+                },
             },
         ))
     }

@@ -29,11 +29,25 @@ fn for_seeds(name: &str, test: impl Fn(u64)) {
 }
 
 fn domain(seed: u64, n: u32, sample_bytes_max: usize) -> (SimDomain, Vec<DomainParticipant>) {
+    domain_with_windows(seed, n, sample_bytes_max, &[])
+}
+
+/// As [`domain`], participant `id` with `large_window_messages` = `windows[id - 1]` (the
+/// default past the slice's end).
+fn domain_with_windows(
+    seed: u64,
+    n: u32,
+    sample_bytes_max: usize,
+    windows: &[usize],
+) -> (SimDomain, Vec<DomainParticipant>) {
     let d = SimDomain::new(seed);
     let ps = (1..=n)
         .map(|id| {
             d.participant_with(id, DomainParticipantQos::default(), |c| {
                 c.sample_bytes_max = sample_bytes_max;
+                if let Some(w) = windows.get(id as usize - 1) {
+                    c.large_window_messages = *w;
+                }
             })
             .expect("participant")
         })
@@ -94,64 +108,79 @@ fn endpoints(p: &DomainParticipant, topic: &str) -> (DataReader<Sequence>, DataW
 fn large_and_small_samples_of_a_topic_arrive_in_one_order_intact() {
     for_seeds(
         "large_and_small_samples_of_a_topic_arrive_in_one_order_intact",
-        |seed| {
-            let (d, ps) = domain(seed, 3, SAMPLE_BYTES_MAX);
-            let eps: Vec<_> = ps.iter().map(|p| endpoints(p, "terrain-tiles")).collect();
-            for (_, w) in &eps {
-                w.wait_for_readers(3, Duration::from_secs(60)).unwrap();
+        |seed| large_and_small_in_one_order(seed, &[]),
+    );
+}
+
+/// The same with writers whose participants let two and three large samples be in flight
+/// (`large_window_messages`): the subgroup's RDMC window is three buffers, consecutive
+/// samples overlap, and every one still arrives intact in one order.
+#[test]
+fn large_samples_in_flight_two_and_three_at_a_time_arrive_in_one_order_intact() {
+    for_seeds(
+        "large_samples_in_flight_two_and_three_at_a_time_arrive_in_one_order_intact",
+        |seed| large_and_small_in_one_order(seed, &[2, 3]),
+    );
+}
+
+/// Writers 1 and 2 write large and small samples of one topic, 3 only reads: every reader
+/// gets every sample intact, once, in one order.
+fn large_and_small_in_one_order(seed: u64, windows: &[usize]) {
+    let (d, ps) = domain_with_windows(seed, 3, SAMPLE_BYTES_MAX, windows);
+    let eps: Vec<_> = ps.iter().map(|p| endpoints(p, "terrain-tiles")).collect();
+    for (_, w) in &eps {
+        w.wait_for_readers(3, Duration::from_secs(60)).unwrap();
+    }
+    // Writers 1 and 2 write; 3 only reads.
+    for i in 0..SAMPLES_PER_WRITER {
+        for (k, (_, w)) in eps.iter().take(2).enumerate() {
+            let wid = k as u32 + 1;
+            let data = Sequence {
+                payload: payload(wid, i, size(seed, wid, i)),
+            };
+            w.write(&data)
+                .unwrap_or_else(|e| panic!("seed {seed}: write: {e}"));
+        }
+    }
+    let want = 2 * SAMPLES_PER_WRITER as usize;
+    let mut got: Vec<Vec<Got>> = vec![Vec::new(); 3];
+    let done = d.run_until(ROUNDS_MAX, || {
+        for (n, (r, _)) in eps.iter().enumerate() {
+            for s in r.take(usize::MAX, StateMask::ANY).unwrap() {
+                let data = s.data.expect("valid data");
+                let (w, i) = parse(&data.payload);
+                assert_eq!(
+                    data.payload,
+                    payload(w, i, size(seed, w, i)),
+                    "seed {seed}: reader {n}: sample {i} of writer {w} corrupted"
+                );
+                got[n].push((s.info.view_id, s.info.order_index, w, i, data.payload.len()));
             }
-            // Writers 1 and 2 write; 3 only reads.
-            for i in 0..SAMPLES_PER_WRITER {
-                for (k, (_, w)) in eps.iter().take(2).enumerate() {
-                    let wid = k as u32 + 1;
-                    let data = Sequence {
-                        payload: payload(wid, i, size(seed, wid, i)),
-                    };
-                    w.write(&data)
-                        .unwrap_or_else(|e| panic!("seed {seed}: write: {e}"));
-                }
-            }
-            let want = 2 * SAMPLES_PER_WRITER as usize;
-            let mut got: Vec<Vec<Got>> = vec![Vec::new(); 3];
-            let done = d.run_until(ROUNDS_MAX, || {
-                for (n, (r, _)) in eps.iter().enumerate() {
-                    for s in r.take(usize::MAX, StateMask::ANY).unwrap() {
-                        let data = s.data.expect("valid data");
-                        let (w, i) = parse(&data.payload);
-                        assert_eq!(
-                            data.payload,
-                            payload(w, i, size(seed, w, i)),
-                            "seed {seed}: reader {n}: sample {i} of writer {w} corrupted"
-                        );
-                        got[n].push((s.info.view_id, s.info.order_index, w, i, data.payload.len()));
-                    }
-                }
-                got.iter().all(|g| g.len() >= want)
-            });
-            assert!(
-                done,
-                "seed {seed}: readers got {:?} of {want}",
-                got.iter().map(Vec::len).collect::<Vec<_>>()
+        }
+        got.iter().all(|g| g.len() >= want)
+    });
+    assert!(
+        done,
+        "seed {seed}: readers got {:?} of {want}",
+        got.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    for g in &got {
+        assert_eq!(g.len(), want, "seed {seed}: no duplicates");
+        assert_eq!(g, &got[0], "seed {seed}: every reader, one order");
+        for w in 1..=2 {
+            let seq: Vec<u64> = g.iter().filter(|s| s.2 == w).map(|s| s.3).collect();
+            assert_eq!(
+                seq,
+                (0..SAMPLES_PER_WRITER).collect::<Vec<_>>(),
+                "seed {seed}: writer {w}'s order"
             );
-            for g in &got {
-                assert_eq!(g.len(), want, "seed {seed}: no duplicates");
-                assert_eq!(g, &got[0], "seed {seed}: every reader, one order");
-                for w in 1..=2 {
-                    let seq: Vec<u64> = g.iter().filter(|s| s.2 == w).map(|s| s.3).collect();
-                    assert_eq!(
-                        seq,
-                        (0..SAMPLES_PER_WRITER).collect::<Vec<_>>(),
-                        "seed {seed}: writer {w}'s order"
-                    );
-                }
-            }
-            let large = got[0].iter().filter(|s| s.4 > 64 << 10).count();
-            assert!(large >= 8, "seed {seed}: only {large} large samples");
-            assert!(
-                got[0].iter().any(|s| s.4 == 100),
-                "seed {seed}: small samples too"
-            );
-        },
+        }
+    }
+    let large = got[0].iter().filter(|s| s.4 > 64 << 10).count();
+    assert!(large >= 8, "seed {seed}: only {large} large samples");
+    assert!(
+        got[0].iter().any(|s| s.4 == 100),
+        "seed {seed}: small samples too"
     );
 }
 

@@ -107,6 +107,10 @@ pub struct Args {
     /// an application that keeps it gets.
     #[arg(long)]
     pub slot_payload_bytes: Option<usize>,
+    /// The participants' `large_window_messages`: large samples in flight per writer
+    /// (default: the configuration's, 1).
+    #[arg(long)]
+    pub large_window_messages: Option<usize>,
     /// The participants' failure-detector floor (`[fabric] suspect_floor_ms`; the
     /// ceiling is raised to it): long enough for processes under `valgrind`, whose
     /// threads take turns, not to suspect each other.
@@ -195,6 +199,9 @@ fn participant(
     if a.size.max(a.bulk_size) + 128 > 64 * 1024 {
         // Larger samples go by RDMC (the writer declares its largest sample).
         cfg.sample_bytes_max = a.size.max(a.bulk_size) + 128;
+    }
+    if let Some(w) = a.large_window_messages {
+        cfg.large_window_messages = w;
     }
     if let Some(us) = a.spin_before_park_us {
         cfg.spin_before_park_us = us;
@@ -513,6 +520,9 @@ pub(crate) fn child_args(a: &Args, exe_args: &[String], c: &mut Command) {
     }
     if let Some(b) = a.slot_payload_bytes {
         c.args(["--slot-payload-bytes", &b.to_string()]);
+    }
+    if let Some(w) = a.large_window_messages {
+        c.args(["--large-window-messages", &w.to_string()]);
     }
 }
 

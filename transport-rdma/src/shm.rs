@@ -906,22 +906,31 @@ mod tests {
         assert!(Tag::decode(&tag.encode()[1..]).is_err());
     }
 
+    /// Endpoints 1 and 2 of a fresh namespace, 1 linked to 2's 64-byte region 7 (returned),
+    /// both sides up, 2's events and doorbell rings drained.
+    fn linked_pair(name: &str, cfg: FabricConfig) -> (Arc<ShmEndpoint>, Arc<ShmEndpoint>, Region) {
+        let ns = format!("{name}-{}", std::process::id());
+        let a = ShmEndpoint::open(1, &ns, cfg.clone()).unwrap();
+        let b = ShmEndpoint::open(2, &ns, cfg).unwrap();
+        let row = b.register_region(7, 64).unwrap();
+        a.connect(2, &b.address()).unwrap();
+        let give_up = std::time::Instant::now() + Duration::from_secs(30);
+        while a.remote_region(2, 7).is_none() || !b.peers().contains(&1) {
+            assert!(std::time::Instant::now() < give_up, "link never came up");
+            a.wait(Duration::from_millis(10));
+        }
+        // b's events ring its doorbell too.
+        while b.poll_event().is_some() {}
+        while b.wait(Duration::ZERO) {}
+        (a, b, row)
+    }
+
     /// A thread parked in `wait` with a long timeout is woken by a peer's write and by
     /// `wake` (it parks on the futex itself: a lost wake-up would leave it parked).
     #[test]
     fn a_parked_wait_is_woken_by_a_write_and_by_wake() {
         use std::sync::mpsc;
-        let ns = format!("parked-{}", std::process::id());
-        let a = ShmEndpoint::open(1, &ns, FabricConfig::default()).unwrap();
-        let b = ShmEndpoint::open(2, &ns, FabricConfig::default()).unwrap();
-        let _row = b.register_region(7, 64).unwrap();
-        a.connect(2, &b.address()).unwrap();
-        let give_up = std::time::Instant::now() + Duration::from_secs(30);
-        while a.remote_region(2, 7).is_none() {
-            assert!(std::time::Instant::now() < give_up, "link never came up");
-            a.wait(Duration::from_millis(10));
-        }
-        while b.wait(Duration::ZERO) {}
+        let (a, b, _row) = linked_pair("parked", FabricConfig::default());
         for via_write in [true, false] {
             let (tx, rx) = mpsc::channel();
             let parked = {
@@ -957,32 +966,13 @@ mod tests {
     /// a minute apart here, so they do not ring it meanwhile).
     #[test]
     fn corked_writes_ring_the_peer_once_at_the_outermost_uncork() {
-        let ns = format!("corked-ring-{}", std::process::id());
         let cfg = FabricConfig {
             probe_interval_ms: 60_000,
             suspect_floor_ms: 600_000,
             suspect_ceiling_ms: 600_000,
             ..FabricConfig::default()
         };
-        let a = ShmEndpoint::open(1, &ns, cfg.clone()).unwrap();
-        let b = ShmEndpoint::open(2, &ns, cfg).unwrap();
-        let row = b.register_region(7, 64).unwrap();
-        a.connect(2, &b.address()).unwrap();
-        let give_up = std::time::Instant::now() + Duration::from_secs(30);
-        while a.remote_region(2, 7).is_none() {
-            assert!(std::time::Instant::now() < give_up, "link never came up");
-            a.wait(Duration::from_millis(10));
-        }
-        // Until b has seen the link come up (its events ring its doorbell too).
-        while !b.peers().contains(&1) {
-            assert!(
-                std::time::Instant::now() < give_up,
-                "link never came up at b"
-            );
-            b.wait(Duration::from_millis(10));
-        }
-        while b.poll_event().is_some() {}
-        while b.wait(Duration::ZERO) {}
+        let (a, b, row) = linked_pair("corked-ring", cfg);
         a.cork();
         a.cork();
         for i in 0..3u64 {

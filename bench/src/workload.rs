@@ -600,18 +600,11 @@ fn payload_fault(m: &spindle_group::Message<'_>) -> Option<String> {
 /// The byte every workload payload is filled with.
 const FILL_BYTE: u8 = 0xA5;
 
-/// A sender's window is full: yield for the first [`spindle_group::ROOM_SPIN_TRIES`]
-/// tries in a row, then park until the predicate thread moves the window (at most
-/// [`spindle_group::ROOM_WAIT_SLICE`]), as a DCPS writer and [`Node::send`] do. A sender
-/// that only yielded kept a core busy on a 2-core machine while the threads that free its
-/// window (the predicate threads, a link's reader) waited for one.
+/// A sender's window is full: [`spindle_group::Sender::back_off`] after `full` full
+/// windows in a row, as `GroupNode::send` does (yield, then park until the window moves).
 fn wait_room(sender: &spindle_group::Sender, len: usize, full: &mut u32) {
     *full = full.saturating_add(1);
-    if *full > spindle_group::ROOM_SPIN_TRIES {
-        sender.wait_for_room(len, spindle_group::ROOM_WAIT_SLICE);
-    } else {
-        std::thread::yield_now();
-    }
+    sender.back_off(len, *full, spindle_group::ROOM_WAIT_SLICE);
 }
 
 /// Latency mode: waits until this node delivered its own `sent` messages. Spins briefly,

@@ -560,11 +560,11 @@ impl GroupNode {
             }
             tries = tries.saturating_add(1);
             match &sender {
-                Some(s) if tries > crate::ROOM_SPIN_TRIES => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    s.wait_for_room(payload.len(), left.min(crate::ROOM_WAIT_SLICE));
-                }
-                Some(_) => std::thread::yield_now(),
+                Some(s) => s.back_off(
+                    payload.len(),
+                    tries,
+                    deadline.saturating_duration_since(Instant::now()),
+                ),
                 // A view change: no sender to wait on yet.
                 None => std::thread::sleep(Duration::from_micros(50)),
             }

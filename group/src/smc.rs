@@ -398,6 +398,19 @@ impl Sender {
         ring.room.parked.fetch_sub(1, Ordering::SeqCst);
     }
 
+    /// What a sending thread does after its `tries`-th [`Error::WindowFull`] in a row:
+    /// yields for the first [`ROOM_SPIN_TRIES`], then parks in
+    /// [`Sender::wait_for_room`] for at most `max` and [`ROOM_WAIT_SLICE`] (a thread
+    /// that only yielded kept a core busy while the threads that free its window waited
+    /// for one). [`crate::runtime::GroupNode::send`] backs off this way.
+    pub fn back_off(&self, len: usize, tries: u32, max: Duration) {
+        if tries > ROOM_SPIN_TRIES {
+            self.wait_for_room(len, max.min(ROOM_WAIT_SLICE));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+
     /// Threads parked in [`Sender::wait_for_room`] on this sender's window now.
     pub fn parked_for_room(&self) -> u32 {
         self.ring.room.parked.load(Ordering::SeqCst)

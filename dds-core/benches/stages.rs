@@ -1,5 +1,5 @@
 //! Per-sample stages of the DCPS data path, each on its own (`cargo bench -p
-//! spindle-dds-core --bench stages`): CDR encode and decode of an avionics type and of a
+//! spindle-dds-core --bench stages`): a string-keyed instance's key hash, CDR encode and decode of an avionics type and of a
 //! 1 KiB `Sequence`, the 64-byte sample header, a reader's cache (insert, then take), a
 //! volatile store's push; and, as the reference in the same run, a 1 KiB memcpy. Throughput is per sample, so criterion's report reads as ns per
 //! sample per stage.
@@ -12,6 +12,7 @@ use spindle_dds_core::sample::{
 use spindle_dds_core::store::Store;
 use spindle_qos::{DeliveryLevel, History, ResourceLimits};
 use spindle_topics::avionics::AirData;
+use spindle_topics::builtin::KeyedString;
 use spindle_topics::{Endianness, KeyHash, Sequence, TopicType};
 
 /// Samples per batch in the cache and store stages.
@@ -59,7 +60,29 @@ fn cdr<T: TopicType>(c: &mut Criterion, name: &str, value: T) {
     g.finish();
 }
 
+/// The instance of each write of a string-keyed topic: a writer cycling through 8
+/// instances of `DDS::KeyedString`, whose unbounded key is digested (MD5).
+fn key_hash(c: &mut Criterion) {
+    let mut g = c.benchmark_group("key_hash");
+    g.throughput(Throughput::Elements(1));
+    let values: Vec<KeyedString> = (0..8)
+        .map(|k| KeyedString {
+            key: format!("k{k}"),
+            value: String::new(),
+        })
+        .collect();
+    let mut i = 0usize;
+    g.bench_function("KeyedString_8_instances", |b| {
+        b.iter(|| {
+            i = (i + 1) % values.len();
+            black_box(&values[i]).key_hash()
+        })
+    });
+    g.finish();
+}
+
 fn stages(c: &mut Criterion) {
+    key_hash(c);
     // The reference, in the same run: copying 1 KiB.
     let mut g = c.benchmark_group("reference");
     g.throughput(Throughput::Elements(1));

@@ -165,6 +165,11 @@ pub use builtin::{KeyedString, Sequence};
 pub use error::{Error, Result};
 pub use raw::CdrSample;
 
+thread_local! {
+    /// The serialized key of [`TopicType::key_hash`], kept per thread between calls.
+    static KEY_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// CDR byte order of an encapsulation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Endianness {
@@ -274,8 +279,15 @@ pub trait TopicType: Sized + Clone + Send + Sync + 'static {
     /// `KEY_MAX_SERIALIZED_SIZE` is `Some(n)` with `n <= 16`, else the MD5 of the
     /// serialized key. All zeros for a keyless type.
     fn key_hash(&self) -> Result<KeyHash> {
-        let mut key = Vec::new();
-        self.encode_key_be(&mut key)?;
-        Ok(cdr::key_hash_of(&key, Self::KEY_MAX_SERIALIZED_SIZE))
+        let digest = |key: &mut Vec<u8>| -> Result<KeyHash> {
+            key.clear();
+            self.encode_key_be(key)?;
+            Ok(cdr::key_hash_of(key, Self::KEY_MAX_SERIALIZED_SIZE))
+        };
+        KEY_SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+            Ok(mut key) => digest(&mut key),
+            // Only when a key's encoding asks for a key hash itself.
+            Err(_) => digest(&mut Vec::new()),
+        })
     }
 }

@@ -244,6 +244,35 @@ fn unbounded_key_hash_is_md5_of_the_big_endian_key() {
 }
 
 #[test]
+fn remembered_key_digests_are_the_digests_of_the_same_bytes() {
+    // Far more keys than the per-thread memo holds, so slots are shared and replaced,
+    // each hashed twice (the second time from the memo when its slot still holds it) and
+    // once more after the others: every answer must be the MD5 of exactly its bytes.
+    use md5::{Digest, Md5};
+    let keys: Vec<Vec<u8>> = (0..4 * cdr::KEY_HASH_MEMO_ENTRIES)
+        .map(|i| {
+            let len = 17 + i % (cdr::KEY_HASH_MEMO_KEY_BYTES_MAX + 8 - 17);
+            (0..len).map(|j| (i * 31 + j * 7) as u8).collect()
+        })
+        .collect();
+    let want = |k: &[u8]| KeyHash(Md5::digest(k).into());
+    for k in &keys {
+        assert_eq!(cdr::key_hash_of(k, None), want(k), "first: {k:?}");
+        assert_eq!(cdr::key_hash_of(k, None), want(k), "again: {k:?}");
+    }
+    for k in keys.iter().rev() {
+        assert_eq!(cdr::key_hash_of(k, Some(1 << 20)), want(k), "after: {k:?}");
+    }
+    // A key that fits 16 bytes of a type whose key always fits is padded, not digested,
+    // even when the same bytes were digested for another type.
+    let short = [1u8, 2, 3];
+    assert_eq!(cdr::key_hash_of(&short, None), want(&short));
+    let mut padded = [0u8; 16];
+    padded[..3].copy_from_slice(&short);
+    assert_eq!(cdr::key_hash_of(&short, Some(16)), KeyHash(padded));
+}
+
+#[test]
 fn key_encoding_aligns_relative_to_the_key_stream() {
     let mut out = vec![7u8];
     cdr::encode_key_be(&(&5u32,), &mut out).unwrap();

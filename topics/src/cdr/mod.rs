@@ -278,24 +278,95 @@ impl Serialize for Prefix {
 /// of `out`, so nested keys can be appended one after another to the same `Vec`.
 pub fn encode_key_be<T: Serialize + ?Sized>(key: &T, out: &mut Vec<u8>) -> Result<()> {
     let skip = out.len() % 8;
-    let mut tmp = Vec::new();
-    serialize_body(&mut tmp, &(Prefix(skip), key), Endianness::Big).map_err(encode_error::<T>)?;
-    out.extend_from_slice(&tmp[skip..]);
+    let start = out.len();
+    // The serializer aligns relative to what it wrote: `skip` bytes of prefix first put
+    // the key where `out`'s alignment wants it; then the prefix is taken out again.
+    if let Err(e) = serialize_body(out, &(Prefix(skip), key), Endianness::Big) {
+        out.truncate(start);
+        return Err(encode_error::<T>(e));
+    }
+    out.drain(start..start + skip);
     Ok(())
 }
 
 /// The RTPS key hash of a serialized (big-endian CDR) key: zero-padded to 16 bytes when
 /// the type's key can never exceed 16 bytes, else its MD5 digest.
+///
+/// Digests of keys of at most [`KEY_HASH_MEMO_KEY_BYTES_MAX`] bytes are remembered per
+/// thread ([`KEY_HASH_MEMO_ENTRIES`] of them, direct-mapped): a writer that cycles through
+/// a few instances of a string-keyed topic pays the MD5 once per instance, not per sample.
 pub fn key_hash_of(serialized_key: &[u8], key_max_serialized_size: Option<usize>) -> KeyHash {
     let fits = matches!(key_max_serialized_size, Some(n) if n <= KEY_HASH_LEN);
     let mut hash = [0u8; KEY_HASH_LEN];
     if fits && serialized_key.len() <= KEY_HASH_LEN {
         hash[..serialized_key.len()].copy_from_slice(serialized_key);
-    } else {
-        use md5::{Digest, Md5};
-        hash.copy_from_slice(&Md5::digest(serialized_key));
+        return KeyHash(hash);
     }
-    KeyHash(hash)
+    if serialized_key.len() > KEY_HASH_MEMO_KEY_BYTES_MAX {
+        return KeyHash(md5_of(serialized_key));
+    }
+    KEY_HASH_MEMO.with(|memo| {
+        let Ok(mut memo) = memo.try_borrow_mut() else {
+            return KeyHash(md5_of(serialized_key));
+        };
+        if memo.is_empty() {
+            memo.resize(KEY_HASH_MEMO_ENTRIES, None);
+        }
+        let entry = &mut memo[memo_index(serialized_key)];
+        match entry {
+            // A hit only on the same bytes: the memo never changes a key's hash.
+            Some(e) if e.key[..usize::from(e.len)] == *serialized_key => KeyHash(e.hash),
+            _ => {
+                let digest = md5_of(serialized_key);
+                let mut key = [0u8; KEY_HASH_MEMO_KEY_BYTES_MAX];
+                key[..serialized_key.len()].copy_from_slice(serialized_key);
+                *entry = Some(MemoEntry {
+                    len: serialized_key.len() as u8,
+                    key,
+                    hash: digest,
+                });
+                KeyHash(digest)
+            }
+        }
+    })
+}
+
+/// Entries in each thread's memo of key digests ([`key_hash_of`]).
+pub const KEY_HASH_MEMO_ENTRIES: usize = 64;
+
+/// Longest serialized key whose digest [`key_hash_of`] remembers; longer keys are digested
+/// every time.
+pub const KEY_HASH_MEMO_KEY_BYTES_MAX: usize = 48;
+
+const _: () = assert!(KEY_HASH_MEMO_ENTRIES.is_power_of_two());
+const _: () = assert!(KEY_HASH_MEMO_KEY_BYTES_MAX <= u8::MAX as usize);
+
+/// One remembered key and its digest.
+#[derive(Clone, Copy)]
+struct MemoEntry {
+    len: u8,
+    key: [u8; KEY_HASH_MEMO_KEY_BYTES_MAX],
+    hash: [u8; KEY_HASH_LEN],
+}
+
+thread_local! {
+    /// This thread's key digests, filled on first use.
+    static KEY_HASH_MEMO: std::cell::RefCell<Vec<Option<MemoEntry>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn md5_of(bytes: &[u8]) -> [u8; KEY_HASH_LEN] {
+    use md5::{Digest, Md5};
+    Md5::digest(bytes).into()
+}
+
+/// The memo slot of a key: FNV-1a of its bytes.
+fn memo_index(key: &[u8]) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    (h as usize) & (KEY_HASH_MEMO_ENTRIES - 1)
 }
 
 /// Returns [`Error::BoundExceeded`] when `len > max`. Strings count bytes, sequences

@@ -29,15 +29,45 @@ pub fn now_ns() -> u64 {
 /// the key string ("k0".."k7": length, 3 bytes, padding to 4) and the value's length.
 pub const SAMPLE_OVERHEAD_BYTES: usize = 4 + 8 + 4 + 1;
 
+/// Bytes of the stamp that starts every value: the send time (20 digits), `-`, the
+/// sequence number (10 digits), `-`.
+pub const STAMP_BYTES: usize = 32;
+
 /// The value of sample `seq` sent at `sent_ns`, sized so the whole sample encodes to
-/// `size` bytes (never less than the 32-byte stamp).
+/// `size` bytes (never less than the [`STAMP_BYTES`] stamp). For an API that takes its
+/// sample by value (RustDDS's `write`); one that borrows it keeps one value and stamps it
+/// in place ([`stamp_perf_value`]), as `ddsperf` does.
 pub fn perf_value(sent_ns: u64, seq: u64, size: usize) -> String {
-    let mut v = format!("{sent_ns:020}-{seq:010}-");
-    let want = size.saturating_sub(SAMPLE_OVERHEAD_BYTES);
-    while v.len() < want {
-        v.push('x');
-    }
-    v
+    let want = size.saturating_sub(SAMPLE_OVERHEAD_BYTES).max(STAMP_BYTES);
+    let mut v = Vec::with_capacity(want);
+    v.extend_from_slice(&stamp(sent_ns, seq));
+    v.resize(want, b'x');
+    // The stamp is ASCII digits and dashes, the padding ASCII: always UTF-8.
+    String::from_utf8(v).expect("an ASCII value")
+}
+
+/// Overwrites the stamp at the head of `value` (made by [`perf_value`]) with `sent_ns`
+/// and `seq`, in place: the writer of a borrowing API sends one value over and over.
+pub fn stamp_perf_value(value: &mut String, sent_ns: u64, seq: u64) {
+    let s = stamp(sent_ns, seq);
+    // The stamp is ASCII, so it replaces ASCII bytes by ASCII bytes of the same length.
+    let head = std::str::from_utf8(&s).expect("an ASCII stamp");
+    value.replace_range(..STAMP_BYTES, head);
+}
+
+/// `{sent_ns:020}-{seq:010}-` without a formatter or an allocation (values of more
+/// digits keep their low ones; `seq` wraps at 10^10, `sent_ns` cannot reach 10^20).
+fn stamp(sent_ns: u64, seq: u64) -> [u8; STAMP_BYTES] {
+    let mut out = [b'-'; STAMP_BYTES];
+    let mut put = |at: usize, width: usize, mut n: u64| {
+        for i in (at..at + width).rev() {
+            out[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+    };
+    put(0, 20, sent_ns);
+    put(21, 10, seq);
+    out
 }
 
 /// The send time and sequence number stamped into a value.
@@ -130,6 +160,23 @@ mod tests {
         assert_eq!(parse_perf_value(&v), Some((1_764_000_000_123_456_789, 42)));
         assert_eq!(v.len() + SAMPLE_OVERHEAD_BYTES, 1024);
         assert!(perf_value(1, 1, 16).len() >= 32);
+        assert_eq!(
+            &v[..32],
+            &format!("{:020}-{:010}-", 1_764_000_000_123_456_789u64, 42)
+        );
+    }
+
+    #[test]
+    fn a_value_stamped_in_place_reads_back_its_new_stamp() {
+        let mut v = perf_value(1, 1, 1024);
+        let len = v.len();
+        stamp_perf_value(&mut v, 1_764_000_000_987_654_321, 9_876_543_210);
+        assert_eq!(
+            parse_perf_value(&v),
+            Some((1_764_000_000_987_654_321, 9_876_543_210))
+        );
+        assert_eq!(v.len(), len);
+        assert!(v[STAMP_BYTES..].bytes().all(|b| b == b'x'));
     }
 
     #[test]

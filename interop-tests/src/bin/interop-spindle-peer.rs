@@ -39,9 +39,11 @@ use spindle_dds_core::{
     DataReader, DataReaderListener, DomainParticipantFactory, InstanceState, ParticipantConfig,
     StateMask, WaitSet,
 };
-use spindle_interop_tests::perf::{now_ns, perf_value, PerfStats, LATENCY_GAP_US, PERF_TOPIC};
+use spindle_interop_tests::perf::{
+    now_ns, perf_value, stamp_perf_value, PerfStats, LATENCY_GAP_US, PERF_TOPIC,
+};
 use spindle_interop_tests::workload::{
-    key_of, value_of, Checker, Record, DISPOSED_KEY, RECORD_QUIET_MS,
+    key_of, value_of, Checker, Record, DISPOSED_KEY, KEYS, RECORD_QUIET_MS,
 };
 use spindle_interop_tests::TOPIC;
 use spindle_qos::{
@@ -264,16 +266,21 @@ fn main() -> ExitCode {
             writer
                 .wait_for_readers(1, Duration::from_secs(60))
                 .expect("a matched reader");
+            // One kept sample per instance, its stamp rewritten in place before each
+            // write (`write` borrows the sample), as ddsperf keeps its sample.
+            let mut samples: Vec<KeyedString> = (0..KEYS)
+                .map(|k| KeyedString {
+                    key: key_of(k),
+                    value: perf_value(0, 0, size),
+                })
+                .collect();
             for seq in 0..count {
                 if mode == "latency" {
                     std::thread::sleep(Duration::from_micros(LATENCY_GAP_US));
                 }
-                writer
-                    .write(&KeyedString {
-                        key: key_of(seq),
-                        value: perf_value(now_ns(), seq, size),
-                    })
-                    .expect("write");
+                let sample = &mut samples[(seq % KEYS) as usize];
+                stamp_perf_value(&mut sample.value, now_ns(), seq);
+                writer.write(sample).expect("write");
             }
             println!("SENT {count}");
             wait_stdin();

@@ -5,7 +5,8 @@
 # large samples), throughput and one-way latency p50/p99, on
 #   (a) Spindle native over tcp and over shm          (interop-spindle-peer perf-*)
 #   (b) RustDDS 0.15 over UDP loopback                (interop-rustdds-peer perf-*)
-#   (c) Cyclone DDS ddsperf over UDP loopback         (scripts/ddsperf-reference.sh)
+#   (c) Cyclone DDS ddsperf over UDP loopback         (scripts/ddsperf-reference.sh; its
+#       latency is half its ping-pong round trip, pinged at 1 kHz like the others' pace)
 #   (d) RustDDS → bridge → Spindle (shm) → bridge → RustDDS (two RTPS domains)
 #   (e) Cyclone ddsperf pub → bridge → Spindle (shm) → bridge → ddsperf sub (throughput
 #       only: next to (c), what the bridge costs Cyclone's own tool)
@@ -15,8 +16,14 @@
 # Writes JSON lines to docs/bench-interop.jsonl, the Markdown table to stdout and the
 # plots to docs/bench-interop-{throughput,latency}.svg.
 #   bash scripts/bench-interop.sh [--sizes "16 1024 65000"] [--quick] [--semantic-runs N]
-#                                 [--semantic-only]
+#                                 [--semantic-only] [--stacks "LIST"] [--out FILE]
 # --quick: fewer samples (a smoke run of the harness, figures not for the record).
+# --stacks: only these runs, of spindle-tcp spindle-shm rustdds bridged ddsperf
+#   ddsperf-bridged semantic (default: all).
+# --out FILE: the JSON lines go to FILE, and no plots are drawn (a run not for the
+#   record leaves docs/ as it is).
+# --keep: keep the peers' outputs (each run's stdout and stderr, by role and run) and
+#   print where they are.
 # --semantic-runs N: the semantic comparison N times per stack (default 1), and a count
 #   of the runs in which the readers held the same samples and the same order.
 # --semantic-only: only the semantic comparison; its JSON lines go to
@@ -28,12 +35,18 @@ sizes="16 1024 65000"
 quick=0
 semantic_runs=1
 semantic_only=0
+stacks="spindle-tcp spindle-shm rustdds bridged ddsperf ddsperf-bridged semantic"
+out_arg=""
+keep=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --sizes) sizes="$2"; shift 2 ;;
     --quick) quick=1; shift ;;
     --semantic-runs) semantic_runs="$2"; shift 2 ;;
     --semantic-only) semantic_only=1; shift ;;
+    --stacks) stacks="$2"; shift 2 ;;
+    --out) out_arg="$2"; shift 2 ;;
+    --keep) keep=1; shift ;;
     *) echo "bench-interop: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -42,12 +55,15 @@ bin="${CARGO_TARGET_DIR:-target}/release"
 work=$(mktemp -d)
 out=docs/bench-interop.jsonl
 [ "$semantic_only" = 1 ] && out=docs/bench-interop-semantic.jsonl
+[ -n "$out_arg" ] && out=$out_arg
+# wanted STACK: whether --stacks names it.
+wanted() { case " $stacks " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 case "$semantic_runs" in ''|*[!0-9]*|0) echo "bench-interop: --semantic-runs wants a count of at least 1, got '$semantic_runs'" >&2; exit 2 ;; esac
 : >"$out.tmp"
 declare -A pid_of fd_of
 cleanup() {
   for n in "${!pid_of[@]}"; do kill "${pid_of[$n]}" 2>/dev/null || true; done
-  rm -rf "$work"
+  if [ "$keep" = 1 ]; then echo "bench-interop: the peers' outputs are in $work" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 trap 'echo "bench-interop: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -86,8 +102,14 @@ stop() {
     wait "${pid_of[$n]}" 2>/dev/null || true
     unset "pid_of[$n]" "fd_of[$n]"
     rm -f "$work/$n.in"
+    if [ "$keep" = 1 ]; then
+      kept=$((kept + 1))
+      mv "$work/$n.out" "$work/$kept-$n.out" 2>/dev/null || true
+      mv "$work/$n.err" "$work/$kept-$n.err" 2>/dev/null || true
+    fi
   done
 }
+kept=0
 
 # abort STACK MODE SIZE WHY: a run that could not finish (a peer failed to start, e.g. a
 # Spindle member excluded by a false suspicion on an overloaded machine) is recorded as
@@ -98,13 +120,23 @@ abort() {
   for n in "${!pid_of[@]}"; do stop "$n"; done
 }
 
-count_for() { # mode size
+# Samples per run (count_for MODE SIZE [native]). A Spindle-native throughput run moves
+# 200,000 samples (10,000 of 65,000 B): at several 100,000 a second, 30,000 lasted tens of
+# milliseconds and measured start-up more than the stream. RustDDS runs (alone and across
+# the bridge) keep 30,000 (3,000): at 200,000 its reliable stream broke down on this
+# machine (2026-11-27: 160,061 of 200,000 samples of 1 KiB in 120 s, 10 out of order).
+count_for() { # mode size [native]
   if [ "$1" = latency ]; then [ "$quick" = 1 ] && echo 300 || echo 2000; return; fi
-  case "$2" in
-    65000) [ "$quick" = 1 ] && echo 300 || echo 3000 ;;
-    *) [ "$quick" = 1 ] && echo 2000 || echo 30000 ;;
-  esac
+  if [ "$quick" = 1 ]; then
+    [ "$2" = 65000 ] && echo 300 || echo 2000
+  elif [ "${3:-}" = native ]; then
+    [ "$2" = 65000 ] && echo 10000 || echo 200000
+  else
+    [ "$2" = 65000 ] && echo 3000 || echo 30000
+  fi
 }
+# How long a subscriber waits for its samples.
+sub_timeout_s=120
 
 # spindle_cfg FILE NODE TRANSPORT NS_OR_PORTBASE [SIZE]: slots of 4 KiB for samples up to
 # 1 KiB, of 64 KiB for larger ones (KeyedString is unbounded: the slot is configured).
@@ -140,23 +172,23 @@ run=0
 spindle_native() { # transport mode size
   run=$((run + 1))
   local base ns n
-  n=$(count_for "$2" "$3")
+  n=$(count_for "$2" "$3" native)
   if [ "$1" = tcp ]; then base=$((20000 + (RANDOM % 2000) * 10)); else base="bench-interop-$$-$run"; fi
   spindle_cfg "$work/p1.toml" 1 "$1" "$base" "$3"
   spindle_cfg "$work/p2.toml" 2 "$1" "$base" "$3"
   start pub "$bin/interop-spindle-peer" perf-pub "$work/p1.toml" "$2" "$3" "$n"
-  start sub "$bin/interop-spindle-peer" perf-sub "$work/p2.toml" "$2" "$3" "$n" 60 "spindle-$1"
-  wait_line sub '{' 150 | tee -a "$out.tmp" || true
+  start sub "$bin/interop-spindle-peer" perf-sub "$work/p2.toml" "$2" "$3" "$n" "$sub_timeout_s" "spindle-$1"
+  wait_line sub '{' $((sub_timeout_s + 30)) | tee -a "$out.tmp" || true
   stop pub sub
 }
 
 rustdds_native() { # mode size
   local n domain=$((100 + RANDOM % 100))
   n=$(count_for "$1" "$2")
-  start sub "$bin/interop-rustdds-peer" perf-sub "$domain" "$1" "$2" "$n" 60 rustdds-udp
+  start sub "$bin/interop-rustdds-peer" perf-sub "$domain" "$1" "$2" "$n" "$sub_timeout_s" rustdds-udp
   wait_line sub READY 30 >/dev/null || { abort rustdds-udp "$1" "$2" "subscriber did not start"; return 0; }
   start pub "$bin/interop-rustdds-peer" perf-pub "$domain" "$1" "$2" "$n"
-  wait_line sub '{' 150 | tee -a "$out.tmp" || true
+  wait_line sub '{' $((sub_timeout_s + 30)) | tee -a "$out.tmp" || true
   stop pub sub
 }
 
@@ -190,11 +222,11 @@ EOF
   wait_line bin READY 60 >/dev/null || { abort $stack "$1" "$2" "bridge in did not start"; return 0; }
   start bout "$bin/interop-bridge" "$work/bridge-out.toml"
   wait_line bout READY 60 >/dev/null || { abort $stack "$1" "$2" "bridge out did not start"; return 0; }
-  start sub "$bin/interop-rustdds-peer" perf-sub "$b" "$1" "$2" "$n" 60 $stack
+  start sub "$bin/interop-rustdds-peer" perf-sub "$b" "$1" "$2" "$n" "$sub_timeout_s" $stack
   wait_line sub READY 30 >/dev/null || { abort $stack "$1" "$2" "subscriber did not start"; return 0; }
   wait_line bout "MATCHED rtps_readers=1" 60 >/dev/null || { abort $stack "$1" "$2" "no match"; return 0; }
   start pub "$bin/interop-rustdds-peer" perf-pub "$a" "$1" "$2" "$n"
-  wait_line sub '{' 150 | tee -a "$out.tmp" || true
+  wait_line sub '{' $((sub_timeout_s + 30)) | tee -a "$out.tmp" || true
   stop pub sub bout bin host
 }
 
@@ -204,9 +236,18 @@ ddsperf_ref() { # size
   bash scripts/ddsperf-reference.sh --size "$1" --seconds "$secs" 2>/dev/null | tail -n 1 \
     | python3 -c "import json,sys; r=json.loads(sys.stdin.readline()); print(json.dumps({'stack':'cyclone-ddsperf-udp','mode':'throughput','size':r['size'],'samples':None,'msgs_per_s':r['samples_per_s'],'bytes_per_s':r['bytes_per_s'],'lat_p50_us':None,'lat_p99_us':None,'out_of_order':None}))" \
     | tee -a "$out.tmp" || true
-  bash scripts/ddsperf-reference.sh --size "$1" --seconds "$secs" --ping 2>/dev/null | tail -n 1 \
-    | python3 -c "import json,sys; r=json.loads(sys.stdin.readline()); print(json.dumps({'stack':'cyclone-ddsperf-udp','mode':'latency','size':r['size'],'samples':r['roundtrips'],'msgs_per_s':None,'bytes_per_s':None,'lat_p50_us':r['oneway_est_p50_us'],'lat_p99_us':r['oneway_est_p99_us'],'out_of_order':None,'note':'half the ping-pong round trip'}))" \
-    | tee -a "$out.tmp" || true
+  # Latency: half of ddsperf's ping-pong round trip, pinged at the other stacks' pace
+  # (one sample per LATENCY_GAP_US = 1 ms, so its threads wait between samples as
+  # theirs do: the "latency" row), and back to back (a ping upon each pong: the
+  # "latency-back-to-back" row, in the JSON only).
+  local rate mode
+  for rate in 1000 0; do
+    mode=latency
+    [ "$rate" = 0 ] && mode=latency-back-to-back
+    bash scripts/ddsperf-reference.sh --size "$1" --seconds "$secs" --ping --rate "$rate" 2>/dev/null | tail -n 1 \
+      | python3 -c "import json,sys; r=json.loads(sys.stdin.readline()); print(json.dumps({'stack':'cyclone-ddsperf-udp','mode':'$mode','size':r['size'],'samples':r['roundtrips'],'msgs_per_s':None,'bytes_per_s':None,'lat_p50_us':r['oneway_est_p50_us'],'lat_p99_us':r['oneway_est_p99_us'],'out_of_order':None,'note':'half the ping-pong round trip, pings at %d Hz' % r['rate_hz'] if r['rate_hz'] else 'half the ping-pong round trip, back to back'}))" \
+      | tee -a "$out.tmp" || true
+  done
 }
 
 # Cyclone DDS on loopback only (ddsperf across the bridge, the semantic run): the
@@ -281,13 +322,13 @@ PY
 for size in $sizes; do
   [ "$semantic_only" = 1 ] && break
   for mode in throughput latency; do
-    spindle_native tcp "$mode" "$size"
-    spindle_native shm "$mode" "$size"
-    rustdds_native "$mode" "$size"
-    bridged "$mode" "$size"
+    if wanted spindle-tcp; then spindle_native tcp "$mode" "$size"; fi
+    if wanted spindle-shm; then spindle_native shm "$mode" "$size"; fi
+    if wanted rustdds; then rustdds_native "$mode" "$size"; fi
+    if wanted bridged; then bridged "$mode" "$size"; fi
   done
-  ddsperf_ref "$size"
-  ddsperf_bridged "$size"
+  if wanted ddsperf; then ddsperf_ref "$size"; fi
+  if wanted ddsperf-bridged; then ddsperf_bridged "$size"; fi
 done
 
 # The semantic comparison: 2 writers, 3 readers, writer 2 killed (SIGKILL) mid-stream.
@@ -331,6 +372,7 @@ PY
 }
 cyc_python=$(bash topics/tests/crosscheck/setup.sh 2>/dev/null | tail -n 1) || cyc_python=""
 cyc_peer=interop-tests/cyclone/cyclone_peer.py
+wanted semantic || semantic_runs=0
 for ((i = 1; i <= semantic_runs; i++)); do
   semantic spindle
   semantic rustdds
@@ -338,7 +380,7 @@ for ((i = 1; i <= semantic_runs; i++)); do
 done
 
 mv "$out.tmp" "$out"
-[ "$semantic_only" = 1 ] || "$bin/interop-plot" "$out" docs/bench-interop
+[ "$semantic_only" = 1 ] || [ -n "$out_arg" ] || "$bin/interop-plot" "$out" docs/bench-interop
 python3 - "$out" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The reference for the multicast benchmark: Cyclone DDS's ddsperf, one publisher process
 # and one subscriber process, reliable, on loopback only, measured in the same run as ours.
-#   bash scripts/ddsperf-reference.sh [--size BYTES] [--seconds S] [--ping [--trigger listener|waitset]]
+#   bash scripts/ddsperf-reference.sh [--size BYTES] [--seconds S]
+#                                     [--ping [--trigger listener|waitset] [--rate HZ]]
 # Prints ddsperf's own lines to stderr and, as its last line, one JSON object:
 #   {"reference":"ddsperf","size":N,"samples_per_s":N,"bytes_per_s":N,"seconds":S}
 # or with --ping (a ping/pong round trip between two processes):
@@ -17,6 +18,9 @@
 # and there is no p99.99 (null); rtt_p9999_est_us estimates it as the median of the
 # seconds' maxima (a second's max over its cnt round trips sits near its p(1 - 1/cnt);
 # rtt_p9999_est_min_cnt says the fewest round trips a second had).
+# --rate HZ: pings at HZ a second (`ddsperf ping HZHz`) instead of one upon each pong: the
+# round trip of a periodic topic, whose threads wait between samples ("rate_hz" in the
+# JSON; 0 when not paced).
 # Installs the Debian package cyclonedds-tools when ddsperf is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,16 +28,18 @@ size=1024
 seconds=10
 ping=0
 trigger=listener
+rate=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --size) size="$2"; shift 2 ;;
     --seconds) seconds="$2"; shift 2 ;;
     --ping) ping=1; shift ;;
     --trigger) trigger="$2"; shift 2 ;;
+    --rate) rate="$2"; shift 2 ;;
     *) echo "ddsperf-reference: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-case "$size$seconds" in *[!0-9]*) echo "ddsperf-reference: --size and --seconds take integers" >&2; exit 2 ;; esac
+case "$size$seconds$rate" in *[!0-9]*) echo "ddsperf-reference: --size, --seconds and --rate take integers" >&2; exit 2 ;; esac
 case "$trigger" in listener|waitset) ;; *) echo "ddsperf-reference: --trigger listener or waitset" >&2; exit 2 ;; esac
 if ! command -v ddsperf >/dev/null 2>&1; then
   echo "ddsperf-reference: installing cyclonedds-tools" >&2
@@ -48,14 +54,16 @@ fi
 . scripts/cyclone-loopback.sh
 
 if [ "$ping" = 1 ]; then
+  rate_arg=""
+  [ "$rate" -gt 0 ] && rate_arg="${rate}Hz"
   timeout $((seconds + 15)) ddsperf -i "$domain" -D $((seconds + 3)) pong "$trigger" >"$work/pong.out" 2>&1 &
   pids+=($!)
   sleep 1
-  timeout $((seconds + 15)) ddsperf -i "$domain" -D "$seconds" ping size "$size" "$trigger" >"$work/ping.out" 2>&1 || true
+  timeout $((seconds + 15)) ddsperf -i "$domain" -D "$seconds" ping $rate_arg size "$size" "$trigger" >"$work/ping.out" 2>&1 || true
   cat "$work/ping.out" >&2
   # ping lines: "... size 1024 mean 25.1us min 18.0us 50% 24.2us 90% 29.6us 99% 48.3us max 90.1us cnt 4711"
   # (each figure half a round trip).
-  python3 - "$work/ping.out" "$size" "$seconds" "$trigger" <<'PY'
+  python3 - "$work/ping.out" "$size" "$seconds" "$trigger" "$rate" <<'PY'
 import json, re, sys
 lines = [l for l in open(sys.argv[1]) if " 50% " in l and " 99% " in l]
 if len(lines) < 3:
@@ -86,6 +94,7 @@ out["rtt_max_us"] = round(2 * half_max, 3)
 for k, v in half.items():
     out[f"oneway_est_{k}_us"] = v
 out["seconds"] = int(sys.argv[3])
+out["rate_hz"] = int(sys.argv[5])
 print(json.dumps(out))
 PY
   exit 0

@@ -700,10 +700,16 @@ pub fn workloads() -> Vec<Box<dyn Workload>> {
         Box::new(FifoWorkload::new(20_000)),
         Box::new(TornWorkload::new(20_000)),
         Box::new(GuardWorkload::new(200, 32 * 1024)),
+        Box::new(GuardWorkload::new(24, LARGE_GUARDED_PAYLOAD_BYTES)),
         Box::new(SendWorkload::new(300)),
         Box::new(WriteFromWorkload::new(120, WRITE_FROM_PAYLOAD_BYTES)),
     ]
 }
+
+/// Payload of the suite's large [`GuardWorkload`]: 256 KiB and 3 bytes, above the size
+/// from which tcp reads a guarded payload straight into the region (a kernel copy, item
+/// 3), and ending in a partial word.
+const LARGE_GUARDED_PAYLOAD_BYTES: usize = 256 * 1024 + 3;
 
 /// Payload of [`WriteFromWorkload`] in the suite: 32 KiB and 3 bytes, so every write ends
 /// in a partial word.
@@ -811,12 +817,18 @@ pub fn check_untorn_words(h: &mut dyn Harness) {
     );
 }
 
-/// A guard released by `write_then_release` publishes its payload.
+/// A guard released by `write_then_release` publishes its payload: small payloads, and
+/// large ones (which tcp reads from the socket straight into the region).
 pub fn check_guard(h: &mut dyn Harness) {
     check_workload(
         h,
         Box::new(GuardWorkload::new(200, 32 * 1024)),
         Box::new(GuardWorkload::new(200, 32 * 1024)),
+    );
+    check_workload(
+        h,
+        Box::new(GuardWorkload::new(24, LARGE_GUARDED_PAYLOAD_BYTES)),
+        Box::new(GuardWorkload::new(24, LARGE_GUARDED_PAYLOAD_BYTES)),
     );
 }
 

@@ -22,7 +22,10 @@
 //!    also sees every byte of every write *P* issued before *W*.
 //! 3. **Payload, then guard.** [`Endpoint::write_then_release`] writes a payload and then
 //!    stores a guard word with release semantics: an owner whose acquire load sees the new
-//!    guard sees the payload (Derecho 3.4). Callers use this, never field order.
+//!    guard sees the payload (Derecho 3.4). Callers use this, never field order. The
+//!    payload's words are whole once the guard is seen; before it, a backend may show them
+//!    partly written (tcp reads a payload of 64 KiB or more from the socket straight into
+//!    the region, by a kernel copy): read a guarded payload only after its guard.
 //! 4. **Owner access.** The owner reads its regions through [`Region`] (acquire loads of
 //!    words, relaxed byte copies after a guard) and may write them locally, and may park
 //!    on the endpoint's doorbell ([`Endpoint::wait`]) until a peer writes, an event

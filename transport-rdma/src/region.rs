@@ -308,6 +308,36 @@ impl Region {
             .wrapping_add(offset))
     }
 
+    /// Receives up to `len` bytes from the socket `fd` into the region at `offset`, with
+    /// one `recv(2)` given `flags`: the kernel copies them into the region's memory, with
+    /// no buffer in between. For a backend that takes a guarded payload off a stream (tcp's
+    /// large `WriteRelease` frames): those bytes land by a kernel copy, not word by word,
+    /// so a word read before the payload's guard may be seen torn (contract item 3), and
+    /// the caller releases the guard after the last byte. Errors (never panics) if the
+    /// range does not fit; otherwise what `recv` returns.
+    pub(crate) fn recv_into(
+        &self,
+        fd: std::os::fd::RawFd,
+        offset: usize,
+        len: usize,
+        flags: libc::c_int,
+    ) -> std::io::Result<usize> {
+        let at = self
+            .range_ptr(offset, len)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?
+            .cast_mut();
+        // SAFETY: `at..at + len` lies inside the region (checked by `range_ptr`), whose
+        // memory `&self` keeps alive for the call; the region's words are atomics
+        // (interior mutability), so memory reached through its pointer may be written;
+        // `recv` writes at most `len` bytes there, and through no Rust reference.
+        let n = unsafe { libc::recv(fd, at.cast(), len, flags) };
+        if n < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
     /// Acquire load of the aligned word at `offset` (the guard side of the contract).
     ///
     /// # Panics

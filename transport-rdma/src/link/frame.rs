@@ -234,6 +234,39 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// The fixed head of a `WriteRelease` body: region, offset, guard offset, guard.
+fn write_release_head(c: &mut Cursor<'_>) -> Result<(RegionId, usize, usize, u64)> {
+    let region = c.u32("region")?;
+    let offset = c.usize("offset")?;
+    let guard_offset = c.usize("guard offset")?;
+    let guard = c.u64("guard")?;
+    Ok((region, offset, guard_offset, guard))
+}
+
+/// Payload bytes from which a `WriteRelease` frame still arriving is read from the stream
+/// straight into its region ([`FrameReader::pending_release`]) instead of through the
+/// receive buffer: RDMC's blocks, not the small writes of rows and slots.
+pub(crate) const IN_PLACE_WRITE_BYTES_MIN: usize = 64 << 10;
+const _: () = assert!(IN_PLACE_WRITE_BYTES_MIN <= WRITE_BYTES_MAX);
+
+/// The head of a `WriteRelease` frame whose payload (of at least
+/// [`IN_PLACE_WRITE_BYTES_MIN`] bytes) has not all arrived.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct PendingRelease<'a> {
+    /// Target region.
+    pub(crate) region: RegionId,
+    /// Byte offset of the payload.
+    pub(crate) offset: usize,
+    /// Aligned offset of the guard word.
+    pub(crate) guard_offset: usize,
+    /// The guard value.
+    pub(crate) guard: u64,
+    /// Payload bytes in all.
+    pub(crate) len: usize,
+    /// The payload's first bytes, already buffered (fewer than `len`).
+    pub(crate) have: &'a [u8],
+}
+
 /// Looks at the front of `buf`: a whole frame, a request for more bytes, or an error for
 /// bytes that can never decode. Never panics, whatever `buf` holds.
 pub fn decode_frame(buf: &[u8]) -> Result<Decoded<'_>> {
@@ -318,10 +351,7 @@ pub fn decode_frame(buf: &[u8]) -> Result<Decoded<'_>> {
             }
         }
         KIND_WRITE_RELEASE => {
-            let region = c.u32("region")?;
-            let offset = c.usize("offset")?;
-            let guard_offset = c.usize("guard offset")?;
-            let guard = c.u64("guard")?;
+            let (region, offset, guard_offset, guard) = write_release_head(&mut c)?;
             let bytes = c.rest();
             if bytes.len() > WRITE_BYTES_MAX {
                 return Err(malformed(format!("write of {} bytes", bytes.len())));
@@ -596,6 +626,49 @@ impl FrameReader {
         }
     }
 
+    /// When the buffer starts with a `WriteRelease` frame whose payload is at least
+    /// [`IN_PLACE_WRITE_BYTES_MIN`] bytes and has not all arrived: its head and the payload
+    /// bytes buffered so far, so that the reader can take the rest from the stream
+    /// straight into the region, then [`FrameReader::clear`] the buffer (every buffered
+    /// byte is this frame's). `None` for anything else, left to [`FrameReader::step`].
+    pub(crate) fn pending_release(&self) -> Result<Option<PendingRelease<'_>>> {
+        let buf = &self.buf[self.start..self.end];
+        if buf.len() < FRAME_HEADER_BYTES + WRITE_RELEASE_FIXED_BYTES
+            || buf[4] != KIND_WRITE_RELEASE
+        {
+            return Ok(None);
+        }
+        let body_len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+        if buf.len() >= FRAME_HEADER_BYTES + body_len || body_len > FRAME_BODY_BYTES_MAX {
+            // Whole (the usual path applies it), or too long (the usual path says so).
+            return Ok(None);
+        }
+        // `body_len` exceeds the fixed head: the buffer holds more than head and fixed
+        // part, and less than the whole frame.
+        let len = body_len - WRITE_RELEASE_FIXED_BYTES;
+        if !(IN_PLACE_WRITE_BYTES_MIN..=WRITE_BYTES_MAX).contains(&len) {
+            return Ok(None);
+        }
+        let mut c = Cursor {
+            bytes: &buf[FRAME_HEADER_BYTES..],
+        };
+        let (region, offset, guard_offset, guard) = write_release_head(&mut c)?;
+        Ok(Some(PendingRelease {
+            region,
+            offset,
+            guard_offset,
+            guard,
+            len,
+            have: c.rest(),
+        }))
+    }
+
+    /// Forgets every buffered byte: a [`FrameReader::pending_release`] frame was applied.
+    pub(crate) fn clear(&mut self) {
+        self.start = 0;
+        self.end = 0;
+    }
+
     /// Reads a handshake frame: the dialer's `Hello`, or the acceptor's answer (its
     /// `Hello`, or a refusal).
     pub(crate) fn next_owned_hello<R: Read>(&mut self, stream: &mut R) -> Result<Reply> {
@@ -679,6 +752,54 @@ pub fn decode_all(bytes: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_large_guarded_write_still_arriving_is_offered_for_reading_in_place() {
+        let payload: Vec<u8> = (0..IN_PLACE_WRITE_BYTES_MIN + 5).map(|i| i as u8).collect();
+        let mut frame = Vec::new();
+        encode_write_release(&mut frame, 7, 13, &payload, 8, 99);
+        let head = FRAME_HEADER_BYTES + WRITE_RELEASE_FIXED_BYTES;
+        let mut r = FrameReader::new();
+        // Fed in pieces: nothing until the fixed head is in, then the head and what of the
+        // payload is buffered, never once the frame is whole.
+        for (upto, want_have) in [(head - 1, None), (head, Some(0)), (head + 1000, Some(1000))] {
+            r.clear();
+            r.fill(&mut &frame[..upto], upto).unwrap();
+            let got = r.pending_release().unwrap();
+            match want_have {
+                None => assert_eq!(got, None, "{upto} bytes"),
+                Some(n) => assert_eq!(
+                    got,
+                    Some(PendingRelease {
+                        region: 7,
+                        offset: 13,
+                        guard_offset: 8,
+                        guard: 99,
+                        len: payload.len(),
+                        have: &payload[..n],
+                    }),
+                    "{upto} bytes"
+                ),
+            }
+        }
+        r.clear();
+        let mut whole = &frame[..];
+        while r.fill(&mut whole, frame.len()).unwrap() > 0 {}
+        assert_eq!(r.pending_release().unwrap(), None, "a whole frame");
+        // Below the bound, or another kind: the buffer's usual path.
+        for small in [IN_PLACE_WRITE_BYTES_MIN - 1, 100] {
+            let mut f = Vec::new();
+            encode_write_release(&mut f, 7, 13, &payload[..small], 8, 99);
+            r.clear();
+            r.fill(&mut &f[..head + 10], head + 10).unwrap();
+            assert_eq!(r.pending_release().unwrap(), None, "{small} payload bytes");
+        }
+        let mut f = Vec::new();
+        encode_write(&mut f, 7, 13, &payload);
+        r.clear();
+        r.fill(&mut &f[..head + 10], head + 10).unwrap();
+        assert_eq!(r.pending_release().unwrap(), None, "an unguarded write");
+    }
 
     fn roundtrip(encode: impl FnOnce(&mut Vec<u8>)) -> (Vec<u8>, usize) {
         let mut out = Vec::new();

@@ -7,11 +7,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::frame::{malformed, Frame, FrameReader, Step};
+use super::frame::{malformed, Frame, FrameReader, PendingRelease, Step};
 use super::{lock, read, write, Hub, Link, LinkStream};
 use crate::trust::{Opener, Opening};
 use crate::{
-    Error, Event, FailureReason, RegionDesc, RegionId, Result, EVENT_QUEUE_MAX,
+    Error, Event, FailureReason, Region, RegionDesc, RegionId, Result, EVENT_QUEUE_MAX,
     REGIONS_PER_ENDPOINT_MAX, WORD_BYTES,
 };
 
@@ -53,6 +53,25 @@ impl<S: LinkStream> Hub<S> {
             match reader.step(|frame| self.apply(link, frame)) {
                 Ok(Step::Applied) => self.doorbell.ring(),
                 Ok(Step::NeedRead { needed }) => {
+                    if opener.is_none() {
+                        match reader.pending_release() {
+                            Ok(Some(w)) => {
+                                if let Err(reason) =
+                                    self.apply_in_place(link, w, &mut stream, &mut spin)
+                                {
+                                    break reason;
+                                }
+                                reader.clear();
+                                self.doorbell.ring();
+                                continue;
+                            }
+                            Ok(None) => {}
+                            Err(Error::Malformed { detail, .. }) => {
+                                break FailureReason::Malformed(detail)
+                            }
+                            Err(e) => break FailureReason::ConnectionLost(e.to_string()),
+                        }
+                    }
                     // Silence is judged only while we wait on the socket: time spent
                     // applying a large frame or waiting for event-queue room is ours.
                     link.last_heard_ms.store(self.now_ms(), Ordering::Release);
@@ -181,10 +200,28 @@ impl<S: LinkStream> Hub<S> {
         bytes: &[u8],
         guard: Option<(usize, u64)>,
     ) -> Result<()> {
+        match self.write_target(id, offset, bytes.len(), guard)? {
+            Some(region) => self
+                .hooks
+                .apply_write(link.peer, &region, offset, bytes, guard),
+            None => Ok(()), // raced with our withdrawal: dropped, as documented
+        }
+    }
+
+    /// The local region a peer's write of `len` bytes at `offset` (and its guard) goes
+    /// to, checked against its bounds: `None` for a region we withdrew (the write is
+    /// dropped), an error for an unknown region or a range or guard outside it.
+    fn write_target(
+        &self,
+        id: RegionId,
+        offset: usize,
+        len: usize,
+        guard: Option<(usize, u64)>,
+    ) -> Result<Option<Region>> {
         let local = read(&self.local);
         let Some((region, _)) = local.regions.get(&id) else {
             if local.withdrawn.contains(&id) {
-                return Ok(()); // raced with our withdrawal: dropped, as documented
+                return Ok(None);
             }
             return Err(malformed(format!("write to unknown region {id}")));
         };
@@ -194,7 +231,7 @@ impl<S: LinkStream> Hub<S> {
                 region.len()
             ))
         };
-        if region.check_range(offset, bytes.len()).is_err() {
+        if region.check_range(offset, len).is_err() {
             return Err(bad("write"));
         }
         if let Some((guard_offset, _)) = guard {
@@ -205,12 +242,80 @@ impl<S: LinkStream> Hub<S> {
                 return Err(bad("guard"));
             }
         }
-        let region = region.clone();
-        drop(local);
-        self.hooks
-            .apply_write(link.peer, &region, offset, bytes, guard)
+        Ok(Some(region.clone()))
+    }
+
+    /// Applies a large `WriteRelease` frame whose payload is still arriving ([`
+    /// FrameReader::pending_release`]) by reading the rest of the payload from `stream`
+    /// straight into its region, [`IN_PLACE_READ_BYTES_MAX`] at a time (the reader's
+    /// spin and silence bookkeeping around each read, as for the buffer's reads), then
+    /// releasing the guard: the payload crosses from the socket into the region in one
+    /// copy, not two. The default [`super::LinkHooks::apply_write`] done in place; only
+    /// for plaintext links (an encrypted record must be opened in a buffer).
+    fn apply_in_place(
+        &self,
+        link: &Link<S>,
+        w: PendingRelease<'_>,
+        stream: &mut S,
+        spin: &mut ReadSpin,
+    ) -> std::result::Result<(), FailureReason> {
+        let guard = Some((w.guard_offset, w.guard));
+        let target = self
+            .write_target(w.region, w.offset, w.len, guard)
+            .map_err(|e| match e {
+                Error::Malformed { detail, .. } => FailureReason::Malformed(detail),
+                e => FailureReason::ConnectionLost(e.to_string()),
+            })?;
+        if let Some(region) = &target {
+            region
+                .write_bytes(w.offset, w.have)
+                .map_err(|e| FailureReason::ConnectionLost(e.to_string()))?;
+        }
+        // A write to a region we withdrew is read off the stream and dropped.
+        let mut drain = Vec::new();
+        let fd = stream.as_raw_fd();
+        let mut at = w.have.len();
+        while at < w.len {
+            let want = (w.len - at).min(IN_PLACE_READ_BYTES_MAX);
+            link.last_heard_ms.store(self.now_ms(), Ordering::Release);
+            link.waiting.store(true, Ordering::Release);
+            let started = Instant::now();
+            let until = started + spin.poll();
+            let got = match &target {
+                Some(region) => poll_then_block(until, |flags| {
+                    region.recv_into(fd, w.offset + at, want, flags)
+                }),
+                None => {
+                    drain.resize(want, 0);
+                    io::Read::read(
+                        &mut PollThenBlock {
+                            inner: &mut *stream,
+                            until,
+                        },
+                        &mut drain,
+                    )
+                }
+            };
+            spin.waited(started.elapsed());
+            link.waiting.store(false, Ordering::Release);
+            link.last_heard_ms.store(self.now_ms(), Ordering::Release);
+            match got {
+                Ok(0) => return Err(FailureReason::ConnectionLost("end of stream".into())),
+                Ok(n) => at += n,
+                Err(e) => return Err(FailureReason::ConnectionLost(e.to_string())),
+            }
+        }
+        if let Some(region) = target {
+            // Payload, then guard (contract item 3): a release store after the last byte.
+            region.store_u64(w.guard_offset, w.guard);
+        }
+        Ok(())
     }
 }
+
+/// Most payload bytes [`Hub::apply_in_place`] asks one read for: between reads the link
+/// counts as heard from, so a long payload arriving slowly is not taken for silence.
+const IN_PLACE_READ_BYTES_MAX: usize = 256 << 10;
 
 /// How long a link's reader polls its socket before it blocks, adapted to the waits it
 /// sees, as KVM's halt polling adapts to a vCPU's: a wait that ended within
@@ -269,25 +374,40 @@ struct PollThenBlock<'a, S> {
 impl<S: LinkStream> io::Read for PollThenBlock<'_, S> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let fd = self.inner.as_raw_fd();
-        while Instant::now() < self.until {
-            // SAFETY: `fd` is the open socket `self.inner` owns, borrowed for this
-            // call; `buf` is a live, writable slice of `buf.len()` bytes, and `recv`
-            // writes at most that many into it. MSG_DONTWAIT makes this one call
-            // non-blocking without touching the descriptor's flags, which the writer's
-            // clone of the socket shares.
-            let n =
-                unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
-            if n >= 0 {
-                return Ok(n as usize);
+        poll_then_block(self.until, |flags| {
+            // SAFETY: `fd` is the open socket `self.inner` owns, borrowed for this call;
+            // `buf` is a live, writable slice of `buf.len()` bytes, and `recv` writes at
+            // most that many into it.
+            let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
             }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::WouldBlock => std::thread::yield_now(),
-                io::ErrorKind::Interrupted => {}
-                _ => return Err(e),
-            }
+        })
+    }
+}
+
+/// One read by `recv(flags)`: polled with `MSG_DONTWAIT` until `until`, yielding the core
+/// between polls, then blocking (flags 0). MSG_DONTWAIT makes one call non-blocking
+/// without touching the descriptor's flags, which the writer's clone of the socket shares.
+fn poll_then_block(
+    until: Instant,
+    mut recv: impl FnMut(libc::c_int) -> io::Result<usize>,
+) -> io::Result<usize> {
+    while Instant::now() < until {
+        match recv(libc::MSG_DONTWAIT) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
-        self.inner.read(buf)
+    }
+    loop {
+        match recv(0) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            r => return r,
+        }
     }
 }
 

@@ -235,7 +235,10 @@ pub trait LinkHooks: Send + Sync + 'static {
     /// Applies a `Write`/`WriteRelease` frame from `peer` to local `region`, already
     /// checked against its bounds (and the guard for alignment and bounds). Called from
     /// that peer's reader thread, in frame order. Default: copy, then release-store the
-    /// guard. shm never frames writes, so it may keep the default.
+    /// guard. shm never frames writes, so it may keep the default. A `WriteRelease` whose
+    /// payload is 64 KiB or more, on a plaintext link, does not come here: the reader
+    /// takes its payload from the socket straight into the region and then releases the
+    /// guard, as this default would.
     fn apply_write(
         &self,
         _peer: NodeId,

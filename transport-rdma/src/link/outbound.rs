@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::frame::Head;
+use super::frame::{Head, IN_PLACE_WRITE_BYTES_MIN};
 use super::{lock, read, up_links, Hub, Link, LinkStream, RemoteWrite};
 use crate::trust::SendCipher;
 use crate::{
@@ -39,7 +39,9 @@ thread_local! {
 /// guard, if any, rides on the last). Frames this size fit the socket buffers and the
 /// reader's buffer, so large writes neither spill into a copied outbound buffer nor make
 /// the reader grow and re-read a megabyte before applying it. Applying a write frame by
-/// frame keeps the contract: words stay whole, order stays FIFO.
+/// frame keeps the contract: words stay whole, order stays FIFO. Guarded writes of
+/// [`IN_PLACE_WRITE_BYTES_MIN`] or more on a plaintext link are not cut: the reader reads
+/// their payload in place, past its buffer.
 const WRITE_FRAME_PAYLOAD_BYTES_MAX: usize = 64 << 10;
 
 #[derive(Debug, Default)]
@@ -678,12 +680,20 @@ impl<S: LinkStream> Hub<S> {
         guard: Option<(usize, u64)>,
     ) -> Result<()> {
         let _issue = lock(&link.issue);
+        // A large guarded write on a plaintext link is one frame: the peer's reader takes
+        // its payload off the socket straight into the region (contract item 3 lets the
+        // payload's words land unevenly before the guard); its buffer never holds it.
+        let whole = guard.is_some() && bytes.len() >= IN_PLACE_WRITE_BYTES_MIN && !self.encrypts();
         let mut at = 0;
         loop {
             let abs = offset + at;
             let frame_end =
                 (abs / WRITE_FRAME_PAYLOAD_BYTES_MAX + 1) * WRITE_FRAME_PAYLOAD_BYTES_MAX;
-            let n = (frame_end - abs).min(bytes.len() - at);
+            let n = if whole {
+                bytes.len()
+            } else {
+                (frame_end - abs).min(bytes.len() - at)
+            };
             let last = at + n == bytes.len();
             let head = Head::write(region, abs, if last { guard } else { None }, n);
             self.enqueue_payload(link, head.as_slice(), bytes.part(at, n), at == 0)?;

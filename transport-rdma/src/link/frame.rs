@@ -935,5 +935,29 @@ mod tests {
             }
             let _ = decode_all(&buf);
         }
+
+        /// Any bytes at the front of the buffer, a large guarded write's head among them
+        /// with random fields and a random length, never panic the in-place check, and it
+        /// offers only what it can: a `WriteRelease` of the in-place size, not all there.
+        #[test]
+        fn pending_release_never_panics(
+            head in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            body_len in proptest::prelude::any::<u32>(),
+            kind in 0u8..12,
+        ) {
+            let mut r = FrameReader::new();
+            r.fill(&mut &head[..], head.len().max(1)).unwrap();
+            let _ = r.pending_release();
+            let mut framed = body_len.to_le_bytes().to_vec();
+            framed.push(kind);
+            framed.extend_from_slice(&head);
+            r.clear();
+            r.fill(&mut &framed[..], framed.len()).unwrap();
+            if let Ok(Some(w)) = r.pending_release() {
+                proptest::prop_assert_eq!(kind, KIND_WRITE_RELEASE);
+                proptest::prop_assert!(w.len >= IN_PLACE_WRITE_BYTES_MIN && w.len <= WRITE_BYTES_MAX);
+                proptest::prop_assert!(w.have.len() < w.len);
+            }
+        }
     }
 }

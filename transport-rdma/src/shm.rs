@@ -306,16 +306,37 @@ impl Tag {
 /// Opens the memfd `fd` of process `pid` and maps it, if it still is inode `ino`.
 /// `Ok(None)`: the descriptor is gone or was reused (the owner withdrew the region
 /// meanwhile; its withdrawal follows on the link).
+///
+/// A reused number names whatever the owner opened since: another memfd or a file,
+/// which `/proc` opens, or a socket or an eventfd — the links and endpoints of a group
+/// changing views open those all the time — which it does not (ENXIO). So the inode
+/// decides, not whether the open works: it is looked at before the open (nothing else of
+/// the owner's is opened), after it (the number may be reused in between), and when the
+/// open fails, which is an error only if the number still names the announced memfd.
 fn map_remote(pid: u32, fd: i32, ino: u64, map_len: usize) -> Result<Option<Mapping>> {
     let path = format!("/proc/{pid}/fd/{fd}");
+    // True if `path` names inode `ino` now; false if it names nothing or something else.
+    let names_memfd = || match std::fs::metadata(&path) {
+        Ok(meta) => Ok(meta.ino() == ino),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io(format!("stat {path}"), e)),
+    };
+    if !names_memfd()? {
+        return Ok(None);
+    }
     let file = match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(&path)
     {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(format!("opening {path}"), e)),
+        Err(e) => {
+            return if names_memfd()? {
+                Err(Error::io(format!("opening {path}"), e))
+            } else {
+                Ok(None)
+            };
+        }
     };
     let meta = file
         .metadata()
@@ -935,6 +956,70 @@ mod tests {
         assert!(map_remote(pid, i32::MAX, ino, PAGE_BYTES)
             .unwrap()
             .is_none());
+    }
+
+    /// A withdrawn region's descriptor number the owner reused for a socket (a link it
+    /// accepted or dialed meanwhile), which /proc will not open (ENXIO): the region is
+    /// gone, as when the number is free or names another memfd — not an error, which
+    /// the link layer takes for a malformed announcement and drops the link over.
+    #[test]
+    fn a_region_fd_reused_by_a_socket_is_gone_not_malformed() {
+        let withdrawn = memfd("spindle-withdrawn", PAGE_BYTES).unwrap();
+        let ino = withdrawn.metadata().unwrap().ino();
+        drop(withdrawn);
+        let (socket, _other_end) = UnixStream::pair().unwrap();
+        let pid = std::process::id();
+        assert!(
+            map_remote(pid, socket.as_raw_fd(), ino, PAGE_BYTES)
+                .unwrap()
+                .is_none(),
+            "a number that names a socket now is not the announced memfd"
+        );
+
+        // Through an announcement, as the handshake and the reader apply it: accepted,
+        // nothing mapped (the owner's withdrawal follows on the link). The owner's
+        // control page is made as `ShmEndpoint::open` makes it.
+        let control_file = memfd("spindle-test-control", PAGE_BYTES).unwrap();
+        let control = Mapping::map(&control_file, PAGE_BYTES).unwrap();
+        // SAFETY: offset 0 of the fresh page-aligned page; atomic access only.
+        unsafe { &*control.ptr.as_ptr().cast::<std::sync::atomic::AtomicU64>() }
+            .store(CONTROL_MAGIC, Ordering::Release);
+        let own_control = memfd("spindle-test-own-control", PAGE_BYTES).unwrap();
+        let hooks = ShmHooks {
+            node: 2,
+            pid,
+            control_ino: own_control.metadata().unwrap().ino(),
+            control_file: own_control,
+            local: Mutex::new(BTreeMap::new()),
+            remote: RwLock::new(BTreeMap::new()),
+        };
+        let stale = Tag {
+            pid,
+            fd: socket.as_raw_fd(),
+            ino,
+            map_len: PAGE_BYTES as u64,
+            control_fd: control_file.as_raw_fd(),
+            control_ino: control_file.metadata().unwrap().ino(),
+        };
+        let desc = RegionDesc {
+            node: 1,
+            region: 7,
+            len: PAGE_BYTES,
+        };
+        assert_eq!(
+            hooks.remote_region_announced(1, desc, &stale.encode()),
+            Ok(()),
+            "a region withdrawn in flight does not fail the link"
+        );
+        assert!(
+            hooks
+                .remote
+                .read()
+                .unwrap()
+                .get(&1)
+                .is_some_and(|maps| maps.regions.is_empty()),
+            "the owner's control page is mapped, the withdrawn region is not"
+        );
     }
 
     #[test]

@@ -37,7 +37,10 @@
 //! Everything else that rings the hub's [`crate::Doorbell`] (events, drained queues,
 //! [`Endpoint::wake`]) bumps the same word through the doorbell's ring hook. A futex was
 //! chosen over an eventfd because a write to a busy owner then needs no syscall at all,
-//! where an eventfd write always is one.
+//! where an eventfd write always is one. Between [`Endpoint::cork`] and the outermost
+//! [`Endpoint::uncork`] the writes still land at once, but each peer's doorbell is rung
+//! once, at the uncork (contract item 8): a predicate round that pushes to sixteen
+//! subgroups of a peer bumps that peer's shared sequence word once, not thirty-two times.
 //!
 //! ## Control path and failures
 //!
@@ -224,6 +227,42 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
             &ts as *const libc::timespec,
         );
     }
+}
+
+thread_local! {
+    /// The shm endpoint this thread has corked (its hooks' address; 0: none), how deeply,
+    /// and the control pages of the peers it wrote to meanwhile, whose doorbells ring at
+    /// the outermost uncork ([`ShmEndpoint`]'s `uncork`).
+    static HELD_RINGS: std::cell::RefCell<HeldRings> = const {
+        std::cell::RefCell::new(HeldRings {
+            hooks: 0,
+            depth: 0,
+            controls: Vec::new(),
+        })
+    };
+}
+
+/// See `HELD_RINGS`.
+struct HeldRings {
+    hooks: usize,
+    depth: u32,
+    controls: Vec<Arc<Mapping>>,
+}
+
+/// Holds the ring of `control` back if this thread corks the endpoint of `hooks` (true),
+/// once per peer; else the caller rings now (false).
+fn hold_ring(hooks: &ShmHooks, control: &Arc<Mapping>) -> bool {
+    let me = hooks as *const ShmHooks as usize;
+    HELD_RINGS.with(|h| {
+        let mut h = h.borrow_mut();
+        if h.hooks != me {
+            return false;
+        }
+        if !h.controls.iter().any(|c| Arc::ptr_eq(c, control)) {
+            h.controls.push(Arc::clone(control));
+        }
+        true
+    })
 }
 
 /// Rings the doorbell of the endpoint whose control page is `control`: bumps its
@@ -522,7 +561,8 @@ impl LinkHooks for ShmHooks {
 
 impl ShmHooks {
     /// Applies a write to `peer`'s mapped region `desc` with `store`, then the guard, in
-    /// the peer's issue order, and rings its doorbell.
+    /// the peer's issue order, and rings its doorbell (at the uncork, if this thread
+    /// corks the endpoint).
     fn store_remote(
         &self,
         peer: NodeId,
@@ -555,7 +595,9 @@ impl ShmHooks {
                 region.store_u64(guard_offset, value);
             }
         }
-        ring(&control);
+        if !hold_ring(self, &control) {
+            ring(&control);
+        }
         Ok(RemoteWrite::Done)
     }
 }
@@ -569,6 +611,8 @@ impl ShmHooks {
 #[derive(Debug)]
 pub struct ShmEndpoint {
     hub: Arc<Hub<UnixStream>>,
+    /// The hub's hooks, whose writes ring peers' doorbells (held while corked).
+    hooks: Arc<ShmHooks>,
     name: String,
     control: Arc<Mapping>,
     /// The control sequence as of the last [`Endpoint::wait`].
@@ -612,7 +656,7 @@ impl ShmEndpoint {
             local: Mutex::new(BTreeMap::new()),
             remote: RwLock::new(BTreeMap::new()),
         });
-        let hub = Hub::new(node, cfg, hooks)?;
+        let hub = Hub::new(node, cfg, Arc::clone(&hooks) as Arc<dyn LinkHooks>)?;
 
         {
             // Events, drained queues and wake() ring the hub's doorbell: make them bump
@@ -627,6 +671,7 @@ impl ShmEndpoint {
             .map_err(|e| Error::io("spawning the accept thread", e))?;
         Ok(Arc::new(ShmEndpoint {
             hub,
+            hooks,
             name,
             control,
             seen: AtomicU32::new(0),
@@ -796,10 +841,42 @@ impl Endpoint for ShmEndpoint {
 
     fn cork(&self) {
         self.hub.cork();
+        let me = Arc::as_ptr(&self.hooks) as usize;
+        HELD_RINGS.with(|h| {
+            let mut h = h.borrow_mut();
+            match (h.hooks, h.depth) {
+                (0, _) => {
+                    h.hooks = me;
+                    h.depth = 1;
+                }
+                (hooks, depth) if hooks == me => h.depth = depth + 1,
+                // A thread corks one endpoint at a time (as the hub's cork).
+                _ => {}
+            }
+        });
     }
 
     fn uncork(&self) {
         self.hub.uncork();
+        let me = Arc::as_ptr(&self.hooks) as usize;
+        let held = HELD_RINGS.with(|h| {
+            let mut h = h.borrow_mut();
+            if h.hooks != me {
+                return Vec::new();
+            }
+            // Invariant: every uncork matches a cork of this thread, so a recorded
+            // cork's depth is at least one.
+            assert!(h.depth > 0, "ShmEndpoint::uncork without a matching cork");
+            h.depth -= 1;
+            if h.depth > 0 {
+                return Vec::new();
+            }
+            h.hooks = 0;
+            std::mem::take(&mut h.controls)
+        });
+        for control in &held {
+            ring(control);
+        }
     }
 
     fn wake(&self) {
@@ -892,6 +969,65 @@ mod tests {
             );
             while b.wait(Duration::ZERO) {}
         }
+        a.close();
+        b.close();
+    }
+
+    /// Corked writes land at once but ring each peer's doorbell once, at the outermost
+    /// uncork: nested uncorks hold the ring, the last one wakes a parked peer (probes are
+    /// a minute apart here, so they do not ring it meanwhile).
+    #[test]
+    fn corked_writes_ring_the_peer_once_at_the_outermost_uncork() {
+        let ns = format!("corked-ring-{}", std::process::id());
+        let cfg = FabricConfig {
+            probe_interval_ms: 60_000,
+            suspect_floor_ms: 600_000,
+            suspect_ceiling_ms: 600_000,
+            ..FabricConfig::default()
+        };
+        let a = ShmEndpoint::open(1, &ns, cfg.clone()).unwrap();
+        let b = ShmEndpoint::open(2, &ns, cfg).unwrap();
+        let row = b.register_region(7, 64).unwrap();
+        a.connect(2, &b.address()).unwrap();
+        let give_up = std::time::Instant::now() + Duration::from_secs(30);
+        while a.remote_region(2, 7).is_none() {
+            assert!(std::time::Instant::now() < give_up, "link never came up");
+            a.wait(Duration::from_millis(10));
+        }
+        // Until b has seen the link come up (its events ring its doorbell too).
+        while !b.peers().contains(&1) {
+            assert!(
+                std::time::Instant::now() < give_up,
+                "link never came up at b"
+            );
+            b.wait(Duration::from_millis(10));
+        }
+        while b.poll_event().is_some() {}
+        while b.wait(Duration::ZERO) {}
+        a.cork();
+        a.cork();
+        for i in 0..3u64 {
+            a.write(2, 7, i as usize * 8, &(i + 10).to_le_bytes())
+                .unwrap();
+        }
+        a.uncork();
+        assert_eq!(row.load_u64(16), 12, "a corked write lands at once");
+        let held = || HELD_RINGS.with(|h| h.borrow().controls.len());
+        assert_eq!(
+            held(),
+            1,
+            "three writes to one peer: one ring held, to the outermost uncork"
+        );
+        let parked = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || b.wait(Duration::from_secs(120)))
+        };
+        a.uncork();
+        assert_eq!(held(), 0, "the outermost uncork rang what it held");
+        assert!(
+            parked.join().unwrap(),
+            "the outermost uncork rang the peer's doorbell"
+        );
         a.close();
         b.close();
     }

@@ -27,6 +27,10 @@
 //! Readers are woken as a Spindle application would be, never polled: `perf-sub` takes in
 //! `on_data_available` on the participant's delivery thread (a listener, as Cyclone's
 //! `ddsperf` does by default), the other modes wait in a WaitSet on a read condition.
+//!
+//! With `RUST_LOG` set (e.g. `info,spindle_transport_rdma=debug`), the engine's and the
+//! fabric's tracing goes to stderr, which `scripts/bench-interop.sh --keep` keeps: the
+//! view changes, suspicions and dropped links of a run that lost a member.
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -122,6 +126,14 @@ fn wait_stdin() {
 }
 
 fn main() -> ExitCode {
+    // Only when asked for: without RUST_LOG the peer writes nothing the runs did not.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .try_init();
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mode = args.first().map(String::as_str).unwrap_or("");
     let path: PathBuf = arg(&args, 1, "config");

@@ -353,21 +353,25 @@ semantic() { # stack
   # Writers pace 1 ms per sample: two seconds in, writer 2 is mid-stream.
   sleep 2
   kill -9 "${pid_of[w2]}" 2>/dev/null || true
-  wait_line w1 SENT 120 >/dev/null || true
+  # The surviving writer must finish: a run whose writer 1 shut down (e.g. it lost its
+  # links at start-up) is not a completed run, whatever its readers recorded.
+  local writer_done=true
+  wait_line w1 SENT 120 >/dev/null || writer_done=false
   hashes=""
   for r in 1 2 3; do
     hashes="$hashes $(wait_line "r$r" RECORD 120 || echo RECORD none)"
   done
   stop w1 w2 r1 r2 r3
-  python3 - "$1" "$hashes" <<'PY' | tee -a "$out.tmp"
+  python3 - "$1" "$hashes" "$writer_done" <<'PY' | tee -a "$out.tmp"
 import json, sys
-stack, text = sys.argv[1], sys.argv[2]
+stack, text, writer_done = sys.argv[1], sys.argv[2], sys.argv[3] == "true"
 recs = [dict(kv.split("=", 1) for kv in l.split()) for l in text.split("RECORD") if "=" in l]
 same_set = len({(r["samples"], r["set"]) for r in recs}) == 1
 same_order = len({r["order"] for r in recs}) == 1
 print(json.dumps({"stack": stack, "mode": "semantic", "readers": len(recs),
                   "samples": [int(r["samples"]) for r in recs],
-                  "same_samples": same_set, "same_order": same_order}))
+                  "same_samples": same_set, "same_order": same_order,
+                  "writer_done": writer_done}))
 PY
 }
 cyc_python=$(bash topics/tests/crosscheck/setup.sh 2>/dev/null | tail -n 1) || cyc_python=""
@@ -409,7 +413,7 @@ for r in rows:
     if r["mode"] == "semantic":
         c = runs.setdefault(r["stack"], [0, 0, 0, 0])
         c[0] += 1
-        if not r.get("error"):
+        if not r.get("error") and r.get("writer_done", True):
             c[1] += 1
             c[2] += r["same_samples"] and r["readers"] == 3
             c[3] += r["same_samples"] and r["same_order"] and r["readers"] == 3

@@ -820,16 +820,10 @@ pub fn check_untorn_words(h: &mut dyn Harness) {
 /// A guard released by `write_then_release` publishes its payload: small payloads, and
 /// large ones (which tcp reads from the socket straight into the region).
 pub fn check_guard(h: &mut dyn Harness) {
-    check_workload(
-        h,
-        Box::new(GuardWorkload::new(200, 32 * 1024)),
-        Box::new(GuardWorkload::new(200, 32 * 1024)),
-    );
-    check_workload(
-        h,
-        Box::new(GuardWorkload::new(24, LARGE_GUARDED_PAYLOAD_BYTES)),
-        Box::new(GuardWorkload::new(24, LARGE_GUARDED_PAYLOAD_BYTES)),
-    );
+    for (generations, len) in [(200, 32 * 1024), (24, LARGE_GUARDED_PAYLOAD_BYTES)] {
+        let workload = || Box::new(GuardWorkload::new(generations, len));
+        check_workload(h, workload(), workload());
+    }
 }
 
 /// Sends arrive in order, intact, after the writes issued before them.

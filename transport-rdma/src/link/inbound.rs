@@ -66,29 +66,20 @@ impl<S: LinkStream> Hub<S> {
                                 continue;
                             }
                             Ok(None) => {}
-                            Err(Error::Malformed { detail, .. }) => {
-                                break FailureReason::Malformed(detail)
-                            }
-                            Err(e) => break FailureReason::ConnectionLost(e.to_string()),
+                            Err(e) => break failure_of(e),
                         }
                     }
-                    // Silence is judged only while we wait on the socket: time spent
-                    // applying a large frame or waiting for event-queue room is ours.
-                    link.last_heard_ms.store(self.now_ms(), Ordering::Release);
-                    link.waiting.store(true, Ordering::Release);
-                    let started = Instant::now();
-                    let mut polled = PollThenBlock {
-                        inner: &mut stream,
-                        until: started + spin.poll(),
-                    };
-                    let mut from = Opening {
-                        inner: &mut polled,
-                        opener: opener.as_mut(),
-                    };
-                    let got = reader.fill(&mut from, needed);
-                    spin.waited(started.elapsed());
-                    link.waiting.store(false, Ordering::Release);
-                    link.last_heard_ms.store(self.now_ms(), Ordering::Release);
+                    let got = self.wait_read(link, &mut spin, |until| {
+                        let mut polled = PollThenBlock {
+                            inner: &mut stream,
+                            until,
+                        };
+                        let mut from = Opening {
+                            inner: &mut polled,
+                            opener: opener.as_mut(),
+                        };
+                        reader.fill(&mut from, needed)
+                    });
                     match got {
                         Ok(0) => break FailureReason::ConnectionLost("end of stream".into()),
                         Ok(_) => {}
@@ -103,9 +94,7 @@ impl<S: LinkStream> Hub<S> {
                 }
                 Ok(Step::Goodbye) => break FailureReason::Closed,
                 Ok(Step::Excluded { silent_ms }) => break FailureReason::Excluded { silent_ms },
-                Err(Error::Malformed { detail, .. }) => break FailureReason::Malformed(detail),
-                Err(Error::Closed) => break FailureReason::LocalClose,
-                Err(e) => break FailureReason::ConnectionLost(e.to_string()),
+                Err(e) => break failure_of(e),
             }
         };
         self.doorbell.ring();
@@ -245,13 +234,33 @@ impl<S: LinkStream> Hub<S> {
         Ok(Some(region.clone()))
     }
 
-    /// Applies a large `WriteRelease` frame whose payload is still arriving ([`
-    /// FrameReader::pending_release`]) by reading the rest of the payload from `stream`
-    /// straight into its region, [`IN_PLACE_READ_BYTES_MAX`] at a time (the reader's
-    /// spin and silence bookkeeping around each read, as for the buffer's reads), then
-    /// releasing the guard: the payload crosses from the socket into the region in one
-    /// copy, not two. The default [`super::LinkHooks::apply_write`] done in place; only
-    /// for plaintext links (an encrypted record must be opened in a buffer).
+    /// One read of `link`'s socket by `read`, given the instant its polling ends (the
+    /// [`ReadSpin`]'s poll), kept as a wait: silence is judged only while the reader waits
+    /// on the socket, not while it applies frames or waits for event-queue room, and the
+    /// spin learns from how long the read took.
+    fn wait_read<R>(
+        &self,
+        link: &Link<S>,
+        spin: &mut ReadSpin,
+        read: impl FnOnce(Instant) -> R,
+    ) -> R {
+        link.last_heard_ms.store(self.now_ms(), Ordering::Release);
+        link.waiting.store(true, Ordering::Release);
+        let started = Instant::now();
+        let got = read(started + spin.poll());
+        spin.waited(started.elapsed());
+        link.waiting.store(false, Ordering::Release);
+        link.last_heard_ms.store(self.now_ms(), Ordering::Release);
+        got
+    }
+
+    /// Applies a large `WriteRelease` frame whose payload is still arriving
+    /// ([`FrameReader::pending_release`]) by reading the rest of the payload from `stream`
+    /// straight into its region, [`IN_PLACE_READ_BYTES_MAX`] at a time (each read a
+    /// [`Hub::wait_read`], as the buffer's reads are), then releasing the guard: the
+    /// payload crosses from the socket into the region in one copy, not two. The default
+    /// [`super::LinkHooks::apply_write`] done in place; only for plaintext links (an
+    /// encrypted record must be opened in a buffer).
     fn apply_in_place(
         &self,
         link: &Link<S>,
@@ -262,14 +271,9 @@ impl<S: LinkStream> Hub<S> {
         let guard = Some((w.guard_offset, w.guard));
         let target = self
             .write_target(w.region, w.offset, w.len, guard)
-            .map_err(|e| match e {
-                Error::Malformed { detail, .. } => FailureReason::Malformed(detail),
-                e => FailureReason::ConnectionLost(e.to_string()),
-            })?;
+            .map_err(failure_of)?;
         if let Some(region) = &target {
-            region
-                .write_bytes(w.offset, w.have)
-                .map_err(|e| FailureReason::ConnectionLost(e.to_string()))?;
+            region.write_bytes(w.offset, w.have).map_err(failure_of)?;
         }
         // A write to a region we withdrew is read off the stream and dropped.
         let mut drain = Vec::new();
@@ -277,11 +281,7 @@ impl<S: LinkStream> Hub<S> {
         let mut at = w.have.len();
         while at < w.len {
             let want = (w.len - at).min(IN_PLACE_READ_BYTES_MAX);
-            link.last_heard_ms.store(self.now_ms(), Ordering::Release);
-            link.waiting.store(true, Ordering::Release);
-            let started = Instant::now();
-            let until = started + spin.poll();
-            let got = match &target {
+            let got = self.wait_read(link, spin, |until| match &target {
                 Some(region) => poll_then_block(until, |flags| {
                     region.recv_into(fd, w.offset + at, want, flags)
                 }),
@@ -295,10 +295,7 @@ impl<S: LinkStream> Hub<S> {
                         &mut drain,
                     )
                 }
-            };
-            spin.waited(started.elapsed());
-            link.waiting.store(false, Ordering::Release);
-            link.last_heard_ms.store(self.now_ms(), Ordering::Release);
+            });
             match got {
                 Ok(0) => return Err(FailureReason::ConnectionLost("end of stream".into())),
                 Ok(n) => at += n,
@@ -310,6 +307,15 @@ impl<S: LinkStream> Hub<S> {
             region.store_u64(w.guard_offset, w.guard);
         }
         Ok(())
+    }
+}
+
+/// Why a link's reader stops on `e`, an error from decoding or applying its peer's frames.
+fn failure_of(e: Error) -> FailureReason {
+    match e {
+        Error::Malformed { detail, .. } => FailureReason::Malformed(detail),
+        Error::Closed => FailureReason::LocalClose,
+        e => FailureReason::ConnectionLost(e.to_string()),
     }
 }
 

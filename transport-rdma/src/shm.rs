@@ -927,6 +927,17 @@ mod tests {
         assert!(Tag::decode(&tag.encode()[1..]).is_err());
     }
 
+    /// Connects `a` to `b` (node 2) and waits, at most 30 s, until `a` knows `b`'s
+    /// region `region`.
+    fn link_to_region(a: &ShmEndpoint, b: &ShmEndpoint, region: RegionId) {
+        a.connect(2, &b.address()).unwrap();
+        let give_up = std::time::Instant::now() + Duration::from_secs(30);
+        while a.remote_region(2, region).is_none() {
+            assert!(std::time::Instant::now() < give_up, "link never came up");
+            a.wait(Duration::from_millis(10));
+        }
+    }
+
     /// A thread parked in `wait` with a long timeout is woken by a peer's write and by
     /// `wake` (it parks on the futex itself: a lost wake-up would leave it parked).
     #[test]
@@ -936,12 +947,7 @@ mod tests {
         let a = ShmEndpoint::open(1, &ns, FabricConfig::default()).unwrap();
         let b = ShmEndpoint::open(2, &ns, FabricConfig::default()).unwrap();
         let _row = b.register_region(7, 64).unwrap();
-        a.connect(2, &b.address()).unwrap();
-        let give_up = std::time::Instant::now() + Duration::from_secs(30);
-        while a.remote_region(2, 7).is_none() {
-            assert!(std::time::Instant::now() < give_up, "link never came up");
-            a.wait(Duration::from_millis(10));
-        }
+        link_to_region(&a, &b, 7);
         while b.wait(Duration::ZERO) {}
         for via_write in [true, false] {
             let (tx, rx) = mpsc::channel();
@@ -988,12 +994,8 @@ mod tests {
         let a = ShmEndpoint::open(1, &ns, cfg.clone()).unwrap();
         let b = ShmEndpoint::open(2, &ns, cfg).unwrap();
         let row = b.register_region(7, 64).unwrap();
-        a.connect(2, &b.address()).unwrap();
+        link_to_region(&a, &b, 7);
         let give_up = std::time::Instant::now() + Duration::from_secs(30);
-        while a.remote_region(2, 7).is_none() {
-            assert!(std::time::Instant::now() < give_up, "link never came up");
-            a.wait(Duration::from_millis(10));
-        }
         // Until b has seen the link come up (its events ring its doorbell too).
         while !b.peers().contains(&1) {
             assert!(

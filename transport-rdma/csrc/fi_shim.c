@@ -37,6 +37,10 @@ int spindle_fi_getname(struct fid_ep *ep, void *addr, size_t *addrlen)
 {
 	return fi_getname(&ep->fid, addr, addrlen);
 }
+int spindle_fi_setname(struct fid_ep *ep, void *addr, size_t addrlen)
+{
+	return fi_setname(&ep->fid, addr, addrlen);
+}
 int spindle_fi_av_insert(struct fid_av *av, const void *addr, size_t count, fi_addr_t *fi_addr,
                          uint64_t flags, void *context)
 {

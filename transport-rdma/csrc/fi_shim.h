@@ -28,6 +28,7 @@ int spindle_fi_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struc
 int spindle_fi_ep_bind(struct fid_ep *ep, struct fid *bfid, uint64_t flags);
 int spindle_fi_enable(struct fid_ep *ep);
 int spindle_fi_getname(struct fid_ep *ep, void *addr, size_t *addrlen);
+int spindle_fi_setname(struct fid_ep *ep, void *addr, size_t addrlen);
 int spindle_fi_av_insert(struct fid_av *av, const void *addr, size_t count, fi_addr_t *fi_addr,
                          uint64_t flags, void *context);
 int spindle_fi_mr_reg(struct fid_domain *domain, const void *buf, size_t len, uint64_t access,

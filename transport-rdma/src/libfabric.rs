@@ -371,7 +371,8 @@ fn open_fabric(provider: &str) -> Result<Fabric> {
     let mut name = vec![0u8; FABRIC_NAME_BYTES_MAX];
     let mut name_len = name.len();
     // SAFETY: every handle passed is open (or being opened into a valid out-pointer); the
-    // bind flags are the ones libfabric documents for an RDM endpoint.
+    // bind flags are the ones libfabric documents for an RDM endpoint; the shm name is a
+    // NUL-terminated string of the length given, which the provider copies.
     unsafe {
         check(
             "opening the completion queue",
@@ -407,6 +408,13 @@ fn open_fabric(provider: &str) -> Result<Fabric> {
             "binding the address vector",
             sys::spindle_fi_ep_bind(fabric.ep, &mut (*fabric.av).fid, 0),
         )?;
+        if fabric.provider == "shm" {
+            let mut unique = shm_endpoint_name();
+            check(
+                "naming the shm endpoint",
+                sys::spindle_fi_setname(fabric.ep, unique.as_mut_ptr().cast(), unique.len()),
+            )?;
+        }
         check("enabling the endpoint", sys::spindle_fi_enable(fabric.ep))?;
         check(
             "reading the endpoint name",
@@ -416,6 +424,22 @@ fn open_fabric(provider: &str) -> Result<Fabric> {
     name.truncate(name_len.min(FABRIC_NAME_BYTES_MAX));
     fabric.name = name;
     Ok(fabric)
+}
+
+/// A name for a shm endpoint that no other endpoint, live or dead, has had: libfabric's
+/// default, `<pid>:<uid>:<index>`, is the name of a shared-memory file, which a SIGKILLed
+/// process leaves behind; once the pid is reused, the new process finds "its" file held
+/// by a live process (itself) and `fi_enable` fails with EBUSY. The name adds the clock
+/// (nanoseconds) and a per-process count to the pid, NUL-terminated as libfabric wants.
+fn shm_endpoint_name() -> Vec<u8> {
+    static OPENED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let count = OPENED.fetch_add(1, Ordering::Relaxed);
+    let mut name = format!("spindle-{}-{nanos:x}-{count}", std::process::id()).into_bytes();
+    name.push(0);
+    name
 }
 
 fn getinfo(provider: &str, ordered: bool) -> Result<*mut sys::fi_info> {

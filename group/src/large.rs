@@ -205,7 +205,10 @@ impl Large {
         let (seq, _) = announcement(region, geom, rank, k);
         let g = &mut self.groups[rank];
         let at = RdmcGroup::buffer_offset(g.members().len(), &self.config, seq);
-        let read = out.map_or(Ok(()), |(out, len)| g.region().read_append(at, len, out));
+        // Behind the message's completion: nobody writes the buffer until it is released.
+        let read = out.map_or(Ok(()), |(out, len)| {
+            g.region().read_append_guarded(at, len, out)
+        });
         if Some(rank) != self.own {
             // Invariant: messages are delivered in their sender's order, each after its
             // completion here (receive), so the oldest completed one is this one.

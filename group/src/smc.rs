@@ -456,7 +456,8 @@ impl Sender {
         let mut loan = self.try_loan()?;
         // A failed write drops the loan: a null takes the slot, the sequence number is
         // not used.
-        tx.region.write_bytes(
+        // The buffer is the sender's until the announcement publishes it: one bulk copy.
+        tx.region.write_bytes_guarded(
             RdmcGroup::buffer_offset(tx.members, &tx.config, seq),
             payload,
         )?;
@@ -505,9 +506,10 @@ impl Loan {
             return Err(Error::PayloadTooLarge { len: end, max });
         }
         let slot = self.ring.geom.slot(self.ring.sender_rank, self.index);
+        // The slot is this loan's until its commit publishes it: one bulk copy.
         self.ring
             .region
-            .write_bytes(slot + SLOT_HEADER_BYTES + offset, bytes)?;
+            .write_bytes_guarded(slot + SLOT_HEADER_BYTES + offset, bytes)?;
         self.len = self.len.max(end);
         Ok(())
     }

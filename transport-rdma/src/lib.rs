@@ -25,7 +25,8 @@
 //!    guard sees the payload (Derecho 3.4). Callers use this, never field order. The
 //!    payload's words are whole once the guard is seen; before it, a backend may show them
 //!    partly written (tcp reads a payload of 64 KiB or more from the socket straight into
-//!    the region, by a kernel copy): read a guarded payload only after its guard.
+//!    the region, by a kernel copy; shm and the tcp reader copy a guarded payload in bulk,
+//!    [`Region::write_bytes_guarded`]): read a guarded payload only after its guard.
 //! 4. **Owner access.** The owner reads its regions through [`Region`] (acquire loads of
 //!    words, relaxed byte copies after a guard) and may write them locally, and may park
 //!    on the endpoint's doorbell ([`Endpoint::wait`]) until a peer writes, an event

@@ -3,8 +3,10 @@
 //! A [`Region`] is a block of 8-byte words shared with the fabric. Peers write into it
 //! (through the backend) while the owner reads it; the owner may also write it locally
 //! (its own SST row, its own SMC slots) before pushing those bytes to peers. Every access
-//! goes through atomic word operations, so concurrent access is never a data race, and an
-//! aligned 8-byte word is never torn: a reader sees either the old or the new value.
+//! that may meet another goes through atomic word operations, so concurrent access is
+//! never a data race, and an aligned 8-byte word is never torn: a reader sees either the
+//! old or the new value. Ranges behind a guard, which by the protocol nobody else touches
+//! meanwhile, may also be copied in bulk (the `_guarded` methods below).
 //!
 //! Ordering, as the fabric contract needs it:
 //! - [`Region::write_bytes`] begins with a release fence, so a reader that observes (with an
@@ -14,6 +16,10 @@
 //! - [`Region::store_u64`] is a release store and [`Region::load_u64`] an acquire load:
 //!   that pair is the guard of "write the payload, then the guard" (docs/design.md §2).
 //! - [`Region::read_bytes`] uses relaxed loads: call it after the acquire load of the guard.
+//! - The `_guarded` variants ([`Region::write_bytes_guarded`], [`Region::copy_from_guarded`],
+//!   [`Region::read_append_guarded`]) move whole words with one bulk copy instead of one
+//!   atomic per word: for ranges behind a guard, which no one else touches during the copy
+//!   (a word of such a range read before its guard may be torn; contract item 3).
 //!
 //! Memory, as large regions need it (an RDMC buffer may be 256 MiB): a heap region of
 //! [`HEAP_MAP_BYTES_MIN`] bytes or more is a private anonymous mapping, so its address
@@ -37,6 +43,24 @@ pub const WORD_BYTES: usize = 8;
 /// destination offsets sit at different places in their words.
 pub const COPY_CHUNK_BYTES: usize = 4096;
 
+/// How a bulk copy into or out of a region moves its whole words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Words {
+    /// One relaxed atomic load or store per word: a word written concurrently is seen
+    /// whole, old or new. For ranges others may write while we read them (SST rows).
+    Atomic,
+    /// One bulk copy (`memcpy`, vectorised), about twice the speed on large ranges, for
+    /// a range **behind a guard**: by the protocol, no thread of this process writes it
+    /// during the copy (a slot or RDMC buffer its sender has not published yet, or one
+    /// received and not yet released), and a reader looks at it only after the guard's
+    /// acquire load. A word of such a range read before its guard may be seen torn, which
+    /// contract item 3 allows. A peer process that breaks the protocol and writes the
+    /// range anyway can only leave torn or stale bytes in the copy — payload, which the
+    /// engine never trusts for memory safety — since no Rust reference to region memory
+    /// exists for the compiler to reason about.
+    Guarded,
+}
+
 /// A registered region of memory, shared with the fabric. Cloning is cheap (a reference
 /// count); the memory lives until the last clone and the backend release it.
 #[derive(Clone)]
@@ -55,11 +79,12 @@ struct RegionInner {
     _backing: Box<dyn Any + Send + Sync>,
 }
 
-// SAFETY: the region's memory is only ever accessed through `AtomicU64` operations, which
-// are safe to perform from any thread; `_backing` is itself Send + Sync and keeps the
-// memory alive for as long as the `RegionInner` exists.
+// SAFETY: the region's memory is accessed through `AtomicU64` operations, which are safe
+// to perform from any thread, or in bulk through its pointer only on ranges behind a guard
+// (`Words::Guarded`, `recv_into`), never through a Rust reference to its bytes; `_backing`
+// is itself Send + Sync and keeps the memory alive for as long as the `RegionInner` exists.
 unsafe impl Send for RegionInner {}
-// SAFETY: as above: shared access is atomic word access only.
+// SAFETY: as above: shared access is atomic word access, or bulk access behind a guard.
 unsafe impl Sync for RegionInner {}
 
 impl fmt::Debug for Region {
@@ -367,6 +392,18 @@ impl Region {
     /// merged with compare-and-swap so that bytes of the same word written by someone else
     /// are never lost. Errors (never panics) if the range does not fit.
     pub fn write_bytes(&self, offset: usize, bytes: &[u8]) -> Result<()> {
+        self.write_words(offset, bytes, Words::Atomic)
+    }
+
+    /// [`Region::write_bytes`] into a range behind a guard ([`Words::Guarded`]): the whole
+    /// words go in one bulk copy, so a word read before the guard moves may be seen torn.
+    /// For a sender filling a slot or buffer no one reads until it is published, and for
+    /// a backend applying a guarded write (contract item 3).
+    pub fn write_bytes_guarded(&self, offset: usize, bytes: &[u8]) -> Result<()> {
+        self.write_words(offset, bytes, Words::Guarded)
+    }
+
+    fn write_words(&self, offset: usize, bytes: &[u8], words: Words) -> Result<()> {
         self.check_range(offset, bytes.len())?;
         fence(Ordering::Release);
         let mut pos = offset;
@@ -389,12 +426,29 @@ impl Region {
             "range checked above: whole words fit"
         );
         let base = self.inner.ptr.as_ptr();
-        for (i, chunk) in (&mut chunks).enumerate() {
-            // SAFETY: `chunk` is exactly 8 bytes (chunks_exact), read unaligned.
-            let value = unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast::<u64>()) };
-            // SAFETY: `index + i < index + whole <= words` (asserted above), so the word
-            // lies inside the region, which `&self` keeps alive.
-            unsafe { &*base.add(index + i) }.store(value, Ordering::Relaxed);
+        match words {
+            Words::Atomic => {
+                for (i, chunk) in (&mut chunks).enumerate() {
+                    // SAFETY: `chunk` is exactly 8 bytes (chunks_exact), read unaligned.
+                    let value = unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast::<u64>()) };
+                    // SAFETY: `index + i < index + whole <= words` (asserted above), so the
+                    // word lies inside the region, which `&self` keeps alive.
+                    unsafe { &*base.add(index + i) }.store(value, Ordering::Relaxed);
+                }
+            }
+            // SAFETY: the `whole` words from `index` lie inside the region (asserted
+            // above), which `&self` keeps alive; `src` holds at least `whole * 8` bytes
+            // (chunks_exact) and is not region memory reached through this region's words
+            // (a `&[u8]` cannot alias memory written through atomics). The region is
+            // reached through its pointer only, and the caller of a guarded write keeps
+            // every reader and writer of this process off the range ([`Words::Guarded`]).
+            Words::Guarded => unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src.as_ptr(),
+                    base.add(index).cast::<u8>(),
+                    whole * WORD_BYTES,
+                )
+            },
         }
         index += whole;
         // Trailing partial word.
@@ -419,6 +473,30 @@ impl Region {
         src: &Region,
         src_offset: usize,
         len: usize,
+    ) -> Result<()> {
+        self.copy_words(offset, src, src_offset, len, Words::Atomic)
+    }
+
+    /// [`Region::copy_from`] for a guarded write ([`Words::Guarded`]): the whole words go
+    /// in one bulk copy, so a word of this side read before the guard moves may be seen
+    /// torn (contract item 3); the source range must be one no one writes during the call.
+    pub fn copy_from_guarded(
+        &self,
+        offset: usize,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        self.copy_words(offset, src, src_offset, len, Words::Guarded)
+    }
+
+    fn copy_words(
+        &self,
+        offset: usize,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+        words: Words,
     ) -> Result<()> {
         self.check_range(offset, len)?;
         src.check_range(src_offset, len)?;
@@ -462,13 +540,30 @@ impl Region {
         );
         let dst_base = self.inner.ptr.as_ptr();
         let src_base = src.inner.ptr.as_ptr();
-        for i in 0..whole {
-            // SAFETY: `from + i < from + whole <= src.words` and `to + i < to + whole <=
-            // self.words` (asserted above): both words lie inside their regions, which
-            // `&self` and `&src` keep alive; access is atomic, as everywhere in a region.
-            let value = unsafe { &*src_base.add(from + i) }.load(Ordering::Relaxed);
-            // SAFETY: as above.
-            unsafe { &*dst_base.add(to + i) }.store(value, Ordering::Relaxed);
+        match words {
+            Words::Atomic => {
+                for i in 0..whole {
+                    // SAFETY: `from + i < from + whole <= src.words` and `to + i < to +
+                    // whole <= self.words` (asserted above): both words lie inside their
+                    // regions, which `&self` and `&src` keep alive; access is atomic, as
+                    // everywhere in a region.
+                    let value = unsafe { &*src_base.add(from + i) }.load(Ordering::Relaxed);
+                    // SAFETY: as above.
+                    unsafe { &*dst_base.add(to + i) }.store(value, Ordering::Relaxed);
+                }
+            }
+            // SAFETY: both word runs lie inside their regions (asserted above), which
+            // `&self` and `&src` keep alive, and do not overlap (checked above when both
+            // are one region; two regions are two mappings). Both are reached through their
+            // pointers only, and the caller of a guarded copy keeps every writer of this
+            // process off both ranges ([`Words::Guarded`]).
+            Words::Guarded => unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src_base.add(from).cast::<u8>().cast_const(),
+                    dst_base.add(to).cast::<u8>(),
+                    whole * WORD_BYTES,
+                )
+            },
         }
         let done = head + whole * WORD_BYTES;
         if done < len {
@@ -506,7 +601,7 @@ impl Region {
     pub fn read_bytes(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check_range(offset, out.len())?;
         // SAFETY: `out` is `out.len()` writable bytes, and the range was checked.
-        unsafe { self.read_raw(offset, out.as_mut_ptr(), out.len()) };
+        unsafe { self.read_raw(offset, out.as_mut_ptr(), out.len(), Words::Atomic) };
         Ok(())
     }
 
@@ -515,6 +610,23 @@ impl Region {
     /// into a reused buffer). Errors (never panics, `out` unchanged) if the range does
     /// not fit.
     pub fn read_append(&self, offset: usize, len: usize, out: &mut Vec<u8>) -> Result<()> {
+        self.read_append_words(offset, len, out, Words::Atomic)
+    }
+
+    /// [`Region::read_append`] of a range behind a guard the caller acquired
+    /// ([`Words::Guarded`]): one bulk copy of the whole words. For a delivery, after the
+    /// slot's or the RDMC message's guard, while the sender cannot reuse the range.
+    pub fn read_append_guarded(&self, offset: usize, len: usize, out: &mut Vec<u8>) -> Result<()> {
+        self.read_append_words(offset, len, out, Words::Guarded)
+    }
+
+    fn read_append_words(
+        &self,
+        offset: usize,
+        len: usize,
+        out: &mut Vec<u8>,
+        words: Words,
+    ) -> Result<()> {
         self.check_range(offset, len)?;
         out.reserve(len);
         let at = out.len();
@@ -522,19 +634,20 @@ impl Region {
         // ones; `read_raw` writes every one of those `len` bytes (the range was checked),
         // so the first `at + len` bytes are initialised when `set_len` runs.
         unsafe {
-            self.read_raw(offset, out.as_mut_ptr().add(at), len);
+            self.read_raw(offset, out.as_mut_ptr().add(at), len, words);
             out.set_len(at + len);
         }
         Ok(())
     }
 
-    /// Copies `len` bytes at `offset` to `dst`, writing every one of them: whole words by
-    /// relaxed loads and unaligned stores, partial words at either end by byte copies.
+    /// Copies `len` bytes at `offset` to `dst`, writing every one of them: whole words as
+    /// `words` says (relaxed loads and unaligned stores, or one bulk copy), partial words
+    /// at either end by byte copies of a loaded word.
     ///
     /// # Safety
     /// `offset..offset + len` must lie inside the region (`check_range`), and `dst` must
     /// be valid for `len` byte writes, not overlapping the region.
-    unsafe fn read_raw(&self, offset: usize, dst: *mut u8, len: usize) {
+    unsafe fn read_raw(&self, offset: usize, dst: *mut u8, len: usize, words: Words) {
         let mut pos = offset;
         let mut done = 0;
         // Leading partial word.
@@ -559,15 +672,35 @@ impl Region {
             "range checked by the caller: whole words fit"
         );
         let base = self.inner.ptr.as_ptr();
-        for i in 0..whole {
-            // SAFETY: `index + i < index + whole <= words` (asserted above), so the word
-            // lies inside the region, which `&self` keeps alive.
-            let value = unsafe { &*base.add(index + i) }.load(Ordering::Relaxed);
-            // SAFETY: `done + 8 * (i + 1) <= len`, so the 8 bytes lie inside `dst`'s
-            // `len` writable bytes (the contract); unaligned store.
-            unsafe {
-                std::ptr::write_unaligned(dst.add(done + i * WORD_BYTES).cast::<u64>(), value)
-            };
+        match words {
+            Words::Atomic => {
+                for i in 0..whole {
+                    // SAFETY: `index + i < index + whole <= words` (asserted above), so the
+                    // word lies inside the region, which `&self` keeps alive.
+                    let value = unsafe { &*base.add(index + i) }.load(Ordering::Relaxed);
+                    // SAFETY: `done + 8 * (i + 1) <= len`, so the 8 bytes lie inside
+                    // `dst`'s `len` writable bytes (the contract); unaligned store.
+                    unsafe {
+                        std::ptr::write_unaligned(
+                            dst.add(done + i * WORD_BYTES).cast::<u64>(),
+                            value,
+                        )
+                    };
+                }
+            }
+            // SAFETY: the `whole` words from `index` lie inside the region (asserted
+            // above), which `&self` keeps alive, and `dst + done` has `whole * 8` of its
+            // `len` writable bytes left, not overlapping the region (the contract). The
+            // region is reached through its pointer only (no Rust reference to its bytes
+            // exists), and the caller of a guarded read keeps every writer of this process
+            // off the range ([`Words::Guarded`]).
+            Words::Guarded => unsafe {
+                std::ptr::copy_nonoverlapping(
+                    base.add(index).cast::<u8>().cast_const(),
+                    dst.add(done),
+                    whole * WORD_BYTES,
+                )
+            },
         }
         done += whole * WORD_BYTES;
         pos += whole * WORD_BYTES;
@@ -651,22 +784,30 @@ mod tests {
         let pattern: Vec<u8> = (0..10_000u32).map(|i| (i * 7 + 3) as u8).collect();
         src.write_bytes(0, &pattern).unwrap();
         // Same word phase (fast path) and different phases (stack buffer, more than one
-        // chunk), with partial words at both ends.
-        for (from, to, len) in [
-            (0, 0, 9_000),
-            (5, 13, 8_003),
-            (3, 8, 5_001),
-            (8, 1, 4_100),
-            (7, 7, 1),
-        ] {
+        // chunk), with partial words at both ends; word by word and in bulk (guarded).
+        for (guarded, from, to, len) in [false, true].into_iter().flat_map(|g| {
+            [
+                (0, 0, 9_000),
+                (5, 13, 8_003),
+                (3, 8, 5_001),
+                (8, 1, 4_100),
+                (7, 7, 1),
+                (6, 14, 20),
+            ]
+            .map(|(f, t, l)| (g, f, t, l))
+        }) {
             let dst = Region::new_heap(2, 10_000).unwrap();
             dst.write_bytes(0, &[0xEE; 10_000]).unwrap();
-            dst.copy_from(to, &src, from, len).unwrap();
+            if guarded {
+                dst.copy_from_guarded(to, &src, from, len).unwrap();
+            } else {
+                dst.copy_from(to, &src, from, len).unwrap();
+            }
             let got = dst.to_vec(0, 10_000).unwrap();
             assert_eq!(
                 &got[to..to + len],
                 &pattern[from..from + len],
-                "{from}->{to} {len}"
+                "{from}->{to} {len} guarded {guarded}"
             );
             assert!(
                 got[..to].iter().all(|b| *b == 0xEE),
@@ -691,6 +832,10 @@ mod tests {
             src.copy_from(4, &src, 0, 8).is_err(),
             "overlapping ranges of one region"
         );
+        assert!(
+            src.copy_from_guarded(4, &src, 0, 8).is_err(),
+            "overlapping ranges of one region, guarded"
+        );
         src.copy_from(100, &src, 0, 8).unwrap();
         assert_eq!(src.to_vec(100, 8).unwrap(), &pattern[..8]);
     }
@@ -710,25 +855,36 @@ mod tests {
         let region = Region::new_heap(7, 40).unwrap();
         let pattern: Vec<u8> = (1..=40).collect();
         region.write_bytes(0, &pattern).unwrap();
-        for offset in 0..40 {
-            for len in 0..=(40 - offset) {
-                let mut out = vec![0xEE; 3];
-                region.read_append(offset, len, &mut out).unwrap();
-                assert_eq!(
-                    &out[..3],
-                    &[0xEE; 3],
-                    "offset {offset} len {len}: prefix kept"
-                );
-                assert_eq!(
-                    &out[3..],
-                    &pattern[offset..offset + len],
-                    "offset {offset} len {len}"
-                );
+        for guarded in [false, true] {
+            for offset in 0..40 {
+                for len in 0..=(40 - offset) {
+                    let mut out = vec![0xEE; 3];
+                    if guarded {
+                        region.read_append_guarded(offset, len, &mut out).unwrap();
+                    } else {
+                        region.read_append(offset, len, &mut out).unwrap();
+                    }
+                    assert_eq!(
+                        &out[..3],
+                        &[0xEE; 3],
+                        "offset {offset} len {len} guarded {guarded}: prefix kept"
+                    );
+                    assert_eq!(
+                        &out[3..],
+                        &pattern[offset..offset + len],
+                        "offset {offset} len {len} guarded {guarded}"
+                    );
+                }
             }
+            let mut out = vec![1, 2];
+            let refused = if guarded {
+                region.read_append_guarded(38, 3, &mut out)
+            } else {
+                region.read_append(38, 3, &mut out)
+            };
+            assert!(refused.is_err());
+            assert_eq!(out, [1, 2], "a refused read leaves the vector as it was");
         }
-        let mut out = vec![1, 2];
-        assert!(region.read_append(38, 3, &mut out).is_err());
-        assert_eq!(out, [1, 2], "a refused read leaves the vector as it was");
     }
 
     proptest::proptest! {
@@ -738,15 +894,25 @@ mod tests {
         fn behaves_like_a_byte_array(
             len in 0usize..200,
             ops in proptest::collection::vec(
-                (0usize..220, proptest::collection::vec(proptest::prelude::any::<u8>(), 0..70)),
+                (
+                    0usize..220,
+                    proptest::collection::vec(proptest::prelude::any::<u8>(), 0..70),
+                    proptest::prelude::any::<bool>(),
+                ),
                 1..40,
             ),
         ) {
             let region = Region::new_heap(3, len).unwrap();
             let mut model = vec![0u8; region.len()];
-            for (offset, bytes) in ops {
+            // Word-atomic and bulk (guarded) writes, mixed: the same bytes either way.
+            for (offset, bytes, guarded) in ops {
                 let fits = offset + bytes.len() <= model.len();
-                proptest::prop_assert_eq!(region.write_bytes(offset, &bytes).is_ok(), fits);
+                let written = if guarded {
+                    region.write_bytes_guarded(offset, &bytes)
+                } else {
+                    region.write_bytes(offset, &bytes)
+                };
+                proptest::prop_assert_eq!(written.is_ok(), fits);
                 if fits {
                     model[offset..offset + bytes.len()].copy_from_slice(&bytes);
                 }

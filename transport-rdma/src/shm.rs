@@ -21,6 +21,9 @@
 //! with the target CPU taking no part: the copy goes through [`Region::write_bytes`] on a
 //! [`Region`] wrapping the *remote* mapping, so words are stored atomically after a
 //! release fence, and the guard of [`Endpoint::write_then_release`] is a release store.
+//! A guarded write's payload goes in one bulk copy instead
+//! ([`Region::write_bytes_guarded`], [`Region::copy_from_guarded`]): its words may be seen
+//! torn before the guard (contract item 3), never after.
 //! Writes to one peer are serialised by a per-peer lock, so the peer sees them in issue
 //! order (FIFO) even when several local threads write to it.
 //!
@@ -433,8 +436,8 @@ impl LinkHooks for ShmHooks {
         let ptr = mapping.ptr;
         // SAFETY: `ptr` is page aligned and valid for `map_len >= len` bytes while the
         // mapping (the backing) lives; `len` is whole words (the hub rounds it); this
-        // process accesses the memory only through Region's atomics and peers write it
-        // only with word-atomic stores (Region::write_bytes on their own mapping).
+        // process accesses the memory only through Region's atomics (or in bulk behind a
+        // guard), and peers write it only through Region on their own mapping.
         let region = unsafe { Region::from_raw(id, ptr, len, Box::new(mapping)) }
             .with_reclaim(crate::region::Reclaim::Shared);
         let tag = Tag {
@@ -539,8 +542,10 @@ impl LinkHooks for ShmHooks {
         bytes: &[u8],
         guard: Option<(usize, u64)>,
     ) -> Result<RemoteWrite> {
-        self.store_remote(peer, desc, guard, |region| {
-            region.write_bytes(offset, bytes)
+        self.store_remote(peer, desc, guard, |region| match guard {
+            // Behind its guard: one bulk copy (contract item 3).
+            Some(_) => region.write_bytes_guarded(offset, bytes),
+            None => region.write_bytes(offset, bytes),
         })
     }
 
@@ -552,9 +557,11 @@ impl LinkHooks for ShmHooks {
         from: LocalRange<'_>,
         guard: Option<(usize, u64)>,
     ) -> Result<RemoteWrite> {
-        // One copy, from the local mapping straight into the peer's (no scratch).
-        self.store_remote(peer, desc, guard, |region| {
-            region.copy_from(offset, from.region, from.offset, from.len)
+        // One copy, from the local mapping straight into the peer's (no scratch); in bulk
+        // when a guard follows (contract item 3), word by word when it does not.
+        self.store_remote(peer, desc, guard, |region| match guard {
+            Some(_) => region.copy_from_guarded(offset, from.region, from.offset, from.len),
+            None => region.copy_from(offset, from.region, from.offset, from.len),
         })
     }
 }

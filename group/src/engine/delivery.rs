@@ -57,7 +57,7 @@ impl Engine {
             Some(l) => l.take(&s.region, &s.geom, rank, k, Some((&mut batch.payload, len))),
             None => s
                 .region
-                .read_append(slot + SLOT_HEADER_BYTES, len, &mut batch.payload)
+                .read_append_guarded(slot + SLOT_HEADER_BYTES, len, &mut batch.payload)
                 .map_err(Error::from),
         };
         if read.is_err() {

@@ -273,7 +273,9 @@ impl<S: LinkStream> Hub<S> {
             .write_target(w.region, w.offset, w.len, guard)
             .map_err(failure_of)?;
         if let Some(region) = &target {
-            region.write_bytes(w.offset, w.have).map_err(failure_of)?;
+            region
+                .write_bytes_guarded(w.offset, w.have)
+                .map_err(failure_of)?;
         }
         // A write to a region we withdrew is read off the stream and dropped.
         let mut drain = Vec::new();

@@ -247,7 +247,11 @@ pub trait LinkHooks: Send + Sync + 'static {
         bytes: &[u8],
         guard: Option<(usize, u64)>,
     ) -> Result<()> {
-        region.write_bytes(offset, bytes)?;
+        match guard {
+            // Behind its guard: one bulk copy (contract item 3).
+            Some(_) => region.write_bytes_guarded(offset, bytes)?,
+            None => region.write_bytes(offset, bytes)?,
+        }
         if let Some((guard_offset, value)) = guard {
             region.store_u64(guard_offset, value);
         }

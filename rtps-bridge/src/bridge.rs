@@ -49,7 +49,10 @@ use spindle_qos::{
 };
 use spindle_topics::{CdrSample, KeyHash, KeyedString};
 
-use crate::config::{BridgeConfig, DurabilityKind, ReliabilityKind, TopicConfig};
+use crate::config::{
+    BridgeConfig, DurabilityKind, ReliabilityKind, TopicConfig, RTPS_READER_SAMPLES_MAX_HIGHEST,
+    RTPS_READER_SAMPLES_MAX_LOWEST,
+};
 use crate::error::{Error, Result};
 use crate::keys::KeyLayout;
 use crate::rtps::{
@@ -95,14 +98,23 @@ pub const RUSTDDS_VENDOR: [u8; 2] = [0x01, 0x12];
 /// Most samples a forwarding thread takes from its Spindle reader at once.
 pub const TAKE_BATCH_MAX: usize = 1024;
 
-/// Most samples an RTPS → Spindle thread takes from its RustDDS reader at once: all it
-/// holds. RustDDS 0.15's `take` moves every new change into the reader's own cache, then
-/// lists and sorts that whole cache, whatever the requested count; a smaller batch leaves
-/// the rest there to be listed and sorted again by the next take, so a reader that fell
-/// behind took ever longer per sample (at 1 KiB from `ddsperf pub`, 85% of the thread's
-/// time in `take`, ~37k samples/s, the rest evicted). Bounded by the reader's resource
-/// limit ([`rtps::RTPS_READER_SAMPLES_MAX`]).
-pub const RTPS_TAKE_MAX: usize = rtps::RTPS_READER_SAMPLES_MAX as usize;
+/// Most samples an RTPS → Spindle thread takes from its RustDDS reader of `topic` at once:
+/// all it holds. RustDDS 0.15's `take` moves every new change into the reader's own cache,
+/// then lists and sorts that whole cache, whatever the requested count; a smaller batch
+/// leaves the rest there to be listed and sorted again by the next take, so a reader that
+/// fell behind took ever longer per sample (at 1 KiB from `ddsperf pub`, 85% of the
+/// thread's time in `take`, ~37k samples/s, the rest evicted). It is the reader's resource
+/// limit, the topic's `rtps_reader_samples_max` ([`TopicConfig::rtps_reader_samples_max`],
+/// default [`rtps::RTPS_READER_SAMPLES_MAX`], at most [`RTPS_READER_SAMPLES_MAX_HIGHEST`];
+/// a `TopicConfig` made by hand is held to the bounds the file's is).
+pub fn rtps_take_max(topic: &TopicConfig) -> usize {
+    let limit = topic.rtps_reader_samples_max.clamp(
+        RTPS_READER_SAMPLES_MAX_LOWEST,
+        RTPS_READER_SAMPLES_MAX_HIGHEST,
+    );
+    // Within 64..=2^22: positive, and fits a usize.
+    limit as usize
+}
 
 /// Most instance keys a Spindle → RTPS topic remembers for disposes (oldest forgotten).
 pub const INSTANCE_KEYS_MAX: usize = 1 << 16;
@@ -145,8 +157,9 @@ pub struct Stats {
     /// Sequence numbers missing between consecutive samples the bridge's RTPS readers
     /// took from one RTPS writer: samples the RTPS side acknowledged but the bridge never
     /// got (RustDDS 0.15's reader evicts its oldest untaken samples past its resource
-    /// limit), or that the writer skipped on purpose (KEEP_LAST replacement, a GAP). Not
-    /// counted: what a writer wrote before the reader's first sample of it.
+    /// limit, the topic's `rtps_reader_samples_max`), or that the writer skipped on
+    /// purpose (KEEP_LAST replacement, a GAP). Not counted: what a writer wrote before the
+    /// reader's first sample of it.
     pub rtps_gaps: AtomicU64,
     /// How many separate gaps [`Stats::rtps_gaps`] sums.
     pub rtps_gap_events: AtomicU64,
@@ -358,8 +371,11 @@ impl Bridge {
                 TopicKind::NoKey
             };
             let rqos = qos_of(t);
-            let rtopic = |p: &rustdds::DomainParticipant| {
-                p.create_topic(t.name.clone(), t.type_name.clone(), &rqos, kind)
+            let in_qos = reader_qos_of(t);
+            // The topic in the readers' participant gets the reader's QoS: RustDDS keeps
+            // the larger of the topic's and the reader's sample limits (`reader_qos_of`).
+            let rtopic = |p: &rustdds::DomainParticipant, q: &rustdds::QosPolicies| {
+                p.create_topic(t.name.clone(), t.type_name.clone(), q, kind)
                     .map_err(|e| Error::Rtps(format!("topic {:?}: {e:?}", t.name)))
             };
             let stopic = spindle.create_cdr_topic(&t.name, &t.type_name, TopicQos::default())?;
@@ -377,7 +393,7 @@ impl Bridge {
                     writer_id: writer.id(),
                 });
                 let reader =
-                    RtpsReader::create(&rtps_sub, &rtopic(&rtps_in)?, reader_qos_of(t), t)?;
+                    RtpsReader::create(&rtps_sub, &rtopic(&rtps_in, &in_qos)?, in_qos.clone(), t)?;
                 let ctx = Ctx {
                     stop: Arc::clone(&stop),
                     stop_guard: Arc::clone(&stop_guard),
@@ -397,7 +413,8 @@ impl Bridge {
                         .with_durability(spindle_durability(t))
                         .with_history(History::keep_all()),
                 )?;
-                let writer = RtpsWriter::create(&rtps_pub, &rtopic(&rtps_out)?, rqos.clone(), t)?;
+                let writer =
+                    RtpsWriter::create(&rtps_pub, &rtopic(&rtps_out, &rqos)?, rqos.clone(), t)?;
                 let ctx = Ctx {
                     stop: Arc::clone(&stop),
                     stop_guard: Arc::clone(&stop_guard),
@@ -546,14 +563,18 @@ impl RtpsReader {
         }
     }
 
-    /// Takes up to [`RTPS_TAKE_MAX`] samples (all the reader holds), in order per writer.
-    fn take(&mut self, layout: Option<&KeyLayout>) -> std::result::Result<Vec<Taken>, String> {
+    /// Takes up to `max` samples ([`rtps_take_max`]: all the reader holds), in order per
+    /// writer.
+    fn take(
+        &mut self,
+        layout: Option<&KeyLayout>,
+        max: usize,
+    ) -> std::result::Result<Vec<Taken>, String> {
         match self {
             RtpsReader::Keyed(r) => {
-                let got = with_key_layout(layout, || {
-                    r.take(RTPS_TAKE_MAX, rustdds::ReadCondition::not_read())
-                })
-                .map_err(|e| format!("{e:?}"))?;
+                let got =
+                    with_key_layout(layout, || r.take(max, rustdds::ReadCondition::not_read()))
+                        .map_err(|e| format!("{e:?}"))?;
                 Ok(got
                     .into_iter()
                     .map(|s| {
@@ -583,10 +604,8 @@ impl RtpsReader {
                     .collect())
             }
             RtpsReader::Plain(r) => {
-                let got = with_key_layout(None, || {
-                    r.take(RTPS_TAKE_MAX, rustdds::ReadCondition::not_read())
-                })
-                .map_err(|e| format!("{e:?}"))?;
+                let got = with_key_layout(None, || r.take(max, rustdds::ReadCondition::not_read()))
+                    .map_err(|e| format!("{e:?}"))?;
                 Ok(got
                     .into_iter()
                     .map(|s| {
@@ -654,6 +673,7 @@ impl WriterSeqs {
 
 fn rtps_to_spindle(ctx: Ctx, mut reader: RtpsReader, writer: DataWriter<CdrSample>) {
     let layout = ctx.topic.key.clone();
+    let take_max = rtps_take_max(&ctx.topic);
     let mut seqs = WriterSeqs::default();
     loop {
         // Read before the take: once stop is seen, one last take forwards what the RTPS
@@ -665,7 +685,7 @@ fn rtps_to_spindle(ctx: Ctx, mut reader: RtpsReader, writer: DataWriter<CdrSampl
                 .rtps_writers_matched
                 .fetch_add(change, Ordering::Relaxed);
         }
-        let batch = match reader.take(layout.as_ref()) {
+        let batch = match reader.take(layout.as_ref(), take_max) {
             Ok(b) if b.is_empty() && stopping => break,
             Ok(b) if b.is_empty() => {
                 std::thread::sleep(Duration::from_micros(POLL_IDLE_US));
@@ -692,12 +712,13 @@ fn rtps_to_spindle(ctx: Ctx, mut reader: RtpsReader, writer: DataWriter<CdrSampl
                         "topic {:?}: samples {}..{} of RTPS writer {:?} never reached the \
                          bridge ({total} so far): its RTPS reader acknowledged them and \
                          evicted them untaken past {} samples (the writer outran the \
-                         bridge), or the writer skipped them",
+                         bridge; the topic's rtps_reader_samples_max), or the writer \
+                         skipped them",
                         ctx.topic.name,
                         taken.writer_sn - gap as i64,
                         taken.writer_sn - 1,
                         taken.writer,
-                        rtps::RTPS_READER_SAMPLES_MAX
+                        ctx.topic.rtps_reader_samples_max
                     );
                 }
             }

@@ -19,7 +19,23 @@
 //! reliability = "reliable"       # or "best_effort"
 //! durability = "volatile"        # or "transient_local"
 //! history_depth = 1000           # KEEP_LAST depth on the RTPS side; 0 = KEEP_ALL
+//! rtps_reader_samples_max = 65536 # samples the bridge's RustDDS reader may hold untaken
+//!                                # (64..=4194304, default 65536; see below)
 //! ```
+//!
+//! `rtps_reader_samples_max` is how many samples the bridge's RustDDS reader of the topic
+//! may hold untaken (its RESOURCE_LIMITS, and the most the bridge takes at once). RustDDS
+//! 0.15 acknowledges a sample on receipt (it has no flow control), so an RTPS writer that
+//! outruns the bridge by more than this loses the oldest untaken samples at the bridge,
+//! which reports them (`rtps_gaps` in `STATS`, `LOST rtps_gaps=N` as they happen).
+//! Memory: RustDDS 0.15 preallocates nothing for it (its topic cache is a map that grows
+//! sample by sample), but the memory does not follow the backlog either: a take only
+//! moves the reader's read mark, and a KEEP_ALL cache drops samples only past this limit,
+//! so the reader keeps the newest this-many samples it received, taken or not. Once that
+//! many have arrived it holds this many samples for the bridge's life: at 1 KiB, 64 MiB of
+//! payload at the default and 4 GiB at the largest setting, and more with RustDDS's
+//! bookkeeping (a debug-build bridge that had taken 157,000 samples of 1 KiB from
+//! `ddsperf pub` was 430 MiB resident).
 //!
 //! Every error names the file, the key and (when the TOML parser knows it) the line.
 
@@ -37,6 +53,24 @@ pub const BRIDGE_TOPICS_MAX: usize = 256;
 
 /// Deepest KEEP_LAST history the RTPS side is given.
 pub const HISTORY_DEPTH_MAX: i32 = 1 << 20;
+
+/// Most samples a bridge's RTPS reader keeps untaken unless its topic sets
+/// `rtps_reader_samples_max` ([`TopicConfig::rtps_reader_samples_max`]; RustDDS keeps 64
+/// unless told), and the window of the bridge's RTPS writers (`rtps::qos_of`).
+pub const RTPS_READER_SAMPLES_MAX: i32 = 1 << 16;
+
+/// Smallest `rtps_reader_samples_max` a topic may set: RustDDS's own default (64).
+pub const RTPS_READER_SAMPLES_MAX_LOWEST: i32 = 64;
+
+/// Largest `rtps_reader_samples_max` a topic may set: RustDDS 0.15 keeps that many
+/// samples once they arrived, taken or not (the module docs): 4 GiB of 1 KiB samples.
+pub const RTPS_READER_SAMPLES_MAX_HIGHEST: i32 = 1 << 22;
+
+// The default lies within the bounds a file may set.
+const _: () = assert!(
+    RTPS_READER_SAMPLES_MAX_LOWEST <= RTPS_READER_SAMPLES_MAX
+        && RTPS_READER_SAMPLES_MAX <= RTPS_READER_SAMPLES_MAX_HIGHEST
+);
 
 /// Which way a topic's samples go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -98,6 +132,11 @@ pub struct TopicConfig {
     pub durability: DurabilityKind,
     /// KEEP_LAST depth on the RTPS side (0: KEEP_ALL).
     pub history_depth: i32,
+    /// Most samples the bridge's RTPS reader of the topic holds untaken (its
+    /// RESOURCE_LIMITS, and the bridge's take batch); default
+    /// [`RTPS_READER_SAMPLES_MAX`], within [`RTPS_READER_SAMPLES_MAX_LOWEST`]..=
+    /// [`RTPS_READER_SAMPLES_MAX_HIGHEST`].
+    pub rtps_reader_samples_max: i32,
 }
 
 /// The whole bridge configuration.
@@ -164,6 +203,9 @@ struct TopicToml {
     durability: DurabilityKind,
     #[serde(default = "default_history_depth")]
     history_depth: i32,
+    /// Checked after parsing, so that a wrong type names the topic and the bounds too.
+    #[serde(default)]
+    rtps_reader_samples_max: Option<toml::Spanned<toml::Value>>,
 }
 
 /// The 1-based line of byte offset `at` in `text`.
@@ -243,6 +285,28 @@ impl BridgeConfig {
                     ),
                 ));
             }
+            let rtps_reader_samples_max = match t.rtps_reader_samples_max {
+                None => RTPS_READER_SAMPLES_MAX,
+                Some(v) => {
+                    let at = v.span();
+                    let v = v.into_inner();
+                    let bounds = RTPS_READER_SAMPLES_MAX_LOWEST..=RTPS_READER_SAMPLES_MAX_HIGHEST;
+                    match v.as_integer().and_then(|n| i32::try_from(n).ok()) {
+                        Some(n) if bounds.contains(&n) => n,
+                        _ => {
+                            return Err(bad(
+                                at,
+                                format!(
+                                    "[[topic]] {:?} rtps_reader_samples_max = {v}: must be an \
+                                     integer {RTPS_READER_SAMPLES_MAX_LOWEST}..=\
+                                     {RTPS_READER_SAMPLES_MAX_HIGHEST}",
+                                    t.name
+                                ),
+                            ))
+                        }
+                    }
+                }
+            };
             topics.push(TopicConfig {
                 name: t.name,
                 type_name: t.type_name,
@@ -251,6 +315,7 @@ impl BridgeConfig {
                 reliability: t.reliability,
                 durability: t.durability,
                 history_depth: t.history_depth,
+                rtps_reader_samples_max,
             });
         }
         let spindle_config = if file.spindle.config.is_absolute() {
@@ -303,6 +368,7 @@ keyed = false
 direction = "spindle_to_rtps"
 reliability = "best_effort"
 history_depth = 10
+rtps_reader_samples_max = 4194304
 "#;
 
     #[test]
@@ -318,6 +384,11 @@ history_depth = 10
         assert!(c.topics[1].direction.into_rtps());
         assert!(!c.topics[1].direction.into_spindle());
         assert_eq!(c.topics[1].history_depth, 10);
+        assert_eq!(c.topics[0].rtps_reader_samples_max, RTPS_READER_SAMPLES_MAX);
+        assert_eq!(
+            c.topics[1].rtps_reader_samples_max,
+            RTPS_READER_SAMPLES_MAX_HIGHEST
+        );
     }
 
     fn err(text: &str) -> String {
@@ -355,5 +426,29 @@ history_depth = 10
         assert!(e.contains("listed twice"), "{e}");
         let e = err("[rtps]\ndomain_id = 1\n");
         assert!(e.contains("spindle"), "{e}");
+    }
+
+    #[test]
+    fn rtps_reader_samples_max_is_bounded_and_an_integer() {
+        let set = |v: &str| {
+            GOOD.replace(
+                "rtps_reader_samples_max = 4194304",
+                &format!("rtps_reader_samples_max = {v}"),
+            )
+        };
+        let lowest = BridgeConfig::from_toml_str(&set("64"), "good.toml", Path::new("."));
+        assert_eq!(lowest.unwrap().topics[1].rtps_reader_samples_max, 64);
+        // Below, above, past i32, and not an integer: the topic, key, bounds and line.
+        for v in ["63", "4194305", "-1", "4294967360", "\"many\"", "65536.0"] {
+            let e = err(&set(v));
+            assert!(
+                e.contains("bad.toml")
+                    && e.contains("\"B\" rtps_reader_samples_max")
+                    && e.contains(v)
+                    && e.contains("64..=4194304")
+                    && e.contains("line 22"),
+                "{v}: {e}"
+            );
+        }
     }
 }

@@ -25,8 +25,8 @@ use crate::keys::KeyLayout;
 /// How long a reliable RTPS write may block on a full send window before it fails.
 pub const RTPS_MAX_BLOCKING_MS: u64 = 5_000;
 
-/// Most samples a bridge's RTPS reader keeps undelivered (RustDDS keeps 64 unless told).
-pub const RTPS_READER_SAMPLES_MAX: i32 = 1 << 16;
+/// Defined beside the setting it is the default of (`config` does not depend on `rtps`).
+pub use crate::config::RTPS_READER_SAMPLES_MAX;
 
 /// An undecoded sample on the RTPS side.
 ///
@@ -343,7 +343,8 @@ pub fn participant(domain_id: u16, only_networks: Option<&[IpAddr]>) -> Result<D
         .map_err(|e| Error::Rtps(format!("participant in domain {domain_id}: {e:?}")))
 }
 
-/// The RTPS QoS of a bridged topic, for its reader and its writer.
+/// The RTPS QoS of a bridged topic, for its writer (and the topic in the writers'
+/// participant): RESOURCE_LIMITS [`RTPS_READER_SAMPLES_MAX`], the writer's window.
 pub fn qos_of(topic: &TopicConfig) -> QosPolicies {
     let reliability = match topic.reliability {
         ReliabilityKind::Reliable => Reliability::Reliable {
@@ -380,8 +381,23 @@ pub fn qos_of(topic: &TopicConfig) -> QosPolicies {
 /// outran the bridge by more than the depth per instance lost samples the reader had
 /// already acknowledged. The depth stays on the bridge's writers (their TRANSIENT_LOCAL
 /// history).
+///
+/// RESOURCE_LIMITS are the topic's `rtps_reader_samples_max`. RustDDS 0.15 keeps a
+/// participant's samples of a topic in one cache whose limit is the largest of those of
+/// the topic and the readers created there, so the topic in the readers' participant must
+/// be created with this QoS too, or a limit below the topic's would not hold.
 pub fn reader_qos_of(topic: &TopicConfig) -> QosPolicies {
-    qos_of(topic).modify_by(&QosPolicyBuilder::new().history(History::KeepAll).build())
+    let limit = topic.rtps_reader_samples_max;
+    qos_of(topic).modify_by(
+        &QosPolicyBuilder::new()
+            .history(History::KeepAll)
+            .resource_limits(ResourceLimits {
+                max_samples: limit,
+                max_instances: limit,
+                max_samples_per_instance: limit,
+            })
+            .build(),
+    )
 }
 
 /// RTPS time (seconds and 2^-32 fractions since the Unix epoch) → nanoseconds.
@@ -453,5 +469,28 @@ mod tests {
             let back = timestamp_to_ns(timestamp_from_ns(ns));
             assert!(back.abs_diff(ns) <= 1, "{ns} -> {back}");
         }
+    }
+
+    #[test]
+    fn the_reader_holds_its_topics_limit_and_the_writer_the_default() {
+        let topic = TopicConfig {
+            name: "T".into(),
+            type_name: "M::T".into(),
+            key: None,
+            direction: crate::config::Direction::Both,
+            reliability: ReliabilityKind::Reliable,
+            durability: DurabilityKind::Volatile,
+            history_depth: 10,
+            rtps_reader_samples_max: 1 << 22,
+        };
+        let r = reader_qos_of(&topic);
+        assert_eq!(r.resource_limits().map(|l| l.max_samples), Some(1 << 22));
+        assert_eq!(r.history(), Some(History::KeepAll));
+        let w = qos_of(&topic);
+        assert_eq!(
+            w.resource_limits().map(|l| l.max_samples),
+            Some(RTPS_READER_SAMPLES_MAX)
+        );
+        assert_eq!(w.history(), Some(History::KeepLast { depth: 10 }));
     }
 }

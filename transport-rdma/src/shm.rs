@@ -213,6 +213,24 @@ fn memfd(name: &str, len: usize) -> Result<File> {
     Ok(file)
 }
 
+/// The device every memfd lives on (the kernel's internal shmem mount), found once by
+/// creating one; `None` if that failed (then only inodes are compared).
+fn memfd_device() -> Option<u64> {
+    static DEVICE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *DEVICE.get_or_init(|| {
+        memfd("spindle-device-probe", 0)
+            .and_then(|f| f.metadata().map_err(|e| Error::io("stat of a memfd", e)))
+            .map(|m| m.dev())
+            .ok()
+    })
+}
+
+/// True if `meta` is the memfd `ino`: the inode number, on the memfds' device (inode
+/// numbers of other filesystems, sockets' among them, may repeat it).
+fn is_memfd(meta: &std::fs::Metadata, ino: u64) -> bool {
+    meta.ino() == ino && memfd_device().is_none_or(|dev| meta.dev() == dev)
+}
+
 fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
@@ -345,7 +363,8 @@ impl Tag {
     }
 }
 
-/// Opens the memfd `fd` of process `pid` and maps it, if it still is inode `ino`.
+/// Opens the memfd `fd` of process `pid` and maps it, if it still is inode `ino` on the
+/// memfds' device ([`is_memfd`]).
 /// `Ok(None)`: the descriptor is gone or was reused (the owner withdrew the region
 /// meanwhile; its withdrawal follows on the link).
 ///
@@ -359,7 +378,7 @@ fn map_remote(pid: u32, fd: i32, ino: u64, map_len: usize) -> Result<Option<Mapp
     let path = format!("/proc/{pid}/fd/{fd}");
     // True if `path` names inode `ino` now; false if it names nothing or something else.
     let names_memfd = || match std::fs::metadata(&path) {
-        Ok(meta) => Ok(meta.ino() == ino),
+        Ok(meta) => Ok(is_memfd(&meta, ino)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(Error::io(format!("stat {path}"), e)),
     };
@@ -383,7 +402,7 @@ fn map_remote(pid: u32, fd: i32, ino: u64, map_len: usize) -> Result<Option<Mapp
     let meta = file
         .metadata()
         .map_err(|e| Error::io(format!("stat {path}"), e))?;
-    if meta.ino() != ino || meta.len() < map_len as u64 {
+    if !is_memfd(&meta, ino) || meta.len() < map_len as u64 {
         return Ok(None);
     }
     Mapping::map(&file, map_len).map(Some)
@@ -1101,6 +1120,28 @@ mod tests {
         assert!(map_remote(pid, i32::MAX, ino, PAGE_BYTES)
             .unwrap()
             .is_none());
+        // A file elsewhere announced with its own inode number is not a memfd: the number
+        // alone could repeat across filesystems.
+        let dir = std::env::temp_dir().join(format!("spindle-shm-dev-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let plain = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.join("region"))
+            .unwrap();
+        plain.set_len(PAGE_BYTES as u64).unwrap();
+        let plain_meta = plain.metadata().unwrap();
+        if memfd_device().is_some_and(|dev| dev != plain_meta.dev()) {
+            assert!(
+                map_remote(pid, plain.as_raw_fd(), plain_meta.ino(), PAGE_BYTES)
+                    .unwrap()
+                    .is_none(),
+                "a plain file with the announced inode number is not the region"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A withdrawn region's descriptor number the owner reused for a socket (a link it

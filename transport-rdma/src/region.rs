@@ -395,8 +395,8 @@ impl Region {
         self.write_words(offset, bytes, Words::Atomic)
     }
 
-    /// [`Region::write_bytes`] into a range behind a guard ([`Words::Guarded`]): the whole
-    /// words go in one bulk copy, so a word read before the guard moves may be seen torn.
+    /// [`Region::write_bytes`] into a range behind a guard (one nobody else touches during
+    /// the call; see the module docs): the whole words go in one bulk copy, so a word read before the guard moves may be seen torn.
     /// For a sender filling a slot or buffer no one reads until it is published, and for
     /// a backend applying a guarded write (contract item 3).
     pub fn write_bytes_guarded(&self, offset: usize, bytes: &[u8]) -> Result<()> {
@@ -477,7 +477,7 @@ impl Region {
         self.copy_words(offset, src, src_offset, len, Words::Atomic)
     }
 
-    /// [`Region::copy_from`] for a guarded write ([`Words::Guarded`]): the whole words go
+    /// [`Region::copy_from`] for a guarded write (see the module docs): the whole words go
     /// in one bulk copy, so a word of this side read before the guard moves may be seen
     /// torn (contract item 3); the source range must be one no one writes during the call.
     pub fn copy_from_guarded(
@@ -613,8 +613,8 @@ impl Region {
         self.read_append_words(offset, len, out, Words::Atomic)
     }
 
-    /// [`Region::read_append`] of a range behind a guard the caller acquired
-    /// ([`Words::Guarded`]): one bulk copy of the whole words. For a delivery, after the
+    /// [`Region::read_append`] of a range behind a guard the caller acquired (see the
+    /// module docs): one bulk copy of the whole words. For a delivery, after the
     /// slot's or the RDMC message's guard, while the sender cannot reuse the range.
     pub fn read_append_guarded(&self, offset: usize, len: usize, out: &mut Vec<u8>) -> Result<()> {
         self.read_append_words(offset, len, out, Words::Guarded)

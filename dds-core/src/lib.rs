@@ -69,10 +69,10 @@
 //! ## Limits, today
 //!
 //! * `write` loans the ring slot first, encodes into the writer's reused staging buffer and
-//!   stores it into the slot word by word (one copy). The slot is region memory that
-//!   peers write one-sidedly, kept as atomic words so no word is ever torn; handing the
-//!   CDR encoder a `&mut [u8]` over it would be unsound, so the word-wise copy is the
-//!   in-place write here. `loan_sample` reserves the slot first and builds the value
+//!   stores it into the slot with one bulk copy (`Region::write_bytes_guarded`: the slot
+//!   is the writer's until its commit publishes it). The slot is region memory that
+//!   peers write one-sidedly, kept as atomic words; handing the CDR encoder a `&mut [u8]`
+//!   over it would be unsound, so that one copy is the in-place write here. `loan_sample` reserves the slot first and builds the value
 //!   beside it. A sample above the topic's slot (bounded types size it; set
 //!   `slot_payload_bytes` for unbounded ones) goes by RDMC, in the same order, when the
 //!   participant's `sample_bytes_max` allows it: its encoding is measured against the
@@ -90,8 +90,9 @@
 //!   claim exclusive access to memory that can change under it, which is undefined
 //!   behaviour in Rust whatever the peer writes. The closest sound thing is what is
 //!   done: the value is encoded once into the writer's staging buffer and copied once,
-//!   word by word, into the send buffer. Encoding straight into the send buffer through
-//!   a word-wise writer (a new `TopicType` entry point) would save that copy; not done.
+//!   in bulk, into the send buffer. Encoding straight into the send buffer through a
+//!   writer over region words (a new `TopicType` entry point) would save that copy; not
+//!   done.
 //! * Reads: a reader's cache borrows the delivered batch a sample came in instead of
 //!   copying the sample ([`lent`]): the batch goes back to the engine once its last
 //!   sample is taken, dropped or evicted. What held samples pin is bounded per

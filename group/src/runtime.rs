@@ -5,12 +5,10 @@
 //! upcall and feeds fabric failures back into the engine. It spins while there is work
 //! and for [`NodeConfig::spin_before_park_us`] after, then parks on the endpoint's doorbell
 //! (woken by writes landing, fabric events, drained queues, and application commits via
-//! [`Endpoint::wake`]), so an idle node burns no core (docs/design.md §3, §8). A commit
-//! rings only once the thread found nothing to do (`IdleGate`): while it works it looks
-//! at every ring each round, and the ring is not free.
+//! [`Endpoint::wake`]), so an idle node burns no core (docs/design.md §3, §8).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -196,10 +194,9 @@ impl Node {
             .iter()
             .filter_map(|(sg, _, _)| engine.sender(*sg).ok().map(|s| (*sg, s)))
             .collect();
-        let gate = Arc::new(IdleGate::default());
         {
             let ep = Arc::clone(&endpoint);
-            engine.set_waker(gate.waker(move || ep.wake()));
+            engine.set_waker(move || ep.wake());
         }
         let shared = Arc::new(Shared::default());
         let thread = {
@@ -207,7 +204,7 @@ impl Node {
             let ep = Arc::clone(&endpoint);
             std::thread::Builder::new()
                 .name(format!("spindle-predicates-{me}"))
-                .spawn(move || predicate_loop(engine, ep, &cfg, &shared, &gate, upcall))
+                .spawn(move || predicate_loop(engine, ep, &cfg, &shared, upcall))
                 .map_err(|e| Error::Config(format!("spawning the predicate thread: {e}")))?
         };
         Ok(Node {
@@ -256,61 +253,11 @@ impl Drop for Node {
     }
 }
 
-/// Whether a predicate thread found nothing to do and may park: an application commit
-/// rings the endpoint's doorbell only then. While the thread works it looks at every ring
-/// each round anyway, and a ring per commit (two atomic read-modify-writes on cache lines
-/// the thread and the peers' pushes also touch) cost the writing thread a tenth of its
-/// time at 1 KiB over shm.
-///
-/// Why no commit is missed (the store-buffer pattern, with a `SeqCst` fence on each
-/// side): a committer publishes its slot, fences, then reads `idle`; the thread sets
-/// `idle`, fences, then looks at every ring at least once more ([`IdleGate::idle`]) before
-/// it may park. Either the committer sees `idle` and rings (the park returns at once), or
-/// the thread's look sees the slot.
-#[derive(Debug, Default)]
-pub(crate) struct IdleGate {
-    idle: AtomicBool,
-}
-
-impl IdleGate {
-    /// The waker to register on the engine's rings ([`Engine::set_waker`]): `ring` (the
-    /// endpoint's [`Endpoint::wake`]) while the thread is idle, nothing while it works.
-    pub(crate) fn waker(
-        self: &Arc<Self>,
-        ring: impl Fn() + Send + Sync + Clone,
-    ) -> impl Fn() + Send + Sync + Clone {
-        let gate = Arc::clone(self);
-        move || {
-            // Orders the caller's publication (release stores) before the read below.
-            fence(Ordering::SeqCst);
-            if gate.idle.load(Ordering::Relaxed) {
-                ring();
-            }
-        }
-    }
-
-    /// The thread's round found no work: commits ring from now on. It must look at every
-    /// ring again (run at least one more round) before it parks.
-    pub(crate) fn idle(&self) {
-        self.idle.store(true, Ordering::Relaxed);
-        // Orders the store before the next round's loads of the rings.
-        fence(Ordering::SeqCst);
-    }
-
-    /// The thread has work again: commits need not ring.
-    pub(crate) fn busy(&self) {
-        if self.idle.load(Ordering::Relaxed) {
-            self.idle.store(false, Ordering::Relaxed);
-        }
-    }
-}
-
 fn predicate_loop(
     mut engine: Engine,
     ep: Arc<dyn Endpoint>,
     cfg: &NodeConfig,
     shared: &Shared,
-    gate: &IdleGate,
     mut upcall: impl FnMut(&DeliveryBatch),
 ) {
     let spin = Duration::from_micros(cfg.spin_before_park_us);
@@ -359,7 +306,6 @@ fn predicate_loop(
         }
         if work {
             idle_rounds = 0;
-            gate.busy();
             if round % STATS_ROUNDS == 0 {
                 *lock(&shared.stats) = engine.stats();
             }
@@ -367,8 +313,6 @@ fn predicate_loop(
         }
         idle_rounds += 1;
         if idle_rounds == 1 {
-            // Commits ring from now on; the rounds before the park below look again.
-            gate.idle();
             last_work = Instant::now();
             *lock(&shared.stats) = engine.stats();
         }
@@ -522,27 +466,16 @@ impl GroupNode {
         persister: Option<Persister>,
     ) -> Result<GroupNode> {
         let shared = Arc::new(GroupShared::default());
-        let gate = Arc::new(IdleGate::default());
         {
             let ep = Arc::clone(&endpoint);
-            group.set_waker(Arc::new(gate.waker(move || ep.wake())));
+            group.set_waker(Arc::new(move || ep.wake()));
         }
         let thread = {
             let shared = Arc::clone(&shared);
             let ep = Arc::clone(&endpoint);
             std::thread::Builder::new()
                 .name(format!("spindle-group-{}", endpoint.node()))
-                .spawn(move || {
-                    group_loop(
-                        group,
-                        ep,
-                        &shared,
-                        &gate,
-                        app,
-                        spin_before_park_us,
-                        persister,
-                    )
-                })
+                .spawn(move || group_loop(group, ep, &shared, app, spin_before_park_us, persister))
                 .map_err(|e| Error::Config(format!("spawning the predicate thread: {e}")))?
         };
         Ok(GroupNode {
@@ -680,7 +613,6 @@ fn group_loop(
     mut group: Group,
     ep: Arc<dyn Endpoint>,
     shared: &GroupShared,
-    gate: &IdleGate,
     mut app: impl Application,
     spin_before_park_us: u64,
     mut persister: Option<Persister>,
@@ -813,13 +745,10 @@ fn group_loop(
         }
         if work {
             idle_rounds = 0;
-            gate.busy();
             continue;
         }
         idle_rounds += 1;
         if idle_rounds == 1 {
-            // Commits ring from now on; the rounds before the park below look again.
-            gate.idle();
             last_work = Instant::now();
         }
         std::thread::yield_now();
@@ -1007,41 +936,4 @@ pub fn perform(ep: &dyn Endpoint, action: GroupAction) -> Option<GroupAction> {
         },
     }
     None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::AtomicUsize;
-
-    /// A commit rings only while the predicate thread is idle (about to park), and every
-    /// commit then rings; a busy thread's commits ring nothing.
-    #[test]
-    fn commits_ring_only_while_the_thread_is_idle() {
-        let gate = Arc::new(IdleGate::default());
-        let rings = Arc::new(AtomicUsize::new(0));
-        let commit = {
-            let rings = Arc::clone(&rings);
-            gate.waker(move || {
-                rings.fetch_add(1, Ordering::Relaxed);
-            })
-        };
-        commit();
-        assert_eq!(
-            rings.load(Ordering::Relaxed),
-            0,
-            "a busy thread is not rung"
-        );
-        gate.idle();
-        commit();
-        commit();
-        assert_eq!(
-            rings.load(Ordering::Relaxed),
-            2,
-            "an idle thread is rung each time"
-        );
-        gate.busy();
-        commit();
-        assert_eq!(rings.load(Ordering::Relaxed), 2, "busy again: no ring");
-    }
 }

@@ -396,9 +396,10 @@ impl Region {
     }
 
     /// [`Region::write_bytes`] into a range behind a guard (one nobody else touches during
-    /// the call; see the module docs): the whole words go in one bulk copy, so a word read before the guard moves may be seen torn.
-    /// For a sender filling a slot or buffer no one reads until it is published, and for
-    /// a backend applying a guarded write (contract item 3).
+    /// the call; see the module docs): the whole words go in one bulk copy, so a word read
+    /// before the guard moves may be seen torn. For a sender filling a slot or buffer no
+    /// one reads until it is published, and for a backend applying a guarded write
+    /// (contract item 3).
     pub fn write_bytes_guarded(&self, offset: usize, bytes: &[u8]) -> Result<()> {
         self.write_words(offset, bytes, Words::Guarded)
     }

@@ -49,10 +49,7 @@ use spindle_qos::{
 };
 use spindle_topics::{CdrSample, KeyHash, KeyedString};
 
-use crate::config::{
-    BridgeConfig, DurabilityKind, ReliabilityKind, TopicConfig, RTPS_READER_SAMPLES_MAX_HIGHEST,
-    RTPS_READER_SAMPLES_MAX_LOWEST,
-};
+use crate::config::{BridgeConfig, DurabilityKind, ReliabilityKind, TopicConfig};
 use crate::error::{Error, Result};
 use crate::keys::KeyLayout;
 use crate::rtps::{
@@ -104,16 +101,10 @@ pub const TAKE_BATCH_MAX: usize = 1024;
 /// leaves the rest there to be listed and sorted again by the next take, so a reader that
 /// fell behind took ever longer per sample (at 1 KiB from `ddsperf pub`, 85% of the
 /// thread's time in `take`, ~37k samples/s, the rest evicted). It is the reader's resource
-/// limit, the topic's `rtps_reader_samples_max` ([`TopicConfig::rtps_reader_samples_max`],
-/// default [`rtps::RTPS_READER_SAMPLES_MAX`], at most [`RTPS_READER_SAMPLES_MAX_HIGHEST`];
-/// a `TopicConfig` made by hand is held to the bounds the file's is).
+/// limit, [`TopicConfig::rtps_reader_samples`] (default [`rtps::RTPS_READER_SAMPLES_MAX`]).
 pub fn rtps_take_max(topic: &TopicConfig) -> usize {
-    let limit = topic.rtps_reader_samples_max.clamp(
-        RTPS_READER_SAMPLES_MAX_LOWEST,
-        RTPS_READER_SAMPLES_MAX_HIGHEST,
-    );
     // Within 64..=2^22: positive, and fits a usize.
-    limit as usize
+    topic.rtps_reader_samples() as usize
 }
 
 /// Most instance keys a Spindle → RTPS topic remembers for disposes (oldest forgotten).
@@ -718,7 +709,7 @@ fn rtps_to_spindle(ctx: Ctx, mut reader: RtpsReader, writer: DataWriter<CdrSampl
                         taken.writer_sn - gap as i64,
                         taken.writer_sn - 1,
                         taken.writer,
-                        ctx.topic.rtps_reader_samples_max
+                        ctx.topic.rtps_reader_samples()
                     );
                 }
             }

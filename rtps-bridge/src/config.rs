@@ -139,6 +139,19 @@ pub struct TopicConfig {
     pub rtps_reader_samples_max: i32,
 }
 
+impl TopicConfig {
+    /// The limit the bridge's RTPS reader of the topic is held to (its RESOURCE_LIMITS,
+    /// the take batch, the gap warning): `rtps_reader_samples_max` within
+    /// [`RTPS_READER_SAMPLES_MAX_LOWEST`]..=[`RTPS_READER_SAMPLES_MAX_HIGHEST`] — a file's
+    /// value always is; a `TopicConfig` made by hand is held to the same bounds.
+    pub fn rtps_reader_samples(&self) -> i32 {
+        self.rtps_reader_samples_max.clamp(
+            RTPS_READER_SAMPLES_MAX_LOWEST,
+            RTPS_READER_SAMPLES_MAX_HIGHEST,
+        )
+    }
+}
+
 /// The whole bridge configuration.
 #[derive(Debug, Clone)]
 pub struct BridgeConfig {

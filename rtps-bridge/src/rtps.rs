@@ -382,12 +382,12 @@ pub fn qos_of(topic: &TopicConfig) -> QosPolicies {
 /// already acknowledged. The depth stays on the bridge's writers (their TRANSIENT_LOCAL
 /// history).
 ///
-/// RESOURCE_LIMITS are the topic's `rtps_reader_samples_max`. RustDDS 0.15 keeps a
+/// RESOURCE_LIMITS are the topic's [`TopicConfig::rtps_reader_samples`]. RustDDS 0.15 keeps a
 /// participant's samples of a topic in one cache whose limit is the largest of those of
 /// the topic and the readers created there, so the topic in the readers' participant must
 /// be created with this QoS too, or a limit below the topic's would not hold.
 pub fn reader_qos_of(topic: &TopicConfig) -> QosPolicies {
-    let limit = topic.rtps_reader_samples_max;
+    let limit = topic.rtps_reader_samples();
     qos_of(topic).modify_by(
         &QosPolicyBuilder::new()
             .history(History::KeepAll)

@@ -61,6 +61,16 @@ enum Words {
     Guarded,
 }
 
+impl Words {
+    /// How to copy a write's payload: in bulk when a guard follows it, else word by word.
+    fn behind(guard: Option<(usize, u64)>) -> Words {
+        match guard {
+            Some(_) => Words::Guarded,
+            None => Words::Atomic,
+        }
+    }
+}
+
 /// A registered region of memory, shared with the fabric. Cloning is cheap (a reference
 /// count); the memory lives until the last clone and the backend release it.
 #[derive(Clone)]
@@ -402,6 +412,52 @@ impl Region {
     /// (contract item 3).
     pub fn write_bytes_guarded(&self, offset: usize, bytes: &[u8]) -> Result<()> {
         self.write_words(offset, bytes, Words::Guarded)
+    }
+
+    /// Applies a one-sided write of `bytes` at `offset` and then, with a `guard`
+    /// `(offset, value)`, release-stores the guard word: the payload in one bulk copy
+    /// when a guard follows it (contract item 3), word by word when none does. How every
+    /// backend applies [`crate::Endpoint::write`] and `write_then_release`. Errors (never
+    /// panics) if the payload's range or the guard word does not fit.
+    pub(crate) fn apply_write(
+        &self,
+        offset: usize,
+        bytes: &[u8],
+        guard: Option<(usize, u64)>,
+    ) -> Result<()> {
+        self.check_guard(guard)?;
+        self.write_words(offset, bytes, Words::behind(guard))?;
+        self.release_guard(guard);
+        Ok(())
+    }
+
+    /// [`Region::apply_write`] from `len` bytes of `src` at `src_offset`
+    /// ([`crate::Endpoint::write_from`] by a backend that maps its peers' memory).
+    pub(crate) fn apply_write_from(
+        &self,
+        offset: usize,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+        guard: Option<(usize, u64)>,
+    ) -> Result<()> {
+        self.check_guard(guard)?;
+        self.copy_words(offset, src, src_offset, len, Words::behind(guard))?;
+        self.release_guard(guard);
+        Ok(())
+    }
+
+    fn check_guard(&self, guard: Option<(usize, u64)>) -> Result<()> {
+        match guard {
+            Some((at, _)) => self.check_word(at).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    fn release_guard(&self, guard: Option<(usize, u64)>) {
+        if let Some((at, value)) = guard {
+            self.store_u64(at, value);
+        }
     }
 
     fn write_words(&self, offset: usize, bytes: &[u8], words: Words) -> Result<()> {

@@ -44,6 +44,9 @@
 //! [`Endpoint::uncork`] the writes still land at once, but each peer's doorbell is rung
 //! once, at the uncork (contract item 8): a predicate round that pushes to sixteen
 //! subgroups of a peer bumps that peer's shared sequence word once, not thirty-two times.
+//! The hub keeps the cork (per thread, as for its held frames); a write made under it
+//! marks its peer's ring held, and the outermost uncork rings the marked peers (the
+//! hooks' `flush_held`).
 //!
 //! ## Control path and failures
 //!
@@ -81,7 +84,7 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -250,42 +253,6 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     }
 }
 
-thread_local! {
-    /// The shm endpoint this thread has corked (its hooks' address; 0: none), how deeply,
-    /// and the control pages of the peers it wrote to meanwhile, whose doorbells ring at
-    /// the outermost uncork ([`ShmEndpoint`]'s `uncork`).
-    static HELD_RINGS: std::cell::RefCell<HeldRings> = const {
-        std::cell::RefCell::new(HeldRings {
-            hooks: 0,
-            depth: 0,
-            controls: Vec::new(),
-        })
-    };
-}
-
-/// See `HELD_RINGS`.
-struct HeldRings {
-    hooks: usize,
-    depth: u32,
-    controls: Vec<Arc<Mapping>>,
-}
-
-/// Holds the ring of `control` back if this thread corks the endpoint of `hooks` (true),
-/// once per peer; else the caller rings now (false).
-fn hold_ring(hooks: &ShmHooks, control: &Arc<Mapping>) -> bool {
-    let me = hooks as *const ShmHooks as usize;
-    HELD_RINGS.with(|h| {
-        let mut h = h.borrow_mut();
-        if h.hooks != me {
-            return false;
-        }
-        if !h.controls.iter().any(|c| Arc::ptr_eq(c, control)) {
-            h.controls.push(Arc::clone(control));
-        }
-        true
-    })
-}
-
 /// Rings the doorbell of the endpoint whose control page is `control`: bumps its
 /// sequence and wakes its parked threads, if any. SeqCst pairs with the parker's count
 /// increment and re-check in [`ShmEndpoint`]'s `wait`: either it sees the new sequence
@@ -415,11 +382,19 @@ fn map_remote(pid: u32, fd: i32, ino: u64, map_len: usize) -> Result<Option<Mapp
 /// What this endpoint mapped of one peer.
 #[derive(Debug)]
 struct PeerMaps {
-    control: Arc<Mapping>,
+    bell: Arc<PeerBell>,
     control_ino: u64,
     regions: BTreeMap<RegionId, Region>,
     /// Serialises writes to this peer: issue order is apply order.
     order: Arc<Mutex<()>>,
+}
+
+/// A peer's doorbell: its control page, and whether a write made under a cork holds a
+/// ring of it back for [`LinkHooks::flush_held`].
+#[derive(Debug)]
+struct PeerBell {
+    control: Mapping,
+    held: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -431,6 +406,8 @@ struct ShmHooks {
     /// Local regions' memfds, kept open so that peers can open them through /proc.
     local: Mutex<BTreeMap<RegionId, File>>,
     remote: RwLock<BTreeMap<NodeId, PeerMaps>>,
+    /// Set after a [`PeerBell`]'s `held`: some ring may be held back.
+    held_any: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -510,7 +487,10 @@ impl LinkHooks for ShmHooks {
             remote.insert(
                 peer,
                 PeerMaps {
-                    control: Arc::new(control),
+                    bell: Arc::new(PeerBell {
+                        control,
+                        held: AtomicBool::new(false),
+                    }),
                     control_ino: tag.control_ino,
                     regions: BTreeMap::new(),
                     order: Arc::new(Mutex::new(())),
@@ -560,11 +540,10 @@ impl LinkHooks for ShmHooks {
         offset: usize,
         bytes: &[u8],
         guard: Option<(usize, u64)>,
+        corked: bool,
     ) -> Result<RemoteWrite> {
-        self.store_remote(peer, desc, guard, |region| match guard {
-            // Behind its guard: one bulk copy (contract item 3).
-            Some(_) => region.write_bytes_guarded(offset, bytes),
-            None => region.write_bytes(offset, bytes),
+        self.store_remote(peer, desc, corked, |region| {
+            region.apply_write(offset, bytes, guard)
         })
     }
 
@@ -575,34 +554,45 @@ impl LinkHooks for ShmHooks {
         offset: usize,
         from: LocalRange<'_>,
         guard: Option<(usize, u64)>,
+        corked: bool,
     ) -> Result<RemoteWrite> {
-        // One copy, from the local mapping straight into the peer's (no scratch); in bulk
-        // when a guard follows (contract item 3), word by word when it does not.
-        self.store_remote(peer, desc, guard, |region| match guard {
-            Some(_) => region.copy_from_guarded(offset, from.region, from.offset, from.len),
-            None => region.copy_from(offset, from.region, from.offset, from.len),
+        // One copy, from the local mapping straight into the peer's (no scratch).
+        self.store_remote(peer, desc, corked, |region| {
+            region.apply_write_from(offset, from.region, from.offset, from.len, guard)
         })
+    }
+
+    fn flush_held(&self) {
+        if !self.held_any.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let remote = self.remote.read().unwrap_or_else(|p| p.into_inner());
+        for maps in remote.values() {
+            if maps.bell.held.swap(false, Ordering::AcqRel) {
+                ring(&maps.bell.control);
+            }
+        }
     }
 }
 
 impl ShmHooks {
-    /// Applies a write to `peer`'s mapped region `desc` with `store`, then the guard, in
-    /// the peer's issue order, and rings its doorbell (at the uncork, if this thread
-    /// corks the endpoint).
+    /// Applies a write (payload and guard) to `peer`'s mapped region `desc` with
+    /// `store`, in the peer's issue order, and rings its doorbell — or, `corked`, holds
+    /// the ring for [`LinkHooks::flush_held`] (once per peer however many writes).
     fn store_remote(
         &self,
         peer: NodeId,
         desc: RegionDesc,
-        guard: Option<(usize, u64)>,
+        corked: bool,
         store: impl FnOnce(&Region) -> Result<()>,
     ) -> Result<RemoteWrite> {
-        let (region, control, order) = {
+        let (region, bell, order) = {
             let remote = self.remote.read().unwrap_or_else(|p| p.into_inner());
             let maps = remote.get(&peer);
             match maps.and_then(|m| m.regions.get(&desc.region).map(|r| (m, r))) {
                 Some((maps, region)) => (
                     region.clone(),
-                    Arc::clone(&maps.control),
+                    Arc::clone(&maps.bell),
                     Arc::clone(&maps.order),
                 ),
                 None => {
@@ -616,13 +606,13 @@ impl ShmHooks {
         {
             let _in_order = lock(&order);
             store(&region)?;
-            if let Some((guard_offset, value)) = guard {
-                region.check_range(guard_offset, crate::WORD_BYTES)?;
-                region.store_u64(guard_offset, value);
-            }
         }
-        if !hold_ring(self, &control) {
-            ring(&control);
+        if corked {
+            // `held` before `held_any`: a flush that sees the latter sees the former.
+            bell.held.store(true, Ordering::Release);
+            self.held_any.store(true, Ordering::Release);
+        } else {
+            ring(&bell.control);
         }
         Ok(RemoteWrite::Done)
     }
@@ -637,8 +627,6 @@ impl ShmHooks {
 #[derive(Debug)]
 pub struct ShmEndpoint {
     hub: Arc<Hub<UnixStream>>,
-    /// The hub's hooks, whose writes ring peers' doorbells (held while corked).
-    hooks: Arc<ShmHooks>,
     name: String,
     control: Arc<Mapping>,
     /// The control sequence as of the last [`Endpoint::wait`].
@@ -681,6 +669,7 @@ impl ShmEndpoint {
             control_ino,
             local: Mutex::new(BTreeMap::new()),
             remote: RwLock::new(BTreeMap::new()),
+            held_any: AtomicBool::new(false),
         });
         let hub = Hub::new(node, cfg, Arc::clone(&hooks) as Arc<dyn LinkHooks>)?;
 
@@ -697,7 +686,6 @@ impl ShmEndpoint {
             .map_err(|e| Error::io("spawning the accept thread", e))?;
         Ok(Arc::new(ShmEndpoint {
             hub,
-            hooks,
             name,
             control,
             seen: AtomicU32::new(0),
@@ -867,42 +855,12 @@ impl Endpoint for ShmEndpoint {
 
     fn cork(&self) {
         self.hub.cork();
-        let me = Arc::as_ptr(&self.hooks) as usize;
-        HELD_RINGS.with(|h| {
-            let mut h = h.borrow_mut();
-            match (h.hooks, h.depth) {
-                (0, _) => {
-                    h.hooks = me;
-                    h.depth = 1;
-                }
-                (hooks, depth) if hooks == me => h.depth = depth + 1,
-                // A thread corks one endpoint at a time (as the hub's cork).
-                _ => {}
-            }
-        });
     }
 
     fn uncork(&self) {
+        // The outermost uncork rings the peers whose rings this endpoint's writes held
+        // (the hub calls the hooks' `flush_held`).
         self.hub.uncork();
-        let me = Arc::as_ptr(&self.hooks) as usize;
-        let held = HELD_RINGS.with(|h| {
-            let mut h = h.borrow_mut();
-            if h.hooks != me {
-                return Vec::new();
-            }
-            // Invariant: every uncork matches a cork of this thread, so a recorded
-            // cork's depth is at least one.
-            assert!(h.depth > 0, "ShmEndpoint::uncork without a matching cork");
-            h.depth -= 1;
-            if h.depth > 0 {
-                return Vec::new();
-            }
-            h.hooks = 0;
-            std::mem::take(&mut h.controls)
-        });
-        for control in &held {
-            ring(control);
-        }
     }
 
     fn wake(&self) {
@@ -1032,6 +990,12 @@ mod tests {
         }
         while b.poll_event().is_some() {}
         while b.wait(Duration::ZERO) {}
+        let rings = || {
+            b.control
+                .atomic_u32(CONTROL_SEQ_OFFSET)
+                .load(Ordering::SeqCst)
+        };
+        let before = rings();
         a.cork();
         a.cork();
         for i in 0..3u64 {
@@ -1040,18 +1004,17 @@ mod tests {
         }
         a.uncork();
         assert_eq!(row.load_u64(16), 12, "a corked write lands at once");
-        let held = || HELD_RINGS.with(|h| h.borrow().controls.len());
-        assert_eq!(
-            held(),
-            1,
-            "three writes to one peer: one ring held, to the outermost uncork"
-        );
+        assert_eq!(rings(), before, "no ring before the outermost uncork");
         let parked = {
             let b = Arc::clone(&b);
             std::thread::spawn(move || b.wait(Duration::from_secs(120)))
         };
         a.uncork();
-        assert_eq!(held(), 0, "the outermost uncork rang what it held");
+        assert_eq!(
+            rings(),
+            before + 1,
+            "three writes to one peer: one ring, at the outermost uncork"
+        );
         assert!(
             parked.join().unwrap(),
             "the outermost uncork rang the peer's doorbell"
@@ -1178,6 +1141,7 @@ mod tests {
             control_file: own_control,
             local: Mutex::new(BTreeMap::new()),
             remote: RwLock::new(BTreeMap::new()),
+            held_any: AtomicBool::new(false),
         };
         let stale = Tag {
             pid,

@@ -206,7 +206,9 @@ pub trait LinkHooks: Send + Sync + 'static {
     fn remote_region_withdrawn(&self, _peer: NodeId, _id: Option<RegionId>) {}
 
     /// An outgoing write to `peer`'s region `desc`, already checked against the region's
-    /// bounds (and the guard for alignment and bounds). Default: frame it.
+    /// bounds (and the guard for alignment and bounds). `corked`: the calling thread
+    /// corks the hub ([`Hub::cork`]), so what the write signals to the peer (shm's
+    /// doorbell ring) may be held for [`LinkHooks::flush_held`]. Default: frame it.
     fn remote_write(
         &self,
         _peer: NodeId,
@@ -214,6 +216,7 @@ pub trait LinkHooks: Send + Sync + 'static {
         _offset: usize,
         _bytes: &[u8],
         _guard: Option<(usize, u64)>,
+        _corked: bool,
     ) -> Result<RemoteWrite> {
         Ok(RemoteWrite::Framed)
     }
@@ -228,9 +231,17 @@ pub trait LinkHooks: Send + Sync + 'static {
         _offset: usize,
         _from: LocalRange<'_>,
         _guard: Option<(usize, u64)>,
+        _corked: bool,
     ) -> Result<RemoteWrite> {
         Ok(RemoteWrite::Framed)
     }
+
+    /// Lets go of what writes made under a cork held back (shm: the peers' doorbell
+    /// rings), as the hub sends its held frames: called at every thread's outermost
+    /// [`Hub::uncork`]. A corking thread busy elsewhere delays nothing past a probe
+    /// interval: every tick sends each peer a frame, whose arrival rings its doorbell.
+    /// Default: nothing is held.
+    fn flush_held(&self) {}
 
     /// Applies a `Write`/`WriteRelease` frame from `peer` to local `region`, already
     /// checked against its bounds (and the guard for alignment and bounds). Called from
@@ -247,15 +258,7 @@ pub trait LinkHooks: Send + Sync + 'static {
         bytes: &[u8],
         guard: Option<(usize, u64)>,
     ) -> Result<()> {
-        match guard {
-            // Behind its guard: one bulk copy (contract item 3).
-            Some(_) => region.write_bytes_guarded(offset, bytes)?,
-            None => region.write_bytes(offset, bytes)?,
-        }
-        if let Some((guard_offset, value)) = guard {
-            region.store_u64(guard_offset, value);
-        }
-        Ok(())
+        region.apply_write(offset, bytes, guard)
     }
 }
 

@@ -364,7 +364,7 @@ impl<S: LinkStream> Hub<S> {
     }
 
     /// Ends a [`Hub::cork`]; this thread's outermost hands every link's held frames to
-    /// its socket.
+    /// its socket and lets the hooks go of what they held ([`super::LinkHooks::flush_held`]).
     pub fn uncork(&self) {
         let me = self as *const Self as usize;
         let last = CORK.with(|c| match c.get() {
@@ -377,7 +377,10 @@ impl<S: LinkStream> Hub<S> {
             }
             _ => false,
         });
-        if last && self.held.swap(false, Ordering::Relaxed) {
+        if !last {
+            return;
+        }
+        if self.held.swap(false, Ordering::Relaxed) {
             // The peer table's lock is released first: a send that breaks fails its link,
             // which takes the table's write lock.
             let links = up_links(&read(&self.peers));
@@ -385,6 +388,7 @@ impl<S: LinkStream> Hub<S> {
                 self.try_flush(&link);
             }
         }
+        self.hooks.flush_held();
     }
 
     /// True while the calling thread holds a cork of this hub.
@@ -664,7 +668,11 @@ impl<S: LinkStream> Hub<S> {
         let link = self.link(peer)?;
         let desc = self.remote_desc(&link, region)?;
         Self::check_write(&desc, offset, bytes.len())?;
-        if self.hooks.remote_write(peer, desc, offset, bytes, None)? == RemoteWrite::Done {
+        if self
+            .hooks
+            .remote_write(peer, desc, offset, bytes, None, self.corked_here())?
+            == RemoteWrite::Done
+        {
             return Ok(());
         }
         self.enqueue_write(&link, region, offset, Payload::Slice(bytes), None)
@@ -719,7 +727,11 @@ impl<S: LinkStream> Hub<S> {
         Self::check_write(&desc, offset, bytes.len())?;
         Self::check_guard(&desc, guard_offset)?;
         let guard = Some((guard_offset, guard_value));
-        if self.hooks.remote_write(peer, desc, offset, bytes, guard)? == RemoteWrite::Done {
+        if self
+            .hooks
+            .remote_write(peer, desc, offset, bytes, guard, self.corked_here())?
+            == RemoteWrite::Done
+        {
             return Ok(());
         }
         self.enqueue_write(&link, region, offset, Payload::Slice(bytes), guard)
@@ -746,7 +758,7 @@ impl<S: LinkStream> Hub<S> {
         from.region.check_range(from.offset, from.len)?;
         if self
             .hooks
-            .remote_write_from(peer, desc, offset, from, guard)?
+            .remote_write_from(peer, desc, offset, from, guard, self.corked_here())?
             == RemoteWrite::Done
         {
             return Ok(());

@@ -90,8 +90,8 @@ use std::time::Duration;
 
 use crate::link::{Hub, LinkHooks, RemoteWrite};
 use crate::{
-    Endpoint, Error, Event, FabricConfig, FailureReason, LocalRange, NodeId, Region, RegionDesc,
-    RegionId, Result, REGION_BYTES_MAX,
+    Endpoint, Error, FabricConfig, FailureReason, LocalRange, NodeId, Region, RegionDesc, RegionId,
+    Result, REGION_BYTES_MAX,
 };
 
 /// Longest namespace string accepted by [`ShmEndpoint::open`], in bytes (the abstract
@@ -746,9 +746,7 @@ fn parse_address(address: &str) -> Result<SocketAddr> {
 }
 
 impl Endpoint for ShmEndpoint {
-    fn node(&self) -> NodeId {
-        self.hub.node()
-    }
+    crate::link::forward_to_hub!();
 
     fn address(&self) -> String {
         self.name.clone()
@@ -779,62 +777,6 @@ impl Endpoint for ShmEndpoint {
         Ok(())
     }
 
-    fn disconnect(&self, peer: NodeId) -> Result<()> {
-        self.hub.disconnect(peer)
-    }
-
-    fn peers(&self) -> Vec<NodeId> {
-        self.hub.peers()
-    }
-
-    fn register_region(&self, id: RegionId, len_bytes: usize) -> Result<Region> {
-        self.hub.register_region(id, len_bytes)
-    }
-
-    fn deregister_region(&self, id: RegionId) -> Result<()> {
-        self.hub.deregister_region(id)
-    }
-
-    fn remote_region(&self, peer: NodeId, id: RegionId) -> Option<RegionDesc> {
-        self.hub.remote_region(peer, id)
-    }
-
-    fn write(&self, peer: NodeId, region: RegionId, offset: usize, bytes: &[u8]) -> Result<()> {
-        self.hub.write(peer, region, offset, bytes)
-    }
-
-    fn write_then_release(
-        &self,
-        peer: NodeId,
-        region: RegionId,
-        offset: usize,
-        bytes: &[u8],
-        guard_offset: usize,
-        guard_value: u64,
-    ) -> Result<()> {
-        self.hub
-            .write_then_release(peer, region, offset, bytes, guard_offset, guard_value)
-    }
-
-    fn write_from(
-        &self,
-        peer: NodeId,
-        region: RegionId,
-        offset: usize,
-        from: LocalRange<'_>,
-        guard: Option<(usize, u64)>,
-    ) -> Result<()> {
-        self.hub.write_from(peer, region, offset, from, guard)
-    }
-
-    fn send(&self, peer: NodeId, imm: u32, bytes: &[u8]) -> Result<()> {
-        self.hub.send(peer, imm, bytes)
-    }
-
-    fn poll_event(&self) -> Option<Event> {
-        self.hub.poll_event()
-    }
-
     fn wait(&self, timeout: Duration) -> bool {
         let seq = self.control.atomic_u32(CONTROL_SEQ_OFFSET);
         let parked = self.control.atomic_u32(CONTROL_SLEEPING_OFFSET);
@@ -851,24 +793,6 @@ impl Endpoint for ShmEndpoint {
         let after = seq.load(Ordering::Acquire);
         self.seen.store(after, Ordering::Release);
         after != before
-    }
-
-    fn cork(&self) {
-        self.hub.cork();
-    }
-
-    fn uncork(&self) {
-        // The outermost uncork rings the peers whose rings this endpoint's writes held
-        // (the hub calls the hooks' `flush_held`).
-        self.hub.uncork();
-    }
-
-    fn wake(&self) {
-        self.hub.doorbell().ring();
-    }
-
-    fn stall_ms(&self, within: Duration) -> Option<u64> {
-        self.hub.stall_ms(within)
     }
 
     fn close(&self) {

@@ -2,7 +2,7 @@
 //!
 //! Each peer link is one TCP connection (`TCP_NODELAY`) carrying the frames of the shared
 //! stream link (`src/link.rs`): a one-sided write is a `Write` frame that the peer's
-//! reader thread applies to the target [`Region`] in arrival order, word-atomically, so
+//! reader thread applies to the target [`crate::Region`] in arrival order, word-atomically, so
 //! the FIFO and guard properties of the contract hold. Writes go out on the caller's
 //! thread when the socket is free, and frames queued meanwhile by other threads go out
 //! together in one syscall (opportunistic batching).
@@ -35,10 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::link::{DefaultHooks, Hub};
-use crate::{
-    Endpoint, Error, Event, FabricConfig, FailureReason, LocalRange, NodeId, Region, RegionDesc,
-    RegionId, Result,
-};
+use crate::{Endpoint, Error, FabricConfig, FailureReason, NodeId, Result};
 
 /// Most inbound connections that may be in their handshake at once; further ones are
 /// closed at once (a flood of idle connections cannot pin unbounded threads).
@@ -139,9 +136,7 @@ fn resolve(address: &str) -> Result<SocketAddr> {
 }
 
 impl Endpoint for TcpEndpoint {
-    fn node(&self) -> NodeId {
-        self.hub.node()
-    }
+    crate::link::forward_to_hub!();
 
     fn address(&self) -> String {
         self.addr.to_string()
@@ -175,80 +170,8 @@ impl Endpoint for TcpEndpoint {
         Ok(())
     }
 
-    fn disconnect(&self, peer: NodeId) -> Result<()> {
-        self.hub.disconnect(peer)
-    }
-
-    fn peers(&self) -> Vec<NodeId> {
-        self.hub.peers()
-    }
-
-    fn register_region(&self, id: RegionId, len_bytes: usize) -> Result<Region> {
-        self.hub.register_region(id, len_bytes)
-    }
-
-    fn deregister_region(&self, id: RegionId) -> Result<()> {
-        self.hub.deregister_region(id)
-    }
-
-    fn remote_region(&self, peer: NodeId, id: RegionId) -> Option<RegionDesc> {
-        self.hub.remote_region(peer, id)
-    }
-
-    fn write(&self, peer: NodeId, region: RegionId, offset: usize, bytes: &[u8]) -> Result<()> {
-        self.hub.write(peer, region, offset, bytes)
-    }
-
-    fn write_then_release(
-        &self,
-        peer: NodeId,
-        region: RegionId,
-        offset: usize,
-        bytes: &[u8],
-        guard_offset: usize,
-        guard_value: u64,
-    ) -> Result<()> {
-        self.hub
-            .write_then_release(peer, region, offset, bytes, guard_offset, guard_value)
-    }
-
-    fn write_from(
-        &self,
-        peer: NodeId,
-        region: RegionId,
-        offset: usize,
-        from: LocalRange<'_>,
-        guard: Option<(usize, u64)>,
-    ) -> Result<()> {
-        self.hub.write_from(peer, region, offset, from, guard)
-    }
-
-    fn send(&self, peer: NodeId, imm: u32, bytes: &[u8]) -> Result<()> {
-        self.hub.send(peer, imm, bytes)
-    }
-
-    fn poll_event(&self) -> Option<Event> {
-        self.hub.poll_event()
-    }
-
     fn wait(&self, timeout: Duration) -> bool {
         self.hub.wait(timeout)
-    }
-
-    fn cork(&self) {
-        self.hub.cork();
-    }
-
-    fn uncork(&self) {
-        self.hub.uncork();
-    }
-
-    fn wake(&self) {
-        self.hub.doorbell().ring();
-    }
-
-    fn stall_ms(&self, within: Duration) -> Option<u64> {
-        self.hub.stall_ms(within)
     }
 
     fn close(&self) {

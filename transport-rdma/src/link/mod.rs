@@ -262,6 +262,106 @@ pub trait LinkHooks: Send + Sync + 'static {
     }
 }
 
+/// The [`crate::Endpoint`] methods a hub-backed backend (tcp, shm) forwards to its hub
+/// (`self.hub: Arc<Hub<_>>`) as they are; each backend writes the rest (its address,
+/// how it dials, parks and closes). Expands inside `impl Endpoint for …`.
+macro_rules! forward_to_hub {
+    () => {
+        fn node(&self) -> $crate::NodeId {
+            self.hub.node()
+        }
+
+        fn disconnect(&self, peer: $crate::NodeId) -> $crate::Result<()> {
+            self.hub.disconnect(peer)
+        }
+
+        fn peers(&self) -> Vec<$crate::NodeId> {
+            self.hub.peers()
+        }
+
+        fn register_region(
+            &self,
+            id: $crate::RegionId,
+            len_bytes: usize,
+        ) -> $crate::Result<$crate::Region> {
+            self.hub.register_region(id, len_bytes)
+        }
+
+        fn deregister_region(&self, id: $crate::RegionId) -> $crate::Result<()> {
+            self.hub.deregister_region(id)
+        }
+
+        fn remote_region(
+            &self,
+            peer: $crate::NodeId,
+            id: $crate::RegionId,
+        ) -> Option<$crate::RegionDesc> {
+            self.hub.remote_region(peer, id)
+        }
+
+        fn write(
+            &self,
+            peer: $crate::NodeId,
+            region: $crate::RegionId,
+            offset: usize,
+            bytes: &[u8],
+        ) -> $crate::Result<()> {
+            self.hub.write(peer, region, offset, bytes)
+        }
+
+        fn write_then_release(
+            &self,
+            peer: $crate::NodeId,
+            region: $crate::RegionId,
+            offset: usize,
+            bytes: &[u8],
+            guard_offset: usize,
+            guard_value: u64,
+        ) -> $crate::Result<()> {
+            self.hub
+                .write_then_release(peer, region, offset, bytes, guard_offset, guard_value)
+        }
+
+        fn write_from(
+            &self,
+            peer: $crate::NodeId,
+            region: $crate::RegionId,
+            offset: usize,
+            from: $crate::LocalRange<'_>,
+            guard: Option<(usize, u64)>,
+        ) -> $crate::Result<()> {
+            self.hub.write_from(peer, region, offset, from, guard)
+        }
+
+        fn send(&self, peer: $crate::NodeId, imm: u32, bytes: &[u8]) -> $crate::Result<()> {
+            self.hub.send(peer, imm, bytes)
+        }
+
+        fn poll_event(&self) -> Option<$crate::Event> {
+            self.hub.poll_event()
+        }
+
+        fn cork(&self) {
+            self.hub.cork();
+        }
+
+        // The outermost uncork also lets the hooks go of what they held (shm's doorbell
+        // rings: `LinkHooks::flush_held`).
+        fn uncork(&self) {
+            self.hub.uncork();
+        }
+
+        fn wake(&self) {
+            self.hub.doorbell().ring();
+        }
+
+        fn stall_ms(&self, within: std::time::Duration) -> Option<u64> {
+            self.hub.stall_ms(within)
+        }
+    };
+}
+pub(crate) use forward_to_hub;
+
 /// The tcp behaviour: every hook at its default.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct DefaultHooks;

@@ -27,7 +27,7 @@ use spindle_transport_rdma::sim::{SimConfig, SimEndpoint, SimWorld};
 use spindle_transport_rdma::{Endpoint, Event, NodeId, RegionId};
 
 use crate::rdmc::{RdmcConfig, RdmcEvent, RdmcGroup, ScheduleKind};
-use crate::testkit::{SimCluster, SimNode, CONNECT_STEPS_MAX};
+use crate::testkit::{SimCluster, SimNode};
 use crate::{Error, Result};
 
 /// The region id every member registers its RDMC buffer under in these simulations.
@@ -137,25 +137,7 @@ pub fn rdmc_cluster(
         let group = RdmcGroup::new(n, members.to_vec(), config.clone(), region)?;
         sim.nodes.insert(n, RdmcNode::new(ep, group));
     }
-    for (i, &a) in members.iter().enumerate() {
-        for &b in &members[i + 1..] {
-            let address = sim.nodes[&b].ep.address();
-            sim.nodes[&a].ep.connect(b, &address)?;
-        }
-    }
-    sim.world.run_until_idle(CONNECT_STEPS_MAX);
-    for (id, n) in &sim.nodes {
-        let mut connected = 0;
-        while let Some(e) = n.ep.poll_event() {
-            connected += usize::from(matches!(e, Event::PeerConnected { .. }));
-        }
-        if connected != members.len() - 1 {
-            return Err(Error::Config(format!(
-                "sim: node {id} has {connected} links of {}",
-                members.len() - 1
-            )));
-        }
-    }
+    sim.connect_mesh(members, |n| &n.ep)?;
     Ok(sim)
 }
 
@@ -466,29 +448,12 @@ pub fn measure_completion(
     for t in schedule.steps().iter().flatten() {
         pairs.insert((t.from.min(t.to), t.from.max(t.to)));
     }
-    let mut degree = vec![0usize; n as usize];
-    for &(a, b) in &pairs {
-        degree[a as usize] += 1;
-        degree[b as usize] += 1;
-        let (a, b) = (members[a as usize], members[b as usize]);
-        let address = sim.nodes[&b].ep.address();
-        sim.nodes[&a].ep.connect(b, &address)?;
-    }
-    sim.world
-        .run_until_idle(CONNECT_STEPS_MAX.max(8 * pairs.len()));
-    for (rank, m) in members.iter().enumerate() {
-        let node = &sim.nodes[m];
-        let mut connected = 0;
-        while let Some(e) = node.ep.poll_event() {
-            connected += usize::from(matches!(e, Event::PeerConnected { .. }));
-        }
-        if connected != degree[rank] {
-            return Err(what(format!(
-                "node {m} has {connected} links of {}",
-                degree[rank]
-            )));
-        }
-    }
+    let pairs: Vec<(NodeId, NodeId)> = pairs
+        .iter()
+        .map(|&(a, b)| (members[a as usize], members[b as usize]))
+        .collect();
+    sim.connect(&pairs, |n| &n.ep)
+        .map_err(|e| what(e.to_string()))?;
     sim.settle(&[]); // the set-up's wake-ups
     let root = members[0];
     let start_us = sim.now_us();

@@ -139,6 +139,51 @@ impl<N: SimNode> SimCluster<N> {
         }
     }
 
+    /// Links each pair of `pairs` (the first node dials the second; `ep` gives a node's
+    /// endpoint), runs the fabric until it is idle, and checks that every node saw one
+    /// link come up per pair it is in: an error naming the first node short of its links
+    /// otherwise. The nodes' fabric events are consumed.
+    pub fn connect(
+        &mut self,
+        pairs: &[(NodeId, NodeId)],
+        ep: impl Fn(&N) -> &SimEndpoint,
+    ) -> Result<()> {
+        let mut links: BTreeMap<NodeId, usize> = self.nodes.keys().map(|&id| (id, 0)).collect();
+        for &(a, b) in pairs {
+            let (Some(na), Some(nb)) = (self.nodes.get(&a), self.nodes.get(&b)) else {
+                return Err(Error::Config(format!("sim: no node {a} or {b} to link")));
+            };
+            ep(na).connect(b, &ep(nb).address())?;
+            *links.entry(a).or_default() += 1;
+            *links.entry(b).or_default() += 1;
+        }
+        self.world
+            .run_until_idle(CONNECT_STEPS_MAX.max(8 * pairs.len()));
+        for (id, n) in &self.nodes {
+            let mut connected = 0;
+            while let Some(e) = ep(n).poll_event() {
+                connected += usize::from(matches!(e, Event::PeerConnected { .. }));
+            }
+            let want = links[id];
+            if connected != want {
+                return Err(Error::Config(format!(
+                    "sim: node {id} has {connected} links of {want}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`SimCluster::connect`] for every pair of `ids`, each node dialing those after it.
+    pub fn connect_mesh(&mut self, ids: &[NodeId], ep: impl Fn(&N) -> &SimEndpoint) -> Result<()> {
+        let pairs: Vec<(NodeId, NodeId)> = ids
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &a)| ids[i + 1..].iter().map(move |&b| (a, b)))
+            .collect();
+        self.connect(&pairs, ep)
+    }
+
     /// Rounds run so far.
     pub fn rounds(&self) -> u64 {
         self.rounds
@@ -267,27 +312,6 @@ pub fn engine_cluster(
             },
         );
     }
-    let ids: Vec<NodeId> = view.members.clone();
-    for (i, &a) in ids.iter().enumerate() {
-        for &b in &ids[i + 1..] {
-            let address = sim.nodes[&b].ep.address();
-            sim.nodes[&a].ep.connect(b, &address)?;
-        }
-    }
-    sim.world.run_until_idle(CONNECT_STEPS_MAX);
-    for (id, n) in &sim.nodes {
-        let mut connected = 0;
-        while let Some(e) = n.ep.poll_event() {
-            if matches!(e, Event::PeerConnected { .. }) {
-                connected += 1;
-            }
-        }
-        if connected != ids.len() - 1 {
-            return Err(Error::Config(format!(
-                "sim: node {id} has {connected} links of {}",
-                ids.len() - 1
-            )));
-        }
-    }
+    sim.connect_mesh(&view.members, |n| &n.ep)?;
     Ok(sim)
 }

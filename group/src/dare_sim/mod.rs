@@ -44,8 +44,8 @@ use spindle_transport_rdma::{Endpoint, Event, NodeId, Region, RegionId};
 
 use crate::dare::layout::{DARE_CTRL_REGION_ID, DARE_LOG_REGION_BASE};
 use crate::dare::{DareConfig, DareDelivery, DareEvent, DareNode, DareOut, DareRole, DARE_IMM};
-use crate::testkit::{SimCluster, SimNode, CONNECT_STEPS_MAX};
-use crate::{Error, Result};
+use crate::testkit::{SimCluster, SimNode};
+use crate::Result;
 
 /// Rounds a seeded run may take before it counts as hung.
 pub const DARE_SIM_ROUNDS_MAX: u64 = 400_000;
@@ -218,25 +218,7 @@ pub fn dare_cluster(
             },
         );
     }
-    for (i, &a) in members.iter().enumerate() {
-        for &b in &members[i + 1..] {
-            let address = sim.nodes[&b].ep.address();
-            sim.nodes[&a].ep.connect(b, &address)?;
-        }
-    }
-    sim.world.run_until_idle(CONNECT_STEPS_MAX);
-    for (id, n) in &sim.nodes {
-        let mut connected = 0;
-        while let Some(e) = n.ep.poll_event() {
-            connected += usize::from(matches!(e, Event::PeerConnected { .. }));
-        }
-        if connected != members.len() - 1 {
-            return Err(Error::Config(format!(
-                "sim: node {id} has {connected} links of {}",
-                members.len() - 1
-            )));
-        }
-    }
+    sim.connect_mesh(members, |n| &n.ep)?;
     Ok(sim)
 }
 

@@ -383,6 +383,23 @@ pub mod procs {
         Ok(cfg)
     }
 
+    /// Tells the driver (this child's parent) `line` on stdout, flushed: the child's
+    /// half of [`Proc::expect`].
+    pub fn tell_parent(line: &str) -> Result<(), BoxError> {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{line}")?;
+        out.flush()?;
+        Ok(())
+    }
+
+    /// The driver's next line on stdin, trimmed (empty once the driver closed it): the
+    /// child's half of [`Proc::say`].
+    pub fn from_parent(stdin: &mut BufReader<std::io::Stdin>) -> String {
+        let mut l = String::new();
+        let _ = stdin.read_line(&mut l);
+        l.trim().to_string()
+    }
+
     /// A free port on loopback (for a tcp participant's listen address).
     pub fn free_port() -> Result<u16, BoxError> {
         Ok(std::net::TcpListener::bind("127.0.0.1:0")?

@@ -13,12 +13,12 @@
 //! variable `LARGE_MEMORY_OUTBOUND_BYTES_MAX` sets the participants' `[fabric]
 //! outbound_bytes_max`.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::BufReader;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use spindle_dds_core::{DomainParticipantFactory, ParticipantConfig, StateMask};
-use spindle_examples::procs::{free_port, member_config, BoxError, Proc};
+use spindle_examples::procs::{self, free_port, member_config, BoxError, Proc};
 use spindle_qos::{DataReaderQos, DataWriterQos, History, Reliability, TopicQos};
 use spindle_topics::Sequence;
 
@@ -131,16 +131,8 @@ fn member(
     let p = DomainParticipantFactory::instance().create_participant(0, Default::default(), &cfg)?;
     let created_ms = start.elapsed().as_secs_f64() * 1e3;
     let mut stdin = BufReader::new(std::io::stdin());
-    let say = |line: &str| -> Result<(), BoxError> {
-        println!("{line}");
-        std::io::stdout().flush()?;
-        Ok(())
-    };
-    let next = |stdin: &mut BufReader<std::io::Stdin>| -> String {
-        let mut l = String::new();
-        let _ = stdin.read_line(&mut l);
-        l.trim().to_string()
-    };
+    let say = procs::tell_parent;
+    let next = procs::from_parent;
     say("JOINED")?;
     if next(&mut stdin) != "CREATE" {
         return Ok(());

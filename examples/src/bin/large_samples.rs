@@ -12,7 +12,7 @@
 //! `large_samples [--transport tcp|shm] [--out DIR] [--kill]` runs the domain;
 //! `large_samples member ...` is one process of it (started by the former).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ use spindle_examples::large_samples::{
 use spindle_qos::{DataReaderQos, DataWriterQos, History, Reliability, TopicQos};
 use spindle_topics::Sequence;
 
-use spindle_examples::procs::{free_port, member_config, BoxError, Proc};
+use spindle_examples::procs::{self, free_port, member_config, BoxError, Proc};
 
 /// How long a process may take for one step before the domain gives up.
 const STEP_TIMEOUT: Duration = Duration::from_secs(180);
@@ -98,16 +98,8 @@ fn member(
     cfg.fabric.suspect_ceiling_ms = 10_000;
     let p = DomainParticipantFactory::instance().create_participant(0, Default::default(), &cfg)?;
     let mut stdin = BufReader::new(std::io::stdin());
-    let say = |line: &str| -> Result<(), BoxError> {
-        println!("{line}");
-        std::io::stdout().flush()?;
-        Ok(())
-    };
-    let next = |stdin: &mut BufReader<std::io::Stdin>| -> String {
-        let mut l = String::new();
-        let _ = stdin.read_line(&mut l);
-        l.trim().to_string()
-    };
+    let say = procs::tell_parent;
+    let next = procs::from_parent;
     say("JOINED")?;
     if next(&mut stdin) != "CREATE" {
         return Ok(());

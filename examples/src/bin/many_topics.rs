@@ -8,7 +8,7 @@
 //! `many_topics [--transport tcp|shm] [--topics N] [--out DIR]` runs the domain;
 //! `many_topics member ...` is one process of it (started by the former).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use spindle_examples::many_topics::{readers_of, topic_name, writer_of, PARTICIPA
 use spindle_qos::{DataReaderQos, DataWriterQos, History, Reliability, TopicQos};
 use spindle_topics::KeyedString;
 
-use spindle_examples::procs::{free_port, member_config, BoxError, Proc};
+use spindle_examples::procs::{self, free_port, member_config, BoxError, Proc};
 
 /// How long a process may take for one step before the domain gives up.
 const STEP_TIMEOUT: Duration = Duration::from_secs(120);
@@ -98,16 +98,8 @@ fn member(
     cfg.entity_timeout_ms = 60_000;
     let p = DomainParticipantFactory::instance().create_participant(0, Default::default(), &cfg)?;
     let mut stdin = BufReader::new(std::io::stdin());
-    let say = |line: &str| -> Result<(), BoxError> {
-        println!("{line}");
-        std::io::stdout().flush()?;
-        Ok(())
-    };
-    let next = |stdin: &mut BufReader<std::io::Stdin>| -> String {
-        let mut l = String::new();
-        let _ = stdin.read_line(&mut l);
-        l.trim().to_string()
-    };
+    let say = procs::tell_parent;
+    let next = procs::from_parent;
     say("JOINED")?;
     if next(&mut stdin) != "CREATE" {
         return Ok(());

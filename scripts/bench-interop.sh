@@ -14,7 +14,10 @@
 # the readers hold the same samples in the same order?) for Spindle, RustDDS and Cyclone
 # DDS (its Python binding, the cross-check's venv).
 # Writes JSON lines to docs/bench-interop.jsonl, the Markdown table to stdout and the
-# plots to docs/bench-interop-{throughput,latency}.svg.
+# plots to docs/bench-interop-{throughput,latency}.svg. The RustDDS runs, (b) and (d),
+# carry `udp_drops` (the kernel's RcvbufErrors over the run) and `rmem_max` (the socket
+# buffer cap): under a cap below RustDDS's 8 MiB request a run that drops datagrams pays
+# a NACK round per drop and measures the buffers, not the stack.
 #   bash scripts/bench-interop.sh [--sizes "16 1024 65000"] [--quick] [--semantic-runs N]
 #                                 [--semantic-only] [--stacks "LIST"] [--out FILE]
 # --quick: fewer samples (a smoke run of the harness, figures not for the record).
@@ -182,13 +185,34 @@ spindle_native() { # transport mode size
   stop pub sub
 }
 
+# The kernel's count of UDP datagrams dropped on a full receive buffer (all sockets).
+udp_drops() { awk '/^Udp:/ { n++; if (n == 2) print $6 }' /proc/net/snmp 2>/dev/null || echo 0; }
+# udp_tagged BEFORE: the result line on stdin with the UDP datagrams dropped since BEFORE
+# and the socket buffer cap (RustDDS asks for 8 MiB; a cap below it drops datagrams, and
+# each drop costs RustDDS a NACK round: a run with drops measures the buffers).
+udp_tagged() {
+  # The counters are read once the line is in: the stage starts with its pipeline.
+  python3 -c "import json,sys
+def drops():
+    rows = [l.split() for l in open('/proc/net/snmp') if l.startswith('Udp:')]
+    return int(rows[1][rows[0].index('RcvbufErrors')])
+for l in sys.stdin:
+    try:
+        r = json.loads(l)
+    except ValueError:
+        print(l, end=''); continue
+    r.update(udp_drops=drops() - $1, rmem_max=int(open('/proc/sys/net/core/rmem_max').read()))
+    print(json.dumps(r))"
+}
+
 rustdds_native() { # mode size
   local n domain=$((100 + RANDOM % 100))
   n=$(count_for "$1" "$2")
   start sub "$bin/interop-rustdds-peer" perf-sub "$domain" "$1" "$2" "$n" "$sub_timeout_s" rustdds-udp
   wait_line sub READY 30 >/dev/null || { abort rustdds-udp "$1" "$2" "subscriber did not start"; return 0; }
+  local drops; drops=$(udp_drops)
   start pub "$bin/interop-rustdds-peer" perf-pub "$domain" "$1" "$2" "$n"
-  wait_line sub '{' $((sub_timeout_s + 30)) | tee -a "$out.tmp" || true
+  wait_line sub '{' $((sub_timeout_s + 30)) | udp_tagged "$drops" | tee -a "$out.tmp" || true
   stop pub sub
 }
 
@@ -225,8 +249,9 @@ EOF
   start sub "$bin/interop-rustdds-peer" perf-sub "$b" "$1" "$2" "$n" "$sub_timeout_s" $stack
   wait_line sub READY 30 >/dev/null || { abort $stack "$1" "$2" "subscriber did not start"; return 0; }
   wait_line bout "MATCHED rtps_readers=1" 60 >/dev/null || { abort $stack "$1" "$2" "no match"; return 0; }
+  local drops; drops=$(udp_drops)
   start pub "$bin/interop-rustdds-peer" perf-pub "$a" "$1" "$2" "$n"
-  wait_line sub '{' $((sub_timeout_s + 30)) | tee -a "$out.tmp" || true
+  wait_line sub '{' $((sub_timeout_s + 30)) | udp_tagged "$drops" | tee -a "$out.tmp" || true
   stop pub sub bout bin host
 }
 
@@ -390,8 +415,8 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 def f(v, unit=""):
     return "—" if v is None else (f"{v:,.0f}{unit}" if isinstance(v, (int, float)) and v >= 100 else f"{v}{unit}")
-print("| stack | size (B) | msgs/s | MB/s | one-way p50 (µs) | one-way p99 (µs) |")
-print("|---|---:|---:|---:|---:|---:|")
+print("| stack | size (B) | msgs/s | MB/s | one-way p50 (µs) | one-way p99 (µs) | UDP drops (throughput run) |")
+print("|---|---:|---:|---:|---:|---:|---:|")
 by = {}
 for r in rows:
     if r.get("error") or r.get("complete") is False:
@@ -402,7 +427,12 @@ for (stack, size), m in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
     t, l = m.get("throughput", {}), m.get("latency", {})
     mbs = t.get("bytes_per_s")
     print(f"| {stack} | {size} | {f(t.get('msgs_per_s'))} | {'—' if mbs is None else f'{mbs/1e6:.1f}'} | "
-          f"{f(l.get('lat_p50_us'))} | {f(l.get('lat_p99_us'))} |")
+          f"{f(l.get('lat_p50_us'))} | {f(l.get('lat_p99_us'))} | {t.get('udp_drops', '—')} |")
+caps = {r["rmem_max"] for r in rows if "rmem_max" in r}
+if caps:
+    print()
+    print(f"Socket buffer cap (net.core.rmem_max): {', '.join(f'{c:,}' for c in sorted(caps))} bytes. "
+          "A RustDDS run with UDP drops paid a NACK round per drop: it measures the buffers, not the stack.")
 print()
 print("| semantic: 2 writers, 3 readers, one writer killed | samples per reader | same samples | same order |")
 print("|---|---|---|---|")

@@ -176,7 +176,10 @@ pub struct ParticipantConfig {
     /// How long the predicate thread keeps looking for work (yielding the core between
     /// looks) after its last work before it parks on the transport's doorbell, at most
     /// [`SPIN_BEFORE_PARK_US_MAX`]. Longer saves the wake-up of a parked thread when
-    /// samples come often; shorter leaves the cores to other threads sooner.
+    /// samples come often; shorter leaves the cores to other threads sooner. A stream
+    /// whose period sits just past it (samples every 1.0–2.0 ms against 1 ms) makes the
+    /// thread's spin grow to cover the period, up to twice this
+    /// (`spindle_group::runtime::IDLE_SPIN_GROWTH_MAX`).
     #[serde(default = "default_spin_before_park_us")]
     pub spin_before_park_us: u64,
     /// Where this participant keeps the logs of its DURABILITY PERSISTENT (LoggedStore)

@@ -6,6 +6,14 @@
 //! and for [`NodeConfig::spin_before_park_us`] after, then parks on the endpoint's doorbell
 //! (woken by writes landing, fabric events, drained queues, and application commits via
 //! [`Endpoint::wake`]), so an idle node burns no core (docs/design.md §3, §8).
+//!
+//! The spin adapts to one case: work that arrives less than the configured spin after a
+//! park began says the stream's period sits just past the spin (a 1 kHz stream against
+//! Derecho's 1 ms), where the thread spins nearly the whole period and still pays a
+//! wake-up per sample. The spin then grows to cover the gap it saw, up to
+//! [`IDLE_SPIN_GROWTH_MAX`] times the configured one; a park longer than the configured
+//! spin brings it back. docs/benchmarks.md ("An idle spin that covers a stream's
+//! period") has the 1 kHz latency and CPU it was kept for.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +41,78 @@ const EVENT_POLL_ROUNDS: u32 = 64;
 const STATS_ROUNDS: u32 = 1024;
 /// Idle rounds between two readings of the clock.
 const CLOCK_ROUNDS: u32 = 16;
+/// Most a predicate thread's idle spin grows to, as a multiple of its configured
+/// `spin_before_park_us` (see the module docs).
+pub const IDLE_SPIN_GROWTH_MAX: u32 = 2;
+const _: () = assert!(IDLE_SPIN_GROWTH_MAX >= 1);
+
+/// When an idle predicate thread parks. It yields for its spin budget after its last
+/// work, then parks on the doorbell. The budget starts at the configured spin
+/// (`spin_before_park_us`; Derecho's 1 ms). When work arrives less than that after a
+/// park began, the stream's period sits just past the budget — a 1 kHz stream against 1
+/// ms spins the whole period and still pays a wake-up on an idle core — so the budget
+/// grows to cover the gap it saw, up to [`IDLE_SPIN_GROWTH_MAX`] times the configured
+/// spin; a park longer than the configured spin brings it back. A stream whose period
+/// is more than twice the spin parks as before; one just past the spin keeps its thread
+/// spinning (the CPU such a stream already mostly took) and loses the wake-up.
+struct IdleSpin {
+    base: Duration,
+    budget: Duration,
+    rounds: u32,
+    last_work: Instant,
+    parked_at: Option<Instant>,
+}
+
+impl IdleSpin {
+    fn new(spin: Duration) -> IdleSpin {
+        IdleSpin {
+            base: spin,
+            budget: spin,
+            rounds: 0,
+            last_work: Instant::now(),
+            parked_at: None,
+        }
+    }
+
+    /// A round that did work.
+    fn worked(&mut self) {
+        self.rounds = 0;
+        if let Some(at) = self.parked_at.take() {
+            self.budget = next_spin_budget(self.base, self.budget, at.elapsed());
+        }
+    }
+
+    /// An idle round: yields the CPU (the application's threads may need this core;
+    /// 2-core machines run several nodes) and reads the clock only now and then; true
+    /// once the budget since the last work is spent: the caller parks.
+    fn idle(&mut self) -> bool {
+        self.rounds += 1;
+        if self.rounds == 1 {
+            self.last_work = Instant::now();
+        }
+        std::thread::yield_now();
+        if self.rounds % CLOCK_ROUNDS == 0 && self.last_work.elapsed() >= self.budget {
+            self.parked_at.get_or_insert_with(Instant::now);
+            return true;
+        }
+        false
+    }
+
+    /// True in the first idle round after work.
+    fn just_idle(&self) -> bool {
+        self.rounds == 1
+    }
+}
+
+/// The spin budget once work came `parked_for` into a park begun with `budget`, for a
+/// configured spin `base` ([`IdleSpin`]).
+fn next_spin_budget(base: Duration, budget: Duration, parked_for: Duration) -> Duration {
+    if parked_for < base {
+        (budget + parked_for + base / 8).min(base * IDLE_SPIN_GROWTH_MAX)
+    } else {
+        base
+    }
+}
 
 /// Most rounds of the group's predicate thread one [`Endpoint::cork`] spans: the round
 /// that handed the application deliveries and the next, whose pushes carry what the
@@ -55,7 +135,9 @@ pub struct NodeConfig {
     pub engine: EngineConfig,
     /// Fabric addresses of the other members this node shares a subgroup with.
     pub peers: BTreeMap<NodeId, String>,
-    /// How long the predicate thread keeps spinning after its last work before parking.
+    /// How long the predicate thread keeps spinning after its last work before parking,
+    /// to begin with: a stream whose period sits just past it makes the spin grow, up to
+    /// [`IDLE_SPIN_GROWTH_MAX`] times this (see the module docs).
     pub spin_before_park_us: u64,
     /// How long one park lasts at most (a safety net: wake-ups come from the doorbell).
     pub park_ms: u64,
@@ -260,10 +342,8 @@ fn predicate_loop(
     shared: &Shared,
     mut upcall: impl FnMut(&DeliveryBatch),
 ) {
-    let spin = Duration::from_micros(cfg.spin_before_park_us);
+    let mut idle = IdleSpin::new(Duration::from_micros(cfg.spin_before_park_us));
     let park = Duration::from_millis(cfg.park_ms);
-    let mut last_work = Instant::now();
-    let mut idle_rounds: u32 = 0;
     let mut round: u32 = 0;
     // A dare subgroup's core runs on the clock (heartbeats, elections) and on two-sided
     // messages: its fabric events are taken every round, and a park never outlasts its
@@ -305,23 +385,17 @@ fn predicate_loop(
             }
         }
         if work {
-            idle_rounds = 0;
+            idle.worked();
             if round % STATS_ROUNDS == 0 {
                 *lock(&shared.stats) = engine.stats();
             }
             continue;
         }
-        idle_rounds += 1;
-        if idle_rounds == 1 {
-            last_work = Instant::now();
-            *lock(&shared.stats) = engine.stats();
-        }
-        // Idle: yield rather than spin hard (the application's threads may need this core;
-        // 2-core machines run several nodes), read the clock only now and then, and park
-        // once the spin budget is spent.
-        std::thread::yield_now();
-        if idle_rounds % CLOCK_ROUNDS == 0 && last_work.elapsed() >= spin {
+        if idle.idle() {
             ep.wait(park);
+        }
+        if idle.just_idle() {
+            *lock(&shared.stats) = engine.stats();
         }
     }
     *lock(&shared.stats) = engine.stats();
@@ -618,9 +692,7 @@ fn group_loop(
     mut persister: Option<Persister>,
 ) {
     let start = Instant::now();
-    let spin = Duration::from_micros(spin_before_park_us);
-    let mut last_work = Instant::now();
-    let mut idle_rounds: u32 = 0;
+    let mut idle = IdleSpin::new(Duration::from_micros(spin_before_park_us));
     let mut refresh = true;
     let mut round: u32 = 0;
     let mut now_us = 0;
@@ -644,7 +716,7 @@ fn group_loop(
         }
         // The group's time-outs are milliseconds: a busy loop reads the clock every few
         // rounds, an idle one every round.
-        if idle_rounds > 0 || round % CLOCK_ROUNDS == 0 {
+        if idle.rounds > 0 || round % CLOCK_ROUNDS == 0 {
             now_us = start.elapsed().as_micros() as u64;
         }
         let mut work = drive(&mut group, &*ep, now_us);
@@ -744,15 +816,10 @@ fn group_loop(
             refresh = !all;
         }
         if work {
-            idle_rounds = 0;
+            idle.worked();
             continue;
         }
-        idle_rounds += 1;
-        if idle_rounds == 1 {
-            last_work = Instant::now();
-        }
-        std::thread::yield_now();
-        if idle_rounds % CLOCK_ROUNDS == 0 && last_work.elapsed() >= spin {
+        if idle.idle() {
             // Park, but wake in time for the group's time-outs (joins, activation) and a
             // dare subgroup's heartbeats.
             let hb = group.engine().and_then(Engine::dare_heartbeat_us);
@@ -936,4 +1003,59 @@ pub fn perform(ep: &dyn Endpoint, action: GroupAction) -> Option<GroupAction> {
         },
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_park_cut_short_grows_the_spin_to_cover_the_gap_within_the_cap() {
+        // A 1 kHz stream against 1 ms: the park began at 1 ms and work came 0.1 ms in.
+        let grown = next_spin_budget(MS, MS, MS / 10);
+        assert_eq!(
+            grown,
+            MS + MS / 10 + MS / 8,
+            "budget + gap + an eighth of the spin"
+        );
+        // It never grows past IDLE_SPIN_GROWTH_MAX times the configured spin.
+        let mut b = MS;
+        for _ in 0..20 {
+            b = next_spin_budget(MS, b, MS * 9 / 10);
+        }
+        assert_eq!(b, MS * IDLE_SPIN_GROWTH_MAX);
+    }
+
+    #[test]
+    fn a_long_park_brings_the_spin_back_and_zero_stays_zero() {
+        let grown = MS * IDLE_SPIN_GROWTH_MAX;
+        assert_eq!(
+            next_spin_budget(MS, grown, MS),
+            MS,
+            "parked as long as the spin"
+        );
+        assert_eq!(next_spin_budget(MS, grown, 50 * MS), MS);
+        // spin_before_park_us = 0: park at once, always.
+        assert_eq!(
+            next_spin_budget(Duration::ZERO, Duration::ZERO, Duration::ZERO),
+            Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn an_idle_spin_parks_only_once_its_budget_is_spent() {
+        let mut idle = IdleSpin::new(Duration::from_secs(3600));
+        for _ in 0..4 * CLOCK_ROUNDS {
+            assert!(!idle.idle(), "an hour's budget is not spent");
+        }
+        let mut idle = IdleSpin::new(Duration::ZERO);
+        let parked = (0..CLOCK_ROUNDS).filter(|_| idle.idle()).count();
+        assert_eq!(parked, 1, "a zero budget parks at the first clock reading");
+        assert!(idle.parked_at.is_some());
+        idle.worked();
+        assert!(idle.parked_at.is_none() && idle.rounds == 0);
+        assert_eq!(idle.budget, Duration::ZERO);
+    }
 }

@@ -46,15 +46,9 @@ const CLOCK_ROUNDS: u32 = 16;
 pub const IDLE_SPIN_GROWTH_MAX: u32 = 2;
 const _: () = assert!(IDLE_SPIN_GROWTH_MAX >= 1);
 
-/// When an idle predicate thread parks. It yields for its spin budget after its last
-/// work, then parks on the doorbell. The budget starts at the configured spin
-/// (`spin_before_park_us`; Derecho's 1 ms). When work arrives less than that after a
-/// park began, the stream's period sits just past the budget — a 1 kHz stream against 1
-/// ms spins the whole period and still pays a wake-up on an idle core — so the budget
-/// grows to cover the gap it saw, up to [`IDLE_SPIN_GROWTH_MAX`] times the configured
-/// spin; a park longer than the configured spin brings it back. A stream whose period
-/// is more than twice the spin parks as before; one just past the spin keeps its thread
-/// spinning (the CPU such a stream already mostly took) and loses the wake-up.
+/// When an idle predicate thread parks: it yields for its spin budget after its last
+/// work, then parks on the doorbell; the budget adapts as the module docs say
+/// ([`next_spin_budget`]).
 struct IdleSpin {
     base: Duration,
     budget: Duration,

@@ -1,6 +1,8 @@
 //! `dds_perf` end to end with small counts: the ping/pong mode in both trigger modes and
 //! over both transports prints its JSON keys and its histogram; the one-process latency
-//! mode still runs. No timing is asserted: only that the runs complete and report.
+//! mode still runs. No timing is asserted beyond one lower bound (a paced run lasts at
+//! least its pings' periods: noise only makes it longer); otherwise only that the runs
+//! complete and report.
 
 use std::process::Command;
 
@@ -145,6 +147,55 @@ fn pingpong_under_a_bulk_stream_completes() {
     assert_eq!(field(&json, "bulk_size"), Some("4096"), "{json}");
     let taken: f64 = field(&json, "bulk_taken").unwrap().parse().unwrap();
     assert!(taken > 0.0, "the bulk stream ran: {json}");
+}
+
+/// `--rate`: the pings go one period apart, in both trigger modes, so the run lasts at
+/// least (pings - 1) periods; a rate above the bound is refused by name.
+#[test]
+fn paced_pingpong_sends_at_its_rate() {
+    for trigger in [None, Some("--listener")] {
+        let mut args = vec![
+            "--pingpong",
+            "--transport",
+            "shm",
+            "--level",
+            "atomic",
+            "--size",
+            "16",
+            "--rate",
+            "500",
+            "--roundtrips",
+            "100",
+            "--warmup",
+            "10",
+            "--seconds",
+            "60",
+        ];
+        args.extend(trigger);
+        let json = dds_perf(&args);
+        assert_eq!(
+            field(&json, "complete"),
+            Some("true"),
+            "{trigger:?}: {json}"
+        );
+        assert_eq!(field(&json, "rate_hz"), Some("500"), "{trigger:?}: {json}");
+        let secs: f64 = field(&json, "seconds").unwrap().parse().unwrap();
+        // 110 pings, 2 ms apart: at least 109 periods (218 ms; 1 ms of rounding spared).
+        assert!(
+            secs >= 0.217,
+            "{trigger:?}: a paced run of {secs} s: {json}"
+        );
+        let p50: f64 = field(&json, "rtt_p50_us").unwrap().parse().unwrap();
+        let half: f64 = field(&json, "oneway_est_p50_us").unwrap().parse().unwrap();
+        assert!((half * 2.0 - p50).abs() < 0.01, "{json}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_dds_perf"))
+        .args(["--pingpong", "--transport", "shm", "--rate", "2000000"])
+        .output()
+        .expect("run dds_perf");
+    assert!(!out.status.success(), "a rate above the bound ran");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--rate 2000000"), "{err}");
 }
 
 #[test]

@@ -74,6 +74,12 @@ pub struct Args {
     /// Ping/pong between the two processes: the round trip, one sample in flight.
     #[arg(long)]
     pub pingpong: bool,
+    /// Pings a second (`--pingpong`), as `ddsperf ping HZHz`; 0 (the default): the next
+    /// ping upon each pong, back to back. A paced run measures what an application that
+    /// writes now and then meets (its threads idle between samples), a back-to-back run
+    /// the round trip with every thread hot.
+    #[arg(long, default_value_t = 0)]
+    pub rate: u32,
     /// Round trips to record (`--pingpong`), after the warm-up.
     #[arg(long, default_value_t = 100_000)]
     pub roundtrips: u64,

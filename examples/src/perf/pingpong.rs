@@ -4,6 +4,10 @@
 //! writes the next one — one sample in flight. Each round trip is timed at the ping
 //! process with its monotonic clock, from just before `write` to just after `take`.
 //!
+//! With `--rate HZ` the ping process sends a ping every 1/HZ s (as `ddsperf ping HZHz`)
+//! from a thread of its own instead of one upon each pong; the round trip is timed the
+//! same way.
+//!
 //! Both sides react either in a WaitSet loop on a thread of their own (the default) or in
 //! `on_data_available` on the delivery thread (`--listener`, ddsperf's default mode).
 //! With `--bulk-size N` the ping process also writes N-byte samples on topic `bulk` as
@@ -39,6 +43,8 @@ pub(crate) const ROUNDTRIPS_MAX: u64 = 10_000_000;
 const MATCH_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest single wait of a WaitSet loop before it looks at its deadline again.
 const WAIT_SLICE: Duration = Duration::from_millis(100);
+/// The highest `--rate` (pings a second): a period of 1 µs.
+const RATE_HZ_MAX: u32 = 1_000_000;
 /// How long the pong process outlives the ping process's deadline at most.
 const PONG_GRACE: Duration = Duration::from_secs(30);
 
@@ -59,7 +65,43 @@ fn check_args(a: &Args) -> Result<(), BoxError> {
     if a.warmup > ROUNDTRIPS_MAX {
         return Err(format!("--warmup {}: at most {ROUNDTRIPS_MAX}", a.warmup).into());
     }
+    if a.rate > RATE_HZ_MAX {
+        return Err(format!("--rate {}: at most {RATE_HZ_MAX} pings a second", a.rate).into());
+    }
     check_topics(a.topic_subgroups)
+}
+
+/// When the ping side sends its pings (`--rate`): back to back, or one period apart.
+struct Pace {
+    period: Option<Duration>,
+    next: Instant,
+}
+
+impl Pace {
+    fn new(rate_hz: u32) -> Pace {
+        Pace {
+            period: (rate_hz > 0).then(|| Duration::from_secs(1) / rate_hz),
+            next: Instant::now(),
+        }
+    }
+
+    fn paced(&self) -> bool {
+        self.period.is_some()
+    }
+
+    /// Sleeps until the next ping is due, never past `deadline`. A ping that is late (its
+    /// round trip took longer than a period) goes at once, and the pace restarts from it
+    /// rather than catching up with a burst.
+    fn wait(&mut self, deadline: Instant) {
+        let Some(period) = self.period else {
+            return;
+        };
+        let now = Instant::now();
+        if self.next > now {
+            std::thread::sleep((self.next - now).min(deadline.saturating_duration_since(now)));
+        }
+        self.next = self.next.max(now) + period;
+    }
 }
 
 fn sample(size: usize) -> Sequence {
@@ -178,7 +220,7 @@ fn result_json(a: &Args, rec: &Record, secs: f64, bulk_written: u64) -> String {
     let us = |ns: u64| format!("{:.3}", ns as f64 / 1e3);
     let pct = match percentiles(&mut rtt) {
         Some(p) => format!(
-            "\"rtt_p50_us\":{},\"rtt_p90_us\":{},\"rtt_p99_us\":{},\"rtt_p999_us\":{},\"rtt_p9999_us\":{},\"rtt_max_us\":{},\"rtt_min_us\":{},\"rtt_mean_us\":{},\"oneway_est_p50_us\":{:.3}",
+            "\"rtt_p50_us\":{},\"rtt_p90_us\":{},\"rtt_p99_us\":{},\"rtt_p999_us\":{},\"rtt_p9999_us\":{},\"rtt_max_us\":{},\"rtt_min_us\":{},\"rtt_mean_us\":{},\"oneway_est_p50_us\":{:.3},\"oneway_est_p99_us\":{:.3}",
             us(p.p50_ns),
             us(p.p90_ns),
             us(p.p99_ns),
@@ -187,17 +229,19 @@ fn result_json(a: &Args, rec: &Record, secs: f64, bulk_written: u64) -> String {
             us(p.max_ns),
             us(p.min_ns),
             us(p.mean_ns),
-            p.p50_ns as f64 / 2e3
+            p.p50_ns as f64 / 2e3,
+            p.p99_ns as f64 / 2e3
         ),
-        None => "\"rtt_p50_us\":null,\"rtt_p90_us\":null,\"rtt_p99_us\":null,\"rtt_p999_us\":null,\"rtt_p9999_us\":null,\"rtt_max_us\":null,\"rtt_min_us\":null,\"rtt_mean_us\":null,\"oneway_est_p50_us\":null".to_string(),
+        None => "\"rtt_p50_us\":null,\"rtt_p90_us\":null,\"rtt_p99_us\":null,\"rtt_p999_us\":null,\"rtt_p9999_us\":null,\"rtt_max_us\":null,\"rtt_min_us\":null,\"rtt_mean_us\":null,\"oneway_est_p50_us\":null,\"oneway_est_p99_us\":null".to_string(),
     };
     let measured = rec.rtt_ns.len() as u64;
     format!(
-        "{{\"mode\":\"pingpong\",\"transport\":\"{}\",\"level\":\"{}\",\"size\":{},\"trigger\":\"{}\",\"loan\":{},\"window\":{},\"bulk_size\":{},\"spin_before_park_us\":{},\"warmup\":{},\"roundtrips\":{},\"complete\":{},\"seconds\":{:.3},{},\"bulk_written\":{},\"bulk_written_per_s\":{:.0}",
+        "{{\"mode\":\"pingpong\",\"transport\":\"{}\",\"level\":\"{}\",\"size\":{},\"trigger\":\"{}\",\"rate_hz\":{},\"loan\":{},\"window\":{},\"bulk_size\":{},\"spin_before_park_us\":{},\"warmup\":{},\"roundtrips\":{},\"complete\":{},\"seconds\":{:.3},{},\"bulk_written\":{},\"bulk_written_per_s\":{:.0}",
         a.transport,
         a.level,
         a.size,
         if a.listener { "listener" } else { "waitset" },
+        a.rate,
         a.loan,
         a.window,
         a.bulk_size,
@@ -224,7 +268,9 @@ fn ping_in_waitset(
     let s = sample(a.size);
     let total = a.warmup + a.roundtrips;
     let mut rec = Record::new(a);
+    let mut pace = Pace::new(a.rate);
     'rounds: while rec.done < total {
+        pace.wait(deadline);
         let t0 = Instant::now();
         w.write(&s)?;
         while take_all(r, a.loan)? == 0 {
@@ -243,8 +289,10 @@ fn ping_in_waitset(
 }
 
 /// The ping side in `on_data_available` of the pong reader: it records the round trip
-/// and writes the next ping from there, as `ddsperf ping` does in listener mode.
+/// and writes the next ping from there, as `ddsperf ping` does in listener mode; when
+/// paced (`--rate`), the ping thread writes the next one at its time instead.
 struct PingListener {
+    paced: bool,
     writer: DataWriter<Sequence>,
     sample: Sequence,
     loan: bool,
@@ -252,6 +300,8 @@ struct PingListener {
     total: u64,
     deadline: Instant,
     state: Mutex<(Instant, Record)>,
+    /// Notified with `state` when a paced round trip is recorded.
+    answered: Condvar,
     finished: Arc<(Mutex<Option<String>>, Condvar)>,
 }
 
@@ -281,6 +331,11 @@ impl DataReaderListener<Sequence> for PingListener {
             drop(st);
             return self.finish(String::new());
         }
+        if self.paced {
+            drop(st);
+            self.answered.notify_all();
+            return;
+        }
         st.0 = Instant::now();
         drop(st);
         if let Err(e) = self.writer.write(&self.sample) {
@@ -296,7 +351,9 @@ fn ping_in_listener(
     deadline: Instant,
 ) -> Result<Record, BoxError> {
     let finished = Arc::new((Mutex::new(None::<String>), Condvar::new()));
+    let mut pace = Pace::new(a.rate);
     let l = PingListener {
+        paced: pace.paced(),
         writer: w.clone(),
         sample: sample(a.size),
         loan: a.loan,
@@ -304,6 +361,7 @@ fn ping_in_listener(
         total: a.warmup + a.roundtrips,
         deadline,
         state: Mutex::new((Instant::now(), Record::new(a))),
+        answered: Condvar::new(),
         finished: Arc::clone(&finished),
     };
     let listener = Arc::new(l);
@@ -313,6 +371,9 @@ fn ping_in_listener(
         st.0 = Instant::now();
     }
     w.write(&listener.sample)?;
+    if pace.paced() {
+        pace_pings(&listener, &mut pace, deadline)?;
+    }
     let (m, c) = &*finished;
     let mut f = m.lock().unwrap_or_else(|p| p.into_inner());
     while f.is_none() {
@@ -333,6 +394,39 @@ fn ping_in_listener(
     }
     let mut st = listener.state.lock().unwrap_or_else(|p| p.into_inner());
     Ok(std::mem::replace(&mut st.1, Record::new(a)))
+}
+
+/// The paced ping thread of the listener mode: once the last ping's pong is recorded, it
+/// writes the next at its time, until the listener finishes or `deadline`.
+fn pace_pings(l: &PingListener, pace: &mut Pace, deadline: Instant) -> Result<(), BoxError> {
+    let finished = || {
+        l.finished
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    };
+    let mut sent = 1;
+    while !finished() && Instant::now() < deadline {
+        {
+            let mut st = l.state.lock().unwrap_or_else(|p| p.into_inner());
+            while st.1.done < sent && Instant::now() < deadline {
+                st = l
+                    .answered
+                    .wait_timeout(st, WAIT_SLICE)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            if st.1.done < sent || st.1.done >= l.total {
+                return Ok(());
+            }
+        }
+        pace.wait(deadline);
+        l.state.lock().unwrap_or_else(|p| p.into_inner()).0 = Instant::now();
+        l.writer.write(&l.sample)?;
+        sent += 1;
+    }
+    Ok(())
 }
 
 /// A listener shared with the thread that reads its results.
@@ -520,6 +614,7 @@ pub(crate) fn bench(a: &Args, exe_args: &[String]) -> Result<String, BoxError> {
             .args(["--roundtrips", &a.roundtrips.to_string()])
             .args(["--warmup", &a.warmup.to_string()])
             .args(["--seconds", &a.seconds.to_string()])
+            .args(["--rate", &a.rate.to_string()])
             .args(["--bulk-size", &a.bulk_size.to_string()]);
         if let Some(h) = &a.histogram {
             c.arg("--histogram").arg(h);

@@ -3,7 +3,9 @@
 # reliable, keyed topic (DDS::KeyedString, 8 instances), samples of 16 B, 1 KiB and
 # 64 KiB (65,000 B: a Spindle slot carries at most 65,536 payload bytes until RDMC carries
 # large samples), throughput and one-way latency p50/p99, on
-#   (a) Spindle native over tcp and over shm          (interop-spindle-peer perf-*)
+#   (a) Spindle native over tcp and over shm          (interop-spindle-peer perf-*; and
+#       half its ping-pong round trip, `dds_perf --pingpong --rate 1000` and back to
+#       back, measured as (c) measures Cyclone: the "latency-halfrtt" rows)
 #   (b) RustDDS 0.15 over UDP loopback                (interop-rustdds-peer perf-*)
 #   (c) Cyclone DDS ddsperf over UDP loopback         (scripts/ddsperf-reference.sh; its
 #       latency is half its ping-pong round trip, pinged at 1 kHz like the others' pace)
@@ -53,7 +55,7 @@ while [ $# -gt 0 ]; do
     *) echo "bench-interop: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-cargo build --release -q -p spindle-interop-tests --bins
+cargo build --release -q -p spindle-interop-tests --bins -p spindle-examples --bin dds_perf
 bin="${CARGO_TARGET_DIR:-target}/release"
 work=$(mktemp -d)
 out=docs/bench-interop.jsonl
@@ -185,6 +187,22 @@ spindle_native() { # transport mode size
   stop pub sub
 }
 
+# spindle_pingpong TRANSPORT SIZE: half of dds_perf's ping-pong round trip (atomic,
+# listener, SIZE payload bytes), pinged at 1 kHz (the "latency-halfrtt" row: the
+# measure of ddsperf's row next to it) and back to back ("latency-halfrtt-back-to-back").
+spindle_pingpong() {
+  local rate mode trips
+  for rate in 1000 0; do
+    mode=latency-halfrtt trips=5000
+    [ "$rate" = 0 ] && mode=latency-halfrtt-back-to-back trips=20000
+    [ "$quick" = 1 ] && trips=1000
+    timeout 300 "$bin/dds_perf" --pingpong --transport "$1" --level atomic --size "$2" --listener \
+        --rate "$rate" --roundtrips "$trips" --warmup 500 2>"$work/pingpong.err" | tail -n 1 \
+      | python3 -c "import json,sys; r=json.loads(sys.stdin.readline()); print(json.dumps({'stack':'spindle-$1','mode':'$mode','size':r['size'],'samples':r['roundtrips'],'complete':r['complete'],'msgs_per_s':None,'bytes_per_s':None,'lat_p50_us':r['oneway_est_p50_us'],'lat_p99_us':r['oneway_est_p99_us'],'out_of_order':None,'note':'half the ping-pong round trip (dds_perf --pingpong, atomic, listener), pings at %d Hz' % r['rate_hz'] if r['rate_hz'] else 'half the ping-pong round trip (dds_perf --pingpong, atomic, listener), back to back'}))" \
+      | tee -a "$out.tmp" || { echo "{\"stack\":\"spindle-$1\",\"mode\":\"$mode\",\"size\":$2,\"error\":\"dds_perf --pingpong failed\"}" | tee -a "$out.tmp"; cat "$work/pingpong.err" >&2; }
+  done
+}
+
 # The kernel's count of UDP datagrams dropped on a full receive buffer (all sockets).
 udp_drops() { awk '/^Udp:/ { n++; if (n == 2) print $6 }' /proc/net/snmp 2>/dev/null || echo 0; }
 # udp_tagged BEFORE: the result line on stdin with the UDP datagrams dropped since BEFORE
@@ -263,12 +281,12 @@ ddsperf_ref() { # size
     | tee -a "$out.tmp" || true
   # Latency: half of ddsperf's ping-pong round trip, pinged at the other stacks' pace
   # (one sample per LATENCY_GAP_US = 1 ms, so its threads wait between samples as
-  # theirs do: the "latency" row), and back to back (a ping upon each pong: the
-  # "latency-back-to-back" row, in the JSON only).
+  # theirs do: the "latency-halfrtt" row, next to Spindle's measured the same way), and
+  # back to back (a ping upon each pong: "latency-halfrtt-back-to-back").
   local rate mode
   for rate in 1000 0; do
-    mode=latency
-    [ "$rate" = 0 ] && mode=latency-back-to-back
+    mode=latency-halfrtt
+    [ "$rate" = 0 ] && mode=latency-halfrtt-back-to-back
     bash scripts/ddsperf-reference.sh --size "$1" --seconds "$secs" --ping --rate "$rate" 2>/dev/null | tail -n 1 \
       | python3 -c "import json,sys; r=json.loads(sys.stdin.readline()); print(json.dumps({'stack':'cyclone-ddsperf-udp','mode':'$mode','size':r['size'],'samples':r['roundtrips'],'msgs_per_s':None,'bytes_per_s':None,'lat_p50_us':r['oneway_est_p50_us'],'lat_p99_us':r['oneway_est_p99_us'],'out_of_order':None,'note':'half the ping-pong round trip, pings at %d Hz' % r['rate_hz'] if r['rate_hz'] else 'half the ping-pong round trip, back to back'}))" \
       | tee -a "$out.tmp" || true
@@ -352,6 +370,8 @@ for size in $sizes; do
     if wanted rustdds; then rustdds_native "$mode" "$size"; fi
     if wanted bridged; then bridged "$mode" "$size"; fi
   done
+  if wanted spindle-tcp; then spindle_pingpong tcp "$size"; fi
+  if wanted spindle-shm; then spindle_pingpong shm "$size"; fi
   if wanted ddsperf; then ddsperf_ref "$size"; fi
   if wanted ddsperf-bridged; then ddsperf_bridged "$size"; fi
 done
@@ -415,19 +435,26 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 def f(v, unit=""):
     return "—" if v is None else (f"{v:,.0f}{unit}" if isinstance(v, (int, float)) and v >= 100 else f"{v}{unit}")
-print("| stack | size (B) | msgs/s | MB/s | one-way p50 (µs) | one-way p99 (µs) | UDP drops (throughput run) |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+print("| stack | size (B) | msgs/s | MB/s | one-way p50 (µs) | one-way p99 (µs) | ½ round trip p50 at 1 kHz (µs) | ½ round trip p99 at 1 kHz (µs) | ½ round trip p50, back to back (µs) | UDP drops (throughput run) |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 by = {}
 for r in rows:
     if r.get("error") or r.get("complete") is False:
         continue
-    if r["mode"] in ("throughput", "latency"):
+    if r["mode"] in ("throughput", "latency", "latency-halfrtt", "latency-halfrtt-back-to-back"):
         by.setdefault((r["stack"], r["size"]), {})[r["mode"]] = r
 for (stack, size), m in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
     t, l = m.get("throughput", {}), m.get("latency", {})
+    h, b = m.get("latency-halfrtt", {}), m.get("latency-halfrtt-back-to-back", {})
     mbs = t.get("bytes_per_s")
     print(f"| {stack} | {size} | {f(t.get('msgs_per_s'))} | {'—' if mbs is None else f'{mbs/1e6:.1f}'} | "
-          f"{f(l.get('lat_p50_us'))} | {f(l.get('lat_p99_us'))} | {t.get('udp_drops', '—')} |")
+          f"{f(l.get('lat_p50_us'))} | {f(l.get('lat_p99_us'))} | {f(h.get('lat_p50_us'))} | "
+          f"{f(h.get('lat_p99_us'))} | {f(b.get('lat_p50_us'))} | {t.get('udp_drops', '—')} |")
+print()
+print("One-way: measured at the subscriber (its clock minus the send time stamped in the sample), "
+      "one sample per millisecond. ½ round trip: ping/pong between the two processes, half "
+      "the round trip timed at the ping side, as `ddsperf ping` prints it (Spindle's by "
+      "`dds_perf --pingpong`, atomic, listener).")
 caps = {r["rmem_max"] for r in rows if "rmem_max" in r}
 if caps:
     print()

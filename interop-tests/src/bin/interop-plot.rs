@@ -1,7 +1,7 @@
 //! `interop-plot RESULTS.jsonl PREFIX`: the comparison's plots from the JSON lines of
 //! `scripts/bench-interop.sh` — `PREFIX-throughput.svg` (samples/s per stack and size,
-//! log scale) and `PREFIX-latency.svg` (one-way p50 and p99 per stack and size, log
-//! scale).
+//! log scale) and `PREFIX-latency.svg` (one-way p50 and p99 per stack and size, and
+//! half the ping-pong round trip at 1 kHz where a stack measured that, log scale).
 
 use std::process::ExitCode;
 
@@ -130,12 +130,18 @@ fn main() -> ExitCode {
             })
         })
         .collect();
+    // One-way (measured at the subscriber) and half the paced ping-pong round trip (as
+    // `ddsperf ping` prints it), each bar labelled with its measure.
     let latency: Vec<Bar> = by_size
         .iter()
-        .filter(|r| r["mode"] == "latency")
+        .filter(|r| r["mode"] == "latency" || r["mode"] == "latency-halfrtt")
         .filter_map(|r| {
             Some(Bar {
-                label: label(r),
+                label: if r["mode"] == "latency" {
+                    label(r)
+                } else {
+                    format!("{} (1/2 RTT)", label(r))
+                },
                 value: r["lat_p50_us"].as_f64()?,
                 upper: r["lat_p99_us"].as_f64(),
             })
@@ -149,7 +155,7 @@ fn main() -> ExitCode {
     );
     let l = draw(
         &format!("{prefix}-latency.svg"),
-        "one-way latency: p50 (wide bar), p99 (thin bar)",
+        "one-way latency (and 1/2 ping-pong RTT at 1 kHz): p50 (wide bar), p99 (thin bar)",
         "microseconds (log)",
         &latency,
     );

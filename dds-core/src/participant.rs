@@ -267,7 +267,10 @@ impl DomainParticipant {
             Arc::clone(&ep),
             group,
             &shared,
-            config.spin_before_park_us,
+            spindle_group::runtime::Spin {
+                before_park_us: config.spin_before_park_us,
+                busy_yield_us: config.busy_yield_us,
+            },
             persister,
             reopen,
         )?;

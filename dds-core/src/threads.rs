@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use spindle_group::persist::Persister;
-use spindle_group::runtime::GroupNode;
+use spindle_group::runtime::{GroupNode, Spin};
 use spindle_group::{Group, GroupConfig, Sender, SubgroupId};
 use spindle_transport_rdma::{Endpoint, NodeId};
 
@@ -43,30 +43,29 @@ pub(crate) struct ThreadDriver {
     /// How to open a fresh endpoint to rejoin on (`None`: the caller brought its own
     /// endpoint, and the participant cannot rejoin).
     reopen: Option<Reopen>,
-    spin_before_park_us: u64,
+    spin: Spin,
 }
 
 impl ThreadDriver {
     /// Starts the predicate thread of `group` over `ep`, delivering into `shared`; it
-    /// spins `spin_before_park_us` after its last work before parking on the doorbell.
+    /// spins as `spin` says (idle before parking on the doorbell, at work before a yield).
     /// With `persister`, it logs the LoggedStore subgroups ([`crate::logged`]).
     pub(crate) fn start(
         ep: Arc<dyn Endpoint>,
         group: Group,
         shared: &Arc<Shared>,
-        spin_before_park_us: u64,
+        spin: Spin,
         persister: Option<Persister>,
         reopen: Option<Reopen>,
     ) -> Result<ThreadDriver> {
         let app = DdsApp::new(Arc::clone(shared));
-        let node =
-            GroupNode::start_logged(Arc::clone(&ep), group, app, spin_before_park_us, persister)?;
+        let node = GroupNode::start_logged(Arc::clone(&ep), group, app, spin, persister)?;
         start_timer(shared);
         Ok(ThreadDriver {
             node: Mutex::new(Some(node)),
             ep: Mutex::new(ep),
             reopen,
-            spin_before_park_us,
+            spin,
         })
     }
 
@@ -194,8 +193,7 @@ impl Driver for ThreadDriver {
         let group = rejoining_group(config, &*ep, known)?;
         shared.reset_for_rejoin();
         let app = DdsApp::new(Arc::clone(shared));
-        let node =
-            GroupNode::start_logged(Arc::clone(&ep), group, app, self.spin_before_park_us, None)?;
+        let node = GroupNode::start_logged(Arc::clone(&ep), group, app, self.spin, None)?;
         *lock(&self.node) = Some(node);
         *lock(&self.ep) = ep;
         Ok(())

@@ -14,6 +14,16 @@
 //! [`IDLE_SPIN_GROWTH_MAX`] times the configured one; a park longer than the configured
 //! spin brings it back. docs/benchmarks.md ("An idle spin that covers a stream's
 //! period") has the 1 kHz latency and CPU it was kept for.
+//!
+//! A thread with work never parks, and while it works it does not yield either, so a
+//! thread that shares its core (another process's predicate thread, when the machine
+//! packs several onto one CPU) waits for the scheduler to take the core away. With
+//! [`Spin::busy_yield_us`] set, after that long at work without an idle round the thread
+//! yields once: a ping's predicate thread beside one draining a bulk stream gets its turn
+//! within that bound instead of a time slice. It is off by default (a latency setting):
+//! measured on two vCPUs it cut a ping's p99 beside a bulk stream by about 3× and cost
+//! streams over tcp up to a fifth of their rate (docs/benchmarks.md, "A busy predicate
+//! thread that yields").
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,6 +55,27 @@ const CLOCK_ROUNDS: u32 = 16;
 /// `spin_before_park_us` (see the module docs).
 pub const IDLE_SPIN_GROWTH_MAX: u32 = 2;
 const _: () = assert!(IDLE_SPIN_GROWTH_MAX >= 1);
+/// How a predicate thread spins (see the module docs): idle before it parks, and at work
+/// before it lets a thread that shares its core have a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spin {
+    /// How long the thread keeps spinning after its last work before parking, to begin
+    /// with: a stream whose period sits just past it makes the spin grow, up to
+    /// [`IDLE_SPIN_GROWTH_MAX`] times this.
+    pub before_park_us: u64,
+    /// After this long at work without an idle round the thread yields once; 0: never.
+    pub busy_yield_us: u64,
+}
+
+impl From<u64> for Spin {
+    /// `before_park_us`, and no busy yield.
+    fn from(before_park_us: u64) -> Spin {
+        Spin {
+            before_park_us,
+            busy_yield_us: 0,
+        }
+    }
+}
 
 /// When an idle predicate thread parks: it yields for its spin budget after its last
 /// work, then parks on the doorbell; the budget adapts as the module docs say
@@ -55,24 +86,54 @@ struct IdleSpin {
     rounds: u32,
     last_work: Instant,
     parked_at: Option<Instant>,
+    /// [`Spin::busy_yield_us`] (`None`: never).
+    busy_yield: Option<Duration>,
+    /// Rounds with work since the last idle round or yield.
+    busy_rounds: u32,
+    /// When those rounds began (read at the first, so only after an idle round).
+    busy_since: Instant,
 }
 
 impl IdleSpin {
-    fn new(spin: Duration) -> IdleSpin {
+    fn new(spin: Spin) -> IdleSpin {
+        let base = Duration::from_micros(spin.before_park_us);
         IdleSpin {
-            base: spin,
-            budget: spin,
+            busy_yield: (spin.busy_yield_us > 0).then(|| Duration::from_micros(spin.busy_yield_us)),
+            base,
+            budget: base,
             rounds: 0,
             last_work: Instant::now(),
             parked_at: None,
+            busy_rounds: 0,
+            busy_since: Instant::now(),
         }
     }
 
-    /// A round that did work.
+    /// A round that did work; after [`Spin::busy_yield_us`] of them without an idle round,
+    /// it yields the core once.
     fn worked(&mut self) {
+        if let Some(bound) = self.busy_yield {
+            self.busy(bound);
+        }
         self.rounds = 0;
         if let Some(at) = self.parked_at.take() {
             self.budget = next_spin_budget(self.base, self.budget, at.elapsed());
+        }
+    }
+
+    /// The busy yield's count for one round with work (before `rounds` is reset: a
+    /// non-zero `rounds` says idle rounds came before this one).
+    fn busy(&mut self, bound: Duration) {
+        if self.rounds > 0 {
+            // The first busy round after idle ones.
+            self.busy_rounds = 0;
+            self.busy_since = Instant::now();
+        }
+        self.busy_rounds += 1;
+        if busy_yield_due(self.busy_rounds, self.busy_since, bound, Instant::now) {
+            std::thread::yield_now();
+            self.busy_rounds = 0;
+            self.busy_since = Instant::now();
         }
     }
 
@@ -96,6 +157,18 @@ impl IdleSpin {
     fn just_idle(&self) -> bool {
         self.rounds == 1
     }
+}
+
+/// Whether a predicate thread that has done `busy_rounds` rounds of work since `since`
+/// yields now: every [`CLOCK_ROUNDS`] rounds it reads the clock (`now`), and yields once
+/// `bound` ([`Spin::busy_yield_us`]) has passed.
+fn busy_yield_due(
+    busy_rounds: u32,
+    since: Instant,
+    bound: Duration,
+    now: impl FnOnce() -> Instant,
+) -> bool {
+    busy_rounds % CLOCK_ROUNDS == 0 && now().saturating_duration_since(since) >= bound
 }
 
 /// The spin budget once work came `parked_for` into a park begun with `budget`, for a
@@ -133,6 +206,9 @@ pub struct NodeConfig {
     /// to begin with: a stream whose period sits just past it makes the spin grow, up to
     /// [`IDLE_SPIN_GROWTH_MAX`] times this (see the module docs).
     pub spin_before_park_us: u64,
+    /// [`Spin::busy_yield_us`]: after this long at work the predicate thread yields once
+    /// (0, the default: never).
+    pub busy_yield_us: u64,
     /// How long one park lasts at most (a safety net: wake-ups come from the doorbell).
     pub park_ms: u64,
     /// How long link and region set-up may take.
@@ -149,6 +225,7 @@ impl NodeConfig {
             engine: EngineConfig::default(),
             peers,
             spin_before_park_us: 1_000,
+            busy_yield_us: 0,
             park_ms: 50,
             setup_timeout_ms: 30_000,
         }
@@ -336,7 +413,10 @@ fn predicate_loop(
     shared: &Shared,
     mut upcall: impl FnMut(&DeliveryBatch),
 ) {
-    let mut idle = IdleSpin::new(Duration::from_micros(cfg.spin_before_park_us));
+    let mut idle = IdleSpin::new(Spin {
+        before_park_us: cfg.spin_before_park_us,
+        busy_yield_us: cfg.busy_yield_us,
+    });
     let park = Duration::from_millis(cfg.park_ms);
     let mut round: u32 = 0;
     // A dare subgroup's core runs on the clock (heartbeats, elections) and on two-sided
@@ -511,14 +591,15 @@ impl std::fmt::Debug for GroupNode {
 
 impl GroupNode {
     /// Starts the predicate thread for `group` (from [`Group::bootstrap`] or
-    /// [`Group::join`]) over `endpoint`.
+    /// [`Group::join`]) over `endpoint`, spinning as `spin` says (a [`Spin`], or only its
+    /// `before_park_us`).
     pub fn start(
         endpoint: Arc<dyn Endpoint>,
         group: Group,
         app: impl Application,
-        spin_before_park_us: u64,
+        spin: impl Into<Spin>,
     ) -> Result<GroupNode> {
-        Self::start_logged(endpoint, group, app, spin_before_park_us, None)
+        Self::start_logged(endpoint, group, app, spin, None)
     }
 
     /// As [`GroupNode::start`], and with `persister` (from [`crate::persist::Persistence`])
@@ -530,9 +611,10 @@ impl GroupNode {
         endpoint: Arc<dyn Endpoint>,
         mut group: Group,
         app: impl Application,
-        spin_before_park_us: u64,
+        spin: impl Into<Spin>,
         persister: Option<Persister>,
     ) -> Result<GroupNode> {
+        let spin = spin.into();
         let shared = Arc::new(GroupShared::default());
         {
             let ep = Arc::clone(&endpoint);
@@ -543,7 +625,7 @@ impl GroupNode {
             let ep = Arc::clone(&endpoint);
             std::thread::Builder::new()
                 .name(format!("spindle-group-{}", endpoint.node()))
-                .spawn(move || group_loop(group, ep, &shared, app, spin_before_park_us, persister))
+                .spawn(move || group_loop(group, ep, &shared, app, spin, persister))
                 .map_err(|e| Error::Config(format!("spawning the predicate thread: {e}")))?
         };
         Ok(GroupNode {
@@ -682,11 +764,11 @@ fn group_loop(
     ep: Arc<dyn Endpoint>,
     shared: &GroupShared,
     mut app: impl Application,
-    spin_before_park_us: u64,
+    spin: Spin,
     mut persister: Option<Persister>,
 ) {
     let start = Instant::now();
-    let mut idle = IdleSpin::new(Duration::from_micros(spin_before_park_us));
+    let mut idle = IdleSpin::new(spin);
     let mut refresh = true;
     let mut round: u32 = 0;
     let mut now_us = 0;
@@ -1006,6 +1088,71 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     #[test]
+    fn a_busy_thread_yields_once_the_bound_passed_and_only_at_a_clock_round() {
+        let since = Instant::now();
+        let bound = Duration::from_micros(50);
+        let at = |d: Duration| move || since + d;
+        assert!(busy_yield_due(CLOCK_ROUNDS, since, bound, at(bound)));
+        assert!(busy_yield_due(
+            2 * CLOCK_ROUNDS,
+            since,
+            bound,
+            at(bound * 3)
+        ));
+        assert!(
+            !busy_yield_due(
+                CLOCK_ROUNDS,
+                since,
+                bound,
+                at(bound - Duration::from_micros(1))
+            ),
+            "before the bound"
+        );
+        assert!(
+            !busy_yield_due(CLOCK_ROUNDS - 1, since, bound, at(bound * 3)),
+            "the clock is read only every CLOCK_ROUNDS rounds"
+        );
+    }
+
+    #[test]
+    fn busy_rounds_restart_after_an_idle_round_and_after_a_yield() {
+        let mut idle = IdleSpin::new(Spin {
+            before_park_us: 1_000,
+            busy_yield_us: 50,
+        });
+        // Busy since long ago: the next clock round yields and starts over.
+        idle.busy_since = Instant::now() - Duration::from_secs(1);
+        for _ in 0..CLOCK_ROUNDS - 1 {
+            idle.worked();
+        }
+        assert_eq!(idle.busy_rounds, CLOCK_ROUNDS - 1);
+        let before = Instant::now();
+        idle.worked();
+        assert_eq!(idle.busy_rounds, 0, "yielded at the clock round");
+        assert!(idle.busy_since >= before, "and the busy time starts over");
+        // An idle round between: the next work starts a fresh busy run.
+        idle.worked();
+        idle.busy_since = Instant::now() - Duration::from_secs(1);
+        let _ = idle.idle();
+        let before = Instant::now();
+        idle.worked();
+        assert_eq!(idle.busy_rounds, 1);
+        assert!(idle.busy_since >= before);
+    }
+
+    #[test]
+    fn without_a_busy_yield_busy_rounds_are_not_counted() {
+        let mut idle = IdleSpin::new(Spin::from(1_000));
+        assert_eq!(idle.busy_yield, None);
+        let since = idle.busy_since;
+        for _ in 0..4 * CLOCK_ROUNDS {
+            idle.worked();
+        }
+        assert_eq!(idle.busy_rounds, 0);
+        assert_eq!(idle.busy_since, since);
+    }
+
+    #[test]
     fn a_park_cut_short_grows_the_spin_to_cover_the_gap_within_the_cap() {
         // A 1 kHz stream against 1 ms: the park began at 1 ms and work came 0.1 ms in.
         let grown = next_spin_budget(MS, MS, MS / 10);
@@ -1040,11 +1187,11 @@ mod tests {
 
     #[test]
     fn an_idle_spin_parks_only_once_its_budget_is_spent() {
-        let mut idle = IdleSpin::new(Duration::from_secs(3600));
+        let mut idle = IdleSpin::new(Spin::from(3_600_000_000));
         for _ in 0..4 * CLOCK_ROUNDS {
             assert!(!idle.idle(), "an hour's budget is not spent");
         }
-        let mut idle = IdleSpin::new(Duration::ZERO);
+        let mut idle = IdleSpin::new(Spin::from(0));
         let parked = (0..CLOCK_ROUNDS).filter(|_| idle.idle()).count();
         assert_eq!(parked, 1, "a zero budget parks at the first clock reading");
         assert!(idle.parked_at.is_some());

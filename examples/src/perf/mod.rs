@@ -99,6 +99,9 @@ pub struct Args {
     /// The participants' `spin_before_park_us` (their default if not given).
     #[arg(long)]
     pub spin_before_park_us: Option<u64>,
+    /// The participants' `busy_yield_us` (their default, 0: never, if not given).
+    #[arg(long)]
+    pub busy_yield_us: Option<u64>,
     /// Topics the samples are spread over, round-robin (throughput runs).
     #[arg(long, default_value_t = 1)]
     pub busy_topics: usize,
@@ -211,6 +214,9 @@ fn participant(
     }
     if let Some(us) = a.spin_before_park_us {
         cfg.spin_before_park_us = us;
+    }
+    if let Some(us) = a.busy_yield_us {
+        cfg.busy_yield_us = us;
     }
     if let Some(ms) = a.suspect_floor_ms {
         cfg.fabric.suspect_floor_ms = ms;
@@ -517,6 +523,9 @@ pub(crate) fn child_args(a: &Args, exe_args: &[String], c: &mut Command) {
     }
     if let Some(us) = a.spin_before_park_us {
         c.args(["--spin-before-park-us", &us.to_string()]);
+    }
+    if let Some(us) = a.busy_yield_us {
+        c.args(["--busy-yield-us", &us.to_string()]);
     }
     if let Some(ms) = a.suspect_floor_ms {
         c.args(["--suspect-floor-ms", &ms.to_string()]);

@@ -514,14 +514,10 @@ impl ParticipantConfig {
                 .collect::<Result<_>>()?;
         }
         if let Some(v) = var("SPINDLE_SPIN_BEFORE_PARK_US") {
-            self.spin_before_park_us = v.trim().parse().map_err(|_| {
-                Error::Config(format!("SPINDLE_SPIN_BEFORE_PARK_US={v:?} is not a number"))
-            })?;
+            self.spin_before_park_us = big("SPINDLE_SPIN_BEFORE_PARK_US", v)?;
         }
         if let Some(v) = var("SPINDLE_BUSY_YIELD_US") {
-            self.busy_yield_us = v.trim().parse().map_err(|_| {
-                Error::Config(format!("SPINDLE_BUSY_YIELD_US={v:?} is not a number"))
-            })?;
+            self.busy_yield_us = big("SPINDLE_BUSY_YIELD_US", v)?;
         }
         match (
             var("SPINDLE_DOMAIN_SECRET"),

@@ -187,6 +187,23 @@ spindle_native() { # transport mode size
   stop pub sub
 }
 
+# halfrtt_row STACK MODE HOW: the JSON row of the ping/pong result on stdin (`dds_perf
+# --pingpong`'s or `ddsperf-reference.sh --ping`'s: both give half the round trip as
+# oneway_est_p50_us/p99_us, and rate_hz and roundtrips), its note naming HOW (if any).
+halfrtt_row() {
+  python3 -c "import json, sys
+r = json.loads(sys.stdin.readline())
+row = {'stack': sys.argv[1], 'mode': sys.argv[2], 'size': r['size'], 'samples': r['roundtrips']}
+if 'complete' in r:
+    row['complete'] = r['complete']
+how = ' (%s)' % sys.argv[3] if sys.argv[3] else ''
+pace = 'pings at %d Hz' % r['rate_hz'] if r['rate_hz'] else 'back to back'
+row.update(msgs_per_s=None, bytes_per_s=None, lat_p50_us=r['oneway_est_p50_us'],
+           lat_p99_us=r['oneway_est_p99_us'], out_of_order=None,
+           note='half the ping-pong round trip%s, %s' % (how, pace))
+print(json.dumps(row))" "$1" "$2" "$3"
+}
+
 # spindle_pingpong TRANSPORT SIZE: half of dds_perf's ping-pong round trip (atomic,
 # listener, SIZE payload bytes), pinged at 1 kHz (the "latency-halfrtt" row: the
 # measure of ddsperf's row next to it) and back to back ("latency-halfrtt-back-to-back").
@@ -198,7 +215,7 @@ spindle_pingpong() {
     [ "$quick" = 1 ] && trips=1000
     timeout 300 "$bin/dds_perf" --pingpong --transport "$1" --level atomic --size "$2" --listener \
         --rate "$rate" --roundtrips "$trips" --warmup 500 2>"$work/pingpong.err" | tail -n 1 \
-      | python3 -c "import json,sys; r=json.loads(sys.stdin.readline()); print(json.dumps({'stack':'spindle-$1','mode':'$mode','size':r['size'],'samples':r['roundtrips'],'complete':r['complete'],'msgs_per_s':None,'bytes_per_s':None,'lat_p50_us':r['oneway_est_p50_us'],'lat_p99_us':r['oneway_est_p99_us'],'out_of_order':None,'note':'half the ping-pong round trip (dds_perf --pingpong, atomic, listener), pings at %d Hz' % r['rate_hz'] if r['rate_hz'] else 'half the ping-pong round trip (dds_perf --pingpong, atomic, listener), back to back'}))" \
+      | halfrtt_row "spindle-$1" "$mode" "dds_perf --pingpong, atomic, listener" \
       | tee -a "$out.tmp" || { echo "{\"stack\":\"spindle-$1\",\"mode\":\"$mode\",\"size\":$2,\"error\":\"dds_perf --pingpong failed\"}" | tee -a "$out.tmp"; cat "$work/pingpong.err" >&2; }
   done
 }
@@ -288,7 +305,7 @@ ddsperf_ref() { # size
     mode=latency-halfrtt
     [ "$rate" = 0 ] && mode=latency-halfrtt-back-to-back
     bash scripts/ddsperf-reference.sh --size "$1" --seconds "$secs" --ping --rate "$rate" 2>/dev/null | tail -n 1 \
-      | python3 -c "import json,sys; r=json.loads(sys.stdin.readline()); print(json.dumps({'stack':'cyclone-ddsperf-udp','mode':'$mode','size':r['size'],'samples':r['roundtrips'],'msgs_per_s':None,'bytes_per_s':None,'lat_p50_us':r['oneway_est_p50_us'],'lat_p99_us':r['oneway_est_p99_us'],'out_of_order':None,'note':'half the ping-pong round trip, pings at %d Hz' % r['rate_hz'] if r['rate_hz'] else 'half the ping-pong round trip, back to back'}))" \
+      | halfrtt_row cyclone-ddsperf-udp "$mode" "" \
       | tee -a "$out.tmp" || true
   done
 }

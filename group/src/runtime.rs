@@ -3,7 +3,7 @@
 //!
 //! The thread loops `step`, posts the pushes, hands delivery batches to the application's
 //! upcall and feeds fabric failures back into the engine. It spins while there is work
-//! and for [`NodeConfig::spin_before_park_us`] after, then parks on the endpoint's doorbell
+//! and for [`Spin::before_park_us`] after, then parks on the endpoint's doorbell
 //! (woken by writes landing, fabric events, drained queues, and application commits via
 //! [`Endpoint::wake`]), so an idle node burns no core (docs/design.md §3, §8).
 //!
@@ -202,13 +202,8 @@ pub struct NodeConfig {
     pub engine: EngineConfig,
     /// Fabric addresses of the other members this node shares a subgroup with.
     pub peers: BTreeMap<NodeId, String>,
-    /// How long the predicate thread keeps spinning after its last work before parking,
-    /// to begin with: a stream whose period sits just past it makes the spin grow, up to
-    /// [`IDLE_SPIN_GROWTH_MAX`] times this (see the module docs).
-    pub spin_before_park_us: u64,
-    /// [`Spin::busy_yield_us`]: after this long at work the predicate thread yields once
-    /// (0, the default: never).
-    pub busy_yield_us: u64,
+    /// How the predicate thread spins: idle before parking, at work before a yield.
+    pub spin: Spin,
     /// How long one park lasts at most (a safety net: wake-ups come from the doorbell).
     pub park_ms: u64,
     /// How long link and region set-up may take.
@@ -224,8 +219,7 @@ impl NodeConfig {
             layout,
             engine: EngineConfig::default(),
             peers,
-            spin_before_park_us: 1_000,
-            busy_yield_us: 0,
+            spin: Spin::from(1_000),
             park_ms: 50,
             setup_timeout_ms: 30_000,
         }
@@ -413,10 +407,7 @@ fn predicate_loop(
     shared: &Shared,
     mut upcall: impl FnMut(&DeliveryBatch),
 ) {
-    let mut idle = IdleSpin::new(Spin {
-        before_park_us: cfg.spin_before_park_us,
-        busy_yield_us: cfg.busy_yield_us,
-    });
+    let mut idle = IdleSpin::new(cfg.spin);
     let park = Duration::from_millis(cfg.park_ms);
     let mut round: u32 = 0;
     // A dare subgroup's core runs on the clock (heartbeats, elections) and on two-sided

@@ -323,6 +323,29 @@ fn limit(v: i32) -> usize {
 }
 
 impl Cache {
+    /// Copies every sample lent from a batch that pins an RDMC buffer
+    /// ([`LentBytes::pins_buffer`]) into bytes of its own, dropping its hold on the
+    /// batch; returns how many.
+    pub fn copy_in_place(&mut self) -> usize {
+        let mut copied = 0;
+        for e in self
+            .samples
+            .slots
+            .iter_mut()
+            .filter_map(|(_, e)| e.as_mut())
+        {
+            if let Payload::Lent(l) = &e.payload {
+                if l.pins_buffer() {
+                    e.payload = Payload::Owned(l.bytes().to_vec());
+                    copied += 1;
+                }
+            }
+        }
+        copied
+    }
+}
+
+impl Cache {
     /// An empty cache under `history` and `limits` (checked by the QoS crate already),
     /// on the process's [`WallClock`].
     pub fn new(history: History, limits: ResourceLimits) -> Cache {

@@ -263,7 +263,9 @@ impl Application for DdsApp {
 
     /// Lends the batch to the readers that keep its samples (no copy into their caches),
     /// within [`crate::lent::LENT_BYTES_MAX`]; gives the engine back this batch if nobody
-    /// kept a sample of it, else one the readers are done with, if any.
+    /// kept a sample of it, else one the readers are done with, if any. Large samples
+    /// are lent in place until the engine wants their buffers back
+    /// ([`Application::pins_wanted`]).
     fn deliver_owned(&mut self, batch: DeliveryBatch) -> Option<DeliveryBatch> {
         if batch.subgroup() == BUILTIN_SUBGROUP {
             self.route(&batch, None);
@@ -284,6 +286,22 @@ impl Application for DdsApp {
                     }
                 }
             }
+        }
+    }
+
+    /// Copies out every sample of `subgroup` a reader's cache holds in place in an RDMC
+    /// buffer, so that the buffers go back to their writers (loans the application holds
+    /// keep theirs until dropped).
+    fn pins_wanted(&mut self, subgroup: SubgroupId) {
+        let st = lock(&self.shared.state);
+        for r in st
+            .readers
+            .values()
+            .flatten()
+            .filter(|r| r.subgroup == subgroup)
+        {
+            let copied = lock(&r.cache).copy_in_place();
+            tracing::trace!(subgroup, copied, "in-place samples copied out");
         }
     }
 

@@ -15,6 +15,15 @@
 //! samples of a participant pin together is bounded by [`LENT_BYTES_MAX`] (the batches'
 //! capacities); past it, deliveries are copied into the caches as before, until enough
 //! batches came back.
+//!
+//! A large sample (one that went by RDMC) is not in the batch's buffer: the batch reads
+//! it in place in its RDMC receive buffer and pins that buffer, so a held large sample
+//! would hold its writer at the RDMC window. It is held only until the engine needs the
+//! buffer for a later sample ([`spindle_group::runtime::Application::pins_wanted`]): then every
+//! cache entry of that subgroup still lent from a batch with in-place messages is copied
+//! out ([`LentBytes::pins_buffer`]) and the batch goes back. Only a loan the application
+//! itself holds (`read_loaned`, `take_loaned`) keeps the buffer past that, until it is
+//! dropped, as a loan of Cyclone's shared memory holds its chunk.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -102,8 +111,10 @@ impl BatchPool {
         self.copied.load(Ordering::Relaxed)
     }
 
-    fn give_back(&self, batch: DeliveryBatch, capacity: usize) {
+    fn give_back(&self, mut batch: DeliveryBatch, capacity: usize) {
         self.lent_bytes.fetch_sub(capacity, Ordering::Relaxed);
+        // Unpins its in-place messages' buffers now, not when the engine reuses it.
+        batch.clear();
         let mut spare = lock(&self.spare);
         if spare.len() < POOL_BATCHES_MAX {
             spare.push(batch);
@@ -143,16 +154,23 @@ impl LentBatch {
     }
 
     /// One delivered message's bytes in this batch: `bytes` must be a slice of
-    /// [`DeliveryBatch::bytes`] (a [`spindle_group::Message`]'s payload or part of it).
+    /// [`DeliveryBatch::bytes`] or of one of its [`DeliveryBatch::in_place_bytes`] (a
+    /// [`spindle_group::Message`]'s payload or part of it).
     pub fn share(self: &Arc<Self>, bytes: &[u8]) -> Option<LentBytes> {
-        let all = self.batch().bytes();
-        let start = (bytes.as_ptr() as usize).checked_sub(all.as_ptr() as usize)?;
-        let end = start.checked_add(bytes.len())?;
-        (end <= all.len()).then(|| LentBytes {
-            batch: Arc::clone(self),
-            start,
-            end,
-        })
+        let b = self.batch();
+        (0..b.in_place_len())
+            .filter_map(|i| Some((Some(i), b.in_place_bytes(i)?)))
+            .chain([(None, b.bytes())])
+            .find_map(|(part, all)| {
+                let start = (bytes.as_ptr() as usize).checked_sub(all.as_ptr() as usize)?;
+                let end = start.checked_add(bytes.len())?;
+                (end <= all.len()).then(|| LentBytes {
+                    batch: Arc::clone(self),
+                    part,
+                    start,
+                    end,
+                })
+            })
     }
 }
 
@@ -168,6 +186,8 @@ impl Drop for LentBatch {
 #[derive(Debug, Clone)]
 pub struct LentBytes {
     batch: Arc<LentBatch>,
+    /// Which in-place message's bytes (`None`: the batch's own buffer).
+    part: Option<usize>,
     start: usize,
     end: usize,
 }
@@ -175,12 +195,30 @@ pub struct LentBytes {
 impl LentBytes {
     /// The bytes.
     pub fn bytes(&self) -> &[u8] {
-        &self.batch.batch().bytes()[self.start..self.end]
+        let b = self.batch.batch();
+        let all = match self.part {
+            // The batch lives as long as `self` and keeps its in-place messages.
+            Some(i) => b
+                .in_place_bytes(i)
+                .expect("a lent batch keeps its in-place messages"),
+            None => b.bytes(),
+        };
+        &all[self.start..self.end]
+    }
+
+    /// True if their batch pins an RDMC buffer (these bytes, or another sample of the
+    /// batch, are a large sample read in place): a holder that keeps them long should
+    /// copy them out, or the buffer stays pinned.
+    pub fn pins_buffer(&self) -> bool {
+        self.batch.batch().holds_in_place()
     }
 
     /// True if both are the same bytes of the same batch.
     pub fn same(&self, other: &LentBytes) -> bool {
-        Arc::ptr_eq(&self.batch, &other.batch) && self.start == other.start && self.end == other.end
+        Arc::ptr_eq(&self.batch, &other.batch)
+            && self.part == other.part
+            && self.start == other.start
+            && self.end == other.end
     }
 }
 

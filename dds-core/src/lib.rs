@@ -79,8 +79,10 @@
 //!   slot, encoded again at its exact size into the staging buffer and copied once into
 //!   the writer's registered RDMC send buffer (the slot it had loaned becomes a null);
 //!   above `sample_bytes_max`, or above the slot without it, `OutOfResources` naming the
-//!   setting. On delivery it is copied out of the RDMC buffer into the delivered batch,
-//!   as a small one is out of its slot. `loan_sample` works for large samples with the
+//!   setting. On delivery it is not copied: the delivered batch reads it in place in the
+//!   RDMC receive buffer, which the batch pins (a reader's cache borrows it there, and
+//!   `take` decodes it: one copy), until the engine needs the buffer for a later sample;
+//!   then the caches copy what they keep ([`lent`]). `loan_sample` works for large samples with the
 //!   same API: the application fills the loaned value, and [`LoanedSample::write`] sends
 //!   it by RDMC as `write` does (test: `tests/sim_large.rs`, 4 MiB samples written
 //!   through loans and read through `take_loaned`). What it cannot do is let the

@@ -184,6 +184,69 @@ fn large_and_small_in_one_order(seed: u64, windows: &[usize]) {
     );
 }
 
+/// Readers that read large samples and keep them (read, not taken) in both the writer's
+/// participant and another, at one large sample in flight per writer (the default
+/// window): each delivered large sample is read in place in its RDMC buffer, which its
+/// reader's cache holds; the writer's next large sample needs that buffer, the engine
+/// asks for it back, and the caches copy what they keep. So every write goes through
+/// (none waits out `max_blocking_time`), and the kept samples are intact when taken at
+/// the end, in order.
+#[test]
+fn readers_that_keep_large_samples_do_not_hold_their_writer() {
+    const SAMPLES: u64 = 5;
+    const BIG: usize = 1 << 20;
+    for_seeds(
+        "readers_that_keep_large_samples_do_not_hold_their_writer",
+        |seed| {
+            let (d, ps) = domain(seed, 2, 2 * BIG);
+            let eps: Vec<_> = ps.iter().map(|p| endpoints(p, "camera-frames")).collect();
+            eps[0]
+                .1
+                .wait_for_readers(2, Duration::from_secs(60))
+                .unwrap();
+            for i in 0..SAMPLES {
+                let data = Sequence {
+                    payload: payload(1, i, BIG - i as usize),
+                };
+                eps[0]
+                    .1
+                    .write(&data)
+                    .unwrap_or_else(|e| panic!("seed {seed}: write of sample {i}: {e}"));
+                // Each reader reads the sample and keeps it.
+                let mut read = [false; 2];
+                let done = d.run_until(ROUNDS_MAX, || {
+                    for (n, (r, _)) in eps.iter().enumerate() {
+                        read[n] |= !r.read(usize::MAX, StateMask::NOT_READ).unwrap().is_empty();
+                    }
+                    read.iter().all(|x| *x)
+                });
+                assert!(done, "seed {seed}: sample {i} read by {read:?}");
+            }
+            for (n, (r, _)) in eps.iter().enumerate() {
+                let got: Vec<(u64, usize)> = r
+                    .take(usize::MAX, StateMask::ANY)
+                    .unwrap()
+                    .into_iter()
+                    .map(|s| {
+                        let data = s.data.expect("valid data");
+                        let (w, i) = parse(&data.payload);
+                        assert!(
+                            w == 1 && data.payload == payload(1, i, BIG - i as usize),
+                            "seed {seed}: reader {n}: sample {i} corrupted"
+                        );
+                        (i, data.payload.len())
+                    })
+                    .collect();
+                assert_eq!(
+                    got.iter().map(|g| g.0).collect::<Vec<_>>(),
+                    (0..SAMPLES).collect::<Vec<_>>(),
+                    "seed {seed}: reader {n} keeps every sample, in order"
+                );
+            }
+        },
+    );
+}
+
 /// Samples of 4 MiB written through `loan_sample` (the application fills the loaned
 /// value; it goes by RDMC in the topic's order) and read through `take_loaned`, among
 /// small loaned ones: every reader gets every sample intact, in one order.

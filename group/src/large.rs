@@ -11,12 +11,19 @@
 //! the sender moves past it) only once the RDMC transfer of that message completed
 //! locally, so stability — the minimum over members — waits for every member to hold the
 //! whole message, exactly as for SMC, and the ragged trim of a view change never keeps an
-//! incomplete one. Delivery copies the message out of the RDMC buffer into the delivery
-//! batch and releases the buffer; a sender reuses a send buffer only once the message it
-//! held is consumed by every member (as a slot is) and posted, so a message past a trim
-//! can still be re-sent from it in the next view.
+//! incomplete one. Delivery does not copy the message: the delivery batch holds an
+//! [`InPlace`] view of the RDMC buffer, which **pins** the buffer until the batch is
+//! recycled or dropped (the runtime does so when the upcall returns), and the buffer is
+//! released — its ready word posted to the root — only then, oldest first (RDMC paper §3:
+//! the receive buffer is the application's until it is done). A sender reuses a send
+//! buffer only once the message it held is consumed by every member (as a slot is),
+//! posted, and no longer pinned by its own delivery, so a message past a trim can still
+//! be re-sent from it in the next view. Pins bound nothing new: a buffer held keeps its
+//! sender at the RDMC window, as a slow receiver does.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES};
 
@@ -33,15 +40,28 @@ pub(crate) struct Large {
     config: RdmcConfig,
     /// This node's sender rank, if it sends.
     own: Option<usize>,
-    /// Per sender rank: messages completed here and not yet delivered, `(seq, size)`,
-    /// oldest first (at most the RDMC window).
-    completed: Vec<VecDeque<(u64, usize)>>,
+    /// Per sender rank: messages completed here and not yet released, oldest first (at
+    /// most the RDMC window).
+    completed: Vec<VecDeque<Completed>>,
+    /// Per sender rank: the buffers an [`InPlace`] delivery pins, one bit per window
+    /// entry (`(seq - 1) % window`); cleared when the last clone of the view drops.
+    pins: Vec<Arc<AtomicU64>>,
     /// Per sender rank: the RDMC sequence number the next announcement must carry.
     next_seq: Vec<u64>,
     /// Own messages committed and whose send buffer is not free yet: `(seq, slot index,
     /// size)`.
     own_pending: VecDeque<(u64, u64, usize)>,
+    /// Per sender rank: the latest message whose buffer was found pinned when it was
+    /// needed (asked for once: [`Large::take_wanted`]).
+    asked: Vec<u64>,
+    /// A pinned buffer is needed since the last [`Large::take_wanted`].
+    wanted: bool,
+    /// Unparks the predicate thread when a pin goes (it may go on another thread).
+    waker: Option<PinWaker>,
 }
+
+/// What a dropped pin calls to wake the predicate thread.
+pub(crate) type PinWaker = Arc<dyn Fn() + Send + Sync>;
 
 impl Large {
     /// The RDMC groups of `spec` (numbered from `first` in the layout) for `node`, and the
@@ -74,8 +94,12 @@ impl Large {
                 config: config.clone(),
                 own,
                 completed: vec![VecDeque::new(); senders],
+                pins: (0..senders).map(|_| Arc::new(AtomicU64::new(0))).collect(),
                 next_seq: vec![1; senders],
                 own_pending: VecDeque::new(),
+                asked: vec![0; senders],
+                wanted: false,
+                waker: None,
             },
             tx,
         ))
@@ -95,7 +119,11 @@ impl Large {
             while let Some(e) = g.poll_event() {
                 match e {
                     RdmcEvent::Completed { seq, size_bytes } if Some(r) != self.own => {
-                        self.completed[r].push_back((seq, size_bytes));
+                        self.completed[r].push_back(Completed {
+                            seq,
+                            size_bytes,
+                            delivered: false,
+                        });
                         // Invariant: a receiver holds at most a window of messages.
                         assert!(self.completed[r].len() <= RDMC_WINDOW_MESSAGES_MAX);
                     }
@@ -143,6 +171,11 @@ impl Large {
             if seq > posted || !consumed(k) {
                 break;
             }
+            if self.pinned(own, seq) {
+                // The next own message wants this buffer: ask for it.
+                self.ask_if_pinned(own, seq + self.config.window_messages as u64);
+                break;
+            }
             self.own_pending.pop_front();
             self.groups[own].reclaim_buffer(seq, size);
             freed = Some(seq);
@@ -173,10 +206,15 @@ impl Large {
                 self.config.message_bytes_max
             ));
         }
-        match self.completed[rank].iter().find(|(s, _)| *s == seq) {
-            None => Ok(false),
-            Some((_, got)) if *got as u64 != size => Err(format!(
-                "RDMC message {seq} has {got} bytes, its slot announced {size}"
+        match self.completed[rank].iter().find(|c| c.seq == seq) {
+            None => {
+                // Its buffer still holds an older message a delivery pins: ask for it.
+                self.ask_if_pinned(rank, seq);
+                Ok(false)
+            }
+            Some(c) if c.size_bytes as u64 != size => Err(format!(
+                "RDMC message {seq} has {} bytes, its slot announced {size}",
+                c.size_bytes
             )),
             Some(_) => {
                 self.next_seq[rank] += 1;
@@ -190,36 +228,98 @@ impl Large {
         announcement(region, geom, rank, k).1 as usize
     }
 
-    /// Appends the first `len` bytes of the message announced in slot `k` of sender
-    /// `rank` to `out` (at most its size, see [`Large::size`]: less with a delivery
-    /// prefix) and, on a receiver, releases its buffer. `None` only releases (a re-send
-    /// this node delivered in an earlier view).
+    /// Delivers the message announced in slot `k` of sender `rank`: with `Some(len)`, a
+    /// view of its first `len` bytes (at most its size, see [`Large::size`]: less with a
+    /// delivery prefix) left in its buffer, which it pins until dropped; with `None`
+    /// (a re-send this node delivered in an earlier view) nothing. On a receiver the
+    /// buffer is released by [`Large::release_unpinned`] once no view pins it.
     pub(crate) fn take(
         &mut self,
         region: &Region,
         geom: &Geometry,
         rank: usize,
         k: u64,
-        out: Option<(&mut Vec<u8>, usize)>,
-    ) -> Result<()> {
+        len: Option<usize>,
+    ) -> Result<Option<InPlace>> {
         let (seq, _) = announcement(region, geom, rank, k);
-        let g = &mut self.groups[rank];
-        let at = RdmcGroup::buffer_offset(g.members().len(), &self.config, seq);
-        // Behind the message's completion: nobody writes the buffer until it is released.
-        let read = out.map_or(Ok(()), |(out, len)| {
-            g.region().read_append_guarded(at, len, out)
-        });
         if Some(rank) != self.own {
+            let c = self.completed[rank].iter_mut().find(|c| !c.delivered);
             // Invariant: messages are delivered in their sender's order, each after its
-            // completion here (receive), so the oldest completed one is this one.
+            // completion here (receive), so the oldest undelivered one is this one.
             assert_eq!(
-                self.completed[rank].pop_front().map(|(s, _)| s),
+                c.as_ref().map(|c| c.seq),
                 Some(seq),
                 "RDMC message delivered out of order"
             );
-            g.release();
+            if let Some(c) = c {
+                c.delivered = true;
+            }
         }
-        Ok(read?)
+        let Some(len) = len else { return Ok(None) };
+        let g = &self.groups[rank];
+        let offset = RdmcGroup::buffer_offset(g.members().len(), &self.config, seq);
+        g.region().check_range(offset, len)?;
+        let bit = self.pin_bit(seq);
+        let was = self.pins[rank].fetch_or(bit, Ordering::AcqRel);
+        // Invariant: a buffer holds one message at a time, and is reused (by a later
+        // message) only once released, which waits for its pin: a message is pinned once.
+        assert!(was & bit == 0, "RDMC buffer pinned twice");
+        Ok(Some(InPlace {
+            region: g.region().clone(),
+            offset,
+            len,
+            _pin: Arc::new(Pin {
+                pins: Arc::clone(&self.pins[rank]),
+                bit,
+                waker: self.waker.clone(),
+            }),
+        }))
+    }
+
+    /// Releases, oldest first, the received messages that are delivered and no longer
+    /// pinned (their buffers may take later messages: the ready word goes to the root).
+    /// True if it released any.
+    pub(crate) fn release_unpinned(&mut self) -> bool {
+        let mut released = false;
+        for r in 0..self.groups.len() {
+            while let Some(c) = self.completed[r].front() {
+                if !c.delivered || self.pinned(r, c.seq) {
+                    break;
+                }
+                self.completed[r].pop_front();
+                self.groups[r].release();
+                released = true;
+            }
+        }
+        released
+    }
+
+    /// Registers what a dropped pin calls to unpark the predicate thread.
+    pub(crate) fn set_waker(&mut self, waker: PinWaker) {
+        self.waker = Some(waker);
+    }
+
+    /// True once after a delivery's pin held a buffer a later message needs: the
+    /// application is asked to give its in-place views back (copying what it keeps).
+    pub(crate) fn take_wanted(&mut self) -> bool {
+        std::mem::take(&mut self.wanted)
+    }
+
+    /// Notes that message `seq` of sender `rank` needs its buffer, when an older
+    /// message's delivery pins it (once per message).
+    fn ask_if_pinned(&mut self, rank: usize, seq: u64) {
+        if self.asked[rank] < seq && self.pinned(rank, seq) {
+            self.asked[rank] = seq;
+            self.wanted = true;
+        }
+    }
+
+    fn pin_bit(&self, seq: u64) -> u64 {
+        1 << ((seq - 1) % self.config.window_messages as u64)
+    }
+
+    fn pinned(&self, rank: usize, seq: u64) -> bool {
+        self.pins[rank].load(Ordering::Acquire) & self.pin_bit(seq) != 0
     }
 
     /// Copies the message announced in slot `k` of sender `rank` into `out`, keeping it
@@ -256,6 +356,63 @@ impl Large {
                 })
             })
             .sum()
+    }
+}
+
+// The pins of one sender's buffers are the bits of one word.
+const _: () = assert!(RDMC_WINDOW_MESSAGES_MAX <= u64::BITS as usize);
+
+/// A received message completed here and not yet released.
+#[derive(Debug, Clone, Copy)]
+struct Completed {
+    seq: u64,
+    size_bytes: usize,
+    /// Handed to the application (its buffer waits only for the pin to go).
+    delivered: bool,
+}
+
+/// A delivered large message read in place in its RDMC buffer, which it pins (no later
+/// message is written into it, and a sender does not refill it) until the last clone of
+/// it drops.
+#[derive(Debug, Clone)]
+pub(crate) struct InPlace {
+    region: Region,
+    offset: usize,
+    len: usize,
+    _pin: Arc<Pin>,
+}
+
+impl InPlace {
+    /// The message's bytes (its first `len`).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // The range was checked when the view was made, and the pin keeps every writer
+        // off it (the guard of `Region::guarded_slice`) while `self` lives.
+        self.region
+            .guarded_slice(self.offset, self.len)
+            .expect("an in-place message's range was checked when it was delivered")
+    }
+}
+
+/// The pin of one RDMC buffer: its bit in the sender's pin word, cleared on drop (and
+/// the predicate thread woken to release the buffer).
+struct Pin {
+    pins: Arc<AtomicU64>,
+    bit: u64,
+    waker: Option<PinWaker>,
+}
+
+impl std::fmt::Debug for Pin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pin({:#x})", self.bit)
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        self.pins.fetch_and(!self.bit, Ordering::AcqRel);
+        if let Some(w) = &self.waker {
+            w();
+        }
     }
 }
 

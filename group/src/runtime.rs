@@ -279,7 +279,7 @@ impl Node {
                 cfg.park_ms
             )));
         }
-        let engine = Engine::new(
+        let mut engine = Engine::new(
             me,
             cfg.view.clone(),
             cfg.layout.clone(),
@@ -525,6 +525,11 @@ pub trait Application: Send + 'static {
     /// This node's messages the last view change could not re-send (it is no longer a
     /// sender of the subgroup), handed back in order.
     fn undeliverable(&mut self, _subgroup: SubgroupId, _payloads: Vec<Vec<u8>>) {}
+    /// A large message of `subgroup` waits for an RDMC buffer a batch this application
+    /// kept (from [`Application::deliver_owned`]) pins: give back such batches, copying
+    /// out what must be kept ([`DeliveryBatch::holds_in_place`]). Nothing by default (an
+    /// application that keeps no batch pins nothing).
+    fn pins_wanted(&mut self, _subgroup: SubgroupId) {}
     /// The node stopped: shut down (`Some(why)`) or left (`None`).
     fn stopped(&mut self, _why: Option<&str>) {}
     /// The runner handed over everything one round of the group produced (deliveries of
@@ -949,6 +954,10 @@ pub fn hand_to(group: &mut Group, app: &mut impl Application, out: GroupOutput) 
         }
         GroupOutput::Undeliverable { subgroup, payloads } => {
             app.undeliverable(subgroup, payloads);
+            Handed::Other
+        }
+        GroupOutput::PinsWanted { subgroup } => {
+            app.pins_wanted(subgroup);
             Handed::Other
         }
         GroupOutput::ShutDown(why) => {

@@ -222,3 +222,81 @@ fn messages_above_the_resident_bytes_reuse_their_given_back_buffers_intact() {
         "seed {seed}: all sent"
     );
 }
+
+/// A delivered large message is read in place: a batch the application keeps pins its
+/// RDMC buffer. The next large message of that sender then waits (at a window of one
+/// buffer, no member delivers it), the engine asks once for the buffer
+/// (`poll_pins_wanted`), the held message stays intact meanwhile, and once the batch is
+/// dropped the next message arrives everywhere, in order.
+#[test]
+fn a_held_large_delivery_pins_its_buffer_until_dropped() {
+    for seed in 1..=6u64 {
+        let mut layout = overlapping_layout(4, 64);
+        layout.subgroups.truncate(1);
+        layout.subgroups[0].senders = vec![1];
+        layout.subgroups[0].rdmc = Some(RdmcConfig {
+            window_messages: 1,
+            ..rdmc_for(seed)
+        });
+        let id = layout.subgroups[0].id;
+        let mut sim = Sim::new(seed, &[1, 2, 3], layout, Techniques::all());
+        sim.hold = Some(2);
+        assert!(sim.send(1, id, 5000), "seed {seed}: first send");
+        sim.settle(ROUNDS_MAX);
+        let seq = *sim.sent[&(id, 1)].keys().next().expect("one sent");
+        let first = common::payload(id, 1, seq, 5000);
+        let held = |sim: &Sim| -> Vec<Vec<u8>> {
+            sim.held
+                .iter()
+                .filter(|b| b.holds_in_place())
+                .flat_map(|b| b.iter().map(|m| m.payload.to_vec()))
+                .collect()
+        };
+        assert_eq!(
+            held(&sim),
+            vec![first.clone()],
+            "seed {seed}: node 2 holds the first in place"
+        );
+        // Every member delivered the first: its sender's buffer is free again.
+        let mut rounds = 0;
+        while !sim.send(1, id, 6000) {
+            rounds += 1;
+            assert!(rounds < ROUNDS_MAX, "seed {seed}: second send");
+            sim.round();
+        }
+        for _ in 0..2_000 {
+            sim.round();
+        }
+        for n in [1, 2, 3] {
+            assert_eq!(
+                sim.delivered.get(&(n, id)).map_or(0, Vec::len),
+                1,
+                "seed {seed}: node {n} cannot deliver the second while node 2's buffer is pinned"
+            );
+        }
+        let node2 = &mut sim.cluster.nodes.get_mut(&2).expect("node 2").engine;
+        assert_eq!(
+            node2.poll_pins_wanted(),
+            Some(id),
+            "seed {seed}: asked for the buffer"
+        );
+        assert_eq!(node2.poll_pins_wanted(), None, "seed {seed}: once");
+        assert_eq!(
+            held(&sim),
+            vec![first],
+            "seed {seed}: the held message is intact"
+        );
+        sim.hold = None;
+        sim.held.clear();
+        sim.settle(ROUNDS_MAX);
+        for n in [1, 2, 3] {
+            assert_eq!(
+                sim.delivered.get(&(n, id)).map_or(0, Vec::len),
+                2,
+                "seed {seed}: node {n} delivers the second once the buffer is given back"
+            );
+        }
+        sim.check_final();
+        sim.check_quiescent();
+    }
+}

@@ -20,6 +20,8 @@
 //!   [`Region::read_append_guarded`]) move whole words with one bulk copy instead of one
 //!   atomic per word: for ranges behind a guard, which no one else touches during the copy
 //!   (a word of such a range read before its guard may be torn; contract item 3).
+//!   [`Region::guarded_slice`] reads such a range in place, for as long as the caller
+//!   keeps it behind its guard (a delivered large message lent to the application).
 //!
 //! Memory, as large regions need it (an RDMC buffer may be 256 MiB): a heap region of
 //! [`HEAP_MAP_BYTES_MIN`] bytes or more is a private anonymous mapping, so its address
@@ -56,8 +58,8 @@ enum Words {
     /// acquire load. A word of such a range read before its guard may be seen torn, which
     /// contract item 3 allows. A peer process that breaks the protocol and writes the
     /// range anyway can only leave torn or stale bytes in the copy — payload, which the
-    /// engine never trusts for memory safety — since no Rust reference to region memory
-    /// exists for the compiler to reason about.
+    /// engine never trusts for memory safety. (The only Rust references to region memory
+    /// are [`Region::guarded_slice`]'s byte slices, under the same premise.)
     Guarded,
 }
 
@@ -697,6 +699,29 @@ impl Region {
         Ok(())
     }
 
+    /// The `len` bytes at `offset`, read in place instead of copied out: for a range
+    /// **behind a guard** that stays so while the slice lives — by the protocol, no
+    /// thread of this process and no peer writes it until the caller gives the range
+    /// back (a delivered RDMC message whose buffer is pinned until its delivery batch is
+    /// dropped: `spindle_group`'s in-place deliveries). Call it after the guard's acquire
+    /// load. A peer that breaks the protocol and writes the range anyway can change
+    /// payload bytes under the reader; nothing reads lengths or offsets from them.
+    /// Errors (never panics) if the range does not fit.
+    pub fn guarded_slice(&self, offset: usize, len: usize) -> Result<&[u8]> {
+        self.check_range(offset, len)?;
+        fence(Ordering::Acquire);
+        // SAFETY: `offset..offset + len` lies inside the region (checked above), whose
+        // mapping `&self` keeps alive for the slice's lifetime (the slice borrows `self`).
+        // Every byte of a region is initialised (zeroed at allocation). The caller holds
+        // the range behind a guard for as long as the slice lives, so no thread of this
+        // process writes it meanwhile (the premise of every `_guarded` method, here for
+        // the slice's lifetime rather than one copy's); bytes are plain `u8`, so even a
+        // protocol-breaking peer's write can only change values read, never validity.
+        Ok(unsafe {
+            std::slice::from_raw_parts(self.inner.ptr.as_ptr().cast::<u8>().add(offset), len)
+        })
+    }
+
     /// Copies `len` bytes at `offset` to `dst`, writing every one of them: whole words as
     /// `words` says (relaxed loads and unaligned stores, or one bulk copy), partial words
     /// at either end by byte copies of a loaded word.
@@ -800,7 +825,8 @@ impl Region {
         // SAFETY: [start, end) lies inside this region's mapping (checked above, rounded
         // inward), which `&self` keeps mapped. The advice only replaces the pages' contents
         // with zeros (private: fresh zero pages; shared: the file's hole); no Rust reference
-        // assumes their contents, since every access is an atomic load or store.
+        // assumes their contents: every access is an atomic load or store, or a
+        // `guarded_slice` of a range its caller holds, which is not idle.
         let rc = unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) };
         if rc != 0 {
             return Err(Error::io(

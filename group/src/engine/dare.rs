@@ -276,6 +276,7 @@ impl Engine {
             start,
             len,
             full_len: m.payload.len(),
+            in_place: None,
         });
     }
 

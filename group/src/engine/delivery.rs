@@ -1,4 +1,5 @@
-//! Copying delivered messages out of the rings into delivery batches.
+//! Copying delivered messages out of the rings into delivery batches (large ones are
+//! lent in place: [`crate::large`]).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -6,13 +7,12 @@ use std::sync::Arc;
 use spindle_transport_rdma::{NodeId, WORD_BYTES};
 
 use super::{DeliveryBatch, Engine, Meta};
-use crate::error::Error;
 use crate::large::Large;
 use crate::layout::{SubgroupId, NULL_LEN, RDMC_LEN, SLOT_HEADER_BYTES};
 
 impl Engine {
     /// Appends message `k` of sender `rank` to the subgroup's open delivery batch; returns
-    /// the bytes copied (0 for a null or a re-send already delivered).
+    /// its bytes (0 for a null or a re-send already delivered).
     pub(super) fn deliver_one(&mut self, i: usize, rank: usize, k: u64) -> usize {
         let s = &mut self.subgroups[i];
         let slot = s.geom.slot(rank, k);
@@ -49,21 +49,31 @@ impl Engine {
         s.batch_open = true;
         let start = batch.payload.len();
         // The length was checked against the slot (or the RDMC transfer) at receipt and
-        // before delivery; a delivery prefix copies only the message's first bytes.
+        // before delivery; a delivery prefix hands over only the message's first bytes.
         let full_len = len;
         let len = len.min(s.delivery_prefix);
-        let read = match large {
+        let in_place = match large {
+            // Left in its RDMC buffer, which the batch pins: no copy.
+            Some(l) => match l.take(&s.region, &s.geom, rank, k, Some(len)) {
+                Ok(view) => {
+                    batch.in_place.extend(view);
+                    Some((batch.in_place.len() - 1) as u32)
+                }
+                Err(_) => return 0,
+            },
             // Appended without zero-filling first: one copy per delivered byte.
-            Some(l) => l.take(&s.region, &s.geom, rank, k, Some((&mut batch.payload, len))),
-            None => s
-                .region
-                .read_append_guarded(slot + SLOT_HEADER_BYTES, len, &mut batch.payload)
-                .map_err(Error::from),
+            None => match s.region.read_append_guarded(
+                slot + SLOT_HEADER_BYTES,
+                len,
+                &mut batch.payload,
+            ) {
+                Ok(()) => None,
+                Err(_) => {
+                    batch.payload.truncate(start);
+                    return 0;
+                }
+            },
         };
-        if read.is_err() {
-            batch.payload.truncate(start);
-            return 0;
-        }
         batch.metas.push(Meta {
             global_index,
             sender_rank: rank as u32,
@@ -71,6 +81,7 @@ impl Engine {
             start,
             len,
             full_len,
+            in_place,
         });
         len
     }
@@ -106,8 +117,7 @@ pub(super) fn open_batch<'a>(
             Some(mut b) => {
                 b.subgroup = subgroup;
                 b.senders = Arc::clone(senders);
-                b.metas.clear();
-                b.payload.clear();
+                b.clear();
                 b
             }
             None => DeliveryBatch {
@@ -115,6 +125,7 @@ pub(super) fn open_batch<'a>(
                 senders: Arc::clone(senders),
                 metas: Vec::new(),
                 payload: Vec::new(),
+                in_place: Vec::new(),
             },
         };
         deliveries.push_back(batch);

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use spindle_transport_rdma::{NodeId, Region, RegionId};
 
 use crate::error::{Error, Result};
-use crate::large::Large;
+use crate::large::{InPlace, Large};
 use crate::layout::{
     sst_region_id, DeliveryMode, Geometry, Layout, SubgroupId, SubgroupSpec, View,
 };
@@ -185,15 +185,29 @@ struct Meta {
     start: usize,
     len: usize,
     full_len: usize,
+    /// Index in [`DeliveryBatch::in_place`] of a large message read in place (then
+    /// `start` is unused).
+    in_place: Option<u32>,
 }
 
 /// Messages delivered together in one subgroup, in delivery order (the batched upcall).
+///
+/// A message that went by RDMC (above the subgroup's slot size) is not copied into the
+/// batch: its [`Message::payload`] reads it in place in its receive (or own send) buffer,
+/// and the batch **pins** that buffer — no later message of that sender lands in it —
+/// until the batch is given back ([`Engine::recycle`]) or dropped. The group runtime
+/// gives every batch back when its upcall returns; an application that keeps a batch
+/// (see [`crate::runtime::Application::deliver_owned`]) keeps its sender at the RDMC window
+/// meanwhile, and should copy large messages out ([`DeliveryBatch::holds_in_place`]
+/// says whether there are any) if it keeps them long.
 #[derive(Debug, Clone)]
 pub struct DeliveryBatch {
     subgroup: SubgroupId,
     senders: Arc<[NodeId]>,
     metas: Vec<Meta>,
     payload: Vec<u8>,
+    /// The large messages read in place, each pinning its buffer.
+    in_place: Vec<InPlace>,
 }
 
 impl DeliveryBatch {
@@ -212,9 +226,35 @@ impl DeliveryBatch {
         self.metas.is_empty()
     }
 
-    /// Every message's payload, back to back: each [`Message::payload`] is a slice of it.
+    /// Every copied message's payload, back to back: the [`Message::payload`] of each
+    /// message not read in place is a slice of it.
     pub fn bytes(&self) -> &[u8] {
         &self.payload
+    }
+
+    /// True if some messages are read in place (large ones), pinning their buffers
+    /// while this batch lives.
+    pub fn holds_in_place(&self) -> bool {
+        !self.in_place.is_empty()
+    }
+
+    /// How many messages are read in place.
+    pub fn in_place_len(&self) -> usize {
+        self.in_place.len()
+    }
+
+    /// The bytes of the `i`-th message read in place, in delivery order: the
+    /// [`Message::payload`] of such a message is this slice.
+    pub fn in_place_bytes(&self, i: usize) -> Option<&[u8]> {
+        self.in_place.get(i).map(InPlace::bytes)
+    }
+
+    /// Forgets the messages, keeping the buffer the copied ones used (for reuse), and
+    /// unpins the buffers of the ones read in place.
+    pub fn clear(&mut self) {
+        self.metas.clear();
+        self.payload.clear();
+        self.in_place.clear();
     }
 
     /// The memory the batch holds for payloads (at least `bytes().len()`).
@@ -229,7 +269,10 @@ impl DeliveryBatch {
             sender: self.senders[m.sender_rank as usize],
             sender_rank: m.sender_rank,
             sender_seq: m.sender_seq,
-            payload: &self.payload[m.start..m.start + m.len],
+            payload: match m.in_place {
+                Some(i) => self.in_place[i as usize].bytes(),
+                None => &self.payload[m.start..m.start + m.len],
+            },
             full_len: m.full_len,
         })
     }
@@ -436,6 +479,9 @@ pub struct Engine {
     /// Batches handed back after their upcall ([`Engine::recycle`]), reused so that a
     /// steady stream allocates (and page-faults) nothing; at most [`SPARE_BATCHES_MAX`].
     spare_batches: Vec<DeliveryBatch>,
+    /// Subgroups where a delivered batch's pin holds an RDMC buffer a later message
+    /// needs ([`Engine::poll_pins_wanted`]); each at most once.
+    pins_wanted: VecDeque<SubgroupId>,
     events: VecDeque<EngineEvent>,
     stats: EngineStats,
     post_lock: Option<Arc<Mutex<()>>>,
@@ -646,6 +692,7 @@ impl Engine {
             pushes: VecDeque::new(),
             deliveries: VecDeque::new(),
             spare_batches: Vec::new(),
+            pins_wanted: VecDeque::new(),
             events: VecDeque::new(),
             stats: EngineStats::default(),
             post_lock,
@@ -708,11 +755,15 @@ impl Engine {
     }
 
     /// Registers `wake` to be called after every commit on this node's rings (the runtime
-    /// unparks its predicate thread with it).
-    pub fn set_waker(&self, wake: impl Fn() + Send + Sync + Clone + 'static) {
-        for s in &self.subgroups {
+    /// unparks its predicate thread with it). It is also called when a delivered batch's pin of an RDMC buffer goes
+    /// ([`DeliveryBatch`]), which may happen on another thread.
+    pub fn set_waker(&mut self, wake: impl Fn() + Send + Sync + Clone + 'static) {
+        for s in &mut self.subgroups {
             if let Some(ring) = &s.ring {
                 ring.set_waker(Box::new(wake.clone()));
+            }
+            if let Some(l) = &mut s.large {
+                l.set_waker(Arc::new(wake.clone()));
             }
         }
     }
@@ -894,7 +945,9 @@ impl Engine {
     /// Gives a delivered batch back once its upcall is done, for a later delivery to
     /// reuse its buffers (bounded by [`SPARE_BATCHES_MAX`] and [`SPARE_BATCH_BYTES_MAX`];
     /// the rest are freed).
-    pub fn recycle(&mut self, batch: DeliveryBatch) {
+    pub fn recycle(&mut self, mut batch: DeliveryBatch) {
+        // The large messages' buffers are free for their senders from here on.
+        batch.clear();
         let kept: usize = self
             .spare_batches
             .iter()
@@ -906,6 +959,13 @@ impl Engine {
         {
             self.spare_batches.push(batch);
         }
+    }
+
+    /// A subgroup where a large message waits for a buffer that a delivered batch still
+    /// pins (see [`DeliveryBatch`]): the application should give back, or copy out and
+    /// drop, what it holds of that subgroup's in-place messages. Asked once per message.
+    pub fn poll_pins_wanted(&mut self) -> Option<SubgroupId> {
+        self.pins_wanted.pop_front()
     }
 
     /// The next event.

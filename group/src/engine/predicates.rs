@@ -93,6 +93,13 @@ impl Engine {
         }
         work |= self.flush_ctrl(i);
         self.track_persisted(i);
+        let s = &mut self.subgroups[i];
+        if s.large.as_mut().is_some_and(|l| l.take_wanted())
+            && !self.pins_wanted.contains(&s.spec.id)
+        {
+            // At most one entry per subgroup.
+            self.pins_wanted.push_back(s.spec.id);
+        }
         work
     }
 
@@ -103,7 +110,10 @@ impl Engine {
         let Some(l) = &mut s.large else {
             return Ok(false);
         };
-        let work = l.step()?;
+        // Buffers whose deliveries were given back first, so their ready words go out
+        // with this step's writes.
+        let released = l.release_unpinned();
+        let work = l.step()? | released;
         if let Some(ring) = &s.ring {
             let (g, region, rank) = (&s.geom, &s.region, ring.sender_rank);
             let consumed = |k: u64| {

@@ -227,6 +227,13 @@ pub enum GroupOutput {
     ShutDown(String),
     /// The node left the group as it asked.
     Left,
+    /// A large message of `subgroup` waits for an RDMC buffer that a delivered batch
+    /// this node's application still holds pins (see [`DeliveryBatch`]): give back what
+    /// is held of that subgroup's in-place messages, copying out what must be kept.
+    PinsWanted {
+        /// The subgroup.
+        subgroup: SubgroupId,
+    },
     /// Messages of this node that the last trim cut off and that the new view cannot
     /// re-send, because this node is no longer a sender of the subgroup there; they are
     /// handed back, in order, not lost silently (the application may send them elsewhere).
@@ -510,7 +517,7 @@ impl Group {
     /// Registers `wake` to be called after every application commit (in this and later
     /// views); the runtime unparks its thread with it.
     pub fn set_waker(&mut self, wake: Arc<dyn Fn() + Send + Sync>) {
-        if let Some(c) = &self.current {
+        if let Some(c) = &mut self.current {
             let w = Arc::clone(&wake);
             c.engine.set_waker(move || w());
         }
@@ -839,7 +846,14 @@ impl Group {
             return Some(o);
         }
         let c = self.current.as_mut()?;
-        c.engine.poll_delivery().map(GroupOutput::Delivery)
+        c.engine
+            .poll_delivery()
+            .map(GroupOutput::Delivery)
+            .or_else(|| {
+                c.engine
+                    .poll_pins_wanted()
+                    .map(|subgroup| GroupOutput::PinsWanted { subgroup })
+            })
     }
 
     // ----- internals ----------------------------------------------------------------

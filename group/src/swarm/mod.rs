@@ -1130,6 +1130,12 @@ impl Cluster {
                 n.left = true;
                 n.group = None;
             }
+            GroupOutput::PinsWanted { subgroup } => {
+                // The swarm drops every batch once it has read it: nothing stays pinned.
+                self.checker.violation(format!(
+                    "node {id}: asked for pinned buffers of subgroup {subgroup}, none held"
+                ));
+            }
         }
     }
 

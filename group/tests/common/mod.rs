@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use spindle_group::testkit::{engine_cluster, EngineNode, SimCluster};
 use spindle_group::{
-    DeliveryMode, Engine, EngineConfig, Error, Layout, SubgroupId, SubgroupSpec, Techniques, View,
+    DeliveryBatch, DeliveryMode, Engine, EngineConfig, Error, Layout, SubgroupId, SubgroupSpec,
+    Techniques, View,
 };
 use spindle_transport_rdma::sim::{SimConfig, SimWorld};
 use spindle_transport_rdma::{NodeId, Region};
@@ -49,6 +50,11 @@ pub struct Sim {
     pub sent: BTreeMap<(SubgroupId, NodeId), BTreeMap<u64, usize>>,
     /// Engine events seen (a test that crashes nodes expects them; others panic on one).
     pub events: Vec<(NodeId, spindle_group::EngineEvent)>,
+    /// The node whose delivered batches are kept (after the checks) in `held` instead of
+    /// dropped, as an application that holds its deliveries.
+    pub hold: Option<NodeId>,
+    /// The batches kept from `hold`.
+    pub held: Vec<DeliveryBatch>,
 }
 
 impl Sim {
@@ -74,6 +80,8 @@ impl Sim {
             delivered: BTreeMap::new(),
             sent: BTreeMap::new(),
             events: Vec::new(),
+            hold: None,
+            held: Vec::new(),
         }
     }
 
@@ -169,6 +177,9 @@ impl Sim {
             for b in batches {
                 for m in b.iter() {
                     self.check_delivery(n, b.subgroup(), m);
+                }
+                if self.hold == Some(n) {
+                    self.held.push(b);
                 }
             }
         }

@@ -713,10 +713,13 @@ impl Region {
         // SAFETY: `offset..offset + len` lies inside the region (checked above), whose
         // mapping `&self` keeps alive for the slice's lifetime (the slice borrows `self`).
         // Every byte of a region is initialised (zeroed at allocation). The caller holds
-        // the range behind a guard for as long as the slice lives, so no thread of this
-        // process writes it meanwhile (the premise of every `_guarded` method, here for
-        // the slice's lifetime rather than one copy's); bytes are plain `u8`, so even a
-        // protocol-breaking peer's write can only change values read, never validity.
+        // the range behind a guard for as long as the slice lives, so by the protocol no
+        // thread of this process and no peer writes it meanwhile: the premise of every
+        // `_guarded` method, here for the slice's lifetime rather than one copy's. A peer
+        // that breaks the protocol (its backend thread applying its write, or its own
+        // mapping over shm) races with the reader exactly as it would race with a guarded
+        // copy; the bytes are plain `u8` (every value valid) and the engine derives no
+        // length or offset from them.
         Ok(unsafe {
             std::slice::from_raw_parts(self.inner.ptr.as_ptr().cast::<u8>().add(offset), len)
         })

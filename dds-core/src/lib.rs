@@ -76,8 +76,9 @@
 //!   beside it. A sample above the topic's slot (bounded types size it; set
 //!   `slot_payload_bytes` for unbounded ones) goes by RDMC, in the same order, when the
 //!   participant's `sample_bytes_max` allows it: its encoding is measured against the
-//!   slot, encoded again at its exact size into the staging buffer and copied once into
-//!   the writer's registered RDMC send buffer (the slot it had loaned becomes a null);
+//!   slot, then encoded at its exact size **in place** in the writer's registered RDMC
+//!   send buffer (`Sender::try_send_filled`, no staging buffer and no copy; the slot it
+//!   had loaned becomes a null);
 //!   above `sample_bytes_max`, or above the slot without it, `OutOfResources` naming the
 //!   setting. On delivery it is not copied: the delivered batch reads it in place in the
 //!   RDMC receive buffer, which the batch pins (a reader's cache borrows it there, and
@@ -85,16 +86,15 @@
 //!   then the caches copy what they keep ([`lent`]). `loan_sample` works for large samples with the
 //!   same API: the application fills the loaned value, and [`LoanedSample::write`] sends
 //!   it by RDMC as `write` does (test: `tests/sim_large.rs`, 4 MiB samples written
-//!   through loans and read through `take_loaned`). What it cannot do is let the
-//!   application fill the registered RDMC send buffer in place: that buffer is region
-//!   memory any peer of the group may write one-sidedly at any moment (a faulty one
-//!   included), kept as atomic words; a `&mut [u8]` (or a `&mut T` laid over it) would
-//!   claim exclusive access to memory that can change under it, which is undefined
-//!   behaviour in Rust whatever the peer writes. The closest sound thing is what is
-//!   done: the value is encoded once into the writer's staging buffer and copied once,
-//!   in bulk, into the send buffer. Encoding straight into the send buffer through a
-//!   writer over region words (a new `TopicType` entry point) would save that copy; not
-//!   done.
+//!   through loans and read through `take_loaned`): the loaned value is encoded into the
+//!   send buffer in place as `write`'s is. The send buffer is lent to the encoder as a
+//!   `&mut [u8]` only while it is the writer's alone by the protocol (no member reads it
+//!   before the announcement, and it is refilled only once every member consumed its
+//!   previous message and no delivery pins it), one fill at a time
+//!   (`Region::fill_guarded`); a peer that breaks the protocol and writes it anyway races
+//!   with the encoder exactly as it would with a copy. A value is not laid over the
+//!   buffer itself (a `&mut T` the application fills field by field): the encoding is
+//!   CDR, not the value's memory layout.
 //! * Reads: a reader's cache borrows the delivered batch a sample came in instead of
 //!   copying the sample ([`lent`]): the batch goes back to the engine once its last
 //!   sample is taken, dropped or evicted. What held samples pin is bounded per

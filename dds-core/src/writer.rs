@@ -24,10 +24,6 @@ const NUDGE_AFTER: Duration = Duration::from_millis(20);
 /// How long `wait_for_readers` lets pass between looks.
 const READERS_POLL: Duration = Duration::from_millis(1);
 
-/// Capacity a writer's staging buffer keeps after a large sample (larger ones drop it):
-/// the bytes an RDMC buffer keeps resident, `RDMC_RESIDENT_BYTES`.
-const STAGING_KEPT_BYTES_MAX: usize = spindle_group::rdmc::RDMC_RESIDENT_BYTES;
-
 /// Writes samples of `T` to a topic (DDS `DataWriter`). Cheap to clone.
 pub struct DataWriter<T: TopicType> {
     core: Arc<WriterCore>,
@@ -396,9 +392,8 @@ impl<T: TopicType> DataWriter<T> {
     ) -> Result<()> {
         let p = &self.topic.participant;
         let mut staging = lock(&self.core.write_lock);
-        // Grown, never shrunk here: a large sample's staging keeps its length, so the
-        // next one is not zero-filled again (a 1 MiB memset per sample showed in
-        // profiles); `send_large` drops it past `STAGING_KEPT_BYTES_MAX`.
+        // Grown to the slot, never shrunk: not zero-filled again per sample (a large
+        // sample is encoded in place in its send buffer, not here).
         if staging.len() < room {
             staging.resize(room, 0);
         }
@@ -406,7 +401,7 @@ impl<T: TopicType> DataWriter<T> {
             Ok(n) => Some((loan, n)),
             Err(spindle_topics::Error::BufferTooSmall { needed, .. }) => {
                 drop(loan);
-                self.send_large(&mut staging, room, needed, kind, key, timestamp_ns, body)?;
+                self.send_large(room, needed, kind, key, timestamp_ns, body)?;
                 None
             }
             Err(e) => return Err(Error::Topic(e)),
@@ -429,15 +424,13 @@ impl<T: TopicType> DataWriter<T> {
 }
 
 impl<T: TopicType> DataWriter<T> {
-    /// The large-sample path of [`DataWriter::send_in`]: encodes the `needed` bytes of
-    /// body after the header into `staging` (grown, not zero-filled again when already
-    /// long enough) and sends it by RDMC with `Sender::try_send` (one copy into the
-    /// registered send buffer), waiting for a free send buffer up to RELIABILITY's
-    /// `max_blocking_time`. `room` is the slot's payload, for the error.
-    #[allow(clippy::too_many_arguments)]
+    /// The large-sample path of [`DataWriter::send_in`]: encodes the header and the
+    /// `needed` bytes of body **in place** in the next registered RDMC send buffer
+    /// (`Sender::try_send_filled`: no staging buffer, no copy) and sends it by RDMC,
+    /// waiting for a free send buffer up to RELIABILITY's `max_blocking_time`. `room` is
+    /// the slot's payload, for the error.
     fn send_large(
         &self,
-        staging: &mut Vec<u8>,
         room: usize,
         needed: usize,
         kind: SampleKind,
@@ -459,22 +452,18 @@ impl<T: TopicType> DataWriter<T> {
                 crate::config::SAMPLE_BYTES_MAX_LIMIT
             )));
         }
-        if staging.len() < total {
-            staging.resize(total, 0);
-        }
-        let n = body(&mut staging[SAMPLE_HEADER_BYTES..total])?;
         let mut hb = [0u8; SAMPLE_HEADER_BYTES];
         header(&self.core, kind, key, timestamp_ns)?.encode(&mut hb);
-        staging[..SAMPLE_HEADER_BYTES].copy_from_slice(&hb);
-        let sample = &staging[..SAMPLE_HEADER_BYTES + n];
-        let sent = with_room(&self.core, p, sample.len(), |s| s.try_send(sample));
-        let len = sample.len();
-        // A big sample's staging is not kept for the writer's life (the RDMC
-        // buffers give their pages back past the same bound).
-        if staging.capacity() > STAGING_KEPT_BYTES_MAX {
-            *staging = Vec::new();
-        }
-        sent?;
+        let mut len = 0;
+        with_room(&self.core, p, total, |s| {
+            s.try_send_filled(total, |buf| {
+                buf[..SAMPLE_HEADER_BYTES].copy_from_slice(&hb);
+                let n = body(&mut buf[SAMPLE_HEADER_BYTES..])?;
+                len = SAMPLE_HEADER_BYTES + n;
+                Ok::<_, spindle_topics::Error>(len)
+            })
+        })?
+        .map_err(Error::Topic)?;
         p.shared.counters.wrote(len, true);
         Ok(())
     }

@@ -372,11 +372,52 @@ impl Sender {
     pub fn try_send(&self, payload: &[u8]) -> Result<u64> {
         let max = self.payload_bytes_max();
         if payload.len() > max {
-            return self.send_large(payload);
+            let len = payload.len();
+            return self
+                .send_large_by(len, |region, at| {
+                    // The buffer is the sender's until the announcement publishes it:
+                    // one bulk copy.
+                    region.write_bytes_guarded(at, payload)?;
+                    Ok(Ok::<_, std::convert::Infallible>(len))
+                })
+                .map(|sent| sent.unwrap_or_else(|never| match never {}));
         }
         let mut loan = self.try_loan()?;
         loan.write_at(0, payload)?;
         Ok(loan.commit())
+    }
+
+    /// Sends a message above the slot (by RDMC, in the same order as [`Sender::try_send`])
+    /// whose bytes `fill` writes straight into its registered send buffer: `fill` is lent
+    /// `len_max` bytes and returns how many of them the message is, at most `len_max`
+    /// (an encoder writes the value in place, with no buffer of its own first). Returns
+    /// `Ok(Ok(seq))` once sent; `Ok(Err(e))` when `fill` failed (nothing is sent: the
+    /// slot becomes a null, the RDMC sequence number stays unused); `Err` as
+    /// [`Sender::try_send`] for a message of `len_max` bytes, without calling `fill`
+    /// ([`Error::WindowFull`]: retry later). A `len_max` within the slot is
+    /// [`Error::Config`]: small messages go through [`Sender::try_loan`].
+    pub fn try_send_filled<E>(
+        &self,
+        len_max: usize,
+        fill: impl FnOnce(&mut [u8]) -> std::result::Result<usize, E>,
+    ) -> Result<std::result::Result<u64, E>> {
+        if len_max <= self.payload_bytes_max() {
+            return Err(Error::Config(format!(
+                "try_send_filled of {len_max} bytes: within the slot ({} bytes), use a loan",
+                self.payload_bytes_max()
+            )));
+        }
+        self.send_large_by(len_max, |region, at| {
+            match region.fill_guarded(at, len_max, fill)? {
+                // An announcement carries 1 ..= message_bytes_max bytes.
+                Ok(n) if n > 0 && n <= len_max => Ok(Ok(n)),
+                Ok(n) => Err(Error::Config(format!(
+                    "try_send_filled: fill reported {n} bytes of the {len_max} it was lent \
+                     (a message has 1 to {len_max})"
+                ))),
+                Err(e) => Ok(Err(e)),
+            }
+        })
     }
 }
 
@@ -429,20 +470,27 @@ impl Sender {
         Ok(())
     }
 
-    fn send_large(&self, payload: &[u8]) -> Result<u64> {
+    /// Sends a large message of at most `len_max` bytes: under the RDMC order lock, takes
+    /// the next RDMC sequence number and slot, lets `write` put the bytes into that
+    /// sequence number's send buffer (the region and offset; it returns the message's
+    /// length, or `Err` from its filler), then publishes the announcement.
+    fn send_large_by<E>(
+        &self,
+        len_max: usize,
+        write: impl FnOnce(&Region, usize) -> Result<std::result::Result<usize, E>>,
+    ) -> Result<std::result::Result<u64, E>> {
         self.check_running()?;
         let ring = &self.ring;
-        let len = payload.len();
         let Some(tx) = &ring.large else {
             return Err(Error::PayloadTooLarge {
-                len,
+                len: len_max,
                 max: ring.geom.slot_payload_bytes,
             });
         };
-        if len > tx.config.message_bytes_max {
+        if len_max > tx.config.message_bytes_max {
             return Err(Error::MessageTooLarge {
                 subgroup: ring.subgroup,
-                len,
+                len: len_max,
                 max: tx.config.message_bytes_max,
             });
         }
@@ -456,18 +504,20 @@ impl Sender {
         let mut loan = self.try_loan()?;
         // A failed write drops the loan: a null takes the slot, the sequence number is
         // not used.
-        // The buffer is the sender's until the announcement publishes it: one bulk copy.
-        tx.region.write_bytes_guarded(
+        let len = match write(
+            &tx.region,
             RdmcGroup::buffer_offset(tx.members, &tx.config, seq),
-            payload,
-        )?;
+        )? {
+            Ok(len) => len,
+            Err(e) => return Ok(Err(e)),
+        };
         let at = ring.geom.slot(ring.sender_rank, loan.index) + SLOT_HEADER_BYTES;
         ring.region.store_u64(at, seq);
         ring.region.store_u64(at + WORD_BYTES, len as u64);
         tx.reserved.store(seq, Ordering::Release);
         let index = loan.index;
         loan.finish(RDMC_LEN);
-        Ok(index)
+        Ok(Ok(index))
     }
 }
 

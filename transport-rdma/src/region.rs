@@ -33,7 +33,7 @@
 use std::any::Any;
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::{Error, RegionId, Result, REGION_BYTES_MAX};
@@ -87,14 +87,17 @@ struct RegionInner {
     /// First word of the region; valid for `words` words while `_backing` lives.
     ptr: NonNull<AtomicU64>,
     words: usize,
+    /// A [`Region::fill_guarded`] is running (at most one at a time per region).
+    filling: AtomicBool,
     /// Owner of the memory (a heap allocation, a mapping); dropped last.
     _backing: Box<dyn Any + Send + Sync>,
 }
 
 // SAFETY: the region's memory is accessed through `AtomicU64` operations, which are safe
-// to perform from any thread, or in bulk through its pointer only on ranges behind a guard
-// (`Words::Guarded`, `recv_into`), never through a Rust reference to its bytes; `_backing`
-// is itself Send + Sync and keeps the memory alive for as long as the `RegionInner` exists.
+// to perform from any thread, or in bulk only on ranges behind a guard (`Words::Guarded`,
+// `recv_into` through its pointer; `guarded_slice` and `fill_guarded` through a byte slice
+// that lives while the caller holds the guard); `_backing` is itself Send + Sync and keeps
+// the memory alive for as long as the `RegionInner` exists.
 unsafe impl Send for RegionInner {}
 // SAFETY: as above: shared access is atomic word access, or bulk access behind a guard.
 unsafe impl Sync for RegionInner {}
@@ -238,6 +241,7 @@ impl Region {
                 reclaim: Reclaim::Never,
                 ptr,
                 words,
+                filling: AtomicBool::new(false),
                 _backing: Box::new(storage),
             }),
         })
@@ -279,6 +283,7 @@ impl Region {
                 reclaim: Reclaim::Never,
                 ptr: ptr.cast(),
                 words: len_bytes / WORD_BYTES,
+                filling: AtomicBool::new(false),
                 _backing: backing,
             }),
         }
@@ -725,6 +730,50 @@ impl Region {
         })
     }
 
+    /// Lends the `len` bytes at `offset` to `fill` as a mutable byte slice, in place, and
+    /// returns what `fill` returns: for a range **behind a guard** that nobody else reads
+    /// or writes until the caller publishes it (a message's send buffer before its
+    /// announcement), so a value can be encoded straight into it instead of into a buffer
+    /// of its own first. A release fence follows, so the guard's release store publishes
+    /// the bytes. At most one fill runs at a time per region: a nested or concurrent call
+    /// errs (never two mutable slices of one region). Errors (never panics) if the range
+    /// does not fit.
+    pub fn fill_guarded<R>(
+        &self,
+        offset: usize,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R> {
+        self.check_range(offset, len)?;
+        if self.inner.filling.swap(true, Ordering::Acquire) {
+            return Err(Error::Config(format!(
+                "region {}: a fill of it is already running",
+                self.id()
+            )));
+        }
+        // Cleared when `fill` returns or unwinds.
+        struct Filling<'a>(&'a AtomicBool);
+        impl Drop for Filling<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _filling = Filling(&self.inner.filling);
+        // SAFETY: `offset..offset + len` lies inside the region (checked above), whose
+        // mapping `&self` keeps alive while the slice lives (it does not outlive `fill`).
+        // Every byte is initialised (zeroed at allocation). No other mutable slice of this
+        // region exists (`filling` above), and the caller holds the range behind a guard
+        // it has not published, so by the protocol no thread of this process and no peer
+        // reads or writes it meanwhile (the premise of every `_guarded` method); a peer
+        // that breaks the protocol races with the fill as it would with a guarded copy.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(self.inner.ptr.as_ptr().cast::<u8>().add(offset), len)
+        };
+        let out = fill(bytes);
+        fence(Ordering::Release);
+        Ok(out)
+    }
+
     /// Copies `len` bytes at `offset` to `dst`, writing every one of them: whole words as
     /// `words` says (relaxed loads and unaligned stores, or one bulk copy), partial words
     /// at either end by byte copies of a loaded word.
@@ -863,6 +912,30 @@ pub fn check_region_len(len_bytes: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_guarded_fill_writes_in_place_once_at_a_time_and_a_guarded_slice_reads_it() {
+        let r = Region::new_heap(1, 4096).unwrap();
+        let pattern: Vec<u8> = (0..1000u32).map(|i| (i * 13 + 5) as u8).collect();
+        // An odd offset and length: the slice is bytes, not words.
+        let got = r
+            .fill_guarded(13, 1000, |b| {
+                assert_eq!(b.len(), 1000);
+                b.copy_from_slice(&pattern);
+                // A second fill of the same region while this one runs is refused.
+                r.fill_guarded(2000, 8, |_| ()).is_err()
+            })
+            .unwrap();
+        assert!(got, "a nested fill errs");
+        assert_eq!(r.to_vec(13, 1000).unwrap(), pattern);
+        assert_eq!(r.guarded_slice(13, 1000).unwrap(), &pattern[..]);
+        assert_eq!(r.load_u64(0), 0, "the bytes before are untouched");
+        // Once it returned, the next fill runs; ranges past the end are errors.
+        assert_eq!(r.fill_guarded(0, 8, |b| b.len()).unwrap(), 8);
+        assert!(r.fill_guarded(4090, 8, |_| ()).is_err());
+        assert!(r.guarded_slice(4096, 1).is_err());
+        assert_eq!(r.guarded_slice(4096, 0).unwrap(), &[] as &[u8]);
+    }
 
     #[test]
     fn copy_from_moves_every_byte_at_any_alignment_and_keeps_the_neighbours() {

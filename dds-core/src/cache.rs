@@ -343,9 +343,7 @@ impl Cache {
         }
         copied
     }
-}
 
-impl Cache {
     /// An empty cache under `history` and `limits` (checked by the QoS crate already),
     /// on the process's [`WallClock`].
     pub fn new(history: History, limits: ResourceLimits) -> Cache {

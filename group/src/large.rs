@@ -228,19 +228,48 @@ impl Large {
         announcement(region, geom, rank, k).1 as usize
     }
 
-    /// Delivers the message announced in slot `k` of sender `rank`: with `Some(len)`, a
-    /// view of its first `len` bytes (at most its size, see [`Large::size`]: less with a
-    /// delivery prefix) left in its buffer, which it pins until dropped; with `None`
-    /// (a re-send this node delivered in an earlier view) nothing. On a receiver the
-    /// buffer is released by [`Large::release_unpinned`] once no view pins it.
+    /// Delivers the message announced in slot `k` of sender `rank`: a view of its first
+    /// `len` bytes (at most its size, see [`Large::size`]: less with a delivery prefix)
+    /// left in its buffer, which it pins until dropped. On a receiver the buffer is
+    /// released by [`Large::release_unpinned`] once no view pins it.
     pub(crate) fn take(
         &mut self,
         region: &Region,
         geom: &Geometry,
         rank: usize,
         k: u64,
-        len: Option<usize>,
-    ) -> Result<Option<InPlace>> {
+        len: usize,
+    ) -> Result<InPlace> {
+        let seq = self.mark_delivered(region, geom, rank, k);
+        let g = &self.groups[rank];
+        let offset = RdmcGroup::buffer_offset(g.members().len(), &self.config, seq);
+        g.region().check_range(offset, len)?;
+        let bit = self.pin_bit(seq);
+        let was = self.pins[rank].fetch_or(bit, Ordering::AcqRel);
+        // Invariant: a buffer holds one message at a time, and is reused (by a later
+        // message) only once released, which waits for its pin: a message is pinned once.
+        assert!(was & bit == 0, "RDMC buffer pinned twice");
+        Ok(InPlace {
+            region: g.region().clone(),
+            offset,
+            len,
+            _pin: Arc::new(Pin {
+                pins: Arc::clone(&self.pins[rank]),
+                bit,
+                waker: self.waker.clone(),
+            }),
+        })
+    }
+
+    /// Passes over the message announced in slot `k` of sender `rank` (a re-send this
+    /// node delivered in an earlier view): its buffer is released as a delivered one.
+    pub(crate) fn skip(&mut self, region: &Region, geom: &Geometry, rank: usize, k: u64) {
+        self.mark_delivered(region, geom, rank, k);
+    }
+
+    /// Marks the message announced in slot `k` of sender `rank` delivered (on a
+    /// receiver); returns its RDMC sequence number.
+    fn mark_delivered(&mut self, region: &Region, geom: &Geometry, rank: usize, k: u64) -> u64 {
         let (seq, _) = announcement(region, geom, rank, k);
         if Some(rank) != self.own {
             let c = self.completed[rank].iter_mut().find(|c| !c.delivered);
@@ -255,25 +284,7 @@ impl Large {
                 c.delivered = true;
             }
         }
-        let Some(len) = len else { return Ok(None) };
-        let g = &self.groups[rank];
-        let offset = RdmcGroup::buffer_offset(g.members().len(), &self.config, seq);
-        g.region().check_range(offset, len)?;
-        let bit = self.pin_bit(seq);
-        let was = self.pins[rank].fetch_or(bit, Ordering::AcqRel);
-        // Invariant: a buffer holds one message at a time, and is reused (by a later
-        // message) only once released, which waits for its pin: a message is pinned once.
-        assert!(was & bit == 0, "RDMC buffer pinned twice");
-        Ok(Some(InPlace {
-            region: g.region().clone(),
-            offset,
-            len,
-            _pin: Arc::new(Pin {
-                pins: Arc::clone(&self.pins[rank]),
-                bit,
-                waker: self.waker.clone(),
-            }),
-        }))
+        seq
     }
 
     /// Releases, oldest first, the received messages that are delivered and no longer

@@ -27,7 +27,7 @@ impl Engine {
         if k < s.skip[rank] {
             // A re-send of a message this node delivered in the previous view.
             if let Some(l) = large {
-                let _ = l.take(&s.region, &s.geom, rank, k, None);
+                l.skip(&s.region, &s.geom, rank, k);
             }
             return 0;
         }
@@ -54,9 +54,9 @@ impl Engine {
         let len = len.min(s.delivery_prefix);
         let in_place = match large {
             // Left in its RDMC buffer, which the batch pins: no copy.
-            Some(l) => match l.take(&s.region, &s.geom, rank, k, Some(len)) {
+            Some(l) => match l.take(&s.region, &s.geom, rank, k, len) {
                 Ok(view) => {
-                    batch.in_place.extend(view);
+                    batch.in_place.push(view);
                     Some((batch.in_place.len() - 1) as u32)
                 }
                 Err(_) => return 0,

@@ -11,7 +11,8 @@
 //!
 //! What a held sample does to memory: it pins its whole batch (every sample a round
 //! delivered in its subgroup, at most about `spindle_group::DELIVERY_STEP_BYTES_MAX`
-//! plus one message), never a ring slot, so it cannot slow the writers. What all held
+//! plus one message), never a ring slot, so it cannot slow the writers (a large sample's
+//! RDMC buffer is the exception, below). What all held
 //! samples of a participant pin together is bounded by [`LENT_BYTES_MAX`] (the batches'
 //! capacities); past it, deliveries are copied into the caches as before, until enough
 //! batches came back.

@@ -101,7 +101,9 @@
 //!   participant ([`lent::LENT_BYTES_MAX`]); past it, samples are copied into the cache
 //!   as before. [`DataReader::take_loaned`] and [`DataReader::read_loaned`] lend those
 //!   bytes without decoding them ([`LoanedSamples`], decoded on demand); a held loan pins
-//!   its samples' batches, never a ring slot, so it cannot slow the writers. A `read`
+//!   its samples' batches, never a ring slot, so it cannot slow the writers of small
+//!   samples; a held loan of a batch with a large sample pins that sample's RDMC buffer,
+//!   which holds its writer at its RDMC window until the loan is dropped. A `read`
 //!   shares the bytes with the cache instead of copying them.
 //!   [`DataReader::take_into`] and [`DataReader::read_into`] decode into the values a
 //!   [`SampleBuffer`] kept from earlier accesses, so a reader that takes with one buffer

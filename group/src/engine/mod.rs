@@ -755,8 +755,8 @@ impl Engine {
     }
 
     /// Registers `wake` to be called after every commit on this node's rings (the runtime
-    /// unparks its predicate thread with it). It is also called when a delivered batch's pin of an RDMC buffer goes
-    /// ([`DeliveryBatch`]), which may happen on another thread.
+    /// unparks its predicate thread with it), and when a delivered batch's pin of an RDMC
+    /// buffer goes ([`DeliveryBatch`]), which may happen on another thread.
     pub fn set_waker(&mut self, wake: impl Fn() + Send + Sync + Clone + 'static) {
         for s in &mut self.subgroups {
             if let Some(ring) = &s.ring {

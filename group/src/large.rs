@@ -77,24 +77,34 @@ impl Large {
         let mut groups = Vec::new();
         let mut tx = None;
         let own = spec.senders.iter().position(|s| *s == node);
+        let senders = spec.senders.len();
+        let pins: Vec<Arc<AtomicU64>> = (0..senders).map(|_| Arc::new(AtomicU64::new(0))).collect();
         for (r, sender) in spec.senders.iter().enumerate() {
             let mut members = vec![*sender];
             members.extend(spec.members.iter().copied().filter(|m| m != sender));
             let bytes = RdmcGroup::region_bytes(members.len(), config);
             let region = register(rdmc_region_id(vid, first + r), bytes)?;
+            // A peer's write into a buffer a delivery holds in place is refused where this
+            // process applies it; no peer writes an own send buffer at all.
+            let (at, stride) = RdmcGroup::buffers(members.len(), config);
+            let watched = if own == Some(r) {
+                Arc::new(AtomicU64::new(u64::MAX))
+            } else {
+                Arc::clone(&pins[r])
+            };
+            region.watch_pins(watched, at, stride, config.window_messages)?;
             if own == Some(r) {
                 tx = Some(LargeTx::new(region.clone(), members.len(), config.clone()));
             }
             groups.push(RdmcGroup::new(node, members, config.clone(), region)?);
         }
-        let senders = spec.senders.len();
         Ok((
             Large {
                 groups,
                 config: config.clone(),
                 own,
                 completed: vec![VecDeque::new(); senders],
-                pins: (0..senders).map(|_| Arc::new(AtomicU64::new(0))).collect(),
+                pins,
                 next_seq: vec![1; senders],
                 own_pending: VecDeque::new(),
                 asked: vec![0; senders],
@@ -245,10 +255,13 @@ impl Large {
         let offset = RdmcGroup::buffer_offset(g.members().len(), &self.config, seq);
         g.region().check_range(offset, len)?;
         let bit = self.pin_bit(seq);
-        let was = self.pins[rank].fetch_or(bit, Ordering::AcqRel);
+        let was = self.pins[rank].fetch_or(bit, Ordering::SeqCst);
         // Invariant: a buffer holds one message at a time, and is reused (by a later
         // message) only once released, which waits for its pin: a message is pinned once.
         assert!(was & bit == 0, "RDMC buffer pinned twice");
+        // A peer's write that entered the buffer before the pin (none, by the protocol)
+        // ends before the view reads it; later ones are refused.
+        g.region().settle_pin(bit.trailing_zeros() as usize);
         Ok(InPlace {
             region: g.region().clone(),
             offset,

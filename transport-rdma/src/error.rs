@@ -116,6 +116,20 @@ pub enum Error {
         /// The limit.
         max: usize,
     },
+    /// A peer's write reached bytes the region's owner holds in place for a reader
+    /// ([`crate::Region::watch_pins`]): by the protocol nobody writes there, so the
+    /// peer broke it.
+    #[error(
+        "write of {len} bytes at offset {offset} reaches a buffer of region {region} held in place"
+    )]
+    Pinned {
+        /// The region id.
+        region: RegionId,
+        /// Offset of the write.
+        offset: usize,
+        /// Length of the write.
+        len: usize,
+    },
     /// A guard word (or an atomic word access) was not 8-byte aligned.
     #[error("offset {offset} is not 8-byte aligned")]
     Misaligned {

@@ -111,7 +111,7 @@ pub use doorbell::Doorbell;
 pub use error::{Error, FailureReason, Result};
 pub use region::{
     check_region_len, page_bytes, round_up_to_words, Region, COPY_CHUNK_BYTES, HEAP_MAP_BYTES_MIN,
-    WORD_BYTES,
+    PINNED_BUFFERS_MAX, WORD_BYTES,
 };
 pub use trust::DomainSecret;
 

@@ -34,7 +34,7 @@ use std::any::Any;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::{Error, RegionId, Result, REGION_BYTES_MAX};
 
@@ -73,6 +73,21 @@ impl Words {
     }
 }
 
+/// Equal buffers of a region, one pin bit each, that writes applied for peers must not
+/// touch while pinned ([`Region::watch_pins`]).
+struct PinnedBuffers {
+    /// Bit `e` set: buffer `e` is held in place.
+    pins: Arc<AtomicU64>,
+    first: usize,
+    stride: usize,
+    count: usize,
+    /// Per buffer: writes for peers being applied into it now.
+    applying: Box<[AtomicU64]>,
+}
+
+/// Most buffers [`Region::watch_pins`] watches: the bits of the pin word.
+pub const PINNED_BUFFERS_MAX: usize = u64::BITS as usize;
+
 /// A registered region of memory, shared with the fabric. Cloning is cheap (a reference
 /// count); the memory lives until the last clone and the backend release it.
 #[derive(Clone)]
@@ -89,6 +104,8 @@ struct RegionInner {
     words: usize,
     /// Held while a [`Region::fill_guarded`] runs (one at a time per region).
     filling: Mutex<()>,
+    /// The buffers whose pins refuse peers' writes ([`Region::watch_pins`]).
+    pinned: OnceLock<PinnedBuffers>,
     /// Owner of the memory (a heap allocation, a mapping); dropped last.
     _backing: Box<dyn Any + Send + Sync>,
 }
@@ -242,6 +259,7 @@ impl Region {
                 ptr,
                 words,
                 filling: Mutex::new(()),
+                pinned: OnceLock::new(),
                 _backing: Box::new(storage),
             }),
         })
@@ -284,6 +302,7 @@ impl Region {
                 ptr: ptr.cast(),
                 words: len_bytes / WORD_BYTES,
                 filling: Mutex::new(()),
+                pinned: OnceLock::new(),
                 _backing: backing,
             }),
         }
@@ -364,15 +383,17 @@ impl Region {
         len: usize,
         flags: libc::c_int,
     ) -> std::io::Result<usize> {
-        let at = self
-            .range_ptr(offset, len)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?
-            .cast_mut();
+        let invalid =
+            |e: Error| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string());
+        let at = self.range_ptr(offset, len).map_err(invalid)?.cast_mut();
+        let entered = self.enter_apply(offset, len).map_err(invalid)?;
         // SAFETY: `at..at + len` lies inside the region (checked by `range_ptr`), whose
         // memory `&self` keeps alive for the call; the region's words are atomics
         // (interior mutability), so memory reached through its pointer may be written;
-        // `recv` writes at most `len` bytes there, and through no Rust reference.
+        // `recv` writes at most `len` bytes there, and through no Rust reference; no
+        // buffer held in place is among them (`enter_apply`).
         let n = unsafe { libc::recv(fd, at.cast(), len, flags) };
+        self.exit_apply(entered);
         if n < 0 {
             Err(std::io::Error::last_os_error())
         } else {
@@ -433,7 +454,10 @@ impl Region {
         guard: Option<(usize, u64)>,
     ) -> Result<()> {
         self.check_guard(guard)?;
-        self.write_words(offset, bytes, Words::behind(guard))?;
+        let entered = self.enter_apply(offset, bytes.len())?;
+        let wrote = self.write_words(offset, bytes, Words::behind(guard));
+        self.exit_apply(entered);
+        wrote?;
         self.release_guard(guard);
         Ok(())
     }
@@ -452,6 +476,108 @@ impl Region {
         self.copy_words(offset, src, src_offset, len, Words::behind(guard))?;
         self.release_guard(guard);
         Ok(())
+    }
+
+    /// Makes the pins in `pins` guard `count` buffers of `stride` bytes from `first`:
+    /// while bit `e` is set, a write applied for a peer (by this process's backend
+    /// threads: tcp, the simulated fabric) that reaches buffer `e` is refused with
+    /// [`Error::Pinned`] instead of landing under a reader of
+    /// [`Region::guarded_slice`]. An owner sets a bit, then calls [`Region::settle_pin`]
+    /// before it reads the buffer in place. Peers that write the memory directly (shm's
+    /// mappings, RDMA devices) are not seen: for them the protocol is the only guard.
+    /// Once per region; errors (never panics) on a second call or buffers past the end.
+    pub fn watch_pins(
+        &self,
+        pins: Arc<AtomicU64>,
+        first: usize,
+        stride: usize,
+        count: usize,
+    ) -> Result<()> {
+        if count == 0 || count > PINNED_BUFFERS_MAX || stride == 0 {
+            return Err(Error::Config(format!(
+                "region {}: {count} pinned buffers of {stride} bytes (1..={PINNED_BUFFERS_MAX} \
+                 buffers of at least a byte)",
+                self.id()
+            )));
+        }
+        self.check_range(first, stride.saturating_mul(count))?;
+        let watched = PinnedBuffers {
+            pins,
+            first,
+            stride,
+            count,
+            applying: (0..count).map(|_| AtomicU64::new(0)).collect(),
+        };
+        self.inner.pinned.set(watched).map_err(|_| {
+            Error::Config(format!(
+                "region {}: its pins are watched already",
+                self.id()
+            ))
+        })
+    }
+
+    /// Waits until no write for a peer is being applied into buffer `buffer` (one that
+    /// entered before its pin was set; any later one is refused), so the owner may read
+    /// it in place. Returns at once for an unwatched region.
+    pub fn settle_pin(&self, buffer: usize) {
+        let Some(p) = self.inner.pinned.get() else {
+            return;
+        };
+        let Some(applying) = p.applying.get(buffer) else {
+            return;
+        };
+        while applying.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Enters the watched buffers `offset..offset + len` reaches, for a write applied for
+    /// a peer: errs if one is pinned. Returns the buffers entered, for `exit_apply`.
+    fn enter_apply(&self, offset: usize, len: usize) -> Result<Option<(usize, usize)>> {
+        let Some(p) = self.inner.pinned.get() else {
+            return Ok(None);
+        };
+        let end_all = p.first + p.count * p.stride;
+        let end = offset.saturating_add(len);
+        if len == 0 || end <= p.first || offset >= end_all {
+            return Ok(None);
+        }
+        let a = (offset.max(p.first) - p.first) / p.stride;
+        let b = (end.min(end_all) - 1 - p.first) / p.stride;
+        // Invariant: both lie among the watched buffers (clamped above).
+        assert!(a <= b && b < p.count, "entered buffers are watched ones");
+        for e in a..=b {
+            p.applying[e].fetch_add(1, Ordering::SeqCst);
+        }
+        // Dekker with `settle_pin`: either this load sees the pin, or the pinner's
+        // `settle_pin` sees the count above and waits for `exit_apply`.
+        let mask = (a..=b).fold(0u64, |m, e| m | 1 << e);
+        if p.pins.load(Ordering::SeqCst) & mask != 0 {
+            self.exit_apply(Some((a, b)));
+            return Err(Error::Pinned {
+                region: self.id(),
+                offset,
+                len,
+            });
+        }
+        Ok(Some((a, b)))
+    }
+
+    fn exit_apply(&self, entered: Option<(usize, usize)>) {
+        if let (Some((a, b)), Some(p)) = (entered, self.inner.pinned.get()) {
+            for e in a..=b {
+                p.applying[e].fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// [`Region::write_bytes`] for a peer's write applied by the simulated fabric,
+    /// refused into a pinned buffer as [`Region::apply_write`] refuses it.
+    pub(crate) fn write_bytes_for_peer(&self, offset: usize, bytes: &[u8]) -> Result<()> {
+        let entered = self.enter_apply(offset, bytes.len())?;
+        let wrote = self.write_bytes(offset, bytes);
+        self.exit_apply(entered);
+        wrote
     }
 
     fn check_guard(&self, guard: Option<(usize, u64)>) -> Result<()> {
@@ -901,6 +1027,45 @@ pub fn check_region_len(len_bytes: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peer_write_into_a_pinned_buffer_is_refused_and_others_land() {
+        let r = Region::new_heap(1, 64 + 3 * 256).unwrap();
+        let pins = Arc::new(AtomicU64::new(0));
+        assert!(
+            r.watch_pins(Arc::clone(&pins), 64, 256, 0).is_err(),
+            "no buffers"
+        );
+        assert!(
+            r.watch_pins(Arc::clone(&pins), 64, 256, 4).is_err(),
+            "past the end"
+        );
+        r.watch_pins(Arc::clone(&pins), 64, 256, 3).unwrap();
+        assert!(r.watch_pins(Arc::clone(&pins), 64, 256, 3).is_err(), "once");
+        pins.fetch_or(0b010, Ordering::SeqCst);
+        r.settle_pin(1);
+        // Into buffer 1, or across its edge from buffer 0: refused, nothing written.
+        for (at, len) in [(64 + 256, 8), (64 + 250, 16), (64 + 2 * 256 - 8, 8)] {
+            assert!(
+                matches!(
+                    r.apply_write(at, &vec![7; len], None),
+                    Err(Error::Pinned { .. })
+                ),
+                "a write of {len} at {at}"
+            );
+        }
+        assert!(r.to_vec(64 + 248, 16).unwrap().iter().all(|b| *b == 0));
+        // The header, buffers 0 and 2, and buffer 1 once its pin is gone: written.
+        for at in [0, 64, 64 + 2 * 256] {
+            r.apply_write(at, &[9; 8], Some((at + 8, 1))).unwrap();
+            assert_eq!(r.to_vec(at, 8).unwrap(), vec![9; 8]);
+        }
+        assert!(r.write_bytes_for_peer(64 + 300, &[1; 8]).is_err());
+        pins.fetch_and(!0b010, Ordering::SeqCst);
+        r.apply_write(64 + 256, &[5; 8], None).unwrap();
+        r.write_bytes_for_peer(64 + 300, &[1; 8]).unwrap();
+        assert_eq!(r.to_vec(64 + 256, 8).unwrap(), vec![5; 8]);
+    }
 
     #[test]
     fn a_guarded_fill_writes_in_place_once_at_a_time_and_a_guarded_slice_reads_it() {

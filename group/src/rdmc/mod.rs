@@ -405,6 +405,14 @@ impl RdmcGroup {
         Header::new(members, config).buffer(seq)
     }
 
+    /// Where the first buffer starts in the region of a member of a group of `members`
+    /// members, and the stride of the window's buffers (message `seq` is in buffer
+    /// `(seq - 1) % window_messages`).
+    pub fn buffers(members: usize, config: &RdmcConfig) -> (usize, usize) {
+        let h = Header::new(members, config);
+        (h.buffer(1), h.buffer_stride)
+    }
+
     /// Messages this member has released (a receiver) or completed (the root).
     pub fn released(&self) -> u64 {
         self.released

@@ -750,7 +750,9 @@ impl State {
                             return; // withdrawn while the write was in flight
                         };
                         let ok = match &data {
-                            WriteData::Bytes(bytes) => r.write_bytes(offset, bytes).is_ok(),
+                            WriteData::Bytes(bytes) => {
+                                r.write_bytes_for_peer(offset, bytes).is_ok()
+                            }
                             WriteData::Phantom(len) => r.check_range(offset, *len).is_ok(),
                         };
                         if let Some((g, value)) = guard {

@@ -21,7 +21,9 @@
 //!   atomic per word: for ranges behind a guard, which no one else touches during the copy
 //!   (a word of such a range read before its guard may be torn; contract item 3).
 //!   [`Region::guarded_slice`] reads such a range in place, for as long as the caller
-//!   keeps it behind its guard (a delivered large message lent to the application).
+//!   keeps it behind its guard (a delivered large message lent to the application), and
+//!   [`Region::watch_pins`] makes the region refuse the peers' writes it applies into
+//!   such ranges.
 //!
 //! Memory, as large regions need it (an RDMC buffer may be 256 MiB): a heap region of
 //! [`HEAP_MAP_BYTES_MIN`] bytes or more is a private anonymous mapping, so its address
@@ -847,10 +849,11 @@ impl Region {
         // the range behind a guard for as long as the slice lives, so by the protocol no
         // thread of this process and no peer writes it meanwhile: the premise of every
         // `_guarded` method, here for the slice's lifetime rather than one copy's. A peer
-        // that breaks the protocol (its backend thread applying its write, or its own
-        // mapping over shm) races with the reader exactly as it would race with a guarded
-        // copy; the bytes are plain `u8` (every value valid) and the engine derives no
-        // length or offset from them.
+        // that breaks the protocol is refused where this process applies its writes into
+        // a watched buffer (`watch_pins`); through its own mapping (shm) or a device it
+        // races with the reader exactly as it would race with a guarded copy; the bytes
+        // are plain `u8` (every value valid) and the engine derives no length or offset
+        // from them.
         Ok(unsafe {
             std::slice::from_raw_parts(self.inner.ptr.as_ptr().cast::<u8>().add(offset), len)
         })

@@ -388,19 +388,43 @@ impl Region {
         let invalid =
             |e: Error| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string());
         let at = self.range_ptr(offset, len).map_err(invalid)?.cast_mut();
-        let entered = self.enter_apply(offset, len).map_err(invalid)?;
-        // SAFETY: `at..at + len` lies inside the region (checked by `range_ptr`), whose
-        // memory `&self` keeps alive for the call; the region's words are atomics
-        // (interior mutability), so memory reached through its pointer may be written;
-        // `recv` writes at most `len` bytes there, and through no Rust reference; no
-        // buffer held in place is among them (`enter_apply`).
-        let n = unsafe { libc::recv(fd, at.cast(), len, flags) };
-        self.exit_apply(entered);
-        if n < 0 {
-            Err(std::io::Error::last_os_error())
-        } else {
-            Ok(n as usize)
+        let blocking = flags & libc::MSG_DONTWAIT == 0;
+        loop {
+            if blocking && self.watches(offset, len) {
+                // A pin waits for a write inside its buffer (`settle_pin`): wait for the
+                // bytes outside, so that a pin never waits on the network.
+                wait_readable(fd)?;
+            }
+            let entered = self.enter_apply(offset, len).map_err(invalid)?;
+            let flags = if entered.is_some() {
+                flags | libc::MSG_DONTWAIT
+            } else {
+                flags
+            };
+            // SAFETY: `at..at + len` lies inside the region (checked by `range_ptr`), whose
+            // memory `&self` keeps alive for the call; the region's words are atomics
+            // (interior mutability), so memory reached through its pointer may be written;
+            // `recv` writes at most `len` bytes there, and through no Rust reference; no
+            // buffer held in place is among them (`enter_apply`).
+            let n = unsafe { libc::recv(fd, at.cast(), len, flags) };
+            let e = std::io::Error::last_os_error();
+            self.exit_apply(entered);
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            // Readable, then nothing after all (another reader cannot exist; a spurious
+            // wake-up): wait again.
+            if !(blocking && entered.is_some() && e.kind() == std::io::ErrorKind::WouldBlock) {
+                return Err(e);
+            }
         }
+    }
+
+    /// True if `offset..offset + len` reaches a watched buffer ([`Region::watch_pins`]).
+    fn watches(&self, offset: usize, len: usize) -> bool {
+        self.inner.pinned.get().is_some_and(|p| {
+            len > 0 && offset.saturating_add(len) > p.first && offset < p.first + p.count * p.stride
+        })
     }
 
     /// Acquire load of the aligned word at `offset` (the guard side of the contract).
@@ -573,11 +597,23 @@ impl Region {
         }
     }
 
-    /// [`Region::write_bytes`] for a peer's write applied by the simulated fabric,
-    /// refused into a pinned buffer as [`Region::apply_write`] refuses it.
-    pub(crate) fn write_bytes_for_peer(&self, offset: usize, bytes: &[u8]) -> Result<()> {
+    /// Bytes of a peer's write without its guard ([`Region::write_bytes`], or in bulk as
+    /// [`Region::write_bytes_guarded`] when `guarded`: the head of a guarded frame, the
+    /// simulated fabric's writes), refused into a pinned buffer as
+    /// [`Region::apply_write`] refuses them.
+    pub(crate) fn write_bytes_for_peer(
+        &self,
+        offset: usize,
+        bytes: &[u8],
+        guarded: bool,
+    ) -> Result<()> {
         let entered = self.enter_apply(offset, bytes.len())?;
-        let wrote = self.write_bytes(offset, bytes);
+        let words = if guarded {
+            Words::Guarded
+        } else {
+            Words::Atomic
+        };
+        let wrote = self.write_words(offset, bytes, words);
         self.exit_apply(entered);
         wrote
     }
@@ -1015,6 +1051,49 @@ impl Region {
     }
 }
 
+/// Waits until `fd` has bytes to read (or its end, or an error), honouring the socket's
+/// receive timeout (`SO_RCVTIMEO`) as a blocking `recv` would: `WouldBlock` once it
+/// passes.
+fn wait_readable(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    let mut tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 0,
+    };
+    let mut tv_len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+    // SAFETY: `tv` and `tv_len` are valid for writes of a `timeval` and its length, as
+    // getsockopt(SO_RCVTIMEO) needs.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&mut tv as *mut libc::timeval).cast(),
+            &mut tv_len,
+        )
+    };
+    let timeout_ms = if rc == 0 && (tv.tv_sec > 0 || tv.tv_usec > 0) {
+        // `time_t` and `suseconds_t` are both 64-bit on the targets we build for.
+        let ms = tv
+            .tv_sec
+            .saturating_mul(1000)
+            .saturating_add((tv.tv_usec + 999) / 1000);
+        ms.clamp(1, libc::c_int::MAX.into()) as libc::c_int
+    } else {
+        -1
+    };
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid, writable `pollfd`.
+    match unsafe { libc::poll(&mut p, 1, timeout_ms) } {
+        n if n < 0 => Err(std::io::Error::last_os_error()),
+        0 => Err(std::io::ErrorKind::WouldBlock.into()),
+        _ => Ok(()),
+    }
+}
+
 /// Rejects region lengths over [`REGION_BYTES_MAX`].
 pub fn check_region_len(len_bytes: usize) -> Result<()> {
     if len_bytes > REGION_BYTES_MAX {
@@ -1030,6 +1109,45 @@ pub fn check_region_len(len_bytes: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A blocking `recv_into` a watched buffer waits for the bytes outside the entered
+    /// section (a pin never waits on the network), takes them when they come, honours
+    /// the socket's receive timeout, and refuses a pinned buffer without reading.
+    #[test]
+    fn a_blocking_receive_into_a_watched_buffer_waits_outside_and_honours_the_timeout() {
+        use std::io::Write as _;
+        use std::os::fd::AsRawFd as _;
+        let r = Region::new_heap(1, 64 + 2 * 256).unwrap();
+        let pins = Arc::new(AtomicU64::new(0));
+        r.watch_pins(Arc::clone(&pins), 64, 256, 2).unwrap();
+        let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let fd = b.as_raw_fd();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            a.write_all(&[3; 16]).unwrap();
+            a
+        });
+        assert_eq!(
+            r.recv_into(fd, 64, 256, 0).unwrap(),
+            16,
+            "the bytes that came"
+        );
+        assert_eq!(r.to_vec(64, 16).unwrap(), vec![3; 16]);
+        let mut a = writer.join().unwrap();
+        b.set_read_timeout(Some(std::time::Duration::from_millis(10)))
+            .unwrap();
+        let e = r.recv_into(fd, 64, 256, 0).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "the timeout: {e}");
+        pins.fetch_or(0b10, Ordering::SeqCst);
+        a.write_all(&[4; 8]).unwrap();
+        let e = r.recv_into(fd, 64 + 256, 8, 0).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "pinned: {e}");
+        assert_eq!(
+            r.recv_into(fd, 64, 8, 0).unwrap(),
+            8,
+            "the unpinned one takes them"
+        );
+    }
 
     #[test]
     fn a_peer_write_into_a_pinned_buffer_is_refused_and_others_land() {
@@ -1063,10 +1181,10 @@ mod tests {
             r.apply_write(at, &[9; 8], Some((at + 8, 1))).unwrap();
             assert_eq!(r.to_vec(at, 8).unwrap(), vec![9; 8]);
         }
-        assert!(r.write_bytes_for_peer(64 + 300, &[1; 8]).is_err());
+        assert!(r.write_bytes_for_peer(64 + 300, &[1; 8], true).is_err());
         pins.fetch_and(!0b010, Ordering::SeqCst);
         r.apply_write(64 + 256, &[5; 8], None).unwrap();
-        r.write_bytes_for_peer(64 + 300, &[1; 8]).unwrap();
+        r.write_bytes_for_peer(64 + 300, &[1; 8], false).unwrap();
         assert_eq!(r.to_vec(64 + 256, 8).unwrap(), vec![5; 8]);
     }
 

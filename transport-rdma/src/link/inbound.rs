@@ -274,7 +274,7 @@ impl<S: LinkStream> Hub<S> {
             .map_err(failure_of)?;
         if let Some(region) = &target {
             region
-                .write_bytes_guarded(w.offset, w.have)
+                .write_bytes_for_peer(w.offset, w.have, true)
                 .map_err(failure_of)?;
         }
         // A write to a region we withdrew is read off the stream and dropped.

@@ -751,7 +751,7 @@ impl State {
                         };
                         let ok = match &data {
                             WriteData::Bytes(bytes) => {
-                                r.write_bytes_for_peer(offset, bytes).is_ok()
+                                r.write_bytes_for_peer(offset, bytes, false).is_ok()
                             }
                             WriteData::Phantom(len) => r.check_range(offset, *len).is_ok(),
                         };

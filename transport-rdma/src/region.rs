@@ -72,9 +72,15 @@ enum Words {
 impl Words {
     /// How to copy a write's payload: in bulk when a guard follows it, else word by word.
     fn behind(guard: Option<(usize, u64)>) -> Words {
-        match guard {
-            Some(_) => Words::Guarded,
-            None => Words::Atomic,
+        Words::bulk(guard.is_some())
+    }
+
+    /// In bulk (behind a guard) or word by word.
+    fn bulk(guarded: bool) -> Words {
+        if guarded {
+            Words::Guarded
+        } else {
+            Words::Atomic
         }
     }
 }
@@ -462,10 +468,8 @@ impl Region {
         guard: Option<(usize, u64)>,
     ) -> Result<()> {
         self.check_guard(guard)?;
-        let entered = self.enter_apply(offset, bytes.len())?;
-        let wrote = self.write_words(offset, bytes, Words::behind(guard));
-        self.exit_apply(entered);
-        wrote?;
+        // In bulk when a guard follows, refused into a pinned buffer.
+        self.write_bytes_for_peer(offset, bytes, guard.is_some())?;
         self.release_guard(guard);
         Ok(())
     }

@@ -19,6 +19,22 @@ pub(super) struct PinnedBuffers {
     pub(super) applying: Box<[AtomicU64]>,
 }
 
+impl PinnedBuffers {
+    /// The first and last buffer `offset..offset + len` reaches, if it reaches any.
+    fn reached(&self, offset: usize, len: usize) -> Option<(usize, usize)> {
+        let end_all = self.first + self.count * self.stride;
+        let end = offset.saturating_add(len);
+        if len == 0 || end <= self.first || offset >= end_all {
+            return None;
+        }
+        let a = (offset.max(self.first) - self.first) / self.stride;
+        let b = (end.min(end_all) - 1 - self.first) / self.stride;
+        // Invariant: both lie among the watched buffers (clamped above).
+        assert!(a <= b && b < self.count, "reached buffers are watched ones");
+        Some((a, b))
+    }
+}
+
 /// Most buffers [`Region::watch_pins`] watches: the bits of the pin word.
 pub const PINNED_BUFFERS_MAX: usize = u64::BITS as usize;
 
@@ -82,15 +98,9 @@ impl Region {
         let Some(p) = self.inner.pinned.get() else {
             return Ok(None);
         };
-        let end_all = p.first + p.count * p.stride;
-        let end = offset.saturating_add(len);
-        if len == 0 || end <= p.first || offset >= end_all {
+        let Some((a, b)) = p.reached(offset, len) else {
             return Ok(None);
-        }
-        let a = (offset.max(p.first) - p.first) / p.stride;
-        let b = (end.min(end_all) - 1 - p.first) / p.stride;
-        // Invariant: both lie among the watched buffers (clamped above).
-        assert!(a <= b && b < p.count, "entered buffers are watched ones");
+        };
         for e in a..=b {
             p.applying[e].fetch_add(1, Ordering::SeqCst);
         }
@@ -127,21 +137,17 @@ impl Region {
         guarded: bool,
     ) -> Result<()> {
         let entered = self.enter_apply(offset, bytes.len())?;
-        let words = if guarded {
-            Words::Guarded
-        } else {
-            Words::Atomic
-        };
-        let wrote = self.write_words(offset, bytes, words);
+        let wrote = self.write_words(offset, bytes, Words::bulk(guarded));
         self.exit_apply(entered);
         wrote
     }
 
     /// True if `offset..offset + len` reaches a watched buffer ([`Region::watch_pins`]).
     pub(super) fn watches(&self, offset: usize, len: usize) -> bool {
-        self.inner.pinned.get().is_some_and(|p| {
-            len > 0 && offset.saturating_add(len) > p.first && offset < p.first + p.count * p.stride
-        })
+        self.inner
+            .pinned
+            .get()
+            .is_some_and(|p| p.reached(offset, len).is_some())
     }
 }
 

@@ -373,12 +373,11 @@ impl Sender {
         let max = self.payload_bytes_max();
         if payload.len() > max {
             let len = payload.len();
+            // One bulk copy into the send buffer.
             return self
-                .send_large_by(len, |region, at| {
-                    // The buffer is the sender's until the announcement publishes it:
-                    // one bulk copy.
-                    region.write_bytes_guarded(at, payload)?;
-                    Ok(Ok::<_, std::convert::Infallible>(len))
+                .try_send_filled(len, |buf| {
+                    buf.copy_from_slice(payload);
+                    Ok::<_, std::convert::Infallible>(len)
                 })
                 .map(|sent| sent.unwrap_or_else(|never| match never {}));
         }
@@ -401,23 +400,56 @@ impl Sender {
         len_max: usize,
         fill: impl FnOnce(&mut [u8]) -> std::result::Result<usize, E>,
     ) -> Result<std::result::Result<u64, E>> {
+        self.check_running()?;
         if len_max <= self.payload_bytes_max() {
             return Err(Error::Config(format!(
                 "try_send_filled of {len_max} bytes: within the slot ({} bytes), use a loan",
                 self.payload_bytes_max()
             )));
         }
-        self.send_large_by(len_max, |region, at| {
-            match region.fill_guarded(at, len_max, fill)? {
-                // An announcement carries 1 ..= message_bytes_max bytes.
-                Ok(n) if n > 0 && n <= len_max => Ok(Ok(n)),
-                Ok(n) => Err(Error::Config(format!(
+        let ring = &self.ring;
+        let Some(tx) = &ring.large else {
+            return Err(Error::PayloadTooLarge {
+                len: len_max,
+                max: ring.geom.slot_payload_bytes,
+            });
+        };
+        if len_max > tx.config.message_bytes_max {
+            return Err(Error::MessageTooLarge {
+                subgroup: ring.subgroup,
+                len: len_max,
+                max: tx.config.message_bytes_max,
+            });
+        }
+        let _order = tx.order.lock().unwrap_or_else(|p| p.into_inner());
+        let seq = tx.reserved.load(Ordering::Acquire) + 1;
+        if tx.window_full() {
+            return Err(Error::WindowFull {
+                subgroup: ring.subgroup,
+            });
+        }
+        let mut loan = self.try_loan()?;
+        // A failed fill drops the loan: a null takes the slot, the sequence number is not
+        // used. The buffer is the sender's until the announcement publishes it.
+        let at = RdmcGroup::buffer_offset(tx.members, &tx.config, seq);
+        let len = match tx.region.fill_guarded(at, len_max, fill)? {
+            // An announcement carries 1 ..= message_bytes_max bytes.
+            Ok(n) if n > 0 && n <= len_max => n,
+            Ok(n) => {
+                return Err(Error::Config(format!(
                     "try_send_filled: fill reported {n} bytes of the {len_max} it was lent \
                      (a message has 1 to {len_max})"
-                ))),
-                Err(e) => Ok(Err(e)),
+                )))
             }
-        })
+            Err(e) => return Ok(Err(e)),
+        };
+        let slot = ring.geom.slot(ring.sender_rank, loan.index) + SLOT_HEADER_BYTES;
+        ring.region.store_u64(slot, seq);
+        ring.region.store_u64(slot + WORD_BYTES, len as u64);
+        tx.reserved.store(seq, Ordering::Release);
+        let index = loan.index;
+        loan.finish(RDMC_LEN);
+        Ok(Ok(index))
     }
 }
 
@@ -468,56 +500,6 @@ impl Sender {
             });
         }
         Ok(())
-    }
-
-    /// Sends a large message of at most `len_max` bytes: under the RDMC order lock, takes
-    /// the next RDMC sequence number and slot, lets `write` put the bytes into that
-    /// sequence number's send buffer (the region and offset; it returns the message's
-    /// length, or `Err` from its filler), then publishes the announcement.
-    fn send_large_by<E>(
-        &self,
-        len_max: usize,
-        write: impl FnOnce(&Region, usize) -> Result<std::result::Result<usize, E>>,
-    ) -> Result<std::result::Result<u64, E>> {
-        self.check_running()?;
-        let ring = &self.ring;
-        let Some(tx) = &ring.large else {
-            return Err(Error::PayloadTooLarge {
-                len: len_max,
-                max: ring.geom.slot_payload_bytes,
-            });
-        };
-        if len_max > tx.config.message_bytes_max {
-            return Err(Error::MessageTooLarge {
-                subgroup: ring.subgroup,
-                len: len_max,
-                max: tx.config.message_bytes_max,
-            });
-        }
-        let _order = tx.order.lock().unwrap_or_else(|p| p.into_inner());
-        let seq = tx.reserved.load(Ordering::Acquire) + 1;
-        if tx.window_full() {
-            return Err(Error::WindowFull {
-                subgroup: ring.subgroup,
-            });
-        }
-        let mut loan = self.try_loan()?;
-        // A failed write drops the loan: a null takes the slot, the sequence number is
-        // not used.
-        let len = match write(
-            &tx.region,
-            RdmcGroup::buffer_offset(tx.members, &tx.config, seq),
-        )? {
-            Ok(len) => len,
-            Err(e) => return Ok(Err(e)),
-        };
-        let at = ring.geom.slot(ring.sender_rank, loan.index) + SLOT_HEADER_BYTES;
-        ring.region.store_u64(at, seq);
-        ring.region.store_u64(at + WORD_BYTES, len as u64);
-        tx.reserved.store(seq, Ordering::Release);
-        let index = loan.index;
-        loan.finish(RDMC_LEN);
-        Ok(Ok(index))
     }
 }
 

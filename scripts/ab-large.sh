@@ -7,7 +7,9 @@
 # round; one JSON line per (round, variant, transport) with bytes/s and the load average.
 #   VARIANTS="old new" BIN_ROOT=/tmp/p14 bash scripts/ab-large.sh ROUNDS OUT.jsonl [SIZE] [MESSAGES]
 # A variant is a directory $BIN_ROOT/<name> holding release builds of dds_perf and
-# examples' bandwidth_test; $BIN_ROOT/spindle-rdmc-bench gives memcpy. Every run is
+# examples' bandwidth_test; $BIN_ROOT/spindle-rdmc-bench gives memcpy. "<name>+cpuLIST"
+# runs <name>'s builds with every process of the run under `taskset -c LIST` (the whole
+# pipeline on those CPUs: "+cpu0" puts both processes and all their threads on CPU 0). Every run is
 # bounded (MESSAGES messages, default 1024; 60–90 s; a failed or timed-out run prints 0).
 # With AB_LARGE_CPU=1 each run is wrapped in `perf stat -e task-clock` (all processes and
 # threads of the run) and the line also carries the CPU milliseconds of each run (the CPU
@@ -43,10 +45,11 @@ for r in $(seq 1 "$rounds"); do
   echo "{\"round\":$r,\"reference\":true,\"iperf3\":${iperf:-0},\"memcpy\":${memcpy:-0},\"size\":$size,\"load\":\"$(cut -d' ' -f1 /proc/loadavg)\",\"at\":\"$(date -u +%H:%M:%S)\"}" | tee -a "$out"
   for t in shm tcp; do
     for v in $vs; do
-      bin=$root/$v
-      e1=$(run $bin/bandwidth_test --backend $t --nodes 2 --senders one --mode atomic --size "$size" --messages "$n" --rdmc-window 1 --timeout-s 60); read -r e1 c1 <<<"$e1"
-      e2=$(run $bin/bandwidth_test --backend $t --nodes 2 --senders one --mode atomic --size "$size" --messages "$n" --rdmc-window 2 --timeout-s 60); read -r e2 c2 <<<"$e2"
-      d=$(run $bin/dds_perf --transport $t --level atomic --size "$size" --samples "$n"); read -r d cd <<<"$d"
+      bin=$root/${v%%+*}
+      pin=""; case "$v" in *+cpu*) pin="taskset -c ${v##*+cpu}";; esac
+      e1=$(run $pin $bin/bandwidth_test --backend $t --nodes 2 --senders one --mode atomic --size "$size" --messages "$n" --rdmc-window 1 --timeout-s 60); read -r e1 c1 <<<"$e1"
+      e2=$(run $pin $bin/bandwidth_test --backend $t --nodes 2 --senders one --mode atomic --size "$size" --messages "$n" --rdmc-window 2 --timeout-s 60); read -r e2 c2 <<<"$e2"
+      d=$(run $pin $bin/dds_perf --transport $t --level atomic --size "$size" --samples "$n"); read -r d cd <<<"$d"
       echo "{\"round\":$r,\"variant\":\"$v\",\"transport\":\"$t\",\"size\":$size,\"messages\":$n,\"engine_w1\":$e1,\"engine_w2\":$e2,\"dcps\":$d,\"cpu_ms_engine_w1\":${c1:-0},\"cpu_ms_engine_w2\":${c2:-0},\"cpu_ms_dcps\":${cd:-0},\"load\":\"$(cut -d' ' -f1 /proc/loadavg)\",\"at\":\"$(date -u +%H:%M:%S)\"}" | tee -a "$out"
     done
   done

@@ -68,7 +68,8 @@
 //!
 //! ## Limits, today
 //!
-//! * `write` loans the ring slot first, encodes into the writer's reused staging buffer and
+//! * `write` takes the writer's write path (one lock: its cached sender and its reused
+//!   staging buffer), loans the ring slot, encodes into the staging buffer and
 //!   stores it into the slot with one bulk copy (`Region::write_bytes_guarded`: the slot
 //!   is the writer's until its commit publishes it). The slot is region memory that
 //!   peers write one-sidedly, kept as atomic words; handing the CDR encoder a `&mut [u8]`

@@ -196,7 +196,7 @@ impl Shared {
         st.awaiting_state.clear();
         st.stopped = None;
         for w in st.writers.values() {
-            *crate::common::lock(&w.sender) = None;
+            crate::common::lock(&w.path).sender = None;
         }
         drop(st);
         if let Some(l) = crate::common::lock(&self.stopped_listener).as_ref() {

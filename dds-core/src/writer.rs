@@ -2,7 +2,7 @@
 
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use spindle_qos::DataWriterQos;
@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::inner::{ParticipantInner, TopicInner};
 use crate::sample::{Coherent, InstanceHandle, SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
 use crate::status::{DeadlineMissedStatus, LivelinessLostStatus, MatchedStatus};
-use crate::writer_core::{blocking_us, lifespan_ns, WriterCore};
+use crate::writer_core::{blocking_us, lifespan_ns, WritePath, WriterCore};
 
 /// How long a writer lets pass between looks for the next view's sender while a view
 /// change runs.
@@ -119,9 +119,8 @@ impl<T: TopicType> DataWriter<T> {
     /// Blocks while the window is full or a view change runs, up to RELIABILITY's
     /// `max_blocking_time`, then returns `Timeout`.
     /// A sample whose encoding exceeds the slot goes by RDMC in the same order when the
-    /// participant's `sample_bytes_max` allows it (encoded into the writer's staging
-    /// buffer at its exact size, then copied once into the registered send buffer);
-    /// above that, or above the slot without it, `OutOfResources` naming the limit.
+    /// participant's `sample_bytes_max` allows it (encoded at its exact size in place in
+    /// the writer's registered RDMC send buffer); above that, or above the slot without it, `OutOfResources` naming the limit.
     pub fn write_w_timestamp(&self, data: &T, timestamp_ns: i64) -> Result<()> {
         let key = instance_of(data)?;
         self.send(SampleKind::Data, key, timestamp_ns, |buf| {
@@ -351,7 +350,8 @@ impl<T: TopicType> DataWriter<T> {
         T: Default,
     {
         self.check()?;
-        let (loan, room) = loan(&self.core, &self.topic.participant)?;
+        let ((loan, room), path) = loan(&self.core, &self.topic.participant)?;
+        drop(path);
         Ok(LoanedSample {
             writer: self.clone(),
             loan: Some((loan, room)),
@@ -376,14 +376,16 @@ impl<T: TopicType> DataWriter<T> {
         body: impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
     ) -> Result<()> {
         self.check()?;
-        let loaned = loan(&self.core, &self.topic.participant)?;
-        self.send_in(loaned, kind, key, timestamp_ns, body)
+        let (loaned, path) = loan(&self.core, &self.topic.participant)?;
+        self.send_in(path, loaned, kind, key, timestamp_ns, body)
     }
 
-    /// Encodes with `body` into the staging buffer and writes it in the loaned slot, or,
-    /// when it does not fit, by RDMC (the loan is dropped: a null keeps its turn).
+    /// Encodes with `body` into the staging buffer of the held write path and writes it
+    /// in the loaned slot, or, when it does not fit, by RDMC (the loan is dropped: a null
+    /// keeps its turn; the path is let go while the large path waits for a buffer).
     fn send_in(
         &self,
+        mut path: MutexGuard<'_, WritePath>,
         (loan, room): (spindle_group::Loan, usize),
         kind: SampleKind,
         key: InstanceHandle,
@@ -391,34 +393,34 @@ impl<T: TopicType> DataWriter<T> {
         mut body: impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
     ) -> Result<()> {
         let p = &self.topic.participant;
-        let mut staging = lock(&self.core.write_lock);
-        // Grown to the slot, never shrunk: not zero-filled again per sample (a large
-        // sample is encoded in place in its send buffer, not here).
-        if staging.len() < room {
-            staging.resize(room, 0);
+        if path.staging.len() < room {
+            path.staging.resize(room, 0);
         }
-        let small = match body(&mut staging[..room]) {
-            Ok(n) => Some((loan, n)),
+        let n = match body(&mut path.staging[..room]) {
+            Ok(n) => n,
             Err(spindle_topics::Error::BufferTooSmall { needed, .. }) => {
                 drop(loan);
+                drop(path);
                 self.send_large(room, needed, kind, key, timestamp_ns, body)?;
-                None
+                self.written(kind, key);
+                return Ok(());
             }
             Err(e) => return Err(Error::Topic(e)),
         };
+        self.written(kind, key);
+        finish(&self.core, loan, kind, key, timestamp_ns, &path.staging[..n])?;
+        p.shared.counters.wrote(SAMPLE_HEADER_BYTES + n, false);
+        Ok(())
+    }
+
+    /// A write's DEADLINE and manual LIVELINESS bookkeeping (nothing unless set).
+    fn written(&self, kind: SampleKind, key: InstanceHandle) {
+        let p = &self.topic.participant;
         if self.core.deadline_us.is_some() && kind != SampleKind::Liveliness {
             self.core.wrote(key, kind != SampleKind::Data, p.now_us());
         }
         if self.core.manual_lease_us().is_some() {
             self.core.asserted(p.now_us());
-        }
-        match small {
-            Some((loan, n)) => {
-                finish(&self.core, loan, kind, key, timestamp_ns, &staging[..n])?;
-                p.shared.counters.wrote(SAMPLE_HEADER_BYTES + n, false);
-                Ok(())
-            }
-            None => Ok(()),
         }
     }
 }
@@ -510,6 +512,7 @@ impl<T: TopicType> LoanedSample<T> {
         let value = &self.value;
         // A value grown past the slot goes by RDMC, as for `write`.
         self.writer.send_in(
+            lock(&self.writer.core.path),
             (loan, room),
             SampleKind::Data,
             key,
@@ -526,52 +529,89 @@ fn blocking_deadline_us(core: &WriterCore, p: &ParticipantInner) -> u64 {
         .saturating_add(core.blocking_us.load(Ordering::Relaxed))
 }
 
-/// A slot of the ring and the payload room after the header. The sender handle is
-/// cached; a view change stops its ring (`Wedged`) and the next view's is fetched.
-/// The RELIABILITY deadline starts at the first refusal (the clock is read only when
-/// the writer has to wait).
-fn loan(core: &WriterCore, p: &ParticipantInner) -> Result<(spindle_group::Loan, usize)> {
-    let (l, max) = with_room(core, p, 0, |s| Ok((s.try_loan()?, s.payload_bytes_max())))?;
+/// A slot of the ring and the payload room after the header, with the write path held
+/// (the sender handle is cached in it; a view change stops its ring, `Wedged`, and the
+/// next view's is fetched). The RELIABILITY deadline starts at the first refusal (the
+/// clock is read only when the writer has to wait).
+fn loan<'c>(
+    core: &'c WriterCore,
+    p: &ParticipantInner,
+) -> Result<((spindle_group::Loan, usize), MutexGuard<'c, WritePath>)> {
+    let ((l, max), path) =
+        with_room_held(core, p, 0, |s| Ok((s.try_loan()?, s.payload_bytes_max())))?;
     let room = max.checked_sub(SAMPLE_HEADER_BYTES).ok_or_else(|| {
         Error::OutOfResources(format!("slots of {max} bytes hold no sample header"))
     })?;
-    Ok((l, room))
+    Ok(((l, room), path))
 }
 
-/// Runs `attempt` on the writer's sender until it finds room for a message of `len`
-/// bytes: waits while the window is full or a view change runs, up to RELIABILITY's
-/// `max_blocking_time`. On a full window it yields [`spindle_group::ROOM_SPIN_TRIES`]
-/// times, then parks until the window moves ([`spindle_group::Sender::wait_for_room`]):
-/// a writer blocked behind a slow reader takes no core from the threads that free it.
+/// [`with_room_held`] without keeping the write path.
 fn with_room<R>(
     core: &WriterCore,
     p: &ParticipantInner,
     len: usize,
-    mut attempt: impl FnMut(&spindle_group::Sender) -> spindle_group::Result<R>,
+    attempt: impl FnMut(&spindle_group::Sender) -> spindle_group::Result<R>,
 ) -> Result<R> {
+    with_room_held(core, p, len, attempt).map(|(r, _)| r)
+}
+
+/// What one try of [`with_room_held`] found.
+enum Tried<R> {
+    Done(R),
+    /// Wait and try again; the sender whose window was full, to park on.
+    Wait(spindle_group::Error, Option<spindle_group::Sender>),
+    Fail(spindle_group::Error),
+    /// No sender cached: fetch the view's.
+    Fetch,
+}
+
+/// Runs `attempt` on the writer's sender until it finds room for a message of `len`
+/// bytes, and returns what it returned with the write path still held (one lock for the
+/// loan, the encode and the commit); waits, with the path let go, while the window is
+/// full or a view change runs, up to RELIABILITY's `max_blocking_time`. On a full window
+/// it yields [`spindle_group::ROOM_SPIN_TRIES`] times, then parks until the window moves
+/// ([`spindle_group::Sender::wait_for_room`]): a writer blocked behind a slow reader takes
+/// no core from the threads that free it.
+fn with_room_held<'c, R>(
+    core: &'c WriterCore,
+    p: &ParticipantInner,
+    len: usize,
+    mut attempt: impl FnMut(&spindle_group::Sender) -> spindle_group::Result<R>,
+) -> Result<(R, MutexGuard<'c, WritePath>)> {
     let mut tries = 0u32;
     let mut deadline_us = None;
     loop {
-        let cached = lock(&core.sender).clone();
-        let sender = match cached {
-            Some(s) => Ok(s),
-            None => p.sender(core.subgroup).inspect(|s| {
-                *lock(&core.sender) = Some(s.clone());
-            }),
-        };
-        // The sender whose window was full, to park on.
-        let (err, full) = match sender {
-            Ok(s) => match attempt(&s) {
-                Ok(r) => return Ok(r),
-                Err(e @ spindle_group::Error::WindowFull { .. }) => (e, Some(s)),
-                Err(e @ spindle_group::Error::Wedged { .. }) => {
-                    *lock(&core.sender) = None;
-                    (e, None)
-                }
-                Err(e) => return Err(e.into()),
+        let mut path = lock(&core.path);
+        let tried = match path.sender.as_ref() {
+            None => Tried::Fetch,
+            Some(s) => match attempt(s) {
+                Ok(r) => Tried::Done(r),
+                Err(e @ spindle_group::Error::WindowFull { .. }) => Tried::Wait(e, Some(s.clone())),
+                Err(e @ spindle_group::Error::Wedged { .. }) => Tried::Wait(e, None),
+                Err(e) => Tried::Fail(e),
             },
-            Err(e @ spindle_group::Error::Wedged { .. }) => (e, None),
-            Err(e) => return Err(e.into()),
+        };
+        let (err, full) = match tried {
+            Tried::Done(r) => return Ok((r, path)),
+            Tried::Fail(e) => return Err(e.into()),
+            Tried::Wait(e, full) => {
+                if full.is_none() {
+                    path.sender = None;
+                }
+                drop(path);
+                (e, full)
+            }
+            Tried::Fetch => {
+                drop(path);
+                match p.sender(core.subgroup) {
+                    Ok(s) => {
+                        lock(&core.path).sender = Some(s);
+                        continue;
+                    }
+                    Err(e @ spindle_group::Error::Wedged { .. }) => (e, None),
+                    Err(e) => return Err(e.into()),
+                }
+            }
         };
         p.check_alive()?;
         let deadline_us = *deadline_us.get_or_insert_with(|| blocking_deadline_us(core, p));
@@ -667,7 +707,7 @@ pub(crate) fn send_control_with(
         return Err(Error::AlreadyDeleted(format!("writer {}", core.id)));
     }
     p.check_alive()?;
-    let (l, room) = loan(core, p)?;
+    let ((l, room), _path) = loan(core, p)?;
     if body.len() > room {
         return Err(Error::OutOfResources(format!(
             "writer {}: a {kind:?} of {} bytes does not fit its {room}-byte slot",

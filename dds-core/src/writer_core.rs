@@ -84,8 +84,9 @@ pub(crate) struct WriterCore {
     pub(crate) partition_tag: u32,
     pub(crate) qos: Mutex<DataWriterQos>,
     pub(crate) seq: AtomicU64,
-    pub(crate) write_lock: Mutex<Vec<u8>>,
-    pub(crate) sender: Mutex<Option<spindle_group::Sender>>,
+    /// The write path's state, one lock per write: the cached sender and the staging
+    /// buffer.
+    pub(crate) path: Mutex<WritePath>,
     /// RELIABILITY `max_blocking_time`, kept apart from the QoS so `write` reads it
     /// without a lock.
     pub(crate) blocking_us: AtomicU64,
@@ -109,6 +110,19 @@ pub(crate) struct WriterCore {
     pub(crate) liveliness_lost: Mutex<LivelinessLostStatus>,
     /// Its publisher's coherent set, under PRESENTATION `coherent_access`.
     pub(crate) coherent: Option<Arc<CoherentSet>>,
+}
+
+/// What a write holds while it loans a slot, encodes and commits: taken once per sample
+/// (`writer::with_room` returns it held), so a write pays one lock, not one per part.
+#[derive(Default)]
+pub(crate) struct WritePath {
+    /// The subgroup's sender handle, cached; a view change's `Wedged` drops it and the
+    /// next view's is fetched.
+    pub(crate) sender: Option<spindle_group::Sender>,
+    /// Where a small sample is encoded before its copy into the slot: grown to the slot,
+    /// never shrunk, not zero-filled again per sample (a large sample is encoded in place
+    /// in its RDMC send buffer, not here).
+    pub(crate) staging: Vec<u8>,
 }
 
 impl WriterCore {
@@ -170,8 +184,7 @@ impl WriterCore {
             topic,
             qos: Mutex::new(qos),
             seq: AtomicU64::new(0),
-            write_lock: Mutex::new(Vec::new()),
-            sender: Mutex::new(None),
+            path: Mutex::new(WritePath::default()),
             blocking_us: AtomicU64::new(blocking),
             lifespan_ns: AtomicU64::new(lifespan),
             strength: AtomicI32::new(strength),

@@ -92,6 +92,9 @@ struct IdleSpin {
     busy_rounds: u32,
     /// When those rounds began (read at the first, so only after an idle round).
     busy_since: Instant,
+    /// The clock as the last idle round read it, if it did: the loop's own time, so that
+    /// an idle loop reads the clock once per round at most ([`IdleSpin::take_reading`]).
+    reading: Option<Instant>,
 }
 
 impl IdleSpin {
@@ -106,6 +109,7 @@ impl IdleSpin {
             parked_at: None,
             busy_rounds: 0,
             busy_since: Instant::now(),
+            reading: None,
         }
     }
 
@@ -144,13 +148,23 @@ impl IdleSpin {
         self.rounds += 1;
         if self.rounds == 1 {
             self.last_work = Instant::now();
+            self.reading = Some(self.last_work);
         }
         std::thread::yield_now();
-        if self.rounds % CLOCK_ROUNDS == 0 && self.last_work.elapsed() >= self.budget {
-            self.parked_at.get_or_insert_with(Instant::now);
-            return true;
+        if self.rounds % CLOCK_ROUNDS == 0 {
+            let now = Instant::now();
+            self.reading = Some(now);
+            if now.saturating_duration_since(self.last_work) >= self.budget {
+                self.parked_at.get_or_insert(now);
+                return true;
+            }
         }
         false
+    }
+
+    /// The clock reading the last idle round took, if any (taken once).
+    fn take_reading(&mut self) -> Option<Instant> {
+        self.reading.take()
     }
 
     /// True in the first idle round after work.
@@ -768,6 +782,8 @@ fn group_loop(
     let mut refresh = true;
     let mut round: u32 = 0;
     let mut now_us = 0;
+    // The next round reads the clock whatever its number (the first, and after a park).
+    let mut clock_due = true;
     let mut carry = EngineCarry::default();
     // Rounds the endpoint has been corked for (0: not corked). See `CORK_ROUNDS_MAX`.
     let mut corked_rounds: u32 = 0;
@@ -780,16 +796,19 @@ fn group_loop(
         if shared.leave.load(Ordering::Acquire) && shared.leave.swap(false, Ordering::AcqRel) {
             group.leave();
         }
-        if shared.declare_pending.swap(false, Ordering::AcqRel) {
+        if shared.declare_pending.load(Ordering::Acquire)
+            && shared.declare_pending.swap(false, Ordering::AcqRel)
+        {
             if let Some(d) = lock(&shared.declare).take() {
                 // Checked against the bound by GroupNode::declare.
                 let _ = group.declare(d);
             }
         }
         // The group's time-outs are milliseconds: a busy loop reads the clock every few
-        // rounds, an idle one every round.
-        if idle.rounds > 0 || round % CLOCK_ROUNDS == 0 {
+        // rounds, an idle one every round (once: the idle spin's reading when it has one).
+        if clock_due || round % CLOCK_ROUNDS == 0 {
             now_us = start.elapsed().as_micros() as u64;
+            clock_due = false;
         }
         let mut work = drive(&mut group, &*ep, now_us);
         // Messages handed to the application this round.
@@ -891,12 +910,20 @@ fn group_loop(
             idle.worked();
             continue;
         }
-        if idle.idle() {
+        let park = idle.idle();
+        // An idle round's time is the spin's reading when it took one (the first idle
+        // round after work does), else the next round reads the clock itself.
+        match idle.take_reading() {
+            Some(at) => now_us = at.saturating_duration_since(start).as_micros() as u64,
+            None => clock_due = true,
+        }
+        if park {
             // Park, but wake in time for the group's time-outs (joins, activation) and a
             // dare subgroup's heartbeats.
             let hb = group.engine().and_then(Engine::dare_heartbeat_us);
             let park = Duration::from_millis(5);
             ep.wait(hb.map_or(park, |hb| park.min(Duration::from_micros(hb))));
+            clock_due = true;
         }
     }
     if corked_rounds > 0 {

@@ -6,7 +6,9 @@
 #   VARIANTS="old new" BIN_ROOT=/tmp bash scripts/ab-dcps.sh ROUNDS OUT.jsonl
 # A variant is a directory $BIN_ROOT/<name> holding release builds of dds_perf and
 # examples' bandwidth_test from the commit it stands for; "<name>+spinN" runs <name>
-# with SPINDLE_WAITSET_SPIN_US=N. Compare each DCPS figure with the raw engine of the
+# with SPINDLE_WAITSET_SPIN_US=N, and "<name>+cpuLIST" runs <name> with every process under
+# `taskset -c LIST` ("+cpu0": the whole pipeline on CPU 0, where a run's rate is its CPU
+# per sample and the host's placement of the vCPUs drops out). Compare each DCPS figure with the raw engine of the
 # same variant in the same round. TRANSPORTS (default "shm tcp") picks the transports.
 set -u
 root=${BIN_ROOT:-/tmp}
@@ -21,12 +23,13 @@ for r in $(seq 1 "$rounds"); do
     for v in $vs; do
       bin=$root/${v%%+*}
       envs=""; case "$v" in *+spin*) envs="SPINDLE_WAITSET_SPIN_US=${v##*+spin}";; esac
-      raw=$(timeout 300 $bin/bandwidth_test --backend $t --nodes 2 --senders one --mode atomic --size 1024 --messages $n --window 256 --timeout-s 200 2>/dev/null | tail -1 | rate)
-      ws=$(env $envs timeout 300 $bin/dds_perf --transport $t --level atomic --size 1024 --samples $n 2>/dev/null | rate)
-      li=$(env $envs timeout 300 $bin/dds_perf --transport $t --level atomic --size 1024 --samples $n --listener 2>/dev/null | rate)
-      lo=$(env $envs timeout 300 $bin/dds_perf --transport $t --level atomic --size 1024 --samples $n --listener --loan 2>/dev/null | rate)
-      raw64=$(timeout 300 $bin/bandwidth_test --backend $t --nodes 2 --senders one --mode atomic --size 65000 --messages 20000 --window 256 --timeout-s 200 2>/dev/null | tail -1 | rate)
-      lo64=$(env $envs timeout 300 $bin/dds_perf --transport $t --level atomic --size 65000 --samples 20000 --listener --loan 2>/dev/null | rate)
+      pin=""; case "$v" in *+cpu*) pin="taskset -c ${v##*+cpu}";; esac
+      raw=$(timeout 300 $pin $bin/bandwidth_test --backend $t --nodes 2 --senders one --mode atomic --size 1024 --messages $n --window 256 --timeout-s 200 2>/dev/null | tail -1 | rate)
+      ws=$(env $envs timeout 300 $pin $bin/dds_perf --transport $t --level atomic --size 1024 --samples $n 2>/dev/null | rate)
+      li=$(env $envs timeout 300 $pin $bin/dds_perf --transport $t --level atomic --size 1024 --samples $n --listener 2>/dev/null | rate)
+      lo=$(env $envs timeout 300 $pin $bin/dds_perf --transport $t --level atomic --size 1024 --samples $n --listener --loan 2>/dev/null | rate)
+      raw64=$(timeout 300 $pin $bin/bandwidth_test --backend $t --nodes 2 --senders one --mode atomic --size 65000 --messages 20000 --window 256 --timeout-s 200 2>/dev/null | tail -1 | rate)
+      lo64=$(env $envs timeout 300 $pin $bin/dds_perf --transport $t --level atomic --size 65000 --samples 20000 --listener --loan 2>/dev/null | rate)
       echo "{\"round\":$r,\"variant\":\"$v\",\"transport\":\"$t\",\"raw\":${raw:-0},\"waitset\":${ws:-0},\"listener\":${li:-0},\"listener_loan\":${lo:-0},\"raw64\":${raw64:-0},\"listener_loan64\":${lo64:-0},\"load\":\"$(cut -d' ' -f1 /proc/loadavg)\",\"at\":\"$(date -u +%H:%M:%S)\"}" | tee -a "$out"
     done
   done

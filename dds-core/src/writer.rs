@@ -408,7 +408,14 @@ impl<T: TopicType> DataWriter<T> {
             Err(e) => return Err(Error::Topic(e)),
         };
         self.written(kind, key);
-        finish(&self.core, loan, kind, key, timestamp_ns, &path.staging[..n])?;
+        finish(
+            &self.core,
+            loan,
+            kind,
+            key,
+            timestamp_ns,
+            &path.staging[..n],
+        )?;
         p.shared.counters.wrote(SAMPLE_HEADER_BYTES + n, false);
         Ok(())
     }

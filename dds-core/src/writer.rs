@@ -120,7 +120,8 @@ impl<T: TopicType> DataWriter<T> {
     /// `max_blocking_time`, then returns `Timeout`.
     /// A sample whose encoding exceeds the slot goes by RDMC in the same order when the
     /// participant's `sample_bytes_max` allows it (encoded at its exact size in place in
-    /// the writer's registered RDMC send buffer); above that, or above the slot without it, `OutOfResources` naming the limit.
+    /// the writer's registered RDMC send buffer); above that, or above the slot without
+    /// it, `OutOfResources` naming the limit.
     pub fn write_w_timestamp(&self, data: &T, timestamp_ns: i64) -> Result<()> {
         let key = instance_of(data)?;
         self.send(SampleKind::Data, key, timestamp_ns, |buf| {

@@ -462,13 +462,17 @@ impl<T: TopicType> DataWriter<T> {
                 crate::config::SAMPLE_BYTES_MAX_LIMIT
             )));
         }
-        let mut hb = [0u8; SAMPLE_HEADER_BYTES];
-        header(&self.core, kind, key, timestamp_ns)?.encode(&mut hb);
+        let coherent = coherent_mark(&self.core, kind)?;
         let mut len = 0;
+        // The fill runs with the write path held, where the message takes its place in
+        // the ring: the sequence number is taken there, once the body is encoded (a
+        // failed encode numbers nothing).
         with_room(&self.core, p, total, |s| {
             s.try_send_filled(total, |buf| {
-                buf[..SAMPLE_HEADER_BYTES].copy_from_slice(&hb);
                 let n = body(&mut buf[SAMPLE_HEADER_BYTES..])?;
+                let mut hb = [0u8; SAMPLE_HEADER_BYTES];
+                numbered(&self.core, kind, key, timestamp_ns, coherent).encode(&mut hb);
+                buf[..SAMPLE_HEADER_BYTES].copy_from_slice(&hb);
                 len = SAMPLE_HEADER_BYTES + n;
                 Ok::<_, spindle_topics::Error>(len)
             })
@@ -663,21 +667,45 @@ fn finish(
 }
 
 /// The header of the writer's next sample (its sequence number taken, its coherent set
-/// marked).
+/// marked). Called with the write path held, where the sample takes its place in the
+/// ring: a writer's sequence numbers follow the order its samples are delivered in, also
+/// when several threads share it.
 fn header(
     core: &WriterCore,
     kind: SampleKind,
     key: InstanceHandle,
     timestamp_ns: i64,
 ) -> Result<SampleHeader> {
-    let coherent = match (&core.coherent, kind) {
+    Ok(numbered(
+        core,
+        kind,
+        key,
+        timestamp_ns,
+        coherent_mark(core, kind)?,
+    ))
+}
+
+/// Where the writer's next sample of `kind` sits in its coherent set, marked (an error
+/// past [`crate::sample::COHERENT_SET_SAMPLES_MAX`]).
+fn coherent_mark(core: &WriterCore, kind: SampleKind) -> Result<Coherent> {
+    Ok(match (&core.coherent, kind) {
         (Some(set), SampleKind::Data | SampleKind::Dispose | SampleKind::Unregister) => {
             set.mark(core.id)?
         }
         _ => Coherent::No,
-    };
+    })
+}
+
+/// [`header`] with its coherent mark given: takes the sequence number.
+fn numbered(
+    core: &WriterCore,
+    kind: SampleKind,
+    key: InstanceHandle,
+    timestamp_ns: i64,
+    coherent: Coherent,
+) -> SampleHeader {
     let seq = core.seq.fetch_add(1, Ordering::Relaxed) + 1;
-    let h = SampleHeader {
+    SampleHeader {
         kind,
         writer_id: core.id,
         topic_id: core.topic.topic_id,
@@ -689,8 +717,7 @@ fn header(
         level: core.level,
         partition_tag: core.partition_tag,
         coherent,
-    };
-    Ok(h)
+    }
 }
 
 /// Sends a control message of `core` — a LIVELINESS assertion or a coherent set's end: a

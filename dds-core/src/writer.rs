@@ -485,6 +485,11 @@ impl<T: TopicType> DataWriter<T> {
 
 /// A slot of the writer's ring and a value to build in place (DDS loaned sample).
 /// Dropping it without [`LoanedSample::write`] sends nothing (a null keeps the order).
+/// The slot fixes the sample's place in the order when it is loaned, and
+/// [`SampleInfo::writer_seq`](crate::SampleInfo::writer_seq) is taken when it is written:
+/// loans of one writer written in the order they were taken (one at a time, as
+/// `write` does) keep the two in step; written in another order, readers get them in
+/// loan order with the sequence numbers of the writes.
 pub struct LoanedSample<T: TopicType> {
     writer: DataWriter<T>,
     loan: Option<(spindle_group::Loan, usize)>,

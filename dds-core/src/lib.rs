@@ -71,10 +71,12 @@
 //! * `write` takes the writer's write path (one lock: its cached sender and its reused
 //!   staging buffer), loans the ring slot, encodes into the staging buffer and
 //!   stores it into the slot with one bulk copy (`Region::write_bytes_guarded`: the slot
-//!   is the writer's until its commit publishes it). The slot is region memory that
-//!   peers write one-sidedly, kept as atomic words; handing the CDR encoder a `&mut [u8]`
-//!   over it would be unsound, so that one copy is the in-place write here. `loan_sample` reserves the slot first and builds the value
-//!   beside it. A sample above the topic's slot (bounded types size it; set
+//!   is the writer's until its commit publishes it). Encoding straight into the slot,
+//!   as a large sample is encoded into its send buffer (below), was tried and not kept:
+//!   `Region::fill_guarded`'s one-fill-per-region lock cost more CPU per 1 KiB sample
+//!   than the copy it saved (docs/benchmarks.md, "Small samples encoded in place in
+//!   their slot"). `loan_sample` reserves the slot first and builds the value beside
+//!   it. A sample above the topic's slot (bounded types size it; set
 //!   `slot_payload_bytes` for unbounded ones) goes by RDMC, in the same order, when the
 //!   participant's `sample_bytes_max` allows it: its encoding is measured against the
 //!   slot, then encoded at its exact size **in place** in the writer's registered RDMC

@@ -113,7 +113,7 @@ pub(crate) struct WriterCore {
 }
 
 /// What a write holds while it loans a slot, encodes and commits: taken once per sample
-/// (`writer::with_room` returns it held), so a write pays one lock, not one per part.
+/// (`writer::with_room_held` returns it held), so a write pays one lock, not one per part.
 #[derive(Default)]
 pub(crate) struct WritePath {
     /// The subgroup's sender handle, cached; a view change's `Wedged` drops it and the

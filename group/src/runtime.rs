@@ -92,9 +92,16 @@ struct IdleSpin {
     busy_rounds: u32,
     /// When those rounds began (read at the first, so only after an idle round).
     busy_since: Instant,
-    /// The clock as the last idle round read it, if it did: the loop's own time, so that
-    /// an idle loop reads the clock once per round at most ([`IdleSpin::take_reading`]).
-    reading: Option<Instant>,
+}
+
+/// What one idle round ([`IdleSpin::idle`]) found.
+struct IdleRound {
+    /// The budget since the last work is spent: the caller parks.
+    park: bool,
+    /// The clock as the round read it, if it did (the first idle round after work does,
+    /// and every [`CLOCK_ROUNDS`]th): the loop's own time, so that an idle loop reads the
+    /// clock once per round at most.
+    now: Option<Instant>,
 }
 
 impl IdleSpin {
@@ -109,7 +116,6 @@ impl IdleSpin {
             parked_at: None,
             busy_rounds: 0,
             busy_since: Instant::now(),
-            reading: None,
         }
     }
 
@@ -142,29 +148,25 @@ impl IdleSpin {
     }
 
     /// An idle round: yields the CPU (the application's threads may need this core;
-    /// 2-core machines run several nodes) and reads the clock only now and then; true
-    /// once the budget since the last work is spent: the caller parks.
-    fn idle(&mut self) -> bool {
+    /// 2-core machines run several nodes) and reads the clock only now and then; it
+    /// says to park once the budget since the last work is spent.
+    fn idle(&mut self) -> IdleRound {
         self.rounds += 1;
+        let mut now = None;
         if self.rounds == 1 {
             self.last_work = Instant::now();
-            self.reading = Some(self.last_work);
+            now = Some(self.last_work);
         }
         std::thread::yield_now();
         if self.rounds % CLOCK_ROUNDS == 0 {
-            let now = Instant::now();
-            self.reading = Some(now);
-            if now.saturating_duration_since(self.last_work) >= self.budget {
-                self.parked_at.get_or_insert(now);
-                return true;
+            let at = Instant::now();
+            now = Some(at);
+            if at.saturating_duration_since(self.last_work) >= self.budget {
+                self.parked_at.get_or_insert(at);
+                return IdleRound { park: true, now };
             }
         }
-        false
-    }
-
-    /// The clock reading the last idle round took, if any (taken once).
-    fn take_reading(&mut self) -> Option<Instant> {
-        self.reading.take()
+        IdleRound { park: false, now }
     }
 
     /// True in the first idle round after work.
@@ -470,7 +472,7 @@ fn predicate_loop(
             }
             continue;
         }
-        if idle.idle() {
+        if idle.idle().park {
             ep.wait(park);
         }
         if idle.just_idle() {
@@ -910,14 +912,14 @@ fn group_loop(
             idle.worked();
             continue;
         }
-        let park = idle.idle();
+        let spun = idle.idle();
         // An idle round's time is the spin's reading when it took one (the first idle
         // round after work does), else the next round reads the clock itself.
-        match idle.take_reading() {
+        match spun.now {
             Some(at) => now_us = at.saturating_duration_since(start).as_micros() as u64,
             None => clock_due = true,
         }
-        if park {
+        if spun.park {
             // Park, but wake in time for the group's time-outs (joins, activation) and a
             // dare subgroup's heartbeats.
             let hb = group.engine().and_then(Engine::dare_heartbeat_us);
@@ -1216,10 +1218,10 @@ mod tests {
     fn an_idle_spin_parks_only_once_its_budget_is_spent() {
         let mut idle = IdleSpin::new(Spin::from(3_600_000_000));
         for _ in 0..4 * CLOCK_ROUNDS {
-            assert!(!idle.idle(), "an hour's budget is not spent");
+            assert!(!idle.idle().park, "an hour's budget is not spent");
         }
         let mut idle = IdleSpin::new(Spin::from(0));
-        let parked = (0..CLOCK_ROUNDS).filter(|_| idle.idle()).count();
+        let parked = (0..CLOCK_ROUNDS).filter(|_| idle.idle().park).count();
         assert_eq!(parked, 1, "a zero budget parks at the first clock reading");
         assert!(idle.parked_at.is_some());
         idle.worked();

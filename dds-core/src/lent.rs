@@ -159,9 +159,11 @@ impl LentBatch {
     /// [`spindle_group::Message`]'s payload or part of it).
     pub fn share(self: &Arc<Self>, bytes: &[u8]) -> Option<LentBytes> {
         let b = self.batch();
-        (0..b.in_place_len())
-            .filter_map(|i| Some((Some(i), b.in_place_bytes(i)?)))
-            .chain([(None, b.bytes())])
+        // The batch's own buffer first: every small message is there.
+        [(None, Some(b.bytes()))]
+            .into_iter()
+            .chain((0..b.in_place_len()).map(|i| (Some(i), b.in_place_bytes(i))))
+            .filter_map(|(part, all)| Some((part, all?)))
             .find_map(|(part, all)| {
                 let start = (bytes.as_ptr() as usize).checked_sub(all.as_ptr() as usize)?;
                 let end = start.checked_add(bytes.len())?;

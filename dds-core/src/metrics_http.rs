@@ -17,17 +17,17 @@ use crate::metrics::{
 const METRICS_POLL_MS: u64 = 100;
 
 pub(crate) fn counters_of(inner: &ParticipantInner) -> ParticipantCounters {
-    let view_id = crate::common::lock(&inner.shared.state)
-        .view
-        .as_ref()
-        .map_or(0, |v| v.vid);
     let mut c = ParticipantCounters {
         node: inner.me(),
-        view_id,
         group: inner.driver.group_counters(),
         ..ParticipantCounters::default()
     };
-    inner.shared.counters.fill(&mut c);
+    let st = crate::common::lock(&inner.shared.state);
+    c.view_id = st.view.as_ref().map_or(0, |v| v.vid);
+    inner
+        .shared
+        .counters
+        .fill(&mut c, st.writers.values().map(|w| &*w.written));
     c
 }
 

@@ -181,7 +181,7 @@ impl Publisher {
             .and_then(|_| p.announce(endpoint, true))
         {
             p.remove_interest(id);
-            lock(&p.shared.state).writers.remove(&id);
+            p.shared.remove_writer(&mut lock(&p.shared.state), id);
             let _ = p.redeclare(|_| true);
             if let Some(g) = &self.group {
                 g.remove(id);
@@ -207,7 +207,7 @@ impl Publisher {
         }
         {
             let mut st = lock(&p.shared.state);
-            st.writers.remove(&id);
+            p.shared.remove_writer(&mut st, id);
             st.own_delivered.remove(&id);
         }
         let endpoint = writer.core().endpoint();

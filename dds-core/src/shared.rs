@@ -139,6 +139,14 @@ pub(crate) const TIMER_TICK_US_MIN: u64 = 1_000;
 pub(crate) const TIMER_TICK_US_MAX: u64 = 50_000;
 
 impl Shared {
+    /// Removes writer `id` from the participant's writers (with its state, `st`, held):
+    /// what it wrote stays counted ([`crate::metrics::DcpsCounters::retire`]).
+    pub(crate) fn remove_writer(&self, st: &mut State, id: u32) {
+        if let Some(w) = st.writers.remove(&id) {
+            self.counters.retire(&w.written);
+        }
+    }
+
     /// Something needs time checked at least every `period_us` (a DEADLINE period, a
     /// LIVELINESS lease): the tick becomes a quarter of it, within
     /// [`TIMER_TICK_US_MIN`]..=[`TIMER_TICK_US_MAX`], if that is shorter than now.

@@ -393,7 +393,6 @@ impl<T: TopicType> DataWriter<T> {
         timestamp_ns: i64,
         mut body: impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
     ) -> Result<()> {
-        let p = &self.topic.participant;
         if path.staging.len() < room {
             path.staging.resize(room, 0);
         }
@@ -417,7 +416,9 @@ impl<T: TopicType> DataWriter<T> {
             timestamp_ns,
             &path.staging[..n],
         )?;
-        p.shared.counters.wrote(SAMPLE_HEADER_BYTES + n, false);
+        // Still with the path held, as the cells require.
+        self.core.written.wrote_held(SAMPLE_HEADER_BYTES + n, false);
+        drop(path);
         Ok(())
     }
 
@@ -463,7 +464,6 @@ impl<T: TopicType> DataWriter<T> {
             )));
         }
         let coherent = coherent_mark(&self.core, kind)?;
-        let mut len = 0;
         // The fill runs with the write path held, where the message takes its place in
         // the ring: the sequence number is taken there, once the body is encoded (a
         // failed encode numbers nothing).
@@ -473,12 +473,13 @@ impl<T: TopicType> DataWriter<T> {
                 let mut hb = [0u8; SAMPLE_HEADER_BYTES];
                 numbered(&self.core, kind, key, timestamp_ns, coherent).encode(&mut hb);
                 buf[..SAMPLE_HEADER_BYTES].copy_from_slice(&hb);
-                len = SAMPLE_HEADER_BYTES + n;
+                let len = SAMPLE_HEADER_BYTES + n;
+                // Counted where it is numbered, with the write path held.
+                self.core.written.wrote_held(len, true);
                 Ok::<_, spindle_topics::Error>(len)
             })
         })?
         .map_err(Error::Topic)?;
-        p.shared.counters.wrote(len, true);
         Ok(())
     }
 }
@@ -709,7 +710,14 @@ fn numbered(
     timestamp_ns: i64,
     coherent: Coherent,
 ) -> SampleHeader {
-    let seq = core.seq.fetch_add(1, Ordering::Relaxed) + 1;
+    // Called with the write path held (the invariant `WriterCore::seq` rests on): no
+    // other thread takes a number between the load and the store.
+    debug_assert!(
+        core.path.try_lock().is_err(),
+        "a sequence number is taken with the write path held"
+    );
+    let seq = core.seq.load(Ordering::Relaxed) + 1;
+    core.seq.store(seq, Ordering::Release);
     SampleHeader {
         kind,
         writer_id: core.id,

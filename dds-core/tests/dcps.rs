@@ -227,6 +227,7 @@ fn threads_sharing_one_writer_are_numbered_in_the_order_delivered() {
         .unwrap();
     const THREADS: usize = 4;
     const N: usize = 250;
+    let before = ps[0].counters();
     let handles: Vec<_> = (0..THREADS)
         .map(|t| {
             let w = w.clone();
@@ -284,6 +285,18 @@ fn threads_sharing_one_writer_are_numbered_in_the_order_delivered() {
         }
     }
     assert_eq!(order(&got[0]), order(&got[1]), "one order at both readers");
+    // The writer's own counts, kept with its write path held, miss no thread's write.
+    let after = ps[0].counters();
+    assert_eq!(
+        after.samples_written - before.samples_written,
+        (THREADS * N) as u64,
+        "one count per write: {after:?}"
+    );
+    assert_eq!(
+        after.large_samples_written - before.large_samples_written,
+        (THREADS * N / 10) as u64,
+        "every tenth by RDMC: {after:?}"
+    );
     drop((readers, w));
     close_all(ps);
 }

@@ -133,3 +133,58 @@ fn a_joiner_counts_the_state_it_got_and_the_giver_what_it_gave() {
         },
     );
 }
+
+#[test]
+fn a_deleted_writers_samples_stay_counted() {
+    for_seeds("a_deleted_writers_samples_stay_counted", |seed| {
+        let (d, ps) = domain(seed, 2);
+        let r = reader(&ps[1], "alpha", keep_all(&atomic()));
+        let t = ps[0]
+            .create_topic::<KeyedString>("alpha", atomic())
+            .unwrap();
+        let publisher = ps[0].create_publisher(Default::default()).unwrap();
+        let before = ps[0].counters();
+        const N: usize = 40;
+        let w = publisher
+            .create_datawriter(&t, DataWriterQos::default())
+            .unwrap();
+        // A clone outlives the deletion: its cells stay reachable until it goes.
+        let clone = w.clone();
+        for i in 0..N {
+            w.write(&ks("k", format!("v{i}"))).unwrap();
+        }
+        assert_eq!(take_n(&d, &r, N).len(), N, "seed {seed}");
+        let written = ps[0].counters();
+        assert_eq!(
+            written.samples_written - before.samples_written,
+            N as u64,
+            "seed {seed}: {written:?}"
+        );
+        publisher.delete_datawriter(w).unwrap();
+        let deleted = ps[0].counters();
+        assert_eq!(
+            (deleted.samples_written, deleted.written_bytes),
+            (written.samples_written, written.written_bytes),
+            "seed {seed}: a deleted writer's counts stay"
+        );
+        assert!(
+            clone.write(&ks("k", "late".to_string())).is_err(),
+            "seed {seed}: a deleted writer writes nothing"
+        );
+        drop(clone);
+        let w2 = publisher
+            .create_datawriter(&t, DataWriterQos::default())
+            .unwrap();
+        for i in 0..N {
+            w2.write(&ks("k", format!("w{i}"))).unwrap();
+        }
+        assert_eq!(take_n(&d, &r, N).len(), N, "seed {seed}");
+        let later = ps[0].counters();
+        assert_eq!(
+            later.samples_written - before.samples_written,
+            2 * N as u64,
+            "seed {seed}: the deleted writer's and the new one's: {later:?}"
+        );
+        assert!(grew(&deleted, &later), "seed {seed}");
+    });
+}

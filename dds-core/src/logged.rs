@@ -115,12 +115,13 @@ pub fn timestamp_us(payload: &[u8]) -> u64 {
 }
 
 /// The logged samples of a store snapshot (a state transfer): a member that enters a
-/// subgroup logs the history the others delivered before (bounded as the store is).
-pub fn snapshot_entries(state: &[u8]) -> Vec<(EntryMeta, Vec<u8>)> {
-    let Ok(store) = Store::from_snapshot(state, 0) else {
-        return Vec::new(); // the delivery path reports the bad snapshot
-    };
-    store
+/// subgroup logs the history the others delivered before (bounded as the store is). A
+/// snapshot that does not decode is an error naming what is wrong with it: the log keeps
+/// what it holds (an empty list would cut it).
+pub fn snapshot_entries(state: &[u8]) -> std::result::Result<Vec<(EntryMeta, Vec<u8>)>, String> {
+    let store = Store::from_snapshot(state, 0)
+        .map_err(|e| format!("a store snapshot of {} bytes: {e}", state.len()))?;
+    Ok(store
         .iter()
         .filter(|s| is_logged(&s.bytes))
         .map(|s| {
@@ -131,7 +132,7 @@ pub fn snapshot_entries(state: &[u8]) -> Vec<(EntryMeta, Vec<u8>)> {
             };
             (meta, s.bytes.clone())
         })
-        .collect()
+        .collect())
 }
 
 /// The persistence of a participant configured with a `data_dir`: every topic subgroup
@@ -343,6 +344,71 @@ impl Durable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A store snapshot of `n` logged samples of one writer, delivered in view 1.
+    fn logged_snapshot(n: u64) -> Vec<u8> {
+        let mut store = Store::default();
+        for seq in 1..=n {
+            let h = SampleHeader {
+                kind: crate::sample::SampleKind::Data,
+                writer_id: 1,
+                topic_id: 4,
+                writer_seq: seq,
+                source_timestamp_ns: 1_000,
+                key_hash: spindle_topics::KeyHash([7; 16]),
+                lifespan_ns: 0,
+                ownership_strength: 0,
+                partition_tag: 0,
+                coherent: crate::sample::Coherent::No,
+                level: DeliveryLevel::LoggedStore,
+            };
+            let mut bytes = vec![0u8; crate::sample::SAMPLE_HEADER_BYTES + 8];
+            let mut head = [0u8; crate::sample::SAMPLE_HEADER_BYTES];
+            h.encode(&mut head);
+            bytes[..head.len()].copy_from_slice(&head);
+            let origin = Origin {
+                node: 1,
+                view_id: 1,
+                order_index: seq,
+            };
+            store.push(&h, origin, &bytes, 0);
+        }
+        store.snapshot()
+    }
+
+    #[test]
+    fn a_state_transfer_that_does_not_decode_leaves_the_log_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = ParticipantConfig::new(1, crate::config::Transport::Tcp, "127.0.0.1:0");
+        cfg.data_dir = Some(dir.path().to_path_buf());
+        cfg.topic_subgroups = 1;
+        let mut persister = persistence(&cfg).unwrap().open().unwrap();
+        let install = |p: &mut Persister, state: Vec<u8>| {
+            p.record(&spindle_group::GroupOutput::InstallState { subgroup: 0, state })
+                .unwrap();
+            p.log(0).unwrap().len()
+        };
+        assert_eq!(
+            install(&mut persister, logged_snapshot(3)),
+            3,
+            "a good state is logged"
+        );
+        // A peer's state whose bytes do not decode (cut short, then garbage).
+        let mut bad = logged_snapshot(3);
+        bad.truncate(bad.len() / 2);
+        assert_eq!(
+            install(&mut persister, bad),
+            3,
+            "a truncated state cuts nothing"
+        );
+        assert_eq!(
+            install(&mut persister, vec![0xAB; 100]),
+            3,
+            "garbage cuts nothing"
+        );
+        // A good, empty state still means the domain holds none of it.
+        assert_eq!(install(&mut persister, logged_snapshot(0)), 0);
+    }
 
     #[test]
     fn frontiers_cover_their_view_and_earlier_views_of_the_same_members() {

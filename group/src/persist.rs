@@ -167,8 +167,10 @@ pub type KeepFn = fn(&[u8]) -> bool;
 
 /// Reads the log entries out of a state transfer's snapshot of a subgroup (the
 /// application's format): what a member entering a logged subgroup appends to its log, so
-/// that its log holds the history delivered before it entered, as the others' do.
-pub type StateEntriesFn = fn(&[u8]) -> Vec<(EntryMeta, Vec<u8>)>;
+/// that its log holds the history delivered before it entered, as the others' do. A
+/// state that does not decode is an error (what is wrong with it): the log is left as it
+/// is, never cut as if the state were empty.
+pub type StateEntriesFn = fn(&[u8]) -> std::result::Result<Vec<(EntryMeta, Vec<u8>)>, String>;
 
 fn no_timestamp(_: &[u8]) -> u64 {
     0
@@ -484,7 +486,20 @@ impl Persister {
         let (Some(f), Some(l)) = (self.state_entries, self.logs.get_mut(&id)) else {
             return Ok(());
         };
-        let mut entries = f(state);
+        let mut entries = match f(state) {
+            Ok(entries) => entries,
+            Err(e) => {
+                // A peer's bytes: refused, and the log kept whole (cutting it as for an
+                // empty state would lose what it holds). The application, handed the same
+                // state, reports it too.
+                tracing::warn!(
+                    subgroup = id,
+                    error = %e,
+                    "logged store: a state transfer that does not decode was not logged; this log is kept as it is"
+                );
+                return Ok(());
+            }
+        };
         entries.sort_by_key(|(m, _)| m.version);
         // The newest entry of this log that the state holds: same version, writer and
         // timestamp (a restart that began from one member's log may reuse a view id

@@ -20,7 +20,7 @@
 //! the simulations call it, so over the sim fabric a whole cluster runs deterministically
 //! in one thread.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use spindle_transport_rdma::{Endpoint, Event, FailureReason, NodeId, Region, RegionId};
@@ -266,6 +266,8 @@ enum Phase {
 
 /// A subgroup's state, as a giver sent it for view `vid`.
 struct StateTransfer {
+    /// Who sent it: only the giver the view's plan names is heard.
+    from: NodeId,
     vid: u32,
     subgroup: SubgroupId,
     skips: Vec<(NodeId, u64)>,
@@ -278,7 +280,9 @@ struct Current {
     engine: Engine,
     membership: Membership,
     installed_us: u64,
-    awaiting_state: BTreeSet<SubgroupId>,
+    /// The subgroups whose state this node waits for, each with the member the view's
+    /// state-transfer plan names as its giver (a state from anyone else is refused).
+    awaiting_state: BTreeMap<SubgroupId, NodeId>,
     joiners: Vec<NodeId>,
     /// This node joined the group in this view.
     joined_now: bool,
@@ -1007,6 +1011,7 @@ impl Group {
                 state,
             } => {
                 let transfer = StateTransfer {
+                    from: peer,
                     vid,
                     subgroup,
                     skips,
@@ -1026,24 +1031,40 @@ impl Group {
         Ok(())
     }
 
-    /// A state arrived: hand it up if this node waits for it in its view; the node
-    /// becomes active once it has every state it waits for.
+    /// A state arrived: hand it up if this node waits for it in its view and it came
+    /// from the giver the view's plan names (anyone else's is refused); the node becomes
+    /// active once it has every state it waits for.
     fn install_state(&mut self, t: StateTransfer) {
         let Some(c) = &mut self.current else {
             return;
         };
-        if c.view.vid == t.vid && c.awaiting_state.contains(&t.subgroup) {
-            for (sender, n) in t.skips {
-                let _ = c.engine.skip_resent(t.subgroup, sender, n);
+        if c.view.vid != t.vid {
+            return;
+        }
+        match state::state_verdict(&c.awaiting_state, t.subgroup, t.from) {
+            state::StateVerdict::Install => {}
+            state::StateVerdict::NotTheGiver { giver } => {
+                tracing::warn!(
+                    subgroup = t.subgroup,
+                    vid = t.vid,
+                    from = t.from,
+                    giver,
+                    "a state transfer from a member the view's plan does not name as its giver: refused"
+                );
+                return;
             }
-            c.awaiting_state.remove(&t.subgroup);
-            self.outputs.push_back(GroupOutput::InstallState {
-                subgroup: t.subgroup,
-                state: t.state,
-            });
-            if c.awaiting_state.is_empty() {
-                c.membership.set_active();
-            }
+            state::StateVerdict::NotAwaited => return,
+        }
+        for (sender, n) in t.skips {
+            let _ = c.engine.skip_resent(t.subgroup, sender, n);
+        }
+        c.awaiting_state.remove(&t.subgroup);
+        self.outputs.push_back(GroupOutput::InstallState {
+            subgroup: t.subgroup,
+            state: t.state,
+        });
+        if c.awaiting_state.is_empty() {
+            c.membership.set_active();
         }
     }
 
@@ -1126,11 +1147,7 @@ impl Group {
         };
         let (plan, holders) = state_plan(layout.as_ref().ok(), &view, &self.holders, joined);
         self.holders = holders;
-        let awaiting: BTreeSet<SubgroupId> = plan
-            .iter()
-            .filter(|(_, _, r)| *r == me)
-            .map(|(sg, _, _)| *sg)
-            .collect();
+        let awaiting = state::awaited_states(&plan, me);
         let engine_layout = layout.clone().unwrap_or_default();
         let membership = Membership::new(
             me,

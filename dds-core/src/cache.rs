@@ -8,9 +8,10 @@ use spindle_qos::{History, HistoryKind, ResourceLimits, LENGTH_UNLIMITED};
 
 use crate::clock::{Clock, WallClock};
 use crate::lent::{LentBatch, LentBytes};
+use crate::pending_sets::{Hold, PendingSets};
 use crate::sample::{
     Coherent, InstanceHandle, InstanceState, SampleHeader, SampleInfo, SampleKind, SampleState,
-    StateMask, ViewState, WriterHandle, COHERENT_SET_SAMPLES_MAX,
+    StateMask, ViewState, WriterHandle,
 };
 
 /// Where a delivered message came from and sits in the total order.
@@ -282,8 +283,9 @@ pub struct Cache {
     autopurge_nowriter_us: Option<u64>,
     autopurge_disposed_us: Option<u64>,
     /// Coherent sets held back until they end, per writer: each sample's header, bytes
-    /// and origin (at most [`COHERENT_SET_SAMPLES_MAX`] per set; a longer one is dropped).
-    pending_sets: BTreeMap<WriterHandle, Vec<(SampleHeader, Vec<u8>, Origin)>>,
+    /// and origin (bounded per set and in all, `crate::pending_sets`; a set past a bound
+    /// is dropped).
+    pending_sets: PendingSets,
     /// Where "now" comes from (LIFESPAN, TIME_BASED_FILTER).
     clock: Arc<dyn Clock>,
     /// Payload buffers given back after `take` (and by evictions), reused by `insert` so
@@ -364,7 +366,7 @@ impl Cache {
             by_source_timestamp: false,
             autopurge_nowriter_us: None,
             autopurge_disposed_us: None,
-            pending_sets: BTreeMap::new(),
+            pending_sets: PendingSets::default(),
             clock,
             spare: Vec::new(),
             spare_bytes: 0,
@@ -638,22 +640,23 @@ impl Cache {
                 };
                 if mark == Coherent::Begins {
                     // A set left unended by this writer is dropped: it never ended.
-                    if let Some(old) = self.pending_sets.remove(&writer) {
+                    if let Some(old) = self.pending_sets.open(writer) {
                         self.recycle(old.into_iter().map(|(_, b, _)| Payload::Owned(b)));
                     }
-                    self.pending_sets.insert(writer, Vec::new());
                 }
-                // A set whose first sample this reader did not see is not held at all.
-                let over = match self.pending_sets.get_mut(&writer) {
-                    Some(set) if set.len() < COHERENT_SET_SAMPLES_MAX => {
-                        set.push((*h, copy, o));
-                        false
-                    }
-                    Some(_) => true,
-                    None => false,
-                };
-                if over {
-                    if let Some(old) = self.pending_sets.remove(&writer) {
+                // A set whose first sample this reader did not see is not held at all;
+                // held samples count against RESOURCE_LIMITS `max_samples` with the kept.
+                let room = limit(self.limits.max_samples).saturating_sub(self.samples.len());
+                match self.pending_sets.hold(writer, (*h, copy, o), room) {
+                    Hold::Held => {}
+                    Hold::NoSet => {}
+                    Hold::Dropped(old) => {
+                        tracing::warn!(
+                            writer = ?writer,
+                            held = self.pending_sets.samples(),
+                            "a coherent set past its bound was dropped (COHERENT_SET_SAMPLES_MAX, \
+                             COHERENT_PENDING_SAMPLES_MAX or RESOURCE_LIMITS max_samples)"
+                        );
                         self.recycle(old.into_iter().map(|(_, b, _)| Payload::Owned(b)));
                     }
                 }
@@ -665,7 +668,7 @@ impl Cache {
     /// `writer` began a coherent set whose first sample this reader does not keep (a
     /// content filter dropped it): the set is held as if it had, so its later samples are.
     pub fn begin_set(&mut self, writer: WriterHandle) {
-        if let Some(old) = self.pending_sets.insert(writer, Vec::new()) {
+        if let Some(old) = self.pending_sets.open(writer) {
             self.recycle(old.into_iter().map(|(_, b, _)| Payload::Owned(b)));
         }
     }
@@ -807,7 +810,10 @@ impl Cache {
             return Err(Rejected::SamplesPerInstance);
         }
         let evict_own = keep_last && inst_len >= per_instance;
-        if !evict_own && self.samples.len() >= limit(self.limits.max_samples) {
+        // Samples held back in unended coherent sets count too (`pending_sets`).
+        if !evict_own
+            && self.samples.len() + self.pending_sets.samples() >= limit(self.limits.max_samples)
+        {
             return Err(Rejected::Samples);
         }
         let valid = h.kind == SampleKind::Data;
@@ -916,7 +922,7 @@ impl Cache {
         // Their unended coherent sets never end: dropped (every reader drops the same).
         let unended: Vec<WriterHandle> = self
             .pending_sets
-            .keys()
+            .writers()
             .filter(|w| gone(w))
             .copied()
             .collect();

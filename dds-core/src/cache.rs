@@ -1,6 +1,8 @@
 //! A reader's history cache: samples per instance under HISTORY and RESOURCE_LIMITS, in
 //! arrival order (which is the subgroup's total order).
 
+mod pending_sets;
+
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
@@ -8,11 +10,12 @@ use spindle_qos::{History, HistoryKind, ResourceLimits, LENGTH_UNLIMITED};
 
 use crate::clock::{Clock, WallClock};
 use crate::lent::{LentBatch, LentBytes};
-use crate::pending_sets::{Hold, PendingSets};
 use crate::sample::{
     Coherent, InstanceHandle, InstanceState, SampleHeader, SampleInfo, SampleKind, SampleState,
     StateMask, ViewState, WriterHandle,
 };
+pub use pending_sets::COHERENT_PENDING_SAMPLES_MAX;
+use pending_sets::{Hold, PendingSets};
 
 /// Where a delivered message came from and sits in the total order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,7 +286,7 @@ pub struct Cache {
     autopurge_nowriter_us: Option<u64>,
     autopurge_disposed_us: Option<u64>,
     /// Coherent sets held back until they end, per writer: each sample's header, bytes
-    /// and origin (bounded per set and in all, `crate::pending_sets`; a set past a bound
+    /// and origin (bounded per set and in all, [`COHERENT_PENDING_SAMPLES_MAX`]; a set past a bound
     /// is dropped).
     pending_sets: PendingSets,
     /// Where "now" comes from (LIFESPAN, TIME_BASED_FILTER).

@@ -187,7 +187,6 @@ pub mod logged;
 pub mod metrics;
 mod metrics_http;
 mod participant;
-mod pending_sets;
 mod publisher;
 mod query;
 mod reader;

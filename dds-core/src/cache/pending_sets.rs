@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::cache::Origin;
+use super::Origin;
 use crate::sample::{SampleHeader, WriterHandle, COHERENT_SET_SAMPLES_MAX};
 
 /// Most samples one reader holds back in all its unended coherent sets together. Each set

@@ -521,7 +521,8 @@ impl DareNode {
         self.applied
     }
     /// Why the member stopped, if it did (an election past [`DARE_TERM_MAX`], a log
-    /// slot that does not hold the entry it should, a failed re-keying).
+    /// slot that does not hold the entry it should, a committed entry out of its
+    /// sender's sequence, two leaders heard in one term, a failed re-keying).
     pub fn stopped(&self) -> Option<&str> {
         self.stopped.as_deref()
     }
@@ -826,17 +827,27 @@ impl DareNode {
             if t > self.term {
                 self.adopt(t, now_us, rekey)?;
             }
-            // Invariant: at most one leader per term — a leader never hears another
-            // leader's heartbeat of its own term (each needed a majority of votes, and a
-            // member votes once per term).
-            assert!(
-                self.role != DareRole::Leader,
-                "node {}: two leaders in term {t} (self and node {})",
-                self.me,
-                self.members[j]
-            );
+            // At most one leader per term: each needed a majority of votes, and a member
+            // votes once per term. The word is another member's, so a second leader's
+            // heartbeat of this term is not ours to assert against: a peer broke the
+            // protocol (DARE assumes fail-stop members), and which of the two leads —
+            // whose writes land in this term's log region — cannot be told. Following
+            // either could deliver an order the others do not; the member stops.
+            if self.role == DareRole::Leader {
+                return Err(Error::Protocol(format!(
+                    "dare: node {}: two leaders in term {t}: this node and node {} (its \
+                     heartbeat word {word:#x})",
+                    self.me, self.members[j]
+                )));
+            }
             if let DareRole::Follower { leader: Some(l) } = self.role {
-                assert_eq!(l, j, "two leaders in term {t}: ranks {l} and {j}");
+                if l != j {
+                    return Err(Error::Protocol(format!(
+                        "dare: node {}: two leaders in term {t}: node {} and node {} (its \
+                         heartbeat word {word:#x})",
+                        self.me, self.members[l], self.members[j]
+                    )));
+                }
             }
             self.role = DareRole::Follower { leader: Some(j) };
             self.heard_us = now_us;
@@ -1162,7 +1173,8 @@ impl DareNode {
                         continue;
                     }
                     let applied = self.ctrl.load_u64(self.ctrl_layout.applied(j));
-                    if applied + cap < tail || commit < applied {
+                    // `applied` is the follower's word: saturate, not overflow.
+                    if applied.saturating_add(cap) < tail || commit < applied {
                         l.replicas[j] = Replica::Out;
                         self.events.push_back(DareEvent::Lagging {
                             peer: self.members[j],
@@ -1285,30 +1297,42 @@ impl DareNode {
         Ok(())
     }
 
-    /// Delivers the log up to `commit`, in order.
+    /// Delivers the log up to `commit`, in order. The entries and `commit` are the
+    /// leader's writes into this member's log: an entry out of its sender's sequence
+    /// (senders re-send from their oldest undelivered, leaders drop duplicates, so a
+    /// correct leader never writes one), or an own message this member does not hold as
+    /// the next pending, is an error naming the entry (as [`DareNode::catch_up`] rejects
+    /// them), and nothing is delivered from it on.
     fn deliver(&mut self) -> Result<bool> {
         let commit = self.log.load_u64(LOG_COMMIT_OFFSET);
         let mut work = false;
         while self.applied < commit {
             let k = self.applied + 1;
             let e = self.read_entry(k)?;
-            self.applied = k;
-            work = true;
             let s = e.sender as usize;
-            // Invariant: each sender's messages are delivered once each, in order
-            // (senders re-send from their oldest undelivered; leaders drop duplicates).
-            assert_eq!(
-                e.sender_seq,
-                self.delivered_seq[s] + 1,
-                "node {}: entry {k} from rank {s} out of sequence",
-                self.me
-            );
-            self.delivered_seq[s] = e.sender_seq;
+            let expected = self.delivered_seq[s] + 1;
+            if e.sender_seq != expected {
+                return Err(Error::Protocol(format!(
+                    "dare: node {}: committed entry {k} (term {}) is message {} of node {}, \
+                     expected {expected}",
+                    self.me, e.term, e.sender_seq, self.members[s]
+                )));
+            }
             if s == self.rank {
-                let (seq, _) = self.pending.pop_front().expect("own message was pending");
-                assert_eq!(seq, e.sender_seq, "own messages delivered in order");
+                let next = self.pending.front().map(|p| p.0);
+                if next != Some(e.sender_seq) {
+                    return Err(Error::Protocol(format!(
+                        "dare: node {}: committed entry {k} (term {}) is own message {}, not \
+                         the next pending ({next:?})",
+                        self.me, e.term, e.sender_seq
+                    )));
+                }
+                self.pending.pop_front();
                 self.pending_sent = self.pending_sent.saturating_sub(1);
             }
+            self.applied = k;
+            work = true;
+            self.delivered_seq[s] = e.sender_seq;
             self.deliveries.push_back(DareDelivery {
                 index: k,
                 term: e.term,

@@ -147,3 +147,135 @@ fn an_instance_of_a_later_view_keys_its_regions_anew() {
     let late = DareNode::new(5, vec![5], DareConfig::default(), ctrl, 7).expect("node");
     assert!(late.with_first_term(DARE_TERM_MAX + 1).is_err());
 }
+
+// Peer-written words (a faulty leader's log entries and commit, another member's
+// heartbeat, a follower's `applied`) stop the member with an error, never a panic.
+
+/// Member `me` of nodes 1, 2, 3, stepped once at time 0: its log region is registered
+/// (term 0) and no election is due yet.
+fn started(me: NodeId) -> DareNode {
+    let mut n = node(me, vec![1, 2, 3], DareConfig::default());
+    n.step(0, &mut heap_rekey).expect("first step");
+    n
+}
+
+/// Writes `e` into `n`'s log as a leader would, and `commit` = `e.index`.
+fn plant_committed(n: &DareNode, e: &Entry) {
+    n.log
+        .write_bytes(n.log_layout.slot(e.index), &DareNode::entry_bytes(e))
+        .expect("write entry");
+    n.log.store_u64(LOG_COMMIT_OFFSET, e.index);
+}
+
+/// Member 1 of nodes 1, 2, 3 made leader of its first term by crafted grants.
+fn leader() -> DareNode {
+    let mut n = started(1);
+    let mut now_us = 0;
+    while n.role() != DareRole::Candidate {
+        now_us += 1_000;
+        assert!(now_us < 10_000_000, "no election: {}", n.describe());
+        n.step(now_us, &mut heap_rekey).expect("step");
+    }
+    let term = n.term();
+    n.ctrl.store_u64(n.ctrl_layout.grant(1), term);
+    n.step(now_us, &mut heap_rekey).expect("step");
+    assert_eq!(n.role(), DareRole::Leader, "{}", n.describe());
+    n
+}
+
+#[test]
+fn a_committed_entry_out_of_its_senders_sequence_is_an_error_not_a_panic() {
+    let mut n = started(1);
+    plant_committed(
+        &n,
+        &Entry {
+            index: 1,
+            term: 0,
+            sender: 1,
+            sender_seq: 5,
+            payload: b"forged".to_vec(),
+        },
+    );
+    let e = n
+        .step(1, &mut heap_rekey)
+        .expect_err("out of sequence")
+        .to_string();
+    assert!(
+        e.contains("committed entry 1") && e.contains("message 5 of node 2, expected 1"),
+        "{e}"
+    );
+    assert!(n.stopped().is_some());
+    assert_eq!(n.applied(), 0, "nothing delivered past the bad entry");
+    assert_eq!(n.poll_delivery(), None);
+}
+
+#[test]
+fn a_committed_entry_claiming_an_own_message_never_sent_is_an_error_not_a_panic() {
+    let mut n = started(1);
+    // Rank 0 is this member; it sent nothing.
+    plant_committed(
+        &n,
+        &Entry {
+            index: 1,
+            term: 0,
+            sender: 0,
+            sender_seq: 1,
+            payload: b"forged".to_vec(),
+        },
+    );
+    let e = n
+        .step(1, &mut heap_rekey)
+        .expect_err("not pending")
+        .to_string();
+    assert!(e.contains("entry 1") && e.contains("own message 1"), "{e}");
+    assert!(n.stopped().is_some());
+    assert_eq!(n.applied(), 0);
+}
+
+#[test]
+fn a_leader_hearing_another_leader_of_its_term_stops_with_an_error_not_a_panic() {
+    let mut n = leader();
+    let term = n.term();
+    n.ctrl.store_u64(n.ctrl_layout.hb(2), pack(term, 1));
+    let e = n
+        .step(20_000_000, &mut heap_rekey)
+        .expect_err("two leaders")
+        .to_string();
+    assert!(e.contains("two leaders") && e.contains("node 3"), "{e}");
+    assert!(n.stopped().is_some());
+}
+
+#[test]
+fn a_follower_hearing_a_second_leader_of_its_term_stops_with_an_error_not_a_panic() {
+    let mut n = started(1);
+    n.ctrl.store_u64(n.ctrl_layout.hb(1), pack(1, 1));
+    n.step(1, &mut heap_rekey).expect("step");
+    assert_eq!(n.leader(), Some(2));
+    n.ctrl.store_u64(n.ctrl_layout.hb(2), pack(1, 1));
+    let e = n
+        .step(2, &mut heap_rekey)
+        .expect_err("two leaders")
+        .to_string();
+    assert!(
+        e.contains("two leaders") && e.contains("node 2") && e.contains("node 3"),
+        "{e}"
+    );
+    assert!(n.stopped().is_some());
+}
+
+#[test]
+fn a_followers_applied_word_at_the_top_of_the_range_leaves_it_out_not_a_panic() {
+    let mut n = leader();
+    let term = n.term();
+    while n.poll_event().is_some() {}
+    n.ctrl.store_u64(n.ctrl_layout.applied(1), u64::MAX);
+    n.ctrl.store_u64(n.ctrl_layout.hello(1), pack(term, 0));
+    n.handle_region_announced(2, n.log_id(term));
+    n.step(20_000_000, &mut heap_rekey).expect("step");
+    let events: Vec<DareEvent> = std::iter::from_fn(|| n.poll_event()).collect();
+    assert!(
+        events.contains(&DareEvent::Lagging { peer: 2 }),
+        "{events:?}"
+    );
+    assert!(n.stopped().is_none());
+}

@@ -39,8 +39,10 @@ pub(super) type Ended = (SubgroupId, Vec<Vec<u8>>, u64);
 pub(super) struct DareHandoffs {
     /// The view whose instances end.
     vid: u32,
-    /// Per subgroup: the first index the source shipped and the entries received so far.
-    received: BTreeMap<SubgroupId, (u64, BTreeMap<u64, DareDelivery>)>,
+    /// Per subgroup and sender: the first index it shipped and the entries received so
+    /// far. Kept per sender because the source is named by the trim, which may come after
+    /// its entries; only the source's are used ([`DareHandoffs::complete`]).
+    received: BTreeMap<(SubgroupId, NodeId), (u64, BTreeMap<u64, DareDelivery>)>,
     /// Per subgroup: ended here, with the messages to send again and the next instance's
     /// first term.
     ended: BTreeMap<SubgroupId, (Vec<Vec<u8>>, u64)>,
@@ -69,10 +71,11 @@ pub(super) fn frozen_counters(c: &Current, me: NodeId) -> Vec<u64> {
 }
 
 impl DareHandoffs {
-    /// Entries of subgroup `subgroup`'s instance of view `vid`, from `first` on, as the
-    /// source shipped them (one chunk).
+    /// Entries of subgroup `subgroup`'s instance of view `vid`, from `first` on, as
+    /// `from` shipped them (one chunk).
     pub(super) fn received(
         &mut self,
+        from: NodeId,
         current_vid: u32,
         vid: u32,
         subgroup: SubgroupId,
@@ -88,7 +91,7 @@ impl DareHandoffs {
                 ..DareHandoffs::default()
             };
         }
-        let (f, held) = self.received.entry(subgroup).or_default();
+        let (f, held) = self.received.entry((subgroup, from)).or_default();
         *f = first;
         for e in entries {
             if held.len() >= crate::dare::DARE_LOG_ENTRIES_MAX {
@@ -99,14 +102,38 @@ impl DareHandoffs {
     }
 
     /// The entries a member that delivered up to `applied` needs to reach `to`, once
-    /// every one of them arrived.
-    fn complete(&self, subgroup: SubgroupId, applied: u64, to: u64) -> Option<Vec<DareDelivery>> {
-        let (first, held) = self.received.get(&subgroup)?;
-        let from = (*first).max(applied + 1);
-        if !(from..=to).all(|k| held.contains_key(&k)) {
-            return None;
+    /// every one of them arrived from `source`, the trim's (`None` until then; what any
+    /// other member shipped is not looked at). An error if the shipment starts
+    /// past `applied + 1`: the entries this member lacks from there on never come (the
+    /// source's ring no longer held them, or the `first` of a `DareEntries` message is
+    /// wrong), and ending the instance short of `to` would part it from the others.
+    fn complete(
+        &self,
+        subgroup: SubgroupId,
+        source: NodeId,
+        applied: u64,
+        to: u64,
+    ) -> Result<Option<Vec<DareDelivery>>> {
+        let Some((first, held)) = self.received.get(&(subgroup, source)) else {
+            return Ok(None);
+        };
+        let from = applied.saturating_add(1);
+        if from > to {
+            return Ok(Some(Vec::new()));
         }
-        Some(held.range(from..=to).map(|(_, e)| e.clone()).collect())
+        if *first > from {
+            return Err(Error::Protocol(format!(
+                "subgroup {subgroup}: the hand-off ships entries from index {first} on, but \
+                 this node delivered only up to {applied} and needs {from} to {to}"
+            )));
+        }
+        // `first <= from <= to`: the range below is well formed.
+        if !(from..=to).all(|k| held.contains_key(&k)) {
+            return Ok(None);
+        }
+        Ok(Some(
+            held.range(from..=to).map(|(_, e)| e.clone()).collect(),
+        ))
     }
 }
 
@@ -190,7 +217,7 @@ impl Group {
             } else if applied >= to {
                 Vec::new()
             } else {
-                match self.dare.complete(sg.id, applied, to) {
+                match self.dare.complete(sg.id, source, applied, to)? {
                     Some(e) => e,
                     None => {
                         if c.membership.suspected().contains(&source) {
@@ -234,4 +261,81 @@ fn chunks(entries: &[DareDelivery]) -> Vec<&[DareDelivery]> {
         out.push(&entries[start..]);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_entries_starting_past_the_needed_range_are_an_error_not_a_panic() {
+        let mut h = DareHandoffs::default();
+        // A `DareEntries` whose `first` lies past `to`: before, `BTreeMap::range`
+        // panicked on start > end.
+        let forged = DareDelivery {
+            index: 4,
+            term: 1,
+            sender: 2,
+            sender_seq: 1,
+            payload: b"forged".to_vec(),
+        };
+        h.received(2, 3, 3, 7, u64::MAX, vec![forged]);
+        let e = h
+            .complete(7, 2, 0, 5)
+            .expect_err("first past to")
+            .to_string();
+        assert!(
+            e.contains("subgroup 7")
+                && e.contains("but this node delivered only up to 0 and needs 1 to 5"),
+            "{e}"
+        );
+        // Without any entry held (where `range` did not panic) it was taken as complete,
+        // ending the instance at 0 where the others end at 5.
+        let mut h = DareHandoffs::default();
+        h.received(2, 3, 3, 7, 9, Vec::new());
+        assert!(h.complete(7, 2, 0, 5).is_err());
+    }
+
+    #[test]
+    fn shipped_entries_reaching_back_far_enough_complete_the_range() {
+        let entry = |index| DareDelivery {
+            index,
+            term: 1,
+            sender: 2,
+            sender_seq: index,
+            payload: Vec::new(),
+        };
+        let mut h = DareHandoffs::default();
+        assert_eq!(
+            h.complete(7, 2, 2, 5).expect("ok"),
+            None,
+            "nothing shipped yet"
+        );
+        h.received(2, 3, 3, 7, 2, vec![entry(2), entry(3), entry(4)]);
+        assert_eq!(h.complete(7, 2, 2, 5).expect("ok"), None, "5 still missing");
+        h.received(2, 3, 3, 7, 2, vec![entry(5)]);
+        assert_eq!(
+            h.complete(7, 2, 2, 5).expect("ok"),
+            Some(vec![entry(3), entry(4), entry(5)])
+        );
+        assert_eq!(h.complete(7, 2, 5, 5).expect("ok"), Some(Vec::new()));
+        // Entries from a member that is not the trim's source are not looked at.
+        let mut other = DareHandoffs::default();
+        other.received(4, 3, 3, 7, 2, vec![entry(2), entry(3), entry(4), entry(5)]);
+        assert_eq!(
+            other.complete(7, 2, 2, 5).expect("ok"),
+            None,
+            "not the source's"
+        );
+        other.received(4, 3, 3, 7, u64::MAX, Vec::new());
+        assert_eq!(
+            other
+                .complete(7, 2, 0, 5)
+                .expect("a forged first from another member"),
+            None
+        );
+        // A shipment from an instance this node no longer runs is dropped.
+        h.received(2, 3, 2, 7, u64::MAX, vec![entry(9)]);
+        assert!(h.complete(7, 2, 2, 5).expect("ok").is_some());
+    }
 }

@@ -1002,7 +1002,8 @@ impl Group {
                 entries,
             } => {
                 let current = self.current.as_ref().map_or(0, |c| c.view.vid);
-                self.dare.received(current, vid, subgroup, first, entries);
+                self.dare
+                    .received(peer, current, vid, subgroup, first, entries);
             }
             Msg::State {
                 vid,

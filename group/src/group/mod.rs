@@ -36,6 +36,8 @@ use crate::smc::Sender;
 mod dare;
 mod install;
 mod leaving;
+#[cfg(test)]
+mod peer_tests;
 mod redial;
 mod state;
 mod wire;
@@ -63,6 +65,9 @@ pub const MEMBERSHIP_IMM: u32 = 0x5D5_0001;
 pub const STATE_BYTES_MAX: usize = spindle_transport_rdma::SEND_BYTES_MAX - 64;
 /// States kept that arrived before their view.
 pub const EARLY_STATES_MAX: usize = 64;
+/// Most contacts a joiner keeps: its configured ones and the leaders it was redirected
+/// to (a redirect names a new one at the front; past this the last is let go).
+pub const JOIN_CONTACTS_MAX: usize = 256;
 /// Outputs kept for the caller before the group stops producing more.
 pub const OUTPUTS_MAX: usize = 65_536;
 
@@ -936,7 +941,15 @@ impl Group {
         now_us: u64,
     ) -> Result<()> {
         match Msg::decode(data)? {
-            Msg::Join { node, address } => self.join_request(node, address),
+            // A joiner asks for itself only: a Join naming another node is refused.
+            Msg::Join { node, address } if node == peer => self.join_request(node, address),
+            Msg::Join { node, .. } => {
+                tracing::warn!(
+                    from = peer,
+                    node,
+                    "a join request for another node: refused"
+                );
+            }
             Msg::Redirect { leader, address } => {
                 if let Phase::Joining {
                     contacts,
@@ -944,8 +957,21 @@ impl Group {
                     next_attempt_us,
                 } = &mut self.phase
                 {
+                    // Only a contact this joiner asked redirects it, to an address that a
+                    // member could have.
+                    if address.len() > ADDRESS_BYTES_MAX
+                        || !contacts.iter().any(|(c, _)| *c == peer)
+                    {
+                        tracing::warn!(
+                            from = peer,
+                            leader,
+                            "a redirect not from a contact, or to an over-long address: ignored"
+                        );
+                        return Ok(());
+                    }
                     contacts.retain(|(c, _)| *c != leader);
                     contacts.insert(0, (leader, address.clone()));
+                    contacts.truncate(JOIN_CONTACTS_MAX);
                     *next = 0;
                     *next_attempt_us = now_us;
                     self.actions.push_back(GroupAction::Connect {

@@ -917,6 +917,9 @@ impl Region {
 
     /// Convenience: reads `len` bytes at `offset` into a new vector.
     pub fn to_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
+        // Checked before the allocation: a length read from a peer's words never sizes
+        // a buffer past the region.
+        self.check_range(offset, len)?;
         let mut out = vec![0; len];
         self.read_bytes(offset, &mut out)?;
         Ok(out)
@@ -938,6 +941,16 @@ pub fn check_region_len(len_bytes: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn to_vec_checks_the_range_before_it_allocates() {
+        let r = Region::new_heap(1, 64).unwrap();
+        // A length from a peer's words past the region: an error, not a huge allocation
+        // (with usize::MAX, a capacity-overflow panic before).
+        assert!(r.to_vec(8, usize::MAX).is_err());
+        assert!(r.to_vec(0, 1 << 40).is_err());
+        assert_eq!(r.to_vec(8, 16).unwrap(), vec![0; 16]);
+    }
 
     #[test]
     fn a_guarded_fill_writes_in_place_once_at_a_time_and_a_guarded_slice_reads_it() {

@@ -20,6 +20,12 @@
 //! posted, and no longer pinned by its own delivery, so a message past a trim can still
 //! be re-sent from it in the next view. Pins bound nothing new: a buffer held keeps its
 //! sender at the RDMC window, as a slow receiver does.
+//!
+//! An announcement slot stays writable by its sender after it was received (a peer
+//! writes this node's memory), so what it announced is recorded when it is received
+//! (committed, for an own message), and delivery goes by that record ([`Announced`],
+//! [`Large::check_unchanged`]), never by the slot's words read again: a slot that no
+//! longer says what it said is the sender's breach, reported, not a panic here.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,7 +34,7 @@ use std::sync::Arc;
 use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES};
 
 use crate::error::Result;
-use crate::layout::{rdmc_region_id, Geometry, SubgroupSpec, SLOT_HEADER_BYTES};
+use crate::layout::{rdmc_region_id, Geometry, SubgroupSpec, RDMC_LEN, SLOT_HEADER_BYTES};
 use crate::push::{Push, PushBytes};
 use crate::rdmc::{RdmcConfig, RdmcEvent, RdmcGroup, RDMC_WINDOW_MESSAGES_MAX};
 use crate::smc::LargeTx;
@@ -132,6 +138,7 @@ impl Large {
                         self.completed[r].push_back(Completed {
                             seq,
                             size_bytes,
+                            slot: None,
                             delivered: false,
                         });
                         // Invariant: a receiver holds at most a window of messages.
@@ -216,41 +223,96 @@ impl Large {
                 self.config.message_bytes_max
             ));
         }
-        match self.completed[rank].iter().find(|c| c.seq == seq) {
-            None => {
-                // Its buffer still holds an older message a delivery pins: ask for it.
-                self.ask_if_pinned(rank, seq);
-                Ok(false)
-            }
-            Some(c) if c.size_bytes as u64 != size => Err(format!(
+        let Some(c) = self.completed[rank].iter_mut().find(|c| c.seq == seq) else {
+            // Its buffer still holds an older message a delivery pins: ask for it.
+            self.ask_if_pinned(rank, seq);
+            return Ok(false);
+        };
+        if c.size_bytes as u64 != size {
+            return Err(format!(
                 "RDMC message {seq} has {} bytes, its slot announced {size}",
                 c.size_bytes
-            )),
-            Some(_) => {
-                self.next_seq[rank] += 1;
-                Ok(true)
-            }
+            ));
         }
+        // What delivery goes by: the slot's words may change from here on.
+        c.slot = Some(k);
+        self.next_seq[rank] += 1;
+        Ok(true)
     }
 
-    /// The size of the message announced in slot `k` of sender `rank`.
+    /// The size of the message announced in slot `k` of sender `rank`, read from the slot
+    /// (an own one: a received message's is [`Large::announced`]).
     pub(crate) fn size(region: &Region, geom: &Geometry, rank: usize, k: u64) -> usize {
         announcement(region, geom, rank, k).1 as usize
     }
 
-    /// Delivers the message announced in slot `k` of sender `rank`: a view of its first
-    /// `len` bytes (at most its size, see [`Large::size`]: less with a delivery prefix)
-    /// left in its buffer, which it pins until dropped. On a receiver the buffer is
-    /// released by [`Large::release_unpinned`] once no view pins it.
-    pub(crate) fn take(
-        &mut self,
+    /// What slot `k` of sender `rank` announced when it was received ([`Large::receive`]),
+    /// or, for an own message, committed ([`Large::on_commit`]), while it is not
+    /// delivered yet; `None` if it announced no RDMC message then.
+    pub(crate) fn announced(&self, rank: usize, k: u64) -> Option<Announced> {
+        if Some(rank) == self.own {
+            return self
+                .own_pending
+                .iter()
+                .find(|p| p.1 == k)
+                .map(|&(seq, _, size)| Announced { seq, size });
+        }
+        self.completed[rank]
+            .iter()
+            .find(|c| c.slot == Some(k) && !c.delivered)
+            .map(|c| Announced {
+                seq: c.seq,
+                size: c.size_bytes,
+            })
+    }
+
+    /// Before slot `k` of sender `rank` is delivered: what it announced when it was
+    /// received ([`Large::announced`]) if that was an RDMC message, `None` if it was not,
+    /// and `Err` (what changed) when the slot no longer says so — its length word
+    /// (`len_word`, as the caller read it) or its announcement was rewritten since.
+    /// Delivery goes by the record, not by the words read here.
+    pub(crate) fn check_unchanged(
+        &self,
         region: &Region,
         geom: &Geometry,
         rank: usize,
         k: u64,
-        len: usize,
-    ) -> Result<InPlace> {
-        let seq = self.mark_delivered(region, geom, rank, k);
+        len_word: u64,
+    ) -> std::result::Result<Option<Announced>, String> {
+        match (self.announced(rank, k), len_word == RDMC_LEN) {
+            (None, false) => Ok(None),
+            (None, true) => Err(format!(
+                "message {k} was overwritten before delivery: its slot announces an RDMC \
+                 message, which it did not when it was received"
+            )),
+            (Some(a), false) => Err(format!(
+                "message {k} was overwritten before delivery: its slot announced RDMC \
+                 message {} when it was received, its length word is now {len_word}",
+                a.seq
+            )),
+            (Some(a), true) => {
+                let (seq, size) = announcement(region, geom, rank, k);
+                if (seq, size) == (a.seq, a.size as u64) {
+                    Ok(Some(a))
+                } else {
+                    Err(format!(
+                        "message {k} was overwritten before delivery: its slot announced \
+                         RDMC message {} of {} bytes when it was received, now message \
+                         {seq} of {size} bytes",
+                        a.seq, a.size
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Delivers the message `a` of sender `rank` (as [`Large::check_unchanged`] gave it):
+    /// a view of its first `len` bytes (at most its size: less with a delivery prefix)
+    /// left in its buffer, which it pins until dropped. On a receiver the buffer is
+    /// released by [`Large::release_unpinned`] once no view pins it.
+    pub(crate) fn take(&mut self, rank: usize, a: Announced, len: usize) -> Result<InPlace> {
+        let seq = a.seq;
+        self.mark_delivered(rank, seq);
         let g = &self.groups[rank];
         let offset = RdmcGroup::buffer_offset(g.members().len(), &self.config, seq);
         g.region().check_range(offset, len)?;
@@ -274,30 +336,26 @@ impl Large {
         })
     }
 
-    /// Passes over the message announced in slot `k` of sender `rank` (a re-send this
-    /// node delivered in an earlier view): its buffer is released as a delivered one.
-    pub(crate) fn skip(&mut self, region: &Region, geom: &Geometry, rank: usize, k: u64) {
-        self.mark_delivered(region, geom, rank, k);
+    /// Passes over the message `a` of sender `rank` (a re-send this node delivered in an
+    /// earlier view): its buffer is released as a delivered one.
+    pub(crate) fn skip(&mut self, rank: usize, a: Announced) {
+        self.mark_delivered(rank, a.seq);
     }
 
-    /// Marks the message announced in slot `k` of sender `rank` delivered (on a
-    /// receiver); returns its RDMC sequence number.
-    fn mark_delivered(&mut self, region: &Region, geom: &Geometry, rank: usize, k: u64) -> u64 {
-        let (seq, _) = announcement(region, geom, rank, k);
-        if Some(rank) != self.own {
-            let c = self.completed[rank].iter_mut().find(|c| !c.delivered);
-            // Invariant: messages are delivered in their sender's order, each after its
-            // completion here (receive), so the oldest undelivered one is this one.
-            assert_eq!(
-                c.as_ref().map(|c| c.seq),
-                Some(seq),
-                "RDMC message delivered out of order"
-            );
-            if let Some(c) = c {
-                c.delivered = true;
-            }
+    /// Marks RDMC message `seq` of sender `rank` delivered (on a receiver). Its buffer
+    /// is released once it and every older message of the sender are delivered and
+    /// unpinned ([`Large::release_unpinned`]), whatever order a broken sender's slots
+    /// brought them in.
+    fn mark_delivered(&mut self, rank: usize, seq: u64) {
+        if Some(rank) == self.own {
+            return;
         }
-        seq
+        if let Some(c) = self.completed[rank]
+            .iter_mut()
+            .find(|c| c.seq == seq && !c.delivered)
+        {
+            c.delivered = true;
+        }
     }
 
     /// Releases, oldest first, the received messages that are delivered and no longer
@@ -391,8 +449,20 @@ const _: () = assert!(RDMC_WINDOW_MESSAGES_MAX <= u64::BITS as usize);
 struct Completed {
     seq: u64,
     size_bytes: usize,
+    /// The slot whose announcement of it was received ([`Large::receive`]), once it was.
+    slot: Option<u64>,
     /// Handed to the application (its buffer waits only for the pin to go).
     delivered: bool,
+}
+
+/// What an announcement slot said when it was received (or committed, for an own
+/// message): the RDMC message delivery goes by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Announced {
+    /// Its RDMC sequence number.
+    pub(crate) seq: u64,
+    /// Its size in bytes (1 to the configuration's `message_bytes_max`).
+    pub(crate) size: usize,
 }
 
 /// A delivered large message read in place in its RDMC buffer, which it pins (no later

@@ -134,10 +134,16 @@ pub fn restart_plan(reports: &[RestartReport]) -> RestartPlan {
             }
         }
     }
-    RestartPlan::Restore {
-        vid: last_vid + 1,
-        sources,
-    }
+    // The last view id (from a peer's report or a log) has no next: no restart into it
+    // (a wrap to view 0 would reuse every view id), so the leader keeps waiting.
+    let Some(vid) = last_vid.checked_add(1) else {
+        return RestartPlan::Wait {
+            last_vid,
+            have,
+            need,
+        };
+    };
+    RestartPlan::Restore { vid, sources }
 }
 
 /// How much history a logged subgroup's log keeps (retention). Whole segments go, oldest

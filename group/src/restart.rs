@@ -381,8 +381,9 @@ pub struct Restart {
     /// Leader: members that finished their logs.
     done: BTreeSet<NodeId>,
     plan: Option<Plan>,
-    /// Fetches under way: subgroup → (the plan's last version, entries so far).
-    fetching: BTreeMap<SubgroupId, (Option<Version>, Vec<Entry>)>,
+    /// Fetches under way: subgroup → (the source the plan names, its last version,
+    /// entries so far). Entries from anyone but the source are not taken.
+    fetching: BTreeMap<SubgroupId, (NodeId, Option<Version>, Vec<Entry>)>,
     sent_done: bool,
     go: bool,
     next_report_us: u64,
@@ -591,7 +592,7 @@ impl Restart {
             // From this log's last version (inclusive: the two must meet there), or its
             // cut point if it runs past the restored state.
             let from = mine.map(|m| m.min(last.unwrap_or_default()));
-            self.fetching.insert(*sg, (*last, Vec::new()));
+            self.fetching.insert(*sg, (*source, *last, Vec::new()));
             self.send(
                 *source,
                 Msg::Fetch {
@@ -728,12 +729,17 @@ impl Restart {
                 last,
                 entries,
             } => {
-                let Some((_, got)) = self.fetching.get_mut(&subgroup) else {
+                // Only the source the plan names ships a subgroup's entries.
+                let Some((_, _, got)) = self
+                    .fetching
+                    .get_mut(&subgroup)
+                    .filter(|(source, _, _)| *source == peer)
+                else {
                     return Ok(());
                 };
                 got.extend(entries);
                 if last {
-                    if let Some((to, got)) = self.fetching.remove(&subgroup) {
+                    if let Some((_, to, got)) = self.fetching.remove(&subgroup) {
                         persister.restore(subgroup, to, got)?;
                     }
                     self.maybe_done()?;

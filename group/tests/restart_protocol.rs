@@ -49,6 +49,16 @@ fn run(
     nodes: &mut BTreeMap<u32, (Restart, Persister)>,
     until_us: u64,
 ) -> BTreeMap<u32, Option<Plan>> {
+    run_with(nodes, until_us, |_, _| None)
+}
+
+/// [`run`], where `forge(from, to)` may name `(by, at)`: node `by` also delivers a copy
+/// of each message of `from` to `to` to node `at`, as its own, just before the real one.
+fn run_with(
+    nodes: &mut BTreeMap<u32, (Restart, Persister)>,
+    until_us: u64,
+    forge: impl Fn(u32, u32) -> Option<(u32, u32)>,
+) -> BTreeMap<u32, Option<Plan>> {
     let mut now_us = 0;
     while now_us < until_us {
         let ids: Vec<u32> = nodes.keys().copied().collect();
@@ -62,6 +72,11 @@ fn run(
             for id in &ids {
                 while let Some((to, bytes)) = nodes.get_mut(id).unwrap().0.poll_send() {
                     moved = true;
+                    if let Some((by, at)) = forge(*id, to) {
+                        if let Some((r, p)) = nodes.get_mut(&at) {
+                            r.handle_message(by, &bytes, now_us, p).unwrap();
+                        }
+                    }
                     if let Some((r, p)) = nodes.get_mut(&to) {
                         r.handle_message(*id, &bytes, now_us, p).unwrap();
                     }
@@ -134,6 +149,27 @@ fn every_member_back_restores_the_longest_log_everywhere() {
     }
     for (id, (_, p)) in nodes.iter_mut() {
         assert_eq!(log_of(p), longest, "node {id}'s log");
+    }
+}
+
+#[test]
+fn entries_from_anyone_but_the_planned_source_are_not_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = start(dir.path(), &[(1, 6), (2, 9), (3, 3)]);
+    let longest = log_of(&mut nodes.get_mut(&2).unwrap().1);
+    // Node 9 (no member) hands node 3 a copy of everything the source, node 2, sends
+    // node 1: node 1's entries (from its own, longer log's end on), which would leave
+    // node 3's log with a gap if taken.
+    let plans = run_with(&mut nodes, 100 * GRACE_US, |from, to| {
+        (from == 2 && to == 1).then_some((9, 3))
+    });
+    assert!(plans.values().all(Option::is_some), "{plans:?}");
+    for (id, (_, p)) in nodes.iter_mut() {
+        assert_eq!(
+            log_of(p),
+            longest,
+            "node {id}'s log: the copies were not taken"
+        );
     }
 }
 

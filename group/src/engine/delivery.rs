@@ -7,37 +7,78 @@ use std::sync::Arc;
 use spindle_transport_rdma::{NodeId, WORD_BYTES};
 
 use super::{DeliveryBatch, Engine, Meta};
-use crate::large::Large;
-use crate::layout::{SubgroupId, NULL_LEN, RDMC_LEN, SLOT_HEADER_BYTES};
+use crate::layout::{SubgroupId, NULL_LEN, SLOT_HEADER_BYTES};
 
 impl Engine {
-    /// Appends message `k` of sender `rank` to the subgroup's open delivery batch; returns
-    /// its bytes (0 for a null or a re-send already delivered).
+    /// [`Engine::try_deliver_one`] where no caller takes the error: a sender whose slot
+    /// changed since it was received is reported ([`Engine::misbehaved`]) and its message
+    /// is not delivered (0 bytes).
     pub(super) fn deliver_one(&mut self, i: usize, rank: usize, k: u64) -> usize {
+        match self.try_deliver_one(i, rank, k) {
+            Ok(bytes) => bytes,
+            Err((peer, detail)) => {
+                self.misbehaved(i, peer, detail);
+                0
+            }
+        }
+    }
+
+    /// Appends message `k` of sender `rank` to the subgroup's open delivery batch; returns
+    /// its bytes (0 for a null or a re-send already delivered). The slot is the sender's
+    /// to write even now, so what it held when it was received is checked again, and a
+    /// large message is delivered by what its announcement said then
+    /// ([`crate::large::Large::check_unchanged`]): `Err` names the sender and what
+    /// changed, and nothing is delivered.
+    pub(super) fn try_deliver_one(
+        &mut self,
+        i: usize,
+        rank: usize,
+        k: u64,
+    ) -> std::result::Result<usize, (NodeId, String)> {
         let s = &mut self.subgroups[i];
         let slot = s.geom.slot(rank, k);
-        let mut len = s.region.load_u64(slot + WORD_BYTES);
+        let len_word = s.region.load_u64(slot + WORD_BYTES);
+        let announced = match &s.large {
+            Some(l) => l
+                .check_unchanged(&s.region, &s.geom, rank, k, len_word)
+                .map_err(|e| (s.senders[rank], e))?,
+            None => None,
+        };
+        if announced.is_none()
+            && len_word != NULL_LEN
+            && len_word > s.geom.slot_payload_bytes as u64
+        {
+            return Err((
+                s.senders[rank],
+                format!(
+                    "message {k} was overwritten before delivery: it claims {len_word} \
+                     bytes, the slot holds {}",
+                    s.geom.slot_payload_bytes
+                ),
+            ));
+        }
         s.delivered += 1;
-        let large = if let (RDMC_LEN, Some(l)) = (len, &mut s.large) {
-            len = Large::size(&s.region, &s.geom, rank, k) as u64;
-            Some(l)
-        } else {
-            None
+        let large = match (announced, &mut s.large) {
+            (Some(a), Some(l)) => Some((a, l)),
+            _ => None,
         };
         if k < s.skip[rank] {
             // A re-send of a message this node delivered in the previous view.
-            if let Some(l) = large {
-                l.skip(&s.region, &s.geom, rank, k);
+            if let Some((a, l)) = large {
+                l.skip(rank, a);
             }
-            return 0;
+            return Ok(0);
         }
-        if len == NULL_LEN {
-            self.stats.nulls_delivered += 1;
-            return 0;
-        }
+        let len = match &large {
+            Some((a, _)) => a.size,
+            None if len_word == NULL_LEN => {
+                self.stats.nulls_delivered += 1;
+                return Ok(0);
+            }
+            None => len_word as usize,
+        };
         self.stats.delivered += 1;
         let global_index = s.geom.global_index(rank, k);
-        let len = len as usize;
         let batch = open_batch(
             &mut self.deliveries,
             &mut self.spare_batches,
@@ -48,18 +89,19 @@ impl Engine {
         );
         s.batch_open = true;
         let start = batch.payload.len();
-        // The length was checked against the slot (or the RDMC transfer) at receipt and
-        // before delivery; a delivery prefix hands over only the message's first bytes.
+        // The length is the slot's (checked against it just above) or the RDMC
+        // transfer's (checked at receipt); a delivery prefix hands over only the
+        // message's first bytes.
         let full_len = len;
         let len = len.min(s.delivery_prefix);
         let in_place = match large {
             // Left in its RDMC buffer, which the batch pins: no copy.
-            Some(l) => match l.take(&s.region, &s.geom, rank, k, len) {
+            Some((a, l)) => match l.take(rank, a, len) {
                 Ok(view) => {
                     batch.in_place.push(view);
                     Some((batch.in_place.len() - 1) as u32)
                 }
-                Err(_) => return 0,
+                Err(_) => return Ok(0),
             },
             // Appended without zero-filling first: one copy per delivered byte.
             None => match s.region.read_append_guarded(
@@ -70,7 +112,7 @@ impl Engine {
                 Ok(()) => None,
                 Err(_) => {
                     batch.payload.truncate(start);
-                    return 0;
+                    return Ok(0);
                 }
             },
         };
@@ -83,7 +125,7 @@ impl Engine {
             full_len,
             in_place,
         });
-        len
+        Ok(len)
     }
 
     /// Closes this step's delivery batch and records the delivered count in the row.

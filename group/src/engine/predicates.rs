@@ -8,7 +8,6 @@ use super::{
     DELIVERY_BATCH_MAX, DELIVERY_QUEUE_MAX, DELIVERY_STEP_BYTES_MAX, PUSH_BYTES_MAX,
     PUSH_GAP_BYTES_MIN, PUSH_QUEUE_MAX, RECEIVE_BATCH_MAX, SEND_BATCH_MAX,
 };
-use crate::large::Large;
 use crate::layout::{DeliveryMode, NULL_LEN, RDMC_LEN, SLOT_HEADER_BYTES};
 
 impl Engine {
@@ -312,7 +311,8 @@ impl Engine {
                 }
                 if mode == DeliveryMode::Unordered {
                     let size = match (len, &s.large) {
-                        (RDMC_LEN, Some(_)) => Large::size(&s.region, g, rank, k),
+                        // As received just above (the slot may have changed since).
+                        (RDMC_LEN, Some(l)) => l.announced(rank, k).map_or(0, |a| a.size),
                         (NULL_LEN, _) => 0,
                         _ => len as usize,
                     };
@@ -329,7 +329,7 @@ impl Engine {
             }
             if mode == DeliveryMode::Unordered {
                 for k in have..upto {
-                    self.deliver_one(i, rank, k);
+                    self.try_deliver_one(i, rank, k)?;
                 }
             }
             self.spend(i, if stopped { usize::MAX } else { step_bytes });
@@ -449,17 +449,9 @@ impl Engine {
                 k < self.subgroups[i].received[rank],
                 "delivering message {k} of sender {rank} before receiving it"
             );
-            let slot = self.subgroups[i].geom.slot(rank, k);
-            let len = self.subgroups[i].region.load_u64(slot + WORD_BYTES);
-            let large = len == RDMC_LEN && self.subgroups[i].large.is_some();
-            if len != NULL_LEN && !large && len > self.subgroups[i].geom.slot_payload_bytes as u64 {
-                let sender = self.subgroups[i].senders[rank];
-                return Err((
-                    sender,
-                    format!("message {k} was overwritten before delivery"),
-                ));
-            }
-            copied += self.deliver_one(i, rank, k);
+            // The slot is checked again against what was received (its sender can still
+            // write it): a change is the sender's breach.
+            copied += self.try_deliver_one(i, rank, k)?;
             d += 1;
             if !self.techniques.batch_acks {
                 // One ack per delivered message (the unbatched baseline).

@@ -23,6 +23,14 @@ impl Group {
         let Some(c) = self.current.as_ref() else {
             return Ok(false);
         };
+        // The view id came from a peer (a NEW_VIEW) or a log: the last one has no next,
+        // refused before anything of the view change is done.
+        let Some(next_vid) = c.view.vid.checked_add(1) else {
+            return Err(Error::Protocol(format!(
+                "view {} is the last view id: no view can follow it",
+                c.view.vid
+            )));
+        };
         let layout = c.layout.clone().unwrap_or_default();
         let total: usize = layout
             .subgroups
@@ -150,7 +158,7 @@ impl Group {
         let declares = c.membership.pending_declares().to_vec();
         declared.retain(|n, _| members.contains(n));
         let view = View {
-            vid: old.vid + 1,
+            vid: next_vid,
             members,
             declared,
         };

@@ -109,7 +109,12 @@ fn gather(a: &PubArgs, t: &DynType) -> Result<Vec<Value>, Fail> {
         .collect();
     let mut values = Vec::new();
     if let Some(n) = a.random {
-        values.extend((0..n).map(|i| t.random_json(a.seed.wrapping_add(i))));
+        for i in 0..n {
+            let v = t
+                .random_json(a.seed.wrapping_add(i))
+                .map_err(|e| Fail::input(format!("--random: {e}")))?;
+            values.push(v);
+        }
     }
     let read_stream = |name: &str, r: &mut dyn BufRead| -> Result<Vec<(String, String)>, Fail> {
         let mut all = String::new();

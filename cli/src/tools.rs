@@ -35,8 +35,11 @@ pub fn run_idl(a: IdlArgs) -> Result<u8, Fail> {
             let dt = DynType::from_idl_file(f, &a.include, t)?;
             println!(
                 "{}",
-                serde_json::to_string_pretty(&dt.zero_json())
-                    .map_err(|e| Fail::failed(e.to_string()))?
+                serde_json::to_string_pretty(
+                    &dt.zero_json()
+                        .map_err(|e| Fail::input(format!("{}: {e}", f.display())))?
+                )
+                .map_err(|e| Fail::failed(e.to_string()))?
             );
         }
         return Ok(0);

@@ -190,7 +190,7 @@ fn check_exchange<T: TopicType + PartialEq + std::fmt::Debug>(
     const SEED: u64 = 42;
     let t = DynType::from_idl_file(Path::new(IDL), &[] as &[&str], type_name).expect("type");
     let mut text: Vec<String> = (0..COUNT)
-        .map(|i| t.random_json(SEED + i).to_string())
+        .map(|i| t.random_json(SEED + i).unwrap().to_string())
         .collect();
     let source = match how {
         "stdin" => Source::Stdin(text.join("\n") + "\n"),
@@ -211,7 +211,7 @@ fn check_exchange<T: TopicType + PartialEq + std::fmt::Debug>(
     for (i, s) in samples.iter().enumerate() {
         // What pub sent, decoded by the generated code …
         let sent = t
-            .encode_json(&t.random_json(SEED + i as u64), Endianness::Little)
+            .encode_json(&t.random_json(SEED + i as u64).unwrap(), Endianness::Little)
             .expect("encode sent");
         let want = T::decode(&sent.bytes).expect("generated decode of what pub sent");
         // … and what sub printed, decoded by the generated code.

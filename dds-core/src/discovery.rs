@@ -88,7 +88,12 @@ impl Rxo {
         reliability: ReliabilityKind,
         destination_order: DestinationOrderKind,
     ) -> Rxo {
-        let us = |d: Duration| d.to_std().map(|d| d.as_micros() as u64);
+        // Past u64::MAX µs (584,000 years) infinite, as the wire's u64::MAX says anyway.
+        let us = |d: Duration| {
+            d.to_std()
+                .and_then(|d| u64::try_from(d.as_micros()).ok())
+                .filter(|us| *us != u64::MAX)
+        };
         Rxo {
             durability,
             presentation,

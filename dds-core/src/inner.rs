@@ -489,7 +489,7 @@ pub(crate) fn check_level(
 /// Slot payload bytes a writer or reader of `T` needs.
 fn slot_bytes_for<T: TopicType>(cfg: &ParticipantConfig) -> usize {
     let need = T::MAX_SERIALIZED_SIZE.map_or(cfg.slot_payload_bytes, |m| {
-        m + crate::sample::SAMPLE_HEADER_BYTES
+        m.saturating_add(crate::sample::SAMPLE_HEADER_BYTES)
     });
     need.clamp(1, 64 * 1024)
 }
@@ -499,7 +499,7 @@ fn slot_bytes_for<T: TopicType>(cfg: &ParticipantConfig) -> usize {
 fn large_for<T: TopicType>(cfg: &ParticipantConfig) -> usize {
     let slot = slot_bytes_for::<T>(cfg);
     match T::MAX_SERIALIZED_SIZE {
-        Some(m) if m + crate::sample::SAMPLE_HEADER_BYTES <= slot => 0,
+        Some(m) if m.saturating_add(crate::sample::SAMPLE_HEADER_BYTES) <= slot => 0,
         _ => Interest::large_for(cfg.sample_bytes_max, slot),
     }
 }

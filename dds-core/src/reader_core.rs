@@ -80,6 +80,12 @@ struct WriterLease {
     alive: bool,
 }
 
+/// `d` in µs, `u64::MAX` past it (584,000 years): a QoS duration that long is not
+/// INFINITE, but every use treats u64::MAX µs as never reached (saturating arithmetic).
+fn saturating_us(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
 impl ReaderCore {
     /// This entity as the built-in topic announces it.
     pub(crate) fn endpoint(&self) -> Endpoint {
@@ -90,12 +96,15 @@ impl ReaderCore {
             level: self.level,
             partition: self.partition.clone(),
             liveliness: self.qos.liveliness.kind,
+            // Announced: past u64::MAX µs (584,000 years) it is infinite, as the wire's
+            // u64::MAX says anyway, so this node and the others match it alike.
             lease_us: self
                 .qos
                 .liveliness
                 .lease_duration
                 .to_std()
-                .map(|d| d.as_micros() as u64),
+                .and_then(|d| u64::try_from(d.as_micros()).ok())
+                .filter(|us| *us != u64::MAX),
             rxo: Rxo::of(
                 self.qos.durability.kind,
                 self.presentation,
@@ -127,12 +136,14 @@ impl ReaderCore {
             topic,
             cache: Mutex::new({
                 let mut c = Cache::with_clock(qos.history, qos.resource_limits, clock);
-                c.set_deadline_us(qos.deadline.period.to_std().map(|d| d.as_micros() as u64));
+                // Past u64::MAX µs (584,000 years) saturated: the cache adds periods
+                // saturating, so u64::MAX is never reached.
+                c.set_deadline_us(qos.deadline.period.to_std().map(saturating_us));
                 c.set_exclusive(qos.ownership.kind == spindle_qos::OwnershipKind::Exclusive);
                 c.set_by_source_timestamp(
                     qos.destination_order.kind == DestinationOrderKind::BySourceTimestamp,
                 );
-                let us = |d: spindle_qos::Duration| d.to_std().map(|d| d.as_micros() as u64);
+                let us = |d: spindle_qos::Duration| d.to_std().map(saturating_us);
                 c.set_autopurge_us(
                     us(qos.reader_data_lifecycle.autopurge_nowriter_samples_delay),
                     us(qos.reader_data_lifecycle.autopurge_disposed_samples_delay),
@@ -141,7 +152,7 @@ impl ReaderCore {
                     qos.time_based_filter
                         .minimum_separation
                         .to_std()
-                        .map_or(u64::MAX, |d| d.as_micros() as u64),
+                        .map_or(u64::MAX, saturating_us),
                 );
                 c
             }),
@@ -442,11 +453,7 @@ impl ReaderCore {
 
     /// The reader's DEADLINE period, if finite.
     pub(crate) fn deadline_us(&self) -> Option<u64> {
-        self.qos
-            .deadline
-            .period
-            .to_std()
-            .map(|d| d.as_micros() as u64)
+        self.qos.deadline.period.to_std().map(saturating_us)
     }
 
     /// Counts instances whose DEADLINE passed by `now_us`; the changed statuses.

@@ -174,7 +174,9 @@ impl WriterCore {
             .liveliness
             .lease_duration
             .to_std()
-            .map(|d| (d.as_micros() as u64).max(1));
+            .and_then(|d| u64::try_from(d.as_micros()).ok())
+            .filter(|us| *us != u64::MAX)
+            .map(|us| us.max(1));
         Arc::new(WriterCore {
             id,
             presentation: publisher.presentation,
@@ -201,7 +203,7 @@ impl WriterCore {
             deleted: AtomicBool::new(false),
             deadline_us: deadline_period
                 .to_std()
-                .map(|d| (d.as_micros() as u64).max(1)),
+                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)),
             deadlines: Mutex::new(BTreeMap::new()),
             deadline_missed: Mutex::new(DeadlineMissedStatus::default()),
         })
@@ -297,13 +299,15 @@ pub(crate) fn blocking_us(qos: &DataWriterQos) -> u64 {
         .max_blocking_time
         .to_std()
         .unwrap_or(Duration::from_secs(3600))
-        .as_micros() as u64
+        .as_micros()
+        .try_into()
+        .unwrap_or(u64::MAX)
 }
 
-/// LIFESPAN in ns (0 for INFINITE).
+/// LIFESPAN in ns (0 for INFINITE; one past 584 years, whose nanoseconds do not fit,
+/// saturates rather than wrapping into a short lifespan).
 pub(crate) fn lifespan_ns(qos: &DataWriterQos) -> u64 {
-    qos.lifespan
-        .duration
-        .to_std()
-        .map_or(0, |d| (d.as_nanos() as u64).max(1))
+    qos.lifespan.duration.to_std().map_or(0, |d| {
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+    })
 }

@@ -258,7 +258,23 @@ impl<'a> Decoder<'a> {
                 }
                 Value::Array(items)
             }
-            TypeRef::Array(inner, dims) => self.array(r, inner, dims)?,
+            TypeRef::Array(inner, dims) => {
+                // Each element is at least one value: an array of more than are left
+                // fails now, not after building them (elements of an empty struct take
+                // no bytes, so the input's length does not bound them).
+                let n = dims.iter().fold(1u64, |a, d| a.saturating_mul(*d));
+                if usize::try_from(n).map_or(true, |n| n > self.values_left) {
+                    return Err(self.err(
+                        r,
+                        format!(
+                            "an array of {n} elements: more than the {} values left of the \
+                             {DECODE_VALUES_MAX} one sample may hold",
+                            self.values_left
+                        ),
+                    ));
+                }
+                self.array(r, inner, dims)?
+            }
             TypeRef::Named(id) => match self.lib.get(*id) {
                 TypeDef::Enum(_) => {
                     let x = self.disc(r, t)?;
@@ -291,8 +307,10 @@ impl<'a> Decoder<'a> {
         let Some((&n, rest)) = dims.split_first() else {
             return self.value(r, inner);
         };
-        let mut items = Vec::with_capacity((n as usize).min(crate::SEQUENCE_PREALLOC_MAX));
-        for i in 0..n as usize {
+        // `value` checked the element count: it fits a usize.
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        let mut items = Vec::with_capacity(n.min(crate::SEQUENCE_PREALLOC_MAX));
+        for i in 0..n {
             self.path.push(Seg::Index(i));
             items.push(self.array(r, inner, rest)?);
             self.path.pop();

@@ -286,13 +286,6 @@ impl DynType {
         let mut d = decode::Decoder::new(&self.lib, &self.name);
         d.value(&mut r, &self.root)
     }
-
-    /// A value of the type with every member at its zero: numbers 0, empty strings and
-    /// sequences, first enumerators, the first branch of unions, optional members absent.
-    /// A template for writing samples by hand.
-    pub fn zero_json(&self) -> Value {
-        random::zero(&self.lib, &self.root, 0)
-    }
 }
 
 /// The branch a discriminator value selects: the one whose labels name it, else the

@@ -7,23 +7,93 @@ use serde_json::{Map, Value};
 use spindle_idl::types::{TypeDef, TypeLibrary, TypeRef, UnionDef};
 
 use crate::encode::int_range;
-use crate::DynType;
+use crate::error::{Path, Result, Seg};
+use crate::{DynType, DECODE_VALUES_MAX};
 
 /// Deepest nesting a random or zero value builds (recursive types stop with empty
 /// sequences there).
 pub const VALUE_DEPTH_MAX: usize = 6;
 /// Longest random string or sequence (shorter when the bound is smaller).
 pub const RANDOM_LEN_MAX: u64 = 6;
+/// Most values (members, elements) one zero or random value builds: as many as one
+/// decoded sample may hold ([`DECODE_VALUES_MAX`]). IDL can declare far more
+/// (`long a[4000000000]`); building them would exhaust memory.
+pub const TEMPLATE_VALUES_MAX: usize = DECODE_VALUES_MAX;
 
-/// The zero value of `t` (see [`DynType::zero_json`]).
-pub(crate) fn zero(lib: &TypeLibrary, t: &TypeRef, depth: usize) -> Value {
-    match t {
+/// Building a value stopped: it would exceed [`TEMPLATE_VALUES_MAX`].
+pub(crate) struct TooBig {
+    /// The member path where it stopped, innermost first (filled in while unwinding, so
+    /// building pays nothing for it).
+    rev_path: Vec<Seg>,
+    detail: String,
+}
+
+impl TooBig {
+    /// Adds the enclosing path step.
+    fn at(mut self, s: Seg) -> Self {
+        self.rev_path.push(s);
+        self
+    }
+
+    /// The [`crate::Error::Value`] naming the member path from the type `root`.
+    fn into_error(self, lib: &TypeLibrary, root: &TypeRef) -> crate::Error {
+        let name = match root {
+            TypeRef::Named(id) => lib.get(*id).name().to_string(),
+            _ => String::from("value"),
+        };
+        let mut path = Path::new(&name);
+        for s in self.rev_path.into_iter().rev() {
+            path.push(s);
+        }
+        path.value_err(self.detail)
+    }
+}
+
+/// A value being built, or why not.
+type Built = std::result::Result<Value, TooBig>;
+
+/// Counts one more value against `left` (what remains of [`TEMPLATE_VALUES_MAX`]).
+fn spend(left: &mut usize) -> std::result::Result<(), TooBig> {
+    *left = left.checked_sub(1).ok_or_else(|| TooBig {
+        rev_path: Vec::new(),
+        detail: format!(
+            "more than {TEMPLATE_VALUES_MAX} values (TEMPLATE_VALUES_MAX) in one zero or \
+             random value"
+        ),
+    })?;
+    Ok(())
+}
+
+/// Refuses, before building any of it, an array whose elements alone exceed `left`.
+fn check_array(dims: &[u64], left: usize) -> std::result::Result<(), TooBig> {
+    let n = dims.iter().fold(1u64, |a, d| a.saturating_mul(*d));
+    if usize::try_from(n).map_or(true, |n| n > left) {
+        let shape: Vec<String> = dims.iter().map(|d| format!("[{d}]")).collect();
+        return Err(TooBig {
+            rev_path: Vec::new(),
+            detail: format!(
+                "an array of {n} elements ({}): more than the {TEMPLATE_VALUES_MAX} values \
+                 (TEMPLATE_VALUES_MAX) a zero or random value builds ({left} left here)",
+                shape.concat()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The zero value of `t`, at most `left` values.
+fn zero_in(lib: &TypeLibrary, t: &TypeRef, depth: usize, left: &mut usize) -> Built {
+    spend(left)?;
+    Ok(match t {
         TypeRef::Bool => Value::Bool(false),
         TypeRef::Char | TypeRef::WChar => Value::String("a".into()),
         TypeRef::F32 | TypeRef::F64 => Value::from(0.0),
         TypeRef::String(_) | TypeRef::WString(_) => Value::String(String::new()),
         TypeRef::Sequence(..) => Value::Array(Vec::new()),
-        TypeRef::Array(inner, dims) => zero_array(lib, inner, dims, depth),
+        TypeRef::Array(inner, dims) => {
+            check_array(dims, *left)?;
+            zero_array(lib, inner, dims, depth, left)?
+        }
         TypeRef::Named(id) => match lib.get(*id) {
             TypeDef::Enum(e) => Value::String(
                 e.enumerators
@@ -35,7 +105,9 @@ pub(crate) fn zero(lib: &TypeLibrary, t: &TypeRef, depth: usize) -> Value {
                 let mut obj = Map::new();
                 for m in &s.members {
                     if !m.optional {
-                        obj.insert(m.name.clone(), zero(lib, &m.ty, depth + 1));
+                        let v = zero_in(lib, &m.ty, depth + 1, left)
+                            .map_err(|e| e.at(Seg::Member(m.name.clone())))?;
+                        obj.insert(m.name.clone(), v);
                     }
                 }
                 Value::Object(obj)
@@ -46,27 +118,45 @@ pub(crate) fn zero(lib: &TypeLibrary, t: &TypeRef, depth: usize) -> Value {
                 // label names; the random generator finds one).
                 if let Some(b) = u.branches.iter().find(|b| !b.labels.is_empty()) {
                     obj.insert("discriminator".into(), disc_json(lib, &u.disc, b.labels[0]));
-                    obj.insert(b.member.name.clone(), zero(lib, &b.member.ty, depth + 1));
+                    let v = zero_in(lib, &b.member.ty, depth + 1, left)
+                        .map_err(|e| e.at(Seg::Member(b.member.name.clone())))?;
+                    obj.insert(b.member.name.clone(), v);
                 } else {
                     let mut rng = ChaCha8Rng::seed_from_u64(0);
-                    return random_union(lib, u, &mut rng, depth);
+                    return random_union(lib, u, &mut rng, depth, left);
                 }
                 Value::Object(obj)
             }
         },
         _ => Value::from(0),
+    })
+}
+
+/// An array's zero value; [`check_array`] bounded its element count.
+fn zero_array(
+    lib: &TypeLibrary,
+    inner: &TypeRef,
+    dims: &[u64],
+    depth: usize,
+    left: &mut usize,
+) -> Built {
+    match dims.split_first() {
+        None => zero_in(lib, inner, depth, left),
+        Some((&n, rest)) => {
+            let mut items = Vec::with_capacity(to_len(n));
+            for i in 0..to_len(n) {
+                let v =
+                    zero_array(lib, inner, rest, depth, left).map_err(|e| e.at(Seg::Index(i)))?;
+                items.push(v);
+            }
+            Ok(Value::Array(items))
+        }
     }
 }
 
-fn zero_array(lib: &TypeLibrary, inner: &TypeRef, dims: &[u64], depth: usize) -> Value {
-    match dims.split_first() {
-        None => zero(lib, inner, depth),
-        Some((&n, rest)) => Value::Array(
-            (0..n)
-                .map(|_| zero_array(lib, inner, rest, depth))
-                .collect(),
-        ),
-    }
+/// An array dimension as a length: [`check_array`] refused any past [`TEMPLATE_VALUES_MAX`].
+fn to_len(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 /// The JSON form of a discriminator value.
@@ -159,9 +249,16 @@ fn random_len(bound: Option<u64>, rng: &mut ChaCha8Rng, depth: usize) -> u64 {
 }
 
 /// A random value of `t`: finite floats, short strings and sequences, every union branch
-/// and `@optional` presence reachable.
-pub(crate) fn random(lib: &TypeLibrary, t: &TypeRef, rng: &mut ChaCha8Rng, depth: usize) -> Value {
-    match t {
+/// and `@optional` presence reachable; at most `left` values.
+pub(crate) fn random(
+    lib: &TypeLibrary,
+    t: &TypeRef,
+    rng: &mut ChaCha8Rng,
+    depth: usize,
+    left: &mut usize,
+) -> Built {
+    spend(left)?;
+    Ok(match t {
         TypeRef::Bool => Value::Bool(rng.gen_bool(0.5)),
         TypeRef::Char | TypeRef::WChar => disc_json(lib, t, random_disc(lib, t, rng)),
         TypeRef::F32 => Value::from(f64::from(random_f32(rng))),
@@ -192,9 +289,18 @@ pub(crate) fn random(lib: &TypeLibrary, t: &TypeRef, rng: &mut ChaCha8Rng, depth
         }
         TypeRef::Sequence(inner, b) => {
             let n = random_len(*b, rng, depth);
-            Value::Array((0..n).map(|_| random(lib, inner, rng, depth + 1)).collect())
+            let mut items = Vec::new();
+            for i in 0..to_len(n) {
+                let v =
+                    random(lib, inner, rng, depth + 1, left).map_err(|e| e.at(Seg::Index(i)))?;
+                items.push(v);
+            }
+            Value::Array(items)
         }
-        TypeRef::Array(inner, dims) => random_array(lib, inner, dims, rng, depth),
+        TypeRef::Array(inner, dims) => {
+            check_array(dims, *left)?;
+            random_array(lib, inner, dims, rng, depth, left)?
+        }
         TypeRef::Named(id) => match lib.get(*id) {
             TypeDef::Enum(_) => disc_json(lib, t, random_disc(lib, t, rng)),
             TypeDef::Struct(s) => {
@@ -203,11 +309,13 @@ pub(crate) fn random(lib: &TypeLibrary, t: &TypeRef, rng: &mut ChaCha8Rng, depth
                     if m.optional && rng.gen_bool(0.5) {
                         continue;
                     }
-                    obj.insert(m.name.clone(), random(lib, &m.ty, rng, depth + 1));
+                    let v = random(lib, &m.ty, rng, depth + 1, left)
+                        .map_err(|e| e.at(Seg::Member(m.name.clone())))?;
+                    obj.insert(m.name.clone(), v);
                 }
                 Value::Object(obj)
             }
-            TypeDef::Union(u) => random_union(lib, u, rng, depth),
+            TypeDef::Union(u) => random_union(lib, u, rng, depth, left)?,
         },
         t => match int_range(t) {
             Some((min, max, _)) => {
@@ -220,27 +328,39 @@ pub(crate) fn random(lib: &TypeLibrary, t: &TypeRef, rng: &mut ChaCha8Rng, depth
             }
             None => Value::Null,
         },
-    }
+    })
 }
 
+/// An array's random value; [`check_array`] bounded its element count.
 fn random_array(
     lib: &TypeLibrary,
     inner: &TypeRef,
     dims: &[u64],
     rng: &mut ChaCha8Rng,
     depth: usize,
-) -> Value {
+    left: &mut usize,
+) -> Built {
     match dims.split_first() {
-        None => random(lib, inner, rng, depth + 1),
-        Some((&n, rest)) => Value::Array(
-            (0..n)
-                .map(|_| random_array(lib, inner, rest, rng, depth))
-                .collect(),
-        ),
+        None => random(lib, inner, rng, depth + 1, left),
+        Some((&n, rest)) => {
+            let mut items = Vec::with_capacity(to_len(n));
+            for i in 0..to_len(n) {
+                let v = random_array(lib, inner, rest, rng, depth, left)
+                    .map_err(|e| e.at(Seg::Index(i)))?;
+                items.push(v);
+            }
+            Ok(Value::Array(items))
+        }
     }
 }
 
-fn random_union(lib: &TypeLibrary, u: &UnionDef, rng: &mut ChaCha8Rng, depth: usize) -> Value {
+fn random_union(
+    lib: &TypeLibrary,
+    u: &UnionDef,
+    rng: &mut ChaCha8Rng,
+    depth: usize,
+    left: &mut usize,
+) -> Built {
     let labelled: Vec<i128> = u
         .branches
         .iter()
@@ -255,20 +375,34 @@ fn random_union(lib: &TypeLibrary, u: &UnionDef, rng: &mut ChaCha8Rng, depth: us
     let mut obj = Map::new();
     obj.insert("discriminator".into(), disc_json(lib, &u.disc, disc));
     if let Some(b) = crate::select_branch(u, disc) {
-        obj.insert(
-            b.member.name.clone(),
-            random(lib, &b.member.ty, rng, depth + 1),
-        );
+        let v = random(lib, &b.member.ty, rng, depth + 1, left)
+            .map_err(|e| e.at(Seg::Member(b.member.name.clone())))?;
+        obj.insert(b.member.name.clone(), v);
     }
-    Value::Object(obj)
+    Ok(Value::Object(obj))
 }
 
 impl DynType {
     /// A random value of the type from `seed` (the same seed, the same value): finite
     /// floats, strings and sequences of at most [`RANDOM_LEN_MAX`] elements within their
-    /// bounds, random union branches and `@optional` presence.
-    pub fn random_json(&self, seed: u64) -> Value {
+    /// bounds, random union branches and `@optional` presence. [`crate::Error::Value`]
+    /// naming the member path when the value would exceed [`TEMPLATE_VALUES_MAX`] values
+    /// (`long a[4000000000]`; nothing that large is built).
+    pub fn random_json(&self, seed: u64) -> Result<Value> {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        random(&self.lib, &self.root, &mut rng, 0)
+        let mut left = TEMPLATE_VALUES_MAX;
+        random(&self.lib, &self.root, &mut rng, 0, &mut left)
+            .map_err(|e| e.into_error(&self.lib, &self.root))
+    }
+
+    /// A value of the type with every member at its zero: numbers 0, empty strings and
+    /// sequences, first enumerators, the first branch of unions, optional members absent.
+    /// A template for writing samples by hand. [`crate::Error::Value`] naming the member
+    /// path when the value would exceed [`TEMPLATE_VALUES_MAX`] values (nothing that
+    /// large is built).
+    pub fn zero_json(&self) -> Result<Value> {
+        let mut left = TEMPLATE_VALUES_MAX;
+        zero_in(&self.lib, &self.root, 0, &mut left)
+            .map_err(|e| e.into_error(&self.lib, &self.root))
     }
 }

@@ -18,6 +18,12 @@ pub(crate) fn prim_size(t: &TypeRef) -> Option<usize> {
     })
 }
 
+/// An IDL bound or element count as a `usize`, saturated (a size past `usize::MAX` is
+/// `usize::MAX` in [`MaxSize`] anyway).
+fn to_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
 /// The sizer: whether types are bounded (memoized) and their worst-case sizes, within a
 /// step budget.
 pub(crate) struct Sizer<'a> {
@@ -100,11 +106,11 @@ impl<'a> Sizer<'a> {
             return Ok(s.primitive(k));
         }
         Ok(match t {
-            TypeRef::String(Some(n)) => s.string(*n as usize),
-            TypeRef::WString(Some(n)) => s.wstring(*n as usize),
+            TypeRef::String(Some(n)) => s.string(to_usize(*n)),
+            TypeRef::WString(Some(n)) => s.wstring(to_usize(*n)),
             TypeRef::Sequence(i, Some(n)) => {
                 if let Some(k) = self.flat_size(i) {
-                    return Ok(s.primitive_sequence(k, *n as usize));
+                    return Ok(s.primitive_sequence(k, to_usize(*n)));
                 }
                 let mut cur = s.primitive(4);
                 let mut all = cur;
@@ -117,7 +123,9 @@ impl<'a> Sizer<'a> {
             TypeRef::Array(i, dims) => {
                 let n = dims.iter().fold(1u64, |a, d| a.saturating_mul(*d));
                 if let Some(k) = self.flat_size(i) {
-                    return Ok(s.primitive_array(k, n as usize));
+                    // Saturates past usize::MAX: `max_serialized_size` is then
+                    // `Some(usize::MAX)`, no usable bound (see `MaxSize`).
+                    return Ok(s.primitive_array(k, to_usize(n)));
                 }
                 let mut cur = s;
                 for _ in 0..n {

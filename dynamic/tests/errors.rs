@@ -151,7 +151,7 @@ proptest! {
             &["../idl/tests/corpus/valid"],
             "Everything::Everything",
         ).expect("type");
-        let v = t.random_json(seed);
+        let v = t.random_json(seed).unwrap();
         let mut bytes = t.encode_json(&v, Endianness::Little).expect("encodes").bytes;
         let at = at % bytes.len();
         bytes[at] = byte;

@@ -274,6 +274,19 @@ impl Log {
             }
             segments.push(Segment { number, path });
         }
+        if let Some(seg) = segments.last().filter(|s| s.number == u64::MAX) {
+            // A name no segment of this log gets (it numbers them from 0): the next
+            // segment would have no number. Refused before anything is changed.
+            return Err(LogError::Corrupt {
+                path: seg.path.clone(),
+                offset: 0,
+                reason: format!(
+                    "segment number {} (from the file name) leaves no number for the next \
+                     segment; move the file away",
+                    seg.number
+                ),
+            });
+        }
         let (active, end) = match segments.last() {
             None => {
                 let (segment, file) = create_segment(&dir, 0)?;
@@ -587,7 +600,18 @@ impl Log {
     /// a torn tail) and starts the next.
     fn roll_over(&mut self) -> Result<()> {
         self.sync()?;
-        let (segment, file) = create_segment(&self.dir, self.active_number() + 1)?;
+        let active = self.segments.last().expect("never empty");
+        // Invariant: `Log::open` refuses a segment numbered u64::MAX, and numbers grow by
+        // one per segment, so this never fails in practice; an error, never a wrap.
+        let next = active
+            .number
+            .checked_add(1)
+            .ok_or_else(|| LogError::Corrupt {
+                path: active.path.clone(),
+                offset: 0,
+                reason: "the last segment number; no next segment can be created".into(),
+            })?;
+        let (segment, file) = create_segment(&self.dir, next)?;
         self.segments.push(segment);
         self.active = file;
         self.written_end = SEGMENT_HEADER_BYTES;

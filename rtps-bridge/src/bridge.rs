@@ -646,13 +646,17 @@ pub const RTPS_WRITERS_TRACKED_MAX: usize = 4096;
 impl WriterSeqs {
     /// Notes `sn` from `writer`; returns how many sequence numbers were skipped since the
     /// last one taken from it (0 for its first, or one out of order).
+    ///
+    /// Sequence numbers come from peers: any `i64` is taken, a nonsensical one (negative,
+    /// or a jump to `i64::MAX`) counts as a gap like any other, never overflows.
     fn gap(&mut self, writer: rustdds::GUID, sn: i64) -> u64 {
         if self.last.len() >= RTPS_WRITERS_TRACKED_MAX && !self.last.contains_key(&writer) {
             self.last.clear();
         }
         let gap = match self.last.get(&writer) {
-            Some(&last) if sn > last + 1 => (sn - last - 1) as u64,
-            _ => 0,
+            // In i128 the difference of two i64 is exact; it fits a u64 when positive.
+            Some(&last) => u64::try_from(i128::from(sn) - i128::from(last) - 1).unwrap_or(0),
+            None => 0,
         };
         let e = self.last.entry(writer).or_insert(sn);
         *e = (*e).max(sn);
@@ -695,7 +699,15 @@ fn rtps_to_spindle(ctx: Ctx, mut reader: RtpsReader, writer: DataWriter<CdrSampl
         for taken in batch {
             let gap = seqs.gap(taken.writer, taken.writer_sn);
             if gap > 0 {
-                let total = ctx.stats.rtps_gaps.fetch_add(gap, Ordering::Relaxed) + gap;
+                // Saturating: a peer's sequence numbers can make one gap near u64::MAX.
+                let total = ctx
+                    .stats
+                    .rtps_gaps
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                        Some(t.saturating_add(gap))
+                    })
+                    .unwrap_or_else(|t| t)
+                    .saturating_add(gap);
                 let events = ctx.stats.rtps_gap_events.fetch_add(1, Ordering::Relaxed) + 1;
                 // The first ones, then every power of two: a flood stays a few lines.
                 if events <= DROPS_LOGGED_MAX || events.is_power_of_two() {
@@ -706,8 +718,9 @@ fn rtps_to_spindle(ctx: Ctx, mut reader: RtpsReader, writer: DataWriter<CdrSampl
                          bridge; the topic's rtps_reader_samples_max), or the writer \
                          skipped them",
                         ctx.topic.name,
-                        taken.writer_sn - gap as i64,
-                        taken.writer_sn - 1,
+                        // The last one taken + 1: exact, as `gap` came from it.
+                        taken.writer_sn.saturating_sub_unsigned(gap),
+                        taken.writer_sn.saturating_sub(1),
                         taken.writer,
                         ctx.topic.rtps_reader_samples()
                     );
@@ -972,4 +985,31 @@ fn forward_data(
         None => RawKey::default(),
     };
     writer.write(RawSample::new(encoding, body, key), ts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sequence numbers from a peer are any `i64`: jumps to either end count as gaps (or
+    /// as out of order) and never overflow.
+    #[test]
+    fn gap_takes_any_peer_sequence_number_without_overflow() {
+        let w = rustdds::GUID::GUID_UNKNOWN;
+        let mut seqs = WriterSeqs::default();
+        assert_eq!(seqs.gap(w, 1), 0);
+        assert_eq!(seqs.gap(w, 3), 1);
+        assert_eq!(seqs.gap(w, i64::MAX), (i64::MAX - 4) as u64);
+        // After i64::MAX every number is out of order (last + 1 overflowed before).
+        assert_eq!(seqs.gap(w, i64::MAX), 0);
+        assert_eq!(seqs.gap(w, 5), 0);
+
+        let mut seqs = WriterSeqs::default();
+        assert_eq!(seqs.gap(w, i64::MIN), 0);
+        assert_eq!(seqs.gap(w, -1), (i64::MAX - 1) as u64);
+        let mut seqs = WriterSeqs::default();
+        seqs.gap(w, i64::MIN);
+        // The largest gap there is: every other i64.
+        assert_eq!(seqs.gap(w, i64::MAX), u64::MAX - 1);
+    }
 }

@@ -853,7 +853,10 @@ const UNREACHABLE: usize = usize::MAX;
 ///
 /// Padding depends on where a member starts, so this tracks, for each position modulo 8,
 /// the largest position an encoding can reach with that residue; each member transforms
-/// that state. The result is exact: the largest size any value of the type encodes to.
+/// that state. The result is exact: the largest size any value of the type encodes to,
+/// or `usize::MAX` when that exceeds what a `usize` holds (`double m[4294967295][4294967295]`
+/// declares 147 exabytes): the arithmetic saturates, never overflows, and a size of
+/// `usize::MAX` means "no usable bound" (as `None`, unbounded, would).
 /// Generated types get a `const fn max_size_from(s: MaxSize) -> MaxSize` that applies
 /// their members in order; sequences of such types loop over the element count:
 ///
@@ -886,6 +889,16 @@ const UNREACHABLE: usize = usize::MAX;
 pub struct MaxSize {
     /// `reach[r]`: largest reachable position `p` with `p % 8 == r`, or `UNREACHABLE`.
     reach: [usize; 8],
+    /// Some encoding reaches past `usize::MAX - 1`: [`MaxSize::size`] is `usize::MAX`.
+    saturated: bool,
+}
+
+/// `a * b + c`, `None` past `usize::MAX`.
+const fn mul_add(a: usize, b: usize, c: usize) -> Option<usize> {
+    match a.checked_mul(b) {
+        Some(x) => x.checked_add(c),
+        None => None,
+    }
 }
 
 impl MaxSize {
@@ -894,16 +907,29 @@ impl MaxSize {
     pub const fn start() -> Self {
         let mut reach = [UNREACHABLE; 8];
         reach[0] = 0;
-        MaxSize { reach }
-    }
-
-    const fn none() -> Self {
         MaxSize {
-            reach: [UNREACHABLE; 8],
+            reach,
+            saturated: false,
         }
     }
 
-    const fn put(&mut self, pos: usize) {
+    /// No position reached yet, saturated if `self` is (every step carries it on).
+    const fn none_after(self) -> Self {
+        MaxSize {
+            reach: [UNREACHABLE; 8],
+            saturated: self.saturated,
+        }
+    }
+
+    /// Notes reachable position `pos`; `None` (it overflowed `usize`) saturates.
+    const fn put(&mut self, pos: Option<usize>) {
+        let pos = match pos {
+            Some(p) if p != UNREACHABLE => p,
+            _ => {
+                self.saturated = true;
+                return;
+            }
+        };
         let r = pos % 8;
         if self.reach[r] == UNREACHABLE || self.reach[r] < pos {
             self.reach[r] = pos;
@@ -912,12 +938,12 @@ impl MaxSize {
 
     /// Then a primitive of `size` bytes (1, 2, 4 or 8), aligned to its size.
     pub const fn primitive(self, size: usize) -> Self {
-        let mut out = Self::none();
+        let mut out = self.none_after();
         let mut r = 0;
         while r < 8 {
             let p = self.reach[r];
             if p != UNREACHABLE {
-                out.put(p.div_ceil(size) * size + size);
+                out.put(mul_add(p.div_ceil(size), size, size));
             }
             r += 1;
         }
@@ -929,32 +955,38 @@ impl MaxSize {
         if count == 0 {
             return self;
         }
-        let mut out = self.primitive(size);
+        let out = self.primitive(size);
+        let mut shifted = out.none_after();
+        let rest = size.checked_mul(count - 1);
         let mut r = 0;
-        let rest = size * (count - 1);
-        let mut shifted = Self::none();
         while r < 8 {
             if out.reach[r] != UNREACHABLE {
-                shifted.put(out.reach[r] + rest);
+                shifted.put(match rest {
+                    Some(rest) => out.reach[r].checked_add(rest),
+                    None => None,
+                });
             }
             r += 1;
         }
-        out = shifted;
-        out
+        shifted
     }
 
     /// Adds `min..=max` bytes with no alignment.
     const fn bytes(self, min: usize, max: usize) -> Self {
-        let mut out = Self::none();
+        let mut out = self.none_after();
+        if min > max {
+            return out;
+        }
+        // The largest 8 lengths reach every residue reachable at all.
+        let largest = if max - min < 7 { max - min } else { 7 };
         let mut r = 0;
         while r < 8 {
             let p = self.reach[r];
             if p != UNREACHABLE {
-                // The largest 8 lengths reach every residue reachable at all.
-                let mut k = if max >= min + 7 { max - 7 } else { min };
-                while k <= max {
-                    out.put(p + k);
-                    k += 1;
+                let mut i = 0;
+                while i <= largest {
+                    out.put(p.checked_add(max - i));
+                    i += 1;
                 }
             }
             r += 1;
@@ -964,7 +996,15 @@ impl MaxSize {
 
     /// Then a `string<max_len>`: a u32 length, up to `max_len` bytes and the NUL.
     pub const fn string(self, max_len: usize) -> Self {
-        self.primitive(4).bytes(1, max_len + 1)
+        let len = self.primitive(4);
+        match max_len.checked_add(1) {
+            Some(max) => len.bytes(1, max),
+            None => {
+                let mut out = len;
+                out.saturated = true;
+                out
+            }
+        }
     }
 
     /// Then a `wstring<max_units>`: a u32 length and up to `max_units` 2-byte code units.
@@ -981,14 +1021,14 @@ impl MaxSize {
         let first = len.primitive(size);
         // After the first element the position is aligned to `size`: k more elements add
         // k * size bytes.
-        let mut more = Self::none();
+        let mut more = first.none_after();
         let mut r = 0;
         while r < 8 {
             let p = first.reach[r];
             if p != UNREACHABLE {
                 let mut k = max_len.saturating_sub(8);
                 while k < max_len {
-                    more.put(p + k * size);
+                    more.put(mul_add(k, size, p));
                     k += 1;
                 }
             }
@@ -1009,18 +1049,23 @@ impl MaxSize {
     /// Either this or `other` (union branches, sequence lengths).
     pub const fn either(self, other: Self) -> Self {
         let mut out = self;
+        out.saturated = self.saturated || other.saturated;
         let mut r = 0;
         while r < 8 {
             if other.reach[r] != UNREACHABLE {
-                out.put(other.reach[r]);
+                out.put(Some(other.reach[r]));
             }
             r += 1;
         }
         out
     }
 
-    /// The largest reachable position: the worst-case body (or key) size.
+    /// The largest reachable position: the worst-case body (or key) size; `usize::MAX`
+    /// when it does not fit a `usize` (see [`MaxSize`]).
     pub const fn size(self) -> usize {
+        if self.saturated {
+            return usize::MAX;
+        }
         let mut max = 0;
         let mut r = 0;
         while r < 8 {
@@ -1032,8 +1077,9 @@ impl MaxSize {
         max
     }
 
-    /// [`MaxSize::size`] plus the encapsulation header: a `MAX_SERIALIZED_SIZE`.
+    /// [`MaxSize::size`] plus the encapsulation header: a `MAX_SERIALIZED_SIZE`
+    /// (`usize::MAX`, saturated, when it does not fit a `usize`).
     pub const fn encoded(self) -> usize {
-        self.size() + ENCAPSULATION_HEADER_LEN
+        self.size().saturating_add(ENCAPSULATION_HEADER_LEN)
     }
 }

@@ -183,23 +183,30 @@ fn leader() -> DareNode {
     n
 }
 
-#[test]
-fn a_committed_entry_out_of_its_senders_sequence_is_an_error_not_a_panic() {
+/// A started leader (rank 0) whose log holds, committed at index 1, a forged entry of
+/// `sender`'s message `sender_seq`; the member and the error its next step returns.
+fn step_with_forged_commit(sender: NodeId, sender_seq: u64) -> (DareNode, String) {
     let mut n = started(1);
     plant_committed(
         &n,
         &Entry {
             index: 1,
             term: 0,
-            sender: 1,
-            sender_seq: 5,
+            sender,
+            sender_seq,
             payload: b"forged".to_vec(),
         },
     );
     let e = n
         .step(1, &mut heap_rekey)
-        .expect_err("out of sequence")
+        .expect_err("a forged committed entry")
         .to_string();
+    (n, e)
+}
+
+#[test]
+fn a_committed_entry_out_of_its_senders_sequence_is_an_error_not_a_panic() {
+    let (mut n, e) = step_with_forged_commit(1, 5);
     assert!(
         e.contains("committed entry 1") && e.contains("message 5 of node 2, expected 1"),
         "{e}"
@@ -211,22 +218,8 @@ fn a_committed_entry_out_of_its_senders_sequence_is_an_error_not_a_panic() {
 
 #[test]
 fn a_committed_entry_claiming_an_own_message_never_sent_is_an_error_not_a_panic() {
-    let mut n = started(1);
     // Rank 0 is this member; it sent nothing.
-    plant_committed(
-        &n,
-        &Entry {
-            index: 1,
-            term: 0,
-            sender: 0,
-            sender_seq: 1,
-            payload: b"forged".to_vec(),
-        },
-    );
-    let e = n
-        .step(1, &mut heap_rekey)
-        .expect_err("not pending")
-        .to_string();
+    let (n, e) = step_with_forged_commit(0, 1);
     assert!(e.contains("entry 1") && e.contains("own message 1"), "{e}");
     assert!(n.stopped().is_some());
     assert_eq!(n.applied(), 0);

@@ -38,6 +38,10 @@ pub struct Store {
     /// a later reader gets every finished set and no unfinished one; replaying a snapshot
     /// rebuilds this from the samples still marked.
     open_sets: BTreeMap<(NodeId, u32), Vec<u64>>,
+    /// Places held in all `open_sets`: at most [`STORE_SAMPLES_MAX`] (more than the
+    /// store holds samples would only name evicted ones), so writer ids that begin sets
+    /// and never end them cannot grow the store past its bounds.
+    open_places: usize,
 }
 
 impl Store {
@@ -92,15 +96,21 @@ impl Store {
         match h.coherent {
             Coherent::No => {}
             Coherent::Begins => {
-                self.open_sets.insert(writer, vec![at]);
+                self.close_set(&writer);
+                if self.open_places < STORE_SAMPLES_MAX {
+                    self.open_sets.insert(writer, vec![at]);
+                    self.open_places += 1;
+                }
             }
             Coherent::Continues => {
-                // Past the bound (a peer's), the set is left unended: never handed out.
+                // Past a bound (a peer's), the set is left unended: never handed out.
                 if let Some(set) = self.open_sets.get_mut(&writer) {
-                    if set.len() < COHERENT_SET_SAMPLES_MAX {
+                    if set.len() < COHERENT_SET_SAMPLES_MAX && self.open_places < STORE_SAMPLES_MAX
+                    {
                         set.push(at);
+                        self.open_places += 1;
                     } else {
-                        self.open_sets.remove(&writer);
+                        self.close_set(&writer);
                     }
                 }
             }
@@ -119,10 +129,23 @@ impl Store {
         self.per_instance.retain(|_, q| !q.is_empty());
     }
 
+    /// Forgets `writer`'s open set (its samples stay marked: never handed out as a
+    /// finished set); returns the places it held.
+    fn close_set(&mut self, writer: &(NodeId, u32)) -> Vec<u64> {
+        let set = self.open_sets.remove(writer).unwrap_or_default();
+        // `open_places` is the sum of the open sets' lengths.
+        assert!(
+            self.open_places >= set.len(),
+            "open places cover every open set"
+        );
+        self.open_places -= set.len();
+        set
+    }
+
     /// The coherent sets of `writers` ended: their samples stand alone from now on.
     fn end_sets(&mut self, writers: &[(NodeId, u32)]) {
         for w in writers {
-            for at in self.open_sets.remove(w).unwrap_or_default() {
+            for at in self.close_set(w) {
                 if let Some(s) = self.order.get_mut(&at) {
                     SampleHeader::clear_coherent(&mut s.bytes);
                 }
@@ -283,6 +306,47 @@ mod tests {
         let mut v = b.to_vec();
         v.extend_from_slice(&seq.to_le_bytes());
         (h, v)
+    }
+
+    #[test]
+    fn unended_sets_of_made_up_writers_hold_at_most_the_stores_bound() {
+        let mut s = Store::default();
+        let per_set = COHERENT_SET_SAMPLES_MAX as u64;
+        // A peer begins a set under ever new writer ids, fills each, ends none.
+        let writers = (STORE_SAMPLES_MAX as u64 / per_set) + 4;
+        let mut at = 0;
+        for w in 0..writers {
+            for k in 0..per_set {
+                // Many instances: an eviction's per-instance search stays short.
+                let (h, mut b) = msg((k % 251) as u8, k);
+                let h = SampleHeader {
+                    writer_id: w as u32,
+                    coherent: if k == 0 {
+                        Coherent::Begins
+                    } else {
+                        Coherent::Continues
+                    },
+                    ..h
+                };
+                let mut head = [0u8; SAMPLE_HEADER_BYTES];
+                h.encode(&mut head);
+                b[..SAMPLE_HEADER_BYTES].copy_from_slice(&head);
+                let o = Origin {
+                    node: 9,
+                    view_id: 1,
+                    order_index: at,
+                };
+                at += 1;
+                s.push(&h, o, &b, 0);
+                assert!(s.open_places <= STORE_SAMPLES_MAX, "writer {w}, sample {k}");
+            }
+        }
+        let held: usize = s.open_sets.values().map(Vec::len).sum();
+        assert_eq!(held, s.open_places, "the count is the sum of the sets");
+        assert!(
+            s.open_sets.len() < writers as usize,
+            "some sets were let go"
+        );
     }
 
     #[test]

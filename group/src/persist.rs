@@ -84,6 +84,10 @@ pub enum RestartPlan {
         /// How many it takes (a majority of its members).
         need: usize,
     },
+    /// A majority reported, but the last view any of them logged is `u32::MAX`, the last
+    /// view id: no view can follow it, so the domain cannot restart (a report or a log
+    /// carried it; a wrap to view 0 would reuse every view id).
+    LastViewId,
     /// Restart in view `vid` (above every logged one); each logged subgroup's state is
     /// the log of `sources[sg].0`, which ends at `sources[sg].1`.
     Restore {
@@ -134,14 +138,9 @@ pub fn restart_plan(reports: &[RestartReport]) -> RestartPlan {
             }
         }
     }
-    // The last view id (from a peer's report or a log) has no next: no restart into it
-    // (a wrap to view 0 would reuse every view id), so the leader keeps waiting.
+    // The last view id (from a peer's report or a log) has no next.
     let Some(vid) = last_vid.checked_add(1) else {
-        return RestartPlan::Wait {
-            last_vid,
-            have,
-            need,
-        };
+        return RestartPlan::LastViewId;
     };
     RestartPlan::Restore { vid, sources }
 }

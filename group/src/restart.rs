@@ -497,6 +497,7 @@ impl Restart {
                      last view's members",
                     self.config.grace_us / 1000
                 ),
+                RestartPlan::LastViewId => last_view_id_error(),
             },
             (None, false) => format!(
                 "restart: waiting for the restart leader {} ({}) to decide",
@@ -527,9 +528,13 @@ impl Restart {
 
     fn decide(&mut self, now_us: u64, persister: &mut Persister) -> Result<()> {
         let reports = self.reports();
-        let RestartPlan::Restore { vid, sources } = restart_plan(&reports) else {
-            self.majority_at_us = None;
-            return Ok(());
+        let (vid, sources) = match restart_plan(&reports) {
+            RestartPlan::Restore { vid, sources } => (vid, sources),
+            RestartPlan::LastViewId => return Err(Error::Restart(last_view_id_error())),
+            RestartPlan::Wait { .. } => {
+                self.majority_at_us = None;
+                return Ok(());
+            }
         };
         let since = *self.majority_at_us.get_or_insert(now_us);
         let last_view = reports
@@ -793,6 +798,15 @@ fn read_range(
 
 /// How long the driver waits on the endpoint between looks.
 const POLL: Duration = Duration::from_millis(5);
+
+/// Why a domain whose last logged view is the last view id cannot restart.
+fn last_view_id_error() -> String {
+    format!(
+        "restart: the last logged view is {}, the last view id: no view can follow it, so \
+         the domain cannot restart (a member's report or log carries it)",
+        u32::MAX
+    )
+}
 
 /// Runs this node's part of a restart after total failure over `ep` until GO, or until
 /// `config.timeout` passes ([`Error::Restart`], saying what it waited for). Returns the

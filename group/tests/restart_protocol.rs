@@ -246,3 +246,46 @@ fn a_shorter_log_gets_the_tail_of_the_longest_across_views() {
     assert_eq!(a.len(), 7);
     assert_eq!(a, b);
 }
+
+#[test]
+fn a_domain_whose_last_view_is_the_last_view_id_refuses_to_restart_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes: BTreeMap<u32, (Restart, Persister)> = [1u32, 2, 3]
+        .into_iter()
+        .map(|id| {
+            let mut p = persister(dir.path(), id, 2);
+            p.view_installed(&View::new(u32::MAX, vec![1, 2, 3]))
+                .unwrap();
+            let r = Restart::new(id, format!("addr-{id}"), config(), &mut p).unwrap();
+            (id, (r, p))
+        })
+        .collect();
+    let mut refused = None;
+    let mut now_us = 0;
+    while refused.is_none() && now_us < 100 * GRACE_US {
+        for id in [1u32, 2, 3] {
+            let (r, p) = nodes.get_mut(&id).unwrap();
+            if let Err(e) = r.handle_time(now_us, p) {
+                refused = Some((id, e));
+            }
+            while let Some((to, bytes)) = nodes.get_mut(&id).unwrap().0.poll_send() {
+                if let Some((r, p)) = nodes.get_mut(&to) {
+                    if let Err(e) = r.handle_message(id, &bytes, now_us, p) {
+                        refused = refused.or(Some((to, e)));
+                    }
+                }
+            }
+        }
+        now_us += 10_000;
+    }
+    match refused {
+        Some((1, spindle_group::Error::Restart(why))) => {
+            assert!(why.contains("the last view id"), "{why}")
+        }
+        other => panic!("the leader should refuse, naming the view: {other:?}"),
+    }
+    assert!(
+        nodes.values().all(|(r, _)| r.finished().is_none()),
+        "nobody restarted"
+    );
+}

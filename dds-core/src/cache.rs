@@ -1,21 +1,19 @@
 //! A reader's history cache: samples per instance under HISTORY and RESOURCE_LIMITS, in
 //! arrival order (which is the subgroup's total order).
 
-mod pending_sets;
-
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use spindle_qos::{History, HistoryKind, ResourceLimits, LENGTH_UNLIMITED};
 
 use crate::clock::{Clock, WallClock};
+pub use crate::coherent_sets::COHERENT_PENDING_SAMPLES_MAX;
+use crate::coherent_sets::{Hold, PendingSets};
 use crate::lent::{LentBatch, LentBytes};
 use crate::sample::{
     Coherent, InstanceHandle, InstanceState, SampleHeader, SampleInfo, SampleKind, SampleState,
     StateMask, ViewState, WriterHandle,
 };
-pub use pending_sets::COHERENT_PENDING_SAMPLES_MAX;
-use pending_sets::{Hold, PendingSets};
 
 /// Where a delivered message came from and sits in the total order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -288,7 +286,7 @@ pub struct Cache {
     /// Coherent sets held back until they end, per writer: each sample's header, bytes
     /// and origin (bounded per set and in all, [`COHERENT_PENDING_SAMPLES_MAX`]; a set past a bound
     /// is dropped).
-    pending_sets: PendingSets,
+    pending_sets: PendingSets<(SampleHeader, Vec<u8>, Origin), COHERENT_PENDING_SAMPLES_MAX>,
     /// Where "now" comes from (LIFESPAN, TIME_BASED_FILTER).
     clock: Arc<dyn Clock>,
     /// Payload buffers given back after `take` (and by evictions), reused by `insert` so

@@ -167,6 +167,7 @@
 //    of `lent` in simulation)
 pub mod cache;
 pub mod clock;
+mod coherent_sets;
 mod common;
 pub mod condition;
 pub mod config;

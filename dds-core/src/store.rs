@@ -8,8 +8,9 @@ use std::collections::{BTreeMap, VecDeque};
 use spindle_topics::KeyHash;
 
 use crate::cache::Origin;
+use crate::coherent_sets::PendingSets;
 use crate::error::{Error, Result};
-use crate::sample::{Coherent, SampleHeader, SampleKind, COHERENT_SET_SAMPLES_MAX};
+use crate::sample::{Coherent, SampleHeader, SampleKind, WriterHandle};
 use spindle_transport_rdma::NodeId;
 
 /// Most messages one store keeps (the oldest go first).
@@ -37,17 +38,19 @@ pub struct Store {
     /// An ended set's samples are stored as plain samples and its end is not stored, so
     /// a later reader gets every finished set and no unfinished one; replaying a snapshot
     /// rebuilds this from the samples still marked.
-    open_sets: BTreeMap<(NodeId, u32), Vec<u64>>,
-    /// Places held in all `open_sets`: at most [`STORE_SAMPLES_MAX`] (more than the
-    /// store holds samples would only name evicted ones), so writer ids that begin sets
-    /// and never end them cannot grow the store past its bounds.
-    open_places: usize,
+    /// At most [`STORE_SAMPLES_MAX`] places in all (more than the store holds samples
+    /// would only name evicted ones), so writer ids that begin sets and never end them
+    /// cannot grow the store past its bounds.
+    open_sets: PendingSets<u64, STORE_SAMPLES_MAX>,
 }
 
 impl Store {
     /// Adds a delivered message; `depth` (0: keep all) bounds each instance.
     pub fn push(&mut self, h: &SampleHeader, origin: Origin, bytes: &[u8], depth: u16) {
-        let writer = (origin.node, h.writer_id);
+        let writer = WriterHandle {
+            node: origin.node,
+            writer_id: h.writer_id,
+        };
         match h.kind {
             SampleKind::Liveliness => return,
             SampleKind::CoherentEnd => {
@@ -61,7 +64,13 @@ impl Store {
                     .get(crate::sample::SAMPLE_HEADER_BYTES..)
                     .unwrap_or(&[]);
                 let ids = crate::sample::decode_group_end(payload).unwrap_or_default();
-                let writers: Vec<_> = ids.into_iter().map(|id| (origin.node, id)).collect();
+                let writers: Vec<_> = ids
+                    .into_iter()
+                    .map(|writer_id| WriterHandle {
+                        node: origin.node,
+                        writer_id,
+                    })
+                    .collect();
                 self.end_sets(&writers);
                 return;
             }
@@ -95,24 +104,13 @@ impl Store {
         );
         match h.coherent {
             Coherent::No => {}
-            Coherent::Begins => {
-                self.close_set(&writer);
-                if self.open_places < STORE_SAMPLES_MAX {
-                    self.open_sets.insert(writer, vec![at]);
-                    self.open_places += 1;
+            mark => {
+                // A set left unended by this writer stays marked: never handed out.
+                if mark == Coherent::Begins {
+                    self.open_sets.open(writer);
                 }
-            }
-            Coherent::Continues => {
-                // Past a bound (a peer's), the set is left unended: never handed out.
-                if let Some(set) = self.open_sets.get_mut(&writer) {
-                    if set.len() < COHERENT_SET_SAMPLES_MAX && self.open_places < STORE_SAMPLES_MAX
-                    {
-                        set.push(at);
-                        self.open_places += 1;
-                    } else {
-                        self.close_set(&writer);
-                    }
-                }
+                // Past a bound (a peer's), the set is dropped, left unended likewise.
+                self.open_sets.hold(writer, at, usize::MAX);
             }
         }
         while self.order.len() > STORE_SAMPLES_MAX || self.bytes > STORE_BYTES_MAX {
@@ -129,23 +127,10 @@ impl Store {
         self.per_instance.retain(|_, q| !q.is_empty());
     }
 
-    /// Forgets `writer`'s open set (its samples stay marked: never handed out as a
-    /// finished set); returns the places it held.
-    fn close_set(&mut self, writer: &(NodeId, u32)) -> Vec<u64> {
-        let set = self.open_sets.remove(writer).unwrap_or_default();
-        // `open_places` is the sum of the open sets' lengths.
-        assert!(
-            self.open_places >= set.len(),
-            "open places cover every open set"
-        );
-        self.open_places -= set.len();
-        set
-    }
-
     /// The coherent sets of `writers` ended: their samples stand alone from now on.
-    fn end_sets(&mut self, writers: &[(NodeId, u32)]) {
+    fn end_sets(&mut self, writers: &[WriterHandle]) {
         for w in writers {
-            for at in self.close_set(w) {
+            for at in self.open_sets.remove(w).unwrap_or_default() {
                 if let Some(s) = self.order.get_mut(&at) {
                     SampleHeader::clear_coherent(&mut s.bytes);
                 }
@@ -285,6 +270,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sample::COHERENT_SET_SAMPLES_MAX;
     use crate::sample::SAMPLE_HEADER_BYTES;
 
     fn msg(key: u8, seq: u64) -> (SampleHeader, Vec<u8>) {
@@ -338,13 +324,19 @@ mod tests {
                 };
                 at += 1;
                 s.push(&h, o, &b, 0);
-                assert!(s.open_places <= STORE_SAMPLES_MAX, "writer {w}, sample {k}");
+                assert!(
+                    s.open_sets.samples() <= STORE_SAMPLES_MAX,
+                    "writer {w}, sample {k}"
+                );
             }
         }
-        let held: usize = s.open_sets.values().map(Vec::len).sum();
-        assert_eq!(held, s.open_places, "the count is the sum of the sets");
+        assert_eq!(
+            s.open_sets.recount(),
+            s.open_sets.samples(),
+            "the count is the sum of the sets"
+        );
         assert!(
-            s.open_sets.len() < writers as usize,
+            s.open_sets.writers().count() < writers as usize,
             "some sets were let go"
         );
     }

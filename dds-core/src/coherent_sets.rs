@@ -1,10 +1,11 @@
-//! A reader's coherent sets held back until they end ([`PendingSets`]): bounded per set
-//! and in all, since a set's samples come from a peer and an unended set is never taken.
+//! Coherent sets held back until they end ([`PendingSets`]): a reader's (copies of the
+//! samples, `cache.rs`) and a store's (where the samples sit, `store.rs`). Bounded per
+//! set and in all, since a set's samples come from a peer and an unended set is never
+//! taken.
 
 use std::collections::BTreeMap;
 
-use super::Origin;
-use crate::sample::{SampleHeader, WriterHandle, COHERENT_SET_SAMPLES_MAX};
+use crate::sample::{WriterHandle, COHERENT_SET_SAMPLES_MAX};
 
 /// Most samples one reader holds back in all its unended coherent sets together. Each set
 /// holds at most [`COHERENT_SET_SAMPLES_MAX`]; without this bound, writer ids that begin
@@ -13,61 +14,65 @@ use crate::sample::{SampleHeader, WriterHandle, COHERENT_SET_SAMPLES_MAX};
 /// writers.
 pub const COHERENT_PENDING_SAMPLES_MAX: usize = 4 * COHERENT_SET_SAMPLES_MAX;
 
-/// One held-back sample: its header, a copy of its bytes, where it was delivered.
-pub(crate) type Held = (SampleHeader, Vec<u8>, Origin);
-
-/// The unended coherent sets of one reader, by writer, and how many samples they hold.
-/// Every change goes through these methods, which keep the count.
-#[derive(Debug, Default)]
-pub(crate) struct PendingSets {
-    sets: BTreeMap<WriterHandle, Vec<Held>>,
-    /// Samples held in all `sets`.
+/// The unended coherent sets of one reader or store, by writer, each a list of `T` (what
+/// is held of a sample), and how many they hold in all: at most `BOUND`. Every change
+/// goes through these methods, which keep the count.
+#[derive(Debug)]
+pub(crate) struct PendingSets<T, const BOUND: usize> {
+    sets: BTreeMap<WriterHandle, Vec<T>>,
+    /// Items held in all `sets`.
     samples: usize,
+}
+
+impl<T, const BOUND: usize> Default for PendingSets<T, BOUND> {
+    fn default() -> Self {
+        PendingSets {
+            sets: BTreeMap::new(),
+            samples: 0,
+        }
+    }
 }
 
 /// What [`PendingSets::hold`] did.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Hold {
+pub(crate) enum Hold<T> {
     /// Held until its set ends.
     Held,
-    /// The writer has no open set here (this reader missed its first sample): not held.
+    /// The writer has no open set here (its first sample was missed, or its set was
+    /// dropped): not held.
     NoSet,
     /// Past a bound: the whole set was dropped (returned, to recycle its buffers).
-    Dropped(Vec<Held>),
+    Dropped(Vec<T>),
 }
 
-impl PendingSets {
-    /// Samples held in all sets.
+impl<T, const BOUND: usize> PendingSets<T, BOUND> {
+    /// Items held in all sets.
     pub(crate) fn samples(&self) -> usize {
         self.samples
     }
 
     /// Opens an empty set for `writer`; returns the set it left unended, if any.
-    pub(crate) fn open(&mut self, writer: WriterHandle) -> Option<Vec<Held>> {
+    pub(crate) fn open(&mut self, writer: WriterHandle) -> Option<Vec<T>> {
         let old = self.sets.insert(writer, Vec::new());
         self.forget(old)
     }
 
     /// Takes `writer`'s set out (it ended, or it never will).
-    pub(crate) fn remove(&mut self, writer: &WriterHandle) -> Option<Vec<Held>> {
+    pub(crate) fn remove(&mut self, writer: &WriterHandle) -> Option<Vec<T>> {
         let set = self.sets.remove(writer);
         self.forget(set)
     }
 
-    /// Holds `sample` in `writer`'s open set, unless the set is full
-    /// ([`COHERENT_SET_SAMPLES_MAX`]), or the reader's sets hold
-    /// [`COHERENT_PENDING_SAMPLES_MAX`] samples, or `room` (what else the reader may hold,
-    /// RESOURCE_LIMITS) is used up: then the set is dropped whole, as every reader with
-    /// the same bounds drops it.
-    pub(crate) fn hold(&mut self, writer: WriterHandle, sample: Held, room: usize) -> Hold {
+    /// Holds `item` in `writer`'s open set, unless the set is full
+    /// ([`COHERENT_SET_SAMPLES_MAX`]), or the sets hold `BOUND` items, or `room` (what
+    /// else the holder may hold, a reader's RESOURCE_LIMITS) is used up: then the set is
+    /// dropped whole, as every holder with the same bounds drops it.
+    pub(crate) fn hold(&mut self, writer: WriterHandle, item: T, room: usize) -> Hold<T> {
         let Some(set) = self.sets.get_mut(&writer) else {
             return Hold::NoSet;
         };
-        if set.len() < COHERENT_SET_SAMPLES_MAX
-            && self.samples < COHERENT_PENDING_SAMPLES_MAX
-            && self.samples < room
-        {
-            set.push(sample);
+        if set.len() < COHERENT_SET_SAMPLES_MAX && self.samples < BOUND && self.samples < room {
+            set.push(item);
             self.samples += 1;
             return Hold::Held;
         }
@@ -79,7 +84,7 @@ impl PendingSets {
         self.sets.keys()
     }
 
-    fn forget(&mut self, set: Option<Vec<Held>>) -> Option<Vec<Held>> {
+    fn forget(&mut self, set: Option<Vec<T>>) -> Option<Vec<T>> {
         if let Some(s) = &set {
             // The count is the sum of the sets' lengths (every change passes here or
             // through `hold`).
@@ -91,40 +96,28 @@ impl PendingSets {
         }
         set
     }
+
+    /// The items in all sets, counted one by one (for tests of the count).
+    #[cfg(test)]
+    pub(crate) fn recount(&self) -> usize {
+        self.sets.values().map(Vec::len).sum()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample::{Coherent, SampleKind};
-    use spindle_qos::DeliveryLevel;
-    use spindle_topics::KeyHash;
 
-    fn held(seq: u64) -> Held {
-        let h = SampleHeader {
-            kind: SampleKind::Data,
-            writer_id: 1,
-            topic_id: 1,
-            writer_seq: seq,
-            source_timestamp_ns: 0,
-            key_hash: KeyHash::default(),
-            lifespan_ns: 0,
-            ownership_strength: 0,
-            level: DeliveryLevel::Atomic,
-            partition_tag: 0,
-            coherent: Coherent::Continues,
-        };
-        let o = Origin {
-            node: 1,
-            view_id: 1,
-            order_index: seq,
-        };
-        (h, vec![0; 8], o)
+    /// A reader's sets, each held sample standing for its copy by its sequence number.
+    type ReaderSets = PendingSets<u64, COHERENT_PENDING_SAMPLES_MAX>;
+
+    fn held(seq: u64) -> u64 {
+        seq
     }
 
     #[test]
     fn made_up_writers_cannot_hold_more_than_the_reader_wide_bound() {
-        let mut p = PendingSets::default();
+        let mut p = ReaderSets::default();
         let mut dropped = 0;
         // A peer opens sets under ever new writer ids and fills each, never ending any.
         for id in 0..64u32 {
@@ -147,7 +140,7 @@ mod tests {
             assert!(p.samples() <= COHERENT_PENDING_SAMPLES_MAX);
         }
         assert!(dropped > 0, "the bound was reached");
-        let total: usize = p.sets.values().map(Vec::len).sum();
+        let total = p.recount();
         assert_eq!(total, p.samples(), "the count is the sum of the sets");
         // Ending (removing) a set frees its room.
         let w = *p.writers().next().unwrap();
@@ -157,7 +150,7 @@ mod tests {
 
     #[test]
     fn a_set_is_dropped_at_the_readers_room_and_at_its_own_bound() {
-        let mut p = PendingSets::default();
+        let mut p = ReaderSets::default();
         let w = WriterHandle {
             node: 2,
             writer_id: 1,

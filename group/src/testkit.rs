@@ -50,7 +50,7 @@ use std::sync::Arc;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spindle_transport_rdma::sim::{SimEndpoint, SimWorld};
-use spindle_transport_rdma::{Endpoint, Event, NodeId};
+use spindle_transport_rdma::{Endpoint, Event, NodeId, Region};
 
 use crate::engine::{Engine, EngineConfig};
 use crate::error::{Error, Result};
@@ -293,6 +293,20 @@ pub fn engine_cluster(
     rng_seed: u64,
     step_us: Range<u64>,
 ) -> Result<SimCluster<EngineNode>> {
+    engine_cluster_seeing_regions(world, view, layout, config, rng_seed, step_us, |_, _| {})
+}
+
+/// [`engine_cluster`], handing `registered` each node's regions as its engine registers
+/// them (a test that writes into a node's memory as a peer's one-sided writes would).
+pub fn engine_cluster_seeing_regions(
+    world: SimWorld,
+    view: &View,
+    layout: &Layout,
+    config: EngineConfig,
+    rng_seed: u64,
+    step_us: Range<u64>,
+    mut registered: impl FnMut(NodeId, &Region),
+) -> Result<SimCluster<EngineNode>> {
     let mut sim = SimCluster::new(world, rng_seed, step_us);
     for &n in &view.members {
         let ep = sim.world.endpoint(n);
@@ -301,7 +315,11 @@ pub fn engine_cluster(
             view.clone(),
             layout.clone(),
             config.clone(),
-            |id, len| Ok(ep.register_region(id, len)?),
+            |id, len| {
+                let r = ep.register_region(id, len)?;
+                registered(n, &r);
+                Ok(r)
+            },
         )?;
         sim.nodes.insert(
             n,

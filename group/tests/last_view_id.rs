@@ -1,6 +1,6 @@
 //! The last view id: a view change after view `u32::MAX` shuts the group down with an
-//! error naming the view (it neither panics nor wraps to view 0). Seeded sim runs; a
-//! failure names its seed.
+//! error naming the view (it neither panics nor wraps to view 0), and a restart plan
+//! has no view to restart into. Seeded sim runs; a failure names its seed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,6 +8,7 @@ use std::sync::Arc;
 use spindle_transport_rdma::sim::{SimConfig, SimEndpoint, SimWorld};
 use spindle_transport_rdma::{Endpoint, NodeId};
 
+use spindle_group::persist::{restart_plan, RestartPlan, RestartReport};
 use spindle_group::runtime::drive;
 use spindle_group::{Group, GroupConfig, GroupOutput, Layout, View};
 
@@ -98,4 +99,29 @@ fn last_view_id_run(seed: u64) {
         "seed {seed}: the survivors should shut down, one naming view {}: {why:?}",
         u32::MAX
     );
+}
+
+/// A report of a view logged at `vid` by node `node`.
+fn report(node: NodeId, vid: u32) -> RestartReport {
+    RestartReport {
+        node,
+        last_view: Some(View::new(vid, vec![1, 2, 3])),
+        tails: BTreeMap::new(),
+    }
+}
+
+#[test]
+fn a_restart_from_the_last_view_id_has_no_next_view() {
+    // The reports are a peer's bytes (or a local log's): a majority at view u32::MAX.
+    let reports = [report(1, u32::MAX), report(2, u32::MAX), report(3, 7)];
+    match restart_plan(&reports) {
+        RestartPlan::LastViewId => {}
+        other => panic!("{other:?}: no view above {}", u32::MAX),
+    }
+    // One below the bound still restarts, into the last view id.
+    let reports = [report(1, u32::MAX - 1), report(2, u32::MAX - 1)];
+    assert!(matches!(
+        restart_plan(&reports),
+        RestartPlan::Restore { vid: u32::MAX, .. }
+    ));
 }

@@ -5,19 +5,17 @@
 //! predicate thread, nor a message delivered from the rewritten words. Over the
 //! deterministic sim fabric, several seeds: node 1 sends, nodes 2 and 3 receive; node 3
 //! is held back, so node 2 has received the message but cannot deliver it (not stable)
-//! while the test rewrites node 2's copy of node 1's slot. Also the restart plan at the
-//! last view id (`u32::MAX`), whose successor does not exist.
+//! while the test rewrites node 2's copy of node 1's slot.
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use spindle_group::layout::{sst_region_id, Geometry, RDMC_LEN};
-use spindle_group::persist::{restart_plan, RestartPlan, RestartReport};
 use spindle_group::rdmc::{RdmcConfig, ScheduleKind};
-use spindle_group::testkit::{EngineNode, SimCluster};
-use spindle_group::{DeliveryMode, Engine, EngineConfig, EngineEvent, Layout, SubgroupSpec, View};
+use spindle_group::testkit::{engine_cluster_seeing_regions, EngineNode, SimCluster};
+use spindle_group::{DeliveryMode, EngineConfig, EngineEvent, Layout, SubgroupSpec, View};
 use spindle_transport_rdma::sim::{SimConfig, SimWorld};
-use spindle_transport_rdma::{Endpoint, NodeId, Region, WORD_BYTES};
+use spindle_transport_rdma::{NodeId, Region, WORD_BYTES};
 
 const SG: u32 = 5;
 const SEEDS: std::ops::RangeInclusive<u64> = 1..=6;
@@ -67,35 +65,21 @@ impl Cluster {
             link_delay_max_us: 1 + seed % 200,
             ..SimConfig::default()
         };
-        let mut sim = SimCluster::new(SimWorld::new(seed, cfg), seed ^ 0x5EED, 0..100);
         let mut sst = BTreeMap::new();
-        for &n in &view.members {
-            let ep = sim.world.endpoint(n);
-            let engine = Engine::new(
-                n,
-                view.clone(),
-                layout.clone(),
-                EngineConfig::default(),
-                |id, len| {
-                    let r = ep.register_region(id, len)?;
-                    if id == sst_region_id(1, 0) {
-                        sst.insert(n, r.clone());
-                    }
-                    Ok(r)
-                },
-            )
-            .unwrap_or_else(|e| panic!("seed {seed}: engine {n}: {e}"));
-            sim.nodes.insert(
-                n,
-                EngineNode {
-                    ep,
-                    engine,
-                    crashed: false,
-                },
-            );
-        }
-        sim.connect_mesh(&view.members, |n| &n.ep)
-            .unwrap_or_else(|e| panic!("seed {seed}: connect: {e}"));
+        let sim = engine_cluster_seeing_regions(
+            SimWorld::new(seed, cfg),
+            &view,
+            &layout,
+            EngineConfig::default(),
+            seed ^ 0x5EED,
+            0..100,
+            |n, r| {
+                if r.id() == sst_region_id(1, 0) {
+                    sst.insert(n, r.clone());
+                }
+            },
+        )
+        .unwrap_or_else(|e| panic!("seed {seed}: cluster: {e}"));
         Cluster {
             seed,
             sim,
@@ -257,29 +241,4 @@ fn an_announcement_resized_after_receipt_is_reported() {
         c.rewrite_at_2(0, 3, 8);
         c.expect_report_at_2(0);
     });
-}
-
-/// A report of a view logged at `vid` by node `node`.
-fn report(node: NodeId, vid: u32) -> RestartReport {
-    RestartReport {
-        node,
-        last_view: Some(View::new(vid, vec![1, 2, 3])),
-        tails: BTreeMap::new(),
-    }
-}
-
-#[test]
-fn a_restart_from_the_last_view_id_has_no_next_view() {
-    // The reports are a peer's bytes (or a local log's): a majority at view u32::MAX.
-    let reports = [report(1, u32::MAX), report(2, u32::MAX), report(3, 7)];
-    match restart_plan(&reports) {
-        RestartPlan::LastViewId => {}
-        other => panic!("{other:?}: no view above {}", u32::MAX),
-    }
-    // One below the bound still restarts, into the last view id.
-    let reports = [report(1, u32::MAX - 1), report(2, u32::MAX - 1)];
-    assert!(matches!(
-        restart_plan(&reports),
-        RestartPlan::Restore { vid: u32::MAX, .. }
-    ));
 }

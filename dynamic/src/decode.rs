@@ -262,8 +262,7 @@ impl<'a> Decoder<'a> {
                 // Each element is at least one value: an array of more than are left
                 // fails now, not after building them (elements of an empty struct take
                 // no bytes, so the input's length does not bound them).
-                let n = dims.iter().fold(1u64, |a, d| a.saturating_mul(*d));
-                if usize::try_from(n).map_or(true, |n| n > self.values_left) {
+                if let Some(n) = crate::array_too_big(dims, self.values_left) {
                     return Err(self.err(
                         r,
                         format!(

@@ -288,6 +288,14 @@ impl DynType {
     }
 }
 
+/// The element count of an array of `dims` (saturating at `u64::MAX`) if it exceeds
+/// `left`, the values a builder or decoder may still make: refused before any element is
+/// built (`decode.rs`, `random.rs`).
+pub(crate) fn array_too_big(dims: &[u64], left: usize) -> Option<u64> {
+    let n = dims.iter().fold(1u64, |a, d| a.saturating_mul(*d));
+    usize::try_from(n).map_or(true, |n| n > left).then_some(n)
+}
+
 /// The branch a discriminator value selects: the one whose labels name it, else the
 /// default branch, else none.
 pub(crate) fn select_branch(u: &UnionDef, disc: i128) -> Option<&BranchDef> {

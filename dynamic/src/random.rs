@@ -66,8 +66,7 @@ fn spend(left: &mut usize) -> std::result::Result<(), TooBig> {
 
 /// Refuses, before building any of it, an array whose elements alone exceed `left`.
 fn check_array(dims: &[u64], left: usize) -> std::result::Result<(), TooBig> {
-    let n = dims.iter().fold(1u64, |a, d| a.saturating_mul(*d));
-    if usize::try_from(n).map_or(true, |n| n > left) {
+    if let Some(n) = crate::array_too_big(dims, left) {
         let shape: Vec<String> = dims.iter().map(|d| format!("[{d}]")).collect();
         return Err(TooBig {
             rev_path: Vec::new(),

@@ -62,3 +62,19 @@ pub(crate) fn instance_of<T: TopicType>(data: &T) -> Result<InstanceHandle> {
         Ok(InstanceHandle::default())
     }
 }
+
+/// A QoS duration in µs for this node's own timing, `u64::MAX` past it (584,000 years): a
+/// duration that long is not INFINITE, but every use treats u64::MAX µs as never reached
+/// (saturating arithmetic), never as a short one.
+pub(crate) fn saturating_us(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// A QoS duration as announced to the domain, in µs: `None` (infinite) for INFINITE and
+/// at or past u64::MAX µs (584,000 years), as the wire's u64::MAX says anyway, so this
+/// node and the others match it alike.
+pub(crate) fn announced_us(d: spindle_qos::Duration) -> Option<u64> {
+    d.to_std()
+        .and_then(|d| u64::try_from(d.as_micros()).ok())
+        .filter(|us| *us != u64::MAX)
+}

@@ -88,12 +88,7 @@ impl Rxo {
         reliability: ReliabilityKind,
         destination_order: DestinationOrderKind,
     ) -> Rxo {
-        // Past u64::MAX µs (584,000 years) infinite, as the wire's u64::MAX says anyway.
-        let us = |d: Duration| {
-            d.to_std()
-                .and_then(|d| u64::try_from(d.as_micros()).ok())
-                .filter(|us| *us != u64::MAX)
-        };
+        let us = crate::common::announced_us;
         Rxo {
             durability,
             presentation,

@@ -13,7 +13,7 @@ use spindle_qos::{
 
 use crate::cache::{Cache, Origin};
 use crate::clock::Clock;
-use crate::common::{lock, reason, TopicIdentity};
+use crate::common::{announced_us, lock, reason, saturating_us, TopicIdentity};
 use crate::content_filter::SharedFilter;
 use crate::discovery::{partition_tag, Endpoint, EndpointKey, Rxo};
 use crate::lent::LentBatch;
@@ -80,12 +80,6 @@ struct WriterLease {
     alive: bool,
 }
 
-/// `d` in µs, `u64::MAX` past it (584,000 years): a QoS duration that long is not
-/// INFINITE, but every use treats u64::MAX µs as never reached (saturating arithmetic).
-fn saturating_us(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
 impl ReaderCore {
     /// This entity as the built-in topic announces it.
     pub(crate) fn endpoint(&self) -> Endpoint {
@@ -96,15 +90,7 @@ impl ReaderCore {
             level: self.level,
             partition: self.partition.clone(),
             liveliness: self.qos.liveliness.kind,
-            // Announced: past u64::MAX µs (584,000 years) it is infinite, as the wire's
-            // u64::MAX says anyway, so this node and the others match it alike.
-            lease_us: self
-                .qos
-                .liveliness
-                .lease_duration
-                .to_std()
-                .and_then(|d| u64::try_from(d.as_micros()).ok())
-                .filter(|us| *us != u64::MAX),
+            lease_us: announced_us(self.qos.liveliness.lease_duration),
             rxo: Rxo::of(
                 self.qos.durability.kind,
                 self.presentation,

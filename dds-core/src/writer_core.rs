@@ -5,13 +5,12 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use spindle_qos::{
     DataWriterQos, DeliveryLevel, LivelinessKind, Partition, Presentation, PublisherQos,
 };
 
-use crate::common::{lock, TopicIdentity};
+use crate::common::{announced_us, lock, saturating_us, TopicIdentity};
 use crate::discovery::{partition_tag, Endpoint, Rxo};
 use crate::sample::{Coherent, InstanceHandle, COHERENT_SET_SAMPLES_MAX};
 use crate::status::{rematch, DeadlineMissedStatus, LivelinessLostStatus, MatchedStatus};
@@ -170,13 +169,7 @@ impl WriterCore {
         let lifespan = lifespan_ns(&qos);
         let strength = qos.ownership_strength.value;
         let deadline_period = qos.deadline.period;
-        let lease_us = qos
-            .liveliness
-            .lease_duration
-            .to_std()
-            .and_then(|d| u64::try_from(d.as_micros()).ok())
-            .filter(|us| *us != u64::MAX)
-            .map(|us| us.max(1));
+        let lease_us = announced_us(qos.liveliness.lease_duration).map(|us| us.max(1));
         Arc::new(WriterCore {
             id,
             presentation: publisher.presentation,
@@ -201,9 +194,7 @@ impl WriterCore {
             matched: Mutex::new(MatchedStatus::default()),
             listener: Mutex::new(None),
             deleted: AtomicBool::new(false),
-            deadline_us: deadline_period
-                .to_std()
-                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)),
+            deadline_us: deadline_period.to_std().map(|d| saturating_us(d).max(1)),
             deadlines: Mutex::new(BTreeMap::new()),
             deadline_missed: Mutex::new(DeadlineMissedStatus::default()),
         })
@@ -293,15 +284,15 @@ impl WriterCore {
     }
 }
 
-/// RELIABILITY `max_blocking_time` in µs (an hour for INFINITE).
+/// What an INFINITE RELIABILITY `max_blocking_time` blocks a write for, in µs: an hour.
+const INFINITE_BLOCKING_US: u64 = 3_600 * 1_000_000;
+
+/// RELIABILITY `max_blocking_time` in µs ([`INFINITE_BLOCKING_US`] for INFINITE).
 pub(crate) fn blocking_us(qos: &DataWriterQos) -> u64 {
     qos.reliability
         .max_blocking_time
         .to_std()
-        .unwrap_or(Duration::from_secs(3600))
-        .as_micros()
-        .try_into()
-        .unwrap_or(u64::MAX)
+        .map_or(INFINITE_BLOCKING_US, saturating_us)
 }
 
 /// LIFESPAN in ns (0 for INFINITE; one past 584 years, whose nanoseconds do not fit,

@@ -137,7 +137,9 @@ impl ParticipantInner {
         what: impl Fn(&State) -> String,
         done: impl Fn(&State) -> bool,
     ) -> Result<()> {
-        let deadline_us = self.now_us().saturating_add(timeout.as_micros() as u64);
+        let deadline_us = self
+            .now_us()
+            .saturating_add(crate::common::saturating_us(timeout));
         let mut st = lock(&self.shared.state);
         loop {
             match &st.stopped {
@@ -169,7 +171,9 @@ impl ParticipantInner {
         poll: Duration,
         mut done: impl FnMut() -> bool,
     ) -> bool {
-        let deadline_us = self.now_us().saturating_add(timeout.as_micros() as u64);
+        let deadline_us = self
+            .now_us()
+            .saturating_add(crate::common::saturating_us(timeout));
         loop {
             if done() {
                 return true;

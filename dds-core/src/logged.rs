@@ -260,7 +260,11 @@ pub fn retention_of(qos: &spindle_qos::DataWriterQos) -> Retention {
     let max = qos.durability_service.max_samples;
     Retention {
         entries_max: (max > 0).then_some(max as u64),
-        age_max_us: qos.lifespan.duration.to_std().map(|d| d.as_micros() as u64),
+        age_max_us: qos
+            .lifespan
+            .duration
+            .to_std()
+            .map(crate::common::saturating_us),
     }
 }
 

@@ -546,7 +546,7 @@ impl Driver for SimDriver {
         let until = self
             .domain
             .now_us()
-            .saturating_add(timeout.as_micros() as u64);
+            .saturating_add(crate::common::saturating_us(timeout));
         while !self.link.done.load(Ordering::Acquire) && self.domain.now_us() < until {
             self.domain.round();
         }

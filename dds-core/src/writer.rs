@@ -306,13 +306,15 @@ impl<T: TopicType> DataWriter<T> {
         wait: impl Fn(Duration) -> Result<()>,
     ) -> Result<()> {
         let p = &self.topic.participant;
-        let deadline_us = p.now_us().saturating_add(timeout.as_micros() as u64);
+        let deadline_us = p
+            .now_us()
+            .saturating_add(crate::common::saturating_us(timeout));
         let mut nudged_vid = None;
         loop {
             let left_us = deadline_us.saturating_sub(p.now_us());
             let slice = Duration::from_micros(left_us).min(NUDGE_AFTER);
             match wait(slice) {
-                Err(Error::Timeout(why)) if left_us <= slice.as_micros() as u64 => {
+                Err(Error::Timeout(why)) if left_us <= crate::common::saturating_us(slice) => {
                     return Err(Error::Timeout(why))
                 }
                 Err(Error::Timeout(_)) => {}

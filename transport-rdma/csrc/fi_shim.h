@@ -38,7 +38,7 @@ int spindle_fi_mr_bind(struct fid_mr *mr, struct fid *bfid, uint64_t flags);
 int spindle_fi_mr_enable(struct fid_mr *mr);
 void *spindle_fi_mr_desc(struct fid_mr *mr);
 uint64_t spindle_fi_mr_key(struct fid_mr *mr);
-ssize_t spindle_fi_cq_read(struct fid_cq *cq, void *buf, size_t count);
+ssize_t spindle_fi_cq_readfrom(struct fid_cq *cq, void *buf, size_t count, fi_addr_t *src_addr);
 ssize_t spindle_fi_cq_readerr(struct fid_cq *cq, struct fi_cq_err_entry *buf, uint64_t flags);
 const char *spindle_fi_cq_strerror(struct fid_cq *cq, int prov_errno, const void *err_data,
                                    char *buf, size_t len);

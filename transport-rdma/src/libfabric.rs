@@ -15,6 +15,19 @@
 //!   doorbell. **Sends** are `FI_MSG` sends (`fi_sendmsg`) whose immediate travels as
 //!   remote CQ data; a send larger than one receive buffer travels as several chunks,
 //!   reassembled in order.
+//! - **Who sent it.** The endpoint has `FI_SOURCE` (a provider without it is refused), and
+//!   completions are read with `fi_cq_readfrom`, so each receive carries the sender's index
+//!   in our address vector. A chunk's header names its source node; it is taken as that
+//!   node's only if the index is the one `fi_av_insert` gave for that node's endpoint name
+//!   when its link was set up. Otherwise it is dropped, and the named node's link is left
+//!   alone; if the index is another peer's, that peer is failed
+//!   ([`FailureReason::Malformed`]) for sending under someone else's name. Two limits:
+//!   the source is the provider's word (`ofi_rxm` takes it from the connection, whose
+//!   peer named itself when it connected; `shm` from a command header the sender writes
+//!   into shared memory), so this stops a peer that lies in our header, not one that
+//!   also patches its provider; and libfabric 1.17's `shm` reports a stale source for a
+//!   sender outside the address vector (fixed in 1.18), so there a stranger's chunk can
+//!   still pass as a peer's, and no peer is failed on the strength of its source.
 //! - **FIFO.** The backend asks for `FI_ORDER_WAW | FI_ORDER_WAS | FI_ORDER_SAW |
 //!   FI_ORDER_SAS` and checks that the provider also orders data placement
 //!   (`max_order_waw_size`). When the provider promises both, operations to one peer are
@@ -69,7 +82,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::side_channel::{frame, lock, u32_at, u64_at, KIND_REGION};
-use crate::side_link::{self, Op, Post, SendHeader, SideBackend, SideLinks, SEND_HEADER_BYTES};
+use crate::side_link::{
+    self, Op, Post, SendHeader, SideBackend, SideLinks, SideState, SEND_HEADER_BYTES,
+};
 use crate::{
     Endpoint, Error, Event, FabricConfig, FailureReason, NodeId, Region, RegionDesc, RegionId,
     Result, EVENT_QUEUE_MAX, WORD_BYTES,
@@ -117,6 +132,11 @@ const SPIN_AFTER_ACTIVITY: Duration = Duration::from_millis(2);
 const SEND_MAGIC: u32 = 0x5350_4649; // "SPFI"
 /// Receive buffer size: one chunk plus its header.
 const RX_BUF_BYTES: usize = CHUNK_BYTES_MAX + SEND_HEADER_BYTES;
+/// The source address of a completion whose sender is not in our address vector
+/// (`FI_ADDR_NOTAVAIL` of `rdma/fabric.h`, `(uint64_t) -1`, which bindgen cannot see).
+const FI_ADDR_NOTAVAIL: sys::fi_addr_t = u64::MAX;
+/// `FI_VERSION(1, 18)` of `rdma/fabric.h` (major in the high 16 bits).
+const FI_VERSION_1_18: u32 = (1 << 16) | 18;
 
 /// The libfabric return code as an [`Error`].
 fn fi_error(context: &str, ret: i64) -> Error {
@@ -262,6 +282,12 @@ struct Fabric {
     ordered: bool,
     /// Remote addresses are virtual addresses (FI_MR_VIRT_ADDR), not offsets.
     virt_addr: bool,
+    /// A receive from a sender outside our address vector has the source
+    /// `FI_ADDR_NOTAVAIL`, so a source that is a peer's address means that peer sent it.
+    /// Not so with libfabric 1.17's shm provider: it writes no source for such a
+    /// completion, which then reads as whatever that completion-queue slot held before
+    /// (zero, or an earlier sender's address); fixed in 1.18.
+    unknown_source_exact: bool,
     provider: String,
     name: Vec<u8>,
 }
@@ -327,7 +353,7 @@ fn open_fabric(provider: &str) -> Result<Fabric> {
     }
     let domain = Arc::new(domain);
     // SAFETY: `info` and its attribute structs stay valid while `domain` lives.
-    let (ordered, virt_addr, provider_name, cq_data_size) = unsafe {
+    let (ordered, virt_addr, provider_name, cq_data_size, caps) = unsafe {
         let ep_attr = &*(*info).ep_attr;
         let tx = &*(*info).tx_attr;
         let dom = &*(*info).domain_attr;
@@ -340,13 +366,24 @@ fn open_fabric(provider: &str) -> Result<Fabric> {
             dom.mr_mode & sys::FI_MR_VIRT_ADDR as i32 != 0,
             prov,
             dom.cq_data_size,
+            (*info).caps,
         )
     };
+    if caps & sys::FI_SOURCE == 0 {
+        // Without the source address a receive could not be checked against the node its
+        // header names (see `Shared::rx_done`): refuse rather than run unchecked.
+        return Err(Error::Config(format!(
+            "provider {provider_name} does not report the source of receives (FI_SOURCE)"
+        )));
+    }
     if cq_data_size < 4 {
         return Err(Error::Config(format!(
             "provider {provider_name} carries {cq_data_size} bytes of remote CQ data; 4 needed"
         )));
     }
+    // SAFETY: fi_version takes no arguments and only returns the library's version.
+    let version = unsafe { sys::fi_version() };
+    let unknown_source_exact = !(provider_name == "shm" && version < FI_VERSION_1_18);
     let mut fabric = Fabric {
         domain: Arc::clone(&domain),
         ep: std::ptr::null_mut(),
@@ -354,6 +391,7 @@ fn open_fabric(provider: &str) -> Result<Fabric> {
         av: std::ptr::null_mut(),
         ordered,
         virt_addr,
+        unknown_source_exact,
         provider: provider_name,
         name: Vec::new(),
     };
@@ -458,7 +496,9 @@ fn getinfo(provider: &str, ordered: bool) -> Result<*mut sys::fi_info> {
             | sys::FI_SEND
             | sys::FI_RECV
             | sys::FI_WRITE
-            | sys::FI_REMOTE_WRITE) as u64;
+            | sys::FI_REMOTE_WRITE) as u64
+            // Receive completions name the sender's address (checked in `rx_done`).
+            | sys::FI_SOURCE;
         (*hints).mode = sys::FI_CONTEXT | sys::FI_CONTEXT2;
         (*(*hints).ep_attr).type_ = sys::fi_ep_type_FI_EP_RDM;
         (*(*hints).domain_attr).mr_mode =
@@ -485,7 +525,8 @@ fn getinfo(provider: &str, ordered: bool) -> Result<*mut sys::fi_info> {
         sys::fi_freeinfo(hints);
         if ret != 0 || info.is_null() {
             return Err(Error::Config(format!(
-                "no libfabric provider matches {provider:?} (FI_EP_RDM with RMA and messages): {}",
+                "no libfabric provider matches {provider:?} (FI_EP_RDM with RMA, messages and \
+                 FI_SOURCE): {}",
                 fi_error("fi_getinfo", ret as i64)
             )));
         }
@@ -606,8 +647,23 @@ struct RxOrder {
     slot_seq: Vec<u64>,
     next_post: u64,
     next_deliver: u64,
-    /// Completed receives waiting for earlier ones: seq -> (slot, flags, len, data, ok).
-    done: BTreeMap<u64, (usize, u64, usize, u64, bool)>,
+    /// Completed receives waiting for earlier ones, by posting sequence.
+    done: BTreeMap<u64, RxDone>,
+}
+
+/// A finished receive, as the completion queue reported it.
+#[derive(Debug, Clone, Copy)]
+struct RxDone {
+    slot: usize,
+    flags: u64,
+    len: usize,
+    /// The remote CQ data (the immediate).
+    data: u64,
+    /// Where the message came from: the sender's index in our address vector
+    /// (`FI_SOURCE`), or [`FI_ADDR_NOTAVAIL`] when it is not in it.
+    src: sys::fi_addr_t,
+    /// False: the receive completed in error.
+    ok: bool,
 }
 
 /// A [`crate::Endpoint`] over a libfabric provider (see the module docs).
@@ -855,13 +911,13 @@ impl Fi {
 }
 
 impl Shared {
-    /// A receive slot completed (`ok` false: in error): hands on every completion that is
-    /// next in posting order, re-posting each buffer after use.
-    fn rx_completed(&self, slot: usize, flags: u64, len: usize, data: u64, ok: bool) {
-        let ready: Vec<(usize, u64, usize, u64, bool)> = {
+    /// A receive slot completed (`done.ok` false: in error): hands on every completion
+    /// that is next in posting order, re-posting each buffer after use.
+    fn rx_completed(&self, done: RxDone) {
+        let ready: Vec<RxDone> = {
             let mut order = lock(&self.backend.rx_order);
-            let seq = order.slot_seq[slot];
-            order.done.insert(seq, (slot, flags, len, data, ok));
+            let seq = order.slot_seq[done.slot];
+            order.done.insert(seq, done);
             let mut ready = Vec::new();
             loop {
                 let next = order.next_deliver;
@@ -873,15 +929,15 @@ impl Shared {
             }
             ready
         };
-        for (slot, flags, len, data, ok) in ready {
-            if !ok {
+        for done in ready {
+            if !done.ok {
                 tracing::warn!(node = self.node, "receive completed in error");
-            } else if flags & sys::FI_REMOTE_WRITE as u64 != 0 {
+            } else if done.flags & sys::FI_REMOTE_WRITE as u64 != 0 {
                 self.doorbell.ring();
             } else {
-                self.rx_done(slot, len, data);
+                self.rx_done(done.slot, done.len, done.data, done.src);
             }
-            self.repost(slot);
+            self.repost(done.slot);
         }
     }
 
@@ -913,17 +969,22 @@ impl Shared {
             return false; // backpressure: leave inbound completions in the queue
         }
         let mut entries = [sys::fi_cq_data_entry::default(); CQ_BATCH_MAX];
-        // SAFETY: `entries` has room for CQ_BATCH_MAX entries of the CQ's format (DATA).
+        let mut sources: [sys::fi_addr_t; CQ_BATCH_MAX] = [FI_ADDR_NOTAVAIL; CQ_BATCH_MAX];
+        // SAFETY: `entries` has room for CQ_BATCH_MAX entries of the CQ's format (DATA) and
+        // `sources` for as many source addresses, one per entry read (the endpoint has
+        // FI_SOURCE, checked in `open_fabric`).
         let ret = unsafe {
-            sys::spindle_fi_cq_read(
+            sys::spindle_fi_cq_readfrom(
                 self.backend.fabric.cq,
                 entries.as_mut_ptr().cast(),
                 CQ_BATCH_MAX,
+                sources.as_mut_ptr(),
             )
         };
         if ret > 0 {
-            for entry in &entries[..(ret as usize).min(CQ_BATCH_MAX)] {
-                self.completed(entry);
+            let got = (ret as usize).min(CQ_BATCH_MAX);
+            for (entry, &src) in entries[..got].iter().zip(&sources[..got]) {
+                self.completed(entry, src);
             }
             return true;
         }
@@ -939,13 +1000,19 @@ impl Shared {
         false
     }
 
-    fn completed(&self, entry: &sys::fi_cq_data_entry) {
+    /// One completion; `src` is its source address (meaningful for receives only).
+    fn completed(&self, entry: &sys::fi_cq_data_entry, src: sys::fi_addr_t) {
         let flags = entry.flags;
         match self.backend.context_index(entry.op_context) {
             Some(index) if index < TX_SLOTS_MAX => self.tx_done(index),
-            Some(index) => {
-                self.rx_completed(index - TX_SLOTS_MAX, flags, entry.len, entry.data, true)
-            }
+            Some(index) => self.rx_completed(RxDone {
+                slot: index - TX_SLOTS_MAX,
+                flags,
+                len: entry.len,
+                data: entry.data,
+                src,
+                ok: true,
+            }),
             // A peer's write landed in one of our regions (remote CQ data, no buffer used).
             None if flags & sys::FI_REMOTE_WRITE as u64 != 0 => self.doorbell.ring(),
             None => tracing::warn!(node = self.node, flags, "completion without our context"),
@@ -986,7 +1053,14 @@ impl Shared {
         } else {
             // A receive failed (for example truncated): the sender is unknown; re-post.
             tracing::warn!(node = self.node, %why, "receive completed in error");
-            self.rx_completed(index - TX_SLOTS_MAX, err.flags, 0, 0, false);
+            self.rx_completed(RxDone {
+                slot: index - TX_SLOTS_MAX,
+                flags: err.flags,
+                len: 0,
+                data: 0,
+                src: FI_ADDR_NOTAVAIL,
+                ok: false,
+            });
         }
     }
 
@@ -997,7 +1071,14 @@ impl Shared {
         }
     }
 
-    fn rx_done(&self, slot: usize, len: usize, data: u64) {
+    /// A send chunk arrived in receive slot `slot` from address `src` of our address
+    /// vector. It is taken as the node its header names only if `src` is that node's
+    /// address: the header is the sender's word, the source address the fabric's (each
+    /// link's `conn` is what `fi_av_insert` gave for the name that node's side channel
+    /// sent). A chunk from anywhere else is dropped without touching the named node's
+    /// link, or a liar could cut it; a known peer that sent it under another node's name
+    /// has its own link failed (see [`Shared::misattributed`]).
+    fn rx_done(&self, slot: usize, len: usize, data: u64, src: sys::fi_addr_t) {
         let len = len.min(RX_BUF_BYTES);
         let mut bytes = vec![0u8; len];
         // SAFETY: the receive completed, so libfabric no longer writes the slot; `len` bytes
@@ -1018,6 +1099,11 @@ impl Shared {
             );
             return;
         };
+        if p.conn != Some(src) {
+            let claimed_up = p.conn.is_some();
+            self.misattributed(&mut state, h.src, claimed_up, src);
+            return;
+        }
         let link = p.link;
         let header_ok = u64::from(h.imm) == data & 0xffff_ffff;
         let body = &bytes[SEND_HEADER_BYTES..];
@@ -1031,6 +1117,78 @@ impl Shared {
                 link,
                 FailureReason::Malformed("bad send chunk".into()),
             );
+        }
+    }
+
+    /// A send chunk whose header names `claimed` came from address `src`, which is not
+    /// `claimed`'s (`claimed_up`: `claimed` has a fabric address now). Dropped; the node
+    /// that really sent it, if `src` is a peer's, is failed for the impersonation —
+    /// unless the provider may misreport sources (`Fabric::unknown_source_exact`).
+    fn misattributed(
+        &self,
+        state: &mut SideState<Fi>,
+        claimed: NodeId,
+        claimed_up: bool,
+        src: sys::fi_addr_t,
+    ) {
+        let sender = (src != FI_ADDR_NOTAVAIL)
+            .then(|| {
+                state
+                    .peers
+                    .iter()
+                    .find(|(_, p)| p.conn == Some(src))
+                    .map(|(peer, p)| (peer, p.link))
+            })
+            .flatten();
+        let source = if src == FI_ADDR_NOTAVAIL {
+            "FI_ADDR_NOTAVAIL".to_string()
+        } else {
+            format!("fi_addr {src}")
+        };
+        match sender {
+            // The provider may report a stale source for a sender that is not in our
+            // address vector (see `Fabric::unknown_source_exact`): `peer` may be
+            // innocent, so it is not failed.
+            Some((peer, _)) if !self.backend.fabric.unknown_source_exact => tracing::warn!(
+                node = self.node,
+                claimed_src = claimed,
+                source = %source,
+                sender = peer,
+                provider = %self.backend.fabric.provider,
+                "dropping a fabric message whose header names another node (its source may be \
+                 misreported by this provider, so the sender's link is left up)"
+            ),
+            Some((peer, link)) => {
+                tracing::warn!(
+                    node = self.node,
+                    claimed_src = claimed,
+                    source = %source,
+                    sender = peer,
+                    "dropping a fabric message whose header names another node; failing its sender"
+                );
+                self.fail_peer(
+                    state,
+                    peer,
+                    link,
+                    FailureReason::Malformed(format!(
+                        "fabric message claiming to come from node {claimed}"
+                    )),
+                );
+            }
+            // The claimed node's link is down and its address forgotten: most likely a
+            // chunk it sent before the link went down (nothing to deliver either way).
+            None if !claimed_up => tracing::debug!(
+                node = self.node,
+                claimed_src = claimed,
+                source = %source,
+                "dropping a fabric message for a link that is down"
+            ),
+            None => tracing::warn!(
+                node = self.node,
+                claimed_src = claimed,
+                source = %source,
+                "dropping a fabric message not sent from the address of the node it names"
+            ),
         }
     }
 }
@@ -1130,5 +1288,95 @@ impl Endpoint for LibfabricEndpoint {
 impl Drop for LibfabricEndpoint {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+/// The test kit's way below the contract (feature `testkit`): what a well-behaved endpoint
+/// never does, to check how the receive path treats it (`tests/libfabric_source.rs`).
+#[cfg(feature = "testkit")]
+#[doc(hidden)]
+impl LibfabricEndpoint {
+    /// This endpoint's libfabric endpoint name (what its side channel tells peers).
+    pub fn testkit_fabric_name(&self) -> Vec<u8> {
+        self.shared.backend.fabric.name.clone()
+    }
+
+    /// The address of linked peer `peer` in this endpoint's address vector.
+    pub fn testkit_peer_address(&self, peer: NodeId) -> Option<u64> {
+        self.shared.lock().peers.get(peer).and_then(|p| p.conn)
+    }
+
+    /// Inserts libfabric endpoint name `name` into this endpoint's address vector, as
+    /// linking does, but with no link; its address.
+    pub fn testkit_insert_address(&self, name: &[u8]) -> Option<u64> {
+        self.shared
+            .backend
+            .connect_fabric(self.shared.node, NodeId::MAX, (), name.to_vec())
+    }
+
+    /// Receives this endpoint has handed on so far, delivered or dropped, in posting order.
+    pub fn testkit_receives(&self) -> u64 {
+        lock(&self.shared.backend.rx_order).next_deliver
+    }
+
+    /// False when the provider may report a stale source for a sender outside the
+    /// address vector (libfabric 1.17's shm; see the module docs).
+    pub fn testkit_unknown_source_exact(&self) -> bool {
+        self.shared.backend.fabric.unknown_source_exact
+    }
+
+    /// Posts one send chunk (immediate `imm`) to address `to` of this endpoint's address
+    /// vector, its header naming `claimed` as the source: `body` at `offset` of a message
+    /// that ends with it (offset 0: the whole message). Straight onto the fabric, past the
+    /// peer queues (which always name this node), from a staging slot of no peer.
+    pub fn testkit_send_as(
+        &self,
+        to: u64,
+        claimed: NodeId,
+        imm: u32,
+        offset: u32,
+        body: &[u8],
+    ) -> Result<()> {
+        if SEND_HEADER_BYTES + body.len() > CHUNK_BYTES_MAX {
+            return Err(Error::TooLarge {
+                what: "test kit send",
+                len: body.len(),
+                max: CHUNK_BYTES_MAX - SEND_HEADER_BYTES,
+            });
+        }
+        let mut chunk = Vec::with_capacity(SEND_HEADER_BYTES + body.len());
+        let total = offset.saturating_add(body.len() as u32);
+        for word in [SEND_MAGIC, claimed, imm, total, offset] {
+            chunk.extend_from_slice(&word.to_le_bytes());
+        }
+        chunk.extend_from_slice(body);
+        let op = Op::Send { imm, chunk };
+        let slot = {
+            let mut state = self.shared.lock();
+            let slot = state
+                .tx_free
+                .pop()
+                .ok_or(Error::QueueFull { peer: claimed })?;
+            state.tx_slots[slot] = Some(side_link::TxSlot {
+                peer: NodeId::MAX,
+                link: u64::MAX,
+            });
+            slot
+        };
+        let start = Instant::now();
+        loop {
+            let err = match self.shared.backend.post_op(slot, to, &op) {
+                Ok(true) => return Ok(()),
+                // EAGAIN: the progress thread makes room.
+                Ok(false) if start.elapsed() < Duration::from_secs(30) => {
+                    std::thread::yield_now();
+                    continue;
+                }
+                Ok(false) => Error::Config("test kit send: the fabric stayed busy".into()),
+                Err(err) => err,
+            };
+            Shared::release_tx(&mut self.shared.lock(), slot);
+            return Err(err);
+        }
     }
 }

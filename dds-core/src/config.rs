@@ -16,6 +16,8 @@
 //! entity_timeout_ms = 10000    # how long create_*/delete_* wait for their view change
 //! spin_before_park_us = 1000   # how long the predicate thread spins idle before it parks
 //! busy_yield_us = 0            # a latency setting: after this long at work the predicate thread yields once (0: never)
+//! predicate_cpus = []          # optional: the CPUs the predicate thread may run on (empty: the process's)
+//! predicate_fifo_priority = 0  # 1..=99: the predicate thread in SCHED_FIFO at it (needs CAP_SYS_NICE; 0: time-shared)
 //! data_dir = "/var/lib/spindle/node-2" # optional: the logs of PERSISTENT topics
 //! rejoin = false               # excluded (hung, cut off): join again as a new member
 //!
@@ -53,6 +55,8 @@
 //! Environment variables override the file: `SPINDLE_DOMAIN_ID`, `SPINDLE_NODE_ID`,
 //! `SPINDLE_TRANSPORT`, `SPINDLE_LISTEN`, `SPINDLE_BOOTSTRAP` (comma-separated ids),
 //! `SPINDLE_CONTACTS` (`id=address,id=address`), `SPINDLE_SPIN_BEFORE_PARK_US`,
+//! `SPINDLE_BUSY_YIELD_US`, `SPINDLE_PREDICATE_CPUS` (comma-separated CPUs),
+//! `SPINDLE_PREDICATE_FIFO_PRIORITY`,
 //! `SPINDLE_DATA_DIR`, `SPINDLE_DOMAIN_SECRET` (the secret), `SPINDLE_DOMAIN_SECRET_FILE`
 //! (a key file), `SPINDLE_ENCRYPT_LINKS` and `SPINDLE_REJOIN` (`true`/`false`),
 //! `SPINDLE_ATOMIC_ORDERING`, and the `[dare]` keys as `SPINDLE_DARE_HEARTBEAT_US`,
@@ -192,6 +196,22 @@ pub struct ParticipantConfig {
     /// lower, streams over tcp up to a fifth slower; docs/benchmarks.md).
     #[serde(default)]
     pub busy_yield_us: u64,
+    /// The CPUs the predicate thread may run on (`spindle_group::sched::ThreadSched`);
+    /// empty (the default): the process's own. Each below
+    /// `spindle_group::sched::THREAD_CPUS_MAX`; one the machine lacks fails the
+    /// participant's creation, naming this setting.
+    #[serde(default)]
+    pub predicate_cpus: Vec<usize>,
+    /// 1..=99: the predicate thread runs in the real-time class `SCHED_FIFO` at this
+    /// priority, ahead of every time-shared thread, so a topic's samples do not wait for
+    /// the scheduler to give the engine a core back; 0 (the default): time-shared. Needs
+    /// `CAP_SYS_NICE` or an `RLIMIT_RTPRIO` at least this high, or the participant's
+    /// creation fails naming this setting. A real-time thread that spins keeps its core
+    /// from the application's threads: with this on, set `spin_before_park_us = 0` unless
+    /// `predicate_cpus` gives the thread a core of its own (docs/benchmarks.md, "The
+    /// predicate thread in the real-time class").
+    #[serde(default)]
+    pub predicate_fifo_priority: u8,
     /// Where this participant keeps the logs of its DURABILITY PERSISTENT (LoggedStore)
     /// topics: one subdirectory per topic subgroup (`subgroup-<id>`) and the log of
     /// installed views (`views`); see [`crate::logged`]. Without it, PERSISTENT topics
@@ -389,7 +409,27 @@ fn default_spin_before_park_us() -> u64 {
     1_000
 }
 
+/// A [`spindle_group::Error::ThreadSched`] named by the participant's setting
+/// (`predicate_cpus`, `predicate_fifo_priority`); any other error as it is.
+pub(crate) fn predicate_setting_error(e: spindle_group::Error) -> Error {
+    match e {
+        spindle_group::Error::ThreadSched { setting, why } => {
+            Error::Config(format!("predicate_{setting} = {why}"))
+        }
+        other => other.into(),
+    }
+}
+
 impl ParticipantConfig {
+    /// The predicate thread's CPUs and class, from `predicate_cpus` and
+    /// `predicate_fifo_priority`; an error names the setting.
+    pub fn thread_sched(&self) -> Result<spindle_group::sched::ThreadSched> {
+        spindle_group::sched::ThreadSched::default()
+            .with_cpus(&self.predicate_cpus)
+            .and_then(|s| s.with_fifo_priority(self.predicate_fifo_priority))
+            .map_err(predicate_setting_error)
+    }
+
     /// A configuration with defaults for everything but the essentials.
     pub fn new(node_id: NodeId, transport: Transport, listen: impl Into<String>) -> Self {
         ParticipantConfig {
@@ -408,6 +448,8 @@ impl ParticipantConfig {
             fabric: FabricConfig::default(),
             spin_before_park_us: default_spin_before_park_us(),
             busy_yield_us: 0,
+            predicate_cpus: Vec::new(),
+            predicate_fifo_priority: 0,
             data_dir: None,
             provider: None,
             device: None,
@@ -518,6 +560,22 @@ impl ParticipantConfig {
         }
         if let Some(v) = var("SPINDLE_BUSY_YIELD_US") {
             self.busy_yield_us = big("SPINDLE_BUSY_YIELD_US", v)?;
+        }
+        if let Some(v) = var("SPINDLE_PREDICATE_CPUS") {
+            self.predicate_cpus = v
+                .split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| big("SPINDLE_PREDICATE_CPUS", s.to_string()).map(|c| c as usize))
+                .collect::<Result<_>>()?;
+        }
+        if let Some(v) = var("SPINDLE_PREDICATE_FIFO_PRIORITY") {
+            let p = big("SPINDLE_PREDICATE_FIFO_PRIORITY", v)?;
+            self.predicate_fifo_priority = u8::try_from(p).map_err(|_| {
+                Error::Config(format!(
+                    "SPINDLE_PREDICATE_FIFO_PRIORITY={p}: at most {}",
+                    spindle_group::sched::FIFO_PRIORITY_MAX
+                ))
+            })?;
         }
         match (
             var("SPINDLE_DOMAIN_SECRET"),
@@ -653,6 +711,12 @@ impl ParticipantConfig {
                 "busy_yield_us = {}: at most {BUSY_YIELD_US_MAX} (0: never)",
                 self.busy_yield_us
             ));
+        }
+        if let Err(e) = self.thread_sched() {
+            return bad(match e {
+                Error::Config(why) => why,
+                other => other.to_string(),
+            });
         }
         if self
             .data_dir
@@ -1017,6 +1081,53 @@ mod tests {
     }
 
     const BOOT: &str = "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"\nbootstrap=[1]\n";
+
+    #[test]
+    fn the_predicate_threads_placement_comes_from_the_file_or_the_environment() {
+        let mut c = ParticipantConfig::from_toml_str(BOOT, "p.toml").unwrap();
+        assert_eq!(
+            c.thread_sched().unwrap(),
+            Default::default(),
+            "no change by default"
+        );
+        let f = ParticipantConfig::from_toml_str(
+            &format!("{BOOT}predicate_cpus = [1, 3]\npredicate_fifo_priority = 20"),
+            "p.toml",
+        )
+        .unwrap();
+        let s = f.thread_sched().unwrap();
+        assert_eq!((s.cpus(), s.fifo_priority()), (vec![1, 3], 20));
+        c.apply_env(|k| match k {
+            "SPINDLE_PREDICATE_CPUS" => Some("2, 0".into()),
+            "SPINDLE_PREDICATE_FIFO_PRIORITY" => Some("5".into()),
+            _ => None,
+        })
+        .unwrap();
+        let s = c.thread_sched().unwrap();
+        assert_eq!((s.cpus(), s.fifo_priority()), (vec![0, 2], 5));
+        for (toml, named) in [
+            ("predicate_cpus = [0, 5000]", "predicate_cpus = CPU 5000"),
+            (
+                "predicate_fifo_priority = 100",
+                "predicate_fifo_priority = 100",
+            ),
+        ] {
+            let e = ParticipantConfig::from_toml_str(&format!("{BOOT}{toml}"), "p.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(named) && e.contains("p.toml"), "{e}");
+        }
+        for (k, v) in [
+            ("SPINDLE_PREDICATE_CPUS", "one"),
+            ("SPINDLE_PREDICATE_FIFO_PRIORITY", "300"),
+        ] {
+            let e = c
+                .apply_env(|key| (key == k).then(|| v.to_string()))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(k), "{e}");
+        }
+    }
 
     #[test]
     fn rejoin_comes_from_the_file_or_the_environment_and_refuses_a_data_dir() {

@@ -270,6 +270,7 @@ impl DomainParticipant {
             spindle_group::runtime::Spin {
                 before_park_us: config.spin_before_park_us,
                 busy_yield_us: config.busy_yield_us,
+                sched: config.thread_sched()?,
             },
             persister,
             reopen,

@@ -59,7 +59,8 @@ impl ThreadDriver {
         reopen: Option<Reopen>,
     ) -> Result<ThreadDriver> {
         let app = DdsApp::new(Arc::clone(shared));
-        let node = GroupNode::start_logged(Arc::clone(&ep), group, app, spin, persister)?;
+        let node = GroupNode::start_logged(Arc::clone(&ep), group, app, spin, persister)
+            .map_err(crate::config::predicate_setting_error)?;
         start_timer(shared);
         Ok(ThreadDriver {
             node: Mutex::new(Some(node)),

@@ -300,3 +300,112 @@ fn threads_sharing_one_writer_are_numbered_in_the_order_delivered() {
     drop((readers, w));
     close_all(ps);
 }
+
+/// The thread of this process named `name`, as its `/proc` directory.
+fn thread_dir(name: &str) -> Option<std::path::PathBuf> {
+    std::fs::read_dir("/proc/self/task").ok()?.find_map(|t| {
+        let dir = t.ok()?.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+        (comm.trim() == name).then_some(dir)
+    })
+}
+
+/// A line of `/proc/.../status`, after its key.
+fn status_value(dir: &std::path::Path, key: &str) -> String {
+    let status = std::fs::read_to_string(dir.join("status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|| panic!("no {key} in {status}"))
+}
+
+/// `predicate_cpus` keeps the participant's predicate thread to the CPU given, and the
+/// participant delivers; a CPU the process may not use fails the creation of the next
+/// participant with an error naming the setting, and the first one goes on.
+/// `predicate_fifo_priority` is granted and seen on the thread (as root), or refused
+/// naming the setting and the privilege it needs.
+#[test]
+fn the_predicate_thread_runs_where_the_configuration_puts_it() {
+    let f = DomainParticipantFactory::instance();
+    let allowed = status_value(std::path::Path::new("/proc/self"), "Cpus_allowed_list:");
+    // The last CPU of the first range ("0-1,4" -> 1).
+    let cpu: usize = allowed
+        .split(',')
+        .next()
+        .and_then(|r| r.rsplit('-').next())
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("Cpus_allowed_list {allowed:?}"));
+    let mut c1 = ParticipantConfig::new(7, Transport::Tcp, "127.0.0.1:0");
+    c1.bootstrap = vec![7];
+    c1.predicate_cpus = vec![cpu];
+    let p = f
+        .create_participant(0, Default::default(), &c1)
+        .expect("placed participant");
+    let dir = thread_dir("spindle-group-7").expect("the predicate thread");
+    assert_eq!(status_value(&dir, "Cpus_allowed_list:"), cpu.to_string());
+
+    let mut bad = ParticipantConfig::new(8, Transport::Tcp, "127.0.0.1:0");
+    bad.bootstrap = vec![8];
+    bad.predicate_cpus = vec![1023];
+    let e = f
+        .create_participant(0, Default::default(), &bad)
+        .expect_err("a CPU this process may not use is refused")
+        .to_string();
+    assert!(e.contains("predicate_cpus") && e.contains("1023"), "{e}");
+
+    let t = p.create_topic::<KeyedString>("placed", atomic()).unwrap();
+    let r = p
+        .create_subscriber(Default::default())
+        .unwrap()
+        .create_datareader(&t, DataReaderQos::from_topic_qos(&atomic()))
+        .unwrap();
+    let w = p
+        .create_publisher(Default::default())
+        .unwrap()
+        .create_datawriter(&t, DataWriterQos::default())
+        .unwrap();
+    w.write(&ks("k", "v")).unwrap();
+    let mut got = 0;
+    assert!(
+        eventually(|| {
+            got += r.take(usize::MAX, StateMask::ANY).unwrap().len();
+            got == 1
+        }),
+        "the placed participant delivers"
+    );
+    drop((r, w));
+    p.close();
+
+    let mut rt = ParticipantConfig::new(9, Transport::Tcp, "127.0.0.1:0");
+    rt.bootstrap = vec![9];
+    rt.predicate_fifo_priority = 1;
+    rt.spin_before_park_us = 0;
+    match f.create_participant(0, Default::default(), &rt) {
+        Ok(p) => {
+            let dir = thread_dir("spindle-group-9").expect("the predicate thread");
+            let stat = std::fs::read_to_string(dir.join("stat")).expect("stat");
+            // Fields after the command's closing parenthesis; policy is field 41 of stat,
+            // the 39th after it (SCHED_FIFO = 1), rt_priority the 38th.
+            let after: Vec<&str> = stat
+                .rsplit_once(')')
+                .expect("stat")
+                .1
+                .split_whitespace()
+                .collect();
+            assert_eq!(
+                (after[37], after[38]),
+                ("1", "1"),
+                "rt_priority 1, SCHED_FIFO: {stat}"
+            );
+            p.close();
+        }
+        Err(e) => {
+            let e = e.to_string();
+            assert!(
+                e.contains("predicate_fifo_priority") && e.contains("CAP_SYS_NICE"),
+                "{e}"
+            );
+        }
+    }
+}

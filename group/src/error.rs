@@ -11,6 +11,15 @@ pub enum Error {
     /// bound it breaks. Fix the configuration.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The predicate thread cannot be placed as its [`crate::sched::ThreadSched`] says
+    /// (a CPU out of range or missing, a priority out of range or not permitted).
+    #[error("the predicate thread's {setting}: {why}")]
+    ThreadSched {
+        /// The setting: `cpus` or `fifo_priority`.
+        setting: &'static str,
+        /// What is wrong with it, or what the operating system said.
+        why: String,
+    },
     /// The subgroup is not in the layout, or this node is not one of its members.
     #[error("subgroup {subgroup} is unknown on this node")]
     UnknownSubgroup {

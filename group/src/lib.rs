@@ -8,7 +8,8 @@
 //! holding locks; a batched delivery upcall.
 //!
 //! * [`Engine`] is the sans-IO core of one node: no thread, socket or clock inside.
-//! * [`runtime`] drives an engine over a real fabric with one predicate thread per node.
+//! * [`runtime`] drives an engine over a real fabric with one predicate thread per node;
+//!   [`sched`] says where that thread runs and at what priority.
 //! * [`persist`] is the logged store's second stage: the runtime appends a logged
 //!   subgroup's deliveries to a `spindle-log` log, syncs them in groups and publishes the
 //!   durable prefix as the member's `persisted_num` SST column.
@@ -115,6 +116,7 @@ pub mod rdmc;
 pub mod rdmc_sim;
 pub mod restart;
 pub mod runtime;
+pub mod sched;
 mod smc;
 #[cfg(feature = "testkit")]
 pub mod swarm;

@@ -39,6 +39,7 @@ use crate::error::{Error, Result};
 use crate::group::{Group, GroupAction, GroupOutput, ViewInstalled};
 use crate::layout::{Layout, SubgroupId, View};
 use crate::persist::{PersistedFrontier, Persister};
+use crate::sched::{spawn_placed, ThreadSched};
 use crate::smc::Sender;
 
 /// Events kept for the application before older ones are dropped.
@@ -56,7 +57,8 @@ const CLOCK_ROUNDS: u32 = 16;
 pub const IDLE_SPIN_GROWTH_MAX: u32 = 2;
 const _: () = assert!(IDLE_SPIN_GROWTH_MAX >= 1);
 /// How a predicate thread spins (see the module docs): idle before it parks, and at work
-/// before it lets a thread that shares its core have a turn.
+/// before it lets a thread that shares its core have a turn; and where the scheduler runs
+/// it ([`ThreadSched`]: its CPUs and class).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Spin {
     /// How long the thread keeps spinning after its last work before parking, to begin
@@ -65,14 +67,19 @@ pub struct Spin {
     pub before_park_us: u64,
     /// After this long at work without an idle round the thread yields once; 0: never.
     pub busy_yield_us: u64,
+    /// The thread's CPUs and scheduling class, applied as it starts (the default: as the
+    /// process's). A real-time thread should not spin on a core the application needs
+    /// ([`crate::sched`]).
+    pub sched: ThreadSched,
 }
 
 impl From<u64> for Spin {
-    /// `before_park_us`, and no busy yield.
+    /// `before_park_us`, no busy yield, and the process's own CPUs and class.
     fn from(before_park_us: u64) -> Spin {
         Spin {
             before_park_us,
             busy_yield_us: 0,
+            sched: ThreadSched::default(),
         }
     }
 }
@@ -365,10 +372,11 @@ impl Node {
         let thread = {
             let shared = Arc::clone(&shared);
             let ep = Arc::clone(&endpoint);
-            std::thread::Builder::new()
-                .name(format!("spindle-predicates-{me}"))
-                .spawn(move || predicate_loop(engine, ep, &cfg, &shared, upcall))
-                .map_err(|e| Error::Config(format!("spawning the predicate thread: {e}")))?
+            spawn_placed(
+                format!("spindle-predicates-{me}"),
+                cfg.spin.sched,
+                move || predicate_loop(engine, ep, &cfg, &shared, upcall),
+            )?
         };
         Ok(Node {
             shared,
@@ -635,10 +643,11 @@ impl GroupNode {
         let thread = {
             let shared = Arc::clone(&shared);
             let ep = Arc::clone(&endpoint);
-            std::thread::Builder::new()
-                .name(format!("spindle-group-{}", endpoint.node()))
-                .spawn(move || group_loop(group, ep, &shared, app, spin, persister))
-                .map_err(|e| Error::Config(format!("spawning the predicate thread: {e}")))?
+            spawn_placed(
+                format!("spindle-group-{}", endpoint.node()),
+                spin.sched,
+                move || group_loop(group, ep, &shared, app, spin, persister),
+            )?
         };
         Ok(GroupNode {
             shared,
@@ -1148,6 +1157,7 @@ mod tests {
         let mut idle = IdleSpin::new(Spin {
             before_park_us: 1_000,
             busy_yield_us: 50,
+            sched: ThreadSched::default(),
         });
         // Busy since long ago: the next clock round yields and starts over.
         idle.busy_since = Instant::now() - Duration::from_secs(1);

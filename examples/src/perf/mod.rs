@@ -102,6 +102,14 @@ pub struct Args {
     /// The participants' `busy_yield_us` (their default, 0: never, if not given).
     #[arg(long)]
     pub busy_yield_us: Option<u64>,
+    /// The participants' `predicate_cpus`, comma-separated: the CPUs both processes'
+    /// predicate threads may run on (their default, the process's own, if not given).
+    #[arg(long, value_delimiter = ',')]
+    pub predicate_cpus: Option<Vec<usize>>,
+    /// The participants' `predicate_fifo_priority`: 1..=99 runs both processes'
+    /// predicate threads in SCHED_FIFO (needs CAP_SYS_NICE; their default, 0, if not given).
+    #[arg(long)]
+    pub predicate_fifo_priority: Option<u8>,
     /// Topics the samples are spread over, round-robin (throughput runs).
     #[arg(long, default_value_t = 1)]
     pub busy_topics: usize,
@@ -217,6 +225,12 @@ fn participant(
     }
     if let Some(us) = a.busy_yield_us {
         cfg.busy_yield_us = us;
+    }
+    if let Some(cpus) = &a.predicate_cpus {
+        cfg.predicate_cpus = cpus.clone();
+    }
+    if let Some(p) = a.predicate_fifo_priority {
+        cfg.predicate_fifo_priority = p;
     }
     if let Some(ms) = a.suspect_floor_ms {
         cfg.fabric.suspect_floor_ms = ms;
@@ -526,6 +540,13 @@ pub(crate) fn child_args(a: &Args, exe_args: &[String], c: &mut Command) {
     }
     if let Some(us) = a.busy_yield_us {
         c.args(["--busy-yield-us", &us.to_string()]);
+    }
+    if let Some(cpus) = &a.predicate_cpus {
+        let list: Vec<String> = cpus.iter().map(|c| c.to_string()).collect();
+        c.args(["--predicate-cpus", &list.join(",")]);
+    }
+    if let Some(p) = a.predicate_fifo_priority {
+        c.args(["--predicate-fifo-priority", &p.to_string()]);
     }
     if let Some(ms) = a.suspect_floor_ms {
         c.args(["--suspect-floor-ms", &ms.to_string()]);

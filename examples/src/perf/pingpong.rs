@@ -236,7 +236,7 @@ fn result_json(a: &Args, rec: &Record, secs: f64, bulk_written: u64) -> String {
     };
     let measured = rec.rtt_ns.len() as u64;
     format!(
-        "{{\"mode\":\"pingpong\",\"transport\":\"{}\",\"level\":\"{}\",\"size\":{},\"trigger\":\"{}\",\"rate_hz\":{},\"loan\":{},\"window\":{},\"bulk_size\":{},\"spin_before_park_us\":{},\"warmup\":{},\"roundtrips\":{},\"complete\":{},\"seconds\":{:.3},{},\"bulk_written\":{},\"bulk_written_per_s\":{:.0}",
+        "{{\"mode\":\"pingpong\",\"transport\":\"{}\",\"level\":\"{}\",\"size\":{},\"trigger\":\"{}\",\"rate_hz\":{},\"loan\":{},\"window\":{},\"bulk_size\":{},\"spin_before_park_us\":{},\"predicate_fifo_priority\":{},\"warmup\":{},\"roundtrips\":{},\"complete\":{},\"seconds\":{:.3},{},\"bulk_written\":{},\"bulk_written_per_s\":{:.0}",
         a.transport,
         a.level,
         a.size,
@@ -247,6 +247,7 @@ fn result_json(a: &Args, rec: &Record, secs: f64, bulk_written: u64) -> String {
         a.bulk_size,
         a.spin_before_park_us
             .map_or_else(|| "null".to_string(), |u| u.to_string()),
+        a.predicate_fifo_priority.unwrap_or(0),
         a.warmup,
         measured,
         measured == a.roundtrips,

@@ -1,11 +1,14 @@
 //! Installing the next view once a majority holds a trim: the dare subgroups'
 //! hand-offs, re-sends, deliveries up to the trim, the next view's engine and membership,
-//! the joiners' NEW_VIEW and state transfers (Derecho 3.6, App. B).
+//! the joiners' NEW_VIEW and state transfers (Derecho 3.6, App. B); and a NEW_VIEW's
+//! arrival: the view a joiner enters, refused unless it comes from that view's first
+//! member and has a view id past 0; at a member, ignored (a member's next view comes from
+//! its trim, never from a NEW_VIEW), and nobody is suspected for one.
 
 use spindle_transport_rdma::NodeId;
 
 use super::wire::{send, Msg, NewView};
-use super::{Group, GroupAction, GroupOutput, LocalFabric};
+use super::{Group, GroupAction, GroupOutput, LocalFabric, Phase};
 use crate::error::{Error, Result};
 use crate::layout::{DeliveryMode, SubgroupSpec, View};
 use crate::membership::{Change, Trim};
@@ -232,6 +235,107 @@ impl Group {
         self.apply_early_states();
         self.flush_resends();
         Ok(true)
+    }
+
+    /// A NEW_VIEW `nv` arrived from `peer`. Only a joiner enters a view from one, and only
+    /// from the member that sends it: the view's first member (see [`Group::install`],
+    /// which sends it, and `join_request`, which repeats it); one from anyone else is
+    /// refused. Which view the group is at, a joiner cannot know (it has no view yet, and
+    /// neither a join nor a redirect carries one); but the view a NEW_VIEW carries follows
+    /// another, so its id is past 0, and one with view id 0 is refused. Its id may be
+    /// `u32::MAX`, the last view id (a group at `u32::MAX - 1` admitting a node): `install`
+    /// refuses only the view after it. A member never enters a view from a NEW_VIEW (its
+    /// next view comes from its trim): it ignores one and suspects nobody for it, see
+    /// [`Group::new_view_at_member`].
+    pub(super) fn new_view<L: LocalFabric + ?Sized>(
+        &mut self,
+        local: &L,
+        peer: NodeId,
+        nv: NewView,
+        now_us: u64,
+    ) -> Result<()> {
+        match self.phase {
+            Phase::Joining { .. } => {}
+            Phase::Member => {
+                self.new_view_at_member(peer, nv.view.vid);
+                return Ok(());
+            }
+            Phase::Done => return Ok(()),
+        }
+        let NewView {
+            view,
+            addresses,
+            holders,
+            dare_first_term,
+        } = nv;
+        view.validate()?;
+        let sender = view.members[0];
+        if peer != sender {
+            return Err(Error::Protocol(format!(
+                "NEW_VIEW {} from {peer}, not from its view's first member {sender} (the \
+                 only member that sends it): refused",
+                view.vid
+            )));
+        }
+        if view.vid == 0 {
+            return Err(Error::Protocol(format!(
+                "NEW_VIEW 0 from {peer}: a joiner's view follows another, its id is at \
+                 least 1: refused"
+            )));
+        }
+        if !view.members.contains(&self.me) {
+            return Err(Error::Protocol(format!(
+                "NEW_VIEW {} from {peer} does not hold this node",
+                view.vid
+            )));
+        }
+        self.addresses.extend(addresses);
+        self.holders = holders;
+        // The survivors' first term: this node's instances key the same regions.
+        self.dare_first_term = self.dare_first_term.max(dare_first_term);
+        self.phase = Phase::Member;
+        let me = [self.me];
+        self.enter_view(local, view.clone(), &me, now_us)?;
+        self.announce(view, vec![self.me], Vec::new());
+        self.apply_early_states();
+        Ok(())
+    }
+
+    /// A NEW_VIEW for view `vid` reached this member from `peer`: ignored, whatever the
+    /// view and whoever sent it. A member's next view is its current one's id + 1,
+    /// computed from the trim a majority holds, never taken from a NEW_VIEW: nothing is
+    /// installed, delivered or trimmed for one, so suspecting its sender would buy no
+    /// safety. It could evict a correct leader: a joiner that retried its JOIN just before
+    /// it installed its view may get the leader's reply for a view two or more changes
+    /// later (`join_request` repeats the current view's NEW_VIEW, `new_view_msg`), which
+    /// looks like one for a view past the next. So nobody is suspected: one for the next
+    /// view or an earlier one (a joiner's, repeated, delayed, or meant for an earlier
+    /// incarnation of this node's id) is logged at debug level, one for a view past the
+    /// next with a warning naming its sender, its view and the current one.
+    fn new_view_at_member(&self, peer: NodeId, vid: u32) {
+        let Some(c) = self.current.as_ref() else {
+            return;
+        };
+        let current = c.view.vid;
+        // At the last view id, every view is the next or an earlier one.
+        if current.checked_add(1).is_some_and(|next| vid > next) {
+            tracing::warn!(
+                node = self.me,
+                from = peer,
+                vid,
+                current,
+                "a NEW_VIEW for a view past this member's next: ignored: a member's next \
+                 view comes from its trim"
+            );
+        } else {
+            tracing::debug!(
+                node = self.me,
+                from = peer,
+                vid,
+                current,
+                "a NEW_VIEW at a member: ignored"
+            );
+        }
     }
 
     /// Puts re-sends into the current view's rings, in order, as the window allows.

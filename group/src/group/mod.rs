@@ -55,9 +55,35 @@ pub fn decode_membership_message(bytes: &[u8]) -> bool {
     wire::Msg::decode(bytes).is_ok()
 }
 
+/// The bytes of a NEW_VIEW of `view` (its members in the view's order, each at its address
+/// in `addresses`, empty if it has none there), with the subgroups' state `holders` and
+/// the dare instances' `dare_first_term`: for tests that forge a NEW_VIEW (delivered with
+/// [`MEMBERSHIP_IMM`] as an [`Event::Recv`] to [`Group::handle_event`]).
+#[doc(hidden)]
+#[cfg(feature = "testkit")]
+pub fn encode_new_view(
+    view: &View,
+    addresses: BTreeMap<NodeId, String>,
+    holders: BTreeMap<SubgroupId, Vec<NodeId>>,
+    dare_first_term: u64,
+) -> Vec<u8> {
+    let addresses = view
+        .members
+        .iter()
+        .map(|m| (*m, addresses.get(m).cloned().unwrap_or_default()))
+        .collect();
+    Msg::NewView(wire::NewView {
+        view: view.clone(),
+        addresses,
+        holders,
+        dare_first_term,
+    })
+    .encode()
+}
+
 pub use leaving::{Exclusion, LEAVE_LINGER_US};
 
-use wire::{send, Msg, NewView};
+use wire::{send, Msg};
 
 /// The immediate of every two-sided membership message (join, redirect, new view, state).
 pub const MEMBERSHIP_IMM: u32 = 0x5D5_0001;
@@ -980,32 +1006,7 @@ impl Group {
                     });
                 }
             }
-            Msg::NewView(NewView {
-                view,
-                addresses,
-                holders,
-                dare_first_term,
-            }) => {
-                if !matches!(self.phase, Phase::Joining { .. }) {
-                    return Ok(());
-                }
-                view.validate()?;
-                if !view.members.contains(&self.me) {
-                    return Err(Error::Protocol(format!(
-                        "NEW_VIEW {} from {peer} does not hold this node",
-                        view.vid
-                    )));
-                }
-                self.addresses.extend(addresses);
-                self.holders = holders;
-                // The survivors' first term: this node's instances key the same regions.
-                self.dare_first_term = self.dare_first_term.max(dare_first_term);
-                self.phase = Phase::Member;
-                let me = [self.me];
-                self.enter_view(local, view.clone(), &me, now_us)?;
-                self.announce(view, vec![self.me], Vec::new());
-                self.apply_early_states();
-            }
+            Msg::NewView(nv) => self.new_view(local, peer, nv, now_us)?,
             Msg::Declare { node, declared } => {
                 if node != peer || declared.len() > DECLARED_BYTES_MAX {
                     return Err(Error::Protocol(format!(

@@ -19,7 +19,8 @@ const MSG_STATE: u8 = 4;
 const MSG_DECLARE: u8 = 5;
 const MSG_DARE_ENTRIES: u8 = 6;
 
-/// The view a member sends to the joiners it admits.
+/// The view a member sends to the joiners it admits: its first member sends it, and only
+/// a joiner enters a view from one (`Group::new_view`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NewView {
     /// The view (members in rank order, their declarations).

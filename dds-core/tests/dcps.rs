@@ -38,6 +38,28 @@ fn domain(n: u32) -> Vec<DomainParticipant> {
     out
 }
 
+/// A reader and a writer of topic `name` in `p`: true once the reader took the one
+/// sample the writer wrote.
+fn delivers_its_own_sample(p: &DomainParticipant, name: &str) -> bool {
+    let t = p.create_topic::<KeyedString>(name, atomic()).unwrap();
+    let r = p
+        .create_subscriber(Default::default())
+        .unwrap()
+        .create_datareader(&t, DataReaderQos::from_topic_qos(&atomic()))
+        .unwrap();
+    let w = p
+        .create_publisher(Default::default())
+        .unwrap()
+        .create_datawriter(&t, DataWriterQos::default())
+        .unwrap();
+    w.write(&ks("k", "v")).unwrap();
+    let mut got = 0;
+    eventually(|| {
+        got += r.take(usize::MAX, StateMask::ANY).unwrap().len();
+        got == 1
+    })
+}
+
 /// Stops the participants, the last joined first.
 fn close_all(ps: Vec<DomainParticipant>) {
     for p in ps.into_iter().rev() {
@@ -171,28 +193,10 @@ fn the_survivor_of_two_goes_on_after_the_other_is_deleted() {
     let mut ps = domain(2);
     let second = ps.pop().expect("two participants");
     second.delete().expect("delete");
-    let p = &ps[0];
-    let t = p.create_topic::<KeyedString>("after", atomic()).unwrap();
-    let r = p
-        .create_subscriber(Default::default())
-        .unwrap()
-        .create_datareader(&t, DataReaderQos::from_topic_qos(&atomic()))
-        .unwrap();
-    let w = p
-        .create_publisher(Default::default())
-        .unwrap()
-        .create_datawriter(&t, DataWriterQos::default())
-        .unwrap();
-    w.write(&ks("k", "v")).unwrap();
-    let mut got = 0;
     assert!(
-        eventually(|| {
-            got += r.take(usize::MAX, StateMask::ANY).unwrap().len();
-            got == 1
-        }),
+        delivers_its_own_sample(&ps[0], "after"),
         "the survivor delivers after the other left"
     );
-    drop((r, w));
     close_all(ps);
 }
 
@@ -354,27 +358,10 @@ fn the_predicate_thread_runs_where_the_configuration_puts_it() {
         .to_string();
     assert!(e.contains("predicate_cpus") && e.contains("1023"), "{e}");
 
-    let t = p.create_topic::<KeyedString>("placed", atomic()).unwrap();
-    let r = p
-        .create_subscriber(Default::default())
-        .unwrap()
-        .create_datareader(&t, DataReaderQos::from_topic_qos(&atomic()))
-        .unwrap();
-    let w = p
-        .create_publisher(Default::default())
-        .unwrap()
-        .create_datawriter(&t, DataWriterQos::default())
-        .unwrap();
-    w.write(&ks("k", "v")).unwrap();
-    let mut got = 0;
     assert!(
-        eventually(|| {
-            got += r.take(usize::MAX, StateMask::ANY).unwrap().len();
-            got == 1
-        }),
+        delivers_its_own_sample(&p, "placed"),
         "the placed participant delivers"
     );
-    drop((r, w));
     p.close();
 
     let mut rt = ParticipantConfig::new(9, Transport::Tcp, "127.0.0.1:0");

@@ -54,6 +54,7 @@ use spindle_transport_rdma::{Endpoint, Event, NodeId, Region};
 
 use crate::engine::{Engine, EngineConfig};
 use crate::error::{Error, Result};
+use crate::group::{Group, GroupConfig};
 use crate::layout::{Layout, View};
 
 /// Steps the fabric may take to bring up the links of a new [`engine_cluster`].
@@ -281,6 +282,32 @@ impl<N: SimNode> SimCluster<N> {
     pub fn trace_hash(&self) -> u64 {
         self.world.trace_hash()
     }
+}
+
+/// The members of `view` bootstrapped together in it, each over its own endpoint of
+/// `world` (which knows every member's address), in the view's member order. An error
+/// names the member whose [`Group::bootstrap`] refused.
+pub fn bootstrapped_groups(
+    world: &SimWorld,
+    view: &View,
+    cfg: &GroupConfig,
+) -> Result<Vec<(NodeId, Arc<SimEndpoint>, Group)>> {
+    let eps: Vec<_> = view.members.iter().map(|n| world.endpoint(*n)).collect();
+    let addresses: BTreeMap<NodeId, String> = view
+        .members
+        .iter()
+        .zip(&eps)
+        .map(|(n, ep)| (*n, ep.address()))
+        .collect();
+    view.members
+        .iter()
+        .zip(eps)
+        .map(|(&n, ep)| {
+            let g = Group::bootstrap(&*ep, view.clone(), addresses.clone(), cfg.clone(), 0)
+                .map_err(|e| Error::Config(format!("bootstrapping node {n}: {e}")))?;
+            Ok((n, ep, g))
+        })
+        .collect()
 }
 
 /// A cluster of [`EngineNode`]s, one per member of `view`, every pair linked, all running

@@ -11,6 +11,7 @@ use spindle_transport_rdma::{Endpoint, Event, NodeId};
 
 use spindle_group::group::{encode_new_view, MEMBERSHIP_IMM};
 use spindle_group::runtime::drive;
+use spindle_group::testkit::bootstrapped_groups;
 use spindle_group::{Group, GroupConfig, GroupOutput, Layout, View};
 
 /// The view the runs start in.
@@ -61,18 +62,11 @@ fn world(seed: u64) -> SimWorld {
 /// Members `members` bootstrapped in view [`VID`], run until their links are up.
 fn members(seed: u64, world: &SimWorld, members: &[NodeId]) -> BTreeMap<NodeId, Node> {
     let view = View::new(VID, members.to_vec());
-    let eps: Vec<_> = members.iter().map(|n| world.endpoint(*n)).collect();
-    let addresses: BTreeMap<NodeId, String> = members
-        .iter()
-        .zip(&eps)
-        .map(|(n, ep)| (*n, ep.address()))
+    let mut nodes: BTreeMap<NodeId, Node> = bootstrapped_groups(world, &view, &config())
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"))
+        .into_iter()
+        .map(|(n, ep, g)| (n, Node::new(ep, g)))
         .collect();
-    let mut nodes = BTreeMap::new();
-    for (n, ep) in members.iter().zip(eps) {
-        let g = Group::bootstrap(&*ep, view.clone(), addresses.clone(), config(), 0)
-            .unwrap_or_else(|e| panic!("seed {seed}: bootstrap {n}: {e}"));
-        nodes.insert(*n, Node::new(ep, g));
-    }
     for _ in 0..200 {
         round(world, &mut nodes);
     }

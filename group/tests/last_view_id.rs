@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use spindle_transport_rdma::sim::{SimConfig, SimEndpoint, SimWorld};
-use spindle_transport_rdma::{Endpoint, NodeId};
+use spindle_transport_rdma::NodeId;
 
 use spindle_group::persist::{restart_plan, RestartPlan, RestartReport};
 use spindle_group::runtime::drive;
+use spindle_group::testkit::bootstrapped_groups;
 use spindle_group::{Group, GroupConfig, GroupOutput, Layout, View};
 
 const ROUNDS_MAX: usize = 50_000;
@@ -32,18 +33,12 @@ fn start(
     );
     let view = View::new(vid, members.to_vec());
     let cfg = GroupConfig::new(Arc::new(|v: &View| Ok(Layout::one_subgroup(v, 0, 8, 64))));
-    let eps: Vec<_> = members.iter().map(|n| world.endpoint(*n)).collect();
-    let addresses: BTreeMap<NodeId, String> = members
-        .iter()
-        .zip(&eps)
-        .map(|(n, ep)| (*n, ep.address()))
-        .collect();
-    let mut nodes = BTreeMap::new();
-    for (n, ep) in members.iter().zip(eps) {
-        let g = Group::bootstrap(&*ep, view.clone(), addresses.clone(), cfg.clone(), 0)
-            .unwrap_or_else(|e| panic!("seed {seed}: bootstrap {n}: {e}"));
-        nodes.insert(*n, (ep, g));
-    }
+    let mut nodes: BTreeMap<NodeId, (Arc<SimEndpoint>, Group)> =
+        bootstrapped_groups(&world, &view, &cfg)
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"))
+            .into_iter()
+            .map(|(n, ep, g)| (n, (ep, g)))
+            .collect();
     for _ in 0..200 {
         for (ep, g) in nodes.values_mut() {
             drive(g, &**ep, world.now_us());

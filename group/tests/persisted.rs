@@ -5,17 +5,16 @@
 //! Checked at the end: the frontier reaches the last message, the application upcall saw
 //! it, and the three logs hold the same entries, in the delivery order.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rand::Rng;
 use spindle_group::persist::{PersistedFrontier, Persistence, Persister};
 use spindle_group::runtime::drive;
-use spindle_group::testkit::{SimCluster, SimNode};
+use spindle_group::testkit::{bootstrapped_groups, SimCluster, SimNode};
 use spindle_group::{Group, GroupConfig, GroupOutput, Layout, LayoutFn, View};
 use spindle_log::{LogConfig, Version};
 use spindle_transport_rdma::sim::{SimConfig, SimEndpoint, SimWorld};
-use spindle_transport_rdma::{Endpoint, FabricConfig, NodeId};
+use spindle_transport_rdma::{FabricConfig, NodeId};
 
 const SG: u32 = 4;
 const SEEDS: [u64; 3] = [1, 2, 3];
@@ -96,22 +95,16 @@ fn run(seed: u64) {
     let ids: Vec<NodeId> = vec![1, 2, 3];
     let view = View::new(1, ids.clone());
     let mut sim: SimCluster<Node> = SimCluster::new(world, seed, 1..20);
-    let eps: Vec<_> = ids.iter().map(|id| sim.world.endpoint(*id)).collect();
-    let addresses: BTreeMap<NodeId, String> = ids
-        .iter()
-        .zip(&eps)
-        .map(|(id, ep)| (*id, ep.address()))
-        .collect();
-    for (id, ep) in ids.iter().zip(eps) {
-        let group = Group::bootstrap(&*ep, view.clone(), addresses.clone(), cfg.clone(), 0)
-            .unwrap_or_else(|e| panic!("seed {seed}: bootstrap {id}: {e}"));
+    let groups =
+        bootstrapped_groups(&sim.world, &view, &cfg).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    for (id, ep, group) in groups {
         let persister = Persistence::new(dir.path().join(format!("node-{id}")))
             .subgroup(SG, LogConfig::default())
             .open()
             .unwrap();
         let sync_every = sim.rng.gen_range(1..8);
         sim.nodes.insert(
-            *id,
+            id,
             Node {
                 ep,
                 group,

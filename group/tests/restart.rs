@@ -15,11 +15,11 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spindle_group::persist::{restart_plan, Persistence, Persister, RestartPlan};
 use spindle_group::runtime::drive;
-use spindle_group::testkit::{SimCluster, SimNode};
+use spindle_group::testkit::{bootstrapped_groups, SimCluster, SimNode};
 use spindle_group::{Group, GroupConfig, GroupOutput, Layout, LayoutFn, View};
 use spindle_log::{Log, LogConfig, Version};
 use spindle_transport_rdma::sim::{SimConfig, SimEndpoint, SimWorld};
-use spindle_transport_rdma::{Endpoint, FabricConfig, NodeId};
+use spindle_transport_rdma::{FabricConfig, NodeId};
 
 const SG: u32 = 6;
 const SEEDS: std::ops::Range<u64> = 1..9;
@@ -98,24 +98,13 @@ fn cluster(seed: u64, dir: &std::path::Path, view: &View) -> SimCluster<Node> {
     );
     let cfg = GroupConfig::new(layout());
     let mut sim: SimCluster<Node> = SimCluster::new(world, seed, 1..20);
-    let eps: Vec<_> = view
-        .members
-        .iter()
-        .map(|id| sim.world.endpoint(*id))
-        .collect();
-    let addresses: BTreeMap<NodeId, String> = view
-        .members
-        .iter()
-        .zip(&eps)
-        .map(|(id, ep)| (*id, ep.address()))
-        .collect();
-    for (id, ep) in view.members.iter().zip(eps) {
-        let group = Group::bootstrap(&*ep, view.clone(), addresses.clone(), cfg.clone(), 0)
-            .unwrap_or_else(|e| panic!("seed {seed}: bootstrap {id}: {e}"));
-        let persister = persistence(dir, *id).open().unwrap();
+    let groups =
+        bootstrapped_groups(&sim.world, view, &cfg).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    for (id, ep, group) in groups {
+        let persister = persistence(dir, id).open().unwrap();
         let sync_every = sim.rng.gen_range(1..8);
         sim.nodes.insert(
-            *id,
+            id,
             Node {
                 ep,
                 group,

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spindle_transport_rdma::sim::{SimConfig, SimEndpoint, SimWorld};
-use spindle_transport_rdma::{Endpoint, FabricConfig, NodeId};
+use spindle_transport_rdma::{FabricConfig, NodeId};
 
 use crate::engine::{EngineConfig, Techniques};
 use crate::error::Error;
@@ -600,19 +600,10 @@ impl Cluster {
         let ids: Vec<NodeId> = (1..=sc.nodes).collect();
         let view = View::new(1, ids.clone());
         let mut sim = SimCluster::new(world, seed ^ 0xA11CE, 0..ROUND_STEP_US_MAX);
-        let mut eps = Vec::new();
-        for &id in &ids {
-            eps.push(sim.world.endpoint(id));
-        }
-        let addresses: BTreeMap<NodeId, String> = ids
-            .iter()
-            .zip(&eps)
-            .map(|(id, ep)| (*id, ep.address()))
-            .collect();
-        for (id, ep) in ids.iter().zip(eps) {
-            let group = Group::bootstrap(&*ep, view.clone(), addresses.clone(), cfg.clone(), 0)
-                .unwrap_or_else(|e| panic!("seed {seed}: bootstrap {id}: {e}"));
-            sim.nodes.insert(*id, NodeRun::new(*id, 0, ep, group));
+        let groups = crate::testkit::bootstrapped_groups(&sim.world, &view, &cfg)
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        for (id, ep, group) in groups {
+            sim.nodes.insert(id, NodeRun::new(id, 0, ep, group));
         }
         Cluster {
             fired: vec![false; sc.faults.len()],

@@ -4,47 +4,17 @@
 
 use std::time::{Duration, Instant};
 
-use spindle_transport_rdma::libfabric::LibfabricEndpoint;
-use spindle_transport_rdma::{Endpoint, Error, Event, FabricConfig, FailureReason, NodeId};
+mod libfabric_common;
+use libfabric_common::{connected, next_event, DEADLINE, PROVIDERS};
 
-/// Give-up bound for anything awaited (liveness, never asserted as a timing).
-const DEADLINE: Duration = Duration::from_secs(60);
-const PROVIDERS: [&str; 2] = ["tcp;ofi_rxm", "shm"];
+use spindle_transport_rdma::libfabric::LibfabricEndpoint;
+use spindle_transport_rdma::{Endpoint, Error, Event, FabricConfig, FailureReason};
 
 fn open_pair(provider: &str) -> (LibfabricEndpoint, LibfabricEndpoint) {
     let a = LibfabricEndpoint::open(1, provider, FabricConfig::default())
         .unwrap_or_else(|err| panic!("opening {provider}: {err}"));
     let b = LibfabricEndpoint::open(2, provider, FabricConfig::default()).unwrap();
     (a, b)
-}
-
-fn next_event(ep: &LibfabricEndpoint, what: &str, pred: impl Fn(&Event) -> bool) -> Event {
-    let start = Instant::now();
-    loop {
-        while let Some(event) = ep.poll_event() {
-            if pred(&event) {
-                return event;
-            }
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "node {} never saw {what}",
-            ep.node()
-        );
-        ep.wait(Duration::from_millis(50));
-    }
-}
-
-fn connected(a: &LibfabricEndpoint, b: &LibfabricEndpoint) {
-    a.connect(b.node(), &b.address()).unwrap();
-    let peer_b: NodeId = b.node();
-    let peer_a: NodeId = a.node();
-    next_event(a, "PeerConnected", |e| {
-        *e == Event::PeerConnected { peer: peer_b }
-    });
-    next_event(b, "PeerConnected", |e| {
-        *e == Event::PeerConnected { peer: peer_a }
-    });
 }
 
 #[test]

@@ -9,48 +9,15 @@
 
 use std::time::{Duration, Instant};
 
+mod libfabric_common;
+use libfabric_common::{connected, next_event_checked, DEADLINE, PROVIDERS};
+
 use spindle_transport_rdma::libfabric::LibfabricEndpoint;
 use spindle_transport_rdma::{Endpoint, Event, FabricConfig, FailureReason, NodeId};
-
-/// Give-up bound for anything awaited (liveness, never asserted as a timing).
-const DEADLINE: Duration = Duration::from_secs(60);
-const PROVIDERS: [&str; 2] = ["tcp;ofi_rxm", "shm"];
 
 fn open(node: NodeId, provider: &str) -> LibfabricEndpoint {
     LibfabricEndpoint::open(node, provider, FabricConfig::default())
         .unwrap_or_else(|err| panic!("opening {provider}: {err}"))
-}
-
-/// The next event of `ep` that `pred` accepts (`Some(true)`); `Some(false)` skips it,
-/// `None` fails the test with that event.
-fn next_event(ep: &LibfabricEndpoint, what: &str, pred: impl Fn(&Event) -> Option<bool>) -> Event {
-    let start = Instant::now();
-    loop {
-        while let Some(event) = ep.poll_event() {
-            match pred(&event) {
-                Some(true) => return event,
-                Some(false) => {}
-                None => panic!("node {} waiting for {what} saw {event:?}", ep.node()),
-            }
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "node {} never saw {what}",
-            ep.node()
-        );
-        ep.wait(Duration::from_millis(50));
-    }
-}
-
-fn connected(a: &LibfabricEndpoint, b: &LibfabricEndpoint) {
-    a.connect(b.node(), &b.address()).unwrap();
-    let (peer_a, peer_b) = (a.node(), b.node());
-    next_event(a, "PeerConnected", |e| {
-        Some(*e == Event::PeerConnected { peer: peer_b })
-    });
-    next_event(b, "PeerConnected", |e| {
-        Some(*e == Event::PeerConnected { peer: peer_a })
-    });
 }
 
 /// Waits until `ep` has handed on (delivered or dropped) `count` receives.
@@ -71,7 +38,7 @@ fn wait_received(ep: &LibfabricEndpoint, count: u64, provider: &str) {
 fn still_linked(a: &LibfabricEndpoint, c: &LibfabricEndpoint, provider: &str) {
     c.send(a.node(), 8, b"really from c").unwrap();
     let c_node = c.node();
-    let got = next_event(a, "C's message", |e| match e {
+    let got = next_event_checked(a, "C's message", |e| match e {
         Event::Recv { .. } => Some(true),
         Event::PeerFailed { peer, .. } if *peer == c_node => None,
         _ => Some(false),
@@ -102,7 +69,7 @@ fn each_linked_peer_has_its_own_source_address_and_genuine_sends_pass() {
         c.send(1, 2, b"c").unwrap();
         let mut got = Vec::new();
         for _ in 0..2 {
-            let event = next_event(&a, "Recv", |e| match e {
+            let event = next_event_checked(&a, "Recv", |e| match e {
                 Event::Recv { .. } => Some(true),
                 Event::PeerFailed { .. } => None,
                 _ => Some(false),
@@ -142,7 +109,7 @@ fn a_peer_cannot_send_under_another_nodes_name() {
         wait_received(&a, before + 2, provider);
         if exact {
             // A fails B, the node that really sent it …
-            let failed = next_event(&a, "B's failure", |e| match e {
+            let failed = next_event_checked(&a, "B's failure", |e| match e {
                 Event::PeerFailed { peer: 2, .. } => Some(true),
                 Event::Recv { .. } | Event::PeerFailed { .. } => None,
                 _ => Some(false),
@@ -158,7 +125,7 @@ fn a_peer_cannot_send_under_another_nodes_name() {
                 "{provider}"
             );
             // … and B sees its link to A go down.
-            next_event(&b, "the link to A down", |e| {
+            next_event_checked(&b, "the link to A down", |e| {
                 Some(matches!(e, Event::PeerFailed { peer: 1, .. }))
             });
         }

@@ -8,9 +8,37 @@
 # examples' bandwidth_test from the commit it stands for; "<name>+spinN" runs <name>
 # with SPINDLE_WAITSET_SPIN_US=N, and "<name>+cpuLIST" runs <name> with every process under
 # `taskset -c LIST` ("+cpu0": the whole pipeline on CPU 0, where a run's rate is its CPU
-# per sample and the host's placement of the vCPUs drops out). Compare each DCPS figure with the raw engine of the
+# per sample and the host's placement of the vCPUs drops out), and "<name>+split" runs each
+# of the two benchmark processes on a CPU of its own (the publisher on CPU 0, the subscriber
+# on CPU 1: bandwidth_test's first node is the parent process, dds_perf's pub and sub are
+# its two children; `taskset -a -p` as soon as the processes exist, before their set-up
+# ends). Compare each DCPS figure with the raw engine of the
 # same variant in the same round. TRANSPORTS (default "shm tcp") picks the transports.
 set -u
+# one_core_each KIDS [env ...] timeout S CMD...: runs the benchmark CMD under `timeout`, and once CMD has
+# KIDS child processes puts one process on each of CPUs 0 and 1 (KIDS=1: CMD on 0, its
+# child on 1; KIDS=2: the children on 0 and 1, the waiting CMD on 0); prints the output.
+one_core_each() {
+  local kids=$1; shift
+  local outf; outf=$(mktemp)
+  "$@" > "$outf" 2>/dev/null &
+  local p=$! i c root=""
+  for _ in $(seq 1 4000); do
+    sleep 0.005
+    # `timeout` (this job, `env` having exec-ed it) runs CMD as its one child.
+    [ -z "$root" ] && root=$(pgrep -P $p | head -1)
+    [ -z "$root" ] && continue
+    local ks; ks=$(pgrep -P "$root" | sort -n)
+    if [ "$(echo $ks | wc -w)" -ge "$kids" ]; then
+      taskset -a -p -c 0 "$root" >/dev/null
+      i=$((2 - kids))
+      for c in $ks; do taskset -a -p -c $i $c >/dev/null; i=$((i + 1)); done
+      break
+    fi
+  done
+  wait $p
+  cat "$outf"; rm -f "$outf"
+}
 root=${BIN_ROOT:-/tmp}
 rounds=${1:-3}; out=${2:-ab-dcps.jsonl}
 variants=${VARIANTS:-"old new"}
@@ -24,12 +52,14 @@ for r in $(seq 1 "$rounds"); do
       bin=$root/${v%%+*}
       envs=""; case "$v" in *+spin*) envs="SPINDLE_WAITSET_SPIN_US=${v##*+spin}";; esac
       pin=""; case "$v" in *+cpu*) pin="taskset -c ${v##*+cpu}";; esac
-      raw=$(timeout 300 $pin $bin/bandwidth_test --backend $t --nodes 2 --senders one --mode atomic --size 1024 --messages $n --window 256 --timeout-s 200 2>/dev/null | tail -1 | rate)
-      ws=$(env $envs timeout 300 $pin $bin/dds_perf --transport $t --level atomic --size 1024 --samples $n 2>/dev/null | rate)
-      li=$(env $envs timeout 300 $pin $bin/dds_perf --transport $t --level atomic --size 1024 --samples $n --listener 2>/dev/null | rate)
-      lo=$(env $envs timeout 300 $pin $bin/dds_perf --transport $t --level atomic --size 1024 --samples $n --listener --loan 2>/dev/null | rate)
-      raw64=$(timeout 300 $pin $bin/bandwidth_test --backend $t --nodes 2 --senders one --mode atomic --size 65000 --messages 20000 --window 256 --timeout-s 200 2>/dev/null | tail -1 | rate)
-      lo64=$(env $envs timeout 300 $pin $bin/dds_perf --transport $t --level atomic --size 65000 --samples 20000 --listener --loan 2>/dev/null | rate)
+      # +split: bandwidth_test's parent is a node (one child), dds_perf's is not (two).
+      raw_split=""; dds_split=""; case "$v" in *+split) raw_split="one_core_each 1"; dds_split="one_core_each 2";; esac
+      raw=$($raw_split timeout 300 $pin $bin/bandwidth_test --backend $t --nodes 2 --senders one --mode atomic --size 1024 --messages $n --window 256 --timeout-s 200 2>/dev/null | tail -1 | rate)
+      ws=$($dds_split env $envs timeout 300 $pin $bin/dds_perf --transport $t --level atomic --size 1024 --samples $n 2>/dev/null | rate)
+      li=$($dds_split env $envs timeout 300 $pin $bin/dds_perf --transport $t --level atomic --size 1024 --samples $n --listener 2>/dev/null | rate)
+      lo=$($dds_split env $envs timeout 300 $pin $bin/dds_perf --transport $t --level atomic --size 1024 --samples $n --listener --loan 2>/dev/null | rate)
+      raw64=$($raw_split timeout 300 $pin $bin/bandwidth_test --backend $t --nodes 2 --senders one --mode atomic --size 65000 --messages 20000 --window 256 --timeout-s 200 2>/dev/null | tail -1 | rate)
+      lo64=$($dds_split env $envs timeout 300 $pin $bin/dds_perf --transport $t --level atomic --size 65000 --samples 20000 --listener --loan 2>/dev/null | rate)
       echo "{\"round\":$r,\"variant\":\"$v\",\"transport\":\"$t\",\"raw\":${raw:-0},\"waitset\":${ws:-0},\"listener\":${li:-0},\"listener_loan\":${lo:-0},\"raw64\":${raw64:-0},\"listener_loan64\":${lo64:-0},\"load\":\"$(cut -d' ' -f1 /proc/loadavg)\",\"at\":\"$(date -u +%H:%M:%S)\"}" | tee -a "$out"
     done
   done

@@ -17,8 +17,8 @@
 //! A real-time thread that spins keeps its core from every time-shared thread: with
 //! `fifo_priority` on a core the application's threads also need, set the spin before
 //! parking to 0 (measured in docs/benchmarks.md, "The predicate thread in the real-time
-//! class": with it the bulk stream beside a paced ping kept half its rate, with the
-//! default spin it starved).
+//! class": with it the bulk stream beside a paced ping kept a third of its rate,
+//! with the default spin it starved).
 //!
 //! ```
 //! use spindle_group::sched::ThreadSched;
@@ -40,19 +40,18 @@ use thread_priority::{
 
 use crate::error::{Error, Result};
 
-/// CPUs a [`ThreadSched`] can name: 0 to this, exclusive (Linux's `CPU_SETSIZE`).
-pub const THREAD_CPUS_MAX: usize = 1024;
+/// CPUs a [`ThreadSched`] can name: 0 to this, exclusive (the C library's `CPU_SETSIZE`,
+/// 1024 on Linux).
+pub const THREAD_CPUS_MAX: usize = CpuSet::count();
 /// The highest `SCHED_FIFO` priority (Linux's range is 1..=99).
 pub const FIFO_PRIORITY_MAX: u8 = 99;
-const CPU_WORDS: usize = THREAD_CPUS_MAX / 64;
-const _: () = assert!(THREAD_CPUS_MAX % 64 == 0 && CPU_WORDS > 0);
 
 /// Where a predicate thread runs and at what priority (see the module docs). The default
 /// changes nothing: the thread inherits the process's CPUs and time-shared class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ThreadSched {
-    /// Bit `c` set: the thread may run on CPU `c`. All clear: wherever the process may.
-    cpus: [u64; CPU_WORDS],
+    /// The CPUs the thread may run on. None: wherever the process may.
+    cpus: CpuSet,
     /// 0: the time-shared class; 1..=[`FIFO_PRIORITY_MAX`]: `SCHED_FIFO` at it.
     fifo_priority: u8,
 }
@@ -61,15 +60,12 @@ impl ThreadSched {
     /// This, with the thread kept to `cpus` (none: no change). Refuses a CPU at or past
     /// [`THREAD_CPUS_MAX`]; a CPU the machine lacks is refused when the thread starts.
     pub fn with_cpus(mut self, cpus: &[usize]) -> Result<ThreadSched> {
-        self.cpus = [0; CPU_WORDS];
+        self.cpus = CpuSet::new();
         for &c in cpus {
-            if c >= THREAD_CPUS_MAX {
-                return Err(Error::ThreadSched {
-                    setting: "cpus",
-                    why: format!("CPU {c}: CPUs are numbered below {THREAD_CPUS_MAX}"),
-                });
-            }
-            self.cpus[c / 64] |= 1 << (c % 64);
+            self.cpus.set(c).map_err(|_| Error::ThreadSched {
+                setting: "cpus",
+                why: format!("CPU {c}: CPUs are numbered below {THREAD_CPUS_MAX}"),
+            })?;
         }
         Ok(self)
     }
@@ -89,7 +85,7 @@ impl ThreadSched {
     /// The CPUs the thread is kept to, ascending (empty: no change).
     pub fn cpus(&self) -> Vec<usize> {
         (0..THREAD_CPUS_MAX)
-            .filter(|c| self.cpus[c / 64] & (1 << (c % 64)) != 0)
+            .filter(|&c| self.cpus.is_set(c).unwrap_or(false))
             .collect()
     }
 
@@ -101,17 +97,10 @@ impl ThreadSched {
     /// Applies this to the calling thread. An error names the setting and what the
     /// operating system said; the thread is then as it was for what failed.
     pub fn apply_to_current_thread(&self) -> Result<()> {
-        let cpus = self.cpus();
-        if !cpus.is_empty() {
-            let mut set = CpuSet::new();
-            for &c in &cpus {
-                set.set(c).map_err(|e| Error::ThreadSched {
-                    setting: "cpus",
-                    why: format!("CPU {c}: {e}"),
-                })?;
-            }
+        if self.cpus != CpuSet::new() {
+            let cpus = self.cpus();
             // Pid 0: the calling thread.
-            sched_setaffinity(Pid::from_raw(0), &set).map_err(|e| Error::ThreadSched {
+            sched_setaffinity(Pid::from_raw(0), &self.cpus).map_err(|e| Error::ThreadSched {
                 setting: "cpus",
                 why: format!(
                     "{cpus:?}: {e} (none of them is a CPU this machine has and the process \

@@ -49,7 +49,7 @@ use std::sync::Arc;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use spindle_transport_rdma::sim::{SimEndpoint, SimWorld};
+use spindle_transport_rdma::sim::{SimConfig, SimEndpoint, SimWorld};
 use spindle_transport_rdma::{Endpoint, Event, NodeId, Region};
 
 use crate::engine::{Engine, EngineConfig};
@@ -282,6 +282,21 @@ impl<N: SimNode> SimCluster<N> {
     pub fn trace_hash(&self) -> u64 {
         self.world.trace_hash()
     }
+}
+
+/// A sim fabric for membership tests: links whose delays `seed` draws, 1 to `1 + 10 *
+/// seed` µs (so each seed orders the messages differently), and failure detection after
+/// 2 ms.
+pub fn membership_world(seed: u64) -> SimWorld {
+    SimWorld::new(
+        seed,
+        SimConfig {
+            link_delay_min_us: 1,
+            link_delay_max_us: 1 + seed * 10,
+            failure_detection_us: 2_000,
+            ..SimConfig::default()
+        },
+    )
 }
 
 /// The members of `view` bootstrapped together in it, each over its own endpoint of

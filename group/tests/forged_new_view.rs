@@ -6,12 +6,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use spindle_transport_rdma::sim::{SimConfig, SimEndpoint, SimWorld};
+use spindle_transport_rdma::sim::{SimEndpoint, SimWorld};
 use spindle_transport_rdma::{Endpoint, Event, NodeId};
 
 use spindle_group::group::{encode_new_view, MEMBERSHIP_IMM};
 use spindle_group::runtime::drive;
-use spindle_group::testkit::bootstrapped_groups;
+use spindle_group::testkit::{bootstrapped_groups, membership_world};
 use spindle_group::{Group, GroupConfig, GroupOutput, Layout, View};
 
 /// The view the runs start in.
@@ -44,19 +44,6 @@ impl Node {
             shut_down: None,
         }
     }
-}
-
-/// A sim fabric whose delays `seed` draws.
-fn world(seed: u64) -> SimWorld {
-    SimWorld::new(
-        seed,
-        SimConfig {
-            link_delay_min_us: 1,
-            link_delay_max_us: 1 + seed * 10,
-            failure_detection_us: 2_000,
-            ..SimConfig::default()
-        },
-    )
 }
 
 /// Members `members` bootstrapped in view [`VID`], run until their links are up.
@@ -126,7 +113,7 @@ fn a_forged_new_view_at_members_changes_nothing() {
             [(1, [1, 2, 3, 4], [2, 3]), (2, [2, 1, 3, 4], [1, 3])];
         for vid in [VID + 2, u32::MAX] {
             for (from, view, to) in forgeries {
-                let world = world(seed);
+                let world = membership_world(seed);
                 let mut nodes = members(seed, &world, &[1, 2, 3]);
                 for m in to {
                     let n = nodes.get_mut(&m).unwrap();
@@ -177,7 +164,7 @@ fn a_joiner_refuses_a_new_view_not_from_its_first_member_or_with_view_id_0() {
             (1, 0, [1, 2, 3, 4]),
         ];
         for (from, vid, view) in forgeries {
-            let world = world(seed);
+            let world = membership_world(seed);
             let mut nodes = members(seed, &world, &[1, 2, 3]);
             let ep = world.endpoint(4);
             let contacts = vec![(1, world.endpoint(1).address())];

@@ -5,12 +5,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use spindle_transport_rdma::sim::{SimConfig, SimEndpoint, SimWorld};
+use spindle_transport_rdma::sim::{SimEndpoint, SimWorld};
 use spindle_transport_rdma::NodeId;
 
 use spindle_group::persist::{restart_plan, RestartPlan, RestartReport};
 use spindle_group::runtime::drive;
-use spindle_group::testkit::bootstrapped_groups;
+use spindle_group::testkit::{bootstrapped_groups, membership_world};
 use spindle_group::{Group, GroupConfig, GroupOutput, Layout, View};
 
 const ROUNDS_MAX: usize = 50_000;
@@ -22,15 +22,7 @@ fn start(
     vid: u32,
     members: &[NodeId],
 ) -> (SimWorld, BTreeMap<NodeId, (Arc<SimEndpoint>, Group)>) {
-    let world = SimWorld::new(
-        seed,
-        SimConfig {
-            link_delay_min_us: 1,
-            link_delay_max_us: 1 + seed * 10,
-            failure_detection_us: 2_000,
-            ..SimConfig::default()
-        },
-    );
+    let world = membership_world(seed);
     let view = View::new(vid, members.to_vec());
     let cfg = GroupConfig::new(Arc::new(|v: &View| Ok(Layout::one_subgroup(v, 0, 8, 64))));
     let mut nodes: BTreeMap<NodeId, (Arc<SimEndpoint>, Group)> =

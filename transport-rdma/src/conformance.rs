@@ -1,4 +1,4 @@
-//! The conformance suite every backend must pass: contract items 1–9 of the crate docs.
+//! The conformance suite every backend must pass: contract items 1–10 of the crate docs.
 //!
 //! A backend plugs in through a [`Harness`]: how to open an endpoint, how to make progress
 //! (the simulator steps its world; real backends just let their threads run), and whether
@@ -37,6 +37,8 @@ use crate::{
     REGION_BYTES_MAX, SEND_BYTES_MAX, WRITE_BYTES_MAX,
 };
 
+mod peer_writes;
+pub use peer_writes::check_peer_writes;
 /// Wall-clock bound after which a check gives up waiting for something to happen. It is
 /// a liveness bound that turns a hang into a clear failure, not a timing assertion.
 pub const GIVE_UP: Duration = Duration::from_secs(60);
@@ -1268,6 +1270,7 @@ pub fn run_all(h: &mut dyn Harness) {
     check_write_from(h);
     check_doorbell(h);
     check_cork(h);
+    check_peer_writes(h);
     check_failures(h);
 }
 

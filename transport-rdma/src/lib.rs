@@ -66,6 +66,13 @@
 //!    which is what callers write from (committed slots, RDMC blocks, rows of the calling
 //!    thread): a word another thread stores into meanwhile may arrive torn, since a
 //!    kernel copy is not a word-by-word load.
+//! 10. **What a peer may write.** Once its owner limits a region
+//!     ([`Region::limit_peer_writes`]: per peer, the ranges it may write), a backend whose
+//!     [`Endpoint::enforces_peer_writes`] is true (tcp, the simulator: they apply their
+//!     peers' writes themselves) refuses a write or guard outside the writer's ranges: it
+//!     lands nowhere, and the link fails at the owner with [`FailureReason::Malformed`]
+//!     naming the range. shm and the RDMA backends cannot see their peers' writes; there
+//!     the limits are the protocol's rule only.
 //!
 //! ## A region, read and written locally
 //!
@@ -110,8 +117,8 @@ pub use backend::{backend_names, open_backend};
 pub use doorbell::Doorbell;
 pub use error::{Error, FailureReason, Result};
 pub use region::{
-    check_region_len, page_bytes, round_up_to_words, Region, COPY_CHUNK_BYTES, HEAP_MAP_BYTES_MIN,
-    PINNED_BUFFERS_MAX, WORD_BYTES,
+    check_region_len, page_bytes, round_up_to_words, PeerWrites, Region, COPY_CHUNK_BYTES,
+    HEAP_MAP_BYTES_MIN, PEER_WRITE_RANGES_MAX, PINNED_BUFFERS_MAX, WORD_BYTES,
 };
 pub use trust::DomainSecret;
 
@@ -468,6 +475,15 @@ pub trait Endpoint: Send + Sync + fmt::Debug {
     /// commit). The default does nothing, so a caller of a backend that does not override
     /// it relies on its `wait` time-out.
     fn wake(&self) {}
+
+    /// Whether this backend applies its peers' writes itself and so refuses a write
+    /// outside what [`Region::limit_peer_writes`] grants the writer, failing its link as
+    /// malformed (tcp, the simulator). False where peers write the memory directly (shm's
+    /// mappings, RDMA devices): there the grants are the protocol's rule only. The
+    /// default says false.
+    fn enforces_peer_writes(&self) -> bool {
+        false
+    }
 
     /// If this process went silent for longer than the fabric's suspicion floor — its
     /// fabric thread ran that late (the process was stopped, swapped out or starved) — in

@@ -24,6 +24,9 @@
 //!   keeps it behind its guard (a delivered large message lent to the application), and
 //!   [`Region::watch_pins`] makes the region refuse the peers' writes it applies into
 //!   such ranges.
+//! - [`Region::limit_peer_writes`] says which ranges each peer may write at all (a
+//!   member's own rows and slots); a backend that applies its peers' writes refuses the
+//!   rest and fails the peer's link.
 //!
 //! Memory, as large regions need it (an RDMC buffer may be 256 MiB): a heap region of
 //! [`HEAP_MAP_BYTES_MIN`] bytes or more is a private anonymous mapping, so its address
@@ -40,7 +43,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::{Error, RegionId, Result, REGION_BYTES_MAX};
 
+mod grants;
 mod pins;
+pub use grants::{PeerWrites, PEER_WRITE_RANGES_MAX};
 pub use pins::PINNED_BUFFERS_MAX;
 use pins::{wait_readable, PinnedBuffers};
 
@@ -103,6 +108,8 @@ struct RegionInner {
     filling: Mutex<()>,
     /// The buffers whose pins refuse peers' writes ([`Region::watch_pins`]).
     pinned: OnceLock<PinnedBuffers>,
+    /// What each peer may write ([`Region::limit_peer_writes`]; unset: anything).
+    grants: OnceLock<PeerWrites>,
     /// Owner of the memory (a heap allocation, a mapping); dropped last.
     _backing: Box<dyn Any + Send + Sync>,
 }
@@ -257,6 +264,7 @@ impl Region {
                 words,
                 filling: Mutex::new(()),
                 pinned: OnceLock::new(),
+                grants: OnceLock::new(),
                 _backing: Box::new(storage),
             }),
         })
@@ -300,6 +308,7 @@ impl Region {
                 words: len_bytes / WORD_BYTES,
                 filling: Mutex::new(()),
                 pinned: OnceLock::new(),
+                grants: OnceLock::new(),
                 _backing: backing,
             }),
         }

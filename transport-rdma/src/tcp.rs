@@ -142,6 +142,10 @@ impl Endpoint for TcpEndpoint {
         self.addr.to_string()
     }
 
+    fn enforces_peer_writes(&self) -> bool {
+        true
+    }
+
     fn connect(&self, peer: NodeId, address: &str) -> Result<()> {
         let addr = resolve(address)?;
         let Some(attempt) = self.hub.begin_connect(peer)? else {

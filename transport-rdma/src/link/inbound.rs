@@ -11,7 +11,7 @@ use super::frame::{malformed, Frame, FrameReader, PendingRelease, Step};
 use super::{lock, read, write, Hub, Link, LinkStream};
 use crate::trust::{Opener, Opening};
 use crate::{
-    Error, Event, FailureReason, Region, RegionDesc, RegionId, Result, EVENT_QUEUE_MAX,
+    Error, Event, FailureReason, NodeId, Region, RegionDesc, RegionId, Result, EVENT_QUEUE_MAX,
     REGIONS_PER_ENDPOINT_MAX, WORD_BYTES,
 };
 
@@ -189,7 +189,7 @@ impl<S: LinkStream> Hub<S> {
         bytes: &[u8],
         guard: Option<(usize, u64)>,
     ) -> Result<()> {
-        match self.write_target(id, offset, bytes.len(), guard)? {
+        match self.write_target(link.peer, id, offset, bytes.len(), guard)? {
             Some(region) => self
                 .hooks
                 .apply_write(link.peer, &region, offset, bytes, guard),
@@ -197,11 +197,13 @@ impl<S: LinkStream> Hub<S> {
         }
     }
 
-    /// The local region a peer's write of `len` bytes at `offset` (and its guard) goes
-    /// to, checked against its bounds: `None` for a region we withdrew (the write is
-    /// dropped), an error for an unknown region or a range or guard outside it.
+    /// The local region `peer`'s write of `len` bytes at `offset` (and its guard) goes
+    /// to, checked against its bounds and against what the region lets `peer` write
+    /// ([`Region::limit_peer_writes`]): `None` for a region we withdrew (the write is
+    /// dropped), an error for an unknown region or a range or guard outside either.
     fn write_target(
         &self,
+        peer: NodeId,
         id: RegionId,
         offset: usize,
         len: usize,
@@ -229,6 +231,20 @@ impl<S: LinkStream> Hub<S> {
             }
             if region.check_range(guard_offset, WORD_BYTES).is_err() {
                 return Err(bad("guard"));
+            }
+        }
+        let not_its_own = |what: &str, at: usize, n: usize| {
+            malformed(format!(
+                "peer {peer}'s {what} of {n} bytes at {at} of region {id} lies outside what \
+                 it may write"
+            ))
+        };
+        if !region.peer_may_write(peer, offset, len) {
+            return Err(not_its_own("write", offset, len));
+        }
+        if let Some((guard_offset, _)) = guard {
+            if !region.peer_may_write(peer, guard_offset, WORD_BYTES) {
+                return Err(not_its_own("guard", guard_offset, WORD_BYTES));
             }
         }
         Ok(Some(region.clone()))
@@ -270,7 +286,7 @@ impl<S: LinkStream> Hub<S> {
     ) -> std::result::Result<(), FailureReason> {
         let guard = Some((w.guard_offset, w.guard));
         let target = self
-            .write_target(w.region, w.offset, w.len, guard)
+            .write_target(link.peer, w.region, w.offset, w.len, guard)
             .map_err(failure_of)?;
         if let Some(region) = &target {
             region

@@ -228,6 +228,33 @@ impl NodeState {
     }
 }
 
+/// Why `writer`'s write of `len` bytes at `offset` (and its guard) into `r` lies outside
+/// what `r` lets it write ([`Region::limit_peer_writes`]), if it does.
+fn not_its_own(
+    r: &Region,
+    writer: NodeId,
+    offset: usize,
+    len: usize,
+    guard: Option<(usize, u64)>,
+) -> Option<String> {
+    let outside = |what: &str, at: usize, n: usize| {
+        format!(
+            "peer {writer}'s {what} of {n} bytes at {at} of region {} lies outside what it may \
+             write",
+            r.id()
+        )
+    };
+    if !r.peer_may_write(writer, offset, len) {
+        return Some(outside("write", offset, len));
+    }
+    match guard {
+        Some((g, _)) if !r.peer_may_write(writer, g, WORD_BYTES) => {
+            Some(outside("guard", g, WORD_BYTES))
+        }
+        _ => None,
+    }
+}
+
 /// What a write carries: its bytes, or only its length ([`SimEndpoint::write_phantom`]).
 #[derive(Debug)]
 enum WriteData {
@@ -479,6 +506,20 @@ impl State {
             }
         }
         self.discard(|d| (d.from == a && d.to == b) || (d.from == b && d.to == a));
+    }
+
+    /// `at` refused a write from `writer` (as tcp's reader refuses a malformed frame):
+    /// `at` sees [`FailureReason::Malformed`] with `why`, `writer` its link lost; what is
+    /// in flight between them is dropped.
+    fn fail_link_malformed(&mut self, at: NodeId, writer: NodeId, why: String) {
+        if let Some(n) = self.nodes.get_mut(&at) {
+            n.fail_peer(writer, FailureReason::Malformed(why));
+        }
+        if let Some(n) = self.nodes.get_mut(&writer) {
+            let lost = FailureReason::ConnectionLost("sim: the peer refused a write".into());
+            n.fail_peer(at, lost);
+        }
+        self.discard(|d| (d.from == at && d.to == writer) || (d.from == writer && d.to == at));
     }
 
     /// `watcher` suspected `silent` after `silent_ms`: it sees
@@ -749,6 +790,11 @@ impl State {
                         let Some(r) = target.regions.get(&region).cloned() else {
                             return; // withdrawn while the write was in flight
                         };
+                        if let Some(why) = not_its_own(&r, d.from, offset, data.len(), guard) {
+                            self.hash(&[12]);
+                            self.fail_link_malformed(d.to, d.from, why);
+                            return;
+                        }
                         let ok = match &data {
                             WriteData::Bytes(bytes) => {
                                 r.write_bytes_for_peer(offset, bytes, false).is_ok()
@@ -1109,6 +1155,10 @@ fn parse_address(address: &str) -> Result<NodeId> {
 impl Endpoint for SimEndpoint {
     fn node(&self) -> NodeId {
         self.node
+    }
+
+    fn enforces_peer_writes(&self) -> bool {
+        true
     }
 
     fn address(&self) -> String {

@@ -158,15 +158,26 @@ impl Large {
         Ok(work)
     }
 
-    /// The own message in slot `k` (just committed) goes out by RDMC.
-    pub(crate) fn on_commit(&mut self, region: &Region, geom: &Geometry, k: u64) {
-        let Some(own) = self.own else { return };
+    /// The own message in slot `k` (just committed) goes out by RDMC. An error when the
+    /// slot's announcement is not the next own RDMC message: this node's senders write
+    /// them in RDMC order (`LargeTx::order`), so something else rewrote this node's ring
+    /// — a peer that maps its memory (shm), which backends that apply their peers' writes
+    /// refuse (`Region::limit_peer_writes`).
+    pub(crate) fn on_commit(
+        &mut self,
+        region: &Region,
+        geom: &Geometry,
+        k: u64,
+    ) -> std::result::Result<(), String> {
+        let Some(own) = self.own else { return Ok(()) };
         let (seq, size) = announcement(region, geom, own, k);
-        // Invariant: the sender wrote its announcements in RDMC order (LargeTx::order).
-        assert_eq!(
-            seq, self.next_seq[own],
-            "own RDMC announcements out of order"
-        );
+        if seq != self.next_seq[own] {
+            return Err(format!(
+                "this node's own slot {k} announces RDMC message {seq}, expected {}: its \
+                 ring was overwritten",
+                self.next_seq[own]
+            ));
+        }
         self.next_seq[own] += 1;
         self.own_pending.push_back((seq, k, size as usize));
         if let Err(e) = self.groups[own].send_in_place(size as usize) {
@@ -174,6 +185,7 @@ impl Large {
             // stops the subgroup.
             tracing::debug!(seq, error = %e, "RDMC send refused");
         }
+        Ok(())
     }
 
     /// How many own messages' send buffers are free: those consumed by every member

@@ -5,7 +5,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use spindle_transport_rdma::{round_up_to_words, NodeId, RegionId, REGION_BYTES_MAX, WORD_BYTES};
+use spindle_transport_rdma::{
+    round_up_to_words, NodeId, PeerWrites, RegionId, REGION_BYTES_MAX, WORD_BYTES,
+};
 
 use crate::error::{Error, Result};
 use crate::rdmc::{RdmcConfig, RdmcGroup};
@@ -469,6 +471,22 @@ impl Geometry {
         self.ring(sender_rank)
             + RING_HEADER_BYTES
             + (index % self.window_slots as u64) as usize * self.slot_bytes
+    }
+
+    /// What each other member of `spec` may write into `me`'s copy of the region (a
+    /// member writes only its own control row and, a sender, its own ring: Derecho's SST
+    /// rule), for [`spindle_transport_rdma::Region::limit_peer_writes`].
+    pub fn peer_writes(&self, spec: &SubgroupSpec, me: NodeId) -> Result<PeerWrites> {
+        let mut grants = PeerWrites::default();
+        for (rank, &m) in spec.members.iter().enumerate().filter(|(_, m)| **m != me) {
+            let row = self.ctrl_row(rank);
+            grants.grant(m, row..row + self.ctrl_row_bytes)?;
+            if let Some(s) = spec.senders.iter().position(|&x| x == m) {
+                let ring = self.ring(s);
+                grants.grant(m, ring..ring + self.ring_bytes)?;
+            }
+        }
+        Ok(grants)
     }
 
     /// The global index of message `index` of sender `sender_rank` (round-robin order).

@@ -263,6 +263,12 @@ impl Membership {
         let geom = RowGeometry::new(view.members.len(), frozen_words);
         let region_id = membership_region_id(view.vid);
         let region = register(region_id, geom.row_bytes * view.members.len())?;
+        // Each member writes only its own row.
+        let mut grants = spindle_transport_rdma::PeerWrites::default();
+        for (r, &m) in view.members.iter().enumerate().filter(|(r, _)| *r != rank) {
+            grants.grant(m, r * geom.row_bytes..(r + 1) * geom.row_bytes)?;
+        }
+        region.limit_peer_writes(grants)?;
         let n = view.members.len();
         let mut m = Membership {
             rank,

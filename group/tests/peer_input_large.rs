@@ -15,7 +15,7 @@ use spindle_group::rdmc::{RdmcConfig, ScheduleKind};
 use spindle_group::testkit::{engine_cluster_seeing_regions, EngineNode, SimCluster};
 use spindle_group::{DeliveryMode, EngineConfig, EngineEvent, Layout, SubgroupSpec, View};
 use spindle_transport_rdma::sim::{SimConfig, SimWorld};
-use spindle_transport_rdma::{NodeId, Region, WORD_BYTES};
+use spindle_transport_rdma::{Endpoint, NodeId, Region, WORD_BYTES};
 
 const SG: u32 = 5;
 const SEEDS: std::ops::RangeInclusive<u64> = 1..=6;
@@ -240,5 +240,75 @@ fn an_announcement_resized_after_receipt_is_reported() {
         // Within the RDMC buffer, but not the size the transfer completed with.
         c.rewrite_at_2(0, 3, 8);
         c.expect_report_at_2(0);
+    });
+}
+
+/// This node's own ring is memory a peer that maps it (shm) could rewrite: an own
+/// announcement renumbered between the commit and the predicate thread's look at it is
+/// reported as this node's own misbehaviour (the group then stops this node), not an
+/// assertion's panic.
+#[test]
+fn an_own_announcement_rewritten_before_its_send_is_reported_not_a_panic() {
+    every_seed(|c| {
+        let seed = c.seed;
+        c.send(LARGE);
+        // RDMC message 1, in node 1's own slot 0, now claims to be message 7.
+        let at = c.geom.slot(0, 0) + 2 * WORD_BYTES;
+        c.sst[&1].store_u64(at, 7);
+        c.round(&[1]);
+        assert!(
+            matches!(
+                c.events.as_slice(),
+                [(1, EngineEvent::PeerMisbehaved { subgroup: SG, peer: 1, detail })]
+                    if detail.contains("own slot 0") && detail.contains("overwritten")
+            ),
+            "seed {seed}: expected node 1 to report its own slot, got {:?}",
+            c.events
+        );
+        for _ in 0..10 {
+            c.round(&[1, 2, 3]);
+        }
+        assert!(
+            c.delivered.values().all(Vec::is_empty),
+            "seed {seed}: the rewritten message was delivered"
+        );
+    });
+}
+
+/// A member writes only its own row and ring (Derecho's SST rule): over a fabric that
+/// applies its peers' writes (the simulator here, tcp for real), node 2's write into node
+/// 3's copy of node 1's ring lands nowhere, node 3 loses its link to node 2 (the engine
+/// reports it failed), and node 3 runs on.
+#[test]
+fn a_write_into_another_members_ring_fails_the_writers_link() {
+    every_seed(|c| {
+        let seed = c.seed;
+        let at = c.geom.slot(0, 1) + 2 * WORD_BYTES;
+        let before = c.sst[&3].load_u64(at);
+        c.sim.nodes[&2]
+            .ep
+            .write(3, sst_region_id(1, 0), at, &99u64.to_le_bytes())
+            .unwrap_or_else(|e| panic!("seed {seed}: the stray write: {e}"));
+        for _ in 0..ROUNDS_MAX {
+            if c.events.iter().any(|(n, _)| *n == 3) {
+                break;
+            }
+            c.round(&[1, 2, 3]);
+        }
+        assert!(
+            c.events
+                .iter()
+                .any(|(n, e)| *n == 3 && matches!(e, EngineEvent::Wedged { peer: 2, .. })),
+            "seed {seed}: expected node 3 to see node 2 fail, got {:?}",
+            c.events
+        );
+        assert_eq!(
+            c.sst[&3].load_u64(at),
+            before,
+            "seed {seed}: the stray write landed"
+        );
+        for _ in 0..10 {
+            c.round(&[1, 2, 3]);
+        }
     });
 }

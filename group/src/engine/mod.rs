@@ -639,6 +639,9 @@ impl Engine {
                     geom.region_bytes
                 )));
             }
+            // A peer's write outside its own row and ring fails its link where the
+            // backend sees it (`Endpoint::enforces_peer_writes`).
+            region.limit_peer_writes(geom.peer_writes(&spec, node)?)?;
             let (large, mut large_tx) = match &spec.rdmc {
                 Some(c) => {
                     let (l, tx) = Large::new(node, view.vid, &spec, c, rdmc_first, &mut register)?;

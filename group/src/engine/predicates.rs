@@ -178,8 +178,13 @@ impl Engine {
             let old = s.committed;
             if let Some(l) = &mut s.large {
                 for k in old..committed {
-                    if s.region.load_u64(s.geom.slot(rank, k) + WORD_BYTES) == RDMC_LEN {
-                        l.on_commit(&s.region, &s.geom, k);
+                    if s.region.load_u64(s.geom.slot(rank, k) + WORD_BYTES) != RDMC_LEN {
+                        continue;
+                    }
+                    if let Err(detail) = l.on_commit(&s.region, &s.geom, k) {
+                        let me = self.node;
+                        self.misbehaved(i, me, detail);
+                        return true;
                     }
                 }
             }

@@ -699,6 +699,14 @@ impl Group {
             }
         }
         while let Some(e) = c.engine.poll_event() {
+            if let EngineEvent::PeerMisbehaved { peer, detail, .. } = &e {
+                if *peer == me {
+                    // This node's own ring was rewritten (a peer that maps its memory):
+                    // what it sends can no longer be trusted; the others go on without it.
+                    self.shut_down(format!("this node's memory was overwritten: {detail}"));
+                    return true;
+                }
+            }
             let (EngineEvent::Wedged { peer, .. } | EngineEvent::PeerMisbehaved { peer, .. }) = e;
             c.membership.suspect(peer);
         }

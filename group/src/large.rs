@@ -31,7 +31,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use spindle_transport_rdma::{NodeId, Region, RegionId, WORD_BYTES};
+use spindle_transport_rdma::{NodeId, PeerWrites, Region, RegionId, WORD_BYTES};
 
 use crate::error::Result;
 use crate::layout::{rdmc_region_id, Geometry, SubgroupSpec, RDMC_LEN, SLOT_HEADER_BYTES};
@@ -90,6 +90,13 @@ impl Large {
             members.extend(spec.members.iter().copied().filter(|m| m != sender));
             let bytes = RdmcGroup::region_bytes(members.len(), config);
             let region = register(rdmc_region_id(vid, first + r), bytes)?;
+            // Any member of the transfer may relay blocks or acknowledge into it; a node
+            // outside the subgroup may not write it at all.
+            let mut grants = PeerWrites::default();
+            for &m in members.iter().filter(|m| **m != node) {
+                grants.grant(m, 0..region.len())?;
+            }
+            region.limit_peer_writes(grants)?;
             // A peer's write into a buffer a delivery holds in place is refused where this
             // process applies it; no peer writes an own send buffer at all.
             let (at, stride) = RdmcGroup::buffers(members.len(), config);

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use spindle_group::layout::{sst_region_id, Geometry, RDMC_LEN};
+use spindle_group::layout::{rdmc_region_id, sst_region_id, Geometry, RDMC_LEN};
 use spindle_group::rdmc::{RdmcConfig, ScheduleKind};
 use spindle_group::testkit::{engine_cluster_seeing_regions, EngineNode, SimCluster};
 use spindle_group::{DeliveryMode, EngineConfig, EngineEvent, Layout, SubgroupSpec, View};
@@ -311,4 +311,64 @@ fn a_write_into_another_members_ring_fails_the_writers_link() {
             c.round(&[1, 2, 3]);
         }
     });
+}
+
+/// An RDMC region takes writes from the members of its transfer only: node 4, in the
+/// view but not in the subgroup, writing into node 2's copy of node 1's RDMC region loses
+/// its link to node 2 (the simulator applies writes as tcp does), and nothing lands.
+#[test]
+fn a_node_outside_the_subgroup_may_not_write_its_rdmc_region() {
+    for seed in SEEDS {
+        let layout = Layout {
+            subgroups: vec![spec()],
+        };
+        let view = View::new(1, vec![1, 2, 3, 4]);
+        let rdmc = rdmc_region_id(1, 0);
+        let mut at_2 = None;
+        let mut sim = engine_cluster_seeing_regions(
+            SimWorld::new(seed, SimConfig::default()),
+            &view,
+            &layout,
+            EngineConfig::default(),
+            seed,
+            0..100,
+            |n, r| {
+                if n == 2 && r.id() == rdmc {
+                    at_2 = Some(r.clone());
+                }
+            },
+        )
+        .unwrap_or_else(|e| panic!("seed {seed}: cluster: {e}"));
+        let region = at_2.unwrap_or_else(|| panic!("seed {seed}: node 2 has no RDMC region"));
+        let ep4 = sim.nodes[&4].ep.clone();
+        for _ in 0..ROUNDS_MAX {
+            if ep4.remote_region(2, rdmc).is_some() {
+                break;
+            }
+            sim.round();
+        }
+        let last = region.len() - WORD_BYTES;
+        ep4.write(2, rdmc, last, &77u64.to_le_bytes())
+            .unwrap_or_else(|e| panic!("seed {seed}: the stray write: {e}"));
+        let mut lost = false;
+        for _ in 0..ROUNDS_MAX {
+            for &n in &[1, 2, 3] {
+                sim.step_node(n);
+            }
+            sim.advance();
+            // Node 4 is not stepped: its fabric events stay for the test to read.
+            while let Some(e) = ep4.poll_event() {
+                lost |= matches!(e, spindle_transport_rdma::Event::PeerFailed { peer: 2, .. });
+            }
+            if lost {
+                break;
+            }
+        }
+        assert!(lost, "seed {seed}: node 4 kept its link to node 2");
+        assert_eq!(
+            region.load_u64(last),
+            0,
+            "seed {seed}: the stray write landed"
+        );
+    }
 }

@@ -4,7 +4,7 @@
 use super::{drive_until, link, retry, Harness, Node};
 use crate::{FailureReason, PeerWrites, WORD_BYTES};
 
-/// Where [`Endpoint::enforces_peer_writes`] says so: a peer's writes inside its grants
+/// Where [`crate::Endpoint::enforces_peer_writes`] says so: a peer's writes inside its grants
 /// land; its first write (or guard) outside them lands nowhere and fails its link at the
 /// region's owner as malformed, naming the range. Other backends are skipped with the
 /// reason printed (their peers write the memory directly).

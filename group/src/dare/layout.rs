@@ -18,7 +18,9 @@
 //! [`ENTRY_HEADER_BYTES`] header (`index`, `term`, `sender rank | payload length`,
 //! `sender_seq`) and the payload.
 
-use spindle_transport_rdma::{RegionId, WORD_BYTES};
+use spindle_transport_rdma::{NodeId, PeerWrites, RegionId, WORD_BYTES};
+
+use crate::error::Result;
 
 /// Region id of every member's control region.
 pub const DARE_CTRL_REGION_ID: RegionId = 0x4441_5245;
@@ -104,6 +106,23 @@ impl CtrlLayout {
     pub fn applied(&self, rank: usize) -> usize {
         self.ack(rank) + WORD_BYTES
     }
+    /// What each other member may write into `me`'s control region: the words indexed
+    /// by its own rank, which only it writes (`Region::limit_peer_writes`).
+    pub fn peer_writes(&self, members: &[NodeId], me: NodeId) -> Result<PeerWrites> {
+        let mut grants = PeerWrites::default();
+        for (r, &m) in members.iter().enumerate().filter(|(_, m)| **m != me) {
+            for (at, words) in [
+                (self.hb(r), 1),
+                (self.vote_req(r), 3),
+                (self.grant(r), 1),
+                (self.hello(r), 1),
+                (self.ack(r), 2),
+            ] {
+                grants.grant(m, at..at + words * WORD_BYTES)?;
+            }
+        }
+        Ok(grants)
+    }
 }
 
 /// Offsets into a log region.
@@ -157,5 +176,34 @@ mod tests {
         assert_eq!(l.slot_bytes, ENTRY_HEADER_BYTES + 16);
         assert_eq!(l.slot(1), l.slot(5));
         assert_eq!(l.slot(4) + l.slot_bytes, l.bytes());
+    }
+
+    #[test]
+    fn each_member_may_write_the_control_words_of_its_own_rank_only() {
+        let members = [10, 11, 12, 13, 14];
+        let c = CtrlLayout::new(members.len());
+        let g = c.peer_writes(&members, 12).unwrap();
+        let w = WORD_BYTES;
+        for (r, &m) in members.iter().enumerate() {
+            // Every word of the region: writable by `m` exactly when it is one of rank r's.
+            let own = [
+                c.hb(r),
+                c.vote_req(r),
+                c.vote_req(r) + w,
+                c.vote_req(r) + 2 * w,
+                c.grant(r),
+                c.hello(r),
+                c.ack(r),
+                c.applied(r),
+            ];
+            for at in (0..c.bytes()).step_by(w) {
+                let may = g.allows(m, at, w);
+                assert_eq!(
+                    may,
+                    m != 12 && own.contains(&at),
+                    "member {m} (rank {r}), word at {at}"
+                );
+            }
+        }
     }
 }

@@ -412,6 +412,8 @@ impl DareNode {
                 ctrl_layout.bytes()
             )));
         }
+        // A member writes only the control words of its own rank.
+        ctrl.limit_peer_writes(ctrl_layout.peer_writes(&members, me)?)?;
         let log_layout = LogLayout::new(config.log_entries, config.payload_bytes_max);
         let mut rng = seed ^ u64::from(me).wrapping_mul(0xa076_1d64_78bd_642f);
         let timeout_us =
@@ -790,6 +792,12 @@ impl DareNode {
                 region.len()
             )));
         }
+        // Whoever leads the term replicates into it: any other member, no one else.
+        let mut grants = spindle_transport_rdma::PeerWrites::default();
+        for &m in self.members.iter().filter(|m| **m != self.me) {
+            grants.grant(m, 0..region.len())?;
+        }
+        region.limit_peer_writes(grants)?;
         if self.log_key.is_some() {
             // The old region is withdrawn: nothing more lands in it; copy it over.
             let bytes = self.log.to_vec(0, len)?;

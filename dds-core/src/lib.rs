@@ -74,8 +74,9 @@
 //!   is the writer's until its commit publishes it). Encoding straight into the slot,
 //!   as a large sample is encoded into its send buffer (below), was tried and not kept:
 //!   `Region::fill_guarded`'s one-fill-per-region lock cost more CPU per 1 KiB sample
-//!   than the copy it saved (docs/benchmarks.md, "Small samples encoded in place in
-//!   their slot"). `loan_sample` reserves the slot first and builds the value beside
+//!   than the copy it saved, and a prototype fill with no lock saved nothing either
+//!   (docs/benchmarks.md, "Small samples encoded in place in their slot" and "… without
+//!   a lock"). `loan_sample` reserves the slot first and builds the value beside
 //!   it. A sample above the topic's slot (bounded types size it; set
 //!   `slot_payload_bytes` for unbounded ones) goes by RDMC, in the same order, when the
 //!   participant's `sample_bytes_max` allows it: its encoding is measured against the

@@ -920,6 +920,18 @@ impl SimWorld {
         })
     }
 
+    /// Node `node`'s local region `id`, as its owner holds it (a test writes into it as a
+    /// peer that maps the memory, shm's way, would), if registered.
+    pub fn region(&self, node: NodeId, id: RegionId) -> Option<Region> {
+        self.shared
+            .lock()
+            .nodes
+            .get(&node)?
+            .regions
+            .get(&id)
+            .cloned()
+    }
+
     /// Virtual time, in microseconds since the world was built.
     pub fn now_us(&self) -> u64 {
         self.shared.lock().now_us

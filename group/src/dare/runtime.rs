@@ -16,6 +16,7 @@ use spindle_transport_rdma::{Endpoint, Event, NodeId, Region, RegionId};
 
 use super::layout::DARE_CTRL_REGION_ID;
 use super::{DareConfig, DareDelivery, DareEvent, DareNode, DareOut, DARE_IMM};
+use crate::sched::{spawn_placed, ThreadSched};
 use crate::{Error, Result};
 
 /// Rounds without work before the thread parks on the endpoint's doorbell.
@@ -111,6 +112,22 @@ impl DareMember {
         peers: &BTreeMap<NodeId, String>,
         config: DareConfig,
         setup_timeout: Duration,
+        upcall: impl FnMut(&DareDelivery) + Send + 'static,
+    ) -> Result<DareMember> {
+        let placed = ThreadSched::default();
+        Self::start_placed(ep, members, peers, config, setup_timeout, placed, upcall)
+    }
+
+    /// [`DareMember::start`] with the member's thread placed by `sched` (its CPUs and
+    /// scheduling class, as a group's predicate thread is: [`crate::sched`]), applied as
+    /// the thread starts; a placement the system refuses is the error, and no thread runs.
+    pub fn start_placed(
+        ep: Arc<dyn Endpoint>,
+        members: Vec<NodeId>,
+        peers: &BTreeMap<NodeId, String>,
+        config: DareConfig,
+        setup_timeout: Duration,
+        sched: ThreadSched,
         mut upcall: impl FnMut(&DareDelivery) + Send + 'static,
     ) -> Result<DareMember> {
         let me = ep.node();
@@ -158,33 +175,29 @@ impl DareMember {
                 Arc::clone(&ep),
                 Arc::clone(&failures),
             );
-            std::thread::Builder::new()
-                .name(format!("spindle-dare-{me}"))
-                .spawn(move || {
-                    let start = Instant::now();
-                    let mut log_regions: BTreeMap<RegionId, Region> = BTreeMap::new();
-                    let mut idle = 0u32;
-                    let mut deliveries = Vec::new();
-                    while !stop.load(Ordering::Acquire) {
-                        let mut work = false;
-                        {
-                            let mut c = lock(&core);
-                            while let Some(e) = ep.poll_event() {
-                                work = true;
-                                take_event(&mut c, me, e, &failures);
+            spawn_placed(format!("spindle-dare-{me}"), sched, move || {
+                let start = Instant::now();
+                let mut log_regions: BTreeMap<RegionId, Region> = BTreeMap::new();
+                let mut idle = 0u32;
+                let mut deliveries = Vec::new();
+                while !stop.load(Ordering::Acquire) {
+                    let mut work = false;
+                    {
+                        let mut c = lock(&core);
+                        while let Some(e) = ep.poll_event() {
+                            work = true;
+                            take_event(&mut c, me, e, &failures);
+                        }
+                        // A region announced before the link was up on this side
+                        // came without an event: ask the fabric for the ones awaited.
+                        for (peer, region) in c.log_regions_awaited() {
+                            if ep.remote_region(peer, region).is_some() {
+                                c.handle_region_announced(peer, region);
                             }
-                            // A region announced before the link was up on this side
-                            // came without an event: ask the fabric for the ones awaited.
-                            for (peer, region) in c.log_regions_awaited() {
-                                if ep.remote_region(peer, region).is_some() {
-                                    c.handle_region_announced(peer, region);
-                                }
-                            }
-                            let now_us = start.elapsed().as_micros() as u64;
-                            let mut rekey = |old: Option<RegionId>,
-                                             new: RegionId,
-                                             len: usize|
-                             -> Result<Region> {
+                        }
+                        let now_us = start.elapsed().as_micros() as u64;
+                        let mut rekey =
+                            |old: Option<RegionId>, new: RegionId, len: usize| -> Result<Region> {
                                 if let Some(old) = old {
                                     ep.deregister_region(old)?;
                                     log_regions.remove(&old);
@@ -193,64 +206,63 @@ impl DareMember {
                                 log_regions.insert(new, r.clone());
                                 Ok(r)
                             };
-                            match c.step(now_us, &mut rekey) {
-                                Ok(w) => work |= w,
-                                Err(e) => {
-                                    tracing::error!(node = me, %e, "dare: member stopped");
+                        match c.step(now_us, &mut rekey) {
+                            Ok(w) => work |= w,
+                            Err(e) => {
+                                tracing::error!(node = me, %e, "dare: member stopped");
+                                break;
+                            }
+                        }
+                        while let Some(out) = c.poll_out() {
+                            work = true;
+                            // A full outbound queue is backpressure: wait for it to
+                            // drain and post again (a dropped entry would leave a hole
+                            // under a later `tail`). Other refusals (a failed link, a
+                            // region withdrawn by a member that moved to a later term)
+                            // are the protocol's business: the core learns of them by
+                            // failure events and terms.
+                            while let Err(spindle_transport_rdma::Error::QueueFull { .. }) =
+                                post(&*ep, &out)
+                            {
+                                if stop.load(Ordering::Acquire) {
                                     break;
                                 }
-                            }
-                            while let Some(out) = c.poll_out() {
-                                work = true;
-                                // A full outbound queue is backpressure: wait for it to
-                                // drain and post again (a dropped entry would leave a hole
-                                // under a later `tail`). Other refusals (a failed link, a
-                                // region withdrawn by a member that moved to a later term)
-                                // are the protocol's business: the core learns of them by
-                                // failure events and terms.
-                                while let Err(spindle_transport_rdma::Error::QueueFull { .. }) =
-                                    post(&*ep, &out)
-                                {
-                                    if stop.load(Ordering::Acquire) {
-                                        break;
-                                    }
-                                    // Keep taking input meanwhile: a peer blocked on its
-                                    // own full queue to us must not wait on us in turn.
-                                    while let Some(e) = ep.poll_event() {
-                                        take_event(&mut c, me, e, &failures);
-                                    }
-                                    ep.wait(Duration::from_micros(PARK_US));
+                                // Keep taking input meanwhile: a peer blocked on its
+                                // own full queue to us must not wait on us in turn.
+                                while let Some(e) = ep.poll_event() {
+                                    take_event(&mut c, me, e, &failures);
                                 }
-                            }
-                            while let Some(d) = c.poll_delivery() {
-                                deliveries.push(d);
-                            }
-                            let mut q = lock(&events);
-                            while let Some(e) = c.poll_event() {
-                                q.push_back(e);
-                                if q.len() > DARE_RUNTIME_EVENTS_MAX {
-                                    q.pop_front();
-                                }
+                                ep.wait(Duration::from_micros(PARK_US));
                             }
                         }
-                        // The upcall runs without the core's lock (it may send).
-                        for d in deliveries.drain(..) {
-                            work = true;
-                            upcall(&d);
+                        while let Some(d) = c.poll_delivery() {
+                            deliveries.push(d);
                         }
-                        if work {
-                            idle = 0;
-                            continue;
-                        }
-                        idle += 1;
-                        if idle < IDLE_SPINS_MAX {
-                            std::thread::yield_now();
-                        } else {
-                            ep.wait(Duration::from_micros(PARK_US));
+                        let mut q = lock(&events);
+                        while let Some(e) = c.poll_event() {
+                            q.push_back(e);
+                            if q.len() > DARE_RUNTIME_EVENTS_MAX {
+                                q.pop_front();
+                            }
                         }
                     }
-                })
-                .map_err(|e| Error::Config(format!("dare: spawning the thread: {e}")))?
+                    // The upcall runs without the core's lock (it may send).
+                    for d in deliveries.drain(..) {
+                        work = true;
+                        upcall(&d);
+                    }
+                    if work {
+                        idle = 0;
+                        continue;
+                    }
+                    idle += 1;
+                    if idle < IDLE_SPINS_MAX {
+                        std::thread::yield_now();
+                    } else {
+                        ep.wait(Duration::from_micros(PARK_US));
+                    }
+                }
+            })?
         };
         Ok(DareMember {
             core,

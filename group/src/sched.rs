@@ -164,19 +164,27 @@ pub(crate) fn spawn_placed(
     }
 }
 
+/// The CPUs the calling thread may run on now, ascending: where a [`ThreadSched`] with no
+/// CPUs of its own leaves a thread, and what one with CPUs can ask for. An error names
+/// what the operating system said.
+pub fn current_thread_cpus() -> Result<Vec<usize>> {
+    let set = nix::sched::sched_getaffinity(Pid::from_raw(0)).map_err(|e| Error::ThreadSched {
+        setting: "cpus",
+        why: format!("reading this thread's CPUs: {e}"),
+    })?;
+    Ok((0..CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nix::sched::sched_getaffinity;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
-    /// The CPUs the calling thread may run on.
     fn allowed_cpus() -> Vec<usize> {
-        let set = sched_getaffinity(Pid::from_raw(0)).expect("sched_getaffinity");
-        (0..CpuSet::count())
-            .filter(|&c| set.is_set(c).unwrap_or(false))
-            .collect()
+        current_thread_cpus().expect("this thread's CPUs")
     }
 
     #[test]

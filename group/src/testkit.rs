@@ -54,7 +54,7 @@ use spindle_transport_rdma::{Endpoint, Event, NodeId, Region};
 
 use crate::engine::{Engine, EngineConfig};
 use crate::error::{Error, Result};
-use crate::group::{Group, GroupConfig};
+use crate::group::{Group, GroupConfig, GroupOutput};
 use crate::layout::{Layout, View};
 
 /// Steps the fabric may take to bring up the links of a new [`engine_cluster`].
@@ -323,6 +323,54 @@ pub fn bootstrapped_groups(
             Ok((n, ep, g))
         })
         .collect()
+}
+
+/// A [`Group`] on the sim fabric, driven by the runtime's `drive`, and what it output:
+/// the views it installed and why it shut down. Built from [`bootstrapped_groups`]'s
+/// triples; [`group_round`] runs a map of them.
+#[derive(Debug)]
+pub struct SimGroupNode {
+    /// Its endpoint.
+    pub ep: Arc<SimEndpoint>,
+    /// The group.
+    pub g: Group,
+    /// The views it installed since it was built.
+    pub installed: Vec<View>,
+    /// Why it shut down, once it did.
+    pub shut_down: Option<String>,
+}
+
+impl SimGroupNode {
+    /// A node that has output nothing yet.
+    pub fn new(ep: Arc<SimEndpoint>, g: Group) -> SimGroupNode {
+        SimGroupNode {
+            ep,
+            g,
+            installed: Vec::new(),
+            shut_down: None,
+        }
+    }
+}
+
+/// One round of `nodes`: every node that is not done runs once at the world's time and
+/// its outputs are recorded (a state a joiner asks for is given as empty), then the
+/// fabric moves on `step_us` of virtual time.
+pub fn group_round(world: &SimWorld, nodes: &mut BTreeMap<NodeId, SimGroupNode>, step_us: u64) {
+    for n in nodes.values_mut().filter(|n| !n.g.is_done()) {
+        crate::runtime::drive(&mut n.g, &*n.ep, world.now_us());
+        while let Some(out) = n.g.poll() {
+            match out {
+                GroupOutput::ViewInstalled(v) => n.installed.push(v.view),
+                GroupOutput::ShutDown(why) => n.shut_down = Some(why),
+                GroupOutput::StateRequested { subgroup, joiner } => {
+                    // A refusal is left to the caller's checks (the joiner goes without).
+                    let _ = n.g.provide_state(subgroup, joiner, &[]);
+                }
+                _ => {}
+            }
+        }
+    }
+    world.run_for(step_us);
 }
 
 /// A cluster of [`EngineNode`]s, one per member of `view`, every pair linked, all running

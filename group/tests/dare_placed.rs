@@ -7,21 +7,14 @@ use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use nix::sched::{sched_getaffinity, CpuSet};
-use nix::unistd::Pid;
-
 use spindle_group::dare::runtime::DareMember;
 use spindle_group::dare::DareConfig;
-use spindle_group::sched::ThreadSched;
+use spindle_group::sched::{current_thread_cpus, ThreadSched};
 use spindle_group::Error;
 use spindle_transport_rdma::{open_backend, FabricConfig};
 
-/// The CPUs the calling thread may run on.
 fn allowed_cpus() -> Vec<usize> {
-    let set = sched_getaffinity(Pid::from_raw(0)).expect("sched_getaffinity");
-    (0..CpuSet::count())
-        .filter(|&c| set.is_set(c).unwrap_or(false))
-        .collect()
+    current_thread_cpus().expect("this thread's CPUs")
 }
 
 #[test]

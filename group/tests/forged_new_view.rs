@@ -6,13 +6,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use spindle_transport_rdma::sim::{SimEndpoint, SimWorld};
+use spindle_transport_rdma::sim::SimWorld;
 use spindle_transport_rdma::{Endpoint, Event, NodeId};
 
 use spindle_group::group::{encode_new_view, MEMBERSHIP_IMM};
-use spindle_group::runtime::drive;
-use spindle_group::testkit::{bootstrapped_groups, membership_world};
-use spindle_group::{Group, GroupConfig, GroupOutput, Layout, View};
+use spindle_group::testkit::{
+    bootstrapped_groups, group_round, membership_world, SimGroupNode as Node,
+};
+use spindle_group::{Group, GroupConfig, Layout, View};
 
 /// The view the runs start in.
 const VID: u32 = 5;
@@ -24,26 +25,6 @@ const ROUNDS_AFTER: usize = 2_000;
 
 fn config() -> GroupConfig {
     GroupConfig::new(Arc::new(|v: &View| Ok(Layout::one_subgroup(v, 0, 4, 64))))
-}
-
-/// A group on the sim fabric and what it output.
-struct Node {
-    ep: Arc<SimEndpoint>,
-    g: Group,
-    /// The views it installed, the bootstrapped one included.
-    installed: Vec<View>,
-    shut_down: Option<String>,
-}
-
-impl Node {
-    fn new(ep: Arc<SimEndpoint>, g: Group) -> Node {
-        Node {
-            ep,
-            g,
-            installed: Vec::new(),
-            shut_down: None,
-        }
-    }
 }
 
 /// Members `members` bootstrapped in view [`VID`], run until their links are up.
@@ -60,23 +41,9 @@ fn members(seed: u64, world: &SimWorld, members: &[NodeId]) -> BTreeMap<NodeId, 
     nodes
 }
 
-/// One round: every node that is not done runs once (a state a joiner asks for is an
-/// empty one), then the fabric moves on 10 µs.
+/// One round of 10 µs.
 fn round(world: &SimWorld, nodes: &mut BTreeMap<NodeId, Node>) {
-    for n in nodes.values_mut().filter(|n| !n.g.is_done()) {
-        drive(&mut n.g, &*n.ep, world.now_us());
-        while let Some(out) = n.g.poll() {
-            match out {
-                GroupOutput::ViewInstalled(v) => n.installed.push(v.view),
-                GroupOutput::ShutDown(why) => n.shut_down = Some(why),
-                GroupOutput::StateRequested { subgroup, joiner } => {
-                    n.g.provide_state(subgroup, joiner, &[]).unwrap();
-                }
-                _ => {}
-            }
-        }
-    }
-    world.run_for(10);
+    group_round(world, nodes, 10);
 }
 
 /// A NEW_VIEW from `from` of view `vid` with `members` (in that order) at the addresses

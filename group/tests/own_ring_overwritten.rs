@@ -8,14 +8,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use spindle_transport_rdma::sim::{SimEndpoint, SimWorld};
 use spindle_transport_rdma::NodeId;
 
 use spindle_group::layout::{sst_region_id, Geometry, SLOT_HEADER_BYTES};
 use spindle_group::rdmc::{RdmcConfig, ScheduleKind};
-use spindle_group::runtime::drive;
-use spindle_group::testkit::{bootstrapped_groups, membership_world};
-use spindle_group::{Group, GroupConfig, GroupOutput, Layout, SubgroupSpec, View};
+use spindle_group::testkit::{
+    bootstrapped_groups, group_round, membership_world, SimGroupNode as Node,
+};
+use spindle_group::{GroupConfig, Layout, SubgroupSpec, View};
 
 /// The view the runs start in.
 const VID: u32 = 3;
@@ -42,29 +42,6 @@ fn config() -> GroupConfig {
     }))
 }
 
-/// A group on the sim fabric and what it output.
-struct Node {
-    ep: Arc<SimEndpoint>,
-    g: Group,
-    installed: Vec<View>,
-    shut_down: Option<String>,
-}
-
-/// One round: every node that is not done runs once, then the fabric moves on 10 µs.
-fn round(world: &SimWorld, nodes: &mut BTreeMap<NodeId, Node>) {
-    for n in nodes.values_mut().filter(|n| !n.g.is_done()) {
-        drive(&mut n.g, &*n.ep, world.now_us());
-        while let Some(out) = n.g.poll() {
-            match out {
-                GroupOutput::ViewInstalled(v) => n.installed.push(v.view),
-                GroupOutput::ShutDown(why) => n.shut_down = Some(why),
-                _ => {}
-            }
-        }
-    }
-    world.run_for(10);
-}
-
 #[test]
 fn an_own_announcement_rewritten_stops_this_node_and_the_others_go_on() {
     for seed in 1..=3u64 {
@@ -73,18 +50,10 @@ fn an_own_announcement_rewritten_stops_this_node_and_the_others_go_on() {
         let mut nodes: BTreeMap<NodeId, Node> = bootstrapped_groups(&world, &view, &config())
             .unwrap_or_else(|e| panic!("seed {seed}: {e}"))
             .into_iter()
-            .map(|(n, ep, g)| {
-                let node = Node {
-                    ep,
-                    g,
-                    installed: Vec::new(),
-                    shut_down: None,
-                };
-                (n, node)
-            })
+            .map(|(n, ep, g)| (n, Node::new(ep, g)))
             .collect();
         for _ in 0..200 {
-            round(&world, &mut nodes);
+            group_round(&world, &mut nodes, 10);
         }
         // Node 1 commits a large message; before its predicate thread looks, the
         // announcement in its own slot 0 is renumbered (RDMC message 1 → 7).
@@ -107,7 +76,7 @@ fn an_own_announcement_rewritten_stops_this_node_and_the_others_go_on() {
             if nodes[&1].shut_down.is_some() && others_moved {
                 break;
             }
-            round(&world, &mut nodes);
+            group_round(&world, &mut nodes, 10);
         }
         let why = nodes[&1].shut_down.clone();
         assert!(

@@ -287,7 +287,8 @@ pub enum EngineEvent {
     PeerMisbehaved {
         /// The subgroup.
         subgroup: SubgroupId,
-        /// The member whose row or ring is wrong.
+        /// The member whose row or ring is wrong: this node itself when its own ring was
+        /// rewritten (by a peer that maps its memory; the group then stops this node).
         peer: NodeId,
         /// What is wrong.
         detail: String,

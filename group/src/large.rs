@@ -92,11 +92,8 @@ impl Large {
             let region = register(rdmc_region_id(vid, first + r), bytes)?;
             // Any member of the transfer may relay blocks or acknowledge into it; a node
             // outside the subgroup may not write it at all.
-            let mut grants = PeerWrites::default();
-            for &m in members.iter().filter(|m| **m != node) {
-                grants.grant(m, 0..region.len())?;
-            }
-            region.limit_peer_writes(grants)?;
+            let others = members.iter().copied().filter(|m| *m != node);
+            region.limit_peer_writes(PeerWrites::whole_to(others, region.len())?)?;
             // A peer's write into a buffer a delivery holds in place is refused where this
             // process applies it; no peer writes an own send buffer at all.
             let (at, stride) = RdmcGroup::buffers(members.len(), config);

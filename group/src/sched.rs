@@ -84,9 +84,7 @@ impl ThreadSched {
 
     /// The CPUs the thread is kept to, ascending (empty: no change).
     pub fn cpus(&self) -> Vec<usize> {
-        (0..THREAD_CPUS_MAX)
-            .filter(|&c| self.cpus.is_set(c).unwrap_or(false))
-            .collect()
+        cpus_of(&self.cpus)
     }
 
     /// The `SCHED_FIFO` priority (0: the time-shared class).
@@ -172,9 +170,14 @@ pub fn current_thread_cpus() -> Result<Vec<usize>> {
         setting: "cpus",
         why: format!("reading this thread's CPUs: {e}"),
     })?;
-    Ok((0..CpuSet::count())
+    Ok(cpus_of(&set))
+}
+
+/// The CPUs in `set`, ascending.
+fn cpus_of(set: &CpuSet) -> Vec<usize> {
+    (0..THREAD_CPUS_MAX)
         .filter(|&c| set.is_set(c).unwrap_or(false))
-        .collect())
+        .collect()
 }
 
 #[cfg(test)]

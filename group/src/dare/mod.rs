@@ -793,10 +793,8 @@ impl DareNode {
             )));
         }
         // Whoever leads the term replicates into it: any other member, no one else.
-        let mut grants = spindle_transport_rdma::PeerWrites::default();
-        for &m in self.members.iter().filter(|m| **m != self.me) {
-            grants.grant(m, 0..region.len())?;
-        }
+        let others = self.members.iter().copied().filter(|m| *m != self.me);
+        let grants = spindle_transport_rdma::PeerWrites::whole_to(others, region.len())?;
         region.limit_peer_writes(grants)?;
         if self.log_key.is_some() {
             // The old region is withdrawn: nothing more lands in it; copy it over.

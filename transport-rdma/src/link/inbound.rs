@@ -233,19 +233,8 @@ impl<S: LinkStream> Hub<S> {
                 return Err(bad("guard"));
             }
         }
-        let not_its_own = |what: &str, at: usize, n: usize| {
-            malformed(format!(
-                "peer {peer}'s {what} of {n} bytes at {at} of region {id} lies outside what \
-                 it may write"
-            ))
-        };
-        if !region.peer_may_write(peer, offset, len) {
-            return Err(not_its_own("write", offset, len));
-        }
-        if let Some((guard_offset, _)) = guard {
-            if !region.peer_may_write(peer, guard_offset, WORD_BYTES) {
-                return Err(not_its_own("guard", guard_offset, WORD_BYTES));
-            }
+        if let Some(why) = region.peer_write_refused(peer, offset, len, guard.map(|g| g.0)) {
+            return Err(malformed(why));
         }
         Ok(Some(region.clone()))
     }

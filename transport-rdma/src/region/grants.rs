@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use super::Region;
-use crate::{Error, NodeId, Result};
+use crate::{Error, NodeId, Result, WORD_BYTES};
 
 /// Most byte ranges one peer may be granted in one region: a member's control row, its
 /// ring, and room for a layout that splits them.
@@ -59,6 +59,16 @@ impl PeerWrites {
         Ok(self)
     }
 
+    /// Every one of `peers` may write all of a region of `len` bytes (a region any member
+    /// of a group writes into, but no one outside it).
+    pub fn whole_to(peers: impl IntoIterator<Item = NodeId>, len: usize) -> Result<PeerWrites> {
+        let mut grants = PeerWrites::default();
+        for p in peers {
+            grants.grant(p, 0..len)?;
+        }
+        Ok(grants)
+    }
+
     /// Whether `peer` may write `len` bytes at `offset`: the whole range lies inside one
     /// of its grants (an empty write anywhere a grant begins or ends counts as inside).
     pub fn allows(&self, peer: NodeId, offset: usize, len: usize) -> bool {
@@ -109,6 +119,35 @@ impl Region {
             .grants
             .get()
             .is_none_or(|g| g.allows(peer, offset, len))
+    }
+
+    /// Why `peer`'s write of `len` bytes at `offset`, and the guard word at
+    /// `guard_offset` if it has one, lie outside what this region lets `peer` write, if
+    /// they do: the refusal a backend that applies its peers' writes reports
+    /// ([`crate::Endpoint::enforces_peer_writes`]).
+    pub fn peer_write_refused(
+        &self,
+        peer: NodeId,
+        offset: usize,
+        len: usize,
+        guard_offset: Option<usize>,
+    ) -> Option<String> {
+        let outside = |what: &str, at: usize, n: usize| {
+            format!(
+                "peer {peer}'s {what} of {n} bytes at {at} of region {} lies outside what it \
+                 may write",
+                self.id()
+            )
+        };
+        if !self.peer_may_write(peer, offset, len) {
+            return Some(outside("write", offset, len));
+        }
+        match guard_offset {
+            Some(g) if !self.peer_may_write(peer, g, WORD_BYTES) => {
+                Some(outside("guard", g, WORD_BYTES))
+            }
+            _ => None,
+        }
     }
 }
 

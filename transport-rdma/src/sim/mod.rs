@@ -228,33 +228,6 @@ impl NodeState {
     }
 }
 
-/// Why `writer`'s write of `len` bytes at `offset` (and its guard) into `r` lies outside
-/// what `r` lets it write ([`Region::limit_peer_writes`]), if it does.
-fn not_its_own(
-    r: &Region,
-    writer: NodeId,
-    offset: usize,
-    len: usize,
-    guard: Option<(usize, u64)>,
-) -> Option<String> {
-    let outside = |what: &str, at: usize, n: usize| {
-        format!(
-            "peer {writer}'s {what} of {n} bytes at {at} of region {} lies outside what it may \
-             write",
-            r.id()
-        )
-    };
-    if !r.peer_may_write(writer, offset, len) {
-        return Some(outside("write", offset, len));
-    }
-    match guard {
-        Some((g, _)) if !r.peer_may_write(writer, g, WORD_BYTES) => {
-            Some(outside("guard", g, WORD_BYTES))
-        }
-        _ => None,
-    }
-}
-
 /// What a write carries: its bytes, or only its length ([`SimEndpoint::write_phantom`]).
 #[derive(Debug)]
 enum WriteData {
@@ -790,7 +763,10 @@ impl State {
                         let Some(r) = target.regions.get(&region).cloned() else {
                             return; // withdrawn while the write was in flight
                         };
-                        if let Some(why) = not_its_own(&r, d.from, offset, data.len(), guard) {
+                        let guard_at = guard.map(|g| g.0);
+                        if let Some(why) =
+                            r.peer_write_refused(d.from, offset, data.len(), guard_at)
+                        {
                             self.hash(&[12]);
                             self.fail_link_malformed(d.to, d.from, why);
                             return;

@@ -1,11 +1,12 @@
 //! Per-sample stages of the DCPS data path, each on its own (`cargo bench -p
 //! spindle-dds-core --bench stages`): a string-keyed instance's key hash, CDR encode and decode of an avionics type and of a
-//! 1 KiB `Sequence`, the 64-byte sample header, a reader's cache (insert, then take), a
+//! 1 KiB `Sequence`, a source timestamp (the participant's clock and the system's), the 64-byte sample header, a reader's cache (insert, then take), a
 //! volatile store's push; and, as the reference in the same run, a 1 KiB memcpy. Throughput is per sample, so criterion's report reads as ns per
 //! sample per stage.
 
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use spindle_dds_core::cache::{Cache, Origin};
+use spindle_dds_core::clock::{system_wall_ns, Clock, WallClock};
 use spindle_dds_core::sample::{
     Coherent, SampleHeader, SampleKind, StateMask, SAMPLE_HEADER_BYTES,
 };
@@ -101,6 +102,13 @@ fn stages(c: &mut Criterion) {
             payload: vec![0xA5; 1024 - 8],
         },
     );
+
+    // A source timestamp: the participant's clock against the system's wall clock.
+    let mut g = c.benchmark_group("source_timestamp");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("WallClock", |b| b.iter(|| black_box(WallClock.wall_ns())));
+    g.bench_function("SystemTime", |b| b.iter(|| black_box(system_wall_ns())));
+    g.finish();
 
     let mut g = c.benchmark_group("header");
     g.throughput(Throughput::Elements(1));

@@ -91,9 +91,9 @@ impl ParticipantInner {
         self.shared.clock.now_us()
     }
 
-    /// Now on the participant's clock, in ns since the Unix epoch.
-    pub(crate) fn wall_ns(&self) -> i64 {
-        self.shared.clock.wall_ns()
+    /// The participant's clock.
+    pub(crate) fn clock(&self) -> &dyn crate::clock::Clock {
+        &*self.shared.clock
     }
 
     pub(crate) fn check_alive(&self) -> Result<()> {

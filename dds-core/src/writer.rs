@@ -8,6 +8,7 @@ use std::time::Duration;
 use spindle_qos::DataWriterQos;
 use spindle_topics::{Endianness, TopicType};
 
+use crate::clock::Clock;
 use crate::common::{instance_of, lock, on_delivery_thread};
 use crate::delivery::readers_of;
 use crate::error::{Error, Result};
@@ -59,9 +60,9 @@ impl<T: TopicType> DataWriter<T> {
         }
     }
 
-    /// Now on the participant's clock, in ns since the Unix epoch.
-    fn now_ns(&self) -> i64 {
-        self.topic.participant.wall_ns()
+    /// A stamp read from the participant's clock when the sample is numbered.
+    fn now(&self) -> Stamp<'_> {
+        Stamp::Now(self.topic.participant.clock())
     }
 
     pub(crate) fn core(&self) -> &Arc<WriterCore> {
@@ -110,9 +111,12 @@ impl<T: TopicType> DataWriter<T> {
         Ok(())
     }
 
-    /// Writes `data`, stamped now (DDS `write`).
+    /// Writes `data`, stamped now (DDS `write`): the clock is read where the sample takes
+    /// its place in the writer's order, so one writer's stamps never go back along its
+    /// samples, also when several threads share it (a reader ordering BY_SOURCE_TIMESTAMP
+    /// drops none of them as older); otherwise as [`DataWriter::write_w_timestamp`].
     pub fn write(&self, data: &T) -> Result<()> {
-        self.write_w_timestamp(data, self.now_ns())
+        self.write_stamped(data, self.now())
     }
 
     /// Writes `data` with the source timestamp `timestamp_ns` (ns since the Unix epoch).
@@ -123,8 +127,12 @@ impl<T: TopicType> DataWriter<T> {
     /// the writer's registered RDMC send buffer); above that, or above the slot without
     /// it, `OutOfResources` naming the limit.
     pub fn write_w_timestamp(&self, data: &T, timestamp_ns: i64) -> Result<()> {
+        self.write_stamped(data, Stamp::At(timestamp_ns))
+    }
+
+    fn write_stamped(&self, data: &T, stamp: Stamp<'_>) -> Result<()> {
         let key = instance_of(data)?;
-        self.send(SampleKind::Data, key, timestamp_ns, |buf| {
+        self.send(SampleKind::Data, key, stamp, |buf| {
             data.encode_into(Endianness::Little, buf)
         })
     }
@@ -132,7 +140,7 @@ impl<T: TopicType> DataWriter<T> {
     /// Disposes the instance of `data`'s key (DDS `dispose`).
     pub fn dispose(&self, data: &T) -> Result<()> {
         let key = instance_of(data)?;
-        self.send(SampleKind::Dispose, key, self.now_ns(), |_| Ok(0))
+        self.send(SampleKind::Dispose, key, self.now(), |_| Ok(0))
     }
 
     /// Unregisters the instance of `data`'s key (DDS `unregister_instance`); with
@@ -144,9 +152,9 @@ impl<T: TopicType> DataWriter<T> {
             .writer_data_lifecycle
             .autodispose_unregistered_instances
         {
-            self.send(SampleKind::Dispose, key, self.now_ns(), |_| Ok(0))?;
+            self.send(SampleKind::Dispose, key, self.now(), |_| Ok(0))?;
         }
-        self.send(SampleKind::Unregister, key, self.now_ns(), |_| Ok(0))
+        self.send(SampleKind::Unregister, key, self.now(), |_| Ok(0))
     }
 
     /// Asserts this writer's LIVELINESS without writing (DDS `assert_liveliness`): under
@@ -375,12 +383,12 @@ impl<T: TopicType> DataWriter<T> {
         &self,
         kind: SampleKind,
         key: InstanceHandle,
-        timestamp_ns: i64,
+        stamp: Stamp<'_>,
         body: impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
     ) -> Result<()> {
         self.check()?;
         let (loaned, path) = loan(&self.core, &self.topic.participant)?;
-        self.send_in(path, loaned, kind, key, timestamp_ns, body)
+        self.send_in(path, loaned, kind, key, stamp, body)
     }
 
     /// Encodes with `body` into the staging buffer of the held write path and writes it
@@ -392,7 +400,7 @@ impl<T: TopicType> DataWriter<T> {
         (loan, room): (spindle_group::Loan, usize),
         kind: SampleKind,
         key: InstanceHandle,
-        timestamp_ns: i64,
+        stamp: Stamp<'_>,
         mut body: impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
     ) -> Result<()> {
         if path.staging.len() < room {
@@ -403,21 +411,14 @@ impl<T: TopicType> DataWriter<T> {
             Err(spindle_topics::Error::BufferTooSmall { needed, .. }) => {
                 drop(loan);
                 drop(path);
-                self.send_large(room, needed, kind, key, timestamp_ns, body)?;
+                self.send_large(room, needed, kind, key, stamp, body)?;
                 self.written(kind, key);
                 return Ok(());
             }
             Err(e) => return Err(Error::Topic(e)),
         };
         self.written(kind, key);
-        finish(
-            &self.core,
-            loan,
-            kind,
-            key,
-            timestamp_ns,
-            &path.staging[..n],
-        )?;
+        finish(&self.core, loan, kind, key, stamp, &path.staging[..n])?;
         // Still with the path held, as the cells require.
         self.core.written.wrote_held(SAMPLE_HEADER_BYTES + n, false);
         drop(path);
@@ -448,7 +449,7 @@ impl<T: TopicType> DataWriter<T> {
         needed: usize,
         kind: SampleKind,
         key: InstanceHandle,
-        timestamp_ns: i64,
+        stamp: Stamp<'_>,
         mut body: impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
     ) -> Result<()> {
         let p = &self.topic.participant;
@@ -473,7 +474,7 @@ impl<T: TopicType> DataWriter<T> {
             s.try_send_filled(total, |buf| {
                 let n = body(&mut buf[SAMPLE_HEADER_BYTES..])?;
                 let mut hb = [0u8; SAMPLE_HEADER_BYTES];
-                numbered(&self.core, kind, key, timestamp_ns, coherent).encode(&mut hb);
+                numbered(&self.core, kind, key, stamp, coherent).encode(&mut hb);
                 buf[..SAMPLE_HEADER_BYTES].copy_from_slice(&hb);
                 let len = SAMPLE_HEADER_BYTES + n;
                 // Counted where it is numbered, with the write path held.
@@ -536,7 +537,7 @@ impl<T: TopicType> LoanedSample<T> {
             (loan, room),
             SampleKind::Data,
             key,
-            self.writer.now_ns(),
+            self.writer.now(),
             |buf| value.encode_into(Endianness::Little, buf),
         )
     }
@@ -662,10 +663,10 @@ fn finish(
     mut loan: spindle_group::Loan,
     kind: SampleKind,
     key: InstanceHandle,
-    timestamp_ns: i64,
+    stamp: Stamp<'_>,
     body: &[u8],
 ) -> Result<()> {
-    let h = header(core, kind, key, timestamp_ns)?;
+    let h = header(core, kind, key, stamp)?;
     let mut hb = [0u8; SAMPLE_HEADER_BYTES];
     h.encode(&mut hb);
     loan.write_at(0, &hb)?;
@@ -682,15 +683,9 @@ fn header(
     core: &WriterCore,
     kind: SampleKind,
     key: InstanceHandle,
-    timestamp_ns: i64,
+    stamp: Stamp<'_>,
 ) -> Result<SampleHeader> {
-    Ok(numbered(
-        core,
-        kind,
-        key,
-        timestamp_ns,
-        coherent_mark(core, kind)?,
-    ))
+    Ok(numbered(core, kind, key, stamp, coherent_mark(core, kind)?))
 }
 
 /// Where the writer's next sample of `kind` sits in its coherent set, marked (an error
@@ -704,12 +699,23 @@ fn coherent_mark(core: &WriterCore, kind: SampleKind) -> Result<Coherent> {
     })
 }
 
-/// [`header`] with its coherent mark given: takes the sequence number.
+/// A sample's source timestamp.
+#[derive(Clone, Copy)]
+enum Stamp<'a> {
+    /// Read from this clock when the sample is numbered, with the write path held, and
+    /// never before the writer's last such stamp ([`WriterCore::last_stamp_ns`]).
+    Now(&'a dyn Clock),
+    /// Given by the application (`write_w_timestamp`), as it is.
+    At(i64),
+}
+
+/// [`header`] with its coherent mark given: takes the sequence number and reads the
+/// stamp.
 fn numbered(
     core: &WriterCore,
     kind: SampleKind,
     key: InstanceHandle,
-    timestamp_ns: i64,
+    stamp: Stamp<'_>,
     coherent: Coherent,
 ) -> SampleHeader {
     // Called with the write path held (the invariant `WriterCore::seq` rests on): no
@@ -720,12 +726,23 @@ fn numbered(
     );
     let seq = core.seq.load(Ordering::Relaxed) + 1;
     core.seq.store(seq, Ordering::Release);
+    let source_timestamp_ns = match stamp {
+        Stamp::At(ns) => ns,
+        Stamp::Now(clock) => {
+            // Read and then stored, as `seq`, for the same reason.
+            let ns = clock
+                .wall_ns()
+                .max(core.last_stamp_ns.load(Ordering::Relaxed));
+            core.last_stamp_ns.store(ns, Ordering::Relaxed);
+            ns
+        }
+    };
     SampleHeader {
         kind,
         writer_id: core.id,
         topic_id: core.topic.topic_id,
         writer_seq: seq,
-        source_timestamp_ns: timestamp_ns,
+        source_timestamp_ns,
         key_hash: key.0,
         lifespan_ns: core.lifespan_ns.load(Ordering::Relaxed),
         ownership_strength: core.strength.load(Ordering::Relaxed),
@@ -766,7 +783,14 @@ pub(crate) fn send_control_with(
         )));
     }
     core.asserted(p.now_us());
-    finish(core, l, kind, control_key(core, p), p.wall_ns(), body)
+    finish(
+        core,
+        l,
+        kind,
+        control_key(core, p),
+        Stamp::Now(p.clock()),
+        body,
+    )
 }
 
 /// The key hash of a writer's control messages: none is an instance (readers keep no
@@ -777,4 +801,57 @@ fn control_key(core: &WriterCore, p: &ParticipantInner) -> InstanceHandle {
     k[..4].copy_from_slice(&p.me().to_le_bytes());
     k[4..8].copy_from_slice(&core.id.to_le_bytes());
     InstanceHandle(spindle_topics::KeyHash(k))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::common::TopicIdentity;
+    use std::sync::Mutex;
+
+    /// A clock that reads the wall times it is given, in turn.
+    #[derive(Debug)]
+    struct Scripted(Mutex<Vec<i64>>);
+
+    impl Clock for Scripted {
+        fn now_us(&self) -> u64 {
+            0
+        }
+        fn wall_ns(&self) -> i64 {
+            lock(&self.0).remove(0)
+        }
+    }
+
+    #[test]
+    fn a_clock_stepped_back_does_not_take_a_writers_stamps_back() {
+        let topic = TopicIdentity {
+            name: "t".into(),
+            topic_id: 7,
+            subgroup: 1,
+        };
+        let core = WriterCore::new(
+            1,
+            Arc::new(topic),
+            DataWriterQos::default(),
+            &Default::default(),
+            None,
+        );
+        let clock = Scripted(Mutex::new(vec![100, 200, 150, 300, 250]));
+        let _path = lock(&core.path);
+        let stamp = |s: Stamp<'_>| {
+            numbered(
+                &core,
+                SampleKind::Data,
+                InstanceHandle::default(),
+                s,
+                Coherent::No,
+            )
+            .source_timestamp_ns
+        };
+        let read: Vec<i64> = (0..4).map(|_| stamp(Stamp::Now(&clock))).collect();
+        assert_eq!(read, [100, 200, 200, 300], "150 came after 200");
+        // A given stamp is the application's, as it is, and moves nothing.
+        assert_eq!(stamp(Stamp::At(50)), 50);
+        assert_eq!(stamp(Stamp::Now(&clock)), 300, "250 came after 300");
+    }
 }

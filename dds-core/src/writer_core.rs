@@ -3,7 +3,7 @@
 //! it is [`crate::DataWriter`].
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use spindle_qos::{
@@ -87,6 +87,10 @@ pub(crate) struct WriterCore {
     /// add was about 10 ns a sample in a profile on the benchmark host); readers without
     /// the path (`wait_for_acknowledgments`) only load it.
     pub(crate) seq: AtomicU64,
+    /// The source timestamp of its last sample stamped from the clock (`write`,
+    /// `dispose`, ...; not `write_w_timestamp`), in ns since the Unix epoch: the next one
+    /// is never earlier. Read and stored with the write path held, as `seq`.
+    pub(crate) last_stamp_ns: AtomicI64,
     /// What it wrote, counted with the write path held ([`crate::metrics::WriteCells`];
     /// an `Arc`: a deleted writer's cells are summed once nobody can write through it).
     pub(crate) written: Arc<crate::metrics::WriteCells>,
@@ -186,6 +190,7 @@ impl WriterCore {
             topic,
             qos: Mutex::new(qos),
             seq: AtomicU64::new(0),
+            last_stamp_ns: AtomicI64::new(i64::MIN),
             written: Arc::default(),
             path: Mutex::new(WritePath::default()),
             blocking_us: AtomicU64::new(blocking),

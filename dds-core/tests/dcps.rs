@@ -204,7 +204,7 @@ fn the_survivor_of_two_goes_on_after_the_other_is_deleted() {
 /// RDMC): every sample arrives once, and the writer's sequence numbers follow the order
 /// every reader sees (a write numbers its sample where it takes its place in the ring,
 /// under the writer's one lock), so a reader can tell the writer's own order from
-/// `writer_seq`.
+/// `writer_seq`; the source timestamps, read there too, never go back along it.
 #[test]
 fn threads_sharing_one_writer_are_numbered_in_the_order_delivered() {
     let ps = domain(2);
@@ -268,6 +268,11 @@ fn threads_sharing_one_writer_are_numbered_in_the_order_delivered() {
             (1..=(THREADS * N) as u64).collect::<Vec<_>>(),
             "writer_seq in delivery order"
         );
+        // `write` reads the clock where the sample takes its place: the stamps follow
+        // the writer's order too (a BY_SOURCE_TIMESTAMP reader drops none as older).
+        let stamps: Vec<i64> = g.iter().map(|s| s.info.source_timestamp_ns).collect();
+        let back = stamps.windows(2).position(|w| w[1] < w[0]);
+        assert_eq!(back, None, "a stamp went back along writer_seq");
         // Each thread's own samples keep the order it wrote them in.
         for t in 0..THREADS {
             let mine: Vec<String> = g

@@ -140,4 +140,4 @@ pub use layout::{
     DareSettings, DeliveryMode, DeliveryPrefix, Layout, SubgroupId, SubgroupSpec, View,
     DECLARED_BYTES_MAX,
 };
-pub use smc::{Loan, Sender, ROOM_SPIN_TRIES, ROOM_WAIT_SLICE};
+pub use smc::{Loan, Sender, SlotFill, ROOM_SPIN_TRIES, ROOM_WAIT_SLICE};

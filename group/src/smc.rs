@@ -348,6 +348,56 @@ impl Sender {
     /// Borrows the next slot. [`Error::WindowFull`] when every slot holds a message some
     /// member has not consumed yet (retry later; nothing is lost).
     pub fn try_loan(&self) -> Result<Loan> {
+        let index = self.reserve_one()?;
+        Ok(Loan {
+            ring: Arc::clone(&self.ring),
+            slot: Slot::new(index),
+        })
+    }
+
+    /// Sends one message that `fill` builds in place in the next slot, lent for the call
+    /// only: what a [`Loan`] does, without a handle to keep (so no reference to the ring
+    /// is counted per message). `fill`'s `Ok` commits what it wrote and gives the sender
+    /// sequence number; its `Err` sends a null in the slot's place, as a dropped loan
+    /// does, and is handed back inside `Ok`. [`Error::WindowFull`] and [`Error::Wedged`]
+    /// as [`Sender::try_loan`], before `fill` runs.
+    ///
+    /// ```
+    /// # use spindle_group::{Engine, EngineConfig, View, Layout, SubgroupSpec, DeliveryMode};
+    /// # use spindle_transport_rdma::Region;
+    /// # let view = View::new(1, vec![1]);
+    /// # let spec = SubgroupSpec { id: 0, members: vec![1], senders: vec![1],
+    /// #     mode: DeliveryMode::Atomic, window_slots: 8, slot_payload_bytes: 64, rdmc: None,
+    /// #     delivery_prefix: None };
+    /// # let layout = Layout { subgroups: vec![spec] };
+    /// # let mut engine = Engine::new(1, view, layout, EngineConfig::default(),
+    /// #     |id, len| Ok(Region::new_heap(id, len)?))?;
+    /// let sender = engine.sender(0)?;
+    /// let sent = sender.try_send_with(|slot| {
+    ///     slot.write_at(0, b"header")?;
+    ///     slot.write_at(6, b" and body")
+    /// })?;
+    /// assert_eq!(sent?, 0);
+    /// // A fill that fails sends a null in its place: the next message is number 2.
+    /// let failed = sender.try_send_with(|slot| slot.write_at(60, b"past the slot"))?;
+    /// assert!(failed.is_err());
+    /// assert_eq!(sender.try_send(b"next")?, 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_send_with<E>(
+        &self,
+        fill: impl FnOnce(&mut SlotFill<'_>) -> std::result::Result<(), E>,
+    ) -> Result<std::result::Result<u64, E>> {
+        let index = self.reserve_one()?;
+        let mut slot = SlotFill {
+            ring: &self.ring,
+            slot: Slot::new(index),
+        };
+        Ok(fill(&mut slot).map(|()| slot.commit()))
+    }
+
+    /// Reserves the next index for one message.
+    fn reserve_one(&self) -> Result<u64> {
         self.check_running()?;
         let (index, n) = self.ring.reserve(1);
         if n == 0 {
@@ -355,12 +405,7 @@ impl Sender {
                 subgroup: self.ring.subgroup,
             });
         }
-        Ok(Loan {
-            ring: Arc::clone(&self.ring),
-            index,
-            len: 0,
-            done: false,
-        })
+        Ok(index)
     }
 
     /// Sends `payload` as one message (a loan, a copy, a commit); returns its sender
@@ -381,9 +426,7 @@ impl Sender {
                 })
                 .map(|sent| sent.unwrap_or_else(|never| match never {}));
         }
-        let mut loan = self.try_loan()?;
-        loan.write_at(0, payload)?;
-        Ok(loan.commit())
+        self.try_send_with(|slot| slot.write_at(0, payload))?
     }
 
     /// Sends a message above the slot (by RDMC, in the same order as [`Sender::try_send`])
@@ -443,11 +486,11 @@ impl Sender {
             }
             Err(e) => return Ok(Err(e)),
         };
-        let slot = ring.geom.slot(ring.sender_rank, loan.index) + SLOT_HEADER_BYTES;
+        let slot = ring.geom.slot(ring.sender_rank, loan.slot.index) + SLOT_HEADER_BYTES;
         ring.region.store_u64(slot, seq);
         ring.region.store_u64(slot + WORD_BYTES, len as u64);
         tx.reserved.store(seq, Ordering::Release);
-        let index = loan.index;
+        let index = loan.slot.index;
         loan.finish(RDMC_LEN);
         Ok(Ok(index))
     }
@@ -508,69 +551,134 @@ impl Sender {
 #[derive(Debug)]
 pub struct Loan {
     ring: Arc<Ring>,
+    slot: Slot,
+}
+
+/// A slot lent to one message until it is published: what [`Loan`] and [`SlotFill`]
+/// share, given the ring each holds.
+#[derive(Debug)]
+struct Slot {
     index: u64,
     len: usize,
     done: bool,
 }
 
-impl Loan {
-    /// The message's sender sequence number.
-    pub fn seq(&self) -> u64 {
-        self.index
+impl Slot {
+    fn new(index: u64) -> Slot {
+        Slot {
+            index,
+            len: 0,
+            done: false,
+        }
     }
 
-    /// Bytes written so far (the message length at commit).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True if nothing was written yet.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Writes `bytes` at `offset` of the payload; the message length becomes at least
-    /// `offset + bytes.len()`.
-    pub fn write_at(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
-        let max = self.ring.geom.slot_payload_bytes;
+    fn write_at(&mut self, ring: &Ring, offset: usize, bytes: &[u8]) -> Result<()> {
+        let max = ring.geom.slot_payload_bytes;
         let end = offset.saturating_add(bytes.len());
         if end > max {
             return Err(Error::PayloadTooLarge { len: end, max });
         }
-        let slot = self.ring.geom.slot(self.ring.sender_rank, self.index);
+        let slot = ring.geom.slot(ring.sender_rank, self.index);
         // The slot is this loan's until its commit publishes it: one bulk copy.
-        self.ring
-            .region
+        ring.region
             .write_bytes_guarded(slot + SLOT_HEADER_BYTES + offset, bytes)?;
         self.len = self.len.max(end);
         Ok(())
     }
 
-    /// Publishes the message; returns its sender sequence number.
-    pub fn commit(mut self) -> u64 {
-        self.finish(self.len as u64);
-        self.index
-    }
-
-    fn finish(&mut self, len: u64) {
+    /// Publishes the message, `len` bytes long (or a null: [`NULL_LEN`]), once.
+    fn finish(&mut self, ring: &Ring, len: u64) {
         if self.done {
             return;
         }
         self.done = true;
-        let guard = self
-            .ring
+        let guard = ring
             .post_lock
             .as_ref()
             .map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
-        self.ring.publish(self.index, len);
+        ring.publish(self.index, len);
         drop(guard);
-        self.ring.wake();
+        ring.wake();
+    }
+}
+
+impl Loan {
+    /// The message's sender sequence number.
+    pub fn seq(&self) -> u64 {
+        self.slot.index
+    }
+
+    /// Bytes written so far (the message length at commit).
+    pub fn len(&self) -> usize {
+        self.slot.len
+    }
+
+    /// True if nothing was written yet.
+    pub fn is_empty(&self) -> bool {
+        self.slot.len == 0
+    }
+
+    /// Writes `bytes` at `offset` of the payload; the message length becomes at least
+    /// `offset + bytes.len()`.
+    pub fn write_at(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
+        self.slot.write_at(&self.ring, offset, bytes)
+    }
+
+    /// Publishes the message; returns its sender sequence number.
+    pub fn commit(mut self) -> u64 {
+        self.finish(self.slot.len as u64);
+        self.slot.index
+    }
+
+    fn finish(&mut self, len: u64) {
+        self.slot.finish(&self.ring, len);
+    }
+}
+
+/// The slot [`Sender::try_send_with`] lends its `fill`: written as a [`Loan`] is, and
+/// published when `fill` returns.
+#[derive(Debug)]
+pub struct SlotFill<'a> {
+    ring: &'a Ring,
+    slot: Slot,
+}
+
+impl SlotFill<'_> {
+    /// The message's sender sequence number.
+    pub fn seq(&self) -> u64 {
+        self.slot.index
+    }
+
+    /// Bytes written so far (the message length at commit).
+    pub fn len(&self) -> usize {
+        self.slot.len
+    }
+
+    /// True if nothing was written yet.
+    pub fn is_empty(&self) -> bool {
+        self.slot.len == 0
+    }
+
+    /// Writes `bytes` at `offset` of the payload, as [`Loan::write_at`].
+    pub fn write_at(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
+        self.slot.write_at(self.ring, offset, bytes)
+    }
+
+    fn commit(mut self) -> u64 {
+        self.slot.finish(self.ring, self.slot.len as u64);
+        self.slot.index
+    }
+}
+
+impl Drop for SlotFill<'_> {
+    fn drop(&mut self) {
+        self.slot.finish(self.ring, NULL_LEN);
     }
 }
 
 impl io::Write for Loan {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let room = self.ring.geom.slot_payload_bytes - self.len;
+        let room = self.ring.geom.slot_payload_bytes - self.slot.len;
         let n = buf.len().min(room);
         if n == 0 && !buf.is_empty() {
             return Err(io::Error::new(
@@ -578,7 +686,7 @@ impl io::Write for Loan {
                 "message exceeds the slot payload",
             ));
         }
-        let at = self.len;
+        let at = self.slot.len;
         self.write_at(at, &buf[..n]).map_err(io::Error::other)?;
         Ok(n)
     }

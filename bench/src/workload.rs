@@ -498,21 +498,23 @@ fn run_node(
                     }
                     continue;
                 }
-                match sender.try_loan() {
-                    Ok(mut loan) => {
-                        let seq = loan.seq();
-                        loan.write_at(0, &payload).map_err(|e| e.to_string())?;
-                        if size >= 8 {
-                            loan.write_at(0, &seq.to_le_bytes())
-                                .map_err(|e| e.to_string())?;
-                        }
-                        if latency || seq % LATENCY_SAMPLE_EVERY == 0 {
-                            in_flight
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .insert((subgroup, seq), Instant::now());
-                        }
-                        loan.commit();
+                // Built in place in the slot lent for the call (no loan handle to count).
+                let filled = sender.try_send_with(|slot| {
+                    let seq = slot.seq();
+                    slot.write_at(0, &payload)?;
+                    if size >= 8 {
+                        slot.write_at(0, &seq.to_le_bytes())?;
+                    }
+                    if latency || seq % LATENCY_SAMPLE_EVERY == 0 {
+                        in_flight
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert((subgroup, seq), Instant::now());
+                    }
+                    Ok::<_, Error>(())
+                });
+                match filled.and_then(|f| f) {
+                    Ok(_) => {
                         sent += 1;
                         full = 0;
                         if latency {

@@ -377,51 +377,59 @@ impl<T: TopicType> DataWriter<T> {
         self.topic.participant.check_alive()
     }
 
-    /// Loans a slot, then encodes with `body` and writes the header and body into it
-    /// (or by RDMC, see [`DataWriter::send_in`]).
+    /// Sends one sample in the next slot of the writer's ring, lent for the call
+    /// ([`spindle_group::Sender::try_send_with`]: no loan handle, so no reference count
+    /// per sample), filled by [`fill_slot`] with the write path held; or by RDMC when its
+    /// encoding does not fit ([`DataWriter::sent`]).
     fn send(
         &self,
         kind: SampleKind,
         key: InstanceHandle,
         stamp: Stamp<'_>,
-        body: impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
+        mut body: impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
     ) -> Result<()> {
         self.check()?;
-        let (loaned, path) = loan(&self.core, &self.topic.participant)?;
-        self.send_in(path, loaned, kind, key, stamp, body)
+        let core = &*self.core;
+        let (filled, path) = with_room_held(core, &self.topic.participant, 0, |s, staging| {
+            let max = s.payload_bytes_max();
+            s.try_send_with(|slot| {
+                fill_slot(
+                    core,
+                    staging,
+                    max,
+                    kind,
+                    key,
+                    stamp,
+                    &mut body,
+                    |at, bytes| slot.write_at(at, bytes),
+                )
+            })
+        })?;
+        self.sent(filled.map(drop), path, kind, key, stamp, body)
     }
 
-    /// Encodes with `body` into the staging buffer of the held write path and writes it
-    /// in the loaned slot, or, when it does not fit, by RDMC (the loan is dropped: a null
-    /// keeps its turn; the path is let go while the large path waits for a buffer).
-    fn send_in(
+    /// What follows a sample's fill, with the write path `path` still held: the DEADLINE
+    /// and LIVELINESS bookkeeping once it went; for a sample that did not fit its slot
+    /// (the slot became a null and kept its turn), the RDMC path with the write path let
+    /// go while it waits for a buffer.
+    fn sent(
         &self,
-        mut path: MutexGuard<'_, WritePath>,
-        (loan, room): (spindle_group::Loan, usize),
+        filled: std::result::Result<(), NotSent>,
+        path: MutexGuard<'_, WritePath>,
         kind: SampleKind,
         key: InstanceHandle,
         stamp: Stamp<'_>,
-        mut body: impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
+        body: impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
     ) -> Result<()> {
-        if path.staging.len() < room {
-            path.staging.resize(room, 0);
-        }
-        let n = match body(&mut path.staging[..room]) {
-            Ok(n) => n,
-            Err(spindle_topics::Error::BufferTooSmall { needed, .. }) => {
-                drop(loan);
+        match filled {
+            Ok(()) => {}
+            Err(NotSent::Large { room, needed }) => {
                 drop(path);
                 self.send_large(room, needed, kind, key, stamp, body)?;
-                self.written(kind, key);
-                return Ok(());
             }
-            Err(e) => return Err(Error::Topic(e)),
-        };
+            Err(NotSent::Failed(e)) => return Err(e),
+        }
         self.written(kind, key);
-        finish(&self.core, loan, kind, key, stamp, &path.staging[..n])?;
-        // Still with the path held, as the cells require.
-        self.core.written.wrote_held(SAMPLE_HEADER_BYTES + n, false);
-        drop(path);
         Ok(())
     }
 
@@ -438,11 +446,11 @@ impl<T: TopicType> DataWriter<T> {
 }
 
 impl<T: TopicType> DataWriter<T> {
-    /// The large-sample path of [`DataWriter::send_in`]: encodes the header and the
-    /// `needed` bytes of body **in place** in the next registered RDMC send buffer
-    /// (`Sender::try_send_filled`: no staging buffer, no copy) and sends it by RDMC,
-    /// waiting for a free send buffer up to RELIABILITY's `max_blocking_time`. `room` is
-    /// the slot's payload, for the error.
+    /// The large-sample path of [`DataWriter::send`] and [`LoanedSample::write`]: encodes
+    /// the header and the `needed` bytes of body **in place** in the next registered RDMC
+    /// send buffer (`Sender::try_send_filled`: no staging buffer, no copy) and sends it
+    /// by RDMC, waiting for a free send buffer up to RELIABILITY's `max_blocking_time`.
+    /// `room` is the slot's payload, for the error.
     fn send_large(
         &self,
         room: usize,
@@ -531,15 +539,28 @@ impl<T: TopicType> LoanedSample<T> {
         };
         let key = instance_of(&self.value)?;
         let value = &self.value;
-        // A value grown past the slot goes by RDMC, as for `write`.
-        self.writer.send_in(
-            lock(&self.writer.core.path),
-            (loan, room),
+        let mut body = |buf: &mut [u8]| value.encode_into(Endianness::Little, buf);
+        let w = &self.writer;
+        let stamp = w.now();
+        let mut path = lock(&w.core.path);
+        let mut loan = loan;
+        let max = room + SAMPLE_HEADER_BYTES;
+        let filled = fill_slot(
+            &w.core,
+            &mut path.staging,
+            max,
             SampleKind::Data,
             key,
-            self.writer.now(),
-            |buf| value.encode_into(Endianness::Little, buf),
-        )
+            stamp,
+            &mut body,
+            |at, bytes| loan.write_at(at, bytes),
+        );
+        match &filled {
+            Ok(()) => drop(loan.commit()),
+            // A value grown past the slot goes by RDMC, as for `write`; the slot a null.
+            Err(_) => drop(loan),
+        }
+        w.sent(filled, path, SampleKind::Data, key, stamp, body)
     }
 }
 
@@ -558,8 +579,9 @@ fn loan<'c>(
     core: &'c WriterCore,
     p: &ParticipantInner,
 ) -> Result<((spindle_group::Loan, usize), MutexGuard<'c, WritePath>)> {
-    let ((l, max), path) =
-        with_room_held(core, p, 0, |s| Ok((s.try_loan()?, s.payload_bytes_max())))?;
+    let ((l, max), path) = with_room_held(core, p, 0, |s, _| {
+        Ok((s.try_loan()?, s.payload_bytes_max()))
+    })?;
     let room = max.checked_sub(SAMPLE_HEADER_BYTES).ok_or_else(|| {
         Error::OutOfResources(format!("slots of {max} bytes hold no sample header"))
     })?;
@@ -571,9 +593,9 @@ fn with_room<R>(
     core: &WriterCore,
     p: &ParticipantInner,
     len: usize,
-    attempt: impl FnMut(&spindle_group::Sender) -> spindle_group::Result<R>,
+    mut attempt: impl FnMut(&spindle_group::Sender) -> spindle_group::Result<R>,
 ) -> Result<R> {
-    with_room_held(core, p, len, attempt).map(|(r, _)| r)
+    with_room_held(core, p, len, |s, _| attempt(s)).map(|(r, _)| r)
 }
 
 /// What one try of [`with_room_held`] found.
@@ -597,15 +619,16 @@ fn with_room_held<'c, R>(
     core: &'c WriterCore,
     p: &ParticipantInner,
     len: usize,
-    mut attempt: impl FnMut(&spindle_group::Sender) -> spindle_group::Result<R>,
+    mut attempt: impl FnMut(&spindle_group::Sender, &mut Vec<u8>) -> spindle_group::Result<R>,
 ) -> Result<(R, MutexGuard<'c, WritePath>)> {
     let mut tries = 0u32;
     let mut deadline_us = None;
     loop {
         let mut path = lock(&core.path);
-        let tried = match path.sender.as_ref() {
+        let WritePath { sender, staging } = &mut *path;
+        let tried = match sender.as_ref() {
             None => Tried::Fetch,
-            Some(s) => match attempt(s) {
+            Some(s) => match attempt(s, staging) {
                 Ok(r) => Tried::Done(r),
                 Err(e @ spindle_group::Error::WindowFull { .. }) => Tried::Wait(e, Some(s.clone())),
                 Err(e @ spindle_group::Error::Wedged { .. }) => Tried::Wait(e, None),
@@ -655,6 +678,55 @@ fn with_room_held<'c, R>(
             None => p.driver.idle(VIEW_CHANGE_PAUSE),
         }
     }
+}
+
+/// Why a sample did not go into its slot.
+enum NotSent {
+    /// Its encoding needs `needed` bytes, more than the slot's `room`: it goes by RDMC.
+    Large { room: usize, needed: usize },
+    /// Encoding or writing it failed.
+    Failed(Error),
+}
+
+/// Encodes `body` into the staging buffer, takes the sample's header (number and stamp:
+/// the write path is held) and writes both through `write` into a slot of `max` bytes;
+/// counts the write. Before the header is taken, a body that does not fit is
+/// [`NotSent::Large`] (nothing numbered).
+#[allow(clippy::too_many_arguments)]
+fn fill_slot(
+    core: &WriterCore,
+    staging: &mut Vec<u8>,
+    max: usize,
+    kind: SampleKind,
+    key: InstanceHandle,
+    stamp: Stamp<'_>,
+    body: &mut impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
+    mut write: impl FnMut(usize, &[u8]) -> spindle_group::Result<()>,
+) -> std::result::Result<(), NotSent> {
+    let room = max.checked_sub(SAMPLE_HEADER_BYTES).ok_or_else(|| {
+        NotSent::Failed(Error::OutOfResources(format!(
+            "slots of {max} bytes hold no sample header"
+        )))
+    })?;
+    if staging.len() < room {
+        staging.resize(room, 0);
+    }
+    let n = match body(&mut staging[..room]) {
+        Ok(n) => n,
+        Err(spindle_topics::Error::BufferTooSmall { needed, .. }) => {
+            return Err(NotSent::Large { room, needed })
+        }
+        Err(e) => return Err(NotSent::Failed(Error::Topic(e))),
+    };
+    let h = header(core, kind, key, stamp).map_err(NotSent::Failed)?;
+    let mut hb = [0u8; SAMPLE_HEADER_BYTES];
+    h.encode(&mut hb);
+    write(0, &hb)
+        .and_then(|()| write(SAMPLE_HEADER_BYTES, &staging[..n]))
+        .map_err(|e| NotSent::Failed(e.into()))?;
+    // With the path held, as the cells require.
+    core.written.wrote_held(SAMPLE_HEADER_BYTES + n, false);
+    Ok(())
 }
 
 /// Writes the header and `body` into the loaned slot and sends it.

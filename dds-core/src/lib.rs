@@ -69,8 +69,8 @@
 //! ## Limits, today
 //!
 //! * `write` takes the writer's write path (one lock: its cached sender and its reused
-//!   staging buffer), loans the ring slot, encodes into the staging buffer and
-//!   stores it into the slot with one bulk copy (`Region::write_bytes_guarded`: the slot
+//!   staging buffer), has the ring slot lent for the call (`Sender::try_send_with`),
+//!   encodes into the staging buffer and stores it into the slot with one bulk copy (`Region::write_bytes_guarded`: the slot
 //!   is the writer's until its commit publishes it). Encoding straight into the slot,
 //!   as a large sample is encoded into its send buffer (below), was tried and not kept:
 //!   `Region::fill_guarded`'s one-fill-per-region lock cost more CPU per 1 KiB sample

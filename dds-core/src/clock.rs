@@ -26,7 +26,10 @@
 //! one period later. So the clock never goes back, and stays within a few hundred ns of
 //! the system's after the first periods; a difference above [`WALL_STEP_NS`] is a step
 //! of the system clock (set by hand, or by NTP) and is followed at once, as `SystemTime`
-//! follows it. On the benchmark host a read cost 9.2 ns against 23.5 ns for
+//! follows it. The counter is taken to run in step on every CPU, as invariant TSCs do on
+//! current hosts (what the kernel's own clock also relies on when its clocksource is
+//! `tsc`); a read on a CPU whose counter lags the segment's start reads that start.
+//! On the benchmark host a read cost 9.2 ns against 23.5 ns for
 //! `SystemTime::now` (`cargo bench -p spindle-dds-core --bench stages --
 //! source_timestamp`; docs/benchmarks.md, "The source timestamp's clock").
 //!

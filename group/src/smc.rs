@@ -602,27 +602,35 @@ impl Slot {
     }
 }
 
+/// What a lent slot offers, kept ([`Loan`]) or lent for one call ([`SlotFill`]): both
+/// hold a `slot` and a `ring` (an `Arc` or a reference).
+macro_rules! lent_slot_methods {
+    () => {
+        /// The message's sender sequence number.
+        pub fn seq(&self) -> u64 {
+            self.slot.index
+        }
+
+        /// Bytes written so far (the message length at commit).
+        pub fn len(&self) -> usize {
+            self.slot.len
+        }
+
+        /// True if nothing was written yet.
+        pub fn is_empty(&self) -> bool {
+            self.slot.len == 0
+        }
+
+        /// Writes `bytes` at `offset` of the payload; the message length becomes at
+        /// least `offset + bytes.len()`.
+        pub fn write_at(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
+            self.slot.write_at(&self.ring, offset, bytes)
+        }
+    };
+}
+
 impl Loan {
-    /// The message's sender sequence number.
-    pub fn seq(&self) -> u64 {
-        self.slot.index
-    }
-
-    /// Bytes written so far (the message length at commit).
-    pub fn len(&self) -> usize {
-        self.slot.len
-    }
-
-    /// True if nothing was written yet.
-    pub fn is_empty(&self) -> bool {
-        self.slot.len == 0
-    }
-
-    /// Writes `bytes` at `offset` of the payload; the message length becomes at least
-    /// `offset + bytes.len()`.
-    pub fn write_at(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
-        self.slot.write_at(&self.ring, offset, bytes)
-    }
+    lent_slot_methods!();
 
     /// Publishes the message; returns its sender sequence number.
     pub fn commit(mut self) -> u64 {
@@ -644,25 +652,7 @@ pub struct SlotFill<'a> {
 }
 
 impl SlotFill<'_> {
-    /// The message's sender sequence number.
-    pub fn seq(&self) -> u64 {
-        self.slot.index
-    }
-
-    /// Bytes written so far (the message length at commit).
-    pub fn len(&self) -> usize {
-        self.slot.len
-    }
-
-    /// True if nothing was written yet.
-    pub fn is_empty(&self) -> bool {
-        self.slot.len == 0
-    }
-
-    /// Writes `bytes` at `offset` of the payload, as [`Loan::write_at`].
-    pub fn write_at(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
-        self.slot.write_at(self.ring, offset, bytes)
-    }
+    lent_slot_methods!();
 
     fn commit(mut self) -> u64 {
         self.slot.finish(self.ring, self.slot.len as u64);

@@ -12,7 +12,7 @@ use spindle_qos::{DomainParticipantQos, PublisherQos, SubscriberQos, TopicQos};
 use spindle_topics::{CdrSample, TopicType};
 use spindle_transport_rdma::{Endpoint, NodeId};
 
-use crate::clock::WallClock;
+use crate::clock::{Clock, WallClock};
 use crate::common::{lock, TopicIdentity};
 use crate::config::{ParticipantConfig, Transport};
 use crate::content_filter::ContentFilter;
@@ -251,6 +251,9 @@ impl DomainParticipant {
         } else {
             make_group(&config, &*ep, last_vid, restarted)?
         };
+        // The process's wall clock calibrates its counter on its first read (under a
+        // millisecond): here, not in the first `write`.
+        let _ = WallClock.wall_ns();
         let shared = Shared::new(config.node_id, Arc::new(WallClock));
         shared
             .rejoin_enabled

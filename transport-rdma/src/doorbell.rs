@@ -4,15 +4,17 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
-/// What a backend adds to every ring ([`Doorbell::set_on_ring`]).
+/// What a backend does on every ring instead of the bell's own state
+/// ([`Doorbell::take_over`]).
 type OnRing = Box<dyn Fn() + Send + Sync>;
 
 /// A wake-up signal that is cheap to ring when nobody sleeps (one atomic swap) and never
 /// loses a ring: a ring that happens before [`Doorbell::wait`] makes that wait return at
 /// once. Backends ring it when a peer's write lands in a local region, when an event is
 /// queued and when an outbound queue drains. A backend that parks its owner elsewhere
-/// (shm parks on a futex in shared memory) hooks every ring with
-/// [`Doorbell::set_on_ring`].
+/// (shm parks on a futex in shared memory) takes every ring over with
+/// [`Doorbell::take_over`]: the bell's own state, which nobody would wait on, is then
+/// left alone (one atomic swap less per ring, on every commit of a sender).
 #[derive(Default)]
 pub struct Doorbell {
     rung: AtomicBool,
@@ -38,9 +40,13 @@ impl Doorbell {
         Self::default()
     }
 
-    /// Rings the bell, waking every thread parked in [`Doorbell::wait`], then runs the
-    /// hook set by [`Doorbell::set_on_ring`], if any.
+    /// Rings the bell, waking every thread parked in [`Doorbell::wait`]; on a bell taken
+    /// over ([`Doorbell::take_over`]), runs the backend's ring instead.
     pub fn ring(&self) {
+        if let Some(f) = self.on_ring.get() {
+            f();
+            return;
+        }
         if !self.rung.swap(true, Ordering::AcqRel) && self.sleepers.load(Ordering::Acquire) > 0 {
             // Taking the lock orders this notify after a sleeper's check of `rung`.
             let _guard = self
@@ -49,14 +55,12 @@ impl Doorbell {
                 .unwrap_or_else(|poison| poison.into_inner());
             self.wake.notify_all();
         }
-        if let Some(f) = self.on_ring.get() {
-            f();
-        }
     }
 
-    /// Makes every later [`Doorbell::ring`] also call `f` (once set, for good); false if a
-    /// hook was set already.
-    pub fn set_on_ring(&self, f: impl Fn() + Send + Sync + 'static) -> bool {
+    /// Makes every later [`Doorbell::ring`] call `f` instead of setting the bell (once
+    /// set, for good), for a backend whose owner parks elsewhere: [`Doorbell::wait`] on
+    /// such a bell only times out. False if it was taken over already.
+    pub fn take_over(&self, f: impl Fn() + Send + Sync + 'static) -> bool {
         self.on_ring.set(Box::new(f)).is_ok()
     }
 
@@ -94,18 +98,19 @@ mod tests {
     }
 
     #[test]
-    fn the_ring_hook_runs_on_every_ring() {
+    fn a_bell_taken_over_hands_every_ring_to_its_backend() {
         let bell = Doorbell::new();
         let rings = Arc::new(AtomicUsize::new(0));
         let r = Arc::clone(&rings);
-        assert!(bell.set_on_ring(move || {
+        assert!(bell.take_over(move || {
             r.fetch_add(1, Ordering::AcqRel);
         }));
-        assert!(!bell.set_on_ring(|| {}));
+        assert!(!bell.take_over(|| {}));
         bell.ring();
         bell.ring();
         assert_eq!(rings.load(Ordering::Acquire), 2);
-        assert!(bell.wait(Duration::from_secs(5)));
+        // The bell's own state is left alone: its owner waits elsewhere.
+        assert!(!bell.wait(Duration::from_millis(1)));
     }
 
     #[test]

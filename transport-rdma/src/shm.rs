@@ -675,9 +675,10 @@ impl ShmEndpoint {
 
         {
             // Events, drained queues and wake() ring the hub's doorbell: make them bump
-            // the futex word the predicate thread parks on.
+            // the futex word the predicate thread parks on (and nothing else: nobody
+            // waits on the hub's doorbell of an shm endpoint).
             let control = Arc::clone(&control);
-            hub.doorbell().set_on_ring(move || ring(&control));
+            hub.doorbell().take_over(move || ring(&control));
         }
         let accept_hub = Arc::clone(&hub);
         std::thread::Builder::new()

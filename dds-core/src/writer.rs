@@ -532,7 +532,7 @@ impl<T: TopicType> std::ops::DerefMut for LoanedSample<T> {
 impl<T: TopicType> LoanedSample<T> {
     /// Sends the value in the loaned slot.
     pub fn write(mut self) -> Result<()> {
-        let Some((loan, room)) = self.loan.take() else {
+        let Some((mut loan, room)) = self.loan.take() else {
             return Err(Error::PreconditionNotMet(
                 "the loan was already written".into(),
             ));
@@ -543,7 +543,6 @@ impl<T: TopicType> LoanedSample<T> {
         let w = &self.writer;
         let stamp = w.now();
         let mut path = lock(&w.core.path);
-        let mut loan = loan;
         let max = room + SAMPLE_HEADER_BYTES;
         let filled = fill_slot(
             &w.core,
@@ -701,7 +700,7 @@ fn fill_slot(
     key: InstanceHandle,
     stamp: Stamp<'_>,
     body: &mut impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
-    mut write: impl FnMut(usize, &[u8]) -> spindle_group::Result<()>,
+    write: impl FnMut(usize, &[u8]) -> spindle_group::Result<()>,
 ) -> std::result::Result<(), NotSent> {
     let room = max.checked_sub(SAMPLE_HEADER_BYTES).ok_or_else(|| {
         NotSent::Failed(Error::OutOfResources(format!(
@@ -718,14 +717,26 @@ fn fill_slot(
         }
         Err(e) => return Err(NotSent::Failed(Error::Topic(e))),
     };
-    let h = header(core, kind, key, stamp).map_err(NotSent::Failed)?;
-    let mut hb = [0u8; SAMPLE_HEADER_BYTES];
-    h.encode(&mut hb);
-    write(0, &hb)
-        .and_then(|()| write(SAMPLE_HEADER_BYTES, &staging[..n]))
-        .map_err(|e| NotSent::Failed(e.into()))?;
+    write_sample(core, kind, key, stamp, &staging[..n], write).map_err(NotSent::Failed)?;
     // With the path held, as the cells require.
     core.written.wrote_held(SAMPLE_HEADER_BYTES + n, false);
+    Ok(())
+}
+
+/// Takes the sample's header (with the write path held) and writes it, then `body`,
+/// through `write` (at offsets into the slot's payload).
+fn write_sample(
+    core: &WriterCore,
+    kind: SampleKind,
+    key: InstanceHandle,
+    stamp: Stamp<'_>,
+    body: &[u8],
+    mut write: impl FnMut(usize, &[u8]) -> spindle_group::Result<()>,
+) -> Result<()> {
+    let mut hb = [0u8; SAMPLE_HEADER_BYTES];
+    header(core, kind, key, stamp)?.encode(&mut hb);
+    write(0, &hb)?;
+    write(SAMPLE_HEADER_BYTES, body)?;
     Ok(())
 }
 
@@ -738,11 +749,9 @@ fn finish(
     stamp: Stamp<'_>,
     body: &[u8],
 ) -> Result<()> {
-    let h = header(core, kind, key, stamp)?;
-    let mut hb = [0u8; SAMPLE_HEADER_BYTES];
-    h.encode(&mut hb);
-    loan.write_at(0, &hb)?;
-    loan.write_at(SAMPLE_HEADER_BYTES, body)?;
+    write_sample(core, kind, key, stamp, body, |at, bytes| {
+        loan.write_at(at, bytes)
+    })?;
     loan.commit();
     Ok(())
 }

@@ -586,6 +586,12 @@ impl Slot {
         Ok(())
     }
 
+    /// Publishes what was written; returns the sender sequence number.
+    fn commit(&mut self, ring: &Ring) -> u64 {
+        self.finish(ring, self.len as u64);
+        self.index
+    }
+
     /// Publishes the message, `len` bytes long (or a null: [`NULL_LEN`]), once.
     fn finish(&mut self, ring: &Ring, len: u64) {
         if self.done {
@@ -634,8 +640,7 @@ impl Loan {
 
     /// Publishes the message; returns its sender sequence number.
     pub fn commit(mut self) -> u64 {
-        self.finish(self.slot.len as u64);
-        self.slot.index
+        self.slot.commit(&self.ring)
     }
 
     fn finish(&mut self, len: u64) {
@@ -655,8 +660,7 @@ impl SlotFill<'_> {
     lent_slot_methods!();
 
     fn commit(mut self) -> u64 {
-        self.slot.finish(self.ring, self.slot.len as u64);
-        self.slot.index
+        self.slot.commit(self.ring)
     }
 }
 

@@ -13,7 +13,8 @@
 # on CPU 1: bandwidth_test's first node is the parent process, dds_perf's pub and sub are
 # its two children; `taskset -a -p` as soon as the processes exist, before their set-up
 # ends). Compare each DCPS figure with the raw engine of the
-# same variant in the same round. TRANSPORTS (default "shm tcp") picks the transports.
+# same variant in the same round. TRANSPORTS (default "shm tcp") picks the transports;
+# SAMPLES (default 1000000) the 1 KiB runs' length.
 set -u
 # shellcheck source=scripts/ab-lib.sh
 . "$(dirname "$0")/ab-lib.sh"
@@ -25,7 +26,7 @@ for r in $(seq 1 "$rounds"); do
   # alternate the order each round
   if [ $((r % 2)) -eq 0 ]; then vs=$(echo $variants | tr ' ' '\n' | tac | tr '\n' ' '); else vs=$variants; fi
   for t in ${TRANSPORTS:-shm tcp}; do
-    n=1000000
+    n=${SAMPLES:-1000000}
     for v in $vs; do
       bin=$root/${v%%+*}
       envs=""; case "$v" in *+spin*) envs="SPINDLE_WAITSET_SPIN_US=${v##*+spin}";; esac

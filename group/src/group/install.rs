@@ -172,7 +172,9 @@ impl Group {
             return Ok(false);
         };
         self.retiring = Some(prev.membership);
-        for (sg, msgs) in resends {
+        // A subgroup with nothing to re-send gets no queue: an empty one would be handed
+        // back as undeliverable (nothing) when this member no longer sends there.
+        for (sg, msgs) in resends.into_iter().filter(|(_, m)| !m.is_empty()) {
             self.stats.resent += msgs.len() as u64;
             self.pending_resends.entry(sg).or_default().extend(msgs);
         }

@@ -1109,6 +1109,11 @@ impl Cluster {
                 n.ended = Some(why);
             }
             GroupOutput::Undeliverable { subgroup, payloads } => {
+                if payloads.is_empty() {
+                    self.checker.violation(format!(
+                        "node {id}: nothing handed back as undeliverable in {subgroup}"
+                    ));
+                }
                 // Handed back to the application: no longer expected anywhere.
                 for p in payloads {
                     if let Some((msg, _)) = parse_payload(&p) {

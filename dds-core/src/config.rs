@@ -783,7 +783,44 @@ fn validate_transport(cfg: &ParticipantConfig, origin: &str) -> Result<()> {
             cfg.transport.name()
         ));
     }
+    for c in &cfg.contacts {
+        validate_contact(cfg, c, origin)?;
+    }
     Ok(())
+}
+
+/// Checks that a contact's address has the form its transport reaches members at: a
+/// `host:port` (tcp, and the side channel of libfabric and verbs), or the abstract socket
+/// `@spindle-<namespace>-<node>` of an shm member, ending in that contact's node id. A
+/// wrong form would only show as a join that times out.
+fn validate_contact(cfg: &ParticipantConfig, c: &Contact, origin: &str) -> Result<()> {
+    let a = c.address.as_str();
+    let ok = match cfg.transport {
+        Transport::Shm => a
+            .strip_prefix("@spindle-")
+            .and_then(|rest| rest.strip_suffix(&format!("-{}", c.node)))
+            .is_some(),
+        Transport::Tcp | Transport::Libfabric | Transport::Verbs => a
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok()),
+    };
+    if ok {
+        return Ok(());
+    }
+    let expected = match cfg.transport {
+        Transport::Shm => format!(
+            "an shm member listens at \"@spindle-<its listen namespace>-<its node id>\" \
+             (node {} in this participant's namespace: {:?})",
+            c.node,
+            ParticipantConfig::shm_address(&cfg.listen, c.node)
+        ),
+        _ => "a host:port".to_owned(),
+    };
+    Err(Error::Config(format!(
+        "{origin}: contacts: node {}'s address {a:?} does not fit transport = {:?}: {expected}",
+        c.node,
+        cfg.transport.name()
+    )))
 }
 
 #[cfg(test)]
@@ -1272,6 +1309,46 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("bad.toml") && e.contains(want), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_contact_address_of_another_transports_form_is_refused_naming_node_and_form() {
+        let with = |transport: &str, listen: &str, address: &str| {
+            format!(
+                "node_id = 2\ntransport = \"{transport}\"\nlisten = \"{listen}\"\n\
+                 [[contacts]]\nnode = 1\naddress = \"{address}\"\n"
+            )
+        };
+        // The forms each transport reaches members at.
+        for text in [
+            with("shm", "demo", "@spindle-demo-1"),
+            with("tcp", "127.0.0.1:0", "127.0.0.1:7401"),
+            with("tcp", "127.0.0.1:0", "localhost:7401"),
+            with("tcp", "[::1]:0", "[::1]:7401"),
+        ] {
+            ParticipantConfig::from_toml_str(&text, "ok.toml").unwrap();
+        }
+        // A tcp file switched to shm by its transport alone: the join would only time out.
+        for (text, want) in [
+            (
+                with("shm", "demo", "127.0.0.1:7401"),
+                "node 1's address \"127.0.0.1:7401\" does not fit transport = \"shm\": an shm \
+                 member listens at \"@spindle-<its listen namespace>-<its node id>\" (node 1 \
+                 in this participant's namespace: \"@spindle-demo-1\")",
+            ),
+            (with("shm", "demo", "@spindle-demo-3"), "node 1's address \"@spindle-demo-3\""),
+            (
+                with("tcp", "127.0.0.1:0", "@spindle-demo-1"),
+                "node 1's address \"@spindle-demo-1\" does not fit transport = \"tcp\": a host:port",
+            ),
+            (with("tcp", "127.0.0.1:0", "127.0.0.1"), "a host:port"),
+            (with("tcp", "127.0.0.1:0", ":7401"), "a host:port"),
+        ] {
+            let e = ParticipantConfig::from_toml_str(&text, "bad.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("bad.toml: contacts: ") && e.contains(want), "{e}");
         }
     }
 }

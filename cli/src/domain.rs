@@ -52,6 +52,11 @@ pub enum DurabilityArg {
     Volatile,
     /// The writer's history kept for late joiners (a stored topic).
     TransientLocal,
+    /// Kept for late joiners while any member of the domain keeps it (a stored topic).
+    Transient,
+    /// Kept on disk too, across a restart of the whole domain (a logged topic: needs
+    /// `data_dir` in the participant's file).
+    Persistent,
 }
 
 /// The QoS flags (topic, reader and writer QoS are built from them).
@@ -79,9 +84,12 @@ impl QosArgs {
             ReliabilityArg::Reliable => Reliability::reliable(),
             ReliabilityArg::BestEffort => Reliability::best_effort(),
         });
-        if self.durability == DurabilityArg::TransientLocal {
-            q = q.with_durability(DurabilityKind::TransientLocal);
-        }
+        q = q.with_durability(match self.durability {
+            DurabilityArg::Volatile => DurabilityKind::Volatile,
+            DurabilityArg::TransientLocal => DurabilityKind::TransientLocal,
+            DurabilityArg::Transient => DurabilityKind::Transient,
+            DurabilityArg::Persistent => DurabilityKind::Persistent,
+        });
         q.with_history(match self.history {
             Some(d) => History::keep_last(d),
             None => History::keep_all(),

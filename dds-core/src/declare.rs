@@ -29,8 +29,8 @@ use crate::sample::SAMPLE_HEADER_BYTES;
 /// The version byte in front of a declaration (2: the topic subgroup count follows it;
 /// 3: slot payloads in [`SLOT_UNIT_BYTES`] units; 4: a header flags byte, and the
 /// participant's DARE settings when it has a DARE writer; 5: the large window in each
-/// entry's window byte).
-const DECLARATION_VERSION: u8 = 5;
+/// entry's window byte; 6: [`LEVEL_OUTLIVES_WRITERS`] in the level byte).
+const DECLARATION_VERSION: u8 = 6;
 /// Bytes in front of the entries (or of the DARE settings): the version, the topic
 /// subgroup count (u16) and the header flags.
 const HEADER_BYTES: usize = 4;
@@ -87,6 +87,9 @@ const FLAG_WRITER: u8 = 2;
 /// A writer that asks for DARE ordering of its Atomic topics
 /// ([`crate::AtomicOrdering::Dare`]); the top bit, above the large-sample bits.
 const FLAG_DARE: u8 = 0x80;
+/// An entry's level byte: its entities keep the subgroup's history beyond its writers
+/// (DURABILITY TRANSIENT or PERSISTENT); the top bit, above the level's code.
+const LEVEL_OUTLIVES_WRITERS: u8 = 0x80;
 /// The large-sample bits of the flags byte, once shifted down.
 const LARGE_MASK: u8 = 0x1F;
 /// The flags byte's bits above the reader and writer flags hold log2 of the largest
@@ -203,6 +206,10 @@ pub struct Interest {
     /// [`crate::ParticipantConfig::large_window_messages`], 1..=[`LARGE_WINDOW_MESSAGES_MAX`];
     /// the subgroup takes the largest any member declares).
     pub large_window: usize,
+    /// Its entities keep the history beyond the subgroup's writers (DURABILITY TRANSIENT
+    /// or PERSISTENT): a store-level subgroup with such readers stays (and holds its
+    /// store) when its last writer is gone; see [`dds_subgroups`].
+    pub outlives_writers: bool,
 }
 
 impl Interest {
@@ -231,6 +238,7 @@ impl Interest {
         self.sample_bytes_max = self.sample_bytes_max.max(other.sample_bytes_max);
         self.dare |= other.dare;
         self.large_window = self.large_window.max(other.large_window);
+        self.outlives_writers |= other.outlives_writers;
     }
 }
 
@@ -344,7 +352,7 @@ pub fn encode_declaration(
                 | (large_log2 << LARGE_SHIFT)
                 | (u8::from(i.dare) * FLAG_DARE),
         );
-        out.push(i.level.to_u8());
+        out.push(i.level.to_u8() | (u8::from(i.outlives_writers) * LEVEL_OUTLIVES_WRITERS));
         // 1..=LARGE_WINDOW_MESSAGES_MAX (3): two bits.
         let large_window = (i.large_window.clamp(1, LARGE_WINDOW_MESSAGES_MAX) - 1) as u8;
         out.push(
@@ -451,8 +459,12 @@ fn decode_full(bytes: &[u8]) -> std::result::Result<Decoded, String> {
     for e in body.chunks_exact(ENTRY_BYTES) {
         let sg = u32::from_le_bytes([e[0], e[1], e[2], e[3]]);
         let flags = e[4];
-        let level = DeliveryLevel::from_u8(e[5])
-            .ok_or_else(|| format!("subgroup {sg}: delivery level {} unknown", e[5]))?;
+        let level = DeliveryLevel::from_u8(e[5] & !LEVEL_OUTLIVES_WRITERS).ok_or_else(|| {
+            format!(
+                "subgroup {sg}: delivery level {} unknown",
+                e[5] & !LEVEL_OUTLIVES_WRITERS
+            )
+        })?;
         let large_log2 = u32::from((flags >> LARGE_SHIFT) & LARGE_MASK);
         let large_ok = large_log2 == 0 || (LARGE_LOG2_MIN..=LARGE_LOG2_MAX).contains(&large_log2);
         let window_log2 = e[6] & WINDOW_LOG2_MASK;
@@ -474,6 +486,7 @@ fn decode_full(bytes: &[u8]) -> std::result::Result<Decoded, String> {
                 sample_bytes_max: if large_log2 == 0 { 0 } else { 1 << large_log2 },
                 dare: flags & FLAG_DARE != 0,
                 large_window,
+                outlives_writers: e[5] & LEVEL_OUTLIVES_WRITERS != 0,
             },
         );
     }
@@ -528,8 +541,9 @@ pub fn domain_topic_subgroups(view: &View) -> Option<(NodeId, u32)> {
     })
 }
 
-/// The DDS layout of `view`: one subgroup per declared id with at least one writer, the
-/// built-in subgroup first, then by id.
+/// The DDS layout of `view`: one subgroup per declared id with at least one writer, or
+/// store-level with readers that keep its history beyond its writers (its first member
+/// then its only sender, which sends nothing); the built-in subgroup first, then by id.
 pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
     let decl = declarations(view);
     /// Per subgroup: the merged interest, its members, senders and readers, and the
@@ -579,7 +593,27 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
     }
     let mut subgroups = merged
         .into_iter()
-        .filter(|(_, (_, _, senders, _, _))| !senders.is_empty())
+        .filter_map(|(id, (i, members, senders, readers, offered))| {
+            // A subgroup lives while it has writers; a store-level one also while readers
+            // that keep the history beyond its writers (TRANSIENT, PERSISTENT) remain:
+            // its members hold the store and hand it to joiners, so the subgroup needs a
+            // sender for the engine. Its first member is named one and never sends
+            // (an idle sender sends no nulls); the first writer to come takes over. The
+            // store keeps what the writers' HISTORY left it (depth 0: nothing trimmed;
+            // readers declare no depth of their own).
+            if !senders.is_empty() {
+                return Some((id, (i, members, senders, readers, offered)));
+            }
+            let kept = i.outlives_writers && i.level.keeps_history() && !readers.is_empty();
+            kept.then(|| {
+                let holder = vec![members[0]];
+                let i = Interest {
+                    store_depth: 0,
+                    ..i
+                };
+                (id, (i, members, holder, readers, i.level))
+            })
+        })
         .map(|(id, (i, members, senders, readers, offered))| {
             let dare = offered == DeliveryLevel::Atomic && i.dare;
             DdsSubgroup {
@@ -674,6 +708,7 @@ mod tests {
             sample_bytes_max: 0,
             dare: false,
             large_window: LARGE_WINDOW_MESSAGES,
+            outlives_writers: false,
         }
     }
 
@@ -768,6 +803,67 @@ mod tests {
         assert_eq!(spec(5).mode, DeliveryMode::Unordered);
         assert!(spec(5).rdmc.is_some());
         assert!(dds_layout()(&view).is_ok());
+    }
+
+    #[test]
+    fn readers_that_outlive_writers_keep_a_store_subgroup_with_its_first_member_as_sender() {
+        let reader = |level, outlives_writers| Interest {
+            level,
+            outlives_writers,
+            store_depth: 1,
+            ..interest(true, false)
+        };
+        // 3: TRANSIENT readers at 2 and 3 of a VolatileStore subgroup; 4: TRANSIENT_LOCAL
+        // readers; 5: PERSISTENT; 6: the bit below the store levels means nothing.
+        let mine = BTreeMap::from([
+            (3, reader(DeliveryLevel::VolatileStore, true)),
+            (4, reader(DeliveryLevel::VolatileStore, false)),
+            (5, reader(DeliveryLevel::LoggedStore, true)),
+            (6, reader(DeliveryLevel::Atomic, true)),
+        ]);
+        let bytes = encode_declaration(8, &DareSettings::default(), &mine).unwrap();
+        assert_eq!(
+            decode_declaration(&bytes).unwrap().1,
+            mine,
+            "the bit travels"
+        );
+        let mut view = View::new(1, vec![1, 2, 3]);
+        view.declared.insert(2, bytes.clone());
+        view.declared.insert(3, bytes);
+        let sgs = dds_subgroups(&view);
+        let ids: Vec<SubgroupId> = sgs.iter().map(|s| s.spec.id).collect();
+        assert_eq!(
+            ids,
+            vec![3, 5],
+            "only the store levels that outlive writers stay"
+        );
+        for s in &sgs {
+            assert_eq!(s.spec.members, vec![2, 3]);
+            assert_eq!(
+                s.spec.senders,
+                vec![2],
+                "the first member holds the sender's place"
+            );
+            assert!(s.readers == vec![2, 3] && s.level.keeps_history());
+            assert_eq!(
+                s.store_depth, 0,
+                "what the store holds is not trimmed further"
+            );
+        }
+        assert!(dds_layout()(&view).is_ok());
+        // A writer takes over: the subgroup is its again, with its history depth.
+        let w = Interest {
+            level: DeliveryLevel::VolatileStore,
+            store_depth: 7,
+            ..interest(false, true)
+        };
+        view.declared.insert(
+            1,
+            encode_declaration(8, &DareSettings::default(), &BTreeMap::from([(3, w)])).unwrap(),
+        );
+        let sgs = dds_subgroups(&view);
+        let s3 = sgs.iter().find(|s| s.spec.id == 3).unwrap();
+        assert_eq!((s3.spec.senders.clone(), s3.store_depth), (vec![1], 7));
     }
 
     #[test]

@@ -264,6 +264,7 @@ impl ParticipantInner {
                 sample_bytes_max: 0,
                 dare: false,
                 large_window: crate::declare::LARGE_WINDOW_MESSAGES,
+                outlives_writers: false,
             },
         );
         // A previous incarnation of this node (a process restarted with the same id)
@@ -416,10 +417,11 @@ impl ParticipantInner {
     pub(crate) fn new_entity<T: TopicType>(
         self: &Arc<Self>,
         topic: &TopicInner,
-        level: DeliveryLevel,
+        qos: EntityLevel,
         reader: bool,
         store_depth: u16,
     ) -> Result<(u32, Interest)> {
+        let level = qos.level;
         self.check_alive()?;
         if !Arc::ptr_eq(&topic.participant, self) {
             return Err(Error::BadParameter(
@@ -459,9 +461,20 @@ impl ParticipantInner {
                 } else {
                     self.config.large_window_messages
                 },
+                outlives_writers: qos.durability >= spindle_qos::DurabilityKind::Transient,
             },
         ))
     }
+}
+
+/// What a new reader's or writer's QoS asks of its subgroup: the delivery level, and the
+/// DURABILITY kind (TRANSIENT and PERSISTENT keep the history beyond the writers).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EntityLevel {
+    /// RELIABILITY and DURABILITY's level.
+    pub(crate) level: DeliveryLevel,
+    /// DURABILITY's kind.
+    pub(crate) durability: spindle_qos::DurabilityKind,
 }
 
 /// Most readers and writers a domain holds: every one is an announcement the built-in

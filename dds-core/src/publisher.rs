@@ -140,7 +140,10 @@ impl Publisher {
         qos.check()?;
         let (id, interest) = p.new_entity::<T>(
             &topic.inner,
-            qos.delivery_level(),
+            crate::inner::EntityLevel {
+                level: qos.delivery_level(),
+                durability: qos.durability.kind,
+            },
             false,
             store_depth(&qos.history),
         )?;

@@ -126,7 +126,15 @@ impl Subscriber {
         qos.check()?;
         // What a store keeps is the writers' history (TRANSIENT_LOCAL); a reader's own
         // HISTORY bounds only its cache.
-        let (id, interest) = p.new_entity::<T<D>>(&topic.inner, qos.delivery_level(), true, 1)?;
+        let (id, interest) = p.new_entity::<T<D>>(
+            &topic.inner,
+            crate::inner::EntityLevel {
+                level: qos.delivery_level(),
+                durability: qos.durability.kind,
+            },
+            true,
+            1,
+        )?;
         let sg = topic.inner.ident.subgroup;
         if let Some(g) = &self.group {
             g.admit(id, &ident.name, sg, p.config.topic_subgroups)?;

@@ -143,6 +143,54 @@ fn entity_creation_is_a_view_change_and_late_joiners_get_the_stored_history() {
 }
 
 #[test]
+fn transient_history_outlives_its_writer_and_transient_local_history_does_not() {
+    for_seeds(
+        "transient_history_outlives_its_writer_and_transient_local_history_does_not",
+        |seed| {
+            let (d, ps) = domain(seed, 2);
+            // Per kind: a topic written at node 1 and read at node 2, the writer deleted,
+            // then a reader at a participant that joins only now.
+            let kinds = [
+                (DurabilityKind::Transient, "kept", 4),
+                (DurabilityKind::TransientLocal, "writers", 0),
+            ];
+            for (kind, topic, _) in kinds {
+                let q = atomic()
+                    .with_durability(kind)
+                    .with_history(History::keep_last(2));
+                let t1 = ps[0].create_topic::<KeyedString>(topic, q.clone()).unwrap();
+                let publisher = ps[0].create_publisher(Default::default()).unwrap();
+                let w = publisher
+                    .create_datawriter(&t1, DataWriterQos::from_topic_qos(&q))
+                    .unwrap();
+                let r2 = reader(&ps[1], topic, keep_all(&q));
+                for i in 0..5 {
+                    w.write(&ks("A", format!("a{i}"))).unwrap();
+                    w.write(&ks("B", format!("b{i}"))).unwrap();
+                }
+                assert_eq!(take_n(&d, &r2, 10).len(), 10, "seed {seed}: {kind:?}");
+                publisher.delete_datawriter(w).unwrap();
+                d.run_for(5_000);
+            }
+            let late = d.participant(3).unwrap();
+            for (kind, topic, want) in kinds {
+                let q = atomic()
+                    .with_durability(kind)
+                    .with_history(History::keep_last(2));
+                let r = reader(&late, topic, keep_all(&q));
+                d.run_for(5_000);
+                let got = values(&r.take(usize::MAX, StateMask::ANY).unwrap());
+                assert_eq!(got.len(), want, "seed {seed}: {kind:?}: {got:?}");
+                if want > 0 {
+                    // The writer's HISTORY (the last 2 per instance), in the order written.
+                    assert_eq!(got, vec!["a3", "b3", "a4", "b4"], "seed {seed}: {kind:?}");
+                }
+            }
+        },
+    );
+}
+
+#[test]
 fn bad_qos_and_misuse_are_dds_errors_not_panics() {
     for_seeds("bad_qos_and_misuse_are_dds_errors_not_panics", |_seed| {
         let (_d, ps) = domain(1, 1);

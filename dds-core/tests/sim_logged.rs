@@ -263,6 +263,44 @@ fn late_readers_and_a_restarted_domain_get_the_durable_history() {
 }
 
 #[test]
+fn a_restarted_domain_with_readers_only_gets_the_durable_history() {
+    for_seeds(
+        "a_restarted_domain_with_readers_only_gets_the_durable_history",
+        |seed| {
+            let root = tempfile::tempdir().unwrap();
+            let n = 10 + seed as usize;
+            let written: Vec<String> = (0..n).map(|i| format!("e{i}")).collect();
+            {
+                let d = SimDomain::new(seed);
+                let ps = participants(&d, root.path(), &[1, 2], true);
+                let w = writer(&ps[0], persistent());
+                let r2 = reader(&ps[1], persistent(), keep_all(&persistent()));
+                for (i, v) in written.iter().enumerate() {
+                    w.write(&ks(["A", "B"][i % 2], v.clone())).unwrap();
+                }
+                w.wait_for_acknowledgments(ACK_TIMEOUT)
+                    .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+                assert_eq!(values(&read_n(&d, &r2, n)), written, "seed {seed}");
+                for id in 1..=2 {
+                    d.crash(id);
+                }
+                drop((w, r2));
+            }
+            // The recorder's playback: the domain restarts with readers and no writer.
+            // The PERSISTENT topic's subgroup must still be there to hold the logged
+            // history and hand it to them.
+            let d = SimDomain::new(seed ^ 0x5A);
+            let ps = participants(&d, root.path(), &[1, 2], true);
+            for p in &ps {
+                let r = reader(p, persistent(), keep_all(&persistent()));
+                let got = read_n(&d, &r, n);
+                assert_eq!(values(&got), written, "seed {seed}: node {}", p.node_id());
+            }
+        },
+    );
+}
+
+#[test]
 fn reads_over_history_by_version_time_and_range() {
     for_seeds("reads_over_history_by_version_time_and_range", |seed| {
         let root = tempfile::tempdir().unwrap();

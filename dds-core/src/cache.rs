@@ -511,6 +511,27 @@ impl Cache {
         self.samples.is_empty()
     }
 
+    /// The instance with the smallest handle above `after` (any, if `None`) that holds a
+    /// sample `mask` (and `query`, if given) accepts, expired samples dropped first (DDS
+    /// `read_next_instance`'s choice).
+    pub fn next_instance(
+        &mut self,
+        after: Option<InstanceHandle>,
+        mask: &StateMask,
+        query: Query<'_>,
+    ) -> Option<InstanceHandle> {
+        self.purge_expired();
+        self.samples
+            .values()
+            .filter(|e| after.is_none_or(|a| e.instance > a))
+            .filter(|e| {
+                self.accepts(mask, e)
+                    && query.is_none_or(|q| e.info.valid_data && q(e.payload.bytes()))
+            })
+            .map(|e| e.instance)
+            .min()
+    }
+
     /// True if some sample matches `mask` (and `instance`, if given).
     pub fn any(&self, mask: &StateMask, instance: Option<InstanceHandle>) -> bool {
         self.any_if(mask, instance, None)

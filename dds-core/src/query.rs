@@ -199,9 +199,15 @@ impl<T: TopicType> DataReader<T> {
         match parts.filter {
             Some(f) => {
                 let pass = |b: &[u8]| f.passes(b);
-                self.access_if(max, &parts.mask, None, take, Some(&pass))
+                self.access_if(
+                    max,
+                    &parts.mask,
+                    crate::reader::Pick::Any,
+                    take,
+                    Some(&pass),
+                )
             }
-            None => self.access_if(max, &parts.mask, None, take, None),
+            None => self.access_if(max, &parts.mask, crate::reader::Pick::Any, take, None),
         }
     }
 }

@@ -142,7 +142,7 @@ impl<T: TopicType> DataReader<T> {
         instance: Option<InstanceHandle>,
         take: bool,
     ) -> Result<Vec<(SampleInfo, Payload)>> {
-        self.access_raw_if(max, mask, instance, take, None)
+        self.access_raw_if(max, mask, Pick::from(instance), take, None)
     }
 
     /// [`DataReader::access_raw`] of the samples whose bytes pass `query`, if given.
@@ -150,12 +150,24 @@ impl<T: TopicType> DataReader<T> {
         &self,
         max: usize,
         mask: &StateMask,
-        instance: Option<InstanceHandle>,
+        pick: Pick,
         take: bool,
         query: Query<'_>,
     ) -> Result<Vec<(SampleInfo, Payload)>> {
         self.check()?;
-        let mut raw = lock(&self.core.cache).access_if(max, mask, instance, take, query);
+        let mut raw = {
+            let mut cache = lock(&self.core.cache);
+            // The next instance is chosen under the same lock as its samples are taken.
+            let instance = match pick {
+                Pick::Any => None,
+                Pick::Instance(h) => Some(h),
+                Pick::After(after) => match cache.next_instance(after, mask, query) {
+                    Some(h) => Some(h),
+                    None => return Ok(Vec::new()),
+                },
+            };
+            cache.access_if(max, mask, instance, take, query)
+        };
         lock(&self.core.status).changes &= !StatusMask::DATA_AVAILABLE.0;
         if self.core.level == DeliveryLevel::LoggedStore && !raw.is_empty() {
             let st = lock(&self.topic.participant.shared.state);
@@ -175,7 +187,7 @@ impl<T: TopicType> DataReader<T> {
         instance: Option<InstanceHandle>,
         take: bool,
     ) -> Result<Vec<Sample<T>>> {
-        self.access_if(max, mask, instance, take, None)
+        self.access_if(max, mask, Pick::from(instance), take, None)
     }
 
     /// Decoded samples of [`DataReader::access_raw_if`] (what `read_w_condition` and
@@ -184,11 +196,11 @@ impl<T: TopicType> DataReader<T> {
         &self,
         max: usize,
         mask: &StateMask,
-        instance: Option<InstanceHandle>,
+        pick: Pick,
         take: bool,
         query: Query<'_>,
     ) -> Result<Vec<Sample<T>>> {
-        let raw = self.access_raw_if(max, mask, instance, take, query)?;
+        let raw = self.access_raw_if(max, mask, pick, take, query)?;
         let mut spent = Vec::with_capacity(raw.len());
         let samples = raw
             .into_iter()
@@ -300,6 +312,45 @@ impl<T: TopicType> DataReader<T> {
         mask: StateMask,
     ) -> Result<Vec<Sample<T>>> {
         self.access(max, &mask, Some(instance), true)
+    }
+
+    /// Reads the samples of the next instance (DDS `read_next_instance`): the one with the
+    /// smallest handle above `previous` (from the first, if `None`) that holds samples
+    /// `mask` accepts; empty once there is none. Handles order instances by their key
+    /// hash, so passing each result's `info.instance_handle` back visits every instance
+    /// once, in one order at every reader:
+    ///
+    /// ```no_run
+    /// # fn visit(r: &spindle_dds_core::DataReader<spindle_topics::KeyedString>)
+    /// #     -> spindle_dds_core::Result<()> {
+    /// use spindle_dds_core::StateMask;
+    /// let mut previous = None;
+    /// loop {
+    ///     let samples = r.read_next_instance(usize::MAX, previous, StateMask::ANY)?;
+    ///     let Some(first) = samples.first() else { break };
+    ///     previous = Some(first.info.instance_handle);
+    ///     // … one instance's samples, oldest first
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn read_next_instance(
+        &self,
+        max: usize,
+        previous: Option<InstanceHandle>,
+        mask: StateMask,
+    ) -> Result<Vec<Sample<T>>> {
+        self.access_if(max, &mask, Pick::After(previous), false, None)
+    }
+
+    /// Takes the samples of the next instance (DDS `take_next_instance`): as
+    /// [`DataReader::read_next_instance`], taking them.
+    pub fn take_next_instance(
+        &self,
+        max: usize,
+        previous: Option<InstanceHandle>,
+        mask: StateMask,
+    ) -> Result<Vec<Sample<T>>> {
+        self.access_if(max, &mask, Pick::After(previous), true, None)
     }
 
     /// Takes the next sample not read yet (DDS `take_next_sample`); `NoData` if none.
@@ -620,4 +671,22 @@ impl Condition for StatusCondition {
 #[allow(dead_code)]
 pub(crate) fn wake() {
     notify_all();
+}
+
+/// Which instances an access picks its samples from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Pick {
+    /// Every instance.
+    Any,
+    /// This one.
+    Instance(InstanceHandle),
+    /// The one with the smallest handle above this (from the first, if `None`) that
+    /// holds an accepted sample.
+    After(Option<InstanceHandle>),
+}
+
+impl From<Option<InstanceHandle>> for Pick {
+    fn from(instance: Option<InstanceHandle>) -> Pick {
+        instance.map_or(Pick::Any, Pick::Instance)
+    }
 }

@@ -191,6 +191,80 @@ fn transient_history_outlives_its_writer_and_transient_local_history_does_not() 
 }
 
 #[test]
+fn next_instance_reads_visit_every_instance_once_in_handle_order() {
+    for_seeds(
+        "next_instance_reads_visit_every_instance_once_in_handle_order",
+        |seed| {
+            let (d, ps) = domain(seed, 2);
+            let w = writer(&ps[0], "tracks", DataWriterQos::from_topic_qos(&atomic()));
+            let r = reader(&ps[1], "tracks", keep_all(&atomic()));
+            let keys = ["K3", "K1", "K4", "K2", "K5"];
+            for round in 0..3 {
+                for k in keys {
+                    w.write(&ks(k, format!("{k}-{round}"))).unwrap();
+                }
+            }
+            d.run_until(ROUNDS_MAX, || {
+                r.read(usize::MAX, StateMask::ANY).unwrap().len() == 15
+            });
+            // Visit by read_next_instance: each instance once, all its samples, oldest
+            // first, handles increasing; nothing is consumed.
+            let mut previous = None;
+            let mut visited = Vec::new();
+            loop {
+                let got = r
+                    .read_next_instance(usize::MAX, previous, StateMask::ANY)
+                    .unwrap();
+                let Some(first) = got.first() else { break };
+                let h = first.info.instance_handle;
+                assert!(
+                    got.iter().all(|s| s.info.instance_handle == h),
+                    "seed {seed}"
+                );
+                assert!(
+                    previous.is_none_or(|p| h > p),
+                    "seed {seed}: handles increase"
+                );
+                let key = &first.data.as_ref().unwrap().key;
+                assert_eq!(
+                    values(&got),
+                    (0..3).map(|i| format!("{key}-{i}")).collect::<Vec<_>>(),
+                    "seed {seed}"
+                );
+                visited.push(key.clone());
+                previous = Some(h);
+            }
+            visited.sort();
+            assert_eq!(visited, ["K1", "K2", "K3", "K4", "K5"], "seed {seed}");
+            // The mask applies: every sample is read now, so no instance has NOT_READ ones.
+            assert!(r
+                .read_next_instance(usize::MAX, None, StateMask::NOT_READ)
+                .unwrap()
+                .is_empty());
+            // take_next_instance consumes one instance at a time, at most `max` samples.
+            let one = r.take_next_instance(2, None, StateMask::ANY).unwrap();
+            assert_eq!(one.len(), 2, "seed {seed}");
+            // Then instance by instance (the first one's last sample first): the other 13.
+            let mut taken = 0;
+            let mut previous = None;
+            loop {
+                let got = r
+                    .take_next_instance(usize::MAX, previous, StateMask::ANY)
+                    .unwrap();
+                let Some(first) = got.first() else { break };
+                previous = Some(first.info.instance_handle);
+                taken += got.len();
+            }
+            assert_eq!(taken, 13, "seed {seed}");
+            assert!(
+                r.take(usize::MAX, StateMask::ANY).unwrap().is_empty(),
+                "seed {seed}"
+            );
+        },
+    );
+}
+
+#[test]
 fn bad_qos_and_misuse_are_dds_errors_not_panics() {
     for_seeds("bad_qos_and_misuse_are_dds_errors_not_panics", |_seed| {
         let (_d, ps) = domain(1, 1);

@@ -139,22 +139,43 @@ impl<T: TopicType> DataWriter<T> {
 
     /// Disposes the instance of `data`'s key (DDS `dispose`).
     pub fn dispose(&self, data: &T) -> Result<()> {
+        self.dispose_stamped(data, self.now())
+    }
+
+    /// [`DataWriter::dispose`] with the source timestamp `timestamp_ns` (ns since the
+    /// Unix epoch; DDS `dispose_w_timestamp`).
+    pub fn dispose_w_timestamp(&self, data: &T, timestamp_ns: i64) -> Result<()> {
+        self.dispose_stamped(data, Stamp::At(timestamp_ns))
+    }
+
+    fn dispose_stamped(&self, data: &T, stamp: Stamp<'_>) -> Result<()> {
         let key = instance_of(data)?;
-        self.send(SampleKind::Dispose, key, self.now(), |_| Ok(0))
+        self.send(SampleKind::Dispose, key, stamp, |_| Ok(0))
     }
 
     /// Unregisters the instance of `data`'s key (DDS `unregister_instance`); with
     /// WRITER_DATA_LIFECYCLE `autodispose_unregistered_instances` it is disposed first.
     pub fn unregister_instance(&self, data: &T) -> Result<()> {
+        self.unregister_stamped(data, self.now())
+    }
+
+    /// [`DataWriter::unregister_instance`] with the source timestamp `timestamp_ns` (ns
+    /// since the Unix epoch; DDS `unregister_instance_w_timestamp`), the dispose before
+    /// it too.
+    pub fn unregister_instance_w_timestamp(&self, data: &T, timestamp_ns: i64) -> Result<()> {
+        self.unregister_stamped(data, Stamp::At(timestamp_ns))
+    }
+
+    fn unregister_stamped(&self, data: &T, stamp: Stamp<'_>) -> Result<()> {
         let key = instance_of(data)?;
         if self
             .qos()
             .writer_data_lifecycle
             .autodispose_unregistered_instances
         {
-            self.send(SampleKind::Dispose, key, self.now(), |_| Ok(0))?;
+            self.send(SampleKind::Dispose, key, stamp, |_| Ok(0))?;
         }
-        self.send(SampleKind::Unregister, key, self.now(), |_| Ok(0))
+        self.send(SampleKind::Unregister, key, stamp, |_| Ok(0))
     }
 
     /// Asserts this writer's LIVELINESS without writing (DDS `assert_liveliness`): under

@@ -164,6 +164,68 @@ fn destination_order_by_source_timestamp_drops_older_samples_per_instance() {
     );
 }
 
+/// `dispose_w_timestamp` and `unregister_instance_w_timestamp` stamp what they send with
+/// the time given, and BY_SOURCE_TIMESTAMP orders them with the data by it: a dispose
+/// stamped before the instance's newest sample is dropped, one stamped after it disposes.
+#[test]
+fn disposes_and_unregisters_carry_the_timestamp_given() {
+    use spindle_qos::{DestinationOrder, DestinationOrderKind};
+    for_seeds(
+        "disposes_and_unregisters_carry_the_timestamp_given",
+        |seed| {
+            let (d, ps) = domain(seed, 2);
+            let by_source = DestinationOrder {
+                kind: DestinationOrderKind::BySourceTimestamp,
+            };
+            let mut rq = keep_all(&atomic());
+            rq.destination_order = by_source;
+            let r = reader(&ps[1], "T", rq);
+            let w = writer(
+                &ps[0],
+                "T",
+                DataWriterQos {
+                    destination_order: by_source,
+                    ..Default::default()
+                },
+            );
+            let t = SIM_EPOCH_NS;
+            w.write_w_timestamp(&ks("k", "v"), t + 2_000).unwrap();
+            w.write_w_timestamp(&ks("j", "v"), t + 2_000).unwrap();
+            // Older than k's sample: dropped at a BY_SOURCE_TIMESTAMP reader.
+            w.dispose_w_timestamp(&ks("k", ""), t + 1_000).unwrap();
+            w.dispose_w_timestamp(&ks("j", ""), t + 3_000).unwrap();
+            // With autodispose (the default), a dispose then the unregister, both at t + 4 µs.
+            w.unregister_instance_w_timestamp(&ks("k", ""), t + 4_000)
+                .unwrap();
+            let got = take_n(&d, &r, 5);
+            let seen: Vec<(bool, i64)> = got
+                .iter()
+                .map(|s| (s.info.valid_data, s.info.source_timestamp_ns - t))
+                .collect();
+            assert_eq!(
+                seen,
+                [
+                    (true, 2_000),
+                    (true, 2_000),
+                    (false, 3_000),
+                    (false, 4_000),
+                    (false, 4_000)
+                ],
+                "seed {seed}: k's early dispose dropped, the others stamped as given"
+            );
+            let state = |key| r.lookup_instance(&ks(key, "")).unwrap();
+            assert_eq!(
+                got.iter()
+                    .rev()
+                    .find(|s| s.info.instance_handle == state("j"))
+                    .map(|s| s.info.instance_state),
+                Some(InstanceState::NotAliveDisposed),
+                "seed {seed}"
+            );
+        },
+    );
+}
+
 /// READER_DATA_LIFECYCLE is enforced in virtual time: a disposed instance's samples (and
 /// an instance whose writer unregistered it) are purged once the autopurge delay passed —
 /// read or not — while a reader with the default (infinite) delays keeps them.

@@ -43,6 +43,10 @@ pub(crate) struct TopicIdentity {
     pub(crate) topic_id: u64,
     /// The subgroup that carries it ([`crate::subgroup_of`]).
     pub(crate) subgroup: SubgroupId,
+    /// Its DDS type name's id ([`crate::declare::type_id`]).
+    pub(crate) type_id: u64,
+    /// Its DDS type name.
+    pub(crate) type_name: String,
 }
 
 /// Maps a cache rejection to the status reason.

@@ -140,6 +140,12 @@ pub fn topic_id(name: &str) -> u64 {
     h
 }
 
+/// The stable 64-bit id of a DDS type name (FNV-1a, as [`topic_id`]): what endpoints
+/// announce so that a reader and a writer of one topic name match only with one type.
+pub fn type_id(type_name: &str) -> u64 {
+    topic_id(type_name)
+}
+
 /// Subgroups the domain's topics hash onto by default
 /// ([`crate::ParticipantConfig::topic_subgroups`], ids `0..topic_subgroups`). Topics that
 /// share one are delivered in one total order together, and ride at the highest level any

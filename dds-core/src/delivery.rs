@@ -21,7 +21,7 @@ use crate::cache::Origin;
 use crate::common::{lock, set_delivery_thread};
 use crate::condition::notify_all;
 use crate::declare::{dds_subgroups, BUILTIN_SUBGROUP};
-use crate::discovery::{self, Endpoint, EndpointKey};
+use crate::discovery::{self, Endpoint, EndpointKey, Mismatch};
 use crate::lent::LentBatch;
 use crate::reader_core::ReaderCore;
 use crate::sample::{SampleHeader, SampleKind, WriterHandle};
@@ -572,21 +572,24 @@ fn apply_announcement(st: &mut State, node: NodeId, bytes: &[u8], touched: &mut 
 }
 
 /// Writers a reader of some topic sees: how many it matches, and those it does not with
-/// the first policy that fails (RxO).
-pub(crate) type WriterMatch = (u32, Vec<(EndpointKey, QosPolicyId)>);
+/// why (their samples are not taken).
+pub(crate) type WriterMatch = (u32, Vec<(EndpointKey, Mismatch)>);
 
-/// Why writer `w` does not serve reader `r` though they share a partition: it offers a
-/// lower delivery level (RELIABILITY, or DURABILITY when both are reliable), or another
-/// policy fails the DDS request/offer rules ([`discovery::incompatible`]).
-fn unmatched(w: &Endpoint, r: &Endpoint) -> Option<QosPolicyId> {
+/// Why writer `w` does not serve reader `r` though they share a partition: another type,
+/// a lower delivery level (RELIABILITY, or DURABILITY when both are reliable), or another
+/// policy failing the DDS request/offer rules ([`discovery::incompatible`]).
+fn unmatched(w: &Endpoint, r: &Endpoint) -> Option<Mismatch> {
+    if w.type_id != r.type_id {
+        return Some(Mismatch::Type);
+    }
     if w.level < r.level {
-        return Some(if w.level == DeliveryLevel::Unordered {
+        return Some(Mismatch::Qos(if w.level == DeliveryLevel::Unordered {
             QosPolicyId::Reliability
         } else {
             QosPolicyId::Durability
-        });
+        }));
     }
-    discovery::incompatible(w, r)
+    discovery::incompatible(w, r).map(Mismatch::Qos)
 }
 
 /// Splits the writers among `endpoints` (all of one topic) that share a partition with
@@ -603,7 +606,7 @@ fn split_writers<'a>(
     {
         match unmatched(w, r) {
             None => compatible += 1,
-            Some(policy) => incompatible.push((*k, policy)),
+            Some(why) => incompatible.push((*k, why)),
         }
     }
     (compatible, incompatible)
@@ -652,6 +655,9 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>, shared: &Shared) ->
     let mut readers = Vec::new();
     for (t, rs) in st.readers.iter().filter(|(t, _)| wanted(t)) {
         let eps = by_topic.get(t).unwrap_or(&empty);
+        if let Some(r) = rs.first() {
+            note_inconsistent(shared, &r.topic, eps);
+        }
         for r in rs {
             let me = r.endpoint();
             let (compatible, incompatible) = split_writers(eps.iter().map(|(k, e)| (k, *e)), &me);
@@ -670,11 +676,40 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>, shared: &Shared) ->
     let mut writers = Vec::new();
     for w in st.writers.values().filter(|w| wanted(&w.topic.topic_id)) {
         let eps = by_topic.get(&w.topic.topic_id).unwrap_or(&empty);
+        note_inconsistent(shared, &w.topic, eps);
         if w.on_view(vid, count_readers(eps.values().copied(), &w.endpoint())) {
             writers.push(Arc::clone(w));
         }
     }
     (readers, writers)
+}
+
+/// Counts in INCONSISTENT_TOPIC, once each, the endpoints among `eps` (the table's of
+/// `topic`'s name) whose type is not `topic`'s, with a warning naming them: they are not
+/// matched, so a mistyped reader or writer shows here instead of as undecodable samples.
+fn note_inconsistent(
+    shared: &Shared,
+    topic: &crate::common::TopicIdentity,
+    eps: &BTreeMap<EndpointKey, &Endpoint>,
+) {
+    let foreign = eps.iter().filter(|(_, e)| e.type_id != topic.type_id);
+    let mut all = lock(&shared.inconsistent);
+    for ((node, entity), e) in foreign {
+        let t = all.entry(topic.topic_id).or_default();
+        if t.seen.insert((*node, *entity)) {
+            t.status.total_count += 1;
+            t.status.total_count_change += 1;
+            tracing::warn!(
+                topic = %topic.name,
+                this_type = %topic.type_name,
+                "{} {node}.{entity} is on topic {:?} with another type than this \
+                 participant's {}: not matched (INCONSISTENT_TOPIC)",
+                if e.reader { "reader" } else { "writer" },
+                topic.name,
+                topic.type_name
+            );
+        }
+    }
 }
 
 /// The matched writers of `r` (among `eps`, one topic's endpoints) with a MANUAL

@@ -14,7 +14,8 @@
 //! as the instance key) followed by [`BODY_BYTES`] — the topic id, the role, the level, the
 //! LIVELINESS kind and lease (µs, `u64::MAX` for infinite), and the other
 //! requested-versus-offered policies ([`Rxo`]: DURABILITY, PRESENTATION, DEADLINE,
-//! LATENCY_BUDGET, OWNERSHIP, RELIABILITY and DESTINATION_ORDER kinds and durations) —
+//! LATENCY_BUDGET, OWNERSHIP, RELIABILITY and DESTINATION_ORDER kinds and durations) and
+//! the topic type's id ([`crate::declare::type_id`] of its DDS type name) —
 //! and, when its publisher or subscriber is not in the default partition, the PARTITION
 //! names (a `u16` count, then each name as a `u16` length and its UTF-8 bytes; at most
 //! [`PARTITION_BYTES_MAX`] in all). The announcing node is the message's sender, as the
@@ -26,7 +27,7 @@
 //! let partition = Partition { name: vec!["fleet/*".into(), "ground".into()] };
 //! let e = Endpoint { entity: 7, topic_id: 42, reader: true, level: DeliveryLevel::Atomic,
 //!     partition, liveliness: LivelinessKind::ManualByTopic, lease_us: Some(250_000),
-//!     rxo: Default::default() };
+//!     rxo: Default::default(), type_id: 9 };
 //! let bytes = encode(3, &e, true);
 //! assert_eq!(decode(&bytes), Ok(Some((7, Some(e.clone())))));
 //! assert_eq!(decode(&encode(3, &e, false)), Ok(Some((7, None))));
@@ -51,8 +52,8 @@ use crate::sample::{Coherent, SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
 /// in practice: a name would have to hash to exactly this).
 pub const BUILTIN_TOPIC_ID: u64 = 0xD5D5_0000_0000_0001;
 /// Bytes of an announcement after its header (before any partition names): topic id,
-/// role, level, LIVELINESS kind and lease, then [`Rxo`].
-pub const BODY_BYTES: usize = 8 + 1 + 1 + 1 + 8 + RXO_BYTES;
+/// role, level, LIVELINESS kind and lease, then [`Rxo`], then the type id.
+pub const BODY_BYTES: usize = 8 + 1 + 1 + 1 + 8 + RXO_BYTES + 8;
 /// Bytes of [`Rxo`] in an announcement.
 const RXO_BYTES: usize = 4 + 8 + 8 + 3;
 
@@ -99,6 +100,15 @@ impl Rxo {
             destination_order,
         }
     }
+}
+
+/// Why a writer does not serve a reader of its topic name though they share a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mismatch {
+    /// Another DDS type (INCONSISTENT_TOPIC, counted on the topic).
+    Type,
+    /// The first policy that fails the request/offer rules (REQUESTED_INCOMPATIBLE_QOS).
+    Qos(QosPolicyId),
 }
 
 /// The first policy on which writer `w` fails what reader `r` requests (DDS 1.4's
@@ -172,6 +182,9 @@ pub struct Endpoint {
     pub lease_us: Option<u64>,
     /// Its other requested-versus-offered policies.
     pub rxo: Rxo,
+    /// Its topic's type ([`crate::declare::type_id`] of the DDS type name): a reader and a
+    /// writer of one topic name match only with the same type (else INCONSISTENT_TOPIC).
+    pub type_id: u64,
 }
 
 /// The tag a writer's samples carry for its PARTITION `names`: 0 for the default
@@ -260,6 +273,7 @@ pub fn encode(node: NodeId, e: &Endpoint, alive: bool) -> Vec<u8> {
         x.reliability as u8,
         x.destination_order as u8,
     ]);
+    out.extend_from_slice(&e.type_id.to_le_bytes());
     let names = &e.partition.name;
     if !names.is_empty() {
         out.extend_from_slice(&(names.len() as u16).to_le_bytes());
@@ -393,6 +407,8 @@ pub fn decode(bytes: &[u8]) -> Result<Option<(u32, Option<Endpoint>)>, String> {
     lease.copy_from_slice(&body[11..19]);
     let lease_us = Some(u64::from_le_bytes(lease)).filter(|l| *l != u64::MAX);
     let rxo = decode_rxo(&body[19..19 + RXO_BYTES])?;
+    let mut ty = [0u8; 8];
+    ty.copy_from_slice(&body[19 + RXO_BYTES..BODY_BYTES]);
     let mut t = [0u8; 8];
     t.copy_from_slice(&body[..8]);
     let reader = match body[8] {
@@ -413,6 +429,7 @@ pub fn decode(bytes: &[u8]) -> Result<Option<(u32, Option<Endpoint>)>, String> {
             liveliness,
             lease_us,
             rxo,
+            type_id: u64::from_le_bytes(ty),
         }),
     )))
 }

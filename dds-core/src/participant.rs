@@ -558,6 +558,8 @@ impl DomainParticipant {
                 name: name.to_string(),
                 topic_id: topic_id(name),
                 subgroup: subgroup_of(name, self.inner.config.topic_subgroups),
+                type_id: crate::declare::type_id(type_name),
+                type_name: type_name.to_string(),
             }),
             qos,
             type_name: type_name.to_string(),

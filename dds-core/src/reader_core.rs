@@ -8,14 +8,14 @@ use std::sync::{Arc, Mutex};
 
 use spindle_qos::{
     partitions_match, DataReaderQos, DeliveryLevel, DestinationOrderKind, LivelinessKind,
-    Partition, Presentation, QosPolicyId, SubscriberQos,
+    Partition, Presentation, SubscriberQos,
 };
 
 use crate::cache::{Cache, Origin};
 use crate::clock::Clock;
 use crate::common::{announced_us, lock, reason, saturating_us, TopicIdentity};
 use crate::content_filter::SharedFilter;
-use crate::discovery::{partition_tag, Endpoint, EndpointKey, Rxo};
+use crate::discovery::{partition_tag, Endpoint, EndpointKey, Mismatch, Rxo};
 use crate::lent::LentBatch;
 use crate::sample::{Coherent, InstanceHandle, SampleHeader, SampleKind, WriterHandle};
 use crate::status::{
@@ -86,6 +86,7 @@ impl ReaderCore {
         Endpoint {
             entity: self.id,
             topic_id: self.topic.topic_id,
+            type_id: self.topic.type_id,
             reader: true,
             level: self.level,
             partition: self.partition.clone(),
@@ -396,7 +397,7 @@ impl ReaderCore {
         &self,
         vid: u32,
         compatible: u32,
-        incompatible: &[(EndpointKey, QosPolicyId)],
+        incompatible: &[(EndpointKey, Mismatch)],
     ) -> StatusMask {
         let mut mask = StatusMask::NONE;
         let mut s = lock(&self.status);
@@ -415,7 +416,9 @@ impl ReaderCore {
             l.alive_count = now.saturating_sub(self.lapsed());
             mask = mask | StatusMask::LIVELINESS_CHANGED;
         }
-        for (w, policy) in incompatible {
+        for (w, why) in incompatible {
+            // A writer of another type counts on the topic (INCONSISTENT_TOPIC), not here.
+            let Mismatch::Qos(policy) = why else { continue };
             if !s.incompatible_seen.insert(*w) {
                 continue;
             }

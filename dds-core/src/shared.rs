@@ -55,6 +55,13 @@ pub(crate) struct State {
     pub(crate) retention: Option<RetentionHandle>,
 }
 
+/// One topic's INCONSISTENT_TOPIC status and the endpoints it counted.
+#[derive(Debug, Default)]
+pub(crate) struct Inconsistent {
+    pub(crate) status: crate::status::InconsistentTopicStatus,
+    pub(crate) seen: BTreeSet<EndpointKey>,
+}
+
 /// Where each of this participant's writers' last sample delivered here landed, by writer
 /// id: (writer_seq, view id, order index), in a vector sorted by id. The delivery path
 /// records one position per run of a writer's samples in a batch — one per sample when
@@ -107,6 +114,9 @@ pub(crate) struct Shared {
     /// Set once a reader of this participant watches a writer's LIVELINESS lease: only
     /// then does the delivery path note whom it heard from.
     pub(crate) leases_watched: AtomicBool,
+    /// Per topic id: INCONSISTENT_TOPIC, the readers and writers of its name with
+    /// another type than this participant's ([`crate::delivery`] counts them once each).
+    pub(crate) inconsistent: Mutex<BTreeMap<u64, Inconsistent>>,
     /// Called once with the reason when the participant stops (excluded, shut down, left).
     pub(crate) stopped_listener: Mutex<Option<StoppedListener>>,
     /// DCPS's counters ([`crate::metrics`]).
@@ -183,6 +193,7 @@ impl Shared {
             clock,
             timer_tick_us: AtomicU64::new(u64::MAX),
             leases_watched: AtomicBool::new(false),
+            inconsistent: Mutex::new(BTreeMap::new()),
             stopped_listener: Mutex::new(None),
             counters: Default::default(),
             rejoin_enabled: AtomicBool::new(false),

@@ -59,6 +59,16 @@ pub struct MatchedStatus {
     pub view_id: u32,
 }
 
+/// `INCONSISTENT_TOPIC_STATUS`: readers and writers elsewhere in the domain on a topic of
+/// this name with another DDS type; they are not matched with this participant's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InconsistentTopicStatus {
+    /// Such endpoints ever seen.
+    pub total_count: u32,
+    /// Change since the status was last read.
+    pub total_count_change: i32,
+}
+
 /// `SAMPLE_REJECTED_STATUS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SampleRejectedStatus {

@@ -55,6 +55,19 @@ impl<T: TopicType> Topic<T> {
     pub fn type_name(&self) -> &str {
         &self.inner.type_name
     }
+
+    /// `INCONSISTENT_TOPIC_STATUS`: the readers and writers seen on a topic of this name
+    /// with another type, which this participant's do not match; reading it resets the
+    /// change count.
+    pub fn inconsistent_topic_status(&self) -> crate::status::InconsistentTopicStatus {
+        let mut all = crate::common::lock(&self.inner.participant.shared.inconsistent);
+        let Some(t) = all.get_mut(&self.inner.ident.topic_id) else {
+            return Default::default();
+        };
+        let out = t.status;
+        t.status.total_count_change = 0;
+        out
+    }
     /// The topic's QoS.
     pub fn qos(&self) -> &TopicQos {
         &self.inner.qos

@@ -246,8 +246,20 @@ impl<T: TopicType> DataWriter<T> {
         }) {
             Ok(())
         } else {
+            let other_types = lock(&p.shared.inconsistent)
+                .get(&self.core.topic.topic_id)
+                .map_or(0, |t| t.status.total_count);
+            let why = if other_types > 0 {
+                format!(
+                    "; {other_types} reader(s) or writer(s) on topic {:?} have another type \
+                     than its {} and are not matched (INCONSISTENT_TOPIC)",
+                    self.core.topic.name, self.core.topic.type_name
+                )
+            } else {
+                String::new()
+            };
             Err(Error::Timeout(format!(
-                "fewer than {count} readers matched"
+                "fewer than {count} readers matched{why}"
             )))
         }
     }
@@ -930,6 +942,8 @@ mod tests {
             name: "t".into(),
             topic_id: 7,
             subgroup: 1,
+            type_id: 8,
+            type_name: "T".into(),
         };
         let core = WriterCore::new(
             1,

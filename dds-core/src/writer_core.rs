@@ -141,6 +141,7 @@ impl WriterCore {
         Endpoint {
             entity: self.id,
             topic_id: self.topic.topic_id,
+            type_id: self.topic.type_id,
             reader: false,
             level: self.level,
             partition: self.partition.clone(),

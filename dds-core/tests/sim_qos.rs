@@ -226,6 +226,83 @@ fn disposes_and_unregisters_carry_the_timestamp_given() {
     );
 }
 
+/// One topic name with two types: DDS's INCONSISTENT_TOPIC. A reader and a writer of
+/// different types do not match (no matched count, no samples, `wait_for_readers` not
+/// satisfied), each side's topic counts the other in `inconsistent_topic_status`, and a
+/// writer of the reader's type still reaches it.
+#[test]
+fn a_topic_name_with_two_types_is_inconsistent_and_not_matched() {
+    use spindle_topics::{CdrSample, TopicType};
+    for_seeds(
+        "a_topic_name_with_two_types_is_inconsistent_and_not_matched",
+        |seed| {
+            let (d, ps) = domain(seed, 3);
+            let mine = ps[1].create_topic::<KeyedString>("T", atomic()).unwrap();
+            let r = ps[1]
+                .create_subscriber(Default::default())
+                .unwrap()
+                .create_datareader(&mine, keep_all(&atomic()))
+                .unwrap();
+            // A writer of another type on the same name (its bytes happen to be a valid
+            // KeyedString: only the type decides).
+            let other = ps[0]
+                .create_cdr_topic("T", "Other::Type", atomic())
+                .unwrap();
+            let w = ps[0]
+                .create_publisher(Default::default())
+                .unwrap()
+                .create_datawriter(&other, DataWriterQos::from_topic_qos(&atomic()))
+                .unwrap();
+            let v = ks("k", "mistyped");
+            let bytes = v.encode(spindle_topics::Endianness::Little).unwrap();
+            w.write(&CdrSample::new(bytes, v.key_hash().unwrap()).unwrap())
+                .unwrap();
+            let e = w
+                .wait_for_readers(1, std::time::Duration::from_millis(200))
+                .unwrap_err();
+            assert!(
+                matches!(&e, Error::Timeout(m) if m.contains("another type than its Other::Type")),
+                "seed {seed}: {e}"
+            );
+            // A writer of the reader's type, after it: its sample is the only one taken.
+            let good = writer(&ps[2], "T", DataWriterQos::from_topic_qos(&atomic()));
+            good.write(&ks("k", "typed")).unwrap();
+            assert_eq!(values(&take_n(&d, &r, 1)), ["typed"], "seed {seed}");
+            d.run_for(10_000);
+            assert!(
+                r.take(usize::MAX, StateMask::ANY).unwrap().is_empty(),
+                "seed {seed}"
+            );
+            assert_eq!(
+                r.subscription_matched_status().current_count,
+                1,
+                "seed {seed}"
+            );
+            assert_eq!(
+                w.publication_matched_status().current_count,
+                0,
+                "seed {seed}"
+            );
+            assert_eq!(
+                mine.inconsistent_topic_status().total_count,
+                1,
+                "seed {seed}: the reader's topic counts the other type's writer"
+            );
+            let s = other.inconsistent_topic_status();
+            assert_eq!(
+                (s.total_count, s.total_count_change),
+                (2, 2),
+                "seed {seed}: a reader and a writer"
+            );
+            assert_eq!(
+                other.inconsistent_topic_status().total_count_change,
+                0,
+                "seed {seed}"
+            );
+        },
+    );
+}
+
 /// READER_DATA_LIFECYCLE is enforced in virtual time: a disposed instance's samples (and
 /// an instance whose writer unregistered it) are purged once the autopurge delay passed —
 /// read or not — while a reader with the default (infinite) delays keeps them.

@@ -624,17 +624,34 @@ pub(crate) fn writers_of(st: &State, r: &Endpoint) -> WriterMatch {
 
 /// The readers of `w`'s topic that writer `w` matches.
 pub(crate) fn readers_of(st: &State, w: &Endpoint) -> u32 {
-    count_readers(
-        st.endpoints.values().filter(|e| e.topic_id == w.topic_id),
+    split_readers(
+        st.endpoints
+            .iter()
+            .filter(|(_, e)| e.topic_id == w.topic_id),
         w,
     )
+    .0
 }
 
-fn count_readers<'a>(endpoints: impl Iterator<Item = &'a Endpoint>, w: &Endpoint) -> u32 {
-    endpoints
-        .filter(|r| r.reader && partitions_match(&w.partition, &r.partition))
-        .filter(|r| unmatched(w, r).is_none())
-        .count() as u32
+/// The readers among `endpoints` (one topic's) that share a partition with writer `w`:
+/// how many it matches, and those that request more than it offers, with the first
+/// policy that fails (readers of another type count in neither: INCONSISTENT_TOPIC).
+fn split_readers<'a>(
+    endpoints: impl Iterator<Item = (&'a EndpointKey, &'a Endpoint)>,
+    w: &Endpoint,
+) -> (u32, Vec<(EndpointKey, QosPolicyId)>) {
+    let mut matched = 0;
+    let mut incompatible = Vec::new();
+    for (k, r) in
+        endpoints.filter(|(_, r)| r.reader && partitions_match(&w.partition, &r.partition))
+    {
+        match unmatched(w, r) {
+            None => matched += 1,
+            Some(Mismatch::Qos(policy)) => incompatible.push((*k, policy)),
+            Some(Mismatch::Type) => {}
+        }
+    }
+    (matched, incompatible)
 }
 
 /// Recomputes the matched statuses of this node's readers and writers on `topics` (every
@@ -677,7 +694,10 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>, shared: &Shared) ->
     for w in st.writers.values().filter(|w| wanted(&w.topic.topic_id)) {
         let eps = by_topic.get(&w.topic.topic_id).unwrap_or(&empty);
         note_inconsistent(shared, &w.topic, eps);
-        if w.on_view(vid, count_readers(eps.values().copied(), &w.endpoint())) {
+        let (matched, incompatible) =
+            split_readers(eps.iter().map(|(k, e)| (k, *e)), &w.endpoint());
+        w.offered_incompatible(&incompatible);
+        if w.on_view(vid, matched) {
             writers.push(Arc::clone(w));
         }
     }

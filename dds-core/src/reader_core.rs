@@ -425,6 +425,14 @@ impl ReaderCore {
             s.incompatible.total_count += 1;
             s.incompatible.total_count_change += 1;
             s.incompatible.last_policy_id = Some(*policy);
+            tracing::warn!(
+                topic = %self.topic.name,
+                "reader {} requests more than writer {}.{} offers ({policy:?}): not matched \
+                 (REQUESTED_INCOMPATIBLE_QOS)",
+                self.id,
+                w.0,
+                w.1
+            );
             mask = mask | StatusMask::REQUESTED_INCOMPATIBLE_QOS;
         }
         // Their samples are not taken: they do not match.

@@ -14,7 +14,9 @@ use crate::delivery::readers_of;
 use crate::error::{Error, Result};
 use crate::inner::{ParticipantInner, TopicInner};
 use crate::sample::{Coherent, InstanceHandle, SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
-use crate::status::{DeadlineMissedStatus, LivelinessLostStatus, MatchedStatus};
+use crate::status::{
+    DeadlineMissedStatus, IncompatibleQosStatus, LivelinessLostStatus, MatchedStatus,
+};
 use crate::writer_core::{blocking_us, lifespan_ns, WritePath, WriterCore};
 
 /// How long a writer lets pass between looks for the next view's sender while a view
@@ -210,6 +212,16 @@ impl<T: TopicType> DataWriter<T> {
         let out = *s;
         s.total_count_change = 0;
         s.current_count_change = 0;
+        out
+    }
+
+    /// `OFFERED_INCOMPATIBLE_QOS_STATUS`: readers of its topic (in a common partition)
+    /// that request more than it offers, each counted once, with the last policy that
+    /// failed; they are not matched. Reading it resets the change count.
+    pub fn offered_incompatible_qos_status(&self) -> IncompatibleQosStatus {
+        let mut s = lock(&self.core.incompatible);
+        let out = s.0.clone();
+        s.0.total_count_change = 0;
         out
     }
 

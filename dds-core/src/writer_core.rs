@@ -2,18 +2,21 @@
 //! and deadline statuses, its cached sender, its sequence numbers. The typed handle over
 //! it is [`crate::DataWriter`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use spindle_qos::{
     DataWriterQos, DeliveryLevel, LivelinessKind, Partition, Presentation, PublisherQos,
+    QosPolicyId,
 };
 
 use crate::common::{announced_us, lock, saturating_us, TopicIdentity};
-use crate::discovery::{partition_tag, Endpoint, Rxo};
+use crate::discovery::{partition_tag, Endpoint, EndpointKey, Rxo};
 use crate::sample::{Coherent, InstanceHandle, COHERENT_SET_SAMPLES_MAX};
-use crate::status::{rematch, DeadlineMissedStatus, LivelinessLostStatus, MatchedStatus};
+use crate::status::{
+    rematch, DeadlineMissedStatus, IncompatibleQosStatus, LivelinessLostStatus, MatchedStatus,
+};
 
 pub(crate) type WriterListener = Arc<dyn Fn(MatchedStatus) + Send + Sync>;
 
@@ -104,6 +107,8 @@ pub(crate) struct WriterCore {
     pub(crate) lifespan_ns: AtomicU64,
     pub(crate) strength: AtomicI32,
     pub(crate) matched: Mutex<MatchedStatus>,
+    /// OFFERED_INCOMPATIBLE_QOS, and the readers it counted (each once).
+    pub(crate) incompatible: Mutex<(IncompatibleQosStatus, BTreeSet<EndpointKey>)>,
     pub(crate) listener: Mutex<Option<WriterListener>>,
     pub(crate) deleted: AtomicBool,
     /// DEADLINE period in µs, if finite, and per instance when it next expires.
@@ -198,6 +203,7 @@ impl WriterCore {
             lifespan_ns: AtomicU64::new(lifespan),
             strength: AtomicI32::new(strength),
             matched: Mutex::new(MatchedStatus::default()),
+            incompatible: Mutex::new(Default::default()),
             listener: Mutex::new(None),
             deleted: AtomicBool::new(false),
             deadline_us: deadline_period.to_std().map(|d| saturating_us(d).max(1)),
@@ -245,6 +251,27 @@ impl WriterCore {
     /// The view changed: `readers` participants read the subgroup now.
     pub(crate) fn on_view(&self, vid: u32, readers: u32) -> bool {
         rematch(&mut lock(&self.matched), readers, vid)
+    }
+
+    /// Counts in OFFERED_INCOMPATIBLE_QOS, once each, the readers of its topic that
+    /// request more than it offers (`policy`: the first that fails), with a warning
+    /// naming them.
+    pub(crate) fn offered_incompatible(&self, readers: &[(EndpointKey, QosPolicyId)]) {
+        let mut s = lock(&self.incompatible);
+        for ((node, entity), policy) in readers {
+            if !s.1.insert((*node, *entity)) {
+                continue;
+            }
+            s.0.total_count += 1;
+            s.0.total_count_change += 1;
+            s.0.last_policy_id = Some(*policy);
+            tracing::warn!(
+                topic = %self.topic.name,
+                "writer {} offers less than reader {node}.{entity} requests ({policy:?}): \
+                 not matched (OFFERED_INCOMPATIBLE_QOS)",
+                self.id,
+            );
+        }
     }
 
     /// Counts instances this writer did not write for a DEADLINE period by `now_us`

@@ -620,6 +620,24 @@ fn writers_failing_a_readers_requested_qos_are_not_matched_and_not_heard() {
                 [0, 1],
                 "seed {seed}: writers count only the readers they serve"
             );
+            // And the writers count, once each, the readers they fail
+            // (OFFERED_INCOMPATIBLE_QOS): lax fails both (deadline, ownership), prompt
+            // the exclusive one.
+            let offered = |w: &spindle_dds_core::DataWriter<KeyedString>| {
+                let s = w.offered_incompatible_qos_status();
+                (s.total_count, s.total_count_change, s.last_policy_id)
+            };
+            assert_eq!(offered(&lax).0, 2, "seed {seed}");
+            assert_eq!(
+                offered(&prompt),
+                (1, 1, Some(QosPolicyId::Ownership)),
+                "seed {seed}"
+            );
+            assert_eq!(
+                offered(&prompt).1,
+                0,
+                "seed {seed}: reading resets the change"
+            );
         },
     );
 }

@@ -684,7 +684,7 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>, shared: &Shared) ->
                 shared.leases_watched.store(true, Ordering::Release);
             }
             r.watch_leases(&leased, now_us);
-            let mask = r.rematch(vid, compatible, &incompatible);
+            let mask = r.rematch(shared.me, vid, compatible, &incompatible);
             if mask != StatusMask::NONE {
                 readers.push((Arc::clone(r), mask));
             }
@@ -696,7 +696,7 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>, shared: &Shared) ->
         note_inconsistent(shared, &w.topic, eps);
         let (matched, incompatible) =
             split_readers(eps.iter().map(|(k, e)| (k, *e)), &w.endpoint());
-        w.offered_incompatible(&incompatible);
+        w.offered_incompatible(shared.me, &incompatible);
         if w.on_view(vid, matched) {
             writers.push(Arc::clone(w));
         }

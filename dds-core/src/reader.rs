@@ -108,7 +108,7 @@ impl<T: TopicType> DataReader<T> {
         drop(st);
         self.core
             .set_member(member, &|w| !members.contains(&w.node));
-        self.core.rematch(vid, compatible, &incompatible);
+        self.core.rematch(me, vid, compatible, &incompatible);
     }
 
     /// This reader's handle (DDS `get_instance_handle`): what

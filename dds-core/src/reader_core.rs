@@ -395,6 +395,7 @@ impl ReaderCore {
     /// statuses that changed.
     pub(crate) fn rematch(
         &self,
+        me: NodeId,
         vid: u32,
         compatible: u32,
         incompatible: &[(EndpointKey, Mismatch)],
@@ -427,8 +428,8 @@ impl ReaderCore {
             s.incompatible.last_policy_id = Some(*policy);
             tracing::warn!(
                 topic = %self.topic.name,
-                "reader {} requests more than writer {}.{} offers ({policy:?}): not matched \
-                 (REQUESTED_INCOMPATIBLE_QOS)",
+                "reader {me}.{} requests more than writer {}.{} offers ({policy:?}): not \
+                 matched (REQUESTED_INCOMPATIBLE_QOS)",
                 self.id,
                 w.0,
                 w.1

@@ -17,6 +17,7 @@ use crate::sample::{Coherent, InstanceHandle, COHERENT_SET_SAMPLES_MAX};
 use crate::status::{
     rematch, DeadlineMissedStatus, IncompatibleQosStatus, LivelinessLostStatus, MatchedStatus,
 };
+use spindle_transport_rdma::NodeId;
 
 pub(crate) type WriterListener = Arc<dyn Fn(MatchedStatus) + Send + Sync>;
 
@@ -255,8 +256,8 @@ impl WriterCore {
 
     /// Counts in OFFERED_INCOMPATIBLE_QOS, once each, the readers of its topic that
     /// request more than it offers (`policy`: the first that fails), with a warning
-    /// naming them.
-    pub(crate) fn offered_incompatible(&self, readers: &[(EndpointKey, QosPolicyId)]) {
+    /// naming them (`me`: this participant's node id, for the message).
+    pub(crate) fn offered_incompatible(&self, me: NodeId, readers: &[(EndpointKey, QosPolicyId)]) {
         let mut s = lock(&self.incompatible);
         for ((node, entity), policy) in readers {
             if !s.1.insert((*node, *entity)) {
@@ -267,7 +268,7 @@ impl WriterCore {
             s.0.last_policy_id = Some(*policy);
             tracing::warn!(
                 topic = %self.topic.name,
-                "writer {} offers less than reader {node}.{entity} requests ({policy:?}): \
+                "writer {me}.{} offers less than reader {node}.{entity} requests ({policy:?}): \
                  not matched (OFFERED_INCOMPATIBLE_QOS)",
                 self.id,
             );

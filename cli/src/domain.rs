@@ -75,6 +75,10 @@ pub struct QosArgs {
     /// room (a view change stops writers until the next view is installed).
     #[arg(long, default_value_t = 10)]
     pub max_blocking_s: i64,
+    /// PARTITION of the publisher or subscriber: a name, with `fnmatch` wildcards
+    /// (`fleet/*`); repeat for several. None: the default partition.
+    #[arg(long = "partition", value_name = "NAME")]
+    pub partitions: Vec<String>,
 }
 
 impl QosArgs {
@@ -94,6 +98,28 @@ impl QosArgs {
             Some(d) => History::keep_last(d),
             None => History::keep_all(),
         })
+    }
+
+    /// The publisher's QoS: its PARTITION.
+    pub fn publisher(&self) -> spindle_qos::PublisherQos {
+        spindle_qos::PublisherQos {
+            partition: self.partition(),
+            ..Default::default()
+        }
+    }
+
+    /// The subscriber's QoS: its PARTITION.
+    pub fn subscriber(&self) -> spindle_qos::SubscriberQos {
+        spindle_qos::SubscriberQos {
+            partition: self.partition(),
+            ..Default::default()
+        }
+    }
+
+    fn partition(&self) -> spindle_qos::Partition {
+        spindle_qos::Partition {
+            name: self.partitions.clone(),
+        }
     }
 
     /// A reader's QoS on a topic of QoS `topic`.

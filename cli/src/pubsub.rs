@@ -220,7 +220,7 @@ fn publish(
     let topic = topic(p, &a.topic, t)?;
     let tq = a.topic.qos.topic();
     // Our own reader: seeing our samples delivered here means the topic's order has them.
-    let sub = p.create_subscriber(Default::default())?;
+    let sub = p.create_subscriber(a.topic.qos.subscriber())?;
     // KEEP_ALL, so no own sample is replaced before it is counted; best-effort samples
     // may be lost, so there is nothing to wait for then.
     let reliable = a.topic.qos.reliability == ReliabilityArg::Reliable;
@@ -230,7 +230,7 @@ fn publish(
         let q = a.topic.qos.reader(&tq).with_history(History::keep_all());
         Some(sub.create_datareader(&topic, q)?)
     };
-    let publisher = p.create_publisher(Default::default())?;
+    let publisher = p.create_publisher(a.topic.qos.publisher())?;
     let w = publisher.create_datawriter(&topic, a.topic.qos.writer(&tq))?;
     let r = write_all(p, a, t, samples, &w, own.as_ref());
     publisher.delete_datawriter(w)?;
@@ -390,7 +390,7 @@ fn view_line(p: &DomainParticipant) -> Option<(u32, Value)> {
 fn subscribe(p: &DomainParticipant, a: &SubArgs, t: &Arc<DynType>) -> Result<u8, Fail> {
     let topic = topic(p, &a.topic, t)?;
     let tq = a.topic.qos.topic();
-    let sub = p.create_subscriber(Default::default())?;
+    let sub = p.create_subscriber(a.topic.qos.subscriber())?;
     let r: DataReader<CdrSample> = match &a.filter {
         Some(expr) => {
             let name = format!("{}-filtered", a.topic.topic);

@@ -89,16 +89,28 @@ enum Source {
 /// Runs `spindle sub` for `count` samples and `spindle pub` of `source`; returns sub's
 /// stdout lines.
 fn exchange(type_name: &str, topic: &str, count: u64, source: Source) -> Vec<Value> {
-    exchange_with(type_name, topic, count, source, &[])
+    exchange_with(type_name, topic, count, source, &Extra::default())
 }
 
-/// [`exchange`] with more arguments for `sub` (`--filter …`).
+/// What a test adds to [`exchange`].
+#[derive(Default)]
+struct Extra<'a> {
+    /// Arguments for `sub` (`--filter …`).
+    sub: &'a [&'a str],
+    /// Arguments for `pub`.
+    publ: &'a [&'a str],
+    /// JSON lines a first `pub` with no extra arguments writes before the real one,
+    /// without waiting for readers (what sub must not get).
+    decoy: Option<&'a str>,
+}
+
+/// [`exchange`] with `extra`.
 fn exchange_with(
     type_name: &str,
     topic: &str,
     count: u64,
     source: Source,
-    sub_extra: &[&str],
+    extra: &Extra<'_>,
 ) -> Vec<Value> {
     let dir = tempfile::tempdir().expect("tempdir");
     let (n1, n2) = configs(dir.path());
@@ -109,7 +121,7 @@ fn exchange_with(
             .arg(&n1)
             .args(["--idl", IDL, "--type", type_name, "--topic", topic])
             .args(["--count", &count_s, "--timeout-s", "90"])
-            .args(sub_extra)
+            .args(extra.sub)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -132,11 +144,39 @@ fn exchange_with(
             break;
         }
     }
+    if let Some(decoy) = extra.decoy {
+        let n2 = n2.display().to_string();
+        let d = run(
+            &[
+                "pub",
+                "--config",
+                &n2,
+                "--idl",
+                IDL,
+                "--type",
+                type_name,
+                "--topic",
+                topic,
+                "--file",
+                "-",
+                "--wait-readers",
+                "0",
+                "--no-wait-delivered",
+            ],
+            Some(decoy),
+        );
+        assert!(
+            d.status.success(),
+            "decoy pub: {}",
+            String::from_utf8_lossy(&d.stderr)
+        );
+    }
     let mut cmd = Command::new(BIN);
     cmd.args(["pub", "--config"])
         .arg(&n2)
         .args(["--idl", IDL, "--type", type_name, "--topic", topic])
         .args(["--rate", "50", "--timeout-s", "90"])
+        .args(extra.publ)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -279,19 +319,52 @@ fn sub_filters_samples_of_a_type_known_only_from_the_idl() {
         "HealthFiltered",
         3,
         Source::Stdin(text),
-        &[
-            "--filter",
-            "status = 1 OR sequence_number > %0",
-            "--filter-param",
-            "6",
-            "--data-only",
-        ],
+        &Extra {
+            sub: &[
+                "--filter",
+                "status = 1 OR sequence_number > %0",
+                "--filter-param",
+                "6",
+                "--data-only",
+            ],
+            ..Default::default()
+        },
     );
     let seqs: Vec<u64> = lines
         .iter()
         .map(|l| l["sequence_number"].as_u64().expect("a heartbeat"))
         .collect();
     assert_eq!(seqs, [1, 5, 7], "{lines:?}");
+}
+
+/// `--partition` reaches the publisher and subscriber: a sub in `fleet/*` gets what a
+/// pub in `fleet/a` writes, and nothing of a pub in the default partition before it.
+#[test]
+fn sub_and_pub_meet_in_a_partition_and_not_outside_it() {
+    let line = |id: u32, seq: u32| {
+        format!(
+            "{{\"aircraft_id\": {id}, \"subsystem\": \"hyd\", \"sequence_number\": {seq}, \
+             \"status\": \"NOMINAL\", \"severity_code\": \"I\", \"temperature_c\": 20, \
+             \"detail\": \"\", \"fault_codes\": []}}\n"
+        )
+    };
+    let decoy: String = (0..3).map(|i| line(111, i)).collect();
+    let lines = exchange_with(
+        "Avionics::HealthHeartbeat",
+        "HealthPartitioned",
+        3,
+        Source::Stdin((0..3).map(|i| line(222, i)).collect()),
+        &Extra {
+            sub: &["--partition", "fleet/*", "--data-only"],
+            publ: &["--partition", "fleet/a"],
+            decoy: Some(&decoy),
+        },
+    );
+    let ids: Vec<u64> = lines
+        .iter()
+        .map(|l| l["aircraft_id"].as_u64().expect("a heartbeat"))
+        .collect();
+    assert_eq!(ids, [222, 222, 222], "{lines:?}");
 }
 
 /// `--stream` writes each line as it comes, names and skips a bad one, and exits 2.

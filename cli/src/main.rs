@@ -17,9 +17,12 @@
 //! (`RUST_LOG=spindle_group=info spindle sub …` shows every view installed).
 //!
 //! Exit codes: 0 done; 1 failed (a criterion not met, a timeout, the domain failed);
-//! 2 bad usage or input (arguments, configuration, IDL, JSON, type names).
+//! 2 bad usage or input (arguments, configuration, IDL, JSON, type names); 130 stopped by
+//! Ctrl-C or SIGTERM (`pub`, `sub` and `status` leave the domain first; a second one
+//! exits at once).
 
 mod domain;
+mod interrupt;
 mod perf;
 mod pubsub;
 mod scrape;
@@ -139,6 +142,9 @@ fn init_tracing() {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
+    if matches!(cli.cmd, Cmd::Pub(_) | Cmd::Sub(_) | Cmd::Status(_)) {
+        interrupt::install();
+    }
     let r = match cli.cmd {
         Cmd::Pub(a) => pubsub::run_pub(a),
         Cmd::Sub(a) => pubsub::run_sub(a),

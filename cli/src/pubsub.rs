@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::interrupt;
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 use spindle_dds_core::{DataReader, DomainParticipant, Sample, StateMask, WaitSet};
@@ -250,14 +251,24 @@ fn write_all(
 ) -> Result<u8, Fail> {
     let timeout = Duration::from_secs(a.timeout_s);
     let readers = a.wait_readers + u32::from(own.is_some());
-    w.wait_for_readers(readers, timeout)
+    wait_readers(w, readers, timeout)
         .map_err(|e| Fail::failed(format!("waiting for {} readers: {e}", a.wait_readers)))?;
+    if interrupt::interrupted() {
+        return Err(interrupt::stopped("before writing"));
+    }
     let start = Instant::now();
+    // Sleeps until sample `i + 1` is due; `Err` once interrupted (after `i + 1` writes).
     let pace = |i: u64| {
-        if a.rate > 0.0 {
+        let due = if a.rate > 0.0 {
             let next = start + Duration::from_secs_f64((i + 1) as f64 / a.rate);
-            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            next.saturating_duration_since(Instant::now())
+        } else {
+            Duration::ZERO
+        };
+        if interrupt::sleep(due) {
+            return Err(interrupt::stopped(format!("{} samples written", i + 1)));
         }
+        Ok(())
     };
     let mut refused = 0u64;
     let total = if a.stream {
@@ -274,7 +285,7 @@ fn write_all(
             match sample {
                 Ok(s) => {
                     w.write(&s)?;
-                    pace(written);
+                    pace(written)?;
                     written += 1;
                 }
                 Err(e) => {
@@ -288,7 +299,7 @@ fn write_all(
         let total = a.count.unwrap_or(samples.len() as u64);
         for i in 0..total {
             w.write(&samples[(i % samples.len() as u64) as usize])?;
-            pace(i);
+            pace(i)?;
         }
         total
     };
@@ -309,8 +320,10 @@ fn write_all(
                     a.timeout_s
                 )));
             }
-            if got.is_empty() {
-                std::thread::sleep(Duration::from_millis(2));
+            if got.is_empty() && interrupt::sleep(Duration::from_millis(2)) {
+                return Err(interrupt::stopped(format!(
+                    "{total} samples written, {seen} seen delivered"
+                )));
             }
         }
         eprintln!("spindle pub: {total} samples delivered");
@@ -323,6 +336,28 @@ fn write_all(
     }
     Ok(0)
 }
+
+/// [`DataWriter::wait_for_readers`](spindle_dds_core::DataWriter::wait_for_readers) in
+/// slices, so that an interrupt ends the wait (`Ok`, the caller looks).
+fn wait_readers(
+    w: &spindle_dds_core::DataWriter<CdrSample>,
+    readers: u32,
+    timeout: Duration,
+) -> spindle_dds_core::Result<()> {
+    let until = Instant::now() + timeout;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match w.wait_for_readers(readers, left.min(READERS_SLICE)) {
+            Err(spindle_dds_core::Error::Timeout(_))
+                if !left.is_zero() && !interrupt::interrupted() => {}
+            Err(_) if interrupt::interrupted() => return Ok(()),
+            other => return other,
+        }
+    }
+}
+
+/// How long one look for readers lasts before an interrupt is checked.
+const READERS_SLICE: Duration = Duration::from_millis(100);
 
 /// Runs `spindle sub`.
 pub fn run_sub(a: SubArgs) -> Result<u8, Fail> {
@@ -468,6 +503,9 @@ fn read_all(
         }
         if let Some(why) = p.stopped() {
             return Err(Fail::failed(format!("the participant stopped: {why}")));
+        }
+        if interrupt::interrupted() {
+            return Err(interrupt::stopped(format!("{got} samples read")));
         }
         // A timeout only means no data yet.
         let _ = ws.wait(WAIT_SLICE);

@@ -11,7 +11,7 @@
 //! between prints.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
 use serde_json::{json, Value};
@@ -66,7 +66,9 @@ pub fn run_status(a: StatusArgs) -> Result<u8, Fail> {
 
 fn watch(p: &DomainParticipant, a: &StatusArgs, topic_subgroups: u32) -> Result<u8, Fail> {
     let names: BTreeMap<u64, &str> = a.topics.iter().map(|n| (topic_id(n), n.as_str())).collect();
-    std::thread::sleep(Duration::from_millis(a.settle_ms));
+    if crate::interrupt::sleep(Duration::from_millis(a.settle_ms)) {
+        return Err(crate::interrupt::stopped("before the first look"));
+    }
     let mut last: Option<Value> = None;
     let mut printed = 0u64;
     let mut previous = scrape::Previous::default();
@@ -92,8 +94,11 @@ fn watch(p: &DomainParticipant, a: &StatusArgs, topic_subgroups: u32) -> Result<
         if let Some(why) = p.stopped() {
             return Err(Fail::failed(format!("the participant stopped: {why}")));
         }
-        let until = Instant::now() + Duration::from_millis(a.interval_ms);
-        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+        if crate::interrupt::sleep(Duration::from_millis(a.interval_ms)) {
+            return Err(crate::interrupt::stopped(format!(
+                "{printed} looks printed"
+            )));
+        }
     }
 }
 

@@ -567,3 +567,95 @@ fn rust_log_shows_the_engines_events_on_stderr() {
         "no colour codes off a terminal: {err}"
     );
 }
+
+/// Sends `signal` (`-INT`, `-TERM`) to `child` with the system's `kill`.
+fn signal(child: &Child, signal: &str) {
+    let s = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(s.success(), "kill {signal}");
+}
+
+/// Ctrl-C (SIGINT) or SIGTERM stops `pub` and `sub` the way their normal end does: they
+/// leave the domain (a view change without them) and exit 130. In a domain of two, the
+/// member left keeps going: a bare exit would look like a crash and cost it its
+/// majority.
+#[test]
+fn an_interrupted_pub_leaves_the_domain_and_the_sub_goes_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (n1, n2) = configs(dir.path());
+    let topic = [
+        "--idl",
+        IDL,
+        "--type",
+        "Avionics::AirData",
+        "--topic",
+        "Interrupted",
+    ];
+    let mut sub = Guard(
+        Command::new(BIN)
+            .args(["sub", "--config"])
+            .arg(&n1)
+            .args(topic)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start sub"),
+    );
+    let (tx, rx) = mpsc::channel();
+    let stdout = sub.0.stdout.take().expect("sub stdout");
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    // Lines until `want` matches one (bounded); returns it.
+    let until = |want: &dyn Fn(&Value) -> bool| -> Value {
+        let deadline = Instant::now() + PROCESS_DEADLINE;
+        loop {
+            let l = rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("a line from sub");
+            let v: Value = serde_json::from_str(&l).unwrap_or_else(|e| panic!("{l:?}: {e}"));
+            if want(&v) {
+                return v;
+            }
+        }
+    };
+    until(&|v| v["view"]["members"] == serde_json::json!([1]));
+    let publ = Guard(
+        Command::new(BIN)
+            .args(["pub", "--config"])
+            .arg(&n2)
+            .args(topic)
+            .args(["--rate", "20", "--random", "100000"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start pub"),
+    );
+    until(&|v| v.get("data").is_some());
+    signal(&publ.0, "-INT");
+    let p = wait_output(publ, "pub");
+    let perr = String::from_utf8_lossy(&p.stderr);
+    assert_eq!(p.status.code(), Some(130), "pub: {perr}");
+    assert!(
+        perr.contains("samples written; left the domain"),
+        "pub: {perr}"
+    );
+    // The sub sees the view without the pub, and is still running.
+    until(&|v| v["view"]["members"] == serde_json::json!([1]));
+    assert!(
+        sub.0.try_wait().expect("try_wait").is_none(),
+        "sub ended with the pub"
+    );
+    signal(&sub.0, "-TERM");
+    let s = wait_output(sub, "sub");
+    let serr = String::from_utf8_lossy(&s.stderr);
+    assert_eq!(s.status.code(), Some(130), "sub: {serr}");
+    assert!(
+        serr.contains("samples read; left the domain"),
+        "sub: {serr}"
+    );
+}

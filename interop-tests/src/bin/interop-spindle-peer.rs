@@ -225,7 +225,12 @@ fn main() -> ExitCode {
                             }
                             check.data(&v.key, &v.value);
                         }
-                        None if s.info.instance_state == InstanceState::NotAliveDisposed => {
+                        // A notice without data: a dispose, unless its instance now has
+                        // no writers (an unregister). Its instance_state is the instance's
+                        // state at this take, as DDS says, so a dispose of k0 that the
+                        // other writer's next k0 made alive again before this take reads
+                        // Alive: still a dispose.
+                        None if s.info.instance_state != InstanceState::NotAliveNoWriters => {
                             let k = keys
                                 .get(&s.info.instance_handle.0 .0)
                                 .cloned()

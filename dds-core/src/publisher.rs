@@ -201,6 +201,11 @@ impl Publisher {
     pub fn delete_datawriter<T: TopicType>(&self, writer: DataWriter<T>) -> Result<()> {
         let p = &self.participant;
         let id = writer.core().id;
+        if writer.core().deleted.load(Ordering::Acquire) {
+            return Err(Error::AlreadyDeleted(format!("writer {id}")));
+        }
+        // While it can still send: its instances end at every reader.
+        writer.unregister_all();
         if !p.remove_interest(id) {
             return Err(Error::AlreadyDeleted(format!("writer {id}")));
         }

@@ -466,16 +466,52 @@ impl<T: TopicType> DataWriter<T> {
         stamp: Stamp<'_>,
         body: impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
     ) -> Result<()> {
+        let mut path = path;
         match filled {
             Ok(()) => {}
             Err(NotSent::Large { room, needed }) => {
                 drop(path);
                 self.send_large(room, needed, kind, key, stamp, body)?;
+                path = lock(&self.core.path);
             }
             Err(NotSent::Failed(e)) => return Err(e),
         }
+        path.registered.note(key, kind);
+        drop(path);
         self.written(kind, key);
         Ok(())
+    }
+
+    /// Unregisters every instance this writer registered (wrote and did not unregister),
+    /// disposing each first under WRITER_DATA_LIFECYCLE
+    /// `autodispose_unregistered_instances`: what deleting a writer does, as DDS says, so
+    /// readers see its instances end (NOT_ALIVE_DISPOSED, or NOT_ALIVE_NO_WRITERS when no
+    /// other writer has them) instead of alive for as long as its participant lives. The
+    /// first send that fails (the participant stopped) ends it, logged.
+    pub(crate) fn unregister_all(&self) {
+        let keys = lock(&self.core.path).registered.take();
+        let autodispose = self
+            .qos()
+            .writer_data_lifecycle
+            .autodispose_unregistered_instances;
+        for key in keys {
+            let kinds: &[SampleKind] = if autodispose {
+                &[SampleKind::Dispose, SampleKind::Unregister]
+            } else {
+                &[SampleKind::Unregister]
+            };
+            for kind in kinds {
+                if let Err(e) = self.send(*kind, key, self.now(), |_| Ok(0)) {
+                    tracing::warn!(
+                        topic = %self.core.topic.name,
+                        writer = self.core.id,
+                        error = %e,
+                        "deleting a writer: its instances could not all be unregistered"
+                    );
+                    return;
+                }
+            }
+        }
     }
 
     /// A write's DEADLINE and manual LIVELINESS bookkeeping (nothing unless set).
@@ -669,7 +705,9 @@ fn with_room_held<'c, R>(
     let mut deadline_us = None;
     loop {
         let mut path = lock(&core.path);
-        let WritePath { sender, staging } = &mut *path;
+        let WritePath {
+            sender, staging, ..
+        } = &mut *path;
         let tried = match sender.as_ref() {
             None => Tried::Fetch,
             Some(s) => match attempt(s, staging) {

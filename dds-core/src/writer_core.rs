@@ -139,6 +139,59 @@ pub(crate) struct WritePath {
     /// never shrunk, not zero-filled again per sample (a large sample is encoded in place
     /// in its RDMC send buffer, not here).
     pub(crate) staging: Vec<u8>,
+    /// The instances it registered, for its deletion to unregister.
+    pub(crate) registered: Registered,
+}
+
+/// Most instances a writer keeps track of for [`Registered`]: past it, new instances are
+/// not unregistered when the writer is deleted (readers then keep them alive until the
+/// writer's participant leaves), and a warning says so once.
+pub const REGISTERED_INSTANCES_MAX: usize = 1 << 20;
+
+/// The instances a writer wrote and did not unregister (DDS "registered"): deleting it
+/// unregisters them, and disposes them first under WRITER_DATA_LIFECYCLE
+/// `autodispose_unregistered_instances`, as DDS says. Kept with the write path held; a
+/// run of writes to one instance costs one comparison.
+#[derive(Debug, Default)]
+pub(crate) struct Registered {
+    last: Option<InstanceHandle>,
+    set: BTreeSet<InstanceHandle>,
+    warned: bool,
+}
+
+impl Registered {
+    /// A sample of `kind` for instance `key` went.
+    pub(crate) fn note(&mut self, key: InstanceHandle, kind: crate::sample::SampleKind) {
+        use crate::sample::SampleKind as K;
+        match kind {
+            K::Data | K::Dispose if self.last != Some(key) => {
+                self.last = Some(key);
+                if self.set.len() < REGISTERED_INSTANCES_MAX {
+                    self.set.insert(key);
+                } else if !self.set.contains(&key) && !self.warned {
+                    self.warned = true;
+                    tracing::warn!(
+                        "a writer registered more than REGISTERED_INSTANCES_MAX = \
+                         {REGISTERED_INSTANCES_MAX} instances: deleting it unregisters only \
+                         those"
+                    );
+                }
+            }
+            K::Unregister => {
+                self.set.remove(&key);
+                if self.last == Some(key) {
+                    self.last = None;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The registered instances, in handle order; none are kept.
+    pub(crate) fn take(&mut self) -> BTreeSet<InstanceHandle> {
+        self.last = None;
+        std::mem::take(&mut self.set)
+    }
 }
 
 impl WriterCore {

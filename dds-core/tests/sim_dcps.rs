@@ -157,7 +157,7 @@ fn transient_history_outlives_its_writer_and_transient_local_history_does_not() 
             for (kind, topic, _) in kinds {
                 let q = atomic()
                     .with_durability(kind)
-                    .with_history(History::keep_last(2));
+                    .with_history(History::keep_last(4));
                 let t1 = ps[0].create_topic::<KeyedString>(topic, q.clone()).unwrap();
                 let publisher = ps[0].create_publisher(Default::default()).unwrap();
                 let w = publisher
@@ -176,14 +176,79 @@ fn transient_history_outlives_its_writer_and_transient_local_history_does_not() 
             for (kind, topic, want) in kinds {
                 let q = atomic()
                     .with_durability(kind)
-                    .with_history(History::keep_last(2));
+                    .with_history(History::keep_last(4));
                 let r = reader(&late, topic, keep_all(&q));
                 d.run_for(5_000);
-                let got = values(&r.take(usize::MAX, StateMask::ANY).unwrap());
+                let taken = r.take(usize::MAX, StateMask::ANY).unwrap();
+                let got = values(&taken);
                 assert_eq!(got.len(), want, "seed {seed}: {kind:?}: {got:?}");
                 if want > 0 {
-                    // The writer's HISTORY (the last 2 per instance), in the order written.
+                    // The writer's HISTORY (the last 4 per instance: two values, then the
+                    // dispose and unregister its deletion sent), in the order written, and
+                    // the instances ended as its deletion left them.
                     assert_eq!(got, vec!["a3", "b3", "a4", "b4"], "seed {seed}: {kind:?}");
+                    assert_eq!(taken.len(), 8, "seed {seed}: {kind:?}");
+                    assert!(
+                        taken
+                            .iter()
+                            .all(|s| s.info.instance_state == InstanceState::NotAliveDisposed),
+                        "seed {seed}: {kind:?}"
+                    );
+                } else {
+                    assert!(taken.is_empty(), "seed {seed}: {kind:?}");
+                }
+            }
+        },
+    );
+}
+
+#[test]
+fn deleting_a_writer_ends_the_instances_it_registered_at_every_reader() {
+    use spindle_qos::WriterDataLifecycle;
+    for_seeds(
+        "deleting_a_writer_ends_the_instances_it_registered_at_every_reader",
+        |seed| {
+            let (d, ps) = domain(seed, 3);
+            let readers = [
+                reader(&ps[1], "ends", keep_all(&atomic())),
+                reader(&ps[2], "ends", keep_all(&atomic())),
+            ];
+            for (autodispose, ended) in [
+                (true, InstanceState::NotAliveDisposed),
+                (false, InstanceState::NotAliveNoWriters),
+            ] {
+                let t = ps[0].create_topic::<KeyedString>("ends", atomic()).unwrap();
+                let publisher = ps[0].create_publisher(Default::default()).unwrap();
+                let qos = DataWriterQos {
+                    writer_data_lifecycle: WriterDataLifecycle {
+                        autodispose_unregistered_instances: autodispose,
+                    },
+                    ..DataWriterQos::from_topic_qos(&atomic())
+                };
+                let w = publisher.create_datawriter(&t, qos).unwrap();
+                for k in ["k1", "k2", "k1", "k3"] {
+                    w.write(&ks(k, "v")).unwrap();
+                }
+                // k3 ends before the deletion: the deletion does not end it again.
+                w.unregister_instance(&ks("k3", "")).unwrap();
+                for r in &readers {
+                    take_n(&d, r, 4 + usize::from(autodispose) + 1);
+                }
+                publisher.delete_datawriter(w).unwrap();
+                let notices = if autodispose { 4 } else { 2 };
+                for r in &readers {
+                    let got = take_n(&d, r, notices);
+                    assert_eq!(got.len(), notices, "seed {seed}: autodispose {autodispose}");
+                    assert!(got.iter().all(|s| !s.info.valid_data), "seed {seed}");
+                    for k in ["k1", "k2"] {
+                        let h = r.lookup_instance(&ks(k, "")).unwrap();
+                        assert!(
+                            got.iter()
+                                .any(|s| s.info.instance_handle == h
+                                    && s.info.instance_state == ended),
+                            "seed {seed}: {k} ended as {ended:?}: {got:?}"
+                        );
+                    }
                 }
             }
         },

@@ -155,7 +155,11 @@ pub fn join(cfg: &ParticipantConfig) -> Result<DomainParticipant, Fail> {
     let factory = DomainParticipantFactory::instance();
     factory
         .create_participant(cfg.domain_id, DomainParticipantQos::default(), cfg)
-        .map_err(|e| Fail::failed(format!("joining domain {}: {e}", cfg.domain_id)))
+        .map_err(|e| match e {
+            // The library's message already says which domain it was joining.
+            spindle_dds_core::Error::Error(m) if m.starts_with("joining domain") => Fail::failed(m),
+            other => Fail::failed(format!("joining domain {}: {other}", cfg.domain_id)),
+        })
 }
 
 /// The raw CDR topic of the type.

@@ -688,6 +688,15 @@ fn most_tolerant(a: &DareSettings, b: &DareSettings) -> DareSettings {
 /// again, in µs.
 pub(crate) const JOIN_RETRY_US: u64 = 50_000;
 
+/// The group settings of a participant of domain `domain_id`: the DDS layout, its join
+/// retry, and the domain as the group's id (a member of another domain refuses it).
+pub(crate) fn dds_group_config(domain_id: u32) -> spindle_group::GroupConfig {
+    let mut g = spindle_group::GroupConfig::new(dds_layout());
+    g.join_retry_us = JOIN_RETRY_US;
+    g.group_id = u64::from(domain_id);
+    g
+}
+
 /// The layout function every participant of a domain runs.
 pub fn dds_layout() -> LayoutFn {
     std::sync::Arc::new(|view: &View| {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spindle_group::restart::Plan;
-use spindle_group::{Group, GroupConfig, LocalFabric, View};
+use spindle_group::{Group, LocalFabric, View};
 use spindle_qos::{DomainParticipantQos, PublisherQos, SubscriberQos, TopicQos};
 use spindle_topics::{CdrSample, TopicType};
 use spindle_transport_rdma::{Endpoint, NodeId};
@@ -16,7 +16,7 @@ use crate::clock::{Clock, WallClock};
 use crate::common::{lock, TopicIdentity};
 use crate::config::{ParticipantConfig, Transport};
 use crate::content_filter::ContentFilter;
-use crate::declare::{dds_layout, subgroup_of, topic_id, JOIN_RETRY_US};
+use crate::declare::{subgroup_of, topic_id};
 use crate::discovery::partition_bytes;
 use crate::error::{Error, Result};
 use crate::group_scope::GroupScope;
@@ -45,8 +45,7 @@ pub(crate) fn make_group<L: LocalFabric + ?Sized>(
     restarted: Option<Plan>,
 ) -> Result<Group> {
     let me = config.node_id;
-    let mut gcfg = GroupConfig::new(dds_layout());
-    gcfg.join_retry_us = JOIN_RETRY_US;
+    let gcfg = crate::declare::dds_group_config(config.domain_id);
     let group = if let Some(plan) = restarted {
         // The domain restarts after total failure in the view the restart leader chose.
         Group::bootstrap(local, plan.view, plan.addresses, gcfg, 0)?

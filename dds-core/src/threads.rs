@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use spindle_group::persist::Persister;
 use spindle_group::runtime::{GroupNode, Spin};
-use spindle_group::{Group, GroupConfig, Sender, SubgroupId};
+use spindle_group::{Group, Sender, SubgroupId};
 use spindle_transport_rdma::{Endpoint, NodeId};
 
 use crate::common::lock;
@@ -112,8 +112,7 @@ fn rejoining_group(
                 .into(),
         ));
     }
-    let mut gcfg = GroupConfig::new(crate::declare::dds_layout());
-    gcfg.join_retry_us = crate::declare::JOIN_RETRY_US;
+    let gcfg = crate::declare::dds_group_config(config.domain_id);
     Ok(Group::join(ep, contacts.into_iter().collect(), gcfg)?)
 }
 

@@ -330,6 +330,33 @@ fn next_instance_reads_visit_every_instance_once_in_handle_order() {
 }
 
 #[test]
+fn a_participant_of_another_domain_is_refused_by_name_and_never_joins() {
+    for_seeds(
+        "a_participant_of_another_domain_is_refused_by_name_and_never_joins",
+        |seed| {
+            let (d, ps) = domain(seed, 2);
+            let r = reader(&ps[1], "separate", keep_all(&atomic()));
+            let view = ps[0].view().unwrap();
+            // Node 3 is configured for domain 1, its contacts are domain 0's members.
+            let e = d
+                .participant_with(3, Default::default(), |c| c.domain_id = 1)
+                .expect_err("a participant of domain 1 joined domain 0");
+            let m = e.to_string();
+            assert!(
+                m.contains("member of group 0") && m.contains("configured for group 1"),
+                "seed {seed}: {m}"
+            );
+            d.run_for(20_000);
+            assert_eq!(ps[0].view().unwrap().members, view.members, "seed {seed}");
+            // Domain 0 goes on.
+            let w = writer(&ps[0], "separate", DataWriterQos::from_topic_qos(&atomic()));
+            w.write(&ks("k", "v")).unwrap();
+            assert_eq!(values(&take_n(&d, &r, 1)), ["v"], "seed {seed}");
+        },
+    );
+}
+
+#[test]
 fn bad_qos_and_misuse_are_dds_errors_not_panics() {
     for_seeds("bad_qos_and_misuse_are_dds_errors_not_panics", |_seed| {
         let (_d, ps) = domain(1, 1);

@@ -191,6 +191,10 @@ pub struct GroupConfig {
     pub activation_timeout_us: u64,
     /// How often a joiner repeats its request.
     pub join_retry_us: u64,
+    /// Which group this node belongs to (DCPS: the DDS domain id). A member refuses a
+    /// joiner that names another, and the joiner stops with an error naming both: nodes
+    /// of two groups never share a view, whatever their contacts say.
+    pub group_id: u64,
 }
 
 impl std::fmt::Debug for GroupConfig {
@@ -212,6 +216,7 @@ impl GroupConfig {
             layout,
             activation_timeout_us: 5_000_000,
             join_retry_us: 200_000,
+            group_id: 0,
         }
     }
 }
@@ -976,7 +981,29 @@ impl Group {
     ) -> Result<()> {
         match Msg::decode(data)? {
             // A joiner asks for itself only: a Join naming another node is refused.
-            Msg::Join { node, address } if node == peer => self.join_request(node, address),
+            Msg::Join {
+                node,
+                address,
+                group_id,
+            } if node == peer => self.join_request(node, address, group_id),
+            Msg::Refused { group_id } => {
+                // Only a contact this joiner asked can turn it away.
+                let asked = matches!(&self.phase, Phase::Joining { contacts, .. }
+                    if contacts.iter().any(|(c, _)| *c == peer));
+                if asked {
+                    let mine = self.cfg.group_id;
+                    self.shut_down(format!(
+                        "contact node {peer} is a member of group {group_id} and refused this \
+                         node, configured for group {mine}: its contacts reach another group \
+                         (a DCPS participant's group is its domain id)"
+                    ));
+                } else {
+                    tracing::warn!(
+                        from = peer,
+                        "a refusal while not joining through it: ignored"
+                    );
+                }
+            }
             Msg::Join { node, .. } => {
                 tracing::warn!(
                     from = peer,
@@ -1104,8 +1131,22 @@ impl Group {
         }
     }
 
-    fn join_request(&mut self, node: NodeId, address: String) {
+    fn join_request(&mut self, node: NodeId, address: String, group_id: u64) {
         if address.len() > ADDRESS_BYTES_MAX || !matches!(self.phase, Phase::Member) {
+            return;
+        }
+        if group_id != self.cfg.group_id {
+            tracing::warn!(
+                node = self.me,
+                joiner = node,
+                group_id,
+                mine = self.cfg.group_id,
+                "a join request for another group: refused"
+            );
+            let refusal = Msg::Refused {
+                group_id: self.cfg.group_id,
+            };
+            self.actions.push_back(send(node, refusal.encode()));
             return;
         }
         let Some(c) = &mut self.current else {
@@ -1140,6 +1181,7 @@ impl Group {
         let join = Msg::Join {
             node: me,
             address: self.address.clone(),
+            group_id: self.cfg.group_id,
         };
         let Phase::Joining {
             contacts,

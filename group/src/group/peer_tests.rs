@@ -48,6 +48,7 @@ fn a_join_request_for_another_node_is_refused() {
     let forged = Msg::Join {
         node: 5,
         address: "sim:5".into(),
+        group_id: 0,
     };
     g.handle_event(&*ep, recv(3, forged), 0);
     assert!(
@@ -58,6 +59,7 @@ fn a_join_request_for_another_node_is_refused() {
     let own = Msg::Join {
         node: 3,
         address: "sim:3".into(),
+        group_id: 0,
     };
     g.handle_event(&*ep, recv(3, own), 0);
     assert!(
@@ -105,4 +107,59 @@ fn a_redirect_from_a_node_not_asked_is_ignored_and_contacts_stay_bounded() {
     };
     g.handle_event(&*ep, recv(1, long), 0);
     assert!(contacts(&g).iter().all(|(c, _)| *c != 3));
+}
+
+#[test]
+fn a_joiner_of_another_group_is_refused_and_stops_naming_both_groups() {
+    let world = SimWorld::new(3, SimConfig::default());
+    let ep = world.endpoint(1);
+    let addresses = BTreeMap::from([(1, ep.address())]);
+    let mut member = Group::bootstrap(&*ep, View::new(1, vec![1]), addresses, config(), 0).unwrap();
+    while member.poll_action().is_some() {}
+    // Node 3, configured for group 7, asks to join group 0: refused, not admitted.
+    let join = Msg::Join {
+        node: 3,
+        address: "sim:3".into(),
+        group_id: 7,
+    };
+    member.handle_event(&*ep, recv(3, join), 0);
+    let mut refusals = Vec::new();
+    let mut admitted = false;
+    for t in 0..20 {
+        member.handle_time(&*ep, 1_000 * (t + 1));
+        while let Some(a) = member.poll_action() {
+            match a {
+                GroupAction::Send { peer: 3, bytes, .. } => {
+                    refusals.push(Msg::decode(&bytes).unwrap())
+                }
+                GroupAction::Connect { peer: 3, .. } => admitted = true,
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(refusals, vec![Msg::Refused { group_id: 0 }]);
+    assert!(!admitted, "a joiner of another group was let in");
+    // The joiner stops when its contact refuses it, naming both groups; a refusal from a
+    // node it did not ask is ignored.
+    let jep = world.endpoint(3);
+    let mut cfg = config();
+    cfg.group_id = 7;
+    let mut joiner = Group::join(&*jep, vec![(1, "sim:1".into())], cfg).unwrap();
+    joiner.handle_event(&*jep, recv(4, Msg::Refused { group_id: 0 }), 0);
+    assert!(
+        matches!(joiner.phase, Phase::Joining { .. }),
+        "a stranger's refusal counts"
+    );
+    joiner.handle_event(&*jep, recv(1, Msg::Refused { group_id: 0 }), 0);
+    let mut why = None;
+    while let Some(o) = joiner.poll() {
+        if let crate::group::GroupOutput::ShutDown(w) = o {
+            why = Some(w);
+        }
+    }
+    let why = why.expect("the joiner stopped");
+    assert!(
+        why.contains("member of group 0") && why.contains("configured for group 7"),
+        "{why}"
+    );
 }

@@ -18,6 +18,7 @@ const MSG_NEW_VIEW: u8 = 3;
 const MSG_STATE: u8 = 4;
 const MSG_DECLARE: u8 = 5;
 const MSG_DARE_ENTRIES: u8 = 6;
+const MSG_REFUSED: u8 = 7;
 
 /// The view a member sends to the joiners it admits: its first member sends it, and only
 /// a joiner enters a view from one (`Group::new_view`).
@@ -44,6 +45,13 @@ pub(crate) enum Msg {
         node: NodeId,
         /// Its fabric address.
         address: String,
+        /// The group it is configured for ([`crate::group::GroupConfig::group_id`]).
+        group_id: u64,
+    },
+    /// A member turns away a joiner configured for another group: this member's group.
+    Refused {
+        /// The member's group.
+        group_id: u64,
     },
     /// A member that does not lead points a joiner to the leader.
     Redirect {
@@ -90,10 +98,20 @@ impl Msg {
     /// The message's bytes.
     pub(crate) fn encode(&self) -> Vec<u8> {
         match self {
-            Msg::Join { node, address } => {
+            Msg::Join {
+                node,
+                address,
+                group_id,
+            } => {
                 let mut w = Writer::new(MSG_JOIN);
                 w.u32(*node);
                 w.str(address);
+                w.u64(*group_id);
+                w.0
+            }
+            Msg::Refused { group_id } => {
+                let mut w = Writer::new(MSG_REFUSED);
+                w.u64(*group_id);
                 w.0
             }
             Msg::Redirect { leader, address } => {
@@ -181,7 +199,9 @@ impl Msg {
             MSG_JOIN => Msg::Join {
                 node: r.u32()?,
                 address: r.str()?,
+                group_id: r.u64()?,
             },
+            MSG_REFUSED => Msg::Refused { group_id: r.u64()? },
             MSG_REDIRECT => Msg::Redirect {
                 leader: r.u32()?,
                 address: r.str()?,
@@ -401,7 +421,9 @@ mod tests {
             Msg::Join {
                 node: 4,
                 address: "sim:4".into(),
+                group_id: 7,
             },
+            Msg::Refused { group_id: 3 },
             Msg::Redirect {
                 leader: 1,
                 address: "127.0.0.1:7000".into(),

@@ -131,14 +131,17 @@ pub fn run_perf(a: PerfArgs) -> Result<u8, Fail> {
     })
 }
 
-/// The result as an aligned two-column table, keys in the benchmark's order.
+/// The result as an aligned two-column table, keys in alphabetical order. A throughput
+/// run measures no latency: its `lat_*` fields (0 in the JSON) are left out rather than
+/// shown as a latency of 0 µs.
 fn print_table(r: &Value) {
     let Some(obj) = r.as_object() else {
         println!("{r}");
         return;
     };
+    let unmeasured = |k: &str| k.starts_with("lat_") && r["latency_mode"] == Value::Bool(false);
     let width = obj.keys().map(String::len).max().unwrap_or(0);
-    for (k, v) in obj {
+    for (k, v) in obj.iter().filter(|(k, _)| !unmeasured(k)) {
         let shown = match v {
             Value::String(s) => s.clone(),
             other => other.to_string(),

@@ -119,7 +119,7 @@ pub fn run_perf(a: PerfArgs) -> Result<u8, Fail> {
     if a.json {
         println!("{out}");
     } else {
-        print_table(&r);
+        print!("{}", table(&r));
         for (what, ok) in &checks {
             println!("{:<8} {what}", if *ok { "PASS" } else { "FAIL" });
         }
@@ -134,18 +134,33 @@ pub fn run_perf(a: PerfArgs) -> Result<u8, Fail> {
 /// The result as an aligned two-column table, keys in alphabetical order. A throughput
 /// run measures no latency: its `lat_*` fields (0 in the JSON) are left out rather than
 /// shown as a latency of 0 µs.
-fn print_table(r: &Value) {
+fn table(r: &Value) -> String {
     let Some(obj) = r.as_object() else {
-        println!("{r}");
-        return;
+        return format!("{r}\n");
     };
     let unmeasured = |k: &str| k.starts_with("lat_") && r["latency_mode"] == Value::Bool(false);
     let width = obj.keys().map(String::len).max().unwrap_or(0);
+    let mut out = String::new();
     for (k, v) in obj.iter().filter(|(k, _)| !unmeasured(k)) {
         let shown = match v {
             Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        println!("{k:<width$}  {shown}");
+        out.push_str(&format!("{k:<width$}  {shown}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::table;
+
+    #[test]
+    fn a_throughput_table_shows_no_latency_and_a_latency_table_does() {
+        let run = |latency: bool| serde_json::json!({"latency_mode": latency, "lat_p50_us": 0.0, "msgs_per_s": 5});
+        let throughput = table(&run(false));
+        assert!(!throughput.contains("lat_p50_us"), "{throughput}");
+        assert!(throughput.contains("msgs_per_s    5"), "{throughput}");
+        assert!(table(&run(true)).contains("lat_p50_us    0.0"));
     }
 }

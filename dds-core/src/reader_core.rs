@@ -284,6 +284,16 @@ impl ReaderCore {
                 }
             }
         }
+        // Writers of the history that the built-in table does not hold as writers are gone (the
+        // writers of a domain's previous run, read back from its logs, whose node may be
+        // back under the same id; a writer's announcement precedes its samples in the
+        // order, so every live writer of a stored sample is in the table): their
+        // instances have no writers until one writes again.
+        lock(&self.cache).writers_gone(&|w| {
+            endpoints
+                .get(&(w.node, w.writer_id))
+                .is_none_or(|e| e.reader)
+        });
         any
     }
 

@@ -126,6 +126,13 @@ fn entity_creation_is_a_view_change_and_late_joiners_get_the_stored_history() {
                 .map(|d| d.value.clone())
                 .collect();
             assert_eq!(a, vec!["a7", "a8", "a9"], "seed {seed}");
+            // The history's writer lives: its instance is alive at the late reader.
+            assert!(
+                got.iter()
+                    .filter(|s| s.data.as_ref().is_some_and(|d| d.key == "A"))
+                    .all(|s| s.info.instance_state == InstanceState::Alive),
+                "seed {seed}: a live writer's instance read as ended"
+            );
             let b: Vec<&Sample<KeyedString>> = got
                 .iter()
                 .filter(|s| s.data.as_ref().is_none_or(|d| d.key == "B"))

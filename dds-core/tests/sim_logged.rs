@@ -295,6 +295,15 @@ fn a_restarted_domain_with_readers_only_gets_the_durable_history() {
                 let r = reader(p, persistent(), keep_all(&persistent()));
                 let got = read_n(&d, &r, n);
                 assert_eq!(values(&got), written, "seed {seed}: node {}", p.node_id());
+                assert!(
+                    got.iter().all(|s| s.info.instance_state
+                        == spindle_dds_core::InstanceState::NotAliveNoWriters),
+                    "seed {seed}: node {}: the history's writers are gone: {:?}",
+                    p.node_id(),
+                    got.iter()
+                        .map(|s| s.info.instance_state)
+                        .collect::<Vec<_>>()
+                );
             }
         },
     );

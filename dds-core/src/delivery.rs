@@ -529,7 +529,8 @@ fn prime_readers(st: &State, subgroup: SubgroupId, store: &Store) -> Vec<Arc<Rea
     }
     for rs in st.readers.values() {
         for r in rs.iter().filter(|r| r.subgroup == subgroup) {
-            if r.prime(store, &st.endpoints) {
+            let table_whole = !st.awaiting_state.contains(&BUILTIN_SUBGROUP);
+            if r.prime(store, &st.endpoints, table_whole) {
                 got.push(Arc::clone(r));
             }
         }

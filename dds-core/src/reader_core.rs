@@ -262,8 +262,15 @@ impl ReaderCore {
     /// gets history, and only samples offered at the level it requests, in partitions it
     /// matches ([`ReaderCore::accepts`], by the writers in `endpoints`: the history of a
     /// writer deleted since, outside the default partition, goes with it, as a DDS
-    /// writer's TRANSIENT_LOCAL history does).
-    pub(crate) fn prime(&self, store: &Store, endpoints: &BTreeMap<EndpointKey, Endpoint>) -> bool {
+    /// writer's TRANSIENT_LOCAL history does). With `table_whole` (the built-in table is
+    /// installed, not awaited from a giver), the history's writers it does not hold as
+    /// writers are gone.
+    pub(crate) fn prime(
+        &self,
+        store: &Store,
+        endpoints: &BTreeMap<EndpointKey, Endpoint>,
+        table_whole: bool,
+    ) -> bool {
         if !self.level.keeps_history() {
             return false;
         }
@@ -288,7 +295,11 @@ impl ReaderCore {
         // writers of a domain's previous run, read back from its logs, whose node may be
         // back under the same id; a writer's announcement precedes its samples in the
         // order, so every live writer of a stored sample is in the table): their
-        // instances have no writers until one writes again.
+        // instances have no writers until one writes again. Not while the table is still
+        // on its way (a joiner's topic state may come before the built-in one).
+        if !table_whole {
+            return any;
+        }
         lock(&self.cache).writers_gone(&|w| {
             endpoints
                 .get(&(w.node, w.writer_id))

@@ -607,6 +607,13 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
             // (an idle sender sends no nulls); the first writer to come takes over. The
             // store keeps what the writers' HISTORY left it (depth 0: nothing trimmed;
             // readers declare no depth of their own).
+            // Such readers keep the subgroup at their store level also while only writers
+            // of its other, volatile topics remain (their samples are not stored).
+            let offered = if i.outlives_writers && !readers.is_empty() {
+                offered.max(i.level)
+            } else {
+                offered
+            };
             if !senders.is_empty() {
                 return Some((id, (i, members, senders, readers, offered)));
             }
@@ -879,6 +886,25 @@ mod tests {
         let sgs = dds_subgroups(&view);
         let s3 = sgs.iter().find(|s| s.spec.id == 3).unwrap();
         assert_eq!((s3.spec.senders.clone(), s3.store_depth), (vec![1], 7));
+        // A writer of a volatile topic sharing the subgroup keeps it at the store level
+        // the TRANSIENT readers ask for (its own samples, offered Atomic, are not stored).
+        let volatile = Interest {
+            level: DeliveryLevel::Atomic,
+            ..interest(false, true)
+        };
+        view.declared.insert(
+            1,
+            encode_declaration(
+                8,
+                &DareSettings::default(),
+                &BTreeMap::from([(3, volatile)]),
+            )
+            .unwrap(),
+        );
+        let sgs = dds_subgroups(&view);
+        let s3 = sgs.iter().find(|s| s.spec.id == 3).unwrap();
+        assert_eq!(s3.spec.senders, vec![1]);
+        assert_eq!(s3.level, DeliveryLevel::VolatileStore, "the store stays");
     }
 
     #[test]

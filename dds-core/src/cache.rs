@@ -523,13 +523,23 @@ impl Cache {
         self.purge_expired();
         self.samples
             .values()
-            .filter(|e| after.is_none_or(|a| e.instance > a))
-            .filter(|e| {
-                self.accepts(mask, e)
-                    && query.is_none_or(|q| e.info.valid_data && q(e.payload.bytes()))
-            })
+            .filter(|e| after.is_none_or(|a| e.instance > a) && self.picks(e, mask, None, query))
             .map(|e| e.instance)
             .min()
+    }
+
+    /// Whether an access by `mask`, `instance` (any, if `None`) and `query` (a
+    /// QueryCondition's filter: samples without data never pass one) picks `e`.
+    fn picks(
+        &self,
+        e: &Entry,
+        mask: &StateMask,
+        instance: Option<InstanceHandle>,
+        query: Query<'_>,
+    ) -> bool {
+        instance.is_none_or(|i| i == e.instance)
+            && self.accepts(mask, e)
+            && query.is_none_or(|q| e.info.valid_data && q(e.payload.bytes()))
     }
 
     /// True if some sample matches `mask` (and `instance`, if given).
@@ -545,11 +555,9 @@ impl Cache {
         instance: Option<InstanceHandle>,
         query: Query<'_>,
     ) -> bool {
-        self.samples.values().any(|e| {
-            instance.is_none_or(|i| i == e.instance)
-                && self.accepts(mask, e)
-                && query.is_none_or(|q| e.info.valid_data && q(e.payload.bytes()))
-        })
+        self.samples
+            .values()
+            .any(|e| self.picks(e, mask, instance, query))
     }
 
     /// The [`Position`]s of the samples matching `mask`, in the order a read returns them
@@ -1003,10 +1011,7 @@ impl Cache {
             if picked.len() >= max {
                 break;
             }
-            if instance.is_some_and(|i| i != e.instance)
-                || !self.accepts(mask, e)
-                || query.is_some_and(|q| !e.info.valid_data || !q(e.payload.bytes()))
-            {
+            if !self.picks(e, mask, instance, query) {
                 continue;
             }
             picked.push(arrival);

@@ -465,12 +465,9 @@ fn decode_full(bytes: &[u8]) -> std::result::Result<Decoded, String> {
     for e in body.chunks_exact(ENTRY_BYTES) {
         let sg = u32::from_le_bytes([e[0], e[1], e[2], e[3]]);
         let flags = e[4];
-        let level = DeliveryLevel::from_u8(e[5] & !LEVEL_OUTLIVES_WRITERS).ok_or_else(|| {
-            format!(
-                "subgroup {sg}: delivery level {} unknown",
-                e[5] & !LEVEL_OUTLIVES_WRITERS
-            )
-        })?;
+        let code = e[5] & !LEVEL_OUTLIVES_WRITERS;
+        let level = DeliveryLevel::from_u8(code)
+            .ok_or_else(|| format!("subgroup {sg}: delivery level {code} unknown"))?;
         let large_log2 = u32::from((flags >> LARGE_SHIFT) & LARGE_MASK);
         let large_ok = large_log2 == 0 || (LARGE_LOG2_MIN..=LARGE_LOG2_MAX).contains(&large_log2);
         let window_log2 = e[6] & WINDOW_LOG2_MASK;
@@ -600,16 +597,11 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
     let mut subgroups = merged
         .into_iter()
         .filter_map(|(id, (i, members, senders, readers, offered))| {
-            // A subgroup lives while it has writers; a store-level one also while readers
-            // that keep the history beyond its writers (TRANSIENT, PERSISTENT) remain:
-            // its members hold the store and hand it to joiners, so the subgroup needs a
-            // sender for the engine. Its first member is named one and never sends
-            // (an idle sender sends no nulls); the first writer to come takes over. The
-            // store keeps what the writers' HISTORY left it (depth 0: nothing trimmed;
-            // readers declare no depth of their own).
-            // Such readers keep the subgroup at their store level also while only writers
-            // of its other, volatile topics remain (their samples are not stored).
-            let offered = if i.outlives_writers && !readers.is_empty() {
+            // Readers that keep the history beyond the writers (TRANSIENT, PERSISTENT)
+            // keep the subgroup at their store level, also while only writers of its
+            // other, volatile topics remain (whose samples are not stored).
+            let outliving = i.outlives_writers && !readers.is_empty();
+            let offered = if outliving {
                 offered.max(i.level)
             } else {
                 offered
@@ -617,14 +609,19 @@ pub fn dds_subgroups(view: &View) -> Vec<DdsSubgroup> {
             if !senders.is_empty() {
                 return Some((id, (i, members, senders, readers, offered)));
             }
-            let kept = i.outlives_writers && i.level.keeps_history() && !readers.is_empty();
-            kept.then(|| {
-                let holder = vec![members[0]];
+            // With no writer at all, such readers keep a store-level subgroup alive: its
+            // members hold the store and hand it to joiners, so it needs a sender for the
+            // engine. Its first member is named one and never sends (an idle sender sends
+            // no nulls); the first writer to come takes over. The store keeps what the
+            // writers' HISTORY left it (depth 0: nothing trimmed; readers declare no depth
+            // of their own).
+            (outliving && offered.keeps_history()).then(|| {
                 let i = Interest {
                     store_depth: 0,
                     ..i
                 };
-                (id, (i, members, holder, readers, i.level))
+                let holder = vec![members[0]];
+                (id, (i, members, holder, readers, offered))
             })
         })
         .map(|(id, (i, members, senders, readers, offered))| {

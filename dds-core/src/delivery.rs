@@ -527,9 +527,9 @@ fn prime_readers(st: &State, subgroup: SubgroupId, store: &Store) -> Vec<Arc<Rea
     if store.is_empty() {
         return got;
     }
+    let table_whole = st.table_whole();
     for rs in st.readers.values() {
         for r in rs.iter().filter(|r| r.subgroup == subgroup) {
-            let table_whole = !st.awaiting_state.contains(&BUILTIN_SUBGROUP);
             if r.prime(store, &st.endpoints, table_whole) {
                 got.push(Arc::clone(r));
             }

@@ -201,14 +201,12 @@ impl Publisher {
     pub fn delete_datawriter<T: TopicType>(&self, writer: DataWriter<T>) -> Result<()> {
         let p = &self.participant;
         let id = writer.core().id;
-        if writer.core().deleted.load(Ordering::Acquire) {
-            return Err(Error::AlreadyDeleted(format!("writer {id}")));
-        }
-        // While it can still send: its instances end at every reader.
-        writer.unregister_all();
         if !p.remove_interest(id) {
             return Err(Error::AlreadyDeleted(format!("writer {id}")));
         }
+        // While it can still send (the interest goes at the redeclaration below): its
+        // instances end at every reader.
+        writer.unregister_all();
         writer.core().deleted.store(true, Ordering::Release);
         if let Some(g) = &self.group {
             g.remove(id);

@@ -444,9 +444,7 @@ impl ReaderCore {
             if !s.incompatible_seen.insert(*w) {
                 continue;
             }
-            s.incompatible.total_count += 1;
-            s.incompatible.total_count_change += 1;
-            s.incompatible.last_policy_id = Some(*policy);
+            s.incompatible.count(*policy);
             tracing::warn!(
                 topic = %self.topic.name,
                 "reader {me}.{} requests more than writer {}.{} offers ({policy:?}): not \

@@ -55,6 +55,16 @@ pub(crate) struct State {
     pub(crate) retention: Option<RetentionHandle>,
 }
 
+impl State {
+    /// The built-in table is installed here, not still awaited from a giver (a joiner's
+    /// topic state may come before it): only then does it name every live writer.
+    pub(crate) fn table_whole(&self) -> bool {
+        !self
+            .awaiting_state
+            .contains(&crate::declare::BUILTIN_SUBGROUP)
+    }
+}
+
 /// One topic's INCONSISTENT_TOPIC status and the endpoints it counted.
 #[derive(Debug, Default)]
 pub(crate) struct Inconsistent {

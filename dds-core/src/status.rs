@@ -143,6 +143,15 @@ pub struct IncompatibleQosStatus {
     pub last_policy_id: Option<spindle_qos::QosPolicyId>,
 }
 
+impl IncompatibleQosStatus {
+    /// Counts one more incompatible endpoint, which failed on `policy` first.
+    pub(crate) fn count(&mut self, policy: spindle_qos::QosPolicyId) {
+        self.total_count += 1;
+        self.total_count_change += 1;
+        self.last_policy_id = Some(policy);
+    }
+}
+
 /// Updates a matched status to `current`, counting new matches.
 pub(crate) fn rematch(s: &mut MatchedStatus, current: u32, view_id: u32) -> bool {
     if s.current_count == current {

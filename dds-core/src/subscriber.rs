@@ -155,12 +155,7 @@ impl Subscriber {
             // subgroup) under one lock, so no delivery is missed or seen twice.
             let mut st = lock(&p.shared.state);
             if let Some(store) = st.stores.get(&sg) {
-                core.prime(
-                    store,
-                    &st.endpoints,
-                    !st.awaiting_state
-                        .contains(&crate::declare::BUILTIN_SUBGROUP),
-                );
+                core.prime(store, &st.endpoints, st.table_whole());
             }
             st.readers
                 .entry(topic.inner.ident.topic_id)

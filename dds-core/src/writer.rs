@@ -169,7 +169,12 @@ impl<T: TopicType> DataWriter<T> {
     }
 
     fn unregister_stamped(&self, data: &T, stamp: Stamp<'_>) -> Result<()> {
-        let key = instance_of(data)?;
+        self.unregister_key(instance_of(data)?, stamp)
+    }
+
+    /// Unregisters instance `key`, disposing it first under WRITER_DATA_LIFECYCLE
+    /// `autodispose_unregistered_instances`.
+    fn unregister_key(&self, key: InstanceHandle, stamp: Stamp<'_>) -> Result<()> {
         if self
             .qos()
             .writer_data_lifecycle
@@ -457,16 +462,15 @@ impl<T: TopicType> DataWriter<T> {
     /// and LIVELINESS bookkeeping once it went; for a sample that did not fit its slot
     /// (the slot became a null and kept its turn), the RDMC path with the write path let
     /// go while it waits for a buffer.
-    fn sent(
-        &self,
+    fn sent<'w>(
+        &'w self,
         filled: std::result::Result<(), NotSent>,
-        path: MutexGuard<'_, WritePath>,
+        mut path: MutexGuard<'w, WritePath>,
         kind: SampleKind,
         key: InstanceHandle,
         stamp: Stamp<'_>,
         body: impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
     ) -> Result<()> {
-        let mut path = path;
         match filled {
             Ok(()) => {}
             Err(NotSent::Large { room, needed }) => {
@@ -490,26 +494,15 @@ impl<T: TopicType> DataWriter<T> {
     /// first send that fails (the participant stopped) ends it, logged.
     pub(crate) fn unregister_all(&self) {
         let keys = lock(&self.core.path).registered.take();
-        let autodispose = self
-            .qos()
-            .writer_data_lifecycle
-            .autodispose_unregistered_instances;
         for key in keys {
-            let kinds: &[SampleKind] = if autodispose {
-                &[SampleKind::Dispose, SampleKind::Unregister]
-            } else {
-                &[SampleKind::Unregister]
-            };
-            for kind in kinds {
-                if let Err(e) = self.send(*kind, key, self.now(), |_| Ok(0)) {
-                    tracing::warn!(
-                        topic = %self.core.topic.name,
-                        writer = self.core.id,
-                        error = %e,
-                        "deleting a writer: its instances could not all be unregistered"
-                    );
-                    return;
-                }
+            if let Err(e) = self.unregister_key(key, self.now()) {
+                tracing::warn!(
+                    topic = %self.core.topic.name,
+                    writer = self.core.id,
+                    error = %e,
+                    "deleting a writer: its instances could not all be unregistered"
+                );
+                return;
             }
         }
     }

@@ -316,9 +316,7 @@ impl WriterCore {
             if !s.1.insert((*node, *entity)) {
                 continue;
             }
-            s.0.total_count += 1;
-            s.0.total_count_change += 1;
-            s.0.last_policy_id = Some(*policy);
+            s.0.count(*policy);
             tracing::warn!(
                 topic = %self.topic.name,
                 "writer {me}.{} offers less than reader {node}.{entity} requests ({policy:?}): \

@@ -203,6 +203,7 @@ impl std::fmt::Debug for GroupConfig {
             .field("engine", &self.engine)
             .field("activation_timeout_us", &self.activation_timeout_us)
             .field("join_retry_us", &self.join_retry_us)
+            .field("group_id", &self.group_id)
             .finish()
     }
 }

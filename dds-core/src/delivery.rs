@@ -572,9 +572,35 @@ fn apply_announcement(st: &mut State, node: NodeId, bytes: &[u8], touched: &mut 
     }
 }
 
-/// Writers a reader of some topic sees: how many it matches, and those it does not with
+/// Writers a reader of some topic sees: those it matches, and those it does not with
 /// why (their samples are not taken).
-pub(crate) type WriterMatch = (u32, Vec<(EndpointKey, Mismatch)>);
+pub(crate) type WriterMatch = (Vec<EndpointKey>, Vec<(EndpointKey, Mismatch)>);
+
+/// Readers a writer of some topic sees: those it matches, and those that request more
+/// than it offers with the first policy that fails.
+pub(crate) type ReaderMatch = (Vec<EndpointKey>, Vec<(EndpointKey, QosPolicyId)>);
+
+/// The announcement of `key` if it is among `matched` (DDS `get_matched_*_data`), else
+/// `BadParameter` naming it and `whose` matches (the entity asking).
+pub(crate) fn matched_entry(
+    st: &State,
+    matched: &[EndpointKey],
+    key: EndpointKey,
+    whose: &str,
+) -> crate::error::Result<Endpoint> {
+    match st.endpoints.get(&key) {
+        Some(e) if matched.contains(&key) => Ok(e.clone()),
+        _ => Err(crate::error::Error::BadParameter(format!(
+            "endpoint {}.{} is not matched by {whose}",
+            key.0, key.1
+        ))),
+    }
+}
+
+/// A matched status's count of `keys` (the endpoint table is far below `u32::MAX`).
+pub(crate) fn count(keys: &[EndpointKey]) -> u32 {
+    u32::try_from(keys.len()).unwrap_or(u32::MAX)
+}
 
 /// Why writer `w` does not serve reader `r` though they share a partition: another type,
 /// a lower delivery level (RELIABILITY, or DURABILITY when both are reliable), or another
@@ -594,19 +620,19 @@ fn unmatched(w: &Endpoint, r: &Endpoint) -> Option<Mismatch> {
 }
 
 /// Splits the writers among `endpoints` (all of one topic) that share a partition with
-/// reader `r` into those it matches (counted) and those whose QoS it cannot accept (a
-/// writer in no common partition is not matched at all, compatible or not).
+/// reader `r` into those it matches and those whose QoS it cannot accept (a writer in
+/// no common partition is not matched at all, compatible or not).
 fn split_writers<'a>(
     endpoints: impl Iterator<Item = (&'a EndpointKey, &'a Endpoint)>,
     r: &Endpoint,
 ) -> WriterMatch {
-    let mut compatible = 0;
+    let mut compatible = Vec::new();
     let mut incompatible = Vec::new();
     for (k, w) in
         endpoints.filter(|(_, w)| !w.reader && partitions_match(&w.partition, &r.partition))
     {
         match unmatched(w, r) {
-            None => compatible += 1,
+            None => compatible.push(*k),
             Some(why) => incompatible.push((*k, why)),
         }
     }
@@ -624,7 +650,7 @@ pub(crate) fn writers_of(st: &State, r: &Endpoint) -> WriterMatch {
 }
 
 /// The readers of `w`'s topic that writer `w` matches.
-pub(crate) fn readers_of(st: &State, w: &Endpoint) -> u32 {
+pub(crate) fn readers_of(st: &State, w: &Endpoint) -> Vec<EndpointKey> {
     split_readers(
         st.endpoints
             .iter()
@@ -635,19 +661,19 @@ pub(crate) fn readers_of(st: &State, w: &Endpoint) -> u32 {
 }
 
 /// The readers among `endpoints` (one topic's) that share a partition with writer `w`:
-/// how many it matches, and those that request more than it offers, with the first
-/// policy that fails (readers of another type count in neither: INCONSISTENT_TOPIC).
+/// those it matches, and those that request more than it offers, with the first policy
+/// that fails (readers of another type are in neither: INCONSISTENT_TOPIC).
 fn split_readers<'a>(
     endpoints: impl Iterator<Item = (&'a EndpointKey, &'a Endpoint)>,
     w: &Endpoint,
-) -> (u32, Vec<(EndpointKey, QosPolicyId)>) {
-    let mut matched = 0;
+) -> ReaderMatch {
+    let mut matched = Vec::new();
     let mut incompatible = Vec::new();
     for (k, r) in
         endpoints.filter(|(_, r)| r.reader && partitions_match(&w.partition, &r.partition))
     {
         match unmatched(w, r) {
-            None => matched += 1,
+            None => matched.push(*k),
             Some(Mismatch::Qos(policy)) => incompatible.push((*k, policy)),
             Some(Mismatch::Type) => {}
         }
@@ -685,7 +711,7 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>, shared: &Shared) ->
                 shared.leases_watched.store(true, Ordering::Release);
             }
             r.watch_leases(&leased, now_us);
-            let mask = r.rematch(shared.me, vid, compatible, &incompatible);
+            let mask = r.rematch(shared.me, vid, count(&compatible), &incompatible);
             if mask != StatusMask::NONE {
                 readers.push((Arc::clone(r), mask));
             }
@@ -698,7 +724,7 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>, shared: &Shared) ->
         let (matched, incompatible) =
             split_readers(eps.iter().map(|(k, e)| (k, *e)), &w.endpoint());
         w.offered_incompatible(shared.me, &incompatible);
-        if w.on_view(vid, matched) {
+        if w.on_view(vid, count(&matched)) {
             writers.push(Arc::clone(w));
         }
     }

@@ -15,10 +15,13 @@ use spindle_transport_rdma::NodeId;
 
 use crate::common::{lock, on_delivery_thread, TopicIdentity};
 use crate::config::ParticipantConfig;
+use crate::contained::Contained;
 use crate::declare::{domain_topic_subgroups, encode_declaration, Interest, BUILTIN_SUBGROUP};
 use crate::discovery::{self, Endpoint};
 use crate::error::{Error, Result};
+use crate::reader_core::ReaderCore;
 use crate::shared::{Driver, Shared, State};
+use crate::writer_core::WriterCore;
 
 /// The entity id of the participant's own interest in the built-in subgroup (entities
 /// proper are numbered from 1).
@@ -44,6 +47,10 @@ pub(crate) struct ParticipantInner {
     interests: Mutex<BTreeMap<u32, (SubgroupId, Interest)>>,
     /// Topic name → (type name, QoS, handles open).
     pub(crate) topics: Mutex<BTreeMap<String, (String, TopicQos, usize)>>,
+    /// Its publishers' writers, until each publisher is deleted.
+    pub(crate) publishers: Mutex<Vec<Arc<Contained<WriterCore>>>>,
+    /// Its subscribers' readers, until each subscriber is deleted.
+    pub(crate) subscribers: Mutex<Vec<Arc<Contained<ReaderCore>>>>,
     pub(crate) deleted: AtomicBool,
     /// Where the Prometheus endpoint listens, if it does ([`crate::metrics`]).
     pub(crate) metrics_address: Mutex<Option<std::net::SocketAddr>>,
@@ -71,6 +78,8 @@ impl ParticipantInner {
             next_id: AtomicU32::new(1),
             interests: Mutex::new(BTreeMap::new()),
             topics: Mutex::new(BTreeMap::new()),
+            publishers: Mutex::new(Vec::new()),
+            subscribers: Mutex::new(Vec::new()),
             deleted: AtomicBool::new(false),
             metrics_address: Mutex::new(None),
             rejoin_endpoints: Mutex::new(Vec::new()),

@@ -172,6 +172,7 @@ mod coherent_sets;
 mod common;
 pub mod condition;
 pub mod config;
+mod contained;
 pub mod content_filter;
 mod counters;
 pub mod declare;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use spindle_group::restart::Plan;
@@ -15,6 +15,7 @@ use spindle_transport_rdma::{Endpoint, NodeId};
 use crate::clock::{Clock, WallClock};
 use crate::common::{lock, TopicIdentity};
 use crate::config::{ParticipantConfig, Transport};
+use crate::contained::Contained;
 use crate::content_filter::ContentFilter;
 use crate::declare::{subgroup_of, topic_id};
 use crate::discovery::partition_bytes;
@@ -581,10 +582,30 @@ impl DomainParticipant {
         self.register_topic(name, &type_name, qos, None)
     }
 
-    /// Deletes a topic handle (DDS `delete_topic`).
+    /// Deletes a topic handle (DDS `delete_topic`; each `create_topic` or `find_topic`
+    /// of a name gives one): with the last one the participant forgets the topic.
+    /// `PreconditionNotMet` for the last handle while a writer or reader of this
+    /// participant uses the topic.
     pub fn delete_topic<T: TopicType>(&self, topic: Topic<T>) -> Result<()> {
+        let name = &topic.inner.ident.name;
         let mut topics = lock(&self.inner.topics);
-        if let Some((_, _, count)) = topics.get_mut(&topic.inner.ident.name) {
+        if let Some((_, _, count)) = topics.get_mut(name) {
+            if *count == 1 {
+                let id = topic.inner.ident.topic_id;
+                let st = lock(&self.inner.shared.state);
+                let writers = st
+                    .writers
+                    .values()
+                    .filter(|w| w.topic.topic_id == id)
+                    .count();
+                let readers = st.readers.get(&id).map_or(0, Vec::len);
+                if writers + readers > 0 {
+                    return Err(Error::PreconditionNotMet(format!(
+                        "topic {name:?} still has {writers} writers and {readers} readers \
+                         here; delete them first"
+                    )));
+                }
+            }
             *count -= 1;
             if *count == 0 {
                 topics.remove(&topic.inner.ident.name);
@@ -616,13 +637,15 @@ impl DomainParticipant {
         self.inner.check_alive()?;
         qos.check()?;
         partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
+        let contained = Contained::new("publisher", GroupScope::of(&qos.presentation, "publisher"));
+        lock(&self.inner.publishers).push(Arc::clone(&contained));
         Ok(Publisher {
             participant: Arc::clone(&self.inner),
             coherent: qos
                 .presentation
                 .coherent_access
                 .then(|| Arc::new(CoherentSet::default())),
-            group: GroupScope::of(&qos.presentation, "publisher").map(Arc::new),
+            contained,
             qos,
         })
     }
@@ -632,22 +655,84 @@ impl DomainParticipant {
         self.inner.check_alive()?;
         qos.check()?;
         partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
+        let contained = Contained::new(
+            "subscriber",
+            GroupScope::of(&qos.presentation, "subscriber"),
+        );
+        lock(&self.inner.subscribers).push(Arc::clone(&contained));
         Ok(Subscriber {
             participant: Arc::clone(&self.inner),
-            group: GroupScope::of(&qos.presentation, "subscriber").map(Arc::new),
-            readers: Arc::default(),
+            contained,
             accessing: Arc::default(),
             qos,
         })
     }
 
-    /// Deletes a publisher (its writers must be deleted first).
-    pub fn delete_publisher(&self, _publisher: Publisher) -> Result<()> {
+    /// Deletes a publisher (DDS `delete_publisher`): `PreconditionNotMet` while it has
+    /// writers (delete them, or all at once with
+    /// [`Publisher::delete_contained_entities`]) or if another participant created it;
+    /// `AlreadyDeleted` the second time. It creates nothing afterwards.
+    pub fn delete_publisher(&self, publisher: Publisher) -> Result<()> {
+        self.delete_container(
+            &publisher.participant,
+            &self.inner.publishers,
+            &publisher.contained,
+        )
+    }
+
+    /// Deletes a subscriber (DDS `delete_subscriber`), as
+    /// [`DomainParticipant::delete_publisher`] deletes a publisher.
+    pub fn delete_subscriber(&self, subscriber: Subscriber) -> Result<()> {
+        self.delete_container(
+            &subscriber.participant,
+            &self.inner.subscribers,
+            &subscriber.contained,
+        )
+    }
+
+    fn delete_container<C>(
+        &self,
+        owner: &Arc<ParticipantInner>,
+        list: &Mutex<Vec<Arc<Contained<C>>>>,
+        contained: &Arc<Contained<C>>,
+    ) -> Result<()> {
+        if !Arc::ptr_eq(owner, &self.inner) {
+            return Err(Error::PreconditionNotMet(format!(
+                "the {} belongs to another participant",
+                contained.whose
+            )));
+        }
+        contained.delete()?;
+        lock(list).retain(|c| !Arc::ptr_eq(c, contained));
         Ok(())
     }
 
-    /// Deletes a subscriber (its readers must be deleted first).
-    pub fn delete_subscriber(&self, _subscriber: Subscriber) -> Result<()> {
+    /// Deletes everything this participant created (DDS `delete_contained_entities`):
+    /// every writer and reader (as `delete_datawriter` and `delete_datareader` do, with
+    /// one redeclaration for them all), then its publishers and subscribers (their
+    /// handles then fail with `AlreadyDeleted`) and its topics ([`find_topic`] no longer
+    /// finds them). Afterwards the participant may be deleted
+    /// ([`DomainParticipantFactory::delete_participant`]) or create anew.
+    ///
+    /// [`find_topic`]: DomainParticipant::find_topic
+    pub fn delete_contained_entities(&self) -> Result<()> {
+        self.inner.check_alive()?;
+        let publishers = lock(&self.inner.publishers).clone();
+        let subscribers = lock(&self.inner.subscribers).clone();
+        for c in &publishers {
+            crate::publisher::delete_writers(&self.inner, c)?;
+        }
+        for c in &subscribers {
+            crate::subscriber::delete_readers(&self.inner, c)?;
+        }
+        self.inner.redeclare(|_| true)?;
+        for c in &publishers {
+            self.delete_container(&self.inner, &self.inner.publishers, c)?;
+        }
+        for c in &subscribers {
+            self.delete_container(&self.inner, &self.inner.subscribers, c)?;
+        }
+        lock(&self.inner.topics).clear();
         Ok(())
     }
 

@@ -8,8 +8,8 @@ use spindle_qos::{DataWriterQos, PublisherQos};
 use spindle_topics::TopicType;
 
 use crate::common::lock;
+use crate::contained::Contained;
 use crate::error::{Error, Result};
-use crate::group_scope::GroupScope;
 use crate::inner::ParticipantInner;
 use crate::sample::{encode_group_end, SampleKind};
 use crate::shared::State;
@@ -33,8 +33,9 @@ pub struct Publisher {
     /// Its coherent set, under PRESENTATION `coherent_access` (shared by its clones
     /// and its writers).
     pub(crate) coherent: Option<Arc<CoherentSet>>,
-    /// Its writers' topics, under PRESENTATION GROUP access scope (one subgroup).
-    pub(crate) group: Option<Arc<GroupScope>>,
+    /// Its writers (and their topics under PRESENTATION GROUP access scope), shared by
+    /// its clones and listed by its participant.
+    pub(crate) contained: Arc<Contained<WriterCore>>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -89,7 +90,7 @@ impl Publisher {
                 Error::PreconditionNotMet("end_coherent_changes: no coherent set is open".into())
             })?;
         let p = &self.participant;
-        if self.group.is_some() {
+        if self.contained.group.is_some() {
             // One end for the whole set, in the one subgroup its writers share: every
             // reader of any of its topics takes its part at that end, or (the participant
             // gone first) none does.
@@ -137,6 +138,7 @@ impl Publisher {
             subgroup = ident.subgroup
         )
         .entered();
+        self.contained.check()?;
         qos.check()?;
         let (id, interest) = p.new_entity::<T>(
             &topic.inner,
@@ -148,7 +150,7 @@ impl Publisher {
             store_depth(&qos.history),
         )?;
         let sg = topic.inner.ident.subgroup;
-        if let Some(g) = &self.group {
+        if let Some(g) = &self.contained.group {
             g.admit(id, &ident.name, sg, p.config.topic_subgroups)?;
         }
         if let Some(h) = &lock(&p.shared.state).retention {
@@ -186,38 +188,78 @@ impl Publisher {
             p.remove_interest(id);
             p.shared.remove_writer(&mut lock(&p.shared.state), id);
             let _ = p.redeclare(|_| true);
-            if let Some(g) = &self.group {
+            if let Some(g) = &self.contained.group {
                 g.remove(id);
             }
             return Err(e);
         }
+        self.contained.push(Arc::clone(&core));
         let w = DataWriter::new(core, Arc::clone(&topic.inner));
         w.refresh_matched();
         Ok(w)
     }
 
-    /// Deletes a writer: the participant stops sending in its topic's subgroup (a view
-    /// change) once no other writer of it remains.
+    /// Deletes a writer: its instances end at every reader (unregistered, and disposed
+    /// first under WRITER_DATA_LIFECYCLE `autodispose_unregistered_instances`), and the
+    /// participant stops sending in its topic's subgroup (a view change) once no other
+    /// writer of it remains. Any publisher of its participant may delete it (DDS asks
+    /// for the one that created it, which Spindle does not make the caller keep).
+    /// `AlreadyDeleted` if it was deleted; `PreconditionNotMet` if another participant
+    /// created it.
     pub fn delete_datawriter<T: TopicType>(&self, writer: DataWriter<T>) -> Result<()> {
-        let p = &self.participant;
-        let id = writer.core().id;
-        if !p.remove_interest(id) {
-            return Err(Error::AlreadyDeleted(format!("writer {id}")));
-        }
-        // While it can still send (the interest goes at the redeclaration below): its
-        // instances end at every reader.
-        writer.unregister_all();
-        writer.core().deleted.store(true, Ordering::Release);
-        if let Some(g) = &self.group {
-            g.remove(id);
-        }
-        {
-            let mut st = lock(&p.shared.state);
-            p.shared.remove_writer(&mut st, id);
-            st.own_delivered.remove(&id);
-        }
-        let endpoint = writer.core().endpoint();
-        p.announce(endpoint, false)?;
-        p.redeclare(|_| true)
+        delete_writer(&self.participant, &writer)?;
+        self.participant.redeclare(|_| true)
     }
+
+    /// Deletes every writer this publisher created (DDS `delete_contained_entities`), as
+    /// [`Publisher::delete_datawriter`] deletes one, with one redeclaration for them all.
+    /// The publisher itself stays.
+    pub fn delete_contained_entities(&self) -> Result<()> {
+        self.contained.check()?;
+        delete_writers(&self.participant, &self.contained)?;
+        self.participant.redeclare(|_| true)
+    }
+}
+
+/// Deletes `writer`, one of participant `p`'s, from the publisher that created it and
+/// announces its end (the caller redeclares the participant's interests).
+fn delete_writer<T: TopicType>(p: &ParticipantInner, writer: &DataWriter<T>) -> Result<()> {
+    let core = writer.core();
+    let id = core.id;
+    let Some(contained) = Contained::owner(&p.publishers, core) else {
+        return Err(if core.deleted.load(Ordering::Acquire) {
+            Error::AlreadyDeleted(format!("writer {id}"))
+        } else {
+            Error::PreconditionNotMet(format!("writer {id} belongs to another participant"))
+        });
+    };
+    if !p.remove_interest(id) {
+        return Err(Error::AlreadyDeleted(format!("writer {id}")));
+    }
+    // While it can still send (the interest goes at the redeclaration): its instances
+    // end at every reader.
+    writer.unregister_all();
+    core.deleted.store(true, Ordering::Release);
+    if let Some(g) = &contained.group {
+        g.remove(id);
+    }
+    contained.remove(core);
+    {
+        let mut st = lock(&p.shared.state);
+        p.shared.remove_writer(&mut st, id);
+        st.own_delivered.remove(&id);
+    }
+    p.announce(core.endpoint(), false)
+}
+
+/// Deletes every writer of `contained` (the caller redeclares): what a publisher's or
+/// its participant's `delete_contained_entities` does.
+pub(crate) fn delete_writers(
+    p: &Arc<ParticipantInner>,
+    contained: &Contained<WriterCore>,
+) -> Result<()> {
+    for core in contained.entities() {
+        delete_writer(p, &DataWriter::erased(core, p))?;
+    }
+    Ok(())
 }

@@ -10,7 +10,8 @@ use spindle_topics::TopicType;
 use crate::cache::{Payload, Query};
 use crate::common::{instance_of, lock};
 use crate::condition::{notify_all, Condition};
-use crate::delivery::writers_of;
+use crate::delivery::{count, matched_entry, writers_of};
+use crate::discovery::{Endpoint, EndpointKey};
 use crate::error::{Error, Result};
 use crate::inner::TopicInner;
 use crate::reader_core::{Listener, ReaderCore};
@@ -108,7 +109,71 @@ impl<T: TopicType> DataReader<T> {
         drop(st);
         self.core
             .set_member(member, &|w| !members.contains(&w.node));
-        self.core.rematch(me, vid, compatible, &incompatible);
+        self.core
+            .rematch(me, vid, count(&compatible), &incompatible);
+    }
+
+    /// The writers this reader matches now (DDS `get_matched_publications`), each named by
+    /// its participant's node and its entity id there, sorted: the writers
+    /// [`DataReader::subscription_matched_status`] counts, from the same built-in table
+    /// (of the domain's writers of its topic, those of its type in a common partition
+    /// that offer what it requests).
+    pub fn get_matched_publications(&self) -> Result<Vec<EndpointKey>> {
+        self.check()?;
+        let st = lock(&self.topic.participant.shared.state);
+        Ok(writers_of(&st, &self.core.endpoint()).0)
+    }
+
+    /// What the built-in topic announced of `writer`, one of
+    /// [`DataReader::get_matched_publications`] (DDS `get_matched_publication_data`):
+    /// its topic, type, level, partition and offered QoS. `BadParameter` if this reader
+    /// does not match it (any more).
+    pub fn get_matched_publication_data(&self, writer: EndpointKey) -> Result<Endpoint> {
+        self.check()?;
+        let st = lock(&self.topic.participant.shared.state);
+        let matched = writers_of(&st, &self.core.endpoint()).0;
+        matched_entry(&st, &matched, writer, &format!("reader {}", self.core.id))
+    }
+
+    /// Waits until this reader holds its topic's history (DDS
+    /// `wait_for_historical_data`): the samples a TRANSIENT_LOCAL, TRANSIENT or
+    /// PERSISTENT store kept before it was created, or before this participant rejoined
+    /// the domain. `create_datareader` already waits for them, so this returns at once
+    /// unless the participant is receiving them again (a rejoin's state transfer), and at
+    /// once for a VOLATILE reader. `Timeout` after `max_wait` saying what is awaited;
+    /// `IllegalOperation` from a listener (it would block the delivery it waits for).
+    pub fn wait_for_historical_data(&self, max_wait: std::time::Duration) -> Result<()> {
+        if crate::common::on_delivery_thread() {
+            return Err(Error::IllegalOperation(
+                "wait_for_historical_data from a listener would block the deliveries it \
+                 waits for"
+                    .into(),
+            ));
+        }
+        self.check()?;
+        if self.core.qos.durability.kind == spindle_qos::DurabilityKind::Volatile {
+            return Ok(());
+        }
+        let p = &self.topic.participant;
+        let (sg, me) = (self.core.subgroup, p.me());
+        p.wait_until(
+            max_wait,
+            |st| {
+                format!(
+                    "reader {} on {:?}: the history of subgroup {sg} not received within {} \
+                     ms ({})",
+                    self.core.id,
+                    self.core.topic.name,
+                    max_wait.as_millis(),
+                    if st.awaiting_state.contains(&sg) {
+                        "its state transfer is awaited"
+                    } else {
+                        "the view does not yet make this participant a reader of it"
+                    }
+                )
+            },
+            |st| st.history_held(sg, me),
+        )
     }
 
     /// This reader's handle (DDS `get_instance_handle`): what

@@ -63,6 +63,17 @@ impl State {
             .awaiting_state
             .contains(&crate::declare::BUILTIN_SUBGROUP)
     }
+
+    /// Node `me`'s readers of subgroup `sg` hold what the view gives them: `me` reads the
+    /// subgroup in the installed layout (or it has no writer yet, and a reader matches
+    /// one when it comes), and on a store-level subgroup its stored history has arrived
+    /// (no state transfer of it is awaited).
+    pub(crate) fn history_held(&self, sg: SubgroupId, me: NodeId) -> bool {
+        self.subgroups
+            .get(&sg)
+            .is_none_or(|d| d.readers.contains(&me))
+            && !self.awaiting_state.contains(&sg)
+    }
 }
 
 /// One topic's INCONSISTENT_TOPIC status and the endpoints it counted.

@@ -2,14 +2,15 @@
 //! interest that a view change carries.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use spindle_qos::{DataReaderQos, SubscriberQos};
 use spindle_topics::TopicType;
 
 use crate::common::lock;
+use crate::contained::Contained;
 use crate::error::{Error, Result};
-use crate::group_scope::{order_by_position, GroupScope};
+use crate::group_scope::order_by_position;
 use crate::inner::ParticipantInner;
 use crate::reader::{DataReader, ReaderHandle};
 use crate::reader_core::ReaderCore;
@@ -22,10 +23,9 @@ use crate::topic::TopicDescription;
 pub struct Subscriber {
     pub(crate) participant: Arc<ParticipantInner>,
     pub(crate) qos: SubscriberQos,
-    /// Its readers' topics, under PRESENTATION GROUP access scope (one subgroup).
-    pub(crate) group: Option<Arc<GroupScope>>,
-    /// Its readers, in creation order (shared by its clones).
-    pub(crate) readers: Arc<Mutex<Vec<Arc<ReaderCore>>>>,
+    /// Its readers in creation order (and their topics under PRESENTATION GROUP access
+    /// scope), shared by its clones and listed by its participant.
+    pub(crate) contained: Arc<Contained<ReaderCore>>,
     /// `begin_access` calls not yet ended.
     pub(crate) accessing: Arc<AtomicU32>,
 }
@@ -75,9 +75,9 @@ impl Subscriber {
     /// such samples is named once, in creation order.
     pub fn get_datareaders(&self, mask: StateMask) -> Result<Vec<ReaderHandle>> {
         self.participant.check_alive()?;
-        let readers: Vec<Arc<ReaderCore>> = lock(&self.readers).clone();
+        let readers = self.contained.entities();
         let handle = |r: &ReaderCore| ReaderHandle(r.id);
-        if !(self.group.is_some() && self.qos.presentation.ordered_access) {
+        if !(self.contained.group.is_some() && self.qos.presentation.ordered_access) {
             return Ok(readers
                 .iter()
                 .filter(|r| lock(&r.cache).any(&mask, None))
@@ -123,6 +123,7 @@ impl Subscriber {
             subgroup = ident.subgroup
         )
         .entered();
+        self.contained.check()?;
         qos.check()?;
         // What a store keeps is the writers' history (TRANSIENT_LOCAL); a reader's own
         // HISTORY bounds only its cache.
@@ -136,7 +137,7 @@ impl Subscriber {
             1,
         )?;
         let sg = topic.inner.ident.subgroup;
-        if let Some(g) = &self.group {
+        if let Some(g) = &self.contained.group {
             g.admit(id, &ident.name, sg, p.config.topic_subgroups)?;
         }
         let core = ReaderCore::new(
@@ -164,50 +165,76 @@ impl Subscriber {
         }
         p.add_interest(id, sg, interest);
         let me = p.me();
-        let ready = |st: &State| {
-            // Either this node reads the subgroup now, or no writer exists yet (the
-            // reader matches when one comes).
-            // On a store-level topic, the stored history has arrived too.
-            st.subgroups
-                .get(&sg)
-                .is_none_or(|d| d.readers.contains(&me))
-                && !st.awaiting_state.contains(&sg)
-        };
+        let ready = |st: &State| st.history_held(sg, me);
         let endpoint = core.endpoint();
         if let Err(e) = p.redeclare(ready).and_then(|_| p.announce(endpoint, true)) {
             p.remove_interest(id);
             unregister_reader(p, &core);
             let _ = p.redeclare(|_| true);
-            if let Some(g) = &self.group {
+            if let Some(g) = &self.contained.group {
                 g.remove(id);
             }
             return Err(e);
         }
-        lock(&self.readers).push(Arc::clone(&core));
+        self.contained.push(Arc::clone(&core));
         let r = DataReader::new(core, Arc::clone(&topic.inner));
         r.refresh_matched();
         Ok(r)
     }
 
-    /// Deletes a reader.
+    /// Deletes a reader. Any subscriber of its participant may delete it (DDS asks for
+    /// the one that created it, which Spindle does not make the caller keep).
+    /// `AlreadyDeleted` if it was deleted; `PreconditionNotMet` if another participant
+    /// created it.
     pub fn delete_datareader<T: TopicType>(&self, reader: DataReader<T>) -> Result<()> {
-        let p = &self.participant;
-        let core = reader.core();
-        if !p.remove_interest(core.id) {
-            return Err(Error::AlreadyDeleted(format!("reader {}", core.id)));
-        }
-        core.deleted.store(true, Ordering::Release);
-        unregister_reader(p, core);
-        if let Some(g) = &self.group {
-            g.remove(core.id);
-        }
-        lock(&self.readers).retain(|r| !Arc::ptr_eq(r, core));
-        let endpoint = core.endpoint();
-        p.announce(endpoint, false)?;
-        p.redeclare(|_| true)
+        delete_reader(&self.participant, reader.core())?;
+        self.participant.redeclare(|_| true)
+    }
+
+    /// Deletes every reader this subscriber created (DDS `delete_contained_entities`;
+    /// their read and query conditions go with them), with one redeclaration for them
+    /// all. The subscriber itself stays.
+    pub fn delete_contained_entities(&self) -> Result<()> {
+        self.contained.check()?;
+        delete_readers(&self.participant, &self.contained)?;
+        self.participant.redeclare(|_| true)
     }
 }
 
+/// Deletes `core`, one of participant `p`'s readers, from the subscriber that created it
+/// and announces its end (the caller redeclares the participant's interests).
+fn delete_reader(p: &ParticipantInner, core: &Arc<ReaderCore>) -> Result<()> {
+    let id = core.id;
+    let Some(contained) = Contained::owner(&p.subscribers, core) else {
+        return Err(if core.deleted.load(Ordering::Acquire) {
+            Error::AlreadyDeleted(format!("reader {id}"))
+        } else {
+            Error::PreconditionNotMet(format!("reader {id} belongs to another participant"))
+        });
+    };
+    if !p.remove_interest(id) {
+        return Err(Error::AlreadyDeleted(format!("reader {id}")));
+    }
+    core.deleted.store(true, Ordering::Release);
+    unregister_reader(p, core);
+    if let Some(g) = &contained.group {
+        g.remove(id);
+    }
+    contained.remove(core);
+    p.announce(core.endpoint(), false)
+}
+
+/// Deletes every reader of `contained` (the caller redeclares): what a subscriber's or
+/// its participant's `delete_contained_entities` does.
+pub(crate) fn delete_readers(
+    p: &ParticipantInner,
+    contained: &Contained<ReaderCore>,
+) -> Result<()> {
+    for core in contained.entities() {
+        delete_reader(p, &core)?;
+    }
+    Ok(())
+}
 fn unregister_reader(p: &ParticipantInner, core: &Arc<ReaderCore>) {
     let mut st = lock(&p.shared.state);
     if let Some(rs) = st.readers.get_mut(&core.topic.topic_id) {

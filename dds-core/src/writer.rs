@@ -10,7 +10,8 @@ use spindle_topics::{Endianness, TopicType};
 
 use crate::clock::Clock;
 use crate::common::{instance_of, lock, on_delivery_thread};
-use crate::delivery::readers_of;
+use crate::delivery::{count, matched_entry, readers_of};
+use crate::discovery::{Endpoint, EndpointKey};
 use crate::error::{Error, Result};
 use crate::inner::{ParticipantInner, TopicInner};
 use crate::sample::{Coherent, InstanceHandle, SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
@@ -32,6 +33,23 @@ pub struct DataWriter<T: TopicType> {
     core: Arc<WriterCore>,
     topic: Arc<TopicInner>,
     _t: PhantomData<fn(T)>,
+}
+
+impl DataWriter<spindle_topics::CdrSample> {
+    /// A handle on `core` (of participant `p`) for its deletion by its publisher's or
+    /// participant's `delete_contained_entities`, which hold cores, not typed writers:
+    /// the unregisters and disposes a deletion sends carry the instance's key hash only,
+    /// whatever the writer's type.
+    pub(crate) fn erased(core: Arc<WriterCore>, p: &Arc<ParticipantInner>) -> Self {
+        let topic = Arc::new(TopicInner {
+            participant: Arc::clone(p),
+            ident: Arc::clone(&core.topic),
+            qos: Default::default(),
+            type_name: core.topic.type_name.clone(),
+            dyn_type: None,
+        });
+        DataWriter::new(core, topic)
+    }
 }
 
 impl<T: TopicType> Clone for DataWriter<T> {
@@ -77,7 +95,29 @@ impl<T: TopicType> DataWriter<T> {
         let vid = st.view.as_ref().map_or(0, |v| v.vid);
         let readers = readers_of(&st, &self.core.endpoint());
         drop(st);
-        self.core.on_view(vid, readers);
+        self.core.on_view(vid, count(&readers));
+    }
+
+    /// The readers this writer matches now (DDS `get_matched_subscriptions`), each named
+    /// by its participant's node and its entity id there, sorted: the readers
+    /// [`DataWriter::publication_matched_status`] counts, from the same built-in table
+    /// (of the domain's readers of its topic, those of its type in a common partition
+    /// whose QoS it satisfies).
+    pub fn get_matched_subscriptions(&self) -> Result<Vec<EndpointKey>> {
+        self.check()?;
+        let st = lock(&self.topic.participant.shared.state);
+        Ok(readers_of(&st, &self.core.endpoint()))
+    }
+
+    /// What the built-in topic announced of `reader`, one of
+    /// [`DataWriter::get_matched_subscriptions`] (DDS `get_matched_subscription_data`):
+    /// its topic, type, level, partition and requested QoS. `BadParameter` if this writer
+    /// does not match it (any more).
+    pub fn get_matched_subscription_data(&self, reader: EndpointKey) -> Result<Endpoint> {
+        self.check()?;
+        let st = lock(&self.topic.participant.shared.state);
+        let matched = readers_of(&st, &self.core.endpoint());
+        matched_entry(&st, &matched, reader, &format!("writer {}", self.core.id))
     }
 
     /// This writer's id within its participant.

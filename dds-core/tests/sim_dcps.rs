@@ -118,6 +118,8 @@ fn entity_creation_is_a_view_change_and_late_joiners_get_the_stored_history() {
                 .unwrap()
                 .create_datareader(&t3, keep_all(&stored))
                 .unwrap();
+            r.wait_for_historical_data(std::time::Duration::from_secs(1))
+                .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
             let got = r.take(usize::MAX, StateMask::ANY).unwrap();
             let a: Vec<String> = got
                 .iter()
@@ -258,6 +260,156 @@ fn deleting_a_writer_ends_the_instances_it_registered_at_every_reader() {
                     }
                 }
             }
+        },
+    );
+}
+
+/// `delete_contained_entities` deletes what one-by-one deletion would, at every reader
+/// (instances ended, matches gone), and the publisher's, topic's and participant's
+/// deletions wait for their entities as DDS says.
+#[test]
+fn delete_contained_entities_deletes_every_writer_and_reader_as_one_by_one_deletion_would() {
+    fn is<T>(r: Result<T, Error>, want: fn(&Error) -> bool, seed: u64, what: &str) {
+        match r {
+            Err(e) if want(&e) => {}
+            Err(e) => panic!("seed {seed}: {what}: unexpected error {e}"),
+            Ok(_) => panic!("seed {seed}: {what}: succeeded"),
+        }
+    }
+    let precondition = |e: &Error| matches!(e, Error::PreconditionNotMet(_));
+    let deleted = |e: &Error| matches!(e, Error::AlreadyDeleted(_));
+    for_seeds(
+        "delete_contained_entities_deletes_every_writer_and_reader_as_one_by_one_deletion_would",
+        |seed| {
+            let (d, mut ps) = domain(seed, 2);
+            let wq = DataWriterQos::from_topic_qos(&atomic());
+            let ta = ps[0]
+                .create_topic::<KeyedString>("cont_a", atomic())
+                .unwrap();
+            let tb = ps[0]
+                .create_topic::<KeyedString>("cont_b", atomic())
+                .unwrap();
+            let publisher = ps[0].create_publisher(Default::default()).unwrap();
+            let wa = publisher.create_datawriter(&ta, wq.clone()).unwrap();
+            let wb = publisher.create_datawriter(&tb, wq.clone()).unwrap();
+            let own = ps[0]
+                .create_subscriber(Default::default())
+                .unwrap()
+                .create_datareader(&ta, keep_all(&atomic()))
+                .unwrap();
+            let far = [
+                reader(&ps[1], "cont_a", keep_all(&atomic())),
+                reader(&ps[1], "cont_b", keep_all(&atomic())),
+            ];
+            wa.write(&ks("a1", "v")).unwrap();
+            wb.write(&ks("b1", "v")).unwrap();
+            for r in &far {
+                assert_eq!(values(&take_n(&d, r, 1)), ["v"], "seed {seed}");
+            }
+            is(
+                ps[0].delete_publisher(publisher.clone()),
+                precondition,
+                seed,
+                "a publisher with writers",
+            );
+            is(
+                ps[0].delete_topic(ta.clone()),
+                precondition,
+                seed,
+                "a topic in use",
+            );
+            let other = ps[0].create_publisher(Default::default()).unwrap();
+            let elsewhere = ps[1].create_publisher(Default::default()).unwrap();
+            is(
+                elsewhere.delete_datawriter(wa.clone()),
+                precondition,
+                seed,
+                "another participant's writer",
+            );
+
+            publisher.delete_contained_entities().unwrap();
+            for r in &far {
+                let got = take_n(&d, r, 2);
+                assert!(
+                    got.iter().all(|s| !s.info.valid_data)
+                        && got
+                            .iter()
+                            .any(|s| s.info.instance_state == InstanceState::NotAliveDisposed),
+                    "seed {seed}: the writer's instance ended: {got:?}"
+                );
+                assert_eq!(
+                    r.subscription_matched_status().current_count,
+                    0,
+                    "seed {seed}"
+                );
+                assert!(
+                    r.get_matched_publications().unwrap().is_empty(),
+                    "seed {seed}"
+                );
+            }
+            is(
+                wa.write(&ks("a2", "v")),
+                deleted,
+                seed,
+                "a deleted writer's write",
+            );
+            is(
+                publisher.delete_datawriter(wb),
+                deleted,
+                seed,
+                "a second deletion",
+            );
+            ps[0].delete_publisher(publisher.clone()).unwrap();
+            is(
+                publisher.create_datawriter(&ta, wq.clone()),
+                deleted,
+                seed,
+                "a deleted publisher",
+            );
+
+            // The participant's deletion reaches the rest: its reader (whose subscriber
+            // handle is gone) and its empty publisher; then its topics.
+            let w_late = other.create_datawriter(&tb, wq.clone()).unwrap();
+            assert_eq!(
+                far[1].get_matched_publications().unwrap().len(),
+                1,
+                "seed {seed}"
+            );
+            ps[0].delete_contained_entities().unwrap();
+            is(
+                own.take(1, StateMask::ANY),
+                deleted,
+                seed,
+                "a deleted reader's take",
+            );
+            is(
+                w_late.write(&ks("b2", "v")),
+                deleted,
+                seed,
+                "a deleted writer's write",
+            );
+            is(
+                other.create_datawriter(&tb, wq.clone()),
+                deleted,
+                seed,
+                "a deleted publisher",
+            );
+            assert!(
+                ps[0].find_topic::<KeyedString>("cont_a").is_err(),
+                "seed {seed}"
+            );
+            d.run_for(5_000);
+            let gone = ps[0].node_id();
+            assert!(
+                ps[1].discovered_endpoints().iter().all(|(n, _)| *n != gone),
+                "seed {seed}: participant {gone}'s endpoints left the table"
+            );
+            // The participant creates anew, and may then be deleted.
+            let again = writer(&ps[0], "cont_a", wq.clone());
+            again.write(&ks("a3", "again")).unwrap();
+            assert_eq!(values(&take_n(&d, &far[0], 1)), ["again"], "seed {seed}");
+            ps[0].delete_contained_entities().unwrap();
+            ps.remove(0).delete().unwrap();
         },
     );
 }

@@ -638,6 +638,36 @@ fn writers_failing_a_readers_requested_qos_are_not_matched_and_not_heard() {
                 0,
                 "seed {seed}: reading resets the change"
             );
+            // The matched lists name exactly the endpoints the statuses count, and their
+            // data is what the built-in topic announced.
+            let (n0, n1) = (ps[0].node_id(), ps[1].node_id());
+            let strict_key = (n1, strict.handle().0);
+            assert_eq!(prompt.get_matched_subscriptions().unwrap(), [strict_key]);
+            assert!(lax.get_matched_subscriptions().unwrap().is_empty());
+            assert_eq!(
+                strict.get_matched_publications().unwrap(),
+                [(n0, prompt.id())],
+                "seed {seed}"
+            );
+            assert!(exclusive.get_matched_publications().unwrap().is_empty());
+            let data = strict
+                .get_matched_publication_data((n0, prompt.id()))
+                .unwrap();
+            assert_eq!(
+                (data.entity, data.reader, data.rxo.deadline_us),
+                (prompt.id(), false, Some(50_000)),
+                "seed {seed}"
+            );
+            let data = prompt.get_matched_subscription_data(strict_key).unwrap();
+            assert_eq!((data.entity, data.reader), (strict_key.1, true));
+            let refused = strict
+                .get_matched_publication_data((n0, lax.id()))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                refused.contains(&format!("endpoint {n0}.{} is not matched", lax.id())),
+                "seed {seed}: {refused}"
+            );
         },
     );
 }

@@ -73,7 +73,7 @@ pub struct LogArgs {
 #[derive(Debug, Subcommand)]
 pub enum LogCmd {
     /// List every entry (segment, offset, version, writer, time, length, CRC), then torn
-    /// tails and corruption. Exit 0 clean, 1 unreadable, 3 torn tail, 4 corrupt.
+    /// tails and corruption. Exit 0 clean, 1 unreadable or no segment there, 3 torn tail, 4 corrupt.
     Inspect {
         /// One log's directory (a data directory's `subgroup-<id>`).
         dir: PathBuf,

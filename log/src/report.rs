@@ -14,7 +14,8 @@ pub const PAYLOAD_SHOWN_BYTES_MAX: usize = 32;
 pub enum Verdict {
     /// Opens clean (exit 0).
     Clean,
-    /// The directory or a segment could not be read (exit 1; the reason went to stderr).
+    /// The directory or a segment could not be read, or the directory holds no segment
+    /// (exit 1; the reason went to stderr).
     Unreadable,
     /// A torn tail that open would cut (exit 3).
     Torn,
@@ -59,7 +60,17 @@ pub fn report(
             "segment offset version writer time_us time_utc len crc32 synced_end"
         )?;
     }
+    if segments.is_empty() {
+        // Open would start a new log here; a check of nothing is not a clean log.
+        eprintln!(
+            "{prog}: no log segments (NUMBER.seg) in {}: a participant keeps one log per \
+             topic subgroup, in the subgroup-N directories of its data_dir",
+            dir.display()
+        );
+        return Ok(Verdict::Unreadable);
+    }
     let (mut entries, mut torn, mut corrupt) = (0usize, false, false);
+    let mut across = Some(crate::scan::Across::default());
     for (i, (number, path)) in segments.iter().enumerate() {
         let bytes = match std::fs::read(path) {
             Ok(b) => b,
@@ -111,6 +122,24 @@ pub fn report(
         }
         if let Some((offset, why)) = &report.corrupt {
             corrupt = true;
+            writeln!(o, "corrupt: {} at byte {offset}: {why}", path.display())?;
+        }
+        // What open checks across segments; the first failure is reported (open stops
+        // there).
+        let mut fail = across.as_mut().and_then(|a| {
+            report
+                .entries
+                .iter()
+                .find_map(|e| a.entry(e.meta.version).err().map(|why| (e.offset, why)))
+        });
+        if fail.is_none() && across.is_some() && i + 1 == segments.len() {
+            fail = crate::scan::Across::newest_segment(*number)
+                .err()
+                .map(|why| (0, why));
+        }
+        if let Some((offset, why)) = fail {
+            corrupt = true;
+            across = None;
             writeln!(o, "corrupt: {} at byte {offset}: {why}", path.display())?;
         }
     }

@@ -200,3 +200,36 @@ pub fn inspect_segment(bytes: &[u8], last: bool) -> SegmentReport {
         }
     }
 }
+
+/// The checks a log makes across its segments, beyond each segment's own: versions only
+/// grow from entry to entry, and the newest segment's number leaves one for the next.
+/// [`crate::Log::open`] and the offline report ([`crate::report::report`]) share them, so
+/// `verify` says clean exactly when open accepts the log.
+#[derive(Debug, Default)]
+pub(crate) struct Across {
+    prev: Option<crate::entry::Version>,
+}
+
+impl Across {
+    /// The next entry, in log order, has `version`: `Err` with the reason if it does not
+    /// follow the one before.
+    pub(crate) fn entry(&mut self, version: crate::entry::Version) -> Result<(), String> {
+        if let Some(prev) = self.prev.filter(|p| version <= *p) {
+            return Err(format!("version {version} follows version {prev}"));
+        }
+        self.prev = Some(version);
+        Ok(())
+    }
+
+    /// The newest segment is numbered `number`: `Err` with the reason if no number is
+    /// left for the next (a name no segment of a log gets: it numbers them from 0).
+    pub(crate) fn newest_segment(number: u64) -> Result<(), String> {
+        if number == u64::MAX {
+            return Err(format!(
+                "segment number {number} (from the file name) leaves no number for the next \
+                 segment; move the file away"
+            ));
+        }
+        Ok(())
+    }
+}

@@ -234,6 +234,7 @@ impl Log {
         let mut entries: Vec<Indexed> = Vec::new();
         let mut recovery = Recovery::default();
         let mut segments = Vec::new();
+        let mut across = scan::Across::default();
         for (i, &number) in numbers.iter().enumerate() {
             let path = segment_path(&dir, number);
             let bytes = fs::read(&path).map_err(io_err("read", &path))?;
@@ -245,17 +246,12 @@ impl Log {
             })?;
             for found in &scanned.entries {
                 let meta = found.decoded.meta;
-                if let Some(prev) = entries.last() {
-                    if meta.version <= prev.meta.version {
-                        return Err(LogError::Corrupt {
-                            path,
-                            offset: found.offset,
-                            reason: format!(
-                                "version {} follows version {}",
-                                meta.version, prev.meta.version
-                            ),
-                        });
-                    }
+                if let Err(reason) = across.entry(meta.version) {
+                    return Err(LogError::Corrupt {
+                        path,
+                        offset: found.offset,
+                        reason,
+                    });
                 }
                 entries.push(Indexed {
                     meta,
@@ -274,18 +270,13 @@ impl Log {
             }
             segments.push(Segment { number, path });
         }
-        if let Some(seg) = segments.last().filter(|s| s.number == u64::MAX) {
-            // A name no segment of this log gets (it numbers them from 0): the next
-            // segment would have no number. Refused before anything is changed.
-            return Err(LogError::Corrupt {
+        if let Some(seg) = segments.last() {
+            // Refused before anything is changed.
+            scan::Across::newest_segment(seg.number).map_err(|reason| LogError::Corrupt {
                 path: seg.path.clone(),
                 offset: 0,
-                reason: format!(
-                    "segment number {} (from the file name) leaves no number for the next \
-                     segment; move the file away",
-                    seg.number
-                ),
-            });
+                reason,
+            })?;
         }
         let (active, end) = match segments.last() {
             None => {

@@ -269,3 +269,70 @@ fn a_concurrent_reader_sees_whole_entries_of_a_log_being_written() {
     assert_eq!(left.last().unwrap().meta.version, meta(39).version);
     assert!(left.first().unwrap().meta.version <= meta(16).version);
 }
+
+/// The offline report ([`spindle_log::report::report`], behind `spindle log verify`)
+/// judges a log as open does, across segments too: a repeated entry, segments whose
+/// versions go back, and a newest segment numbered `u64::MAX` are corrupt for both, named
+/// by file and offset; a directory without segments is no log (open would start one).
+#[test]
+fn the_report_refuses_what_open_refuses_across_segments() {
+    use spindle_log::report::{report, Verdict};
+    let src = tempfile::tempdir().unwrap();
+    let lens = write_log(src.path(), 6, 6);
+    let seg = segment_file(src.path());
+    let (offs, end) = offsets(&lens);
+    let bytes = fs::read(&seg).unwrap();
+    let last = bytes[offs[5] as usize..end as usize].to_vec();
+    let verdict = |dir: &std::path::Path| {
+        let mut out = Vec::new();
+        let v = report("test", dir, false, false, &mut out).unwrap();
+        (v, String::from_utf8(out).unwrap())
+    };
+    let (v, text) = verdict(src.path());
+    assert_eq!(v, Verdict::Clean, "{text}");
+    type Damage<'a> = Box<dyn Fn(&std::path::Path) + 'a>;
+    let name = |n: u64| format!("{n:020}.seg");
+    let cases: Vec<(&str, Damage<'_>, u64)> = vec![
+        (
+            "the last entry appended twice",
+            Box::new(|d: &std::path::Path| {
+                let mut f = OpenOptions::new()
+                    .append(true)
+                    .open(segment_file(d))
+                    .unwrap();
+                std::io::Write::write_all(&mut f, &last).unwrap();
+            }),
+            end,
+        ),
+        (
+            "a second segment repeating the first",
+            Box::new(move |d: &std::path::Path| {
+                fs::copy(segment_file(d), d.join(name(1))).unwrap();
+            }),
+            offs[0],
+        ),
+        (
+            "the segment renamed u64::MAX",
+            Box::new(|d: &std::path::Path| {
+                fs::rename(segment_file(d), d.join(format!("{}.seg", u64::MAX))).unwrap();
+            }),
+            0,
+        ),
+    ];
+    for (what, damage, offset) in cases {
+        let dir = copy_dir(src.path());
+        damage(dir.path());
+        let (v, text) = verdict(dir.path());
+        assert_eq!(v, Verdict::Corrupt, "{what}: {text}");
+        assert!(
+            text.contains(&format!("at byte {offset}:")),
+            "{what}: {text}"
+        );
+        match Log::open(dir.path(), one_segment()) {
+            Err(LogError::Corrupt { offset: at, .. }) => assert_eq!(at, offset, "{what}"),
+            other => panic!("{what}: open gave {other:?}"),
+        }
+    }
+    let empty = tempfile::tempdir().unwrap();
+    assert_eq!(verdict(empty.path()).0, Verdict::Unreadable);
+}

@@ -3,8 +3,9 @@
 //! ```text
 //! spindle-log inspect DIR [--payloads]   every entry: segment, offset, version, writer,
 //!                                        time, length, CRC; then torn tails and corruption
-//! spindle-log verify DIR                 exit 0: opens clean; 3: a torn tail (open would
-//!                                        cut it); 4: corrupt (open would refuse it)
+//! spindle-log verify DIR                 exit 0: opens clean; 1: unreadable, or no
+//!                                        segment there; 3: a torn tail (open would cut
+//!                                        it); 4: corrupt (open would refuse it)
 //! ```
 //!
 //! DIR is one log's directory (a data directory's `subgroup-<id>`).

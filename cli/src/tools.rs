@@ -73,7 +73,8 @@ pub struct LogArgs {
 #[derive(Debug, Subcommand)]
 pub enum LogCmd {
     /// List every entry (segment, offset, version, writer, time, length, CRC), then torn
-    /// tails and corruption. Exit 0 clean, 1 unreadable or no segment there, 3 torn tail, 4 corrupt.
+    /// tails and corruption. Exit 0 clean, 1 unreadable or no segment there, 3 torn tail,
+    /// 4 corrupt.
     Inspect {
         /// One log's directory (a data directory's `subgroup-<id>`).
         dir: PathBuf,
@@ -81,7 +82,8 @@ pub enum LogCmd {
         #[arg(long)]
         payloads: bool,
     },
-    /// Check the log without listing it. Exit 0 clean, 1 unreadable, 3 torn tail, 4 corrupt.
+    /// Check the log without listing it, as `inspect` does. Exit 0 clean, 1 unreadable or
+    /// no segment there, 3 torn tail, 4 corrupt.
     Verify {
         /// One log's directory.
         dir: PathBuf,

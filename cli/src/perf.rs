@@ -102,6 +102,9 @@ pub fn run_perf(a: PerfArgs) -> Result<u8, Fail> {
             "--max-p99 needs --latency or --pingpong (a throughput run measures no latency)",
         ));
     }
+    a.run
+        .check()
+        .map_err(|e| Fail::input(format!("perf: {e}")))?;
     let result = spindle_examples::perf::run(&a.run, role, &["perf".to_string()])
         .map_err(|e| Fail::failed(format!("perf: {e}")))?;
     // A role's process: it spoke to its driver.

@@ -53,12 +53,16 @@ struct Cell {
 }
 
 fn number(r: &Value, key: &str) -> Result<f64, Fail> {
-    r[key]
-        .as_f64()
-        .ok_or_else(|| Fail::failed(format!("perf result without {key}: {r}")))
+    r[key].as_f64().ok_or_else(|| {
+        Fail::failed(format!(
+            "perf measured no {key} (too few --samples to time?): {r}"
+        ))
+    })
 }
 
 fn run_one(args: &spindle_examples::perf::Args) -> Result<Value, Fail> {
+    args.check()
+        .map_err(|e| Fail::input(format!("perf sweep: {e}")))?;
     let text = spindle_examples::perf::run(args, None, &["perf".to_string()])
         .map_err(|e| Fail::failed(format!("perf: {e}")))?
         .ok_or_else(|| Fail::failed("perf: no result"))?;

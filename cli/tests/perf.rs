@@ -41,8 +41,10 @@ fn a_criterion_that_holds_passes_and_the_table_is_printed() {
         "shm",
         "--size",
         "64",
+        // Enough that they do not all come in the first batch taken (the clock starts
+        // after it; a run that times nothing reports no rate and passes no --min-rate).
         "--samples",
-        "300",
+        "20000",
         "--min-rate",
         "0",
     ]);
@@ -82,6 +84,30 @@ fn a_latency_bound_on_a_throughput_run_is_bad_usage() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("--max-p99 needs --latency or --pingpong"));
 }
 
+/// Arguments no run can use are bad usage (exit 2) named by flag, found before any
+/// process starts or joins — not a failed run after a join's time-out, and never a
+/// vacuous PASS over nothing measured.
+#[test]
+fn arguments_no_run_can_use_are_bad_usage_named_by_flag() {
+    for (args, named) in [
+        (&["--samples", "0"][..], "--samples 0"),
+        (
+            &["--latency", "--samples", "0", "--max-p99", "10"],
+            "--samples 0",
+        ),
+        (&["--level", "bogus"], "--level \"bogus\""),
+        (&["--transport", "udp"], "--transport \"udp\""),
+        (&["--size", "1000000000"], "--size 1000000000: at most"),
+        (&["--window", "0"], "window_slots = 0"),
+    ] {
+        let o = perf(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(named), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}: nothing ran");
+    }
+}
+
 #[test]
 fn a_small_sweep_writes_csv_json_and_plots() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -95,7 +121,7 @@ fn a_small_sweep_writes_csv_json_and_plots() {
         "--transports",
         "shm",
         "--samples",
-        "200",
+        "20000",
         "--roundtrips",
         "50",
         "--warmup",

@@ -16,6 +16,10 @@ struct Cli {
 
 fn main() {
     let cli = Cli::parse();
+    if let Err(e) = cli.args.check() {
+        eprintln!("dds_perf: {e}");
+        std::process::exit(2);
+    }
     match spindle_examples::perf::run(&cli.args, cli.role, &[]) {
         Ok(Some(json)) => println!("{json}"),
         Ok(None) => {}

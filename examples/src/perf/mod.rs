@@ -26,6 +26,7 @@ use clap::Subcommand;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use spindle_dds_core::config::SAMPLE_BYTES_MAX_LIMIT;
 use spindle_dds_core::{
     Contact, DataReader, DataReaderListener, DomainParticipant, DomainParticipantFactory,
     ParticipantConfig, SampleBuffer, StateMask, Transport, WaitSet,
@@ -162,6 +163,7 @@ pub enum Role {
 /// then the benchmark's flags and a role (`pub LISTEN`, `sub LISTEN CONTACT`), and returns
 /// the result: one JSON object.
 pub fn run(a: &Args, role: Option<Role>, exe_args: &[String]) -> Result<Option<String>, BoxError> {
+    a.check()?;
     match (role, a.pingpong) {
         (Some(Role::Pub { listen }), true) => pingpong::ping(a, &listen).map(|_| None),
         (Some(Role::Sub { listen, contact }), true) => {
@@ -175,6 +177,36 @@ pub fn run(a: &Args, role: Option<Role>, exe_args: &[String]) -> Result<Option<S
         (None, false) => bench(a, exe_args).map(Some),
     }
 }
+
+impl Args {
+    /// Checks the arguments before any process starts or joins: `Err` names the argument
+    /// and what it accepts (bad usage, not a failed run). [`run`] checks them first too.
+    pub fn check(&self) -> Result<(), BoxError> {
+        transport(self)?;
+        topic_qos(self)?;
+        if self.pingpong {
+            return pingpong::check_args(self);
+        }
+        if self.samples == 0 {
+            return Err("--samples 0: write at least 1".into());
+        }
+        let largest = SAMPLE_BYTES_MAX_LIMIT - SAMPLE_OVERHEAD_BYTES;
+        for (flag, v) in [("--size", self.size), ("--bulk-size", self.bulk_size)] {
+            if v > largest {
+                return Err(format!("{flag} {v}: at most {largest} bytes").into());
+            }
+        }
+        // What the participants would refuse (--window, --predicate-cpus, ...), named
+        // by its configuration key.
+        participant_config(self, 1, "check", None)?
+            .validate("the participants' configuration from these arguments")?;
+        Ok(())
+    }
+}
+
+/// What a sample adds to its payload in a slot: its header and the `Sequence`'s CDR
+/// length, rounded up.
+const SAMPLE_OVERHEAD_BYTES: usize = 128;
 
 fn transport(a: &Args) -> Result<Transport, BoxError> {
     match a.transport.as_str() {
@@ -203,6 +235,18 @@ fn participant(
     listen: &str,
     contact: Option<&str>,
 ) -> Result<DomainParticipant, BoxError> {
+    let cfg = participant_config(a, node, listen, contact)?;
+    Ok(DomainParticipantFactory::instance().create_participant(0, Default::default(), &cfg)?)
+}
+
+/// The configuration of node `node` of the benchmark (the publisher, 1, bootstraps; the
+/// subscriber joins through `contact`).
+fn participant_config(
+    a: &Args,
+    node: u32,
+    listen: &str,
+    contact: Option<&str>,
+) -> Result<ParticipantConfig, BoxError> {
     let mut cfg = ParticipantConfig::new(node, transport(a)?, listen);
     cfg.window_slots = a.window;
     cfg.topic_subgroups = a.topic_subgroups;
@@ -210,12 +254,14 @@ fn participant(
         cfg.atomic_ordering = spindle_dds_core::AtomicOrdering::Dare;
     }
     // A Sequence is unbounded: size the slots for the payload, its CDR length and header.
-    cfg.slot_payload_bytes = a
-        .slot_payload_bytes
-        .unwrap_or((a.size.max(a.bulk_size) + 128).min(64 * 1024));
-    if a.size.max(a.bulk_size) + 128 > 64 * 1024 {
+    let largest = a
+        .size
+        .max(a.bulk_size)
+        .saturating_add(SAMPLE_OVERHEAD_BYTES);
+    cfg.slot_payload_bytes = a.slot_payload_bytes.unwrap_or(largest.min(64 * 1024));
+    if largest > 64 * 1024 {
         // Larger samples go by RDMC (the writer declares its largest sample).
-        cfg.sample_bytes_max = a.size.max(a.bulk_size) + 128;
+        cfg.sample_bytes_max = largest;
     }
     if let Some(w) = a.large_window_messages {
         cfg.large_window_messages = w;
@@ -248,7 +294,7 @@ fn participant(
             }]
         }
     }
-    Ok(DomainParticipantFactory::instance().create_participant(0, Default::default(), &cfg)?)
+    Ok(cfg)
 }
 
 /// The busy topics (the first is `perf`) and the idle ones.
@@ -380,7 +426,8 @@ fn subscriber(a: &Args, listen: &str, contact: &str) -> Result<(), BoxError> {
         ws.attach_condition(r.create_readcondition(StateMask::ANY));
     }
     let mut count = 0u64;
-    let mut first: Option<Instant> = None;
+    // When the first batch was taken, and its samples (taken before the clock started).
+    let mut first: Option<(Instant, u64)> = None;
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut buf = SampleBuffer::new();
     while count < a.samples && Instant::now() < deadline {
@@ -396,11 +443,10 @@ fn subscriber(a: &Args, listen: &str, contact: &str) -> Result<(), BoxError> {
             let _ = ws.wait(Duration::from_millis(10));
             continue;
         }
-        first.get_or_insert_with(Instant::now);
+        first.get_or_insert_with(|| (Instant::now(), got));
         count += got;
     }
-    let secs = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
-    line(&format!("RATE {count} {secs:.6}"))?;
+    line(&rate_line(count, first))?;
     report_counters(&p);
     p.close();
     Ok(())
@@ -444,10 +490,21 @@ pub(crate) fn take_all(r: &DataReader<Sequence>, loan: bool) -> Result<u64, BoxE
     })
 }
 
+/// The subscriber's result: `RATE received timed secs`. The clock starts when the first
+/// batch is taken, so the samples after it are timed; a run whose samples all came in
+/// the first batch times none.
+fn rate_line(count: u64, first: Option<(Instant, u64)>) -> String {
+    let (timed, secs) = first.map_or((0, 0.0), |(at, n)| {
+        (count.saturating_sub(n), at.elapsed().as_secs_f64())
+    });
+    format!("RATE {count} {timed} {secs:.9}")
+}
+
 /// Counts in the listener; the main thread only waits for the last sample.
 struct Count {
     count: Arc<AtomicU64>,
-    first: Arc<Mutex<Option<Instant>>>,
+    /// When the first batch was taken, and its samples.
+    first: Arc<Mutex<Option<(Instant, u64)>>>,
     loan: bool,
     /// The values each take decodes into (locked once per callback, not per sample).
     buf: Mutex<SampleBuffer<Sequence>>,
@@ -462,7 +519,7 @@ impl DataReaderListener<Sequence> for Count {
             self.first
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .get_or_insert_with(Instant::now);
+                .get_or_insert_with(|| (Instant::now(), n));
             self.count.fetch_add(n, Ordering::Release);
         }
     }
@@ -494,8 +551,7 @@ fn take_in_listener(
         std::thread::sleep(Duration::from_micros(200));
     }
     let start = *first.lock().unwrap_or_else(|p| p.into_inner());
-    let secs = start.map_or(0.0, |f| f.elapsed().as_secs_f64());
-    line(&format!("RATE {} {secs:.6}", count.load(Ordering::Acquire)))?;
+    line(&rate_line(count.load(Ordering::Acquire), start))?;
     report_counters(&p);
     p.close();
     Ok(())
@@ -617,14 +673,26 @@ fn bench(a: &Args, exe_args: &[String]) -> Result<String, BoxError> {
     let _ = publisher.wait();
     let r: Vec<&str> = rate.split_whitespace().collect();
     let l: Vec<&str> = lat.split_whitespace().collect();
-    if r.len() != 3 || l.len() != 3 {
+    if r.len() != 4 || l.len() != 3 {
         return Err(format!("unexpected results {rate:?} {lat:?}").into());
     }
     let count: f64 = r[1].parse()?;
-    let secs: f64 = r[2].parse()?;
-    let msgs_per_s = if secs > 0.0 { count / secs } else { 0.0 };
+    let timed: f64 = r[2].parse()?;
+    let secs: f64 = r[3].parse()?;
+    // null when nothing was timed: every sample came in the first batch (too few to
+    // measure a rate), never a rate of 0.
+    let (msgs_per_s, bytes_per_s) = if timed > 0.0 && secs > 0.0 {
+        let m = timed / secs;
+        (format!("{m:.0}"), format!("{:.0}", m * a.size as f64))
+    } else {
+        eprintln!(
+            "dds_perf: no rate measured: all {count} samples arrived in the first batch \
+             (the clock starts after it); write more (--samples)"
+        );
+        ("null".to_string(), "null".to_string())
+    };
     Ok(format!(
-        "{{\"transport\":\"{}\",\"level\":\"{}\",\"size\":{},\"samples\":{},\"received\":{},\"latency_mode\":{},\"listener\":{},\"loan\":{},\"busy_topics\":{},\"idle_topics\":{},\"topic_subgroups\":{},\"msgs_per_s\":{:.0},\"bytes_per_s\":{:.0},\"lat_p50_us\":{},\"lat_p99_us\":{}}}",
-        a.transport, a.level, a.size, a.samples, count, a.latency, a.listener, a.loan, a.busy_topics.max(1), a.idle_topics, a.topic_subgroups, msgs_per_s, msgs_per_s * a.size as f64, l[1], l[2]
+        "{{\"transport\":\"{}\",\"level\":\"{}\",\"size\":{},\"samples\":{},\"received\":{},\"latency_mode\":{},\"listener\":{},\"loan\":{},\"busy_topics\":{},\"idle_topics\":{},\"topic_subgroups\":{},\"msgs_per_s\":{},\"bytes_per_s\":{},\"lat_p50_us\":{},\"lat_p99_us\":{}}}",
+        a.transport, a.level, a.size, a.samples, count, a.latency, a.listener, a.loan, a.busy_topics.max(1), a.idle_topics, a.topic_subgroups, msgs_per_s, bytes_per_s, l[1], l[2]
     ))
 }

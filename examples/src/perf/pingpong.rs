@@ -58,7 +58,7 @@ fn check_topics(topic_subgroups: u32) -> Result<(), BoxError> {
     Ok(())
 }
 
-fn check_args(a: &Args) -> Result<(), BoxError> {
+pub(super) fn check_args(a: &Args) -> Result<(), BoxError> {
     if a.roundtrips == 0 || a.roundtrips > ROUNDTRIPS_MAX {
         return Err(format!("--roundtrips {}: 1..={ROUNDTRIPS_MAX}", a.roundtrips).into());
     }

@@ -734,6 +734,20 @@ impl ParticipantConfig {
                     .into(),
             );
         }
+        if let Some(twice) = self
+            .bootstrap
+            .iter()
+            .enumerate()
+            .find_map(|(i, b)| self.bootstrap[..i].contains(b).then_some(*b))
+        {
+            return bad(format!(
+                "bootstrap = {:?}: node {twice} is listed twice",
+                self.bootstrap
+            ));
+        }
+        if self.entity_timeout_ms == 0 {
+            return bad("entity_timeout_ms = 0: must be at least 1".into());
+        }
         if !self.bootstrap.is_empty() && self.bootstrap.contains(&self.node_id) {
             for b in self.bootstrap.iter().filter(|b| **b != self.node_id) {
                 if !self.contacts.iter().any(|c| c.node == *b) {
@@ -771,16 +785,22 @@ fn validate_transport(cfg: &ParticipantConfig, origin: &str) -> Result<()> {
     if cfg.device.as_deref() == Some("") {
         return bad("device: must not be empty (leave it out for the first device)".into());
     }
-    if matches!(cfg.transport, Transport::Libfabric | Transport::Verbs)
+    if cfg.transport != Transport::Shm
         && cfg
             .listen
             .rsplit_once(':')
-            .is_none_or(|(_, p)| p.parse::<u16>().is_err())
+            .is_none_or(|(host, p)| host.is_empty() || p.parse::<u16>().is_err())
     {
         return bad(format!(
-            "listen = {:?}: transport = {:?} listens for its side channel on a host:port",
+            "listen = {:?}: transport = {:?} listens{} on a host:port, the port 0..=65535 \
+             (0: any free one)",
             cfg.listen,
-            cfg.transport.name()
+            cfg.transport.name(),
+            if cfg.transport == Transport::Tcp {
+                ""
+            } else {
+                " for its side channel"
+            }
         ));
     }
     for c in &cfg.contacts {
@@ -829,7 +849,7 @@ mod tests {
 
     #[test]
     fn atomic_ordering_comes_from_toml_or_env_and_bad_values_are_named() {
-        let base = "node_id = 1\ntransport = \"tcp\"\nlisten = \"x\"\nbootstrap = [1]\n";
+        let base = "node_id = 1\ntransport = \"tcp\"\nlisten = \"127.0.0.1:0\"\nbootstrap = [1]\n";
         let c = ParticipantConfig::from_toml_str(base, "a.toml").unwrap();
         assert_eq!(c.atomic_ordering, AtomicOrdering::RoundRobin);
         let text = format!("{base}atomic_ordering = \"dare\"\ntopic_subgroups = 8\n");
@@ -871,7 +891,7 @@ mod tests {
 
     #[test]
     fn dare_settings_come_from_toml_or_env_and_bad_values_are_named() {
-        let base = "node_id = 1\ntransport = \"tcp\"\nlisten = \"x\"\nbootstrap = [1]\n";
+        let base = "node_id = 1\ntransport = \"tcp\"\nlisten = \"127.0.0.1:0\"\nbootstrap = [1]\n";
         let c = ParticipantConfig::from_toml_str(base, "a.toml").unwrap();
         assert_eq!(c.dare, DareSettings::default());
         let text = format!(
@@ -973,6 +993,40 @@ mod tests {
         assert!(e.contains("[dare] heartbeat_us = 0"), "{e}");
     }
 
+    /// Values that parse but no participant can run with are refused at once, naming
+    /// the key: not a transport error about an address, an engine error about a view, or
+    /// a join that times out after 0 ms.
+    #[test]
+    fn unusable_listen_bootstrap_and_timeout_are_refused_by_key() {
+        const BASE: &str = "node_id = 1\ntransport = \"tcp\"\n";
+        for (rest, named) in [
+            (
+                "listen = \"127.0.0.1:70000\"\nbootstrap = [1]",
+                "listen = \"127.0.0.1:70000\": transport = \"tcp\" listens on a host:port",
+            ),
+            ("listen = \"7402\"\nbootstrap = [1]", "listen = \"7402\""),
+            (
+                "listen = \"127.0.0.1:0\"\nbootstrap = [1, 1]",
+                "bootstrap = [1, 1]: node 1 is listed twice",
+            ),
+            (
+                "listen = \"127.0.0.1:0\"\nbootstrap = [1]\nentity_timeout_ms = 0",
+                "entity_timeout_ms = 0",
+            ),
+        ] {
+            let e = ParticipantConfig::from_toml_str(&format!("{BASE}{rest}"), "n.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("n.toml") && e.contains(named), "{rest}: {e}");
+        }
+        // An shm listen is a namespace, not an address.
+        ParticipantConfig::from_toml_str(
+            "node_id = 1\ntransport = \"shm\"\nlisten = \"demo\"\nbootstrap = [1]",
+            "s.toml",
+        )
+        .unwrap();
+    }
+
     #[test]
     fn parses_and_overrides_and_names_bad_keys() {
         let text = r#"
@@ -990,28 +1044,28 @@ mod tests {
             .unwrap();
         assert_eq!(c.node_id, 5);
         let e = ParticipantConfig::from_toml_str(
-            "node_id = 1\ntransport = \"udp\"\nlisten=\"x\"",
+            "node_id = 1\ntransport = \"udp\"\nlisten=\"127.0.0.1:0\"",
             "u.toml",
         )
         .unwrap_err()
         .to_string();
         assert!(e.contains("u.toml") && e.contains("udp"), "{e}");
         let e = ParticipantConfig::from_toml_str(
-            "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"",
+            "node_id = 1\ntransport = \"tcp\"\nlisten=\"127.0.0.1:0\"",
             "n.toml",
         )
         .unwrap_err()
         .to_string();
         assert!(e.contains("no contact"), "{e}");
         let e = ParticipantConfig::from_toml_str(
-            "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"\nbootstrap=[1]\nwindow_slots=0",
+            "node_id = 1\ntransport = \"tcp\"\nlisten=\"127.0.0.1:0\"\nbootstrap=[1]\nwindow_slots=0",
             "w.toml",
         )
         .unwrap_err()
         .to_string();
         assert!(e.contains("window_slots"), "{e}");
         let e = ParticipantConfig::from_toml_str(
-            "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"\nbootstrap=[1]\ntopic_subgroups=0",
+            "node_id = 1\ntransport = \"tcp\"\nlisten=\"127.0.0.1:0\"\nbootstrap=[1]\ntopic_subgroups=0",
             "s.toml",
         )
         .unwrap_err()
@@ -1031,7 +1085,7 @@ mod tests {
         assert!(c
             .apply_env(|k| (k == "SPINDLE_SAMPLE_BYTES_MAX").then(|| "big".to_string()))
             .is_err());
-        let base = "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"\nbootstrap=[1]\n";
+        let base = "node_id = 1\ntransport = \"tcp\"\nlisten=\"127.0.0.1:0\"\nbootstrap=[1]\n";
         let ok = ParticipantConfig::from_toml_str(
             &format!("{base}sample_bytes_max = 1048576"),
             "l.toml",
@@ -1083,7 +1137,7 @@ mod tests {
             .unwrap();
         assert_eq!(c.spin_before_park_us, 20);
         let e = ParticipantConfig::from_toml_str(
-            "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"\nbootstrap=[1]\nspin_before_park_us=100001",
+            "node_id = 1\ntransport = \"tcp\"\nlisten=\"127.0.0.1:0\"\nbootstrap=[1]\nspin_before_park_us=100001",
             "p.toml",
         )
         .unwrap_err()
@@ -1097,13 +1151,13 @@ mod tests {
             .apply_env(|k| (k == "SPINDLE_BUSY_YIELD_US").then(|| "fifty".to_string()))
             .is_err());
         let ok = ParticipantConfig::from_toml_str(
-            "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"\nbootstrap=[1]\nbusy_yield_us=50",
+            "node_id = 1\ntransport = \"tcp\"\nlisten=\"127.0.0.1:0\"\nbootstrap=[1]\nbusy_yield_us=50",
             "p.toml",
         )
         .unwrap();
         assert_eq!(ok.busy_yield_us, 50);
         let e = ParticipantConfig::from_toml_str(
-            "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"\nbootstrap=[1]\nbusy_yield_us=100001",
+            "node_id = 1\ntransport = \"tcp\"\nlisten=\"127.0.0.1:0\"\nbootstrap=[1]\nbusy_yield_us=100001",
             "p.toml",
         )
         .unwrap_err()
@@ -1117,7 +1171,7 @@ mod tests {
             .is_err());
     }
 
-    const BOOT: &str = "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"\nbootstrap=[1]\n";
+    const BOOT: &str = "node_id = 1\ntransport = \"tcp\"\nlisten=\"127.0.0.1:0\"\nbootstrap=[1]\n";
 
     #[test]
     fn the_predicate_threads_placement_comes_from_the_file_or_the_environment() {
@@ -1191,7 +1245,7 @@ mod tests {
 
     #[test]
     fn the_data_dir_comes_from_the_file_or_the_environment() {
-        let base = "node_id = 1\ntransport = \"tcp\"\nlisten=\"x\"\nbootstrap=[1]\n";
+        let base = "node_id = 1\ntransport = \"tcp\"\nlisten=\"127.0.0.1:0\"\nbootstrap=[1]\n";
         let mut c = ParticipantConfig::from_toml_str(base, "d.toml").unwrap();
         assert_eq!(c.data_dir, None);
         let text = format!("{base}data_dir = \"/var/lib/spindle/1\"");

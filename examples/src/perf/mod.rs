@@ -198,9 +198,21 @@ impl Args {
         }
         // What the participants would refuse (--window, --predicate-cpus, ...), named
         // by its configuration key.
-        participant_config(self, 1, "check", None)?
+        participant_config(self, 1, &listen_pair(self, "check").0, None)?
             .validate("the participants' configuration from these arguments")?;
         Ok(())
+    }
+}
+
+/// Where the two processes of a run listen: any free port on loopback (tcp), or one
+/// namespace `<prefix><this process id>` (shm).
+pub(crate) fn listen_pair(a: &Args, prefix: &str) -> (String, String) {
+    match a.transport.as_str() {
+        "tcp" => ("127.0.0.1:0".to_string(), "127.0.0.1:0".to_string()),
+        _ => {
+            let ns = format!("{prefix}{}", std::process::id());
+            (ns.clone(), ns)
+        }
     }
 }
 
@@ -629,13 +641,7 @@ fn bench(a: &Args, exe_args: &[String]) -> Result<String, BoxError> {
         c.args(["--busy-topics", &a.busy_topics.to_string()])
             .args(["--idle-topics", &a.idle_topics.to_string()]);
     };
-    let (pub_listen, sub_listen) = match a.transport.as_str() {
-        "tcp" => ("127.0.0.1:0".to_string(), "127.0.0.1:0".to_string()),
-        _ => {
-            let ns = format!("perf{}", std::process::id());
-            (ns.clone(), ns)
-        }
-    };
+    let (pub_listen, sub_listen) = listen_pair(a, "perf");
     let mut pc = Command::new(&exe);
     common(&mut pc);
     let mut publisher = pc

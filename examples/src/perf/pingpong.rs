@@ -621,13 +621,7 @@ pub(crate) fn bench(a: &Args, exe_args: &[String]) -> Result<String, BoxError> {
             c.arg("--histogram").arg(h);
         }
     };
-    let (ping_listen, pong_listen) = match a.transport.as_str() {
-        "tcp" => ("127.0.0.1:0".to_string(), "127.0.0.1:0".to_string()),
-        _ => {
-            let ns = format!("pingpong{}", std::process::id());
-            (ns.clone(), ns)
-        }
-    };
+    let (ping_listen, pong_listen) = super::listen_pair(a, "pingpong");
     let mut pc = Command::new(&exe);
     common(&mut pc);
     let mut pinger = pc

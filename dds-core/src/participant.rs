@@ -80,6 +80,27 @@ pub(crate) fn make_group<L: LocalFabric + ?Sized>(
     Ok(group)
 }
 
+/// `msg` (a join's time-out), with why each contact's last link failed, if any did.
+fn join_failures(msg: String, inner: &ParticipantInner) -> String {
+    let failures = inner.driver.join_failures();
+    if failures.is_empty() {
+        return msg;
+    }
+    let contacts: Vec<String> = failures
+        .iter()
+        .map(|(node, why)| {
+            let at = inner
+                .config
+                .contacts
+                .iter()
+                .find(|c| c.node == *node)
+                .map_or(String::new(), |c| format!(" at {}", c.address));
+            format!("contact node {node}{at}: {why}")
+        })
+        .collect();
+    format!("{msg}; {}", contacts.join("; "))
+}
+
 /// Makes participants (DDS `DomainParticipantFactory`).
 #[derive(Debug, Default)]
 pub struct DomainParticipantFactory {
@@ -308,6 +329,11 @@ impl DomainParticipant {
                 },
                 |st| st.view.is_some(),
             )
+            .map_err(|e| match e {
+                // What stood in the way, as the links to the contacts saw it.
+                Error::Timeout(msg) => Error::Timeout(join_failures(msg, &inner)),
+                other => other,
+            })
             .and_then(|()| inner.join_builtin());
         match joined {
             Ok(()) => {

@@ -274,6 +274,11 @@ pub(crate) trait Driver: Send + Sync {
     ) -> MutexGuard<'a, State>;
     /// The group member's counters (zero once the driver stopped).
     fn group_counters(&self) -> spindle_group::NodeCounters;
+    /// While joining: each contact whose last link failed, and why
+    /// ([`spindle_group::GroupNode::join_failures`]); what a join's time-out reports.
+    fn join_failures(&self) -> Vec<(NodeId, String)> {
+        Vec::new()
+    }
     /// Lets about `hint` pass while a caller polls for something (zero: just yield): a
     /// sleep on threads; one round in simulation.
     fn idle(&self, hint: Duration);

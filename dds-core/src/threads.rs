@@ -219,6 +219,13 @@ impl Driver for ThreadDriver {
             .unwrap_or_default()
     }
 
+    fn join_failures(&self) -> Vec<(NodeId, String)> {
+        lock(&self.node)
+            .as_ref()
+            .map(GroupNode::join_failures)
+            .unwrap_or_default()
+    }
+
     fn idle(&self, hint: Duration) {
         if hint.is_zero() {
             std::thread::yield_now();

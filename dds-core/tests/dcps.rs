@@ -401,3 +401,52 @@ fn the_predicate_thread_runs_where_the_configuration_puts_it() {
         }
     }
 }
+
+/// A join that cannot happen says why, as the links to its contacts saw it: the address
+/// of a contact where nothing listens, and a contact that refuses this node because a
+/// live member holds its node id (another process started with the same configuration).
+#[test]
+fn a_join_that_times_out_names_what_each_contact_said() {
+    let f = DomainParticipantFactory::instance();
+    // A port nothing listens on: bound, then closed.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let mut lone = ParticipantConfig::new(3, Transport::Tcp, "127.0.0.1:0");
+    lone.contacts = vec![Contact {
+        node: 1,
+        address: dead.to_string(),
+    }];
+    lone.entity_timeout_ms = 1_500;
+    let e = f
+        .create_participant(0, Default::default(), &lone)
+        .expect_err("nobody to join")
+        .to_string();
+    assert!(
+        e.contains(&format!(
+            "contact node 1 at {dead}: could not reach the peer"
+        )),
+        "{e}"
+    );
+    // Node 2 is a live member; a second participant claiming node 2 is turned away.
+    let ps = domain(2);
+    let mut twin = ParticipantConfig::new(2, Transport::Tcp, "127.0.0.1:0");
+    twin.contacts = vec![Contact {
+        node: 1,
+        address: ps[0].address().to_string(),
+    }];
+    let e = f
+        .create_participant(0, Default::default(), &twin)
+        .expect_err("a live member's id")
+        .to_string();
+    assert!(
+        e.contains("is another process running with node id 2?"),
+        "{e}"
+    );
+    // The live member keeps its place.
+    assert_eq!(ps[0].view().expect("a view").members, vec![1, 2]);
+    assert!(
+        delivers_its_own_sample(&ps[1], "twin"),
+        "node 2 still delivers"
+    );
+}

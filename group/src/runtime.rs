@@ -582,6 +582,9 @@ struct GroupShared {
     why: Mutex<Option<Stop>>,
     /// What the node did, published by the predicate thread.
     counters: CounterCells,
+    /// While joining: why links to contacts failed ([`Group::join_failures`]), published
+    /// by the predicate thread.
+    join_failures: Mutex<Vec<(NodeId, String)>>,
 }
 
 /// Why a [`GroupNode`] stopped.
@@ -665,6 +668,12 @@ impl GroupNode {
     /// as of the predicate thread's last round that did work. Never blocks it.
     pub fn counters(&self) -> NodeCounters {
         self.shared.counters.read()
+    }
+
+    /// While this node joins: each contact whose last link failed, and why (published by
+    /// the predicate thread; empty once a member). What a join that times out reports.
+    pub fn join_failures(&self) -> Vec<(NodeId, String)> {
+        lock(&self.shared.join_failures).clone()
     }
 
     /// The fabric addresses of the members known as of the last view installed: where
@@ -870,6 +879,13 @@ fn group_loop(
         if work {
             app.round_end();
             carry.publish(&group, &shared.counters);
+            if group.view().is_none() {
+                *lock(&shared.join_failures) = group
+                    .join_failures()
+                    .iter()
+                    .map(|(n, why)| (*n, why.to_string()))
+                    .collect();
+            }
         }
         // This round's pushes (the acknowledgements of what it received above all) wait
         // for the next round's when the application was handed a few deliveries: what

@@ -296,6 +296,7 @@ impl Group {
         // The survivors' first term: this node's instances key the same regions.
         self.dare_first_term = self.dare_first_term.max(dare_first_term);
         self.phase = Phase::Member;
+        self.join_failures.clear();
         let me = [self.me];
         self.enter_view(local, view.clone(), &me, now_us)?;
         self.announce(view, vec![self.me], Vec::new());

@@ -371,6 +371,9 @@ pub struct Group {
     left_at_us: Option<u64>,
     /// The first peer that told this node it was excluded (its link's last word).
     excluded: Option<Exclusion>,
+    /// While joining: why the last link to each contact failed (cleared when it links),
+    /// so a join that times out can say what stood in its way.
+    join_failures: BTreeMap<NodeId, FailureReason>,
     /// The hand-offs of the dare subgroups at the current view change.
     dare: DareHandoffs,
     /// The first term of every dare instance of the next view: one past every term any
@@ -419,6 +422,7 @@ impl Group {
             next_declare_us: 0,
             left_at_us: None,
             excluded: None,
+            join_failures: BTreeMap::new(),
             dare: DareHandoffs::default(),
             dare_first_term: 0,
         }
@@ -484,6 +488,12 @@ impl Group {
     /// earlier ones'): where a node that lost its place may ask to join again.
     pub fn addresses(&self) -> &BTreeMap<NodeId, String> {
         &self.addresses
+    }
+
+    /// While joining: why the last link to each contact that failed did (a contact linked
+    /// since is not listed). Empty once a member.
+    pub fn join_failures(&self) -> &BTreeMap<NodeId, FailureReason> {
+        &self.join_failures
     }
 
     /// The current view, once this node is a member.
@@ -934,6 +944,9 @@ impl Group {
                     c.engine.handle_dare_peer_failed(peer);
                 }
                 if let Phase::Joining { contacts, next, .. } = &mut self.phase {
+                    if contacts.iter().any(|(c, _)| *c == peer) {
+                        self.join_failures.insert(peer, reason);
+                    }
                     if contacts.get(*next).is_some_and(|(c, _)| *c == peer) {
                         *next = (*next + 1) % contacts.len();
                     }
@@ -941,6 +954,7 @@ impl Group {
             }
             Event::PeerConnected { peer } => {
                 self.redial.connected(peer);
+                self.join_failures.remove(&peer);
                 if let Phase::Joining {
                     contacts,
                     next_attempt_us,

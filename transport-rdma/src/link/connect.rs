@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::frame::{
     encode_goodbye, encode_hello, encode_refused, encode_region_announce, encode_region_withdraw,
-    malformed, FrameReader, Hello, RegionEntry, Reply,
+    malformed, FrameReader, Hello, Refusal, RegionEntry, Reply,
 };
 use super::handshake::{self, Decision, Existing};
 use super::outbound::Outbound;
@@ -118,7 +118,24 @@ impl<S: LinkStream> Hub<S> {
             })?;
             let reply = match reply {
                 Reply::Hello(reply) => reply,
-                Reply::Refused(by) => {
+                Reply::Refused(Some(Refusal { live_id: true, .. })) => {
+                    // No link back is coming: the peer is linked to a live node of our
+                    // id. Said at once, in words the join's time-out can carry.
+                    return Err(Error::io(
+                        "handshake",
+                        io::Error::new(
+                            io::ErrorKind::ConnectionRefused,
+                            format!(
+                                "node {peer} refused this link: it is linked to a live node \
+                                 {} of another incarnation (is another process running with \
+                                 node id {}?)",
+                                self.node, self.node
+                            ),
+                        ),
+                    ));
+                }
+                Reply::Refused(why) => {
+                    let by = why.map(|w| w.incarnation);
                     // The peer keeps its own connection to us, which replaces our
                     // attempt: only a hello from the incarnation that refused us may take
                     // its place (see `handshake::decide`). Give up on the peer if its
@@ -344,7 +361,13 @@ impl<S: LinkStream> Hub<S> {
                     ));
                 }
                 let mut bye = Vec::new();
-                encode_refused(&mut bye, self.incarnation);
+                encode_refused(
+                    &mut bye,
+                    Refusal {
+                        incarnation: self.incarnation,
+                        live_id: decision == Admit::RejectLiveId,
+                    },
+                );
                 if let Some(seal) = &mut seal {
                     let plain = std::mem::take(&mut bye);
                     seal.seal(&plain, &mut bye);

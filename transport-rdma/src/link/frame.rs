@@ -137,12 +137,19 @@ pub enum Frame<'a> {
         silent_ms: u64,
     },
     /// The acceptor's answer to a `Hello` it does not take (instead of its own `Hello`):
-    /// it closes the connection. `incarnation` is the acceptor's, so a dialer refused
-    /// by the tie-break knows which incarnation's own dial to wait for.
-    Refused {
-        /// The refusing endpoint's incarnation.
-        incarnation: u64,
-    },
+    /// it closes the connection.
+    Refused(Refusal),
+}
+
+/// Why an acceptor refused a dialer's `Hello`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// The refusing endpoint's incarnation, so a dialer refused by the tie-break knows
+    /// which incarnation's own dial to wait for.
+    pub incarnation: u64,
+    /// The acceptor holds a live link to the dialer's node id under another incarnation
+    /// (another process claims a live member's id): no link back is coming.
+    pub live_id: bool,
 }
 
 /// The answer to a `Hello`, as the dialer reads it.
@@ -150,9 +157,8 @@ pub enum Frame<'a> {
 pub(crate) enum Reply {
     /// The link is taken; the acceptor's `Hello`.
     Hello(Hello),
-    /// The link is refused, by an endpoint of this incarnation (`None`: a `Goodbye`,
-    /// which says no more).
-    Refused(Option<u64>),
+    /// The link is refused (`None`: a `Goodbye`, which says no more).
+    Refused(Option<Refusal>),
 }
 
 /// Result of looking at the front of a receive buffer.
@@ -187,6 +193,9 @@ impl<'a> Cursor<'a> {
         let (head, rest) = self.bytes.split_at(n);
         self.bytes = rest;
         Ok(head)
+    }
+    fn u8(&mut self, what: &str) -> Result<u8> {
+        Ok(self.take(1, what)?[0])
     }
     fn u16(&mut self, what: &str) -> Result<u16> {
         let b = self.take(2, what)?;
@@ -383,8 +392,16 @@ pub fn decode_frame(buf: &[u8]) -> Result<Decoded<'_>> {
         }
         KIND_REFUSED => {
             let incarnation = c.u64("incarnation")?;
+            let live_id = match c.u8("refusal reason")? {
+                0 => false,
+                1 => true,
+                other => return Err(malformed(format!("refusal reason {other}: 0 or 1"))),
+            };
             c.finish("refused")?;
-            Frame::Refused { incarnation }
+            Frame::Refused(Refusal {
+                incarnation,
+                live_id,
+            })
         }
         _ => {
             c.finish("goodbye")?;
@@ -553,10 +570,11 @@ pub fn encode_excluded(out: &mut Vec<u8>, silent_ms: u64) {
     out.extend_from_slice(&silent_ms.to_le_bytes());
 }
 
-/// Appends a `Refused` frame: we do not take the dialer's link; we are `incarnation`.
-pub fn encode_refused(out: &mut Vec<u8>, incarnation: u64) {
-    put_header(out, KIND_REFUSED, 8);
-    out.extend_from_slice(&incarnation.to_le_bytes());
+/// Appends a `Refused` frame: we do not take the dialer's link, for `why`.
+pub fn encode_refused(out: &mut Vec<u8>, why: Refusal) {
+    put_header(out, KIND_REFUSED, 9);
+    out.extend_from_slice(&why.incarnation.to_le_bytes());
+    out.push(u8::from(why.live_id));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -679,7 +697,7 @@ impl FrameReader {
                     return match frame {
                         Frame::Hello(h) => Ok(Reply::Hello(h)),
                         Frame::Goodbye => Ok(Reply::Refused(None)),
-                        Frame::Refused { incarnation } => Ok(Reply::Refused(Some(incarnation))),
+                        Frame::Refused(why) => Ok(Reply::Refused(Some(why))),
                         _ => Err(malformed("expected hello")),
                     };
                 }
@@ -879,16 +897,37 @@ mod tests {
             decode_frame(&short).is_err(),
             "an excluded frame carries its silence"
         );
-        let (buf, len) = roundtrip(|o| encode_refused(o, 0xdead));
-        assert_eq!(
-            decode_frame(&buf).unwrap(),
-            Decoded::Frame(
-                Frame::Refused {
-                    incarnation: 0xdead
+        for live_id in [false, true] {
+            let why = Refusal {
+                incarnation: 0xdead,
+                live_id,
+            };
+            let (buf, len) = roundtrip(|o| encode_refused(o, why));
+            assert_eq!(
+                decode_frame(&buf).unwrap(),
+                Decoded::Frame(Frame::Refused(why), len)
+            );
+        }
+        let (mut buf, _) = roundtrip(|o| {
+            encode_refused(
+                o,
+                Refusal {
+                    incarnation: 1,
+                    live_id: true,
                 },
-                len
             )
-        );
+        });
+        *buf.last_mut().unwrap() = 7;
+        assert!(decode_frame(&buf).is_err(), "an unknown refusal reason");
+        let (buf, len) = roundtrip(|o| {
+            encode_refused(
+                o,
+                Refusal {
+                    incarnation: 0xdead,
+                    live_id: false,
+                },
+            )
+        });
         let short = [0, 0, 0, 0, KIND_REFUSED];
         assert!(
             decode_frame(&short).is_err(),

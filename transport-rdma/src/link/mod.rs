@@ -54,7 +54,8 @@
 //! incarnation it waits the same way (a restarted peer's old link fails as soon as the
 //! dead process's socket closes) and then refuses: a second process claiming a live
 //! peer's id never displaces it. Accepting means replying with its own `Hello`;
-//! rejecting means `Refused` (carrying the acceptor's incarnation). Both sides report
+//! rejecting means `Refused` (carrying the acceptor's incarnation, and whether it holds a
+//! live link to the dialer's id: then the dialer gives up at once). Both sides report
 //! [`Event::PeerConnected`] once the link is installed, with the peer's regions already
 //! known.
 //!

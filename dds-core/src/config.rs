@@ -755,10 +755,20 @@ impl ParticipantConfig {
                 }
             }
         } else if self.contacts.iter().all(|c| c.node == self.node_id) {
-            return bad(format!(
-                "node {} is not in bootstrap {:?} and has no contact to join through",
-                self.node_id, self.bootstrap
-            ));
+            let me = self.node_id;
+            return bad(if self.contacts.is_empty() {
+                format!(
+                    "node {me} is not in bootstrap {:?} and has no contact to join through",
+                    self.bootstrap
+                )
+            } else {
+                format!(
+                    "node {me} is not in bootstrap {:?} and its only contact is itself: a \
+                     joiner needs another member's address (or bootstrap = [{me}] to start \
+                     the domain)",
+                    self.bootstrap
+                )
+            });
         }
         Ok(())
     }
@@ -1019,6 +1029,15 @@ mod tests {
                 .to_string();
             assert!(e.contains("n.toml") && e.contains(named), "{rest}: {e}");
         }
+        let e = ParticipantConfig::from_toml_str(
+            &format!(
+                "{BASE}listen = \"127.0.0.1:0\"\n[[contacts]]\nnode = 1\naddress = \"127.0.0.1:9\""
+            ),
+            "n.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("its only contact is itself"), "{e}");
         // An shm listen is a namespace, not an address.
         ParticipantConfig::from_toml_str(
             "node_id = 1\ntransport = \"shm\"\nlisten = \"demo\"\nbootstrap = [1]",

@@ -473,24 +473,53 @@ impl std::fmt::Debug for Preprocessor<'_> {
     }
 }
 
-/// Reads a file, refusing directories and oversized files.
+/// Reads an IDL file: `NotFound` if there is none, and for a directory, a file over
+/// `SOURCE_LEN_MAX` bytes or text that is not UTF-8 an error saying which (for text, the
+/// line and column of the first bad byte).
 pub fn read_source(path: &Path) -> Result<String> {
-    let meta = std::fs::metadata(path).map_err(|source| Error::Io {
+    let io = |source: std::io::Error| Error::Io {
         path: path.to_path_buf(),
         source,
-    })?;
-    if !meta.is_file() || meta.len() > SOURCE_LEN_MAX as u64 {
-        return Err(Error::Io {
-            path: path.to_path_buf(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "not a regular file of at most 64 MiB",
-            ),
-        });
+    };
+    let invalid = |why: String| io(std::io::Error::new(std::io::ErrorKind::InvalidInput, why));
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::NotFound {
+                path: path.to_path_buf(),
+            })
+        }
+        Err(e) => return Err(io(e)),
+    };
+    if meta.is_dir() {
+        return Err(invalid("a directory, not an IDL file".into()));
     }
-    std::fs::read_to_string(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
+    if !meta.is_file() {
+        return Err(invalid("not a regular file".into()));
+    }
+    if meta.len() > SOURCE_LEN_MAX as u64 {
+        return Err(invalid(format!(
+            "{} bytes; an IDL file is at most {SOURCE_LEN_MAX}",
+            meta.len()
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(io)?;
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let before = &e.as_bytes()[..at];
+        let line = 1 + before.iter().filter(|b| **b == b'\n').count();
+        let line_start = before
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |p| p + 1);
+        // Columns count characters, as the diagnostics do.
+        let column = 1 + String::from_utf8_lossy(&before[line_start..])
+            .chars()
+            .count();
+        invalid(format!(
+            "line {line}, column {column}: not UTF-8 text (byte {at} is {:#04x})",
+            e.as_bytes()[at]
+        ))
     })
 }
 

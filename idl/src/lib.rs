@@ -40,6 +40,7 @@ mod lexer;
 mod parser;
 pub mod types;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use error::{Diagnostic, Error, Result};
@@ -96,12 +97,37 @@ impl Builder {
                 .map(PathBuf::from)
                 .ok_or(Error::NoOutDir)?,
         };
+        if out_dir.exists() && !out_dir.is_dir() {
+            return Err(Error::Io {
+                path: out_dir,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "exists and is not a directory: the output directory must be one",
+                ),
+            });
+        }
         std::fs::create_dir_all(&out_dir).map_err(|source| Error::Io {
             path: out_dir.clone(),
             source,
         })?;
+        // Two inputs whose output files would have one name (the same file name in two
+        // directories): the second would overwrite the first.
+        let mut written: BTreeMap<String, PathBuf> = BTreeMap::new();
         for f in files {
             let g = generate_file(f.as_ref(), include_dirs)?;
+            if let Some(first) = written.insert(g.file_name.clone(), f.as_ref().to_path_buf()) {
+                return Err(Error::Io {
+                    path: f.as_ref().to_path_buf(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::AlreadyExists,
+                        format!(
+                            "compiles to {}, as {} does; rename one of them",
+                            g.file_name,
+                            first.display()
+                        ),
+                    ),
+                });
+            }
             if self.rerun_lines {
                 for input in &g.inputs {
                     println!("cargo:rerun-if-changed={}", input.display());
@@ -116,11 +142,6 @@ impl Builder {
 
 /// Compiles one IDL file in memory.
 pub fn generate_file<Q: AsRef<Path>>(file: &Path, include_dirs: &[Q]) -> Result<Generated> {
-    if !file.is_file() {
-        return Err(Error::NotFound {
-            path: file.to_path_buf(),
-        });
-    }
     let text = lexer::read_source(file)?;
     let name = file.display().to_string();
     let dirs: Vec<PathBuf> = include_dirs

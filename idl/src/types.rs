@@ -176,11 +176,6 @@ pub struct TypeLibrary {
 impl TypeLibrary {
     /// Reads and resolves an IDL file, searching `include_dirs` for `#include`s.
     pub fn from_file<Q: AsRef<Path>>(file: &Path, include_dirs: &[Q]) -> Result<Self> {
-        if !file.is_file() {
-            return Err(crate::Error::NotFound {
-                path: file.to_path_buf(),
-            });
-        }
         let text = lexer::read_source(file)?;
         let mut sources = lexer::Sources::default();
         let path = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());

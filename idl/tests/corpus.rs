@@ -129,6 +129,49 @@ fn missing_input_file_is_an_error() {
     assert!(matches!(err, spindle_idl::Error::NotFound { .. }), "{err}");
 }
 
+/// Inputs that are no IDL text, and outputs that cannot be written as asked, are
+/// errors that say which and where: a directory, bytes that are not UTF-8 (line and
+/// column of the first), an output "directory" that is a file, and two inputs whose
+/// generated files would have one name.
+#[test]
+fn unusable_inputs_and_outputs_say_what_is_wrong() {
+    let dir = std::env::temp_dir().join(format!("spindle-idl-bad-io-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("sub")).expect("temp dir");
+    let none = &[] as &[&str];
+    let err = spindle_idl::generate_file(&dir, none)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("a directory, not an IDL file"), "{err}");
+    std::fs::write(dir.join("latin1.idl"), b"struct S {\n  long caf\xe9; };\n").expect("write");
+    let err = spindle_idl::generate_file(&dir.join("latin1.idl"), none)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("latin1.idl: line 2, column 11: not UTF-8 text (byte 21 is 0xe9)"),
+        "{err}"
+    );
+    let text = "struct S { long x; };\n";
+    std::fs::write(dir.join("kinds.idl"), text).expect("write");
+    std::fs::write(dir.join("sub").join("kinds.idl"), text).expect("write");
+    let out = dir.join("out");
+    let err = spindle_idl::Builder::new()
+        .out_dir(&out)
+        .compile(
+            &[dir.join("kinds.idl"), dir.join("sub").join("kinds.idl")],
+            none,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("compiles to kinds.rs, as"), "{err}");
+    let err = spindle_idl::Builder::new()
+        .out_dir(dir.join("kinds.idl"))
+        .compile(&[dir.join("kinds.idl")], none)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("exists and is not a directory"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn builder_writes_one_file_per_idl_file() {
     if update() {

@@ -24,32 +24,26 @@ pub struct IdlArgs {
     pub types: bool,
     /// Instead of compiling: print a JSON sample of this type with every member at its
     /// zero, to edit and give to `spindle pub`.
-    #[arg(long, value_name = "TYPE")]
+    #[arg(long, value_name = "TYPE", conflicts_with = "types")]
     pub template: Option<String>,
 }
 
 /// Runs `spindle idl`.
 pub fn run_idl(a: IdlArgs) -> Result<u8, Fail> {
     if let Some(t) = &a.template {
-        for f in &a.files {
-            let dt = DynType::from_idl_file(f, &a.include, t)?;
-            println!(
-                "{}",
-                serde_json::to_string_pretty(
-                    &dt.zero_json()
-                        .map_err(|e| Fail::input(format!("{}: {e}", f.display())))?
-                )
-                .map_err(|e| Fail::failed(e.to_string()))?
-            );
-        }
+        println!("{}", template(&a, t)?);
         return Ok(0);
     }
     if a.types {
+        // A type several files define (one including another) is listed once.
+        let mut seen = std::collections::BTreeSet::new();
         for f in &a.files {
             let lib = spindle_idl::types::TypeLibrary::from_file(f, &a.include)
                 .map_err(|e| Fail::input(e.to_string()))?;
             for n in lib.struct_names() {
-                println!("{n}");
+                if seen.insert(n.to_string()) {
+                    println!("{n}");
+                }
             }
         }
         return Ok(0);
@@ -60,6 +54,43 @@ pub fn run_idl(a: IdlArgs) -> Result<u8, Fail> {
         .compile(&a.files, &a.include)
         .map_err(|e| Fail::input(e.to_string()))?;
     Ok(0)
+}
+
+/// The JSON template of type `t`, from whichever of the files defines it: refused if
+/// none does (naming the structs they define), or if two define it differently.
+fn template(a: &IdlArgs, t: &str) -> Result<String, Fail> {
+    let mut found: Vec<(&PathBuf, serde_json::Value)> = Vec::new();
+    let mut known = Vec::new();
+    for f in &a.files {
+        let lib = spindle_idl::types::TypeLibrary::from_file(f, &a.include)
+            .map_err(|e| Fail::input(e.to_string()))?;
+        match DynType::new(std::sync::Arc::new(lib), t) {
+            Ok(dt) => {
+                let zero = dt
+                    .zero_json()
+                    .map_err(|e| Fail::input(format!("{}: {e}", f.display())))?;
+                found.push((f, zero));
+            }
+            Err(spindle_dynamic::Error::UnknownType { known: k, .. }) => known.push(k),
+            Err(e) => return Err(Fail::input(format!("{}: {e}", f.display()))),
+        }
+    }
+    let Some((first, zero)) = found.first() else {
+        let known: Vec<&str> = known.iter().flat_map(|k| k.split(", ")).collect();
+        return Err(Fail::input(format!(
+            "no struct {t} in the IDL; it defines: {}",
+            known.join(", ")
+        )));
+    };
+    // One included by another gives the same type twice: the same template.
+    if let Some((other, _)) = found.iter().find(|(_, z)| z != zero) {
+        return Err(Fail::input(format!(
+            "{t} is defined differently in {} and {}: give one of them",
+            first.display(),
+            other.display()
+        )));
+    }
+    serde_json::to_string_pretty(zero).map_err(|e| Fail::failed(e.to_string()))
 }
 
 /// `spindle log`.

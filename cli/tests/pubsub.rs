@@ -537,6 +537,33 @@ fn idl_lists_types_and_prints_a_template_that_pub_accepts() {
         None,
     );
     assert_exit_2(&o, "expected `;` after the member declaration");
+    // Several files: a template comes from the one that defines the type (once even
+    // where another includes it), and a type two files define differently is refused.
+    let only = out.path().join("only.idl");
+    std::fs::write(&only, "module M { struct Only { long a; }; };").expect("write");
+    let o = run(
+        &["idl", IDL, &only.to_string_lossy(), "--template", "M::Only"],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let template: Value = serde_json::from_slice(&o.stdout).expect("one template");
+    assert_eq!(template, serde_json::json!({"a": 0}));
+    let dupe = out.path().join("dupe.idl");
+    std::fs::write(&dupe, "module Avionics { struct AirData { long z; }; };").expect("write");
+    let o = run(
+        &[
+            "idl",
+            IDL,
+            &dupe.to_string_lossy(),
+            "--template",
+            "Avionics::AirData",
+        ],
+        None,
+    );
+    assert_exit_2(&o, "Avionics::AirData is defined differently in");
+    let o = run(&["idl", IDL, &dupe.to_string_lossy(), "--types"], None);
+    let types = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(types.matches("Avionics::AirData\n").count(), 1, "{types}");
 }
 
 #[test]

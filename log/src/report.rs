@@ -49,6 +49,14 @@ pub fn report(
 ) -> std::io::Result<Verdict> {
     let segments = match list_segments(dir) {
         Ok(s) => s,
+        Err(crate::LogError::Corrupt {
+            path,
+            offset,
+            reason,
+        }) => {
+            writeln!(o, "corrupt: {} at byte {offset}: {reason}", path.display())?;
+            return Ok(Verdict::Corrupt);
+        }
         Err(e) => {
             eprintln!("{prog}: {e}");
             return Ok(Verdict::Unreadable);

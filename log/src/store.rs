@@ -138,7 +138,8 @@ fn segment_path(dir: &Path, number: u64) -> PathBuf {
 }
 
 /// The segment files of the log in `dir`, oldest first: `(number, path)`. Other files
-/// are ignored.
+/// are ignored; a segment's name on something that is not a regular file (a directory,
+/// a FIFO, which reading would block on) is [`LogError::Corrupt`] naming it.
 pub fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     let mut out = Vec::new();
     for item in fs::read_dir(dir).map_err(io_err("list", dir))? {
@@ -148,7 +149,29 @@ pub fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
             continue;
         };
         if let Ok(n) = stem.parse::<u64>() {
-            out.push((n, item.path()));
+            let path = item.path();
+            // Following a symbolic link, as reading it would.
+            let kind = fs::metadata(&path)
+                .map_err(io_err("stat", &path))?
+                .file_type();
+            if !kind.is_file() {
+                use std::os::unix::fs::FileTypeExt;
+                let what = if kind.is_dir() {
+                    "directory"
+                } else if kind.is_fifo() {
+                    "FIFO"
+                } else if kind.is_socket() {
+                    "socket"
+                } else {
+                    "device"
+                };
+                return Err(LogError::Corrupt {
+                    path,
+                    offset: 0,
+                    reason: format!("a segment's name on a {what}, not a regular file"),
+                });
+            }
+            out.push((n, path));
         }
     }
     out.sort_unstable();

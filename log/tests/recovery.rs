@@ -335,4 +335,19 @@ fn the_report_refuses_what_open_refuses_across_segments() {
     }
     let empty = tempfile::tempdir().unwrap();
     assert_eq!(verdict(empty.path()).0, Verdict::Unreadable);
+    // A segment's name on a FIFO: reading it would block both forever.
+    let fifo = copy_dir(src.path());
+    let name = fifo.path().join(format!("{:020}.seg", 1));
+    let made = std::process::Command::new("mkfifo")
+        .arg(&name)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let (v, text) = verdict(fifo.path());
+    assert_eq!(v, Verdict::Corrupt, "{text}");
+    assert!(text.contains("a segment's name on a FIFO"), "{text}");
+    assert!(matches!(
+        Log::open(fifo.path(), one_segment()),
+        Err(LogError::Corrupt { .. })
+    ));
 }

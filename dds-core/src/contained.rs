@@ -85,9 +85,29 @@ impl<C> Contained<C> {
         lock(&self.entities).iter().any(|e| Arc::ptr_eq(e, c))
     }
 
-    /// Which of a participant's publishers (subscribers) `list` holds `c`, if any.
-    pub(crate) fn owner(list: &Mutex<Vec<Arc<Contained<C>>>>, c: &Arc<C>) -> Option<Arc<Self>> {
-        lock(list).iter().find(|k| k.holds(c)).cloned()
+    /// The first step of deleting entity `c` (`what` and `id` name it; `deleted`: its
+    /// flag): the publisher (subscriber) in its participant's `list` that holds it, once
+    /// `withdraw` took back `c`'s interest (false: it was gone already).
+    /// `AlreadyDeleted` if it was deleted, `PreconditionNotMet` if another participant
+    /// created it.
+    pub(crate) fn claim(
+        list: &Mutex<Vec<Arc<Contained<C>>>>,
+        c: &Arc<C>,
+        (what, id, deleted): (&str, u32, &AtomicBool),
+        withdraw: impl FnOnce() -> bool,
+    ) -> Result<Arc<Self>> {
+        let owner = lock(list).iter().find(|k| k.holds(c)).cloned();
+        let Some(owner) = owner else {
+            return Err(if deleted.load(Ordering::Acquire) {
+                Error::AlreadyDeleted(format!("{what} {id}"))
+            } else {
+                Error::PreconditionNotMet(format!("{what} {id} belongs to another participant"))
+            });
+        };
+        if !withdraw() {
+            return Err(Error::AlreadyDeleted(format!("{what} {id}")));
+        }
+        Ok(owner)
     }
 
     /// Its entities now, in creation order.

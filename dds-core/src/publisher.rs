@@ -226,16 +226,9 @@ impl Publisher {
 fn delete_writer<T: TopicType>(p: &ParticipantInner, writer: &DataWriter<T>) -> Result<()> {
     let core = writer.core();
     let id = core.id;
-    let Some(contained) = Contained::owner(&p.publishers, core) else {
-        return Err(if core.deleted.load(Ordering::Acquire) {
-            Error::AlreadyDeleted(format!("writer {id}"))
-        } else {
-            Error::PreconditionNotMet(format!("writer {id} belongs to another participant"))
-        });
-    };
-    if !p.remove_interest(id) {
-        return Err(Error::AlreadyDeleted(format!("writer {id}")));
-    }
+    let contained = Contained::claim(&p.publishers, core, ("writer", id, &core.deleted), || {
+        p.remove_interest(id)
+    })?;
     // While it can still send (the interest goes at the redeclaration): its instances
     // end at every reader.
     writer.unregister_all();

@@ -205,16 +205,9 @@ impl Subscriber {
 /// and announces its end (the caller redeclares the participant's interests).
 fn delete_reader(p: &ParticipantInner, core: &Arc<ReaderCore>) -> Result<()> {
     let id = core.id;
-    let Some(contained) = Contained::owner(&p.subscribers, core) else {
-        return Err(if core.deleted.load(Ordering::Acquire) {
-            Error::AlreadyDeleted(format!("reader {id}"))
-        } else {
-            Error::PreconditionNotMet(format!("reader {id} belongs to another participant"))
-        });
-    };
-    if !p.remove_interest(id) {
-        return Err(Error::AlreadyDeleted(format!("reader {id}")));
-    }
+    let contained = Contained::claim(&p.subscribers, core, ("reader", id, &core.deleted), || {
+        p.remove_interest(id)
+    })?;
     core.deleted.store(true, Ordering::Release);
     unregister_reader(p, core);
     if let Some(g) = &contained.group {

@@ -390,14 +390,28 @@ fn state<T: std::fmt::Debug>(s: T) -> String {
     out
 }
 
-/// One sample as a JSON line: `{"data": …, "info": {…}}`.
-fn sample_line(t: &DynType, s: &Sample<CdrSample>) -> Result<Value, String> {
+/// One sample as a JSON line: `{"data": …, "info": {…}}`; a dispose or unregister
+/// notice (no data) names its instance's key (`"key"`, from the reader's
+/// `get_key_value`) when the reader knows it.
+fn sample_line(
+    t: &DynType,
+    r: &DataReader<CdrSample>,
+    s: &Sample<CdrSample>,
+) -> Result<Value, String> {
     let data = match &s.data {
         Some(d) if s.info.valid_data => t.decode_json(d.bytes()).map_err(|e| e.to_string())?,
         _ => Value::Null,
     };
     let i = &s.info;
-    Ok(json!({
+    let key = if i.valid_data || !t.has_key() {
+        None
+    } else {
+        r.get_key_value(i.instance_handle)
+            .ok()
+            .and_then(|k| t.decode_json(k.bytes()).ok())
+            .map(|v| t.key_json(&v))
+    };
+    let mut line = json!({
         "data": data,
         "info": {
             "view_id": i.view_id,
@@ -411,7 +425,11 @@ fn sample_line(t: &DynType, s: &Sample<CdrSample>) -> Result<Value, String> {
             "valid_data": i.valid_data,
             "source_timestamp_ns": i.source_timestamp_ns,
         }
-    }))
+    });
+    if let Some(k) = key {
+        line["key"] = k;
+    }
+    Ok(line)
 }
 
 fn view_line(p: &DomainParticipant) -> Option<(u32, Value)> {
@@ -463,7 +481,7 @@ fn read_all(
             }
         }
         for s in r.take(TAKE_BATCH_MAX, StateMask::ANY)? {
-            match sample_line(t, &s) {
+            match sample_line(t, r, &s) {
                 Ok(line) if a.data_only => {
                     if s.info.valid_data {
                         writeln!(o, "{}", line["data"])

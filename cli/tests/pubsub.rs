@@ -671,8 +671,23 @@ fn an_interrupted_pub_leaves_the_domain_and_the_sub_goes_on() {
         perr.contains("samples written; left the domain"),
         "pub: {perr}"
     );
-    // The sub sees the view without the pub, and is still running.
-    until(&|v| v["view"]["members"] == serde_json::json!([1]));
+    // The sub sees the view without the pub. Before it (the sub may print the view
+    // first), the pub's writer ended its instances as it left: the sub's line for such
+    // a notice (no data) names the instance's key.
+    let notice = std::cell::RefCell::new(None);
+    let left = std::cell::Cell::new(false);
+    until(&|v| {
+        if v["info"]["valid_data"] == false && notice.borrow().is_none() {
+            *notice.borrow_mut() = Some(v.clone());
+        }
+        left.set(left.get() || v["view"]["members"] == serde_json::json!([1]));
+        left.get() && notice.borrow().is_some()
+    });
+    let notice = notice.into_inner().expect("a notice");
+    assert!(
+        notice["key"]["aircraft_id"].is_u64() && notice["key"].as_object().unwrap().len() == 1,
+        "{notice}"
+    );
     assert!(
         sub.0.try_wait().expect("try_wait").is_none(),
         "sub ended with the pub"

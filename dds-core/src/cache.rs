@@ -248,6 +248,26 @@ struct Instance {
     disposed_generation_count: u32,
     no_writers_generation_count: u32,
     writers: BTreeSet<WriterHandle>,
+    /// A copy of the instance's first data sample at most [`KEY_SAMPLE_BYTES_MAX`]
+    /// long: its key, for `get_key_value` (a dispose or unregister notice carries only
+    /// the key's hash).
+    key_sample: Option<Box<[u8]>>,
+}
+
+/// The largest data sample a cache copies to keep an instance's key
+/// ([`Cache::key_sample`]); an instance whose first sample is larger keeps none, so
+/// the copies cost at most this much memory per instance.
+pub const KEY_SAMPLE_BYTES_MAX: usize = 4096;
+
+/// Why a cache holds no key for an instance ([`Cache::key_sample`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoKey {
+    /// The cache does not know the instance (never heard of, or forgotten before the
+    /// last [`PURGED_KEYS_MAX`] it forgot).
+    UnknownInstance,
+    /// No data sample of it arrived here (only notices), or its first was larger than
+    /// [`KEY_SAMPLE_BYTES_MAX`].
+    NotKept,
 }
 
 /// Why a sample was not kept.
@@ -294,7 +314,15 @@ pub struct Cache {
     /// bytes of capacity in all.
     spare: Vec<Vec<u8>>,
     spare_bytes: usize,
+    /// The keys of the last [`PURGED_KEYS_MAX`] instances forgotten, newest last: a
+    /// notice taken often ends its instance, and `get_key_value` on its handle still
+    /// says which it was.
+    purged_keys: VecDeque<(InstanceHandle, Box<[u8]>)>,
 }
+
+/// How many forgotten instances' keys a cache keeps ([`Cache::key_sample`]): at most
+/// this × [`KEY_SAMPLE_BYTES_MAX`] bytes.
+pub const PURGED_KEYS_MAX: usize = 256;
 
 /// A sample's bytes on their way into the cache: borrowed from a delivery (copied in),
 /// in a lent delivery batch (kept there, not copied), or already copied (a held-back
@@ -360,6 +388,7 @@ impl Cache {
             limits,
             samples: Samples::default(),
             instances: BTreeMap::new(),
+            purged_keys: VecDeque::new(),
             next_arrival: 0,
             deadline_us: None,
             minimum_separation_us: 0,
@@ -459,7 +488,9 @@ impl Cache {
             .map(|(a, e)| (a, e.instance))
             .collect();
         for h in &purged {
-            self.instances.remove(h);
+            if let Some(i) = self.instances.remove(h) {
+                self.keep_purged_key(*h, i);
+            }
         }
         for (a, i) in expired {
             if let Some(e) = self.samples.remove(a) {
@@ -819,6 +850,7 @@ impl Cache {
                     disposed_generation_count: 0,
                     no_writers_generation_count: 0,
                     writers: BTreeSet::new(),
+                    key_sample: None,
                 },
             );
         }
@@ -864,6 +896,10 @@ impl Cache {
         let Some(inst) = self.instances.get_mut(&handle) else {
             return Err(Rejected::Instances);
         };
+        if valid && inst.key_sample.is_none() && copy.bytes().len() <= KEY_SAMPLE_BYTES_MAX {
+            // Once per instance: a run of samples of one instance pays one comparison.
+            inst.key_sample = Some(copy.bytes().into());
+        }
         let evicted = if evict_own {
             inst.arrivals
                 .pop_front()
@@ -1097,14 +1133,55 @@ impl Cache {
 
     /// Forgets instances with no samples left that no writer keeps alive.
     fn purge_empty_instances(&mut self) {
-        self.instances.retain(|_, i| {
-            !i.arrivals.is_empty() || (i.state == InstanceState::Alive && !i.writers.is_empty())
+        let purged = &mut self.purged_keys;
+        self.instances.retain(|h, i| {
+            let keep = !i.arrivals.is_empty()
+                || (i.state == InstanceState::Alive && !i.writers.is_empty());
+            if !keep {
+                if let Some(k) = i.key_sample.take() {
+                    Self::push_purged_key(purged, *h, k);
+                }
+            }
+            keep
         });
+    }
+
+    /// Keeps the key of forgotten instance `h` among the last [`PURGED_KEYS_MAX`].
+    fn keep_purged_key(&mut self, h: InstanceHandle, mut i: Instance) {
+        if let Some(k) = i.key_sample.take() {
+            Self::push_purged_key(&mut self.purged_keys, h, k);
+        }
+    }
+
+    fn push_purged_key(
+        purged: &mut VecDeque<(InstanceHandle, Box<[u8]>)>,
+        h: InstanceHandle,
+        key: Box<[u8]>,
+    ) {
+        if purged.len() >= PURGED_KEYS_MAX {
+            purged.pop_front();
+        }
+        purged.push_back((h, key));
     }
 
     /// The instance's state, if the cache knows it.
     pub fn instance_state(&self, h: InstanceHandle) -> Option<InstanceState> {
         self.instances.get(&h).map(|i| i.state)
+    }
+
+    /// The bytes of a data sample of instance `h` (its first), from which its key
+    /// decodes (DDS `get_key_value`): kept while the cache knows the instance, and for
+    /// the last [`PURGED_KEYS_MAX`] instances it forgot.
+    pub fn key_sample(&self, h: InstanceHandle) -> Result<&[u8], NoKey> {
+        if let Some(inst) = self.instances.get(&h) {
+            return inst.key_sample.as_deref().ok_or(NoKey::NotKept);
+        }
+        self.purged_keys
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == h)
+            .map(|(_, b)| &**b)
+            .ok_or(NoKey::UnknownInstance)
     }
 }
 

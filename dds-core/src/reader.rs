@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 use spindle_qos::{DataReaderQos, DeliveryLevel};
 use spindle_topics::TopicType;
 
-use crate::cache::{Payload, Query};
+use crate::cache::{NoKey, Payload, Query};
 use crate::common::{instance_of, lock};
 use crate::condition::{notify_all, Condition};
 use crate::delivery::{count, matched_entry, writers_of};
@@ -435,6 +435,32 @@ impl<T: TopicType> DataReader<T> {
     /// The instance handle of `data`'s key (DDS `lookup_instance`).
     pub fn lookup_instance(&self, data: &T) -> Result<InstanceHandle> {
         instance_of(data)
+    }
+
+    /// The key of instance `handle` (DDS `get_key_value`): what a dispose or unregister
+    /// notice, which carries no data, is about. A whole sample of the instance is
+    /// returned, its key members the instance's (the others as its first data sample
+    /// had them). `BadParameter` if this reader does not know the instance (or forgot
+    /// it: ended and taken before the last [`crate::cache::PURGED_KEYS_MAX`] it forgot);
+    /// `PreconditionNotMet` if no data sample of it reached this reader, or its first was
+    /// larger than [`crate::cache::KEY_SAMPLE_BYTES_MAX`] (not kept).
+    pub fn get_key_value(&self, handle: InstanceHandle) -> Result<T> {
+        self.check()?;
+        let cache = lock(&self.core.cache);
+        match cache.key_sample(handle) {
+            Ok(bytes) => Ok(T::decode_with_key_hash(bytes, &handle.0)?),
+            Err(NoKey::UnknownInstance) => Err(Error::BadParameter(format!(
+                "instance {} is not known to reader {}",
+                handle.0, self.core.id
+            ))),
+            Err(NoKey::NotKept) => Err(Error::PreconditionNotMet(format!(
+                "reader {} holds no key of instance {}: no data sample of it arrived here, \
+                 or its first was larger than {} bytes",
+                self.core.id,
+                handle.0,
+                crate::cache::KEY_SAMPLE_BYTES_MAX
+            ))),
+        }
     }
 
     /// `SUBSCRIPTION_MATCHED_STATUS`: the writers' participants in the installed view;

@@ -258,6 +258,20 @@ fn deleting_a_writer_ends_the_instances_it_registered_at_every_reader() {
                             "seed {seed}: {k} ended as {ended:?}: {got:?}"
                         );
                     }
+                    // A notice carries no data; get_key_value says which instance it
+                    // is about.
+                    let mut keys: Vec<String> = got
+                        .iter()
+                        .map(|s| r.get_key_value(s.info.instance_handle).unwrap().key)
+                        .collect();
+                    keys.dedup();
+                    assert_eq!(keys.len(), 2, "seed {seed}: {keys:?}");
+                    assert!(keys.iter().all(|k| k == "k1" || k == "k2"), "{keys:?}");
+                    let never = r.lookup_instance(&ks("never written", "")).unwrap();
+                    assert!(matches!(
+                        r.get_key_value(never),
+                        Err(Error::BadParameter(_))
+                    ));
                 }
             }
         },

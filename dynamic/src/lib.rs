@@ -269,6 +269,32 @@ impl DynType {
         Ok(w.buf)
     }
 
+    /// The key members of a value (one of this type, as [`DynType::decode_json`] gives),
+    /// nested as in the type: what names its instance. `Null` for a keyless type.
+    pub fn key_json(&self, value: &Value) -> Value {
+        if self.keys.is_empty() {
+            return Value::Null;
+        }
+        let mut out = Value::Object(serde_json::Map::new());
+        for k in &self.keys {
+            let Some((last, path)) = k.names.split_last() else {
+                continue;
+            };
+            let (mut from, mut to) = (value, Some(&mut out));
+            for n in path {
+                from = &from[n.as_str()];
+                to = to.and_then(Value::as_object_mut).map(|o| {
+                    o.entry(n.clone())
+                        .or_insert_with(|| Value::Object(serde_json::Map::new()))
+                });
+            }
+            if let Some(o) = to.and_then(Value::as_object_mut) {
+                o.insert(last.clone(), from[last.as_str()].clone());
+            }
+        }
+        out
+    }
+
     /// The key hash of a JSON value.
     pub fn key_hash_json(&self, value: &Value) -> Result<KeyHash> {
         Ok(cdr::key_hash_of(

@@ -193,3 +193,24 @@ fn wstrings_are_utf16_with_a_byte_length() {
         assert!(e.to_string().contains("W.w"), "{e}");
     }
 }
+
+/// `key_json` keeps exactly the key members, nested as in the type (what names an
+/// instance, e.g. in `spindle sub`'s line for a dispose notice), and `Null` for a keyless
+/// type.
+#[test]
+fn key_json_keeps_the_key_members_only() {
+    let idl = "module T { struct Id { @key long a; long b; }; \
+               struct S { @key Id id; @key short n; string note; }; \
+               struct K { long x; }; };";
+    let t = DynType::from_idl_source("k.idl", idl, "T::S").unwrap();
+    let v = serde_json::json!({"id": {"a": 1, "b": 2}, "n": 3, "note": "x"});
+    let k = t.key_json(&v);
+    assert_eq!(k["n"], 3, "{k}");
+    assert_eq!(k["id"]["a"], 1, "{k}");
+    assert!(k.get("note").is_none(), "{k}");
+    let keyless = DynType::from_idl_source("k.idl", idl, "T::K").unwrap();
+    assert_eq!(
+        keyless.key_json(&serde_json::json!({"x": 1})),
+        serde_json::Value::Null
+    );
+}

@@ -54,9 +54,7 @@ struct Cell {
 
 fn number(r: &Value, key: &str) -> Result<f64, Fail> {
     r[key].as_f64().ok_or_else(|| {
-        Fail::failed(format!(
-            "perf measured no {key} (too few --samples to time?): {r}"
-        ))
+        Fail::failed(format!("perf measured no {key} (nothing arrived?): {r}"))
     })
 }
 

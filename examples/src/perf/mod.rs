@@ -5,7 +5,7 @@
 //! `dds_perf --transport tcp --level atomic --size 1024 --samples 100000 [--latency]`
 //! prints one JSON line: `{"transport","level","size","samples","msgs_per_s",
 //! "bytes_per_s","lat_p50_us","lat_p99_us"}`. Throughput is counted at the subscriber,
-//! from its first sample to its last. Latency (`--latency`: one sample in flight) is from
+//! from the writing of the first sample (its source timestamp) to the taking of the last. Latency (`--latency`: one sample in flight) is from
 //! `write` to the sample's delivery to a reader in the writer's own participant — for the
 //! ordered levels, the moment every member has it (stability), as `latency_test` measures.
 //! That is neither a round trip between the processes nor a one-way time between them.
@@ -26,6 +26,7 @@ use clap::Subcommand;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use spindle_dds_core::clock::{Clock, WallClock};
 use spindle_dds_core::config::SAMPLE_BYTES_MAX_LIMIT;
 use spindle_dds_core::{
     Contact, DataReader, DataReaderListener, DomainParticipant, DomainParticipantFactory,
@@ -438,14 +439,16 @@ fn subscriber(a: &Args, listen: &str, contact: &str) -> Result<(), BoxError> {
         ws.attach_condition(r.create_readcondition(StateMask::ANY));
     }
     let mut count = 0u64;
-    // When the first batch was taken, and its samples (taken before the clock started).
-    let mut first: Option<(Instant, u64)> = None;
+    // When the run's first sample was written (its source timestamp).
+    let mut first: Option<i64> = None;
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut buf = SampleBuffer::new();
     while count < a.samples && Instant::now() < deadline {
         let mut got = 0;
         for r in &readers {
-            got += take_all_into(r, a.loan, &mut buf)?;
+            let (n, written_ns) = take_all_stamped(r, a.loan, &mut buf)?;
+            got += n;
+            first = first.or(written_ns);
         }
         if got == 0 {
             if let Some(why) = no_more_samples(&p, &readers) {
@@ -455,7 +458,6 @@ fn subscriber(a: &Args, listen: &str, contact: &str) -> Result<(), BoxError> {
             let _ = ws.wait(Duration::from_millis(10));
             continue;
         }
-        first.get_or_insert_with(|| (Instant::now(), got));
         count += got;
     }
     line(&rate_line(count, first))?;
@@ -502,21 +504,40 @@ pub(crate) fn take_all(r: &DataReader<Sequence>, loan: bool) -> Result<u64, BoxE
     })
 }
 
-/// The subscriber's result: `RATE received timed secs`. The clock starts when the first
-/// batch is taken, so the samples after it are timed; a run whose samples all came in
-/// the first batch times none.
-fn rate_line(count: u64, first: Option<(Instant, u64)>) -> String {
-    let (timed, secs) = first.map_or((0, 0.0), |(at, n)| {
-        (count.saturating_sub(n), at.elapsed().as_secs_f64())
+/// [`take_all_into`], and the source timestamp of the first sample taken (ns on the
+/// writer's wall clock): for a run's first batch, when the run's first sample was
+/// written.
+fn take_all_stamped(
+    r: &DataReader<Sequence>,
+    loan: bool,
+    buf: &mut SampleBuffer<Sequence>,
+) -> Result<(u64, Option<i64>), BoxError> {
+    Ok(if loan {
+        let got = r.take_loaned(usize::MAX, StateMask::ANY)?;
+        let written = got.get(0).map(|s| s.info.source_timestamp_ns);
+        (got.len() as u64, written)
+    } else {
+        let n = r.take_into(buf, usize::MAX, StateMask::ANY)? as u64;
+        (n, buf.first().map(|s| s.info.source_timestamp_ns))
+    })
+}
+
+/// The subscriber's result: `RATE received secs`, the time from the writing of the run's
+/// first sample (`first_ns`, its source timestamp) to now, when the last was taken. So
+/// the first batch taken counts as the others do, and a short run, all of it in that
+/// batch, still has a rate.
+fn rate_line(count: u64, first_ns: Option<i64>) -> String {
+    let secs = first_ns.map_or(0.0, |t| {
+        WallClock.wall_ns().saturating_sub(t).max(0) as f64 / 1e9
     });
-    format!("RATE {count} {timed} {secs:.9}")
+    format!("RATE {count} {secs:.9}")
 }
 
 /// Counts in the listener; the main thread only waits for the last sample.
 struct Count {
     count: Arc<AtomicU64>,
-    /// When the first batch was taken, and its samples.
-    first: Arc<Mutex<Option<(Instant, u64)>>>,
+    /// When the run's first sample was written (its source timestamp).
+    first: Arc<Mutex<Option<i64>>>,
     loan: bool,
     /// The values each take decodes into (locked once per callback, not per sample).
     buf: Mutex<SampleBuffer<Sequence>>,
@@ -525,15 +546,15 @@ struct Count {
 impl DataReaderListener<Sequence> for Count {
     fn on_data_available(&self, r: &DataReader<Sequence>) {
         let mut buf = self.buf.lock().unwrap_or_else(|p| p.into_inner());
-        let n = take_all_into(r, self.loan, &mut buf).unwrap_or(0);
+        let (n, written_ns) = take_all_stamped(r, self.loan, &mut buf).unwrap_or((0, None));
         drop(buf);
-        if n > 0 {
+        if let Some(t) = written_ns {
             self.first
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .get_or_insert_with(|| (Instant::now(), n));
-            self.count.fetch_add(n, Ordering::Release);
+                .get_or_insert(t);
         }
+        self.count.fetch_add(n, Ordering::Release);
     }
 }
 
@@ -679,22 +700,16 @@ fn bench(a: &Args, exe_args: &[String]) -> Result<String, BoxError> {
     let _ = publisher.wait();
     let r: Vec<&str> = rate.split_whitespace().collect();
     let l: Vec<&str> = lat.split_whitespace().collect();
-    if r.len() != 4 || l.len() != 3 {
+    if r.len() != 3 || l.len() != 3 {
         return Err(format!("unexpected results {rate:?} {lat:?}").into());
     }
     let count: f64 = r[1].parse()?;
-    let timed: f64 = r[2].parse()?;
-    let secs: f64 = r[3].parse()?;
-    // null when nothing was timed: every sample came in the first batch (too few to
-    // measure a rate), never a rate of 0.
-    let (msgs_per_s, bytes_per_s) = if timed > 0.0 && secs > 0.0 {
-        let m = timed / secs;
+    let secs: f64 = r[2].parse()?;
+    // null when nothing arrived (never a rate of 0 for samples that did).
+    let (msgs_per_s, bytes_per_s) = if count > 0.0 && secs > 0.0 {
+        let m = count / secs;
         (format!("{m:.0}"), format!("{:.0}", m * a.size as f64))
     } else {
-        eprintln!(
-            "dds_perf: no rate measured: all {count} samples arrived in the first batch \
-             (the clock starts after it); write more (--samples)"
-        );
         ("null".to_string(), "null".to_string())
     };
     Ok(format!(

@@ -53,9 +53,9 @@ struct Cell {
 }
 
 fn number(r: &Value, key: &str) -> Result<f64, Fail> {
-    r[key].as_f64().ok_or_else(|| {
-        Fail::failed(format!("perf measured no {key} (nothing arrived?): {r}"))
-    })
+    r[key]
+        .as_f64()
+        .ok_or_else(|| Fail::failed(format!("perf measured no {key} (nothing arrived?): {r}")))
 }
 
 fn run_one(args: &spindle_examples::perf::Args) -> Result<Value, Fail> {

@@ -205,25 +205,17 @@ impl DdsApp {
                 };
                 for r in rs.iter().filter(|r| r.subgroup == sg && r.is_member()) {
                     // Only its topic's samples, offered at the level it requests (RxO),
-                    // in a partition it matches.
-                    let endpoints = &st.endpoints;
-                    let blocked = r.blocked();
+                    // in a partition it matches, judged once the table names their
+                    // writer (`crate::held`).
                     let mine = items
                         .iter()
-                        .filter(|(h, _, o)| {
+                        .filter(|(h, _, _)| {
                             // A GROUP set's end ends only the sets this reader holds.
                             h.kind == SampleKind::GroupCoherentEnd
-                                || (h.topic_id == t
-                                    && h.level >= r.level
-                                    && r.accepts(
-                                        h,
-                                        o.node,
-                                        || endpoints.get(&(o.node, h.writer_id)),
-                                        &blocked,
-                                    ))
+                                || (h.topic_id == t && h.level >= r.level)
                         })
                         .map(|(h, p, o)| (h, *p, *o));
-                    if r.insert_all(mine, lent) {
+                    if r.route(mine, &|w| st.writer_endpoint(w), lent) {
                         got.push(Arc::clone(r));
                     }
                 }
@@ -242,6 +234,14 @@ impl DdsApp {
             } else {
                 rematch_local(&st, Some(&announced), &self.shared)
             };
+            if !announced.is_empty() {
+                // Samples held back for a writer announced just now (`crate::held`).
+                for r in st.readers.values().flatten() {
+                    if r.release_held(&|w| st.writer_endpoint(w), false) {
+                        got.push(Arc::clone(r));
+                    }
+                }
+            }
         }
         if !announced.is_empty() || !revived.is_empty() {
             // Matched statuses may have changed: StatusConditions wake now (rare).
@@ -410,6 +410,13 @@ impl Application for DdsApp {
                     );
                 }
             }
+            // The old view delivered all it will: what is still held back for a writer
+            // the table never named is judged now, before the view's changes apply.
+            for r in st.readers.values().flatten() {
+                if r.release_held(&|w| st.writer_endpoint(w), true) {
+                    primed.push(Arc::clone(r));
+                }
+            }
             let gone = |w: &WriterHandle| !view.members.contains(&w.node);
             for rs in st.readers.values() {
                 for r in rs {
@@ -488,6 +495,13 @@ impl Application for DdsApp {
             st.stores.insert(subgroup, store);
             st.awaiting_state.remove(&subgroup);
             rematched = rematch_local(&st, None, &self.shared);
+            if subgroup == BUILTIN_SUBGROUP {
+                for r in st.readers.values().flatten() {
+                    if r.release_held(&|w| st.writer_endpoint(w), false) {
+                        got.push(Arc::clone(r));
+                    }
+                }
+            }
         }
         self.shared.view_changed.notify_all();
         notify_all();
@@ -565,6 +579,8 @@ fn apply_announcement(st: &mut State, node: NodeId, bytes: &[u8], touched: &mut 
         Ok(Some((entity, None))) => {
             if let Some(old) = st.endpoints.remove(&(node, entity)) {
                 touched.insert(old.topic_id);
+                // Its samples delivered after this are still judged by it.
+                st.gone.keep((node, entity), old);
             }
         }
         Ok(None) => {}

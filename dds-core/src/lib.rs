@@ -181,6 +181,7 @@ pub mod discovery;
 mod error;
 pub mod filter;
 mod group_scope;
+mod held;
 mod history;
 mod inner;
 pub mod lent;

@@ -16,6 +16,7 @@ use crate::clock::Clock;
 use crate::common::{announced_us, lock, reason, saturating_us, TopicIdentity};
 use crate::content_filter::SharedFilter;
 use crate::discovery::{partition_tag, Endpoint, EndpointKey, Mismatch, Rxo};
+use crate::held::{needs_writer, Held};
 use crate::lent::LentBatch;
 use crate::sample::{Coherent, InstanceHandle, SampleHeader, SampleKind, WriterHandle};
 use crate::status::{
@@ -68,6 +69,8 @@ pub(crate) struct ReaderCore {
     /// The filter of the `ContentFilteredTopic` it reads, if it reads one: data samples
     /// that fail it are not kept (filtering at the reader, see `content_filter.rs`).
     pub(crate) content_filter: Option<SharedFilter>,
+    /// Samples held back until the built-in table names their writers ([`crate::held`]).
+    held: Mutex<Held>,
 }
 
 /// A matched writer whose lease this reader watches.
@@ -151,6 +154,7 @@ impl ReaderCore {
             leases: Mutex::new(BTreeMap::new()),
             has_leases: AtomicBool::new(false),
             blocked: Mutex::new(Arc::new(BTreeSet::new())),
+            held: Mutex::new(Held::default()),
             content_filter,
         })
     }
@@ -197,6 +201,116 @@ impl ReaderCore {
     /// True while this node is a member of the reader's subgroup.
     pub(crate) fn is_member(&self) -> bool {
         self.matched.load(Ordering::Acquire)
+    }
+
+    /// Judges and keeps delivered `items` in their order — those of this reader's topic
+    /// at its level, and GROUP set ends — or, from the first whose writer `writer` (the
+    /// built-in table) does not name yet, holds them back in that order
+    /// ([`crate::held`]); true if any was kept. With `lent`, as
+    /// [`ReaderCore::insert_all`].
+    pub(crate) fn route<'a, 'e>(
+        &self,
+        items: impl Iterator<Item = (&'a SampleHeader, &'a [u8], Origin)>,
+        writer: &dyn Fn(&WriterHandle) -> Option<&'e Endpoint>,
+        lent: Option<&Arc<LentBatch>>,
+    ) -> bool {
+        let mut held = lock(&self.held);
+        let blocked = self.blocked();
+        let mut items = items;
+        let mut kept = false;
+        if held.is_empty() {
+            // One table lookup per run of one writer's samples.
+            let mut last: Option<(WriterHandle, bool)> = None;
+            let mut first_unknown = None;
+            let judged = items
+                .by_ref()
+                .map_while(|(h, p, o)| {
+                    let w = WriterHandle {
+                        node: o.node,
+                        writer_id: h.writer_id,
+                    };
+                    let known = !needs_writer(h)
+                        || match last {
+                            Some((lw, k)) if lw == w => k,
+                            _ => {
+                                let k = writer(&w).is_some();
+                                last = Some((w, k));
+                                k
+                            }
+                        };
+                    if known {
+                        Some((h, p, o))
+                    } else {
+                        first_unknown = Some((h, p, o));
+                        None
+                    }
+                })
+                .filter(|(h, _, o)| self.judged(h, o, writer, &blocked));
+            kept = self.insert_all(judged, lent);
+            let Some((h, p, o)) = first_unknown else {
+                return kept;
+            };
+            held.push(h, p, o);
+        }
+        for (h, p, o) in items {
+            held.push(h, p, o);
+        }
+        kept | self.release(&mut held, writer, &blocked, false)
+    }
+
+    /// Takes the held-back samples whose writers the table names now (`all`: every one,
+    /// at a view change); true if any was kept.
+    pub(crate) fn release_held<'e>(
+        &self,
+        writer: &dyn Fn(&WriterHandle) -> Option<&'e Endpoint>,
+        all: bool,
+    ) -> bool {
+        let mut held = lock(&self.held);
+        if held.is_empty() {
+            return false;
+        }
+        let blocked = self.blocked();
+        self.release(&mut held, writer, &blocked, all)
+    }
+
+    fn release<'e>(
+        &self,
+        held: &mut Held,
+        writer: &dyn Fn(&WriterHandle) -> Option<&'e Endpoint>,
+        blocked: &BTreeSet<WriterHandle>,
+        all: bool,
+    ) -> bool {
+        let ready = held.ready(&|w| writer(w).is_some(), all);
+        self.insert_all(
+            ready
+                .iter()
+                .filter(|(h, _, o)| self.judged(h, o, writer, blocked))
+                .map(|(h, p, o)| (h, p.as_slice(), *o)),
+            None,
+        )
+    }
+
+    /// Whether this reader takes delivered sample `h` from `o`: a GROUP set's end, or
+    /// a sample [`ReaderCore::accepts`] by the table's word on its writer.
+    fn judged<'e>(
+        &self,
+        h: &SampleHeader,
+        o: &Origin,
+        writer: &dyn Fn(&WriterHandle) -> Option<&'e Endpoint>,
+        blocked: &BTreeSet<WriterHandle>,
+    ) -> bool {
+        !needs_writer(h)
+            || self.accepts(
+                h,
+                o.node,
+                || {
+                    writer(&WriterHandle {
+                        node: o.node,
+                        writer_id: h.writer_id,
+                    })
+                },
+                blocked,
+            )
     }
 
     /// Adds a delivered sample; false if rejected (counted in SAMPLE_REJECTED).
@@ -496,5 +610,99 @@ impl ReaderCore {
 
     pub(crate) fn clear_listener(&self) {
         *lock(&self.listener) = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::WallClock;
+    use crate::sample::StateMask;
+    use spindle_qos::{History, SubscriberQos};
+    use spindle_topics::KeyHash;
+
+    /// A partitioned writer's samples delivered before the table names it are held back,
+    /// and samples of a known writer delivered after them wait behind them; once the
+    /// table names the writer, all are judged and kept in delivery order. A view change
+    /// judges what is still held with the table as it is.
+    #[test]
+    fn samples_wait_in_order_for_the_table_to_name_their_writer() {
+        let topic = Arc::new(TopicIdentity {
+            name: "T".into(),
+            topic_id: 5,
+            subgroup: 0,
+            type_id: 9,
+            type_name: "K".into(),
+        });
+        let x = Partition {
+            name: vec!["x".into()],
+        };
+        let sub = SubscriberQos {
+            partition: x.clone(),
+            ..Default::default()
+        };
+        let qos = DataReaderQos::default().with_history(History::keep_all());
+        let r = ReaderCore::new(1, topic, qos, Arc::new(WallClock), &sub, None);
+        let tag = partition_tag(&x.name);
+        let hdr = |writer_id, key: u8| SampleHeader {
+            kind: SampleKind::Data,
+            writer_id,
+            topic_id: 5,
+            writer_seq: 1,
+            source_timestamp_ns: 0,
+            key_hash: KeyHash([key; 16]),
+            lifespan_ns: 0,
+            ownership_strength: 0,
+            level: r.level,
+            partition_tag: tag,
+            coherent: Coherent::No,
+        };
+        let writer = |entity| Endpoint {
+            entity,
+            topic_id: 5,
+            type_id: 9,
+            reader: false,
+            level: r.level,
+            partition: x.clone(),
+            liveliness: Default::default(),
+            lease_us: None,
+            rxo: Rxo::default(),
+        };
+        let o = |node, order_index| Origin {
+            node,
+            view_id: 1,
+            order_index,
+        };
+        let delivered = |r: &ReaderCore| -> Vec<u64> {
+            lock(&r.cache)
+                .positions(&StateMask::ANY)
+                .iter()
+                .map(|p| p.delivered_at.1)
+                .collect()
+        };
+        let mut table: BTreeMap<EndpointKey, Endpoint> = BTreeMap::new();
+        table.insert((3, 8), writer(8));
+        let (a, b, c) = (hdr(7, 1), hdr(8, 2), hdr(6, 3));
+        // 2.7 is not in the table yet: its sample and 3.8's after it are held.
+        let kept = r.route(
+            [(&a, &b"a"[..], o(2, 0)), (&b, &b"b"[..], o(3, 1))].into_iter(),
+            &|w| table.get(&(w.node, w.writer_id)),
+            None,
+        );
+        assert!(!kept && delivered(&r).is_empty());
+        assert!(!r.release_held(&|w| table.get(&(w.node, w.writer_id)), false));
+        table.insert((2, 7), writer(7));
+        assert!(r.release_held(&|w| table.get(&(w.node, w.writer_id)), false));
+        assert_eq!(delivered(&r), [0, 1], "kept in delivery order");
+        // 4.6 is never named: a view change judges it (not taken: a partitioned sample
+        // of a writer nobody announced).
+        r.route(
+            [(&c, &b"c"[..], o(4, 2))].into_iter(),
+            &|w| table.get(&(w.node, w.writer_id)),
+            None,
+        );
+        assert!(!r.release_held(&|w| table.get(&(w.node, w.writer_id)), true));
+        assert_eq!(delivered(&r), [0, 1]);
+        assert!(lock(&r.held).is_empty());
     }
 }

@@ -41,6 +41,8 @@ pub(crate) struct State {
     /// Every reader and writer of the domain, by (participant, entity): the built-in
     /// topic's table ([`crate::discovery`]).
     pub(crate) endpoints: BTreeMap<EndpointKey, Endpoint>,
+    /// The last announcements of endpoints deleted recently ([`crate::held`]).
+    pub(crate) gone: crate::held::Gone,
     /// Per logged subgroup, the samples this participant's log held when it started
     /// ([`crate::logged`]): its store when it enters the subgroup, merged with any store
     /// a member ships.
@@ -56,6 +58,13 @@ pub(crate) struct State {
 }
 
 impl State {
+    /// What the built-in table says of writer `w`: its announcement, or if it was
+    /// deleted recently its last one ([`crate::held`]).
+    pub(crate) fn writer_endpoint(&self, w: &crate::sample::WriterHandle) -> Option<&Endpoint> {
+        let key = (w.node, w.writer_id);
+        self.endpoints.get(&key).or_else(|| self.gone.get(&key))
+    }
+
     /// The built-in table is installed here, not still awaited from a giver (a joiner's
     /// topic state may come before it): only then does it name every live writer.
     pub(crate) fn table_whole(&self) -> bool {
@@ -205,6 +214,7 @@ impl Shared {
                 awaiting_state: BTreeSet::new(),
                 stopped: None,
                 endpoints: BTreeMap::new(),
+                gone: Default::default(),
                 recovered: BTreeMap::new(),
                 durable: BTreeMap::new(),
                 own_delivered: OwnDelivered::default(),

@@ -451,7 +451,15 @@ impl Bridge {
             }
         }
         if let Some(p) = self.spindle.take() {
-            p.close();
+            // Leave the domain (a view change without this member), not vanish: in a
+            // domain of two, a vanished member costs the other its majority.
+            let left = p
+                .delete_contained_entities()
+                .and_then(|()| p.clone().delete());
+            if let Err(e) = left {
+                tracing::warn!(error = %e, "the bridge could not leave its Spindle domain cleanly");
+                p.close();
+            }
         }
         self.stats.snapshot()
     }

@@ -1,7 +1,9 @@
 //! The command line of `spindle-rtps-bridge` (also run by `interop-tests`' `interop-bridge`).
 //!
 //! `spindle-rtps-bridge CONFIG.toml` runs a bridge until its standard input closes (or
-//! reads a line `stop`), then lingers for reliable delivery and prints its counters. It
+//! reads a line `stop`) or Ctrl-C or SIGTERM arrives (then it exits 130; a second one
+//! exits at once), then lingers for reliable delivery, prints its counters and leaves
+//! its Spindle domain (a view change without it, never a crash to the others). It
 //! prints `READY` on standard output once every reader and writer exists, and
 //! `STATS into_spindle=… into_rtps=… skipped_own=… dropped=… rtps_gaps=…
 //! handshake_timeouts=… unacked_at_stop=…` when it stops (`rtps_gaps`: sequence numbers of
@@ -64,6 +66,7 @@ pub fn main_named(program: &str, args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let program_owned = program.to_string();
     let bridge = match Bridge::start(&cfg, &spindle_cfg) {
         Ok(b) => b,
         Err(e) => {
@@ -110,13 +113,34 @@ pub fn main_named(program: &str, args: &[String]) -> ExitCode {
             }
         })
     };
-    for line in std::io::stdin().lock().lines() {
-        match line {
-            Ok(l) if l.trim() == "stop" => break,
-            Ok(_) => {}
-            Err(_) => break,
+    // Stops on `stop`, the end of standard input, or the first Ctrl-C or SIGTERM (a
+    // second one exits at once); the bridge then leaves its Spindle domain.
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<bool>();
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let (tx, interrupted) = (stop_tx.clone(), Arc::clone(&interrupted));
+        let installed = ctrlc::set_handler(move || {
+            if interrupted.swap(true, Ordering::AcqRel) {
+                std::process::exit(i32::from(EXIT_INTERRUPTED));
+            }
+            eprintln!("{program_owned}: stopping: leaving the domain (again to quit at once)");
+            let _ = tx.send(true);
+        });
+        if let Err(e) = installed {
+            eprintln!("{program}: Ctrl-C will not leave the domain cleanly: {e}");
         }
     }
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            match line {
+                Ok(l) if l.trim() == "stop" => break,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        let _ = stop_tx.send(false);
+    });
+    let by_signal = stop_rx.recv().unwrap_or(false);
     done.store(true, Ordering::Relaxed);
     let _ = watcher.join();
     let s = bridge.stop();
@@ -131,5 +155,13 @@ pub fn main_named(program: &str, args: &[String]) -> ExitCode {
         s.handshake_timeouts,
         s.unacked_at_stop
     );
-    ExitCode::SUCCESS
+    if by_signal {
+        ExitCode::from(EXIT_INTERRUPTED)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
+
+/// Exit code after Ctrl-C or SIGTERM (128 + SIGINT, as shells report it), as `spindle`'s
+/// other commands use.
+pub const EXIT_INTERRUPTED: u8 = 130;

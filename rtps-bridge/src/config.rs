@@ -50,6 +50,9 @@ use crate::keys::KeyLayout;
 
 /// Most topics one bridge forwards (each one holds a reader and a writer per side).
 pub const BRIDGE_TOPICS_MAX: usize = 256;
+/// The largest RTPS domain id: the RTPS port mapping (7400 + 250 × domain id, plus the
+/// participant and unicast offsets) must stay below 65,536.
+pub const RTPS_DOMAIN_ID_MAX: u16 = 232;
 
 /// Deepest KEEP_LAST history the RTPS side is given.
 pub const HISTORY_DEPTH_MAX: i32 = 1 << 20;
@@ -177,7 +180,7 @@ struct FileToml {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RtpsToml {
-    domain_id: u16,
+    domain_id: toml::Spanned<u16>,
     only_networks: Option<Vec<IpAddr>>,
 }
 
@@ -241,6 +244,22 @@ impl BridgeConfig {
             origin: origin.to_string(),
             what: format!("line {}: {what}", line_of(text, span.start)),
         };
+        let domain_id = *file.rtps.domain_id.get_ref();
+        if domain_id > RTPS_DOMAIN_ID_MAX {
+            return Err(bad(
+                file.rtps.domain_id.span(),
+                format!(
+                    "[rtps] domain_id = {domain_id}: at most {RTPS_DOMAIN_ID_MAX} (RTPS maps a \
+                     domain to UDP ports 7400 + 250 × domain_id and up)"
+                ),
+            ));
+        }
+        if file.topic.is_empty() {
+            return Err(Error::Config {
+                origin: origin.to_string(),
+                what: "no [[topic]]: a bridge forwards the topics it lists".into(),
+            });
+        }
         if file.topic.len() > BRIDGE_TOPICS_MAX {
             let span = file.topic[BRIDGE_TOPICS_MAX].span();
             return Err(bad(
@@ -337,7 +356,7 @@ impl BridgeConfig {
             base.join(file.spindle.config)
         };
         Ok(BridgeConfig {
-            rtps_domain_id: file.rtps.domain_id,
+            rtps_domain_id: domain_id,
             only_networks: file.rtps.only_networks,
             spindle_config,
             topics,
@@ -425,6 +444,12 @@ rtps_reader_samples_max = 4194304
         assert!(e.contains("sideways") && e.contains("line 19"), "{e}");
         let e = err(&GOOD.replace("domain_id = 7", "domain_id = 70000"));
         assert!(e.contains("domain_id") && e.contains("line 3"), "{e}");
+        // Parses as a u16 but has no RTPS ports.
+        let e = err(&GOOD.replace("domain_id = 7", "domain_id = 300"));
+        assert!(
+            e.contains("[rtps] domain_id = 300: at most 232") && e.contains("line 3"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -439,6 +464,8 @@ rtps_reader_samples_max = 4194304
         assert!(e.contains("listed twice"), "{e}");
         let e = err("[rtps]\ndomain_id = 1\n");
         assert!(e.contains("spindle"), "{e}");
+        let e = err("[rtps]\ndomain_id = 1\n[spindle]\nconfig = \"p.toml\"\n");
+        assert!(e.contains("no [[topic]]"), "{e}");
     }
 
     #[test]

@@ -127,6 +127,18 @@ impl QosArgs {
         DataReaderQos::from_topic_qos(topic)
     }
 
+    /// Checks the QoS these flags make (topic, reader, writer) before the domain is
+    /// joined: an inconsistent one is bad input, not a join followed by a refusal.
+    pub fn check(&self) -> Result<(), Fail> {
+        let tq = self.topic();
+        let bad = |e: spindle_qos::QosError| {
+            Fail::input(format!("--history/--max-blocking-s/--durability: {e}"))
+        };
+        tq.check().map_err(bad)?;
+        self.reader(&tq).check().map_err(bad)?;
+        self.writer(&tq).check().map_err(bad)
+    }
+
     /// A writer's QoS on a topic of QoS `topic`.
     pub fn writer(&self, topic: &TopicQos) -> DataWriterQos {
         DataWriterQos::from_topic_qos(topic)

@@ -10,7 +10,6 @@ use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 use spindle_dds_core::{DataReader, DomainParticipant, Sample, StateMask, WaitSet};
 use spindle_dynamic::DynType;
-use spindle_qos::History;
 use spindle_topics::{CdrSample, Endianness};
 
 use crate::domain::{join, load_config, load_type, topic, ReliabilityArg, TopicArgs};
@@ -20,6 +19,13 @@ use crate::Fail;
 const TAKE_BATCH_MAX: usize = 256;
 /// How long one wait for data lasts before the view and the deadline are looked at again.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
+
+/// The longest `--timeout-s` (about 30 years): beyond it, a deadline would not fit the
+/// clock.
+pub const TIMEOUT_S_MAX: u64 = 1 << 30;
+
+/// The lowest `--rate` above 0: one sample a day (a lower one is no pace, a typo).
+pub const RATE_MIN: f64 = 1.0 / 86_400.0;
 
 /// Byte order on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -57,7 +63,7 @@ pub struct PubArgs {
     #[arg(long, default_value_t = 1)]
     pub wait_readers: u32,
     /// How long to wait for readers, and for the samples' delivery, seconds.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=TIMEOUT_S_MAX))]
     pub timeout_s: u64,
     /// Read JSON lines on stdin while running and write each as it comes (`tail -f … |
     /// spindle pub --stream …`); a line that is not a valid sample is reported with its
@@ -84,7 +90,7 @@ pub struct SubArgs {
     pub count: Option<u64>,
     /// Give up after this many seconds: exit 1 if --count samples have not come by then,
     /// 0 without --count.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=TIMEOUT_S_MAX))]
     pub timeout_s: Option<u64>,
     /// Print only the samples' data, one JSON value per line (no SampleInfo, no views).
     #[arg(long)]
@@ -168,12 +174,14 @@ fn gather(a: &PubArgs, t: &DynType) -> Result<Vec<Value>, Fail> {
 
 /// Runs `spindle pub`.
 pub fn run_pub(a: PubArgs) -> Result<u8, Fail> {
-    if !(a.rate >= 0.0 && a.rate.is_finite()) {
+    if !(a.rate == 0.0 || (a.rate >= RATE_MIN && a.rate.is_finite())) {
         return Err(Fail::input(format!(
-            "--rate {}: a rate in samples per second, 0 or more",
+            "--rate {:?}: samples per second, 0 (as fast as the writer accepts them) or at \
+             least {RATE_MIN:.6} (one a day)",
             a.rate
         )));
     }
+    a.topic.qos.check()?;
     let t = Arc::new(load_type(&a.topic)?);
     let values = if a.stream {
         Vec::new()
@@ -206,7 +214,12 @@ fn endianness(e: EndianArg) -> Endianness {
 /// Leaves the domain: a view change without this participant (the others keep their
 /// majority), not the crash a bare exit would look like. Its entities are gone already.
 fn leave(p: DomainParticipant) {
-    if let Err(e) = p.clone().delete() {
+    // Whatever a failed command left behind goes first: a participant with entities
+    // cannot leave, and vanishing would cost a domain of two its majority.
+    let left = p
+        .delete_contained_entities()
+        .and_then(|()| p.clone().delete());
+    if let Err(e) = left {
         eprintln!("spindle: leaving the domain: {e}; stopping instead");
         p.close();
     }
@@ -220,38 +233,21 @@ fn publish(
 ) -> Result<u8, Fail> {
     let topic = topic(p, &a.topic, t)?;
     let tq = a.topic.qos.topic();
-    // Our own reader: seeing our samples delivered here means the topic's order has them.
-    let sub = p.create_subscriber(a.topic.qos.subscriber())?;
-    // KEEP_ALL, so no own sample is replaced before it is counted; best-effort samples
-    // may be lost, so there is nothing to wait for then.
-    let reliable = a.topic.qos.reliability == ReliabilityArg::Reliable;
-    let own = if a.no_wait_delivered || !reliable {
-        None
-    } else {
-        let q = a.topic.qos.reader(&tq).with_history(History::keep_all());
-        Some(sub.create_datareader(&topic, q)?)
-    };
     let publisher = p.create_publisher(a.topic.qos.publisher())?;
     let w = publisher.create_datawriter(&topic, a.topic.qos.writer(&tq))?;
-    let r = write_all(p, a, t, samples, &w, own.as_ref());
+    let r = write_all(a, t, samples, &w);
     publisher.delete_datawriter(w)?;
-    if let Some(own) = own {
-        sub.delete_datareader(own)?;
-    }
     r
 }
 
 fn write_all(
-    p: &DomainParticipant,
     a: &PubArgs,
     t: &DynType,
     samples: &[CdrSample],
     w: &spindle_dds_core::DataWriter<CdrSample>,
-    own: Option<&DataReader<CdrSample>>,
 ) -> Result<u8, Fail> {
     let timeout = Duration::from_secs(a.timeout_s);
-    let readers = a.wait_readers + u32::from(own.is_some());
-    wait_readers(w, readers, timeout)
+    wait_readers(w, a.wait_readers, timeout)
         .map_err(|e| Fail::failed(format!("waiting for {} readers: {e}", a.wait_readers)))?;
     if interrupt::interrupted() {
         return Err(interrupt::stopped("before writing"));
@@ -272,9 +268,31 @@ fn write_all(
     };
     let mut refused = 0u64;
     let total = if a.stream {
+        // Lines come from a thread of their own, so that an interrupt ends the wait for
+        // the next one.
+        let (tx, lines) =
+            std::sync::mpsc::sync_channel::<std::io::Result<String>>(STREAM_LINES_MAX);
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
         let mut written = 0u64;
-        for (n, line) in std::io::stdin().lock().lines().enumerate() {
-            let line = line.map_err(|e| Fail::input(format!("stdin: {e}")))?;
+        let mut n = 0usize;
+        loop {
+            let line = match lines.recv_timeout(WAIT_SLICE) {
+                Ok(line) => line.map_err(|e| Fail::input(format!("stdin: {e}")))?,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if interrupt::interrupted() {
+                        return Err(interrupt::stopped(format!("{written} samples written")));
+                    }
+                    continue;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            };
+            n += 1;
             if line.trim().is_empty() {
                 continue;
             }
@@ -289,7 +307,7 @@ fn write_all(
                     written += 1;
                 }
                 Err(e) => {
-                    eprintln!("spindle pub: stdin:{}: {e} (skipped)", n + 1);
+                    eprintln!("spindle pub: stdin:{n}: {e} (skipped)");
                     refused += 1;
                 }
             }
@@ -304,26 +322,28 @@ fn write_all(
         total
     };
     eprintln!("spindle pub: wrote {total} samples to {}", a.topic.topic);
-    if let Some(r) = own {
-        let me = p.node_id();
-        let mut seen = 0u64;
-        let deadline = Instant::now() + timeout;
-        while seen < total {
-            let got = r.take(TAKE_BATCH_MAX, StateMask::ANY)?;
-            seen += got
-                .iter()
-                .filter(|s| s.info.valid_data && s.info.publication_handle.node == me)
-                .count() as u64;
-            if Instant::now() > deadline {
-                return Err(Fail::failed(format!(
-                    "{seen} of {total} samples delivered within {}s",
-                    a.timeout_s
-                )));
-            }
-            if got.is_empty() && interrupt::sleep(Duration::from_millis(2)) {
-                return Err(interrupt::stopped(format!(
-                    "{total} samples written, {seen} seen delivered"
-                )));
+    // Delivered in the topic's order here means every member has them; best-effort
+    // samples may be lost, so there is nothing to wait for then.
+    let reliable = a.topic.qos.reliability == ReliabilityArg::Reliable;
+    if reliable && !a.no_wait_delivered && total > 0 {
+        let until = Instant::now() + timeout;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match w.wait_for_acknowledgments(left.min(READERS_SLICE)) {
+                Ok(()) => break,
+                Err(spindle_dds_core::Error::Timeout(_)) if interrupt::interrupted() => {
+                    return Err(interrupt::stopped(format!(
+                        "{total} samples written, not all seen delivered"
+                    )));
+                }
+                Err(spindle_dds_core::Error::Timeout(e)) if left.is_zero() => {
+                    return Err(Fail::failed(format!(
+                        "{total} samples written, not all delivered within {}s: {e}",
+                        a.timeout_s
+                    )));
+                }
+                Err(spindle_dds_core::Error::Timeout(_)) => {}
+                Err(e) => return Err(e.into()),
             }
         }
         eprintln!("spindle pub: {total} samples delivered");
@@ -336,6 +356,9 @@ fn write_all(
     }
     Ok(0)
 }
+
+/// Lines of `--stream` input read ahead of the writer.
+const STREAM_LINES_MAX: usize = 1024;
 
 /// [`DataWriter::wait_for_readers`](spindle_dds_core::DataWriter::wait_for_readers) in
 /// slices, so that an interrupt ends the wait (`Ok`, the caller looks).
@@ -361,6 +384,7 @@ const READERS_SLICE: Duration = Duration::from_millis(100);
 
 /// Runs `spindle sub`.
 pub fn run_sub(a: SubArgs) -> Result<u8, Fail> {
+    a.topic.qos.check()?;
     let t = Arc::new(load_type(&a.topic)?);
     if let Some(expr) = &a.filter {
         // A bad expression or member is bad input, said before joining.
@@ -480,7 +504,11 @@ fn read_all(
                 }
             }
         }
-        for s in r.take(TAKE_BATCH_MAX, StateMask::ANY)? {
+        // No more than --count asks for: the rest stays in the reader.
+        let max = a.count.map_or(TAKE_BATCH_MAX, |c| {
+            usize::try_from(c.saturating_sub(got)).map_or(TAKE_BATCH_MAX, |n| n.min(TAKE_BATCH_MAX))
+        });
+        for s in r.take(max, StateMask::ANY)? {
             match sample_line(t, r, &s) {
                 Ok(line) if a.data_only => {
                     if s.info.valid_data {

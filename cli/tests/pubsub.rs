@@ -494,6 +494,70 @@ fn bad_input_is_a_clear_error_and_exit_2() {
         &o,
         "--filter: bad parameter: filter expression at byte 15: member `wings`",
     );
+
+    // Flags no run can use are refused before joining (nothing listens at node 1 here:
+    // a join would time out, not exit 2 at once).
+    let ok = "{\"aircraft_id\": 1}";
+    for (extra, want) in [
+        (&["--max-blocking-s=-1"][..], "max_blocking_time"),
+        (&["--history", "0"], "--history"),
+        (&["--rate", "1e-300"], "--rate 1e-300"),
+        (&["--timeout-s", "18446744073709551615"], "--timeout-s"),
+    ] {
+        let mut v = with(&["--type", "Avionics::AirData", ok]);
+        v.extend(extra.iter().map(|s| s.to_string()));
+        assert_exit_2(&run(&args(&v), None), want);
+    }
+}
+
+/// `sub --count N` prints N samples, however many the reader holds.
+#[test]
+fn sub_prints_exactly_its_count() {
+    let lines = exchange_with(
+        "Avionics::AirData",
+        "Counted",
+        3,
+        Source::Random(7),
+        &Extra {
+            sub: &["--data-only"],
+            publ: &["--count", "20"],
+            decoy: None,
+        },
+    );
+    assert_eq!(lines.len(), 3, "{lines:?}");
+}
+
+/// Ctrl-C ends `pub --stream` while it waits for its next line, with exit 130.
+#[test]
+fn an_interrupted_stream_pub_stops_while_waiting_for_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (n1, _) = configs(dir.path());
+    let mut publ = Guard(
+        Command::new(BIN)
+            .args(["pub", "--config"])
+            .arg(&n1)
+            .args([
+                "--idl",
+                IDL,
+                "--type",
+                "Avionics::AirData",
+                "--topic",
+                "Waiting",
+            ])
+            .args(["--stream", "--wait-readers", "0"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start pub"),
+    );
+    // Its input stays open, empty: before the fix it waited on it until it closed.
+    let _input = publ.0.stdin.take().expect("stdin");
+    std::thread::sleep(Duration::from_secs(2));
+    signal(&publ.0, "-INT");
+    let o = wait_output(publ, "pub");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
 }
 
 #[test]

@@ -430,6 +430,7 @@ impl Application for DdsApp {
             // Endpoints of participants that left the view are gone with them.
             st.endpoints
                 .retain(|(node, _), _| view.members.contains(node));
+            st.gone.retain_nodes(&view.members);
             st.view = Some(view);
             rematched = rematch_local(&st, None, &self.shared);
         }

@@ -83,7 +83,8 @@ pub(crate) fn needs_writer(h: &SampleHeader) -> bool {
 }
 
 /// The last announcements of writers deleted recently, newest last: samples of theirs
-/// delivered after the deletion was applied here are judged by them.
+/// delivered after the deletion was applied here are judged by them. Kept while their
+/// participant stays in the view.
 #[derive(Debug, Default)]
 pub(crate) struct Gone {
     endpoints: VecDeque<(EndpointKey, Endpoint)>,
@@ -96,6 +97,13 @@ impl Gone {
             self.endpoints.pop_front();
         }
         self.endpoints.push_back((key, e));
+    }
+
+    /// Forgets the endpoints of participants not in `members` (they left the view): a
+    /// node id back later is another incarnation, whose entity ids start over.
+    pub(crate) fn retain_nodes(&mut self, members: &[spindle_transport_rdma::NodeId]) {
+        self.endpoints
+            .retain(|((node, _), _)| members.contains(node));
     }
 
     /// The last announcement of deleted endpoint `key`, if kept.
@@ -135,5 +143,10 @@ mod tests {
         assert_eq!(g.get(&(1, 1)).map(|e| e.entity), Some(1));
         g.keep((1, 1), e(99));
         assert_eq!(g.get(&(1, 1)).map(|e| e.entity), Some(99));
+        // Node 1 left the view: a node 1 back later is another incarnation.
+        g.keep((2, 5), e(5));
+        g.retain_nodes(&[2, 3]);
+        assert!(g.get(&(1, 1)).is_none());
+        assert_eq!(g.get(&(2, 5)).map(|e| e.entity), Some(5));
     }
 }

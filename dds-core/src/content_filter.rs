@@ -33,7 +33,7 @@ use spindle_idl::types::{TypeDef, TypeLibrary, TypeRef};
 use spindle_topics::TopicType;
 
 use crate::error::{Error, Result};
-use crate::filter::{Filter, FilterError, Step};
+use crate::filter::{path_text, Filter, FilterError, Step, ValueKind};
 
 /// A filter resolved against a topic type (see the [module](self) docs). Shared by the
 /// readers of one `ContentFilteredTopic`; its parameters change for all of them at once.
@@ -100,12 +100,12 @@ impl ContentFilter {
     /// A filter on samples described by `ty`.
     pub(crate) fn with_type(ty: DynType, expression: &str, parameters: &[String]) -> Result<Self> {
         let mut filter = Filter::new(expression, parameters).map_err(bad)?;
-        let mut enums = Vec::new();
+        let (mut enums, mut kinds) = (Vec::new(), Vec::new());
         for path in filter.members() {
             let found = resolve(ty.library(), ty.type_name(), path).map_err(|detail| {
                 bad(FilterError {
                     offset: member_offset(expression, path),
-                    detail: format!("member `{}`: {detail}", show(path)),
+                    detail: format!("member `{}`: {detail}", path_text(path)),
                 })
             })?;
             // An enum member compares by value too (`phase = 4` as `phase = 'CRUISE'`).
@@ -118,11 +118,23 @@ impl ContentFilter {
                         .collect();
                     enums.push((path.to_vec(), values));
                 }
+            } else if let Some(k) = value_kind(&found) {
+                kinds.push((path.to_vec(), k));
             }
         }
         for (path, values) in enums {
             filter.set_enum(&path, values);
         }
+        for (path, k) in kinds {
+            filter.set_kind(&path, k);
+        }
+        // What each member is compared with can match it (a typo would match nothing).
+        filter.check_operands().map_err(|(path, detail)| {
+            bad(FilterError {
+                offset: member_offset(expression, &path),
+                detail,
+            })
+        })?;
         Ok(ContentFilter {
             ty,
             state: RwLock::new(FilterState {
@@ -174,21 +186,27 @@ fn bad(e: FilterError) -> Error {
     Error::BadParameter(e.to_string())
 }
 
-/// `a.b[2].c`.
-fn show(path: &[Step]) -> String {
-    let mut out = String::new();
-    for s in path {
-        match s {
-            Step::Name(n) => {
-                if !out.is_empty() {
-                    out.push('.');
-                }
-                out.push_str(n);
-            }
-            Step::Index(i) => out.push_str(&format!("[{i}]")),
+/// The kind of value a member of type `t` holds in a sample's JSON, when it is a
+/// primitive or a string (what a filter may compare it with).
+fn value_kind(t: &TypeRef) -> Option<ValueKind> {
+    Some(match t {
+        TypeRef::Bool => ValueKind::Bool,
+        TypeRef::Char | TypeRef::WChar | TypeRef::String(_) | TypeRef::WString(_) => {
+            ValueKind::Text
         }
-    }
-    out
+        TypeRef::Octet
+        | TypeRef::I8
+        | TypeRef::U8
+        | TypeRef::I16
+        | TypeRef::U16
+        | TypeRef::I32
+        | TypeRef::U32
+        | TypeRef::I64
+        | TypeRef::U64
+        | TypeRef::F32
+        | TypeRef::F64 => ValueKind::Number,
+        TypeRef::Sequence(..) | TypeRef::Array(..) | TypeRef::Named(_) => return None,
+    })
 }
 
 /// Where the path's first name appears in the expression as a whole word (0 if nowhere).

@@ -53,6 +53,17 @@ pub struct FilterError {
 /// An enum's enumerators: (name, value), as [`Filter::set_enum`] takes them.
 pub type Enumerators = Vec<(String, i128)>;
 
+/// What a member holds, for checking what it is compared with ([`Filter::set_kind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueKind {
+    /// An integer or floating-point number (octets too).
+    Number,
+    /// A string or a character.
+    Text,
+    /// A boolean.
+    Bool,
+}
+
 /// A literal in an expression.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Literal {
@@ -139,6 +150,8 @@ pub struct Filter {
     parameters: Vec<Literal>,
     /// The enum members among the paths: each path's enumerators (name, value).
     enums: Vec<(Vec<Step>, Enumerators)>,
+    /// The other members whose kind of value is known ([`Filter::set_kind`]).
+    kinds: Vec<(Vec<Step>, ValueKind)>,
 }
 
 impl Filter {
@@ -175,6 +188,7 @@ impl Filter {
             parameters_needed: p.parameters_needed,
             parameters: Vec::new(),
             enums: Vec::new(),
+            kinds: Vec::new(),
         };
         f.set_parameters(parameters)?;
         Ok(f)
@@ -195,20 +209,133 @@ impl Filter {
     /// An error (the expression unchanged) if fewer are given than the expression names,
     /// or more than [`PARAMETERS_MAX`].
     pub fn set_parameters(&mut self, parameters: &[String]) -> Result<(), FilterError> {
-        if parameters.len() > PARAMETERS_MAX || parameters.len() < self.parameters_needed {
+        if parameters.len() > PARAMETERS_MAX || parameters.len() != self.parameters_needed {
+            let named = match self.parameters_needed {
+                0 => "no parameter".to_string(),
+                1 => "one parameter (%0)".to_string(),
+                n => format!("{n} parameters (%0 … %{})", n - 1),
+            };
             return Err(FilterError {
                 offset: 0,
                 detail: format!(
-                    "the expression names {} parameters (%0 … %{}), {} given (at most \
-                     {PARAMETERS_MAX})",
-                    self.parameters_needed,
-                    self.parameters_needed.saturating_sub(1),
+                    "the expression names {named}; {} given (at most {PARAMETERS_MAX})",
                     parameters.len()
                 ),
             });
         }
-        self.parameters = parameters.iter().map(|s| parameter_literal(s)).collect();
+        let old = std::mem::replace(
+            &mut self.parameters,
+            parameters.iter().map(|s| parameter_literal(s)).collect(),
+        );
+        // A parameter that cannot match its member's kind of value is refused, as a
+        // literal in the expression is.
+        if let Err((_, detail)) = self.check_operands() {
+            self.parameters = old;
+            return Err(FilterError { offset: 0, detail });
+        }
         Ok(())
+    }
+
+    /// Tells the filter that the member at `path` holds values of `kind`: what it is
+    /// compared with is then checked ([`Filter::check_operands`]).
+    pub fn set_kind(&mut self, path: &[Step], kind: ValueKind) {
+        self.kinds.retain(|(p, _)| p != path);
+        self.kinds.push((path.to_vec(), kind));
+    }
+
+    /// Checks every literal and parameter compared with a member whose kind of value is
+    /// known ([`Filter::set_kind`], [`Filter::set_enum`]): a number for a number, quoted
+    /// text for text or a `LIKE` pattern, `TRUE`/`FALSE` for a boolean, an enumerator's
+    /// name or a number for an enum. `Err((member, why))` for the first that cannot
+    /// match — a typo that would otherwise match nothing, silently.
+    pub fn check_operands(&self) -> Result<(), (Vec<Step>, String)> {
+        let mut out = Ok(());
+        self.walk(&self.condition, &mut |m, other, op| {
+            if out.is_ok() {
+                out = self.check_pair(m, other, op);
+            }
+        });
+        out
+    }
+
+    /// Calls `f(member, other, op)` for each side of each comparison (and each bound of
+    /// a `BETWEEN`) that names a member.
+    fn walk<'c>(&self, c: &'c Condition, f: &mut dyn FnMut(&'c Operand, &'c Operand, Op)) {
+        match c {
+            Condition::And(a, b) | Condition::Or(a, b) => {
+                self.walk(a, f);
+                self.walk(b, f);
+            }
+            Condition::Not(a) => self.walk(a, f),
+            Condition::Compare(a, op, b) => {
+                f(a, b, *op);
+                f(b, a, *op);
+            }
+            Condition::Between {
+                value, low, high, ..
+            } => {
+                for bound in [low, high] {
+                    f(value, bound, Op::Ge);
+                    f(bound, value, Op::Le);
+                }
+            }
+        }
+    }
+
+    fn check_pair(&self, m: &Operand, other: &Operand, op: Op) -> Result<(), (Vec<Step>, String)> {
+        let Operand::Member(path) = m else {
+            return Ok(());
+        };
+        let (l, named) = match other {
+            Operand::Literal(l) => (l, String::new()),
+            Operand::Parameter(n) => match self.parameters.get(*n) {
+                Some(l) => (l, format!("%{n} = ")),
+                None => return Ok(()),
+            },
+            Operand::Member(_) => return Ok(()),
+        };
+        let shown = match l {
+            Literal::Str(t) => format!("{named}'{t}'"),
+            Literal::Int(i) => format!("{named}{i}"),
+            Literal::Float(x) => format!("{named}{x}"),
+            Literal::Bool(b) => format!("{named}{}", if *b { "TRUE" } else { "FALSE" }),
+        };
+        let member = path_text(path);
+        let why = if op == Op::Like {
+            (!matches!(l, Literal::Str(_)))
+                .then(|| format!("LIKE takes a quoted pattern, not {shown}"))
+        } else if let Some(e) = self.enum_of(m) {
+            match l {
+                Literal::Int(_) => None,
+                Literal::Str(t) if e.iter().any(|(n, _)| n == t) => None,
+                _ => {
+                    let names: Vec<&str> = e.iter().map(|(n, _)| n.as_str()).collect();
+                    Some(format!(
+                        "member `{member}` is an enum: {shown} is none of its enumerators \
+                         ({}) nor a number",
+                        names.join(", ")
+                    ))
+                }
+            }
+        } else {
+            let kind = self.kinds.iter().find(|(p, _)| p == path).map(|(_, k)| *k);
+            match (kind, l) {
+                (None, _)
+                | (Some(ValueKind::Number), Literal::Int(_) | Literal::Float(_))
+                | (Some(ValueKind::Text), Literal::Str(_))
+                | (Some(ValueKind::Bool), Literal::Bool(_)) => None,
+                (Some(ValueKind::Number), _) => Some(format!(
+                    "member `{member}` holds numbers: {shown} is not one"
+                )),
+                (Some(ValueKind::Text), _) => Some(format!(
+                    "member `{member}` holds text: {shown} is not quoted text"
+                )),
+                (Some(ValueKind::Bool), _) => Some(format!(
+                    "member `{member}` holds TRUE or FALSE: {shown} is neither"
+                )),
+            }
+        };
+        why.map_or(Ok(()), |w| Err((path.clone(), w)))
     }
 
     /// Tells the filter that the member at `path` is an enum with these `enumerators`
@@ -307,6 +434,23 @@ impl Filter {
             }
         }
     }
+}
+
+/// `a.b[2].c`.
+pub fn path_text(path: &[Step]) -> String {
+    let mut out = String::new();
+    for s in path {
+        match s {
+            Step::Name(n) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(n);
+            }
+            Step::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
 }
 
 /// `l` by value under `enumerators`: an enumerator's name becomes its value; anything

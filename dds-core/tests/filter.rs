@@ -253,3 +253,69 @@ fn enum_members_of_a_generated_type_compare_by_name_or_number() {
         );
     }
 }
+
+/// What a member is compared with must be able to match it: an enumerator that the enum
+/// has, a number for a number, quoted text for text, `TRUE`/`FALSE` for a boolean — a
+/// typo is refused naming the member, not a filter that silently matches nothing. So is
+/// a parameter of the wrong kind, at creation and when parameters change (the filter
+/// then keeps its old ones).
+#[test]
+fn literals_and_parameters_that_cannot_match_their_member_are_refused() {
+    use spindle_dds_core::content_filter::ContentFilter;
+    use spindle_dynamic::DynType;
+    let idl = "module T { enum Color { RED, GREEN, BLUE }; \
+               struct Reading { @key string id; long value; Color color; string note; \
+               boolean ok; }; };";
+    let t = DynType::from_idl_source("t.idl", idl, "T::Reading").unwrap();
+    let refused = |expr: &str, params: &[&str]| {
+        let params: Vec<String> = params.iter().map(|s| s.to_string()).collect();
+        match ContentFilter::of_dyn_type(t.clone(), expr, &params) {
+            Ok(_) => panic!("{expr} with {params:?} was accepted"),
+            Err(e) => e.to_string(),
+        }
+    };
+    for (expr, params, want) in [
+        (
+            "color = 'PURPLE'",
+            &[][..],
+            "member `color` is an enum: 'PURPLE' is none of its enumerators (RED, GREEN, BLUE)",
+        ),
+        (
+            "value > 'abc'",
+            &[],
+            "member `value` holds numbers: 'abc' is not one",
+        ),
+        (
+            "note > 5",
+            &[],
+            "member `note` holds text: 5 is not quoted text",
+        ),
+        (
+            "ok = 1",
+            &[],
+            "member `ok` holds TRUE or FALSE: 1 is neither",
+        ),
+        (
+            "value > %0",
+            &["abc"],
+            "member `value` holds numbers: %0 = 'abc'",
+        ),
+        ("note LIKE 5", &[], "LIKE takes a quoted pattern, not 5"),
+        ("value BETWEEN 1 AND 'x'", &[], "'x' is not one"),
+    ] {
+        let e = refused(expr, params);
+        assert!(e.contains(want), "{expr}: {e}");
+    }
+    let f = ContentFilter::of_dyn_type(
+        t.clone(),
+        "color = 'RED' AND value > %0 AND note LIKE 'x%' AND ok = TRUE",
+        &["5".to_string()],
+    )
+    .unwrap();
+    let e = f
+        .set_parameters(&["abc".to_string()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("%0 = 'abc'"), "{e}");
+    assert_eq!(f.parameters(), ["5"], "the old parameters stay");
+}

@@ -101,6 +101,13 @@ fn join_failures(msg: String, inner: &ParticipantInner) -> String {
     format!("{msg}; {}", contacts.join("; "))
 }
 
+/// What a bootstrap member's failed first view says (the group's shut-down reason): it
+/// could not gather its fellow bootstrap members.
+const BOOTSTRAP_LOST: &str = "lost the majority of view";
+/// How long a bootstrap member that joins instead waits for its first endpoint's
+/// address to come free.
+const REOPEN_WAIT_MS: u64 = 5_000;
+
 /// Makes participants (DDS `DomainParticipantFactory`).
 #[derive(Debug, Default)]
 pub struct DomainParticipantFactory {
@@ -131,10 +138,52 @@ impl DomainParticipantFactory {
             )));
         }
         config.validate("participant configuration")?;
-        let ep = open_endpoint(config)?;
-        let again = config.clone();
-        let reopen: crate::threads::Reopen = Box::new(move || open_endpoint(&again));
-        DomainParticipant::start_reopenable(domain_id, qos, config.clone(), ep, Some(reopen))
+        let start = |config: &ParticipantConfig| -> Result<DomainParticipant> {
+            let ep = open_endpoint(config)?;
+            let again = config.clone();
+            let reopen: crate::threads::Reopen = Box::new(move || open_endpoint(&again));
+            DomainParticipant::start_reopenable(
+                domain_id,
+                qos.clone(),
+                config.clone(),
+                ep,
+                Some(reopen),
+            )
+        };
+        match start(config) {
+            // A bootstrap member started again while the others run the domain: its
+            // first view (the bootstrap members) never gets their answers. It joins the
+            // running domain through its contacts instead, as any other member would.
+            Err(Error::Error(why))
+                if why.contains(BOOTSTRAP_LOST)
+                    && config.bootstrap.contains(&config.node_id)
+                    && config.contacts.iter().any(|c| c.node != config.node_id) =>
+            {
+                tracing::warn!(
+                    node = config.node_id,
+                    %why,
+                    "bootstrapping failed: joining the running domain through the contacts"
+                );
+                let mut joiner = config.clone();
+                joiner.bootstrap.clear();
+                // The first attempt's endpoint closes as its threads end: its address
+                // comes free in a moment.
+                let deadline = std::time::Instant::now() + Duration::from_millis(REOPEN_WAIT_MS);
+                let mut joined = start(&joiner);
+                while matches!(&joined, Err(Error::Transport(_)))
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                    joined = start(&joiner);
+                }
+                joined.map_err(|e| {
+                    Error::Error(format!(
+                        "{why}; then, joining as a running domain's new member: {e}"
+                    ))
+                })
+            }
+            other => other,
+        }
     }
 
     /// Deletes `participant`: it leaves the domain. `PreconditionNotMet` if it still has

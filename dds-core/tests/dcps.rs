@@ -450,3 +450,59 @@ fn a_join_that_times_out_names_what_each_contact_said() {
         "node 2 still delivers"
     );
 }
+
+/// A bootstrap member started again while the others run the domain cannot gather its
+/// first view (the bootstrap members, who have moved on); it joins the running domain
+/// through its contacts instead, with the same configuration.
+#[test]
+fn a_bootstrap_member_started_again_joins_the_running_domain() {
+    let f = DomainParticipantFactory::instance();
+    let ports: Vec<u16> = (0..3)
+        .map(|_| {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port()
+        })
+        .collect();
+    let config = |id: u32| {
+        let mut c = ParticipantConfig::new(
+            id,
+            Transport::Tcp,
+            format!("127.0.0.1:{}", ports[id as usize - 1]),
+        );
+        c.bootstrap = vec![1, 2, 3];
+        c.contacts = (1..=3)
+            .map(|n| Contact {
+                node: n,
+                address: format!("127.0.0.1:{}", ports[n as usize - 1]),
+            })
+            .collect();
+        c
+    };
+    let started: Vec<_> = (1..=3)
+        .map(|id| {
+            let c = config(id);
+            std::thread::spawn(move || f.create_participant(0, Default::default(), &c))
+        })
+        .collect();
+    let mut ps: Vec<DomainParticipant> = started
+        .into_iter()
+        .map(|h| h.join().expect("thread").expect("a bootstrap member"))
+        .collect();
+    // Node 3 crashes; the others go on without it.
+    ps.pop().expect("node 3").close();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ps[0].view().map(|v| v.members) != Some(vec![1, 2]) {
+        assert!(
+            Instant::now() < deadline,
+            "nodes 1 and 2 never went on alone"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let again = f
+        .create_participant(0, Default::default(), &config(3))
+        .expect("node 3 joins the running domain");
+    assert_eq!(again.view().expect("a view").members, vec![1, 2, 3]);
+    assert!(delivers_its_own_sample(&again, "again"), "node 3 delivers");
+}

@@ -139,6 +139,22 @@ impl QosArgs {
         self.writer(&tq).check().map_err(bad)
     }
 
+    /// Checks that participant configuration `cfg` (from `path`) can give what the flags
+    /// ask: PERSISTENT needs its `data_dir`.
+    pub fn check_config(
+        &self,
+        cfg: &ParticipantConfig,
+        path: &std::path::Path,
+    ) -> Result<(), Fail> {
+        if self.durability == DurabilityArg::Persistent && cfg.data_dir.is_none() {
+            return Err(Fail::input(format!(
+                "--durability persistent: {} sets no data_dir (where the topic's log is kept)",
+                path.display()
+            )));
+        }
+        Ok(())
+    }
+
     /// A writer's QoS on a topic of QoS `topic`.
     pub fn writer(&self, topic: &TopicQos) -> DataWriterQos {
         DataWriterQos::from_topic_qos(topic)

@@ -198,6 +198,7 @@ pub fn run_pub(a: PubArgs) -> Result<u8, Fail> {
             .push(CdrSample::new(s.bytes, s.key_hash).map_err(|err| Fail::input(err.to_string()))?);
     }
     let cfg = load_config(&a.topic.config)?;
+    a.topic.qos.check_config(&cfg, &a.topic.config)?;
     let p = join(&cfg)?;
     let r = publish(&p, &a, &t, &samples);
     leave(p);
@@ -396,6 +397,7 @@ pub fn run_sub(a: SubArgs) -> Result<u8, Fail> {
         .map_err(|e| Fail::input(format!("--filter: {e}")))?;
     }
     let cfg = load_config(&a.topic.config)?;
+    a.topic.qos.check_config(&cfg, &a.topic.config)?;
     let p = join(&cfg)?;
     let r = subscribe(&p, &a, &t);
     leave(p);

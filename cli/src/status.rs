@@ -48,8 +48,15 @@ pub struct StatusArgs {
     pub settle_ms: u64,
     /// A participant's Prometheus endpoint (`[metrics] listen` of its TOML, host:port) to
     /// show the counters of; repeatable.
-    #[arg(long = "metrics", value_name = "HOST:PORT")]
+    #[arg(long = "metrics", value_name = "HOST:PORT", value_parser = socket_address)]
     pub metrics: Vec<String>,
+}
+
+/// A `--metrics` value: an IP address and port (what the scrape connects to).
+fn socket_address(s: &str) -> Result<String, String> {
+    s.parse::<std::net::SocketAddr>()
+        .map(|_| s.to_string())
+        .map_err(|e| format!("{e}: an IP address and port, as 127.0.0.1:9464"))
 }
 
 /// Runs `spindle status`.

@@ -508,6 +508,22 @@ fn bad_input_is_a_clear_error_and_exit_2() {
         v.extend(extra.iter().map(|s| s.to_string()));
         assert_exit_2(&run(&args(&v), None), want);
     }
+    let v = with(&[
+        "--type",
+        "Avionics::AirData",
+        "--durability",
+        "persistent",
+        "--random",
+        "1",
+    ]);
+    assert_exit_2(&run(&args(&v), None), "sets no data_dir");
+    let o = run(&["status", "--config", &cfg, "--metrics", "nonsense"], None);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// `sub --count N` prints N samples, however many the reader holds.

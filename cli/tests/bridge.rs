@@ -22,6 +22,28 @@ impl Drop for Guard {
     }
 }
 
+/// Reads `child`'s standard output in a thread; the returned function waits (up to
+/// [`WAIT`]) for the next line `want` accepts, skipping others, and returns it.
+fn lines(child: &mut Child) -> impl Fn(&str, &dyn Fn(&str) -> bool) -> String {
+    let out = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    move |what: &str, want: &dyn Fn(&str) -> bool| loop {
+        let l = rx
+            .recv_timeout(WAIT)
+            .unwrap_or_else(|_| panic!("never printed {what}"));
+        if want(&l) {
+            return l;
+        }
+    }
+}
+
 #[test]
 fn bridge_starts_reports_ready_and_stops_cleanly() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -53,23 +75,7 @@ fn bridge_starts_reports_ready_and_stops_cleanly() {
             .spawn()
             .expect("start spindle bridge"),
     );
-    let out = child.0.stdout.take().expect("stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    let next = |what: &str, want: &dyn Fn(&str) -> bool| loop {
-        let l = rx
-            .recv_timeout(WAIT)
-            .unwrap_or_else(|_| panic!("spindle bridge never printed {what}"));
-        if want(&l) {
-            return l;
-        }
-    };
+    let next = lines(&mut child.0);
     next("READY", &|l| l == "READY");
     let mut stdin = child.0.stdin.take().expect("stdin");
     writeln!(stdin, "stop").expect("ask to stop");
@@ -144,25 +150,6 @@ fn an_interrupted_bridge_leaves_its_domain_and_the_other_member_goes_on() {
         ),
     )
     .expect("bridge config");
-    let lines = |child: &mut Child| {
-        let out = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        move |what: &str, want: &dyn Fn(&str) -> bool| loop {
-            let l = rx
-                .recv_timeout(WAIT)
-                .unwrap_or_else(|_| panic!("never printed {what}"));
-            if want(&l) {
-                return l;
-            }
-        }
-    };
     let mut b = Guard(
         Command::new(BIN)
             .arg("bridge")

@@ -85,3 +85,30 @@ fn a_thousand_topics_over_tcp_survive_a_sigkill() {
 fn a_thousand_topics_over_shm_survive_a_sigkill() {
     run("shm");
 }
+
+/// A transport the examples do not know is bad usage (exit 2), refused before any
+/// process starts, by `many_topics` and `avionics` (and its recorder) alike.
+#[test]
+fn an_unknown_transport_is_bad_usage() {
+    for (bin, args) in [
+        (
+            env!("CARGO_BIN_EXE_many_topics"),
+            &["--transport", "udp"][..],
+        ),
+        (env!("CARGO_BIN_EXE_avionics"), &["--transport", "udp"]),
+        (
+            env!("CARGO_BIN_EXE_avionics"),
+            &["recorder", "--transport", "udp"],
+        ),
+    ] {
+        let out = Command::new(bin).args(args).output().expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bin} {args:?}: {err}");
+        assert!(err.contains("possible values: tcp, shm"), "{err}");
+        assert!(
+            out.stdout.is_empty(),
+            "{bin} {args:?} started: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+}

@@ -41,7 +41,7 @@ struct Args {
     #[arg(long)]
     out: Option<PathBuf>,
     /// tcp or shm.
-    #[arg(long, default_value = "tcp")]
+    #[arg(long, default_value = "tcp", value_parser = ["tcp", "shm"])]
     transport: String,
     /// How long the sensors publish.
     #[arg(long, default_value_t = 6)]
@@ -66,7 +66,7 @@ enum Sub {
         #[arg(long)]
         out: Option<PathBuf>,
         /// tcp or shm.
-        #[arg(long, default_value = "tcp")]
+        #[arg(long, default_value = "tcp", value_parser = ["tcp", "shm"])]
         transport: String,
         /// How long the recorders record before the kill.
         #[arg(long, default_value_t = 2)]

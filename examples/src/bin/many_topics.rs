@@ -27,7 +27,7 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(120);
 #[command(about = "Three processes, many topics, one SIGKILL: every reader gets exactly its topic")]
 struct Args {
     /// tcp or shm.
-    #[arg(long, default_value = "tcp")]
+    #[arg(long, default_value = "tcp", value_parser = ["tcp", "shm"])]
     transport: String,
     /// Topics in the domain.
     #[arg(long, default_value_t = 1000)]

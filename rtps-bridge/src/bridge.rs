@@ -373,11 +373,19 @@ impl Bridge {
             let mut own_writer: Option<WriterHandle> = None;
 
             if t.direction.into_spindle() {
+                // The RTPS writers it stands for dispose what they dispose: the bridge
+                // leaving ends their instances as unregistered (NOT_ALIVE_NO_WRITERS, what
+                // its leaving the view would say), not disposed.
                 let writer = publisher.create_datawriter(
                     &stopic,
-                    DataWriterQos::default()
-                        .with_reliability(spindle_reliability(t))
-                        .with_durability(spindle_durability(t)),
+                    DataWriterQos {
+                        writer_data_lifecycle: spindle_qos::WriterDataLifecycle {
+                            autodispose_unregistered_instances: false,
+                        },
+                        ..DataWriterQos::default()
+                    }
+                    .with_reliability(spindle_reliability(t))
+                    .with_durability(spindle_durability(t)),
                 )?;
                 own_writer = Some(WriterHandle {
                     node: spindle.node_id(),

@@ -28,7 +28,8 @@ fn a_bad_config_exits_2_naming_the_key_and_line() {
     // A missing Spindle participant file is named too.
     std::fs::write(
         &path,
-        "[rtps]\ndomain_id = 3\n[spindle]\nconfig = \"missing.toml\"\n",
+        "[rtps]\ndomain_id = 3\n[spindle]\nconfig = \"missing.toml\"\n\n[[topic]]\n\
+         name = \"T\"\ntype_name = \"M::T\"\nkeyed = false\n",
     )
     .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_spindle-rtps-bridge"))

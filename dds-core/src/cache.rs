@@ -1,5 +1,14 @@
 //! A reader's history cache: samples per instance under HISTORY and RESOURCE_LIMITS, in
 //! arrival order (which is the subgroup's total order).
+//!
+//! Notices — samples without data that say an instance ended — are kept beside the data
+//! samples, at most [`INSTANCE_NOTICES_MAX`] per instance (the oldest goes first):
+//! HISTORY depth and RESOURCE_LIMITS count data samples only, so a dispose or an
+//! unregister never pushes out the instance's last values, and every notice a reader
+//! that keeps up takes is there. A writer's dispose and unregister
+//! become notices; so does the loss of an instance's last writer (it left the view, its
+//! lease lapsed, or a restarted domain's history names a writer no longer there) when the
+//! instance holds no unread sample to carry its new state ([`Cache::writers_gone`]).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -230,7 +239,14 @@ impl Entry {
 
 #[derive(Debug)]
 struct Instance {
+    /// Its data samples' arrivals, oldest first: what HISTORY and RESOURCE_LIMITS count.
     arrivals: VecDeque<u64>,
+    /// Its kept notices' arrivals, oldest first: writers' disposes and unregisters, and
+    /// the reader's own NOT_ALIVE_NO_WRITERS notices for writers that went
+    /// ([`Cache::writers_gone`]). Kept beside the data samples so that ending an
+    /// instance never pushes out its last values; at most [`INSTANCE_NOTICES_MAX`] (the
+    /// oldest goes first).
+    notices: VecDeque<u64>,
     /// When the instance's DEADLINE next expires (µs on the process clock), once it had
     /// data.
     deadline_at_us: Option<u64>,
@@ -253,6 +269,34 @@ struct Instance {
     /// the key's hash).
     key_sample: Option<Box<[u8]>>,
 }
+
+impl Instance {
+    /// Forgets its sample at `arrival` (taken, expired or evicted).
+    fn forget(&mut self, arrival: u64) {
+        if let Some(i) = self.notices.iter().position(|a| *a == arrival) {
+            self.notices.remove(i);
+        } else {
+            self.arrivals.retain(|a| *a != arrival);
+        }
+    }
+
+    /// True if it holds a sample: data or a notice.
+    fn holds_samples(&self) -> bool {
+        !self.arrivals.is_empty() || !self.notices.is_empty()
+    }
+
+    /// Its samples' arrivals: data, then notices.
+    fn all_arrivals(&self) -> impl Iterator<Item = u64> + '_ {
+        self.arrivals
+            .iter()
+            .copied()
+            .chain(self.notices.iter().copied())
+    }
+}
+
+/// Most notices an instance keeps beside its data samples (the module docs): past it, a
+/// new notice pushes out the oldest. Notices are bounded by `max_instances` times this.
+pub const INSTANCE_NOTICES_MAX: usize = 16;
 
 /// The largest data sample a cache copies to keep an instance's key
 /// ([`Cache::key_sample`]); an instance whose first sample is larger keeps none, so
@@ -289,6 +333,9 @@ pub struct Cache {
     samples: Samples,
     instances: BTreeMap<InstanceHandle, Instance>,
     next_arrival: u64,
+    /// The place of the last sample kept: a notice the cache makes itself
+    /// ([`Cache::writers_gone`]) takes it.
+    last_position: Position,
     /// The reader's DEADLINE period in µs (`None`: infinite).
     deadline_us: Option<u64>,
     /// TIME_BASED_FILTER `minimum_separation` in µs (0: keep every sample).
@@ -390,6 +437,10 @@ impl Cache {
             instances: BTreeMap::new(),
             purged_keys: VecDeque::new(),
             next_arrival: 0,
+            last_position: Position {
+                readable_at: (0, 0),
+                delivered_at: (0, 0),
+            },
             deadline_us: None,
             minimum_separation_us: 0,
             exclusive: false,
@@ -497,7 +548,7 @@ impl Cache {
                 self.recycle([e.payload]);
             }
             if let Some(inst) = self.instances.get_mut(&i) {
-                inst.arrivals.retain(|x| *x != a);
+                inst.forget(a);
             }
         }
     }
@@ -840,6 +891,7 @@ impl Cache {
                 handle,
                 Instance {
                     arrivals: VecDeque::new(),
+                    notices: VecDeque::new(),
                     deadline_at_us: None,
                     last_kept_us: None,
                     owner: None,
@@ -866,19 +918,22 @@ impl Cache {
                 .min(limit(self.limits.max_samples_per_instance)),
             HistoryKind::KeepAll => limit(self.limits.max_samples_per_instance),
         };
-        let inst_len = known_len.unwrap_or(0);
+        let valid = h.kind == SampleKind::Data;
+        // A notice is kept beside the data samples (`Instance::notice`): the limits
+        // count data only, and it never pushes one out.
+        let inst_len = if valid { known_len.unwrap_or(0) } else { 0 };
         let keep_last = self.history.kind == HistoryKind::KeepLast;
         if inst_len >= per_instance && !keep_last {
             return Err(Rejected::SamplesPerInstance);
         }
         let evict_own = keep_last && inst_len >= per_instance;
         // Samples held back in unended coherent sets count too (`pending_sets`).
-        if !evict_own
+        if valid
+            && !evict_own
             && self.samples.len() + self.pending_sets.samples() >= limit(self.limits.max_samples)
         {
             return Err(Rejected::Samples);
         }
-        let valid = h.kind == SampleKind::Data;
         // No rejection after this point: the bytes are kept (lent, or copied).
         let copy = match payload {
             Bytes::Owned(b) if valid => Payload::Owned(b),
@@ -947,43 +1002,87 @@ impl Cache {
             SampleKind::Liveliness | SampleKind::CoherentEnd | SampleKind::GroupCoherentEnd => {}
         }
         inst.newest_source_ns = inst.newest_source_ns.max(Some(h.source_timestamp_ns));
-        let arrival = self.next_arrival;
-        self.next_arrival += 1;
-        inst.arrivals.push_back(arrival);
-        self.samples.insert(
-            arrival,
-            Entry {
-                expires_ns,
-                instance: handle,
-                read: false,
-                info: SampleInfo {
-                    sample_state: SampleState::NotRead,
-                    view_state: ViewState::New,
-                    instance_state: inst.state,
-                    source_timestamp_ns: h.source_timestamp_ns,
-                    instance_handle: handle,
-                    publication_handle: writer,
-                    disposed_generation_count: inst.disposed_generation_count,
-                    no_writers_generation_count: inst.no_writers_generation_count,
-                    valid_data: valid,
-                    view_id: o.view_id,
-                    order_index: o.order_index,
-                    writer_seq: h.writer_seq,
-                    durable: false,
-                },
-                payload: copy,
-                position,
-            },
-        );
+        let info = SampleInfo {
+            sample_state: SampleState::NotRead,
+            view_state: ViewState::New,
+            instance_state: inst.state,
+            source_timestamp_ns: h.source_timestamp_ns,
+            instance_handle: handle,
+            publication_handle: writer,
+            disposed_generation_count: inst.disposed_generation_count,
+            no_writers_generation_count: inst.no_writers_generation_count,
+            valid_data: valid,
+            view_id: o.view_id,
+            order_index: o.order_index,
+            writer_seq: h.writer_seq,
+            durable: false,
+        };
+        self.keep(info, copy, position, expires_ns);
         if let Some(e) = evicted {
             self.recycle([e.payload]);
         }
         Ok(true)
     }
 
-    /// Writers in `gone` left the domain: instances only they wrote lose their writers
-    /// (NOT_ALIVE_NO_WRITERS), as if they had unregistered.
-    pub fn writers_gone(&mut self, gone: &dyn Fn(&WriterHandle) -> bool) {
+    /// Keeps a sample of its (held) instance at the next arrival: data after the
+    /// instance's other data samples, a notice after its other notices (the oldest given
+    /// back past [`INSTANCE_NOTICES_MAX`]).
+    fn keep(
+        &mut self,
+        info: SampleInfo,
+        payload: Payload,
+        position: Position,
+        expires_ns: Option<i64>,
+    ) {
+        let handle = info.instance_handle;
+        let arrival = self.next_arrival;
+        self.next_arrival += 1;
+        let inst = self.instances.get_mut(&handle);
+        // Invariant: callers keep samples of instances the cache holds (`insert_one`
+        // made it; `writers_gone` walks them), so every sample has its instance.
+        assert!(
+            inst.is_some(),
+            "a sample kept for an instance the cache does not hold"
+        );
+        let replaced = match inst {
+            Some(inst) if info.valid_data => {
+                inst.arrivals.push_back(arrival);
+                None
+            }
+            Some(inst) => {
+                let old = (inst.notices.len() >= INSTANCE_NOTICES_MAX)
+                    .then(|| inst.notices.pop_front())
+                    .flatten();
+                inst.notices.push_back(arrival);
+                old.and_then(|a| self.samples.remove(a))
+            }
+            None => None,
+        };
+        self.last_position = position;
+        self.samples.insert(
+            arrival,
+            Entry {
+                expires_ns,
+                instance: handle,
+                read: false,
+                info,
+                payload,
+                position,
+            },
+        );
+        if let Some(e) = replaced {
+            self.recycle([e.payload]);
+        }
+    }
+
+    /// Writers in `gone` left the domain or lost their liveliness: instances only they
+    /// wrote lose their writers (NOT_ALIVE_NO_WRITERS), as if they had unregistered. An
+    /// instance that so ends while it holds no unread sample to carry its new state to
+    /// a `read` or `take` gets a notice of its own (`valid_data` false, from the last of
+    /// its writers that went, stamped now, in no order: `ORDER_INDEX_NONE`, in the
+    /// place of the last sample this cache kept for PRESENTATION's merges), as DDS
+    /// readers see a lost writer. True if it added a notice.
+    pub fn writers_gone(&mut self, gone: &dyn Fn(&WriterHandle) -> bool) -> bool {
         let now_us = self.clock.now_us();
         // Their unended coherent sets never end: dropped (every reader drops the same).
         let unended: Vec<WriterHandle> = self
@@ -997,17 +1096,53 @@ impl Cache {
                 self.recycle(set.into_iter().map(|(_, b, _)| Payload::Owned(b)));
             }
         }
-        for inst in self.instances.values_mut() {
-            let before = inst.writers.len();
+        let mut ended = Vec::new();
+        for (handle, inst) in self.instances.iter_mut() {
+            let last_gone = inst.writers.iter().rev().find(|w| gone(w)).copied();
             inst.writers.retain(|w| !gone(w));
             if inst.owner.is_some_and(|(o, _)| gone(&o)) {
                 inst.owner = None;
             }
-            if before > 0 && inst.writers.is_empty() && inst.state == InstanceState::Alive {
-                inst.state = InstanceState::NotAliveNoWriters;
-                inst.not_alive_since_us = Some(now_us);
+            if let Some(w) = last_gone {
+                if inst.writers.is_empty() && inst.state == InstanceState::Alive {
+                    inst.state = InstanceState::NotAliveNoWriters;
+                    inst.not_alive_since_us = Some(now_us);
+                    ended.push((*handle, w));
+                }
             }
         }
+        let now_ns = self.clock.wall_ns();
+        let mut noticed = false;
+        for (handle, writer) in ended {
+            let Some(inst) = self.instances.get(&handle) else {
+                continue;
+            };
+            let unread = inst
+                .all_arrivals()
+                .any(|a| self.samples.get(a).is_some_and(|e| !e.read));
+            if unread {
+                continue;
+            }
+            let view_id = self.last_position.delivered_at.0;
+            let info = SampleInfo {
+                sample_state: SampleState::NotRead,
+                view_state: ViewState::New,
+                instance_state: InstanceState::NotAliveNoWriters,
+                source_timestamp_ns: now_ns,
+                instance_handle: handle,
+                publication_handle: writer,
+                disposed_generation_count: inst.disposed_generation_count,
+                no_writers_generation_count: inst.no_writers_generation_count,
+                valid_data: false,
+                view_id,
+                order_index: crate::sample::ORDER_INDEX_NONE,
+                writer_seq: 0,
+                durable: false,
+            };
+            self.keep(info, Payload::Owned(Vec::new()), self.last_position, None);
+            noticed = true;
+        }
+        noticed
     }
 
     /// Returns (and with `take`, removes) up to `max` samples matching `mask` and
@@ -1073,7 +1208,7 @@ impl Cache {
             if take {
                 if let Some(e) = self.samples.remove(arrival) {
                     if let Some(inst) = self.instances.get_mut(&instance) {
-                        inst.arrivals.retain(|a| *a != arrival);
+                        inst.forget(arrival);
                     }
                     let info = e.info_now(view_state, state);
                     out.push((info, e.payload));
@@ -1125,6 +1260,7 @@ impl Cache {
         self.samples.trim_room();
         for inst in self.instances.values_mut() {
             inst.arrivals.clear();
+            inst.notices.clear();
             inst.new = false;
         }
         self.purge_empty_instances();
@@ -1135,8 +1271,8 @@ impl Cache {
     fn purge_empty_instances(&mut self) {
         let purged = &mut self.purged_keys;
         self.instances.retain(|h, i| {
-            let keep = !i.arrivals.is_empty()
-                || (i.state == InstanceState::Alive && !i.writers.is_empty());
+            let keep =
+                i.holds_samples() || (i.state == InstanceState::Alive && !i.writers.is_empty());
             if !keep {
                 if let Some(k) = i.key_sample.take() {
                     Self::push_purged_key(purged, *h, k);
@@ -1186,186 +1322,4 @@ impl Cache {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use spindle_topics::KeyHash;
-
-    fn hdr(kind: SampleKind, key: u8, seq: u64) -> SampleHeader {
-        SampleHeader {
-            kind,
-            writer_id: 1,
-            topic_id: 9,
-            writer_seq: seq,
-            source_timestamp_ns: 0,
-            key_hash: KeyHash([key; 16]),
-            lifespan_ns: 0,
-            ownership_strength: 0,
-            partition_tag: 0,
-            coherent: Coherent::No,
-            level: spindle_qos::DeliveryLevel::VolatileStore,
-        }
-    }
-    fn o(i: u64) -> Origin {
-        Origin {
-            node: 1,
-            view_id: 1,
-            order_index: i,
-        }
-    }
-
-    #[test]
-    fn spare_buffers_are_reused_and_bounded() {
-        let mut c = Cache::new(History::keep_all(), ResourceLimits::default());
-        c.recycle((0..10_000).map(|_| Payload::Owned(vec![0u8; 1024])));
-        assert!(
-            c.spare_bytes <= SPARE_BYTES_MAX,
-            "bounded: {}",
-            c.spare_bytes
-        );
-        assert_eq!(c.spare.len(), SPARE_BYTES_MAX / 1024);
-        let before = c.spare.len();
-        c.insert(&hdr(SampleKind::Data, 1, 1), b"abc", o(0))
-            .unwrap();
-        assert_eq!(
-            c.spare.len(),
-            before - 1,
-            "the sample's copy took a spare buffer"
-        );
-        let got = c.access(10, &StateMask::ANY, None, true);
-        assert_eq!(got[0].1.bytes(), b"abc", "and holds exactly the payload");
-        c.recycle(got.into_iter().map(|(_, b)| b));
-        assert_eq!(c.spare.len(), before);
-    }
-
-    #[test]
-    fn evictions_in_the_middle_leave_bounded_holes_and_the_order() {
-        // Instance 1's one sample stays at the front while instance 2 (KEEP_LAST 1) is
-        // replaced 1,000 times behind it: each eviction leaves a hole in the middle.
-        let mut c = Cache::new(History::keep_last(1), ResourceLimits::default());
-        c.insert(&hdr(SampleKind::Data, 1, 0), b"first", o(0))
-            .unwrap();
-        for i in 1..=1000u64 {
-            c.insert(&hdr(SampleKind::Data, 2, i), b"x", o(i)).unwrap();
-            assert_eq!(c.len(), 2);
-            assert!(
-                c.samples.slots.len() <= 2 * c.len() + SAMPLE_HOLES_SLACK,
-                "holes bounded after {i} evictions: {} slots",
-                c.samples.slots.len()
-            );
-        }
-        let seqs: Vec<u64> = c
-            .access(10, &StateMask::ANY, None, false)
-            .iter()
-            .map(|s| s.0.writer_seq)
-            .collect();
-        assert_eq!(
-            seqs,
-            vec![0, 1000],
-            "arrival order, the newest of instance 2"
-        );
-        // Take one instance (a removal at the front), then the rest.
-        let one = c.access(
-            10,
-            &StateMask::ANY,
-            Some(InstanceHandle(KeyHash([1; 16]))),
-            true,
-        );
-        assert_eq!(one.len(), 1);
-        assert_eq!(one[0].1.bytes(), b"first");
-        assert_eq!(c.len(), 1);
-        let rest = c.access(10, &StateMask::ANY, None, true);
-        assert_eq!(rest[0].0.writer_seq, 1000);
-        assert!(c.is_empty() && c.samples.slots.is_empty());
-    }
-
-    #[test]
-    fn keep_last_keeps_the_newest_per_instance() {
-        let mut c = Cache::new(History::keep_last(2), ResourceLimits::default());
-        for i in 0..5 {
-            c.insert(&hdr(SampleKind::Data, (i % 2) as u8, i), b"x", o(i))
-                .unwrap();
-        }
-        let got: Vec<u64> = c
-            .access(100, &StateMask::ANY, None, true)
-            .iter()
-            .map(|s| s.0.writer_seq)
-            .collect();
-        assert_eq!(got, vec![1, 2, 3, 4]);
-        assert!(c.is_empty());
-    }
-
-    #[test]
-    fn keep_all_rejects_past_the_limits_and_read_marks_samples_read() {
-        let limits = ResourceLimits {
-            max_samples: 3,
-            max_instances: 2,
-            max_samples_per_instance: 2,
-        };
-        let mut c = Cache::new(History::keep_all(), limits);
-        c.insert(&hdr(SampleKind::Data, 1, 1), b"a", o(0)).unwrap();
-        c.insert(&hdr(SampleKind::Data, 1, 2), b"b", o(1)).unwrap();
-        assert_eq!(
-            c.insert(&hdr(SampleKind::Data, 1, 3), b"c", o(2)),
-            Err(Rejected::SamplesPerInstance)
-        );
-        c.insert(&hdr(SampleKind::Data, 2, 4), b"d", o(3)).unwrap();
-        assert_eq!(
-            c.insert(&hdr(SampleKind::Data, 3, 5), b"e", o(4)),
-            Err(Rejected::Instances)
-        );
-        assert_eq!(
-            c.insert(&hdr(SampleKind::Data, 2, 6), b"f", o(5)),
-            Err(Rejected::Samples)
-        );
-        let first = c.access(1, &StateMask::ANY, None, false);
-        assert_eq!(first[0].0.sample_state, SampleState::NotRead);
-        assert_eq!(first[0].0.view_state, ViewState::New);
-        let again = c.access(1, &StateMask::ANY, None, false);
-        assert_eq!(again[0].0.sample_state, SampleState::Read);
-        assert_eq!(again[0].0.view_state, ViewState::NotNew);
-        assert_eq!(c.access(10, &StateMask::NOT_READ, None, false).len(), 2);
-    }
-
-    #[test]
-    fn dispose_and_rebirth_count_generations() {
-        let mut c = Cache::new(History::keep_last(5), ResourceLimits::default());
-        c.insert(&hdr(SampleKind::Data, 1, 1), b"a", o(0)).unwrap();
-        c.insert(&hdr(SampleKind::Dispose, 1, 2), b"", o(1))
-            .unwrap();
-        assert_eq!(
-            c.instance_state(InstanceHandle(KeyHash([1; 16]))),
-            Some(InstanceState::NotAliveDisposed)
-        );
-        c.insert(&hdr(SampleKind::Data, 1, 3), b"b", o(2)).unwrap();
-        let s = c.access(10, &StateMask::ANY, None, true);
-        assert_eq!(s.len(), 3);
-        assert!(!s[1].0.valid_data);
-        assert_eq!(s[2].0.disposed_generation_count, 1);
-        assert_eq!(s[2].0.instance_state, InstanceState::Alive);
-    }
-
-    #[test]
-    fn read_shares_the_bytes_and_the_last_holder_recycles_them() {
-        let mut c = Cache::new(History::keep_all(), ResourceLimits::default());
-        c.insert(&hdr(SampleKind::Data, 1, 1), b"abc", o(0))
-            .unwrap();
-        let first = c.access(1, &StateMask::ANY, None, false);
-        let again = c.access(1, &StateMask::ANY, None, false);
-        let (Payload::Shared(a), Payload::Shared(b)) = (&first[0].1, &again[0].1) else {
-            panic!("a read shares the cache's bytes: {first:?} {again:?}");
-        };
-        assert!(Arc::ptr_eq(a, b), "reading again copies nothing");
-        let spare = c.spare.len();
-        c.recycle(first.into_iter().map(|(_, p)| p));
-        assert_eq!(c.spare.len(), spare, "still shared: not reused");
-        let taken = c.access(1, &StateMask::ANY, None, true);
-        assert_eq!(taken[0].1.bytes(), b"abc");
-        drop(again);
-        c.recycle(taken.into_iter().map(|(_, p)| p));
-        assert_eq!(
-            c.spare.len(),
-            spare + 1,
-            "the last holder gives the buffer back"
-        );
-    }
-}
+mod tests;

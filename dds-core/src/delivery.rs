@@ -424,7 +424,9 @@ impl Application for DdsApp {
                         .subgroups
                         .get(&r.subgroup)
                         .is_some_and(|d| d.spec.members.contains(&me));
-                    r.set_member(member, &gone);
+                    if r.set_member(member, &gone) {
+                        primed.push(Arc::clone(r));
+                    }
                 }
             }
             // Endpoints of participants that left the view are gone with them.

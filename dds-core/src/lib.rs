@@ -145,7 +145,8 @@
 //!   lease); MANUAL_BY_TOPIC and MANUAL_BY_PARTICIPANT with a finite lease are renewed by
 //!   writes and `assert_liveliness` (a header-only message in the topic's order), watched
 //!   by every matched reader (LIVELINESS_CHANGED, instances NOT_ALIVE_NO_WRITERS when a
-//!   lease lapses) and by the writer itself (LIVELINESS_LOST), on the participant's
+//!   lease lapses, with a notice where no unread sample carries the change, as when a
+//!   writer leaves the view) and by the writer itself (LIVELINESS_LOST), on the participant's
 //!   timer. PRESENTATION `coherent_access`:
 //!   `begin_coherent_changes`/`end_coherent_changes` on the publisher; readers hold a
 //!   set back until its end and take it whole, and a set whose writer fails first is
@@ -224,7 +225,7 @@ pub use reader::{
 };
 pub use sample::{
     InstanceHandle, InstanceState, Sample, SampleBuffer, SampleInfo, SampleState, StateMask,
-    ViewState, WriterHandle,
+    ViewState, WriterHandle, ORDER_INDEX_NONE,
 };
 pub use spindle_qos::DeliveryLevel;
 pub use subscriber::Subscriber;

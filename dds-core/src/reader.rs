@@ -107,7 +107,10 @@ impl<T: TopicType> DataReader<T> {
             .map(|v| v.members.clone())
             .unwrap_or_default();
         drop(st);
-        self.core
+        // Notices this adds raise DATA_AVAILABLE in the status; the reader is new, so no
+        // listener of it runs yet.
+        let _noticed = self
+            .core
             .set_member(member, &|w| !members.contains(&w.node));
         self.core
             .rematch(me, vid, count(&compatible), &incompatible);

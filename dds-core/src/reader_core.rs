@@ -414,19 +414,33 @@ impl ReaderCore {
         if !table_whole {
             return any;
         }
-        lock(&self.cache).writers_gone(&|w| {
+        self.writers_gone(&|w| {
             endpoints
                 .get(&(w.node, w.writer_id))
                 .is_none_or(|e| e.reader)
-        });
-        any
+        }) || any
     }
 
     /// The view changed: whether this node is a member of the reader's subgroup now,
-    /// and which writers left the view.
-    pub(crate) fn set_member(&self, in_subgroup: bool, gone: &dyn Fn(&WriterHandle) -> bool) {
+    /// and which writers left the view. True if instances they left got notices
+    /// ([`Self::writers_gone`]).
+    pub(crate) fn set_member(
+        &self,
+        in_subgroup: bool,
+        gone: &dyn Fn(&WriterHandle) -> bool,
+    ) -> bool {
         self.matched.store(in_subgroup, Ordering::Release);
-        lock(&self.cache).writers_gone(gone);
+        self.writers_gone(gone)
+    }
+
+    /// Writers in `gone` left or lost their liveliness: their instances end
+    /// ([`Cache::writers_gone`]); true if that added notices, DATA_AVAILABLE then raised.
+    fn writers_gone(&self, gone: &dyn Fn(&WriterHandle) -> bool) -> bool {
+        let noticed = lock(&self.cache).writers_gone(gone);
+        if noticed {
+            lock(&self.status).changes |= StatusMask::DATA_AVAILABLE.0;
+        }
+        noticed
     }
 
     /// Sets the matched writers whose leases it watches — `(writer, kind, lease)` for
@@ -492,7 +506,8 @@ impl ReaderCore {
 
     /// Writers whose lease passed unrenewed by `now_us` are no longer alive: counted in
     /// LIVELINESS_CHANGED, and the instances only they wrote become
-    /// NOT_ALIVE_NO_WRITERS. Returns the statuses that changed.
+    /// NOT_ALIVE_NO_WRITERS (with notices, [`Cache::writers_gone`]: DATA_AVAILABLE).
+    /// Returns the statuses that changed.
     pub(crate) fn check_leases(&self, now_us: u64) -> StatusMask {
         let lapsed: Vec<WriterHandle> = {
             let mut leases = lock(&self.leases);
@@ -508,7 +523,7 @@ impl ReaderCore {
         if lapsed.is_empty() {
             return StatusMask::NONE;
         }
-        lock(&self.cache).writers_gone(&|w| lapsed.contains(w));
+        let noticed = self.writers_gone(&|w| lapsed.contains(w));
         let n = lapsed.len() as u32;
         let mut s = lock(&self.status);
         let l = &mut s.liveliness;
@@ -517,7 +532,11 @@ impl ReaderCore {
         l.not_alive_count += n;
         l.not_alive_count_change += n as i32;
         s.changes |= StatusMask::LIVELINESS_CHANGED.0;
-        StatusMask::LIVELINESS_CHANGED
+        if noticed {
+            StatusMask::LIVELINESS_CHANGED | StatusMask::DATA_AVAILABLE
+        } else {
+            StatusMask::LIVELINESS_CHANGED
+        }
     }
 
     /// Matched writers whose lease has lapsed (counted not alive).

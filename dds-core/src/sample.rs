@@ -323,6 +323,10 @@ impl StateMask {
     }
 }
 
+/// The `order_index` of a notice a reader made itself, not delivered in any order
+/// ([`SampleInfo::order_index`]).
+pub const ORDER_INDEX_NONE: u64 = u64::MAX;
+
 /// What comes with each sample (DDS `SampleInfo`), plus Spindle's total order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SampleInfo {
@@ -347,7 +351,10 @@ pub struct SampleInfo {
     /// The view (epoch) the sample was delivered in.
     pub view_id: u32,
     /// Its index in the subgroup's total order within that view: every reader of the
-    /// topic sees the same `(view_id, order_index)` for the same sample.
+    /// topic sees the same `(view_id, order_index)` for the same sample. A notice the
+    /// reader made itself (a writer left or lost its liveliness) is in no order:
+    /// [`ORDER_INDEX_NONE`], with the view of the last sample its reader kept before it
+    /// ([`SampleInfo::in_total_order`]).
     pub order_index: u64,
     /// The writer's own sequence number.
     pub writer_seq: u64,
@@ -355,6 +362,15 @@ pub struct SampleInfo {
     /// synced log of every member of its subgroup ([`crate::logged`]); as of the access
     /// that returned it. Always false on other levels.
     pub durable: bool,
+}
+
+impl SampleInfo {
+    /// True if the sample was delivered in its subgroup's total order (every sample and
+    /// every writer's notice); false for a notice its reader made itself
+    /// ([`ORDER_INDEX_NONE`]), which logs of the order leave out.
+    pub fn in_total_order(&self) -> bool {
+        self.order_index != ORDER_INDEX_NONE
+    }
 }
 
 /// A sample taken or read: the data (if `info.valid_data`) and its info.

@@ -1353,7 +1353,17 @@ fn a_paused_participant_is_excluded_and_learns_why_when_it_wakes() {
                 "seed {seed}: the silent member is excluded"
             );
             w2.write(&ks("2", "after")).unwrap();
-            assert_eq!(values(&take_n(&d, &r, 1)), ["after"], "seed {seed}");
+            // The excluded writer's instance ends with a notice (its sample was taken),
+            // then the new value.
+            let got = take_n(&d, &r, 2);
+            assert_eq!(values(&got), ["after"], "seed {seed}");
+            let three = r.lookup_instance(&ks("3", "")).unwrap();
+            assert!(
+                got.iter().any(|s| !s.info.valid_data
+                    && s.info.instance_handle == three
+                    && s.info.instance_state == InstanceState::NotAliveNoWriters),
+                "seed {seed}: {got:?}"
+            );
             d.world().resume(3);
             assert!(
                 d.run_until(ROUNDS_MAX, || ps[2].stopped().is_some()),

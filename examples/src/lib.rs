@@ -407,3 +407,77 @@ pub mod procs {
             .port())
     }
 }
+
+/// Where a domain driver puts its members' logs and data.
+pub mod run_dir {
+    use std::path::PathBuf;
+
+    use crate::procs::BoxError;
+
+    /// A run's directory: `--out DIR` as given, kept; or, without `--out`, a new one
+    /// under the system's temporary directory, removed when the run succeeds and kept
+    /// (and named) when it fails, for a look at what went wrong.
+    #[derive(Debug)]
+    pub struct RunDir {
+        /// The directory (created).
+        pub path: PathBuf,
+        temporary: bool,
+    }
+
+    impl RunDir {
+        /// `out`, or `<temp>/spindle-<name>-<pid>`; created if missing.
+        pub fn new(out: Option<PathBuf>, name: &str) -> std::io::Result<RunDir> {
+            let temporary = out.is_none();
+            let path = out.unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("spindle-{name}-{}", std::process::id()))
+            });
+            std::fs::create_dir_all(&path)?;
+            Ok(RunDir { path, temporary })
+        }
+
+        /// Ends the run with its result `r`: a temporary directory goes if `r` is `Ok`.
+        pub fn finish<T>(self, r: Result<T, BoxError>) -> Result<T, BoxError> {
+            if !self.temporary {
+                return r;
+            }
+            if r.is_ok() {
+                std::fs::remove_dir_all(&self.path)?;
+                println!(
+                    "(removed {}; give --out DIR to keep the logs)",
+                    self.path.display()
+                );
+            } else {
+                eprintln!("logs kept in {}", self.path.display());
+            }
+            r
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_temporary_directory_goes_on_success_and_stays_on_failure() {
+            let ok = RunDir::new(None, "run-dir-test-ok").unwrap();
+            let path = ok.path.clone();
+            assert!(path.is_dir());
+            std::fs::write(path.join("a.log"), "x").unwrap();
+            assert_eq!(ok.finish(Ok::<_, BoxError>(7)).unwrap(), 7);
+            assert!(!path.exists(), "removed after success");
+
+            let failed = RunDir::new(None, "run-dir-test-failed").unwrap();
+            let path = failed.path.clone();
+            assert!(failed.finish(Err::<(), BoxError>("no".into())).is_err());
+            assert!(path.is_dir(), "kept after a failure");
+            std::fs::remove_dir_all(&path).unwrap();
+
+            let out = std::env::temp_dir()
+                .join(format!("spindle-run-dir-test-given-{}", std::process::id()));
+            let kept = RunDir::new(Some(out.clone()), "unused").unwrap();
+            kept.finish(Ok::<_, BoxError>(())).unwrap();
+            assert!(out.is_dir(), "--out is the user's: kept");
+            std::fs::remove_dir_all(&out).unwrap();
+        }
+    }
+}

@@ -23,6 +23,7 @@ use spindle_dds_core::{
     WaitSet,
 };
 use spindle_examples::procs::{free_port, member_config, Proc};
+use spindle_examples::run_dir::RunDir;
 use spindle_examples::{check_agreement, parse_log};
 use spindle_qos::{DataReaderQos, DataWriterQos, DurabilityKind, History, Reliability, TopicQos};
 use spindle_topics::avionics::{
@@ -413,7 +414,8 @@ impl Logs {
             );
         }
         let f = self.files.get_mut(topic).ok_or("log file")?;
-        for s in samples {
+        // The log is of the total order: a notice a reader made itself is in none.
+        for s in samples.iter().filter(|s| s.info.in_total_order()) {
             if let Some(d) = s.data.as_ref() {
                 d.check()
                     .map_err(|e| format!("{}: {topic}: {e}", self.process))?;
@@ -547,12 +549,18 @@ fn domain(
     seconds: u64,
     suspect_floor_ms: Option<u64>,
 ) -> Result<(), BoxError> {
-    let out = match out {
-        Some(d) => d,
-        None => std::env::temp_dir().join(format!("spindle-avionics-{}", std::process::id())),
-    };
-    std::fs::create_dir_all(&out)?;
-    for e in std::fs::read_dir(&out)? {
+    let dir = RunDir::new(out, "avionics")?;
+    let r = run(&dir.path, transport, seconds, suspect_floor_ms);
+    dir.finish(r)
+}
+
+fn run(
+    out: &Path,
+    transport: &str,
+    seconds: u64,
+    suspect_floor_ms: Option<u64>,
+) -> Result<(), BoxError> {
+    for e in std::fs::read_dir(out)? {
         let p = e?.path();
         if p.extension().is_some_and(|x| x == "log") {
             std::fs::remove_file(p)?;
@@ -581,7 +589,7 @@ fn domain(
         transport,
         &fms_listen,
         &contact,
-        &out,
+        out,
         suspect_floor_ms,
     )?;
     wait_ready(&fms, Duration::from_secs(30))?;
@@ -592,7 +600,7 @@ fn domain(
             transport,
             &listen_of(node)?,
             &contact,
-            &out,
+            out,
             suspect_floor_ms,
         )
     };
@@ -654,7 +662,7 @@ fn domain(
     }
     let killed = PROCESSES.iter().find(|p| p.0 == KILLED).map_or(0, |p| p.1);
     println!("  ({KILLED} was node {killed}; the views after its SIGKILL no longer hold it)");
-    report(&out)
+    report(out)
 }
 
 fn report(out: &Path) -> Result<(), BoxError> {

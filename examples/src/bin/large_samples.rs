@@ -25,6 +25,7 @@ use spindle_qos::{DataReaderQos, DataWriterQos, History, Reliability, TopicQos};
 use spindle_topics::Sequence;
 
 use spindle_examples::procs::{self, free_port, member_config, BoxError, Proc};
+use spindle_examples::run_dir::RunDir;
 
 /// How long a process may take for one step before the domain gives up.
 const STEP_TIMEOUT: Duration = Duration::from_secs(180);
@@ -145,6 +146,10 @@ fn member(
             return Err(format!("node {node}: took {took:?} samples per writer").into());
         }
         for s in r.take(usize::MAX, StateMask::ANY)? {
+            // The killed writer's instance ends with a notice this reader made itself.
+            if !s.info.in_total_order() {
+                continue;
+            }
             let data = s.data.as_ref().ok_or("a sample without data")?;
             let (from, i) = spindle_examples::large_samples::parse(&data.payload)
                 .ok_or("a sample too short to name its writer")?;
@@ -176,10 +181,12 @@ fn member(
 }
 
 fn domain(transport: &str, out: Option<PathBuf>, kill: bool) -> Result<(), BoxError> {
-    let out = out.unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("spindle-large-samples-{}", std::process::id()))
-    });
-    std::fs::create_dir_all(&out)?;
+    let dir = RunDir::new(out, "large-samples")?;
+    let r = run(transport, &dir.path, kill);
+    dir.finish(r)
+}
+
+fn run(transport: &str, out: &Path, kill: bool) -> Result<(), BoxError> {
     let ns = format!("ls{}", std::process::id());
     let listen_of = || -> Result<String, BoxError> {
         Ok(match transport {

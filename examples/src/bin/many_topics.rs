@@ -19,6 +19,7 @@ use spindle_qos::{DataReaderQos, DataWriterQos, History, Reliability, TopicQos};
 use spindle_topics::KeyedString;
 
 use spindle_examples::procs::{self, free_port, member_config, BoxError, Proc};
+use spindle_examples::run_dir::RunDir;
 
 /// How long a process may take for one step before the domain gives up.
 const STEP_TIMEOUT: Duration = Duration::from_secs(120);
@@ -29,8 +30,9 @@ struct Args {
     /// tcp or shm.
     #[arg(long, default_value = "tcp", value_parser = ["tcp", "shm"])]
     transport: String,
-    /// Topics in the domain.
-    #[arg(long, default_value_t = 1000)]
+    /// Topics in the domain (at least 1).
+    #[arg(long, default_value_t = 1000,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     topics: usize,
     /// Write each reader's log to `DIR/<node>-<topic>.log`.
     #[arg(long)]
@@ -166,7 +168,9 @@ fn member(
         let mut f = std::io::BufWriter::new(std::fs::File::create(
             out.join(format!("{node}-{}.log", topic_name(*i))),
         )?);
-        for s in r.take(usize::MAX, StateMask::ANY)? {
+        // The log is of the total order: a notice a reader made itself is in none.
+        let taken = r.take(usize::MAX, StateMask::ANY)?;
+        for s in taken.iter().filter(|s| s.info.in_total_order()) {
             let value = s.data.as_ref().map_or("-".to_string(), |d| d.value.clone());
             writeln!(
                 f,
@@ -208,11 +212,13 @@ fn spawn(
 }
 
 fn domain(transport: &str, topics: usize, out: Option<PathBuf>) -> Result<(), BoxError> {
-    let out = out.unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("spindle-many-topics-{}", std::process::id()))
-    });
-    std::fs::create_dir_all(&out)?;
-    for e in std::fs::read_dir(&out)? {
+    let dir = RunDir::new(out, "many-topics")?;
+    let r = run(transport, topics, &dir.path);
+    dir.finish(r)
+}
+
+fn run(transport: &str, topics: usize, out: &Path) -> Result<(), BoxError> {
+    for e in std::fs::read_dir(out)? {
         let p = e?.path();
         if p.extension().is_some_and(|x| x == "log") {
             std::fs::remove_file(p)?;
@@ -236,10 +242,10 @@ fn domain(transport: &str, topics: usize, out: Option<PathBuf>) -> Result<(), Bo
          {PARTICIPANTS} is killed between two rounds; logs in {}",
         out.display()
     );
-    let mut procs = vec![spawn(1, transport, &first, &contact, topics, &out)?];
+    let mut procs = vec![spawn(1, transport, &first, &contact, topics, out)?];
     procs[0].expect("JOINED", STEP_TIMEOUT)?;
     for node in 2..=PARTICIPANTS {
-        let p = spawn(node, transport, &listen_of()?, &contact, topics, &out)?;
+        let p = spawn(node, transport, &listen_of()?, &contact, topics, out)?;
         p.expect("JOINED", STEP_TIMEOUT)?;
         procs.push(p);
     }

@@ -22,6 +22,7 @@ use spindle_dds_core::{
     Contact, DomainParticipant, DomainParticipantFactory, ParticipantConfig, StateMask, Transport,
 };
 use spindle_examples::procs::{free_port, BoxError, Proc};
+use spindle_examples::run_dir::RunDir;
 use spindle_qos::{DataReaderQos, DataWriterQos, DurabilityKind, History, Reliability, TopicQos};
 use spindle_topics::avionics::{HealthHeartbeat, HealthStatus};
 
@@ -183,17 +184,19 @@ fn spawn(
 
 /// The whole run: record, SIGKILL every process, restart, read back, check.
 pub fn domain(out: Option<PathBuf>, transport: &str, seconds: u64) -> Result<(), BoxError> {
-    let out = match out {
-        Some(d) => d,
-        None => std::env::temp_dir().join(format!("spindle-recorder-{}", std::process::id())),
-    };
+    let dir = RunDir::new(out, "recorder")?;
+    let r = run(&dir.path, transport, seconds);
+    dir.finish(r)
+}
+
+fn run(out: &Path, transport: &str, seconds: u64) -> Result<(), BoxError> {
     for n in RECORDERS {
         let d = out.join(format!("fdr-{n}"));
         if d.exists() {
             std::fs::remove_dir_all(&d)?;
         }
     }
-    std::fs::create_dir_all(&out)?;
+    std::fs::create_dir_all(out)?;
     println!(
         "recorder: {} processes over {transport} record events on the PERSISTENT topic \
          {TOPIC} for {seconds} s; then all are SIGKILLed and restarted; data in {}",
@@ -204,7 +207,7 @@ pub fn domain(out: Option<PathBuf>, transport: &str, seconds: u64) -> Result<(),
     let m = members(transport, &format!("{ns}a"))?;
     let mut procs = RECORDERS
         .iter()
-        .map(|n| spawn(*n, transport, &m, &out, "record"))
+        .map(|n| spawn(*n, transport, &m, out, "record"))
         .collect::<Result<Vec<_>, _>>()?;
     for p in &procs {
         p.expect("READY", WAIT_MAX)
@@ -232,7 +235,7 @@ pub fn domain(out: Option<PathBuf>, transport: &str, seconds: u64) -> Result<(),
     let m = members(transport, &format!("{ns}b"))?;
     let mut procs = RECORDERS
         .iter()
-        .map(|n| spawn(*n, transport, &m, &out, "read"))
+        .map(|n| spawn(*n, transport, &m, out, "read"))
         .collect::<Result<Vec<_>, _>>()?;
     let mut read: BTreeMap<String, BTreeMap<String, (u64, u64)>> = BTreeMap::new();
     for p in &procs {

@@ -35,10 +35,10 @@ pub struct StatusArgs {
     #[arg(long)]
     pub watch: bool,
     /// How often --watch looks, milliseconds.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, requires = "watch")]
     pub interval_ms: u64,
-    /// With --watch: exit after this many prints.
-    #[arg(long)]
+    /// With --watch: exit after this many prints (at least 1).
+    #[arg(long, requires = "watch", value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
     /// One JSON object per print instead of a table.
     #[arg(long)]

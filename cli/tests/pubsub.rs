@@ -517,13 +517,17 @@ fn bad_input_is_a_clear_error_and_exit_2() {
         "1",
     ]);
     assert_exit_2(&run(&args(&v), None), "sets no data_dir");
-    let o = run(&["status", "--config", &cfg, "--metrics", "nonsense"], None);
-    assert_eq!(
-        o.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    for (bad, want) in [
+        (&["--metrics", "nonsense"][..], "--metrics"),
+        // Options of --watch alone would be ignored: refused instead.
+        (&["--count", "3"][..], "--watch"),
+        (&["--interval-ms", "50"][..], "--watch"),
+        (&["--watch", "--count", "0"][..], "--count"),
+    ] {
+        let mut v = vec!["status", "--config", &cfg];
+        v.extend_from_slice(bad);
+        assert_exit_2(&run(&v, None), want);
+    }
 }
 
 /// `sub --count N` prints N samples, however many the reader holds.

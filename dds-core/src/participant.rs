@@ -101,9 +101,6 @@ fn join_failures(msg: String, inner: &ParticipantInner) -> String {
     format!("{msg}; {}", contacts.join("; "))
 }
 
-/// What a bootstrap member's failed first view says (the group's shut-down reason): it
-/// could not gather its fellow bootstrap members.
-const BOOTSTRAP_LOST: &str = "lost the majority of view";
 /// How long a bootstrap member that joins instead waits for its first endpoint's
 /// address to come free.
 const REOPEN_WAIT_MS: u64 = 5_000;
@@ -154,11 +151,11 @@ impl DomainParticipantFactory {
             // A bootstrap member started again while the others run the domain: its
             // first view (the bootstrap members) never gets their answers. It joins the
             // running domain through its contacts instead, as any other member would.
-            Err(Error::Error(why))
-                if why.contains(BOOTSTRAP_LOST)
-                    && config.bootstrap.contains(&config.node_id)
+            Err(Error::Group(lost @ spindle_group::Error::LostMajority { .. }))
+                if config.bootstrap.contains(&config.node_id)
                     && config.contacts.iter().any(|c| c.node != config.node_id) =>
             {
+                let why = lost.to_string();
                 tracing::warn!(
                     node = config.node_id,
                     %why,
@@ -384,6 +381,18 @@ impl DomainParticipant {
                 other => other,
             })
             .and_then(|()| inner.join_builtin());
+        if joined.is_err() {
+            // However the failure reached this thread (a wait that saw the participant
+            // stop, or a send the group refused), a first view that lost its majority is
+            // reported as the group's typed reason, which the factory acts on (a
+            // restarted bootstrap member joins instead).
+            if let Some(lost @ spindle_group::Error::LostMajority { .. }) =
+                inner.driver.stop_error()
+            {
+                inner.driver.stop();
+                return Err(Error::Group(lost));
+            }
+        }
         match joined {
             Ok(()) => {
                 if inner.config.rejoin {

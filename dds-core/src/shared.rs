@@ -289,6 +289,12 @@ pub(crate) trait Driver: Send + Sync {
     fn join_failures(&self) -> Vec<(NodeId, String)> {
         Vec::new()
     }
+    /// Why the group stopped, once it did by itself (shut down, excluded; not left):
+    /// [`spindle_group::GroupNode::stop_error`], typed, so the participant can act on the
+    /// kind (a first view that lost its majority).
+    fn stop_error(&self) -> Option<spindle_group::Error> {
+        None
+    }
     /// Lets about `hint` pass while a caller polls for something (zero: just yield): a
     /// sleep on threads; one round in simulation.
     fn idle(&self, hint: Duration);

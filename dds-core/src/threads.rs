@@ -226,6 +226,13 @@ impl Driver for ThreadDriver {
             .unwrap_or_default()
     }
 
+    fn stop_error(&self) -> Option<spindle_group::Error> {
+        lock(&self.node)
+            .as_ref()
+            .filter(|n| n.is_done())
+            .map(GroupNode::stop_error)
+    }
+
     fn idle(&self, hint: Duration) {
         if hint.is_zero() {
             std::thread::yield_now();

@@ -82,6 +82,17 @@ pub enum Error {
     /// majority, removed from the view, left).
     #[error("shut down: {0}")]
     ShutDown(String),
+    /// This node's view `vid` lost its majority (too few of its members reachable) and no
+    /// member said it excluded this node: it stopped, cut off from the others or having
+    /// outlived them. A bootstrap member started again while the others run the domain
+    /// gets this for its first view (it may join the running domain instead).
+    #[error("shut down: {why}")]
+    LostMajority {
+        /// The view whose majority was lost.
+        vid: u32,
+        /// What the membership protocol saw (members reachable, of how many).
+        why: String,
+    },
     /// The other members excluded this node: `by` suspected it (heard nothing from it for
     /// `silent_ms`, when `by`'s last word arrived; the process was stopped, swapped out or
     /// cut off) and the group moved on without it. Start a new process (or rejoin as a

@@ -591,6 +591,7 @@ struct GroupShared {
 #[derive(Debug, Clone)]
 enum Stop {
     Excluded(crate::group::Exclusion),
+    LostMajority { vid: u32, why: String },
     ShutDown(String),
     Left,
 }
@@ -689,10 +690,12 @@ impl GroupNode {
 
     /// The error for calls made after the node stopped: [`Error::Excluded`] if a member
     /// excluded it (it was stopped, starved or cut off for too long),
-    /// [`Error::ShutDown`] with the group's reason, else [`Error::Stopped`].
+    /// [`Error::LostMajority`] if its view lost its majority, [`Error::ShutDown`] with the
+    /// group's reason for any other shut-down, else [`Error::Stopped`].
     pub fn stop_error(&self) -> Error {
         match lock(&self.shared.why).clone() {
             Some(Stop::Excluded(x)) => x.error(),
+            Some(Stop::LostMajority { vid, why }) => Error::LostMajority { vid, why },
             Some(Stop::ShutDown(why)) => Error::ShutDown(why),
             Some(Stop::Left) | None => Error::Stopped,
         }
@@ -845,7 +848,13 @@ fn group_loop(
             }
             let stop = match (&out, group.exclusion()) {
                 (GroupOutput::ShutDown(_), Some(x)) => Some(Stop::Excluded(x)),
-                (GroupOutput::ShutDown(why), None) => Some(Stop::ShutDown(why.clone())),
+                (GroupOutput::ShutDown(why), None) => Some(match group.lost_majority() {
+                    Some(vid) => Stop::LostMajority {
+                        vid,
+                        why: why.clone(),
+                    },
+                    None => Stop::ShutDown(why.clone()),
+                }),
                 (GroupOutput::Left, _) => Some(Stop::Left),
                 _ => None,
             };

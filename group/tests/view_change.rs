@@ -144,7 +144,18 @@ fn a_3_2_partition_leaves_the_majority_running_and_shuts_the_minority_down() {
                 "seed {seed}: node {n} on the minority side did not shut down: {:?}",
                 r.shutdowns
             );
+            // Typed too, as the participant acts on it: the view it lost.
+            assert!(
+                r.lost_majority.iter().any(|(x, vid)| *x == n && *vid >= 1),
+                "seed {seed}: node {n}'s shut-down is not typed a lost majority: {:?}",
+                r.lost_majority
+            );
         }
+        assert!(
+            r.lost_majority.iter().all(|(x, _)| [4, 5].contains(x)),
+            "seed {seed}: only the minority lost its majority: {:?}",
+            r.lost_majority
+        );
         // The minority installed nothing while cut off.
         for (at, n, vid, m) in views_after(&r, 300, 1) {
             if at < 1200 {

@@ -371,6 +371,9 @@ pub struct Group {
     left_at_us: Option<u64>,
     /// The first peer that told this node it was excluded (its link's last word).
     excluded: Option<Exclusion>,
+    /// The view whose majority this node lost without being excluded, once it shut down
+    /// for that ([`Group::lost_majority`]).
+    lost_majority: Option<u32>,
     /// While joining: why the last link to each contact failed (cleared when it links),
     /// so a join that times out can say what stood in its way.
     join_failures: BTreeMap<NodeId, FailureReason>,
@@ -422,6 +425,7 @@ impl Group {
             next_declare_us: 0,
             left_at_us: None,
             excluded: None,
+            lost_majority: None,
             join_failures: BTreeMap::new(),
             dare: DareHandoffs::default(),
             dare_first_term: 0,
@@ -792,6 +796,9 @@ impl Group {
                          fabric's suspicion floor)"
                     );
                 }
+                if self.excluded.is_none() && !c.membership.lost_majority_to().is_empty() {
+                    self.lost_majority = Some(c.view.vid);
+                }
                 self.shut_down(why);
                 return true;
             }
@@ -897,6 +904,12 @@ impl Group {
     /// [`GroupOutput::ShutDown`] text then starts with it).
     pub fn exclusion(&self) -> Option<Exclusion> {
         self.excluded
+    }
+
+    /// The view whose majority this node lost, when that (and not an exclusion) shut it
+    /// down: too few of the view's members were reachable ([`Error::LostMajority`]).
+    pub fn lost_majority(&self) -> Option<u32> {
+        self.lost_majority
     }
 
     /// The next output, in order.

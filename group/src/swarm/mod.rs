@@ -398,6 +398,9 @@ pub struct Report {
     pub views: Vec<(u64, NodeId, u32, Vec<NodeId>)>,
     /// Every shutdown: `(round, node, why)`.
     pub shutdowns: Vec<(u64, NodeId, String)>,
+    /// The shutdowns the group typed as a lost majority ([`crate::Group::lost_majority`]):
+    /// `(node, view)`.
+    pub lost_majority: Vec<(NodeId, u32)>,
     /// Hash of the fabric trace and of every node's deliveries: equal for equal seeds.
     pub trace_hash: u64,
 }
@@ -498,6 +501,7 @@ struct Cluster {
     debug: bool,
     view_log: Vec<(u64, NodeId, u32, Vec<NodeId>)>,
     shutdown_log: Vec<(u64, NodeId, String)>,
+    lost_majority_log: Vec<(NodeId, u32)>,
 }
 
 fn payload(id: MsgId, sg: SubgroupId, len: usize) -> Vec<u8> {
@@ -627,6 +631,7 @@ impl Cluster {
             debug: std::env::var_os("SPINDLE_SWARM_DEBUG").is_some(),
             view_log: Vec::new(),
             shutdown_log: Vec::new(),
+            lost_majority_log: Vec::new(),
         }
     }
 
@@ -693,6 +698,7 @@ impl Cluster {
             faults_fired: self.fired.iter().filter(|f| **f).count(),
             views: self.view_log,
             shutdowns: self.shutdown_log,
+            lost_majority: self.lost_majority_log,
             trace_hash: h,
         }
     }
@@ -1105,6 +1111,9 @@ impl Cluster {
             },
             GroupOutput::ShutDown(why) => {
                 self.shutdown_log.push((self.round, id, why.clone()));
+                if let Some(vid) = n.group.as_ref().and_then(|g| g.lost_majority()) {
+                    self.lost_majority_log.push((id, vid));
+                }
                 n.down = true;
                 n.group = None;
                 n.ended = Some(why);

@@ -280,6 +280,21 @@ impl Instance {
         }
     }
 
+    /// Takes the sample at `arrival` (the cache's next): data after its other data
+    /// samples, a notice after its other notices. Returns the arrival of the notice that
+    /// pushed out past [`INSTANCE_NOTICES_MAX`], if one did.
+    fn place(&mut self, arrival: u64, valid_data: bool) -> Option<u64> {
+        if valid_data {
+            self.arrivals.push_back(arrival);
+            return None;
+        }
+        let out = (self.notices.len() >= INSTANCE_NOTICES_MAX)
+            .then(|| self.notices.pop_front())
+            .flatten();
+        self.notices.push_back(arrival);
+        out
+    }
+
     /// True if it holds a sample: data or a notice.
     fn holds_samples(&self) -> bool {
         !self.arrivals.is_empty() || !self.notices.is_empty()
@@ -1002,6 +1017,9 @@ impl Cache {
             SampleKind::Liveliness | SampleKind::CoherentEnd | SampleKind::GroupCoherentEnd => {}
         }
         inst.newest_source_ns = inst.newest_source_ns.max(Some(h.source_timestamp_ns));
+        let arrival = self.next_arrival;
+        self.next_arrival += 1;
+        let pushed_out = inst.place(arrival, valid);
         let info = SampleInfo {
             sample_state: SampleState::NotRead,
             view_state: ViewState::New,
@@ -1017,60 +1035,37 @@ impl Cache {
             writer_seq: h.writer_seq,
             durable: false,
         };
-        self.keep(info, copy, position, expires_ns);
+        self.keep(arrival, pushed_out, info, copy, position, expires_ns);
         if let Some(e) = evicted {
             self.recycle([e.payload]);
         }
         Ok(true)
     }
 
-    /// Keeps a sample of its (held) instance at the next arrival: data after the
-    /// instance's other data samples, a notice after its other notices (the oldest given
-    /// back past [`INSTANCE_NOTICES_MAX`]).
+    /// Keeps the sample at `arrival` (placed in its instance by [`Instance::place`],
+    /// which pushed out the notice at `pushed_out`, if any: given back).
     fn keep(
         &mut self,
+        arrival: u64,
+        pushed_out: Option<u64>,
         info: SampleInfo,
         payload: Payload,
         position: Position,
         expires_ns: Option<i64>,
     ) {
-        let handle = info.instance_handle;
-        let arrival = self.next_arrival;
-        self.next_arrival += 1;
-        let inst = self.instances.get_mut(&handle);
-        // Invariant: callers keep samples of instances the cache holds (`insert_one`
-        // made it; `writers_gone` walks them), so every sample has its instance.
-        assert!(
-            inst.is_some(),
-            "a sample kept for an instance the cache does not hold"
-        );
-        let replaced = match inst {
-            Some(inst) if info.valid_data => {
-                inst.arrivals.push_back(arrival);
-                None
-            }
-            Some(inst) => {
-                let old = (inst.notices.len() >= INSTANCE_NOTICES_MAX)
-                    .then(|| inst.notices.pop_front())
-                    .flatten();
-                inst.notices.push_back(arrival);
-                old.and_then(|a| self.samples.remove(a))
-            }
-            None => None,
-        };
         self.last_position = position;
         self.samples.insert(
             arrival,
             Entry {
                 expires_ns,
-                instance: handle,
+                instance: info.instance_handle,
                 read: false,
                 info,
                 payload,
                 position,
             },
         );
-        if let Some(e) = replaced {
+        if let Some(e) = pushed_out.and_then(|a| self.samples.remove(a)) {
             self.recycle([e.payload]);
         }
     }
@@ -1114,7 +1109,7 @@ impl Cache {
         let now_ns = self.clock.wall_ns();
         let mut noticed = false;
         for (handle, writer) in ended {
-            let Some(inst) = self.instances.get(&handle) else {
+            let Some(inst) = self.instances.get_mut(&handle) else {
                 continue;
             };
             let unread = inst
@@ -1139,7 +1134,18 @@ impl Cache {
                 writer_seq: 0,
                 durable: false,
             };
-            self.keep(info, Payload::Owned(Vec::new()), self.last_position, None);
+            let arrival = self.next_arrival;
+            self.next_arrival += 1;
+            let pushed_out = inst.place(arrival, false);
+            let position = self.last_position;
+            self.keep(
+                arrival,
+                pushed_out,
+                info,
+                Payload::Owned(Vec::new()),
+                position,
+                None,
+            );
             noticed = true;
         }
         noticed

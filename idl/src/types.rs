@@ -6,6 +6,8 @@
 //! Typedefs are expanded; struct members include the base struct's members first; every
 //! struct, union and enum gets a [`TypeId`] into one [`TypeLibrary`], so recursive types
 //! (`struct Node { sequence<Node> children; }`) are plain indices.
+//! [`TypeLibrary::type_hash`] is a type's structural hash: what tells two definitions of
+//! one type name apart.
 //!
 //! ```
 //! use spindle_idl::types::{TypeDef, TypeLibrary, TypeRef};
@@ -28,6 +30,9 @@ use crate::ast::{self, Type, Value};
 use crate::error::Result;
 use crate::lexer;
 use crate::parser::{self, join, Spec};
+
+mod hash;
+pub use hash::{TYPE_HASH_DEPTH_MAX, TYPE_HASH_STEPS_MAX};
 
 /// Largest element count a bounded sequence or array of non-primitive elements may have
 /// and still count as bounded when sizing (the generated code's `const fn` loop limit).
@@ -217,7 +222,7 @@ impl TypeLibrary {
 
     /// Builds the library; `Err(name)` for a name that resolves to no type (the parser
     /// refuses those first, so this is a second line of defence).
-    fn from_spec(spec: &Spec) -> std::result::Result<Self, String> {
+    pub(crate) fn from_spec(spec: &Spec) -> std::result::Result<Self, String> {
         // Ids first (sorted names: the same file gives the same ids), then definitions.
         let mut names: Vec<&String> = spec
             .structs

@@ -92,6 +92,7 @@ pub struct DynType {
     keys: Vec<KeyPath>,
     max_serialized_size: Option<usize>,
     key_max_serialized_size: Option<usize>,
+    type_hash: u64,
 }
 
 /// A sample encoded from JSON: its CDR bytes (encapsulation header included) and its key
@@ -170,6 +171,7 @@ impl DynType {
         } else {
             None
         };
+        let type_hash = lib.type_hash(id);
         Ok(DynType {
             lib,
             root,
@@ -177,6 +179,7 @@ impl DynType {
             keys,
             max_serialized_size,
             key_max_serialized_size,
+            type_hash,
         })
     }
 
@@ -188,6 +191,25 @@ impl DynType {
     /// The library the type comes from.
     pub fn library(&self) -> &Arc<TypeLibrary> {
         &self.lib
+    }
+
+    /// The structural hash of the type's definition
+    /// ([`TypeLibrary::type_hash`], never 0): what the generated code's
+    /// `TopicType::TYPE_HASH` holds for the same IDL, and what DDS matching compares
+    /// besides the type name.
+    ///
+    /// ```
+    /// use spindle_dynamic::DynType;
+    /// let a = DynType::from_idl_source("a.idl", "module T { struct Plain { long x; }; };", "T::Plain");
+    /// let b = DynType::from_idl_source(
+    ///     "b.idl",
+    ///     "module T { struct Plain { string<8> x; double y; }; };",
+    ///     "T::Plain",
+    /// );
+    /// assert_ne!(a.unwrap().type_hash(), b.unwrap().type_hash());
+    /// ```
+    pub fn type_hash(&self) -> u64 {
+        self.type_hash
     }
 
     /// True when the type has `@key` members.

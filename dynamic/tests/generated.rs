@@ -159,3 +159,79 @@ fn corpus_types_match_the_generated_code() {
     check::<sh::serde::Serialize>("shadowing.idl", "std::serde::Serialize");
     check::<st::TopicType>("shadowing.idl", "spindle_topics::TopicType");
 }
+
+/// The `TopicType::TYPE_HASH` the code generator wrote for every struct of the avionics
+/// model and of the valid corpus is the hash `DynType::type_hash` computes at run time
+/// from the same IDL (the file, and the preprocessed IDL the type carries): one function
+/// behind both, so a generated program and `spindle pub`/`sub` with the IDL file agree.
+#[test]
+fn generated_type_hashes_equal_the_run_time_type_hash() {
+    use gen_everything::common as co;
+    use gen_everything::everything as ev;
+    use gen_example::example as ex;
+    use gen_shadowing::spindle_topics as st;
+    use gen_shadowing::std as sh;
+    use std::collections::BTreeSet;
+
+    fn one<T: TopicType>(file: &str) -> (String, String) {
+        let t = dyn_type(file, T::TYPE_NAME);
+        let generated = T::TYPE_HASH.unwrap_or_else(|| panic!("{}: no TYPE_HASH", T::TYPE_NAME));
+        assert_eq!(generated, t.type_hash(), "{} of {file}", T::TYPE_NAME);
+        let src = T::IDL_SOURCE.expect("IDL_SOURCE");
+        let carried = DynType::from_idl_source("carried.idl", src, T::TYPE_NAME).expect("type");
+        assert_eq!(
+            generated,
+            carried.type_hash(),
+            "{}: IDL_SOURCE",
+            T::TYPE_NAME
+        );
+        (file.to_string(), T::TYPE_NAME.to_string())
+    }
+    let checked: BTreeSet<(String, String)> = [
+        one::<av::AirData>("avionics.idl"),
+        one::<av::Attitude>("avionics.idl"),
+        one::<av::NavigationPosition>("avionics.idl"),
+        one::<av::FlightPlan>("avionics.idl"),
+        one::<av::TrackReport>("avionics.idl"),
+        one::<av::HealthHeartbeat>("avionics.idl"),
+        one::<av::TerrainTile>("avionics.idl"),
+        one::<av::GeoPoint>("avionics.idl"),
+        one::<av::Waypoint>("avionics.idl"),
+        one::<ev::Everything>("everything.idl"),
+        one::<ev::Bounded>("everything.idl"),
+        one::<ev::Base>("everything.idl"),
+        one::<ev::Node>("everything.idl"),
+        one::<ev::inner::Keyed>("everything.idl"),
+        one::<ev::inner::Point>("everything.idl"),
+        one::<ev::Reopened>("everything.idl"),
+        one::<co::Stamp>("everything.idl"),
+        one::<co::Stamp>("common.idl"),
+        one::<ex::Point>("example.idl"),
+        one::<ex::Sample>("example.idl"),
+        one::<ex::Extras>("example.idl"),
+        one::<sh::String>("shadowing.idl"),
+        one::<sh::Vec>("shadowing.idl"),
+        one::<sh::Option>("shadowing.idl"),
+        one::<sh::Ok>("shadowing.idl"),
+        one::<sh::Result>("shadowing.idl"),
+        one::<sh::serde::Serialize>("shadowing.idl"),
+        one::<st::TopicType>("shadowing.idl"),
+    ]
+    .into_iter()
+    .collect();
+    // Every struct of every file is among them: a new one must be added here.
+    for (file, any) in [
+        ("avionics.idl", "Avionics::AirData"),
+        ("everything.idl", "Everything::Everything"),
+        ("common.idl", "Common::Stamp"),
+        ("example.idl", "Example::Point"),
+        ("shadowing.idl", "std::String"),
+    ] {
+        for name in dyn_type(file, any).library().struct_names() {
+            assert!(
+                checked.contains(&(file.to_string(), name.to_string())),
+                "{name} of {file} is generated but not checked here"
+            );
+        }
+    }
+}

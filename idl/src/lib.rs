@@ -200,5 +200,19 @@ fn compile_sources(
 ) -> Result<String> {
     let toks = lexer::Preprocessor::new(sources, dirs).run(idx)?;
     let spec = parser::parse(&toks, sources)?;
-    codegen::generate(&spec, sources, origin, &lexer::to_source(&toks))
+    // Each struct's TopicType::TYPE_HASH: the library's, as run-time types compute it.
+    let lib = types::TypeLibrary::from_spec(&spec).map_err(|name| {
+        let pos = lexer::Pos {
+            file: idx,
+            line: 1,
+            col: 1,
+        };
+        sources.error(pos, format!("type `{name}` is named but never defined"))
+    })?;
+    let hashes: BTreeMap<String, u64> = lib
+        .struct_names()
+        .into_iter()
+        .filter_map(|n| Some((n.to_string(), lib.type_hash(lib.lookup(n)?))))
+        .collect();
+    codegen::generate(&spec, sources, origin, &lexer::to_source(&toks), &hashes)
 }

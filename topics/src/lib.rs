@@ -137,7 +137,9 @@
 //!   when that struct has no keys, else just its key members (list them in the tuple);
 //! * `MAX_SERIALIZED_SIZE` / `KEY_MAX_SERIALIZED_SIZE`: `None` when anything is unbounded,
 //!   else computed in `const` context with [`cdr::MaxSize`] (each type gets a
-//!   `const fn max_size_from(s: MaxSize) -> MaxSize`).
+//!   `const fn max_size_from(s: MaxSize) -> MaxSize`);
+//! * `TYPE_HASH`: `Some` of the structural hash of the IDL definition (hand-written types
+//!   keep the default `None`: matched by type name alone).
 //!
 //! The key hash follows RTPS 9.6.3.8: the key in XCDR1 big-endian (8-byte alignment).
 //! (DDS-XTypes 1.3 describes it with XCDR2, 4-byte alignment; the two differ only for keys
@@ -222,6 +224,13 @@ pub trait TopicType: Sized + Clone + Send + Sync + 'static {
     /// descriptions read it: a content filter (DCPS `ContentFilteredTopic`,
     /// `QueryCondition`) resolves its member names against it. `spindle-idl` fills it in.
     const IDL_SOURCE: Option<&'static str> = None;
+    /// The structural hash of the type's definition (`spindle_idl`'s
+    /// `TypeLibrary::type_hash`: members, their names, types, bounds and `@key`, nested
+    /// types expanded, never 0), or `None` when it is unknown (a hand-written impl, raw
+    /// CDR). Readers and writers of one topic name and type name whose hashes are both
+    /// known match only when they are equal: two programs that define one type name
+    /// differently do not exchange bytes neither can decode. `spindle-idl` fills it in.
+    const TYPE_HASH: Option<u64> = None;
 
     /// Encodes `self` as XCDR1 plain CDR with the 4-byte encapsulation header
     /// (CDR_BE `00 00` / CDR_LE `00 01`, options `00 00`) into `buf`; returns bytes written.

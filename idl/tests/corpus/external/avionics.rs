@@ -615,6 +615,7 @@ pub mod avionics {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(GeoPoint::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0x0aaa7dc1eae55e8b);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -674,6 +675,7 @@ pub mod avionics {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Waypoint::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0x880ccaecc0f7c77c);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -759,6 +761,7 @@ pub mod avionics {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(AirData::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(AirData::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0xa448c33975d49721);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -829,6 +832,7 @@ pub mod avionics {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Attitude::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Attitude::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0xfba926157cbb9049);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -904,6 +908,7 @@ pub mod avionics {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(NavigationPosition::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(NavigationPosition::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0x3e1bebd6a526985e);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -991,6 +996,7 @@ pub mod avionics {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(FlightPlan::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(FlightPlan::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0x0485473bad55f256);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -1081,6 +1087,7 @@ pub mod avionics {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(TrackReport::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(TrackReport::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0x5a8a24529d325a97);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -1143,6 +1150,7 @@ pub mod avionics {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::None;
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(HealthHeartbeat::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0x50ca08010e546bd2);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -1203,6 +1211,7 @@ pub mod avionics {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::None;
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(TerrainTile::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0xfe0b227950dda3f8);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;

@@ -41,6 +41,7 @@ pub mod common {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Stamp::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0xcf847c67ef309f29);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;

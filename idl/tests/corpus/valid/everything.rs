@@ -41,6 +41,7 @@ pub mod common {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Stamp::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0xcf847c67ef309f29);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -242,6 +243,7 @@ pub mod everything {
             const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Point::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
             const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
             const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::super::SPINDLE_IDL_SOURCE);
+            const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0xa84b44c8d429c166);
 
             fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
                 ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -302,6 +304,7 @@ pub mod everything {
             const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Keyed::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
             const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Keyed::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
             const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::super::SPINDLE_IDL_SOURCE);
+            const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0xe522fb07b1164bae);
 
             fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
                 ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -765,6 +768,7 @@ pub mod everything {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::None;
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0x9c160fc8788ce520);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -811,6 +815,7 @@ pub mod everything {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::None;
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Base::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0x84fd6d920318e93a);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -1006,6 +1011,7 @@ pub mod everything {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::None;
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Everything::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0xf2a82290f0c67ec5);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -1097,6 +1103,7 @@ pub mod everything {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Bounded::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Bounded::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0x3d891c710db1d480);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -1141,6 +1148,7 @@ pub mod everything {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Reopened::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0x815a9c9e7cb60aaa);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;

@@ -191,6 +191,7 @@ pub mod example {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Point::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0xa84b44c8d429c166);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -292,6 +293,7 @@ pub mod example {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Sample::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Sample::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0x0e40de40d759e852);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -367,6 +369,7 @@ pub mod example {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Extras::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0xd321b70b0cb13c43);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;

@@ -34,6 +34,7 @@ pub mod std {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(String::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0xf7ca3dc3b02e5f27);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -78,6 +79,7 @@ pub mod std {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Vec::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0x6fcfe66a7addb964);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -123,6 +125,7 @@ pub mod std {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Option::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0xcca51aa0398b4c51);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -167,6 +170,7 @@ pub mod std {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Ok::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0x4b5fd5930fdb1b89);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -217,6 +221,7 @@ pub mod std {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Result::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0xcabfec64cf307823);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -395,6 +400,7 @@ pub mod std {
             const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(Serialize::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
             const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(0);
             const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::super::SPINDLE_IDL_SOURCE);
+            const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0x89f1c1bb9bd9cb89);
 
             fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
                 ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;
@@ -450,6 +456,7 @@ pub mod spindle_topics {
         const MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(TopicType::max_size_from(::spindle_topics::cdr::MaxSize::start()).encoded());
         const KEY_MAX_SERIALIZED_SIZE: ::std::option::Option<usize> = ::std::option::Option::Some(TopicType::key_max_size_from(::spindle_topics::cdr::MaxSize::start()).size());
         const IDL_SOURCE: ::std::option::Option<&'static str> = ::std::option::Option::Some(super::SPINDLE_IDL_SOURCE);
+        const TYPE_HASH: ::std::option::Option<u64> = ::std::option::Option::Some(0xda5695ffc0a02a9e);
 
         fn encode_into(&self, endianness: ::spindle_topics::Endianness, buf: &mut [u8]) -> ::spindle_topics::Result<usize> {
             ::spindle_topics::cdr::CheckBounds::check_bounds(self)?;

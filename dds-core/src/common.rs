@@ -45,6 +45,10 @@ pub(crate) struct TopicIdentity {
     pub(crate) subgroup: SubgroupId,
     /// Its DDS type name's id ([`crate::declare::type_id`]).
     pub(crate) type_id: u64,
+    /// The structural hash of its type's definition (`TopicType::TYPE_HASH`, or the
+    /// run-time type's), `None` when unknown; never `Some(0)` (0 means unknown on the
+    /// wire).
+    pub(crate) type_hash: Option<u64>,
     /// Its DDS type name.
     pub(crate) type_name: String,
 }

@@ -621,11 +621,11 @@ pub(crate) fn count(keys: &[EndpointKey]) -> u32 {
     u32::try_from(keys.len()).unwrap_or(u32::MAX)
 }
 
-/// Why writer `w` does not serve reader `r` though they share a partition: another type,
-/// a lower delivery level (RELIABILITY, or DURABILITY when both are reliable), or another
+/// Why writer `w` does not serve reader `r` though they share a partition: another type
+/// or another definition of it ([`discovery::same_type`]), a lower delivery level (RELIABILITY, or DURABILITY when both are reliable), or another
 /// policy failing the DDS request/offer rules ([`discovery::incompatible`]).
 fn unmatched(w: &Endpoint, r: &Endpoint) -> Option<Mismatch> {
-    if w.type_id != r.type_id {
+    if !discovery::same_type(w.type_identity(), r.type_identity()) {
         return Some(Mismatch::Type);
     }
     if w.level < r.level {
@@ -751,29 +751,48 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>, shared: &Shared) ->
 }
 
 /// Counts in INCONSISTENT_TOPIC, once each, the endpoints among `eps` (the table's of
-/// `topic`'s name) whose type is not `topic`'s, with a warning naming them: they are not
-/// matched, so a mistyped reader or writer shows here instead of as undecodable samples.
+/// `topic`'s name) whose type is not `topic`'s — another type name, or another definition
+/// of the same name ([`discovery::same_type`], the rule [`unmatched`] applies) — with a
+/// warning naming them: they are not matched, so a mistyped reader or writer shows here
+/// instead of as undecodable samples.
 fn note_inconsistent(
     shared: &Shared,
     topic: &crate::common::TopicIdentity,
     eps: &BTreeMap<EndpointKey, &Endpoint>,
 ) {
-    let foreign = eps.iter().filter(|(_, e)| e.type_id != topic.type_id);
+    let mine = (topic.type_id, topic.type_hash);
+    let foreign = eps
+        .iter()
+        .filter(|(_, e)| !discovery::same_type(e.type_identity(), mine));
     let mut all = lock(&shared.inconsistent);
     for ((node, entity), e) in foreign {
         let t = all.entry(topic.topic_id).or_default();
         if t.seen.insert((*node, *entity)) {
             t.status.total_count += 1;
             t.status.total_count_change += 1;
-            tracing::warn!(
-                topic = %topic.name,
-                this_type = %topic.type_name,
-                "{} {node}.{entity} is on topic {:?} with another type than this \
-                 participant's {}: not matched (INCONSISTENT_TOPIC)",
-                if e.reader { "reader" } else { "writer" },
-                topic.name,
-                topic.type_name
-            );
+            let role = if e.reader { "reader" } else { "writer" };
+            if e.type_id == topic.type_id {
+                tracing::warn!(
+                    topic = %topic.name,
+                    this_type = %topic.type_name,
+                    "{role} {node}.{entity} is on topic {:?} with type {} defined \
+                     differently than this participant's (structural hash {:#018x}, not \
+                     {:#018x}): the definitions differ, not matched (INCONSISTENT_TOPIC)",
+                    topic.name,
+                    topic.type_name,
+                    e.type_hash.unwrap_or(0),
+                    topic.type_hash.unwrap_or(0)
+                );
+            } else {
+                tracing::warn!(
+                    topic = %topic.name,
+                    this_type = %topic.type_name,
+                    "{role} {node}.{entity} is on topic {:?} with another type than this \
+                     participant's {}: not matched (INCONSISTENT_TOPIC)",
+                    topic.name,
+                    topic.type_name
+                );
+            }
         }
     }
 }

@@ -14,12 +14,18 @@
 //! as the instance key) followed by [`BODY_BYTES`] — the topic id, the role, the level, the
 //! LIVELINESS kind and lease (µs, `u64::MAX` for infinite), and the other
 //! requested-versus-offered policies ([`Rxo`]: DURABILITY, PRESENTATION, DEADLINE,
-//! LATENCY_BUDGET, OWNERSHIP, RELIABILITY and DESTINATION_ORDER kinds and durations) and
-//! the topic type's id ([`crate::declare::type_id`] of its DDS type name) —
-//! and, when its publisher or subscriber is not in the default partition, the PARTITION
+//! LATENCY_BUDGET, OWNERSHIP, RELIABILITY and DESTINATION_ORDER kinds and durations), the
+//! topic type's id ([`crate::declare::type_id`] of its DDS type name) and the structural
+//! hash of its definition (`TopicType::TYPE_HASH`, or the run-time type's; 0 when
+//! unknown) — and, when its publisher or subscriber is not in the default partition, the PARTITION
 //! names (a `u16` count, then each name as a `u16` length and its UTF-8 bytes; at most
 //! [`PARTITION_BYTES_MAX`] in all). The announcing node is the message's sender, as the
 //! engine reports it.
+//!
+//! A reader and a writer of one topic name match only when their types are the same
+//! ([`same_type`]): the same type name, and, when both know the structural hash of their
+//! definition, the same hash (two programs that define one type name differently do not
+//! match; either side's INCONSISTENT_TOPIC counts the other).
 //!
 //! ```
 //! use spindle_dds_core::discovery::{decode, encode, partition_tag, Endpoint};
@@ -27,9 +33,12 @@
 //! let partition = Partition { name: vec!["fleet/*".into(), "ground".into()] };
 //! let e = Endpoint { entity: 7, topic_id: 42, reader: true, level: DeliveryLevel::Atomic,
 //!     partition, liveliness: LivelinessKind::ManualByTopic, lease_us: Some(250_000),
-//!     rxo: Default::default(), type_id: 9 };
+//!     rxo: Default::default(), type_id: 9, type_hash: Some(0x5eed) };
 //! let bytes = encode(3, &e, true);
 //! assert_eq!(decode(&bytes), Ok(Some((7, Some(e.clone())))));
+//! // An unknown structural hash travels as 0.
+//! let raw = Endpoint { type_hash: None, ..e.clone() };
+//! assert_eq!(decode(&encode(3, &raw, true)), Ok(Some((7, Some(raw)))));
 //! assert_eq!(decode(&encode(3, &e, false)), Ok(Some((7, None))));
 //! assert!(decode(&bytes[..bytes.len() - 1]).is_err(), "truncated");
 //! // The default partition is tag 0 whichever way it is written.
@@ -52,8 +61,9 @@ use crate::sample::{Coherent, SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
 /// in practice: a name would have to hash to exactly this).
 pub const BUILTIN_TOPIC_ID: u64 = 0xD5D5_0000_0000_0001;
 /// Bytes of an announcement after its header (before any partition names): topic id,
-/// role, level, LIVELINESS kind and lease, then [`Rxo`], then the type id.
-pub const BODY_BYTES: usize = 8 + 1 + 1 + 1 + 8 + RXO_BYTES + 8;
+/// role, level, LIVELINESS kind and lease, then [`Rxo`], then the type id and the type's
+/// structural hash.
+pub const BODY_BYTES: usize = 8 + 1 + 1 + 1 + 8 + RXO_BYTES + 8 + 8;
 /// Bytes of [`Rxo`] in an announcement.
 const RXO_BYTES: usize = 4 + 8 + 8 + 3;
 
@@ -105,7 +115,8 @@ impl Rxo {
 /// Why a writer does not serve a reader of its topic name though they share a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mismatch {
-    /// Another DDS type (INCONSISTENT_TOPIC, counted on the topic).
+    /// Another DDS type, or another definition of the same type name
+    /// ([`same_type`]; INCONSISTENT_TOPIC, counted on the topic).
     Type,
     /// The first policy that fails the request/offer rules (REQUESTED_INCOMPATIBLE_QOS).
     Qos(QosPolicyId),
@@ -185,6 +196,38 @@ pub struct Endpoint {
     /// Its topic's type ([`crate::declare::type_id`] of the DDS type name): a reader and a
     /// writer of one topic name match only with the same type (else INCONSISTENT_TOPIC).
     pub type_id: u64,
+    /// The structural hash of its topic type's definition (`TopicType::TYPE_HASH`, or
+    /// the run-time type's), `None` when unknown (a hand-written type, raw CDR without a
+    /// run-time type): when both sides know theirs, they match only if equal
+    /// ([`same_type`]). Announced as a `u64`, 0 for `None` (a real hash is never 0).
+    pub type_hash: Option<u64>,
+}
+
+/// Whether two endpoints' topic types are one type, the rule every match uses: the same
+/// DDS type name (`type_id`, [`crate::declare::type_id`]) and, when both know the
+/// structural hash of their definition, the same hash. When either does not know it, the
+/// name decides (a hand-written type or raw CDR matches any definition of its name).
+///
+/// ```
+/// use spindle_dds_core::discovery::same_type;
+/// assert!(same_type((7, Some(1)), (7, Some(1))));
+/// assert!(!same_type((7, Some(1)), (7, Some(2))), "one name, two definitions");
+/// assert!(same_type((7, None), (7, Some(2))), "one side does not know: the name decides");
+/// assert!(!same_type((7, None), (8, None)), "two names");
+/// ```
+pub fn same_type(a: (u64, Option<u64>), b: (u64, Option<u64>)) -> bool {
+    a.0 == b.0
+        && match (a.1, b.1) {
+            (Some(x), Some(y)) => x == y,
+            _ => true,
+        }
+}
+
+impl Endpoint {
+    /// Its type's identity for [`same_type`]: the type name's id and the structural hash.
+    pub fn type_identity(&self) -> (u64, Option<u64>) {
+        (self.type_id, self.type_hash)
+    }
 }
 
 /// The tag a writer's samples carry for its PARTITION `names`: 0 for the default
@@ -274,6 +317,9 @@ pub fn encode(node: NodeId, e: &Endpoint, alive: bool) -> Vec<u8> {
         x.destination_order as u8,
     ]);
     out.extend_from_slice(&e.type_id.to_le_bytes());
+    // 0: unknown. A real hash is never 0 (spindle_idl's type_hash); a hand-written
+    // Some(0) would read back as unknown, which only relaxes its matching to the name.
+    out.extend_from_slice(&e.type_hash.unwrap_or(0).to_le_bytes());
     let names = &e.partition.name;
     if !names.is_empty() {
         out.extend_from_slice(&(names.len() as u16).to_le_bytes());
@@ -408,7 +454,9 @@ pub fn decode(bytes: &[u8]) -> Result<Option<(u32, Option<Endpoint>)>, String> {
     let lease_us = Some(u64::from_le_bytes(lease)).filter(|l| *l != u64::MAX);
     let rxo = decode_rxo(&body[19..19 + RXO_BYTES])?;
     let mut ty = [0u8; 8];
-    ty.copy_from_slice(&body[19 + RXO_BYTES..BODY_BYTES]);
+    ty.copy_from_slice(&body[19 + RXO_BYTES..27 + RXO_BYTES]);
+    let mut hash = [0u8; 8];
+    hash.copy_from_slice(&body[27 + RXO_BYTES..BODY_BYTES]);
     let mut t = [0u8; 8];
     t.copy_from_slice(&body[..8]);
     let reader = match body[8] {
@@ -430,6 +478,7 @@ pub fn decode(bytes: &[u8]) -> Result<Option<(u32, Option<Endpoint>)>, String> {
             lease_us,
             rxo,
             type_id: u64::from_le_bytes(ty),
+            type_hash: Some(u64::from_le_bytes(hash)).filter(|h| *h != 0),
         }),
     )))
 }

@@ -5,8 +5,8 @@
 //! topic's subgroup each have their own total order, so at another participant the
 //! writer's first samples may be delivered before its announcement (the built-in
 //! subgroup's stability waits on other members' acknowledgements, the topic's may not).
-//! A sample is judged — its PARTITION, and whether its writer is blocked (another type,
-//! incompatible QoS) — by what the table says of its writer, so a reader that judged
+//! A sample is judged — its PARTITION, and whether its writer is blocked (another type
+//! or another definition of it, incompatible QoS) — by what the table says of its writer, so a reader that judged
 //! early would drop a partitioned writer's first samples, or take an incompatible
 //! writer's. Instead, from the first sample of a writer the table does not hold, the
 //! reader holds back that sample and every later one, in delivery order, and takes them
@@ -128,6 +128,7 @@ mod tests {
             entity,
             topic_id: 1,
             type_id: 2,
+            type_hash: None,
             reader: false,
             level: spindle_qos::DeliveryLevel::Atomic,
             partition: Default::default(),

@@ -34,6 +34,10 @@ const ANNOUNCE_POLL: Duration = Duration::from_micros(50);
 /// Longest single wait for a view change before the waiter looks again.
 const VIEW_WAIT_SLICE: Duration = Duration::from_millis(20);
 
+/// A topic name as a participant registered it: the type name, the QoS, the handles
+/// open, and the structural hash of the type's definition once a handle knew it.
+pub(crate) type RegisteredTopic = (String, TopicQos, usize, Option<u64>);
+
 /// A participant's inner state. See the module docs.
 pub(crate) struct ParticipantInner {
     pub(crate) domain_id: u32,
@@ -45,8 +49,8 @@ pub(crate) struct ParticipantInner {
     next_id: AtomicU32,
     /// Entity id → its interest (merged into the declaration).
     interests: Mutex<BTreeMap<u32, (SubgroupId, Interest)>>,
-    /// Topic name → (type name, QoS, handles open).
-    pub(crate) topics: Mutex<BTreeMap<String, (String, TopicQos, usize)>>,
+    /// Topic name → what this participant registered under it.
+    pub(crate) topics: Mutex<BTreeMap<String, RegisteredTopic>>,
     /// Its publishers' writers, until each publisher is deleted.
     pub(crate) publishers: Mutex<Vec<Arc<Contained<WriterCore>>>>,
     /// Its subscribers' readers, until each subscriber is deleted.

@@ -472,8 +472,9 @@ impl DomainParticipant {
     }
 
     /// Registers topic `name` of type `T` (DDS `create_topic`). Creating the same name
-    /// again with the same type returns another handle to it; with another type,
-    /// `PreconditionNotMet`. PERSISTENT (`LoggedStore`) needs the participant's
+    /// again with the same type returns another handle to it; with another type, or
+    /// another definition of the type name (`TopicType::TYPE_HASH`, when both are
+    /// known), `PreconditionNotMet`. PERSISTENT (`LoggedStore`) needs the participant's
     /// `data_dir`.
     pub fn create_topic<T: TopicType>(&self, name: &str, qos: TopicQos) -> Result<Topic<T>> {
         if T::TYPE_NAME_AT_RUNTIME {
@@ -492,7 +493,9 @@ impl DomainParticipant {
     /// same name and type name, in this participant and in every other: a typed writer's
     /// samples reach a raw reader as their encoding, and a raw writer's reach a typed
     /// reader decoded. Errors as [`DomainParticipant::create_topic`]; the type name must be
-    /// 1 to 256 bytes.
+    /// 1 to 256 bytes. Without a run-time type the topic does not know its type's
+    /// structure (unless this participant's topic of that name already does), so it is
+    /// matched by the type name alone.
     ///
     /// ```
     /// use spindle_dds_core::{DomainParticipantFactory, ParticipantConfig, StateMask, Transport};
@@ -541,7 +544,10 @@ impl DomainParticipant {
     /// `spindle_dynamic::DynType`, e.g. read from an IDL file): samples are still moved as
     /// their CDR bytes, never decoded, but content-filtered topics and query conditions on
     /// it resolve their member names against `ty` and evaluate samples decoded by it (as
-    /// a generated type's do). The DDS type name is `ty`'s.
+    /// a generated type's do). The DDS type name is `ty`'s, and so is the structural hash
+    /// its readers and writers announce (`DynType::type_hash`): they match only endpoints
+    /// of the same definition of that name, or ones that do not know theirs (a raw CDR
+    /// topic made by [`DomainParticipant::create_cdr_topic`], a hand-written type).
     pub fn create_cdr_topic_with_type(
         &self,
         name: &str,
@@ -607,7 +613,9 @@ impl DomainParticipant {
         })
     }
 
-    /// Registers a topic handle of type name `type_name` (shared by the two creators).
+    /// Registers a topic handle of type name `type_name` (shared by the creators). Its
+    /// structural hash is `T::TYPE_HASH`, or for a raw CDR topic `dyn_type`'s; when
+    /// that is unknown, the one this participant's topic of that name already has.
     fn register_topic<T: TopicType>(
         &self,
         name: &str,
@@ -625,17 +633,38 @@ impl DomainParticipant {
         }
         qos.check()?;
         check_level(&self.inner.config, qos.delivery_level(), name)?;
+        let own = if T::TYPE_NAME_AT_RUNTIME {
+            dyn_type.as_ref().map(spindle_dynamic::DynType::type_hash)
+        } else {
+            T::TYPE_HASH
+        }
+        // 0 means "unknown" on the wire: never a hash here, so both sides read it alike.
+        .filter(|h| *h != 0);
         let mut topics = lock(&self.inner.topics);
-        if let Some((ty, _, count)) = topics.get_mut(name) {
+        let type_hash = if let Some((ty, _, count, known)) = topics.get_mut(name) {
             if ty != type_name {
                 return Err(Error::PreconditionNotMet(format!(
                     "topic {name:?} exists with type {ty}, not {type_name}"
                 )));
             }
+            if let (Some(k), Some(o)) = (*known, own) {
+                if k != o {
+                    return Err(Error::PreconditionNotMet(format!(
+                        "topic {name:?} exists with another definition of type {ty} \
+                         (structural hash {k:#018x}, not {o:#018x})"
+                    )));
+                }
+            }
+            *known = known.or(own);
             *count += 1;
+            *known
         } else {
-            topics.insert(name.to_string(), (type_name.to_string(), qos.clone(), 1));
-        }
+            topics.insert(
+                name.to_string(),
+                (type_name.to_string(), qos.clone(), 1, own),
+            );
+            own
+        };
         Ok(Topic::new(Arc::new(TopicInner {
             participant: Arc::clone(&self.inner),
             ident: Arc::new(TopicIdentity {
@@ -643,6 +672,7 @@ impl DomainParticipant {
                 topic_id: topic_id(name),
                 subgroup: subgroup_of(name, self.inner.config.topic_subgroups),
                 type_id: crate::declare::type_id(type_name),
+                type_hash,
                 type_name: type_name.to_string(),
             }),
             qos,
@@ -673,7 +703,7 @@ impl DomainParticipant {
     pub fn delete_topic<T: TopicType>(&self, topic: Topic<T>) -> Result<()> {
         let name = &topic.inner.ident.name;
         let mut topics = lock(&self.inner.topics);
-        if let Some((_, _, count)) = topics.get_mut(name) {
+        if let Some((_, _, count, _)) = topics.get_mut(name) {
             if *count == 1 {
                 let id = topic.inner.ident.topic_id;
                 let st = lock(&self.inner.shared.state);

@@ -90,6 +90,7 @@ impl ReaderCore {
             entity: self.id,
             topic_id: self.topic.topic_id,
             type_id: self.topic.type_id,
+            type_hash: self.topic.type_hash,
             reader: true,
             level: self.level,
             partition: self.partition.clone(),
@@ -651,6 +652,7 @@ mod tests {
             topic_id: 5,
             subgroup: 0,
             type_id: 9,
+            type_hash: None,
             type_name: "K".into(),
         });
         let x = Partition {
@@ -680,6 +682,7 @@ mod tests {
             entity,
             topic_id: 5,
             type_id: 9,
+            type_hash: None,
             reader: false,
             level: r.level,
             partition: x.clone(),

@@ -145,7 +145,8 @@ pub(crate) struct Shared {
     /// then does the delivery path note whom it heard from.
     pub(crate) leases_watched: AtomicBool,
     /// Per topic id: INCONSISTENT_TOPIC, the readers and writers of its name with
-    /// another type than this participant's ([`crate::delivery`] counts them once each).
+    /// another type than this participant's, or another definition of it
+    /// ([`crate::discovery::same_type`]; [`crate::delivery`] counts them once each).
     pub(crate) inconsistent: Mutex<BTreeMap<u64, Inconsistent>>,
     /// Called once with the reason when the participant stops (excluded, shut down, left).
     pub(crate) stopped_listener: Mutex<Option<StoppedListener>>,

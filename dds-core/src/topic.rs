@@ -57,8 +57,9 @@ impl<T: TopicType> Topic<T> {
     }
 
     /// `INCONSISTENT_TOPIC_STATUS`: the readers and writers seen on a topic of this name
-    /// with another type, which this participant's do not match; reading it resets the
-    /// change count.
+    /// with another type, or another definition of this type name (both sides knowing
+    /// their type's structural hash, `TopicType::TYPE_HASH`, and the hashes differing),
+    /// which this participant's do not match; reading it resets the change count.
     pub fn inconsistent_topic_status(&self) -> crate::status::InconsistentTopicStatus {
         let mut all = crate::common::lock(&self.inner.participant.shared.inconsistent);
         let Some(t) = all.get_mut(&self.inner.ident.topic_id) else {

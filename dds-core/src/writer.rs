@@ -309,7 +309,8 @@ impl<T: TopicType> DataWriter<T> {
             let why = if other_types > 0 {
                 format!(
                     "; {other_types} reader(s) or writer(s) on topic {:?} have another type \
-                     than its {} and are not matched (INCONSISTENT_TOPIC)",
+                     than its {} (or another definition of it) and are not matched \
+                     (INCONSISTENT_TOPIC)",
                     self.core.topic.name, self.core.topic.type_name
                 )
             } else {
@@ -1026,6 +1027,7 @@ mod tests {
             topic_id: 7,
             subgroup: 1,
             type_id: 8,
+            type_hash: None,
             type_name: "T".into(),
         };
         let core = WriterCore::new(

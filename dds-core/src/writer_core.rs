@@ -201,6 +201,7 @@ impl WriterCore {
             entity: self.id,
             topic_id: self.topic.topic_id,
             type_id: self.topic.type_id,
+            type_hash: self.topic.type_hash,
             reader: false,
             level: self.level,
             partition: self.partition.clone(),

@@ -303,6 +303,124 @@ fn a_topic_name_with_two_types_is_inconsistent_and_not_matched() {
     );
 }
 
+/// One type name, two definitions (two IDL files, as two programs might have): the
+/// structural hash each side announces tells them apart, so a reader of one definition
+/// never takes the other's bytes, and both topics count the other side in
+/// INCONSISTENT_TOPIC, as for two type names. A side that does not know its definition (a
+/// raw CDR topic without a run-time type) still matches by the name.
+#[test]
+fn one_type_name_with_two_definitions_is_inconsistent_and_not_matched() {
+    use spindle_dynamic::DynType;
+    use spindle_topics::{CdrSample, Endianness};
+    for_seeds(
+        "one_type_name_with_two_definitions_is_inconsistent_and_not_matched",
+        |seed| {
+            let (d, ps) = domain(seed, 3);
+            let a = DynType::from_idl_source(
+                "a.idl",
+                "module T { struct Plain { long x; }; };",
+                "T::Plain",
+            )
+            .unwrap();
+            let b = DynType::from_idl_source(
+                "b.idl",
+                "module T { struct Plain { string<8> x; double y; }; };",
+                "T::Plain",
+            )
+            .unwrap();
+            assert_eq!(a.type_name(), b.type_name());
+            let sample = |t: &DynType, json: &str| {
+                let e = t.encode_json_str(json, Endianness::Little).unwrap();
+                CdrSample::new(e.bytes, e.key_hash).unwrap()
+            };
+            let read = |p: &DomainParticipant, t| -> DataReader<CdrSample> {
+                p.create_subscriber(Default::default())
+                    .unwrap()
+                    .create_datareader(t, keep_all(&atomic()))
+                    .unwrap()
+            };
+            let write = |p: &DomainParticipant, t| {
+                p.create_publisher(Default::default())
+                    .unwrap()
+                    .create_datawriter(t, DataWriterQos::from_topic_qos(&atomic()))
+                    .unwrap()
+            };
+            let take = |r: &DataReader<CdrSample>, n: usize| {
+                let mut got = Vec::new();
+                d.run_until(ROUNDS_MAX, || {
+                    got.extend(r.take(usize::MAX, StateMask::ANY).unwrap());
+                    got.len() >= n
+                });
+                got.iter()
+                    .filter_map(|s| s.data.as_ref().map(|c| a.decode_json(c.bytes()).unwrap()))
+                    .collect::<Vec<_>>()
+            };
+            let mine = ps[1].create_cdr_topic_with_type("P", &a, atomic()).unwrap();
+            let r = read(&ps[1], &mine);
+            // One participant's topic has one definition.
+            let e = ps[1]
+                .create_cdr_topic_with_type("P", &b, atomic())
+                .unwrap_err();
+            assert!(
+                matches!(&e, Error::PreconditionNotMet(m) if m.contains("another definition of type T::Plain")),
+                "seed {seed}: {e}"
+            );
+            let other = ps[0].create_cdr_topic_with_type("P", &b, atomic()).unwrap();
+            let w = write(&ps[0], &other);
+            w.write(&sample(&b, r#"{"x": "mistyped", "y": 1.5}"#))
+                .unwrap();
+            let e = w
+                .wait_for_readers(1, std::time::Duration::from_millis(200))
+                .unwrap_err();
+            assert!(
+                matches!(&e, Error::Timeout(m) if m.contains("another definition of it")),
+                "seed {seed}: {e}"
+            );
+            // A writer of the reader's definition, after it: its sample is the only one.
+            let same = ps[2].create_cdr_topic_with_type("P", &a, atomic()).unwrap();
+            write(&ps[2], &same)
+                .write(&sample(&a, r#"{"x": 7}"#))
+                .unwrap();
+            assert_eq!(take(&r, 1), [serde_json::json!({"x": 7})], "seed {seed}");
+            d.run_for(10_000);
+            assert!(
+                r.take(usize::MAX, StateMask::ANY).unwrap().is_empty(),
+                "seed {seed}"
+            );
+            assert_eq!(r.subscription_matched_status().current_count, 1);
+            assert_eq!(w.publication_matched_status().current_count, 0);
+            assert_eq!(
+                mine.inconsistent_topic_status().total_count,
+                1,
+                "seed {seed}: the reader's topic counts the other definition's writer"
+            );
+            let s = other.inconsistent_topic_status();
+            assert_eq!(
+                (s.total_count, s.total_count_change),
+                (2, 2),
+                "seed {seed}: a reader and a writer"
+            );
+            assert_eq!(
+                same.inconsistent_topic_status().total_count,
+                1,
+                "seed {seed}"
+            );
+
+            // The same name where one side does not know its definition: the name decides.
+            let unknown = ps[0].create_cdr_topic("Q", "T::Plain", atomic()).unwrap();
+            let known = ps[1].create_cdr_topic_with_type("Q", &a, atomic()).unwrap();
+            let rq = read(&ps[1], &known);
+            write(&ps[0], &unknown)
+                .write(&sample(&a, r#"{"x": 9}"#))
+                .unwrap();
+            assert_eq!(take(&rq, 1), [serde_json::json!({"x": 9})], "seed {seed}");
+            assert_eq!(rq.subscription_matched_status().current_count, 1);
+            assert_eq!(known.inconsistent_topic_status().total_count, 0);
+            assert_eq!(unknown.inconsistent_topic_status().total_count, 0);
+        },
+    );
+}
+
 /// READER_DATA_LIFECYCLE is enforced in virtual time: a disposed instance's samples (and
 /// an instance whose writer unregistered it) are purged once the autopurge delay passed —
 /// read or not — while a reader with the default (infinite) delays keeps them.

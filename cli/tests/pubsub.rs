@@ -367,6 +367,97 @@ fn sub_and_pub_meet_in_a_partition_and_not_outside_it() {
     assert_eq!(ids, [222, 222, 222], "{lines:?}");
 }
 
+/// Two IDL files that define one type name differently (two programs' `T::Plain`): a
+/// `sub` of one and a `pub` of the other do not match, so the sub never takes the pub's
+/// bytes (which it would decode as garbage), and both warn naming the topic
+/// (INCONSISTENT_TOPIC). A `pub` of the sub's own definition after it is what the sub
+/// prints: the first and only sample it takes.
+#[test]
+fn sub_and_pub_of_two_definitions_of_one_type_name_exchange_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (n1, n2) = configs(dir.path());
+    let mine = dir.path().join("mine.idl");
+    std::fs::write(&mine, "module T { struct Plain { long x; }; };\n").expect("write idl");
+    let theirs = dir.path().join("theirs.idl");
+    std::fs::write(
+        &theirs,
+        "module T {\n  // the same name, another definition\n  struct Plain { string<8> x; double y; };\n};\n",
+    )
+    .expect("write idl");
+    let topic = ["--type", "T::Plain", "--topic", "Plains"];
+    let mut sub = Guard(
+        Command::new(BIN)
+            .args(["sub", "--config"])
+            .arg(&n1)
+            .arg("--idl")
+            .arg(&mine)
+            .args(topic)
+            .args(["--count", "1", "--data-only", "--timeout-s", "90"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start sub"),
+    );
+    let stderr = sub.0.stderr.take().expect("sub stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let deadline = Instant::now() + PROCESS_DEADLINE;
+    let mut sub_err = Vec::new();
+    loop {
+        let l = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("sub says it is reading");
+        let reading = l.starts_with("spindle sub: reading");
+        sub_err.push(l);
+        if reading {
+            break;
+        }
+    }
+    let pub_of = |idl: &Path, sample: &str, readers: &str| {
+        let (cfg, idl) = (n2.display().to_string(), idl.display().to_string());
+        let mut a = vec!["pub", "--config", &cfg, "--idl", &idl];
+        a.extend(topic);
+        a.extend(["--wait-readers", readers, "--timeout-s", "90", sample]);
+        run(&a, None)
+    };
+    // Theirs writes without waiting for readers: none matches it.
+    let bad = pub_of(&theirs, r#"{"x": "mistyped", "y": 1.5}"#, "0");
+    let bad_err = String::from_utf8_lossy(&bad.stderr);
+    assert!(bad.status.success(), "pub of theirs: {bad_err}");
+    assert!(
+        bad_err.contains("reader")
+            && bad_err.contains("on topic \"Plains\"")
+            && bad_err.contains("defined differently")
+            && bad_err.contains("INCONSISTENT_TOPIC"),
+        "pub of theirs warns of the sub's reader: {bad_err}"
+    );
+    let good = pub_of(&mine, r#"{"x": 7}"#, "1");
+    let s = wait_output(sub, "sub");
+    // The forwarding thread ends at the sub's end of stderr.
+    sub_err.extend(rx.iter());
+    let got: Vec<Value> = String::from_utf8_lossy(&s.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    assert_eq!(got, [serde_json::json!({"x": 7})], "sub: {sub_err:?}");
+    assert!(s.status.success(), "sub: {sub_err:?}");
+    assert!(
+        good.status.success(),
+        "pub of mine: {}",
+        String::from_utf8_lossy(&good.stderr)
+    );
+    assert!(
+        sub_err.iter().any(|l| l.contains("writer")
+            && l.contains("on topic \"Plains\"")
+            && l.contains("defined differently")),
+        "sub warns of the other definition's writer: {sub_err:?}"
+    );
+}
+
 /// `--stream` writes each line as it comes, names and skips a bad one, and exits 2.
 #[test]
 fn pub_streams_stdin_skipping_a_bad_line() {

@@ -3,9 +3,10 @@
 //! `stop` with its counters; a bad configuration exits 2 naming the key, before it
 //! touches either network. Every wait is bounded; no timing is asserted.
 
-use std::io::{BufRead, BufReader, Write};
+mod common;
+
+use std::io::Write;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_spindle");
@@ -26,14 +27,7 @@ impl Drop for Guard {
 /// [`WAIT`]) for the next line `want` accepts, skipping others, and returns it.
 fn lines(child: &mut Child) -> impl Fn(&str, &dyn Fn(&str) -> bool) -> String {
     let out = child.stdout.take().expect("stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = common::line_channel(out);
     move |what: &str, want: &dyn Fn(&str) -> bool| loop {
         let l = rx
             .recv_timeout(WAIT)

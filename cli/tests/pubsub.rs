@@ -4,10 +4,10 @@
 //! a wrong member, an unknown type, a missing configuration) is a clear message and exit 2.
 //! No timing is asserted; every wait is bounded.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -129,12 +129,7 @@ fn exchange_with(
     );
     // Wait until sub reads, so pub's contact (node 1) is up.
     let stderr = sub.0.stderr.take().expect("sub stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
+    let rx = common::line_channel(stderr);
     let deadline = Instant::now() + PROCESS_DEADLINE;
     loop {
         let l = rx
@@ -399,12 +394,7 @@ fn sub_and_pub_of_two_definitions_of_one_type_name_exchange_nothing() {
             .expect("start sub"),
     );
     let stderr = sub.0.stderr.take().expect("sub stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
+    let rx = common::line_channel(stderr);
     let deadline = Instant::now() + PROCESS_DEADLINE;
     let mut sub_err = Vec::new();
     loop {
@@ -805,13 +795,7 @@ fn an_interrupted_pub_leaves_the_domain_and_the_sub_goes_on() {
             .spawn()
             .expect("start sub"),
     );
-    let (tx, rx) = mpsc::channel();
-    let stdout = sub.0.stdout.take().expect("sub stdout");
-    std::thread::spawn(move || {
-        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
+    let rx = common::line_channel(sub.0.stdout.take().expect("sub stdout"));
     // Lines until `want` matches one (bounded); returns it.
     let until = |want: &dyn Fn(&Value) -> bool| -> Value {
         let deadline = Instant::now() + PROCESS_DEADLINE;

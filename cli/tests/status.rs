@@ -2,6 +2,8 @@
 //! leader and a topic's readers, and when a member process is killed for real (SIGKILL),
 //! the view change that removes it. No timing is asserted; every wait is bounded.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -120,14 +122,7 @@ fn status_shows_the_view_and_the_view_change_when_a_member_is_killed() {
             .expect("start status"),
     );
     let out = status.0.stdout.take().expect("stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = common::line_channel(out);
     let before = next_where(&rx, "members 1 2 3 and both readers", |s| {
         members(s) == [1, 2, 3]
             && s["topics"]
@@ -189,14 +184,7 @@ fn status_shows_a_members_counters_scraped_from_its_metrics_endpoint_as_samples_
             .expect("start status"),
     );
     let out = status.0.stdout.take().expect("stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = common::line_channel(out);
     let first = next_where(&rx, "node 1's counters", |s| scraped(s, &metrics).is_some());
     let own = &first["participants"][0];
     assert_eq!(own["source"], "self", "{first}");

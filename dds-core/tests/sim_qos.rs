@@ -226,6 +226,32 @@ fn disposes_and_unregisters_carry_the_timestamp_given() {
     );
 }
 
+/// Two topics of one name whose types (or definitions) differ count each other in
+/// INCONSISTENT_TOPIC: `mine`, a reader's, the other side's one writer; `other`, a
+/// writer's, the reader and the writer of `mine`'s type; reading resets the change.
+fn each_counts_the_other<A: spindle_topics::TopicType, B: spindle_topics::TopicType>(
+    seed: u64,
+    mine: &spindle_dds_core::Topic<A>,
+    other: &spindle_dds_core::Topic<B>,
+) {
+    assert_eq!(
+        mine.inconsistent_topic_status().total_count,
+        1,
+        "seed {seed}: the reader's topic counts the other side's writer"
+    );
+    let s = other.inconsistent_topic_status();
+    assert_eq!(
+        (s.total_count, s.total_count_change),
+        (2, 2),
+        "seed {seed}: a reader and a writer"
+    );
+    assert_eq!(
+        other.inconsistent_topic_status().total_count_change,
+        0,
+        "seed {seed}: read, the change resets"
+    );
+}
+
 /// One topic name with two types: DDS's INCONSISTENT_TOPIC. A reader and a writer of
 /// different types do not match (no matched count, no samples, `wait_for_readers` not
 /// satisfied), each side's topic counts the other in `inconsistent_topic_status`, and a
@@ -283,22 +309,7 @@ fn a_topic_name_with_two_types_is_inconsistent_and_not_matched() {
                 0,
                 "seed {seed}"
             );
-            assert_eq!(
-                mine.inconsistent_topic_status().total_count,
-                1,
-                "seed {seed}: the reader's topic counts the other type's writer"
-            );
-            let s = other.inconsistent_topic_status();
-            assert_eq!(
-                (s.total_count, s.total_count_change),
-                (2, 2),
-                "seed {seed}: a reader and a writer"
-            );
-            assert_eq!(
-                other.inconsistent_topic_status().total_count_change,
-                0,
-                "seed {seed}"
-            );
+            each_counts_the_other(seed, &mine, &other);
         },
     );
 }
@@ -389,17 +400,7 @@ fn one_type_name_with_two_definitions_is_inconsistent_and_not_matched() {
             );
             assert_eq!(r.subscription_matched_status().current_count, 1);
             assert_eq!(w.publication_matched_status().current_count, 0);
-            assert_eq!(
-                mine.inconsistent_topic_status().total_count,
-                1,
-                "seed {seed}: the reader's topic counts the other definition's writer"
-            );
-            let s = other.inconsistent_topic_status();
-            assert_eq!(
-                (s.total_count, s.total_count_change),
-                (2, 2),
-                "seed {seed}: a reader and a writer"
-            );
+            each_counts_the_other(seed, &mine, &other);
             assert_eq!(
                 same.inconsistent_topic_status().total_count,
                 1,

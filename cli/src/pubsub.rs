@@ -418,7 +418,8 @@ fn state<T: std::fmt::Debug>(s: T) -> String {
 
 /// One sample as a JSON line: `{"data": …, "info": {…}}`; a dispose or unregister
 /// notice (no data) names its instance's key (`"key"`, from the reader's
-/// `get_key_value`) when the reader knows it.
+/// `get_key_value`) when the reader knows it. A notice the reader made itself (its
+/// writer left or lost its liveliness) is in no total order: `"order_index": null`.
 fn sample_line(
     t: &DynType,
     r: &DataReader<CdrSample>,
@@ -441,7 +442,7 @@ fn sample_line(
         "data": data,
         "info": {
             "view_id": i.view_id,
-            "order_index": i.order_index,
+            "order_index": i.in_total_order().then_some(i.order_index),
             "writer": i.publication_handle.to_string(),
             "writer_seq": i.writer_seq,
             "instance": i.instance_handle.0.to_string(),

@@ -760,6 +760,21 @@ fn rust_log_shows_the_engines_events_on_stderr() {
     );
 }
 
+/// The next of `rx`'s JSON lines (a sub's) that `want` matches, the others skipped;
+/// waits at most [`PROCESS_DEADLINE`].
+fn next_json(rx: &std::sync::mpsc::Receiver<String>, want: &dyn Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + PROCESS_DEADLINE;
+    loop {
+        let l = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("a line from sub");
+        let v: Value = serde_json::from_str(&l).unwrap_or_else(|e| panic!("{l:?}: {e}"));
+        if want(&v) {
+            return v;
+        }
+    }
+}
+
 /// Sends `signal` (`-INT`, `-TERM`) to `child` with the system's `kill`.
 fn signal(child: &Child, signal: &str) {
     let s = Command::new("kill")
@@ -796,19 +811,7 @@ fn an_interrupted_pub_leaves_the_domain_and_the_sub_goes_on() {
             .expect("start sub"),
     );
     let rx = common::line_channel(sub.0.stdout.take().expect("sub stdout"));
-    // Lines until `want` matches one (bounded); returns it.
-    let until = |want: &dyn Fn(&Value) -> bool| -> Value {
-        let deadline = Instant::now() + PROCESS_DEADLINE;
-        loop {
-            let l = rx
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .expect("a line from sub");
-            let v: Value = serde_json::from_str(&l).unwrap_or_else(|e| panic!("{l:?}: {e}"));
-            if want(&v) {
-                return v;
-            }
-        }
-    };
+    let until = |want: &dyn Fn(&Value) -> bool| next_json(&rx, want);
     until(&|v| v["view"]["members"] == serde_json::json!([1]));
     let publ = Guard(
         Command::new(BIN)
@@ -858,5 +861,65 @@ fn an_interrupted_pub_leaves_the_domain_and_the_sub_goes_on() {
     assert!(
         serr.contains("samples read; left the domain"),
         "sub: {serr}"
+    );
+}
+
+/// A pub SIGKILLed in a domain of three (the sub's majority stays): the sub, which took
+/// its samples, sees the pub's instance end with a notice the sub's reader made itself:
+/// no data, NOT_ALIVE_NO_WRITERS, the instance's key, and `"order_index": null` (in no
+/// total order).
+#[test]
+fn a_killed_pubs_instance_ends_at_the_sub_with_a_notice() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (n1, n2) = configs(dir.path());
+    let n3 = dir.path().join("node3.toml");
+    let text = std::fs::read_to_string(&n2).expect("node 2's config");
+    std::fs::write(&n3, text.replace("node_id = 2", "node_id = 3")).expect("write config");
+    let topic = [
+        "--idl",
+        IDL,
+        "--type",
+        "Avionics::AirData",
+        "--topic",
+        "Killed",
+    ];
+    let start = |verb: &str, cfg: &Path, extra: &[&str], stdout: Stdio| {
+        Guard(
+            Command::new(BIN)
+                .arg(verb)
+                .arg("--config")
+                .arg(cfg)
+                .args(topic)
+                .args(extra)
+                .stdout(stdout)
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("start {verb}: {e}")),
+        )
+    };
+    let mut sub = start("sub", &n1, &[], Stdio::piped());
+    let rx = common::line_channel(sub.0.stdout.take().expect("sub stdout"));
+    next_json(&rx, &|v| v["view"]["members"] == serde_json::json!([1]));
+    let _third = start("sub", &n3, &[], Stdio::null());
+    next_json(&rx, &|v| v["view"]["members"] == serde_json::json!([1, 3]));
+    let mut publ = start(
+        "pub",
+        &n2,
+        &["--rate", "20", "--random", "100000"],
+        Stdio::null(),
+    );
+    next_json(&rx, &|v| v.get("data").is_some_and(|d| !d.is_null()));
+    // SIGKILL: no deletion, no leave; the others exclude it.
+    publ.0.kill().expect("kill pub");
+    let notice = next_json(&rx, &|v| v["info"]["valid_data"] == false);
+    assert!(notice["info"]["order_index"].is_null(), "{notice}");
+    assert_eq!(
+        notice["info"]["instance_state"], "not_alive_no_writers",
+        "{notice}"
+    );
+    assert!(notice["key"]["aircraft_id"].is_u64(), "{notice}");
+    assert!(
+        sub.0.try_wait().expect("try_wait").is_none(),
+        "sub ended with the pub"
     );
 }

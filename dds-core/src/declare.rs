@@ -692,12 +692,44 @@ fn most_tolerant(a: &DareSettings, b: &DareSettings) -> DareSettings {
 /// again, in µs.
 pub(crate) const JOIN_RETRY_US: u64 = 50_000;
 
+/// The version of what participants exchange — declarations, built-in announcements,
+/// sample headers — raised whenever one of their formats changes (1: announcements carry
+/// the type's structural hash). It is half of the group id ([`group_id`]), so a
+/// participant of another build's format is refused at its join, by name, instead of
+/// misreading the domain's bytes.
+pub const WIRE_VERSION: u32 = 1;
+
+/// The group id of domain `domain_id` at wire version `version`: the domain in the low
+/// half, the version in the high half.
+///
+/// ```
+/// use spindle_dds_core::declare::{group_id, group_label, WIRE_VERSION};
+/// let id = group_id(7, WIRE_VERSION);
+/// assert_ne!(id, group_id(7, WIRE_VERSION + 1), "another build's format: another group");
+/// assert_ne!(id, group_id(8, WIRE_VERSION));
+/// assert_eq!(group_label(group_id(7, 3)), "domain 7 (wire version 3)");
+/// ```
+pub fn group_id(domain_id: u32, version: u32) -> u64 {
+    u64::from(domain_id) | (u64::from(version) << 32)
+}
+
+/// How the group's messages name a DCPS group id ([`group_id`]).
+pub fn group_label(group_id: u64) -> String {
+    format!(
+        "domain {} (wire version {})",
+        group_id & u64::from(u32::MAX),
+        group_id >> 32
+    )
+}
+
 /// The group settings of a participant of domain `domain_id`: the DDS layout, its join
-/// retry, and the domain as the group's id (a member of another domain refuses it).
+/// retry, and the domain with this build's [`WIRE_VERSION`] as the group's id (a member
+/// of another domain, or of the same domain at another wire version, refuses it).
 pub(crate) fn dds_group_config(domain_id: u32) -> spindle_group::GroupConfig {
     let mut g = spindle_group::GroupConfig::new(dds_layout());
     g.join_retry_us = JOIN_RETRY_US;
-    g.group_id = u64::from(domain_id);
+    g.group_id = group_id(domain_id, WIRE_VERSION);
+    g.group_label = group_label;
     g
 }
 

@@ -516,7 +516,8 @@ fn a_participant_of_another_domain_is_refused_by_name_and_never_joins() {
                 .expect_err("a participant of domain 1 joined domain 0");
             let m = e.to_string();
             assert!(
-                m.contains("member of group 0") && m.contains("configured for group 1"),
+                m.contains("member of domain 0 (wire version")
+                    && m.contains("configured for domain 1 (wire version"),
                 "seed {seed}: {m}"
             );
             d.run_for(20_000);

@@ -133,8 +133,8 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use group::{
-    Exclusion, Group, GroupAction, GroupConfig, GroupOutput, GroupStats, LayoutFn, LocalFabric,
-    ViewInstalled,
+    plain_group_label, Exclusion, Group, GroupAction, GroupConfig, GroupOutput, GroupStats,
+    LayoutFn, LocalFabric, ViewInstalled,
 };
 pub use layout::{
     DareSettings, DeliveryMode, DeliveryPrefix, Layout, SubgroupId, SubgroupSpec, View,

@@ -195,6 +195,15 @@ pub struct GroupConfig {
     /// joiner that names another, and the joiner stops with an error naming both: nodes
     /// of two groups never share a view, whatever their contacts say.
     pub group_id: u64,
+    /// How messages name a group id (default: `group <id>`); an application that packs
+    /// more than a number into its ids says what they mean (DCPS: the domain and the
+    /// wire version).
+    pub group_label: fn(u64) -> String,
+}
+
+/// The default [`GroupConfig::group_label`]: `group <id>`.
+pub fn plain_group_label(group_id: u64) -> String {
+    format!("group {group_id}")
 }
 
 impl std::fmt::Debug for GroupConfig {
@@ -218,6 +227,7 @@ impl GroupConfig {
             activation_timeout_us: 5_000_000,
             join_retry_us: 200_000,
             group_id: 0,
+            group_label: plain_group_label,
         }
     }
 }
@@ -1019,11 +1029,12 @@ impl Group {
                 let asked = matches!(&self.phase, Phase::Joining { contacts, .. }
                     if contacts.iter().any(|(c, _)| *c == peer));
                 if asked {
-                    let mine = self.cfg.group_id;
+                    let label = self.cfg.group_label;
                     self.shut_down(format!(
-                        "contact node {peer} is a member of group {group_id} and refused this \
-                         node, configured for group {mine}: its contacts reach another group \
-                         (a DCPS participant's group is its domain id)"
+                        "contact node {peer} is a member of {} and refused this node, \
+                         configured for {}: its contacts reach another group",
+                        label(group_id),
+                        label(self.cfg.group_id)
                     ));
                 } else {
                     tracing::warn!(
@@ -1167,8 +1178,8 @@ impl Group {
             tracing::warn!(
                 node = self.me,
                 joiner = node,
-                group_id,
-                mine = self.cfg.group_id,
+                theirs = %(self.cfg.group_label)(group_id),
+                mine = %(self.cfg.group_label)(self.cfg.group_id),
                 "a join request for another group: refused"
             );
             let refusal = Msg::Refused {

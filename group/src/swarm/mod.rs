@@ -601,6 +601,7 @@ impl Cluster {
             activation_timeout_us: 60_000,
             join_retry_us: 3_000,
             group_id: 0,
+            group_label: crate::plain_group_label,
         };
         let ids: Vec<NodeId> = (1..=sc.nodes).collect();
         let view = View::new(1, ids.clone());

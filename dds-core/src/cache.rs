@@ -934,7 +934,7 @@ impl Cache {
             HistoryKind::KeepAll => limit(self.limits.max_samples_per_instance),
         };
         let valid = h.kind == SampleKind::Data;
-        // A notice is kept beside the data samples (`Instance::notice`): the limits
+        // A notice is kept beside the data samples (`Instance::notices`): the limits
         // count data only, and it never pushes one out.
         let inst_len = if valid { known_len.unwrap_or(0) } else { 0 };
         let keep_last = self.history.kind == HistoryKind::KeepLast;

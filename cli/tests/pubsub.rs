@@ -56,6 +56,22 @@ fn configs(dir: &Path) -> (PathBuf, PathBuf) {
     (n1, n2)
 }
 
+/// Starts `spindle <verb> --config <cfg> <args…>` with the given stdout and stderr (the
+/// guard kills it when the test ends).
+fn start(verb: &str, cfg: &Path, args: &[&str], stdout: Stdio, stderr: Stdio) -> Guard {
+    Guard(
+        Command::new(BIN)
+            .arg(verb)
+            .arg("--config")
+            .arg(cfg)
+            .args(args)
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {verb}: {e}")),
+    )
+}
+
 /// Waits for a child with a deadline; kills it past the deadline.
 fn wait_output(mut g: Guard, what: &str) -> Output {
     let start = Instant::now();
@@ -115,18 +131,13 @@ fn exchange_with(
     let dir = tempfile::tempdir().expect("tempdir");
     let (n1, n2) = configs(dir.path());
     let count_s = count.to_string();
-    let mut sub = Guard(
-        Command::new(BIN)
-            .args(["sub", "--config"])
-            .arg(&n1)
-            .args(["--idl", IDL, "--type", type_name, "--topic", topic])
-            .args(["--count", &count_s, "--timeout-s", "90"])
-            .args(extra.sub)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start sub"),
-    );
+    let sub_args = [
+        &["--idl", IDL, "--type", type_name, "--topic", topic][..],
+        &["--count", &count_s, "--timeout-s", "90"],
+        extra.sub,
+    ]
+    .concat();
+    let mut sub = start("sub", &n1, &sub_args, Stdio::piped(), Stdio::piped());
     // Wait until sub reads, so pub's contact (node 1) is up.
     let stderr = sub.0.stderr.take().expect("sub stderr");
     let rx = common::line_channel(stderr);
@@ -380,19 +391,14 @@ fn sub_and_pub_of_two_definitions_of_one_type_name_exchange_nothing() {
     )
     .expect("write idl");
     let topic = ["--type", "T::Plain", "--topic", "Plains"];
-    let mut sub = Guard(
-        Command::new(BIN)
-            .args(["sub", "--config"])
-            .arg(&n1)
-            .arg("--idl")
-            .arg(&mine)
-            .args(topic)
-            .args(["--count", "1", "--data-only", "--timeout-s", "90"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start sub"),
-    );
+    let mine_s = mine.to_string_lossy();
+    let sub_args = [
+        &["--idl", &mine_s][..],
+        &topic,
+        &["--count", "1", "--data-only", "--timeout-s", "90"],
+    ]
+    .concat();
+    let mut sub = start("sub", &n1, &sub_args, Stdio::piped(), Stdio::piped());
     let stderr = sub.0.stderr.take().expect("sub stderr");
     let rx = common::line_channel(stderr);
     let deadline = Instant::now() + PROCESS_DEADLINE;
@@ -800,30 +806,12 @@ fn an_interrupted_pub_leaves_the_domain_and_the_sub_goes_on() {
         "--topic",
         "Interrupted",
     ];
-    let mut sub = Guard(
-        Command::new(BIN)
-            .args(["sub", "--config"])
-            .arg(&n1)
-            .args(topic)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start sub"),
-    );
+    let mut sub = start("sub", &n1, &topic, Stdio::piped(), Stdio::piped());
     let rx = common::line_channel(sub.0.stdout.take().expect("sub stdout"));
     let until = |want: &dyn Fn(&Value) -> bool| next_json(&rx, want);
     until(&|v| v["view"]["members"] == serde_json::json!([1]));
-    let publ = Guard(
-        Command::new(BIN)
-            .args(["pub", "--config"])
-            .arg(&n2)
-            .args(topic)
-            .args(["--rate", "20", "--random", "100000"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start pub"),
-    );
+    let pub_args = [&topic[..], &["--rate", "20", "--random", "100000"]].concat();
+    let publ = start("pub", &n2, &pub_args, Stdio::piped(), Stdio::piped());
     until(&|v| v.get("data").is_some());
     signal(&publ.0, "-INT");
     let p = wait_output(publ, "pub");
@@ -883,31 +871,13 @@ fn a_killed_pubs_instance_ends_at_the_sub_with_a_notice() {
         "--topic",
         "Killed",
     ];
-    let start = |verb: &str, cfg: &Path, extra: &[&str], stdout: Stdio| {
-        Guard(
-            Command::new(BIN)
-                .arg(verb)
-                .arg("--config")
-                .arg(cfg)
-                .args(topic)
-                .args(extra)
-                .stdout(stdout)
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("start {verb}: {e}")),
-        )
-    };
-    let mut sub = start("sub", &n1, &[], Stdio::piped());
+    let mut sub = start("sub", &n1, &topic, Stdio::piped(), Stdio::null());
     let rx = common::line_channel(sub.0.stdout.take().expect("sub stdout"));
     next_json(&rx, &|v| v["view"]["members"] == serde_json::json!([1]));
-    let _third = start("sub", &n3, &[], Stdio::null());
+    let _third = start("sub", &n3, &topic, Stdio::null(), Stdio::null());
     next_json(&rx, &|v| v["view"]["members"] == serde_json::json!([1, 3]));
-    let mut publ = start(
-        "pub",
-        &n2,
-        &["--rate", "20", "--random", "100000"],
-        Stdio::null(),
-    );
+    let pub_args = [&topic[..], &["--rate", "20", "--random", "100000"]].concat();
+    let mut publ = start("pub", &n2, &pub_args, Stdio::null(), Stdio::null());
     next_json(&rx, &|v| v.get("data").is_some_and(|d| !d.is_null()));
     // SIGKILL: no deletion, no leave; the others exclude it.
     publ.0.kill().expect("kill pub");

@@ -161,7 +161,7 @@
 // scripts/check-layering.py checks that no two modules use each other):
 // 1. data: clock, sample, status, store, lent, cache, condition, metrics, config, declare,
 //    discovery, filter, content_filter, error, logged
-// 2. entity state: common, group_scope; reader_core, writer_core; shared (+ the Driver trait)
+// 2. entity state: common, group_scope; reader_core, writer_core, registered; shared (+ the Driver trait)
 // 3. the delivery path: delivery (DdsApp and handle_timeout: engine output enters here)
 // 4. drivers and handles: inner; metrics_http, transport; threads; topic; reader, writer;
 //    publisher, subscriber; participant; counters (DomainParticipant::counters); history
@@ -196,6 +196,7 @@ mod publisher;
 mod query;
 mod reader;
 mod reader_core;
+pub mod registered;
 pub mod sample;
 mod shared;
 #[cfg(feature = "testkit")]

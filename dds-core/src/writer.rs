@@ -14,6 +14,7 @@ use crate::delivery::{count, matched_entry, readers_of};
 use crate::discovery::{Endpoint, EndpointKey};
 use crate::error::{Error, Result};
 use crate::inner::{ParticipantInner, TopicInner};
+use crate::registered::{NoKey, Registered};
 use crate::sample::{Coherent, InstanceHandle, SampleHeader, SampleKind, SAMPLE_HEADER_BYTES};
 use crate::status::{
     DeadlineMissedStatus, IncompatibleQosStatus, LivelinessLostStatus, MatchedStatus,
@@ -174,7 +175,7 @@ impl<T: TopicType> DataWriter<T> {
 
     fn write_stamped(&self, data: &T, stamp: Stamp<'_>) -> Result<()> {
         let key = instance_of(data)?;
-        self.send(SampleKind::Data, key, stamp, |buf| {
+        self.send(SampleKind::Data, key, Some(data), stamp, |buf| {
             data.encode_into(Endianness::Little, buf)
         })
     }
@@ -192,7 +193,7 @@ impl<T: TopicType> DataWriter<T> {
 
     fn dispose_stamped(&self, data: &T, stamp: Stamp<'_>) -> Result<()> {
         let key = instance_of(data)?;
-        self.send(SampleKind::Dispose, key, stamp, |_| Ok(0))
+        self.send(SampleKind::Dispose, key, Some(data), stamp, |_| Ok(0))
     }
 
     /// Unregisters the instance of `data`'s key (DDS `unregister_instance`); with
@@ -220,9 +221,9 @@ impl<T: TopicType> DataWriter<T> {
             .writer_data_lifecycle
             .autodispose_unregistered_instances
         {
-            self.send(SampleKind::Dispose, key, stamp, |_| Ok(0))?;
+            self.send(SampleKind::Dispose, key, None, stamp, |_| Ok(0))?;
         }
-        self.send(SampleKind::Unregister, key, stamp, |_| Ok(0))
+        self.send(SampleKind::Unregister, key, None, stamp, |_| Ok(0))
     }
 
     /// Asserts this writer's LIVELINESS without writing (DDS `assert_liveliness`): under
@@ -244,10 +245,89 @@ impl<T: TopicType> DataWriter<T> {
         out
     }
 
-    /// The instance handle of `data`'s key (DDS `register_instance`; registration is
-    /// implicit on the first write).
+    /// Registers the instance of `data`'s key and returns its handle (DDS
+    /// `register_instance`; the first `write` or `dispose` of an instance registers it
+    /// too). Nothing is sent: readers learn of the instance from its first sample.
+    /// `OutOfResources` past RESOURCE_LIMITS `max_instances`. The writer keeps `data`'s
+    /// encoding, when at most [`crate::cache::KEY_SAMPLE_BYTES_MAX`] long, for
+    /// [`DataWriter::get_key_value`] ([`crate::registered`]).
     pub fn register_instance(&self, data: &T) -> Result<InstanceHandle> {
-        instance_of(data)
+        self.check()?;
+        let key = instance_of(data)?;
+        lock(&self.core.path).registered.register(
+            key,
+            &self.core.topic.name,
+            key_of(Some(data)),
+        )?;
+        Ok(key)
+    }
+
+    /// The handle of `data`'s instance if this writer registered it and did not
+    /// unregister it since (DDS `lookup_instance`; `None` is DDS's `HANDLE_NIL`).
+    pub fn lookup_instance(&self, data: &T) -> Result<Option<InstanceHandle>> {
+        self.check()?;
+        let key = instance_of(data)?;
+        Ok(lock(&self.core.path)
+            .registered
+            .contains(key)
+            .then_some(key))
+    }
+
+    /// The key of registered instance `handle` (DDS `get_key_value`): a whole sample is
+    /// returned, its key members the instance's, the others as the sample that
+    /// registered it had them. `BadParameter` if this writer has not registered the
+    /// instance (or unregistered it); `PreconditionNotMet` if the sample that registered
+    /// it was larger than [`crate::cache::KEY_SAMPLE_BYTES_MAX`], or the writer's keys
+    /// had reached [`crate::registered::REGISTERED_KEY_BYTES_MAX`] (not kept).
+    pub fn get_key_value(&self, handle: InstanceHandle) -> Result<T> {
+        self.check()?;
+        let path = lock(&self.core.path);
+        match path.registered.key_sample(handle) {
+            Ok(bytes) => Ok(T::decode_with_key_hash(bytes, &handle.0)?),
+            Err(NoKey::NotRegistered) => Err(self.not_registered(handle)),
+            Err(NoKey::NotKept) => Err(Error::PreconditionNotMet(format!(
+                "writer {} kept no key of instance {}: the sample that registered it was \
+                 larger than {} bytes, or its keys had reached {} bytes",
+                self.core.id,
+                handle.0,
+                crate::cache::KEY_SAMPLE_BYTES_MAX,
+                crate::registered::REGISTERED_KEY_BYTES_MAX
+            ))),
+        }
+    }
+
+    /// Disposes registered instance `handle` (DDS `dispose` given the handle, as
+    /// Cyclone's `dds_dispose_ih`), stamped now. `BadParameter` if this writer has not
+    /// registered it.
+    pub fn dispose_by_handle(&self, handle: InstanceHandle) -> Result<()> {
+        self.registered(handle)?;
+        self.send(SampleKind::Dispose, handle, None, self.now(), |_| Ok(0))
+    }
+
+    /// Unregisters registered instance `handle` (DDS `unregister_instance` given the
+    /// handle), stamped now; disposed first under WRITER_DATA_LIFECYCLE
+    /// `autodispose_unregistered_instances`. `BadParameter` if this writer has not
+    /// registered it.
+    pub fn unregister_by_handle(&self, handle: InstanceHandle) -> Result<()> {
+        self.registered(handle)?;
+        self.unregister_key(handle, self.now())
+    }
+
+    /// `BadParameter` unless this writer registered instance `handle`.
+    fn registered(&self, handle: InstanceHandle) -> Result<()> {
+        self.check()?;
+        if lock(&self.core.path).registered.contains(handle) {
+            Ok(())
+        } else {
+            Err(self.not_registered(handle))
+        }
+    }
+
+    fn not_registered(&self, handle: InstanceHandle) -> Error {
+        Error::BadParameter(format!(
+            "instance {} is not registered with writer {} of topic {:?}",
+            handle.0, self.core.id, self.core.topic.name
+        ))
     }
 
     /// `PUBLICATION_MATCHED_STATUS`: the participants that read the topic in the
@@ -476,12 +556,17 @@ impl<T: TopicType> DataWriter<T> {
         &self,
         kind: SampleKind,
         key: InstanceHandle,
+        value: Option<&T>,
         stamp: Stamp<'_>,
         mut body: impl FnMut(&mut [u8]) -> std::result::Result<usize, spindle_topics::Error>,
     ) -> Result<()> {
         self.check()?;
         let core = &*self.core;
-        let (filled, path) = with_room_held(core, &self.topic.participant, 0, |s, staging| {
+        let p = &self.topic.participant;
+        let (filled, path) = with_room_held(core, p, 0, |s, staging, registered| {
+            if let Err(e) = registered.admit(key, kind, &core.topic.name, key_of(value)) {
+                return Ok(Err(NotSent::Failed(e)));
+            }
             let max = s.payload_bytes_max();
             s.try_send_with(|slot| {
                 fill_slot(
@@ -521,7 +606,7 @@ impl<T: TopicType> DataWriter<T> {
             }
             Err(NotSent::Failed(e)) => return Err(e),
         }
-        path.registered.note(key, kind);
+        path.registered.wrote(key, kind);
         drop(path);
         self.written(kind, key);
         Ok(())
@@ -534,7 +619,7 @@ impl<T: TopicType> DataWriter<T> {
     /// other writer has them) instead of alive for as long as its participant lives. The
     /// first send that fails (the participant stopped) ends it, logged.
     pub(crate) fn unregister_all(&self) {
-        let keys = lock(&self.core.path).registered.take();
+        let keys = lock(&self.core.path).registered.take_written();
         for key in keys {
             if let Err(e) = self.unregister_key(key, self.now()) {
                 tracing::warn!(
@@ -658,6 +743,17 @@ impl<T: TopicType> LoanedSample<T> {
         let w = &self.writer;
         let stamp = w.now();
         let mut path = lock(&w.core.path);
+        let admitted = path.registered.admit(
+            key,
+            SampleKind::Data,
+            &w.core.topic.name,
+            key_of(Some(value)),
+        );
+        if let Err(e) = admitted {
+            // The slot becomes a null and keeps its turn.
+            drop(loan);
+            return Err(e);
+        }
         let max = room + SAMPLE_HEADER_BYTES;
         let filled = fill_slot(
             &w.core,
@@ -693,7 +789,7 @@ fn loan<'c>(
     core: &'c WriterCore,
     p: &ParticipantInner,
 ) -> Result<((spindle_group::Loan, usize), MutexGuard<'c, WritePath>)> {
-    let ((l, max), path) = with_room_held(core, p, 0, |s, _| {
+    let ((l, max), path) = with_room_held(core, p, 0, |s, _, _| {
         Ok((s.try_loan()?, s.payload_bytes_max()))
     })?;
     let room = max.checked_sub(SAMPLE_HEADER_BYTES).ok_or_else(|| {
@@ -709,7 +805,7 @@ fn with_room<R>(
     len: usize,
     mut attempt: impl FnMut(&spindle_group::Sender) -> spindle_group::Result<R>,
 ) -> Result<R> {
-    with_room_held(core, p, len, |s, _| attempt(s)).map(|(r, _)| r)
+    with_room_held(core, p, len, |s, _, _| attempt(s)).map(|(r, _)| r)
 }
 
 /// What one try of [`with_room_held`] found.
@@ -733,18 +829,24 @@ fn with_room_held<'c, R>(
     core: &'c WriterCore,
     p: &ParticipantInner,
     len: usize,
-    mut attempt: impl FnMut(&spindle_group::Sender, &mut Vec<u8>) -> spindle_group::Result<R>,
+    mut attempt: impl FnMut(
+        &spindle_group::Sender,
+        &mut Vec<u8>,
+        &mut Registered,
+    ) -> spindle_group::Result<R>,
 ) -> Result<(R, MutexGuard<'c, WritePath>)> {
     let mut tries = 0u32;
     let mut deadline_us = None;
     loop {
         let mut path = lock(&core.path);
         let WritePath {
-            sender, staging, ..
+            sender,
+            staging,
+            registered,
         } = &mut *path;
         let tried = match sender.as_ref() {
             None => Tried::Fetch,
-            Some(s) => match attempt(s, staging) {
+            Some(s) => match attempt(s, staging, registered) {
                 Ok(r) => Tried::Done(r),
                 Err(e @ spindle_group::Error::WindowFull { .. }) => Tried::Wait(e, Some(s.clone())),
                 Err(e @ spindle_group::Error::Wedged { .. }) => Tried::Wait(e, None),
@@ -794,6 +896,12 @@ fn with_room_held<'c, R>(
             None => p.driver.idle(VIEW_CHANGE_PAUSE),
         }
     }
+}
+
+/// How [`Registered`] encodes the sample an instance is registered with, to keep its key:
+/// `value`'s encoding when it fits the buffer given (none without a value).
+fn key_of<T: TopicType>(value: Option<&T>) -> impl FnOnce(&mut [u8]) -> Option<usize> + '_ {
+    move |buf| value.and_then(|v| v.encode_into(Endianness::Little, buf).ok())
 }
 
 /// Why a sample did not go into its slot.

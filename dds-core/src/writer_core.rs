@@ -13,6 +13,7 @@ use spindle_qos::{
 
 use crate::common::{announced_us, lock, saturating_us, TopicIdentity};
 use crate::discovery::{partition_tag, Endpoint, EndpointKey, Rxo};
+use crate::registered::Registered;
 use crate::sample::{Coherent, InstanceHandle, COHERENT_SET_SAMPLES_MAX};
 use crate::status::{
     rematch, DeadlineMissedStatus, IncompatibleQosStatus, LivelinessLostStatus, MatchedStatus,
@@ -130,7 +131,6 @@ pub(crate) struct WriterCore {
 
 /// What a write holds while it loans a slot, encodes and commits: taken once per sample
 /// (`writer::with_room_held` returns it held), so a write pays one lock, not one per part.
-#[derive(Default)]
 pub(crate) struct WritePath {
     /// The subgroup's sender handle, cached; a view change's `Wedged` drops it and the
     /// next view's is fetched.
@@ -139,59 +139,8 @@ pub(crate) struct WritePath {
     /// never shrunk, not zero-filled again per sample (a large sample is encoded in place
     /// in its RDMC send buffer, not here).
     pub(crate) staging: Vec<u8>,
-    /// The instances it registered, for its deletion to unregister.
+    /// The instances it registered ([`crate::registered`]).
     pub(crate) registered: Registered,
-}
-
-/// Most instances a writer keeps track of for [`Registered`]: past it, new instances are
-/// not unregistered when the writer is deleted (readers then keep them alive until the
-/// writer's participant leaves), and a warning says so once.
-pub const REGISTERED_INSTANCES_MAX: usize = 1 << 20;
-
-/// The instances a writer wrote and did not unregister (DDS "registered"): deleting it
-/// unregisters them, and disposes them first under WRITER_DATA_LIFECYCLE
-/// `autodispose_unregistered_instances`, as DDS says. Kept with the write path held; a
-/// run of writes to one instance costs one comparison.
-#[derive(Debug, Default)]
-pub(crate) struct Registered {
-    last: Option<InstanceHandle>,
-    set: BTreeSet<InstanceHandle>,
-    warned: bool,
-}
-
-impl Registered {
-    /// A sample of `kind` for instance `key` went.
-    pub(crate) fn note(&mut self, key: InstanceHandle, kind: crate::sample::SampleKind) {
-        use crate::sample::SampleKind as K;
-        match kind {
-            K::Data | K::Dispose if self.last != Some(key) => {
-                self.last = Some(key);
-                if self.set.len() < REGISTERED_INSTANCES_MAX {
-                    self.set.insert(key);
-                } else if !self.set.contains(&key) && !self.warned {
-                    self.warned = true;
-                    tracing::warn!(
-                        "a writer registered more than REGISTERED_INSTANCES_MAX = \
-                         {REGISTERED_INSTANCES_MAX} instances: deleting it unregisters only \
-                         those"
-                    );
-                }
-            }
-            K::Unregister => {
-                self.set.remove(&key);
-                if self.last == Some(key) {
-                    self.last = None;
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// The registered instances, in handle order; none are kept.
-    pub(crate) fn take(&mut self) -> BTreeSet<InstanceHandle> {
-        self.last = None;
-        std::mem::take(&mut self.set)
-    }
 }
 
 impl WriterCore {
@@ -234,6 +183,7 @@ impl WriterCore {
         let lifespan = lifespan_ns(&qos);
         let strength = qos.ownership_strength.value;
         let deadline_period = qos.deadline.period;
+        let max_instances = qos.resource_limits.max_instances;
         let lease_us = announced_us(qos.liveliness.lease_duration).map(|us| us.max(1));
         Arc::new(WriterCore {
             id,
@@ -253,7 +203,11 @@ impl WriterCore {
             seq: AtomicU64::new(0),
             last_stamp_ns: AtomicI64::new(i64::MIN),
             written: Arc::default(),
-            path: Mutex::new(WritePath::default()),
+            path: Mutex::new(WritePath {
+                sender: None,
+                staging: Vec::new(),
+                registered: Registered::new(max_instances),
+            }),
             blocking_us: AtomicU64::new(blocking),
             lifespan_ns: AtomicU64::new(lifespan),
             strength: AtomicI32::new(strength),

@@ -851,3 +851,89 @@ fn a_partitioned_writers_first_samples_all_reach_its_reader() {
         },
     );
 }
+
+/// A writer's instances: `register_instance` registers without sending, `lookup_instance`
+/// and `get_key_value` find what it registered, RESOURCE_LIMITS `max_instances` refuses
+/// a new instance before anything is sent (and an unregister makes room), the handle
+/// forms of `dispose` and `unregister_instance` reach readers as the data forms do, and
+/// deleting the writer ends only the instances it wrote.
+#[test]
+fn a_writers_instances_are_registered_bounded_looked_up_and_ended_by_handle() {
+    use spindle_qos::ResourceLimits;
+    for_seeds(
+        "a_writers_instances_are_registered_bounded_looked_up_and_ended_by_handle",
+        |seed| {
+            let (d, ps) = domain(seed, 2);
+            let r = reader(&ps[1], "inst", keep_all(&atomic()));
+            let t = ps[0].create_topic::<KeyedString>("inst", atomic()).unwrap();
+            let publisher = ps[0].create_publisher(Default::default()).unwrap();
+            let qos = DataWriterQos {
+                resource_limits: ResourceLimits {
+                    max_instances: 2,
+                    ..Default::default()
+                },
+                ..DataWriterQos::from_topic_qos(&atomic())
+            };
+            let w = publisher.create_datawriter(&t, qos).unwrap();
+            let fence = writer(&ps[0], "inst", DataWriterQos::from_topic_qos(&atomic()));
+
+            assert_eq!(w.lookup_instance(&ks("k1", "")).unwrap(), None);
+            let h1 = w.register_instance(&ks("k1", "registered")).unwrap();
+            assert_eq!(w.lookup_instance(&ks("k1", "")).unwrap(), Some(h1));
+            assert_eq!(w.get_key_value(h1).unwrap().key, "k1", "seed {seed}");
+            w.write(&ks("k2", "v2")).unwrap();
+            let h2 = w
+                .lookup_instance(&ks("k2", ""))
+                .unwrap()
+                .expect("k2 registered");
+            let full = w.write(&ks("k3", "refused")).unwrap_err();
+            assert!(
+                matches!(&full, Error::OutOfResources(m) if m.contains("max_instances = 2")),
+                "seed {seed}: {full}"
+            );
+            w.write(&ks("k1", "v1")).unwrap();
+            w.dispose_by_handle(h2).unwrap();
+            // Under the default autodispose_unregistered_instances: a dispose, then it.
+            w.unregister_by_handle(h2).unwrap();
+            assert_eq!(w.lookup_instance(&ks("k2", "")).unwrap(), None);
+            for gone in [w.get_key_value(h2).err(), w.dispose_by_handle(h2).err()] {
+                assert!(matches!(gone, Some(Error::BadParameter(_))), "{gone:?}");
+            }
+            w.write(&ks("k3", "v3")).unwrap();
+
+            let got = take_n(&d, &r, 6);
+            assert_eq!(values(&got), ["v2", "v1", "v3"], "seed {seed}");
+            let ends: Vec<_> = got.iter().filter(|s| !s.info.valid_data).collect();
+            assert_eq!(ends.len(), 3, "seed {seed}: {got:?}");
+            assert!(
+                ends.iter().all(|s| s.info.instance_handle == h2),
+                "seed {seed}"
+            );
+            assert_eq!(r.get_key_value(h2).unwrap().key, "k2", "seed {seed}");
+
+            // k3 ends before the deletion; k4 is registered and never written: the
+            // deletion ends k1 alone (a dispose and an unregister), then the fence.
+            w.unregister_instance(&ks("k3", "")).unwrap();
+            let h4 = w.register_instance(&ks("k4", "")).unwrap();
+            take_n(&d, &r, 2);
+            publisher.delete_datawriter(w).unwrap();
+            fence.write(&ks("fence", "after")).unwrap();
+            let mut after = Vec::new();
+            d.run_until(ROUNDS_MAX, || {
+                after.extend(r.take(usize::MAX, StateMask::ANY).unwrap());
+                after.iter().any(|s| s.info.valid_data)
+            });
+            assert_eq!(values(&after), ["after"], "seed {seed}: {after:?}");
+            let ended: Vec<_> = after.iter().filter(|s| !s.info.valid_data).collect();
+            assert_eq!(ended.len(), 2, "seed {seed}: {after:?}");
+            assert!(
+                ended.iter().all(|s| s.info.instance_handle == h1),
+                "seed {seed}"
+            );
+            assert!(
+                matches!(r.get_key_value(h4), Err(Error::BadParameter(_))),
+                "seed {seed}: the reader never heard of k4"
+            );
+        },
+    );
+}

@@ -406,6 +406,70 @@ pub mod procs {
             .local_addr()?
             .port())
     }
+
+    /// Where a driver's members listen, and the contact through which node 1 is joined:
+    /// over tcp a free loopback port per member, over shm one namespace for the domain
+    /// (named by `tag` and the driver's process id).
+    ///
+    /// ```
+    /// use spindle_examples::procs::Addresses;
+    /// let shm = Addresses::new("shm", "doc")?;
+    /// assert_eq!(shm.listen()?, shm.first());
+    /// let tcp = Addresses::new("tcp", "doc")?;
+    /// assert!(tcp.first().starts_with("127.0.0.1:"));
+    /// assert_eq!(tcp.contact(), tcp.first());
+    /// assert_ne!(tcp.listen()?, tcp.first());
+    /// assert!(Addresses::new("udp", "doc").is_err());
+    /// # Ok::<(), spindle_examples::procs::BoxError>(())
+    /// ```
+    #[derive(Debug, Clone)]
+    pub struct Addresses {
+        tcp: bool,
+        namespace: String,
+        first: String,
+    }
+
+    impl Addresses {
+        /// The addresses of a domain over `transport` (`tcp` or `shm`).
+        pub fn new(transport: &str, tag: &str) -> Result<Addresses, BoxError> {
+            let tcp = match transport {
+                "tcp" => true,
+                "shm" => false,
+                t => return Err(format!("transport {t:?}: tcp or shm").into()),
+            };
+            let namespace = format!("{tag}{}", std::process::id());
+            let mut a = Addresses {
+                tcp,
+                first: String::new(),
+                namespace,
+            };
+            a.first = a.listen()?;
+            Ok(a)
+        }
+
+        /// Node 1's listen address.
+        pub fn first(&self) -> &str {
+            &self.first
+        }
+
+        /// A listen address for another member (over tcp, a new free port each call).
+        pub fn listen(&self) -> Result<String, BoxError> {
+            Ok(if self.tcp {
+                format!("127.0.0.1:{}", free_port()?)
+            } else {
+                self.namespace.clone()
+            })
+        }
+
+        /// Where the others reach node 1 to join.
+        pub fn contact(&self) -> String {
+            if self.tcp {
+                self.first.clone()
+            } else {
+                spindle_dds_core::ParticipantConfig::shm_address(&self.namespace, 1)
+            }
+        }
+    }
 }
 
 /// Where a domain driver puts its members' logs and data.

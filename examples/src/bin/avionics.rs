@@ -19,10 +19,9 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use spindle_dds_core::{
-    DataReader, DomainParticipant, DomainParticipantFactory, ParticipantConfig, Sample, StateMask,
-    WaitSet,
+    DataReader, DomainParticipant, DomainParticipantFactory, Sample, StateMask, WaitSet,
 };
-use spindle_examples::procs::{free_port, member_config, Proc};
+use spindle_examples::procs::{member_config, Addresses, Proc};
 use spindle_examples::run_dir::RunDir;
 use spindle_examples::{check_agreement, parse_log};
 use spindle_qos::{DataReaderQos, DataWriterQos, DurabilityKind, History, Reliability, TopicQos};
@@ -566,20 +565,8 @@ fn run(
             std::fs::remove_file(p)?;
         }
     }
-    let ns = format!("av{}", std::process::id());
-    // tcp: a free loopback port per process; shm: one namespace for the domain.
-    let listen_of = |_node: u32| -> Result<String, BoxError> {
-        Ok(match transport {
-            "tcp" => format!("127.0.0.1:{}", free_port()?),
-            "shm" => ns.clone(),
-            t => return Err(format!("--transport {t:?}: tcp or shm").into()),
-        })
-    };
-    let fms_listen = listen_of(1)?;
-    let contact = match transport {
-        "tcp" => fms_listen.clone(),
-        _ => ParticipantConfig::shm_address(&ns, 1),
-    };
+    let addresses = Addresses::new(transport, "av")?;
+    let contact = addresses.contact();
     println!("avionics: {} processes over {transport}, sensors publish for {seconds} s, {KILLED} is killed half-way; logs in {}", PROCESSES.len(), out.display());
     let mut procs: Vec<Proc> = Vec::new();
     let start = Instant::now();
@@ -587,7 +574,7 @@ fn run(
         "fms",
         1,
         transport,
-        &fms_listen,
+        addresses.first(),
         &contact,
         out,
         suspect_floor_ms,
@@ -598,7 +585,7 @@ fn run(
             name,
             node,
             transport,
-            &listen_of(node)?,
+            &addresses.listen()?,
             &contact,
             out,
             suspect_floor_ms,

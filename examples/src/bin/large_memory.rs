@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use spindle_dds_core::{DomainParticipantFactory, ParticipantConfig, StateMask};
-use spindle_examples::procs::{self, free_port, member_config, BoxError, Proc};
+use spindle_examples::procs::{self, member_config, Addresses, BoxError, Proc};
 use spindle_qos::{DataReaderQos, DataWriterQos, History, Reliability, TopicQos};
 use spindle_topics::Sequence;
 
@@ -205,19 +205,9 @@ fn pair(args: &Args) -> Result<(), BoxError> {
         return Err(format!("--samples {}: at most {SAMPLES_MAX}", args.samples).into());
     }
     let transport = args.transport.as_str();
-    let ns = format!("lm{}", std::process::id());
-    let listen_of = || -> Result<String, BoxError> {
-        Ok(match transport {
-            "tcp" => format!("127.0.0.1:{}", free_port()?),
-            "shm" => ns.clone(),
-            t => return Err(format!("--transport {t:?}: tcp or shm").into()),
-        })
-    };
-    let first = listen_of()?;
-    let contact = match transport {
-        "tcp" => first.clone(),
-        _ => ParticipantConfig::shm_address(&ns, 1),
-    };
+    let addresses = Addresses::new(transport, "lm")?;
+    let first = addresses.first().to_string();
+    let contact = addresses.contact();
     let limit = args
         .sample_bytes_max
         .map_or("default".to_string(), |n| n.to_string());
@@ -237,7 +227,7 @@ fn pair(args: &Args) -> Result<(), BoxError> {
     };
     let mut procs = vec![spawn(1, &first)?];
     procs[0].expect("JOINED", STEP_TIMEOUT)?;
-    let p2 = spawn(2, &listen_of()?)?;
+    let p2 = spawn(2, &addresses.listen()?)?;
     p2.expect("JOINED", STEP_TIMEOUT)?;
     procs.push(p2);
     for p in &mut procs {

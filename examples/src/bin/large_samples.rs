@@ -17,14 +17,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use spindle_dds_core::{DomainParticipantFactory, ParticipantConfig, StateMask};
+use spindle_dds_core::{DomainParticipantFactory, StateMask};
 use spindle_examples::large_samples::{
     payload, sizes, sizes_written, KILLED, KILL_ROUNDS, PARTICIPANTS, SAMPLE_BYTES_MAX, TOPIC,
 };
 use spindle_qos::{DataReaderQos, DataWriterQos, History, Reliability, TopicQos};
 use spindle_topics::Sequence;
 
-use spindle_examples::procs::{self, free_port, member_config, BoxError, Proc};
+use spindle_examples::procs::{self, member_config, Addresses, BoxError, Proc};
 use spindle_examples::run_dir::RunDir;
 
 /// How long a process may take for one step before the domain gives up.
@@ -187,19 +187,9 @@ fn domain(transport: &str, out: Option<PathBuf>, kill: bool) -> Result<(), BoxEr
 }
 
 fn run(transport: &str, out: &Path, kill: bool) -> Result<(), BoxError> {
-    let ns = format!("ls{}", std::process::id());
-    let listen_of = || -> Result<String, BoxError> {
-        Ok(match transport {
-            "tcp" => format!("127.0.0.1:{}", free_port()?),
-            "shm" => ns.clone(),
-            t => return Err(format!("--transport {t:?}: tcp or shm").into()),
-        })
-    };
-    let first = listen_of()?;
-    let contact = match transport {
-        "tcp" => first.clone(),
-        _ => ParticipantConfig::shm_address(&ns, 1),
-    };
+    let addresses = Addresses::new(transport, "ls")?;
+    let first = addresses.first().to_string();
+    let contact = addresses.contact();
     println!(
         "large_samples: {PARTICIPANTS} processes over {transport}, topic {TOPIC}, \
          sample_bytes_max {SAMPLE_BYTES_MAX}; logs in {}",
@@ -217,7 +207,7 @@ fn run(transport: &str, out: &Path, kill: bool) -> Result<(), BoxError> {
     let mut procs = vec![spawn(1, &first)?];
     procs[0].expect("JOINED", STEP_TIMEOUT)?;
     for node in 2..=PARTICIPANTS {
-        let p = spawn(node, &listen_of()?)?;
+        let p = spawn(node, &addresses.listen()?)?;
         p.expect("JOINED", STEP_TIMEOUT)?;
         procs.push(p);
     }

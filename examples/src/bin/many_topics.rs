@@ -13,12 +13,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use spindle_dds_core::{DomainParticipantFactory, ParticipantConfig, StateMask};
+use spindle_dds_core::{DomainParticipantFactory, StateMask};
 use spindle_examples::many_topics::{readers_of, topic_name, writer_of, PARTICIPANTS};
 use spindle_qos::{DataReaderQos, DataWriterQos, History, Reliability, TopicQos};
 use spindle_topics::KeyedString;
 
-use spindle_examples::procs::{self, free_port, member_config, BoxError, Proc};
+use spindle_examples::procs::{self, member_config, Addresses, BoxError, Proc};
 use spindle_examples::run_dir::RunDir;
 
 /// How long a process may take for one step before the domain gives up.
@@ -224,19 +224,9 @@ fn run(transport: &str, topics: usize, out: &Path) -> Result<(), BoxError> {
             std::fs::remove_file(p)?;
         }
     }
-    let ns = format!("mt{}", std::process::id());
-    let listen_of = || -> Result<String, BoxError> {
-        Ok(match transport {
-            "tcp" => format!("127.0.0.1:{}", free_port()?),
-            "shm" => ns.clone(),
-            t => return Err(format!("--transport {t:?}: tcp or shm").into()),
-        })
-    };
-    let first = listen_of()?;
-    let contact = match transport {
-        "tcp" => first.clone(),
-        _ => ParticipantConfig::shm_address(&ns, 1),
-    };
+    let addresses = Addresses::new(transport, "mt")?;
+    let first = addresses.first().to_string();
+    let contact = addresses.contact();
     println!(
         "many_topics: {PARTICIPANTS} processes over {transport}, {topics} topics; participant \
          {PARTICIPANTS} is killed between two rounds; logs in {}",
@@ -245,7 +235,7 @@ fn run(transport: &str, topics: usize, out: &Path) -> Result<(), BoxError> {
     let mut procs = vec![spawn(1, transport, &first, &contact, topics, out)?];
     procs[0].expect("JOINED", STEP_TIMEOUT)?;
     for node in 2..=PARTICIPANTS {
-        let p = spawn(node, transport, &listen_of()?, &contact, topics, out)?;
+        let p = spawn(node, transport, &addresses.listen()?, &contact, topics, out)?;
         p.expect("JOINED", STEP_TIMEOUT)?;
         procs.push(p);
     }

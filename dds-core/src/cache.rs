@@ -1306,6 +1306,12 @@ impl Cache {
         purged.push_back((h, key));
     }
 
+    /// Whether the cache knows instance `h`: it holds it, or it is among the last
+    /// [`PURGED_KEYS_MAX`] it forgot (whose keys `get_key_value` still gives).
+    pub fn knows(&self, h: InstanceHandle) -> bool {
+        self.instances.contains_key(&h) || self.purged_keys.iter().any(|(k, _)| *k == h)
+    }
+
     /// The instance's state, if the cache knows it.
     pub fn instance_state(&self, h: InstanceHandle) -> Option<InstanceState> {
         self.instances.get(&h).map(|i| i.state)

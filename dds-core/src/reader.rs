@@ -435,9 +435,13 @@ impl<T: TopicType> DataReader<T> {
             .ok_or(Error::NoData)
     }
 
-    /// The instance handle of `data`'s key (DDS `lookup_instance`).
-    pub fn lookup_instance(&self, data: &T) -> Result<InstanceHandle> {
-        instance_of(data)
+    /// The handle of `data`'s instance if this reader knows it (DDS `lookup_instance`;
+    /// `None` is DDS's `HANDLE_NIL`): a sample of it arrived, and the reader did not
+    /// forget it since (see [`DataReader::get_key_value`]).
+    pub fn lookup_instance(&self, data: &T) -> Result<Option<InstanceHandle>> {
+        self.check()?;
+        let key = instance_of(data)?;
+        Ok(lock(&self.core.cache).knows(key).then_some(key))
     }
 
     /// The key of instance `handle` (DDS `get_key_value`): what a dispose or unregister

@@ -15,12 +15,13 @@ use std::sync::Arc;
 
 use spindle_dds_core::sim::{SimDomain, SIM_EPOCH_NS};
 use spindle_dds_core::{
-    DataReader, DataReaderListener, Error, InstanceState, Sample, SampleBuffer, StateMask,
+    DataReader, DataReaderListener, Error, InstanceHandle, InstanceState, Sample, SampleBuffer,
+    StateMask,
 };
 use spindle_qos::{
     DataReaderQos, DataWriterQos, DurabilityKind, History, OwnershipKind, ResourceLimits, TopicQos,
 };
-use spindle_topics::KeyedString;
+use spindle_topics::{KeyedString, TopicType};
 
 /// Runs `test` for every seed; a failure names the seed and how to reproduce it.
 fn for_seeds(name: &str, test: impl Fn(u64)) {
@@ -250,7 +251,7 @@ fn deleting_a_writer_ends_the_instances_it_registered_at_every_reader() {
                     assert_eq!(got.len(), notices, "seed {seed}: autodispose {autodispose}");
                     assert!(got.iter().all(|s| !s.info.valid_data), "seed {seed}");
                     for k in ["k1", "k2"] {
-                        let h = r.lookup_instance(&ks(k, "")).unwrap();
+                        let h = r.lookup_instance(&ks(k, "")).unwrap().expect("known");
                         assert!(
                             got.iter()
                                 .any(|s| s.info.instance_handle == h
@@ -267,9 +268,11 @@ fn deleting_a_writer_ends_the_instances_it_registered_at_every_reader() {
                     keys.dedup();
                     assert_eq!(keys.len(), 2, "seed {seed}: {keys:?}");
                     assert!(keys.iter().all(|k| k == "k1" || k == "k2"), "{keys:?}");
-                    let never = r.lookup_instance(&ks("never written", "")).unwrap();
+                    let never = ks("never written", "");
+                    assert_eq!(r.lookup_instance(&never).unwrap(), None, "seed {seed}");
+                    let handle = InstanceHandle(never.key_hash().unwrap());
                     assert!(matches!(
-                        r.get_key_value(never),
+                        r.get_key_value(handle),
                         Err(Error::BadParameter(_))
                     ));
                 }
@@ -663,7 +666,7 @@ fn deadlines_are_missed_in_virtual_time_on_both_sides() {
             );
             assert_eq!(
                 rs.last_instance_handle,
-                r.lookup_instance(&ks("k", "")).unwrap()
+                r.lookup_instance(&ks("k", "")).unwrap().expect("known")
             );
             // Writing again restarts the period: half a period later, nothing new.
             w.write(&ks("k", "again")).unwrap();
@@ -1358,7 +1361,7 @@ fn a_paused_participant_is_excluded_and_learns_why_when_it_wakes() {
             // then the new value.
             let got = take_n(&d, &r, 2);
             assert_eq!(values(&got), ["after"], "seed {seed}");
-            let three = r.lookup_instance(&ks("3", "")).unwrap();
+            let three = r.lookup_instance(&ks("3", "")).unwrap().expect("known");
             assert!(
                 got.iter().any(|s| !s.info.valid_data
                     && s.info.instance_handle == three

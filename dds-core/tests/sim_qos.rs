@@ -213,7 +213,7 @@ fn disposes_and_unregisters_carry_the_timestamp_given() {
                 ],
                 "seed {seed}: k's early dispose dropped, the others stamped as given"
             );
-            let state = |key| r.lookup_instance(&ks(key, "")).unwrap();
+            let state = |key| r.lookup_instance(&ks(key, "")).unwrap().expect("known");
             assert_eq!(
                 got.iter()
                     .rev()

@@ -227,10 +227,13 @@ impl Driver for ThreadDriver {
     }
 
     fn stop_error(&self) -> Option<spindle_group::Error> {
+        // Not gated on `is_done`: the predicate thread records why before it hands the
+        // stop to the participant, and marks the node done only after, so a waiter woken
+        // by the stop may look in between.
         lock(&self.node)
             .as_ref()
-            .filter(|n| n.is_done())
             .map(GroupNode::stop_error)
+            .filter(|e| !matches!(e, spindle_group::Error::Stopped))
     }
 
     fn idle(&self, hint: Duration) {

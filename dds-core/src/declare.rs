@@ -693,11 +693,13 @@ fn most_tolerant(a: &DareSettings, b: &DareSettings) -> DareSettings {
 pub(crate) const JOIN_RETRY_US: u64 = 50_000;
 
 /// The version of what participants exchange — declarations, built-in announcements,
-/// sample headers — raised whenever one of their formats changes (1: announcements carry
-/// the type's structural hash). It is half of the group id ([`group_id`]), so a
-/// participant of another build's format is refused at its join, by name, instead of
-/// misreading the domain's bytes.
-pub const WIRE_VERSION: u32 = 1;
+/// sample headers, and the group's own formats (membership rows, its messages) — raised
+/// whenever one of them changes (1: announcements carry the type's structural hash; 2:
+/// membership rows name their group). It is half of the group id ([`group_id`]), so a
+/// participant of another build's format is refused at its join, or left out by the
+/// others when it bootstraps with them, by name, instead of misreading the domain's
+/// bytes.
+pub const WIRE_VERSION: u32 = 2;
 
 /// The group id of domain `domain_id` at wire version `version`: the domain in the low
 /// half, the version in the high half.

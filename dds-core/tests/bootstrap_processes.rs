@@ -5,6 +5,9 @@
 //! a sample each way. Before the redial (`spindle_group`'s `REDIAL_US`), the first
 //! process failed as soon as its first dial was refused.
 //!
+//! And a bootstrap member of another domain among them: the others leave it out and go
+//! on, and it fails naming both domains (their membership rows name their groups).
+//!
 //! No timing is asserted: the stagger only makes the late start certain.
 
 use std::process::Stdio;
@@ -23,6 +26,10 @@ const WAIT_MAX: Duration = Duration::from_secs(60);
 const STAGGER: Duration = Duration::from_millis(700);
 const ENV_ID: &str = "SPINDLE_BOOT_CHILD_ID";
 const ENV_MEMBERS: &str = "SPINDLE_BOOT_CHILD_MEMBERS";
+/// The child's domain (default 0).
+const ENV_DOMAIN: &str = "SPINDLE_BOOT_CHILD_DOMAIN";
+/// How many members' samples the child waits for (default all of [`IDS`]).
+const ENV_EXPECT: &str = "SPINDLE_BOOT_CHILD_EXPECT";
 
 fn qos() -> TopicQos {
     TopicQos::default()
@@ -31,7 +38,7 @@ fn qos() -> TopicQos {
 }
 
 /// A child: one bootstrap member; writes one sample, and prints `ALL` once it has taken
-/// a sample of every member.
+/// a sample of every member it expects; `REFUSED` and the error if it cannot take part.
 #[test]
 #[ignore = "spawned by bootstrap_members_started_one_by_one_form_one_view"]
 fn bootstrap_child() {
@@ -39,12 +46,26 @@ fn bootstrap_child() {
         return;
     };
     let id: u32 = id.parse().unwrap();
+    let env_or = |k: &str, default: usize| {
+        std::env::var(k).map_or(default, |v| v.parse().expect("a number"))
+    };
+    let domain = env_or(ENV_DOMAIN, 0) as u32;
+    let expect = env_or(ENV_EXPECT, IDS.len());
     let mut cfg = member_config(id, &members);
     cfg.bootstrap = IDS.to_vec();
+    cfg.domain_id = domain;
     cfg.entity_timeout_ms = WAIT_MAX.as_millis() as u64;
-    let p = DomainParticipantFactory::instance()
-        .create_participant(0, Default::default(), &cfg)
-        .unwrap();
+    let p = match DomainParticipantFactory::instance().create_participant(
+        domain,
+        Default::default(),
+        &cfg,
+    ) {
+        Ok(p) => p,
+        Err(e) => {
+            println!("REFUSED {e}");
+            return;
+        }
+    };
     println!("VIEW {:?}", p.view().map(|v| v.members));
     let t = p.create_topic::<KeyedString>("boot-topic", qos()).unwrap();
     let r = p
@@ -60,7 +81,7 @@ fn bootstrap_child() {
     let mut seen = std::collections::BTreeSet::new();
     let deadline = Instant::now() + WAIT_MAX;
     let mut k = 0;
-    while seen.len() < IDS.len() && Instant::now() < deadline {
+    while seen.len() < expect && Instant::now() < deadline {
         // Until every member took one: later members' readers may not exist yet.
         let _ = w.write(&KeyedString {
             key: format!("n{id}"),
@@ -75,7 +96,8 @@ fn bootstrap_child() {
         std::thread::sleep(Duration::from_millis(20));
     }
     println!("SEEN {}", seen.len());
-    if seen.len() == IDS.len() {
+    println!("FINAL {:?}", p.view().map(|v| v.members));
+    if seen.len() == expect {
         println!("ALL");
     }
     // Stay until the others are done too (their last samples need a majority).
@@ -106,6 +128,53 @@ fn bootstrap_members_started_one_by_one_form_one_view() {
             all,
             "node {id} never took a sample of every member; it said {said:?}"
         );
+        let status = p.child.wait().unwrap();
+        assert!(status.success(), "node {id} exited with {status}");
+    }
+}
+
+#[test]
+fn a_bootstrap_member_of_another_domain_is_left_out_and_fails_naming_both() {
+    let members = loopback_members(&IDS);
+    let mut procs = Vec::new();
+    for id in IDS {
+        let (domain, expect) = if id == 3 { (1, 3) } else { (0, 2) };
+        let env = [
+            (ENV_ID, id.to_string()),
+            (ENV_MEMBERS, members.clone()),
+            (ENV_DOMAIN, domain.to_string()),
+            (ENV_EXPECT, expect.to_string()),
+        ];
+        procs.push((id, spawn_child("bootstrap_child", &env, Stdio::inherit())));
+    }
+    for (id, p) in &mut procs {
+        let deadline = Instant::now() + WAIT_MAX * 2;
+        let mut said = Vec::new();
+        let last = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match p.lines.recv_timeout(left) {
+                Ok(l) if l.contains("ALL") || l.contains("REFUSED") => break l,
+                Ok(l) => said.push(l),
+                Err(_) => panic!("node {id} said neither ALL nor REFUSED: {said:?}"),
+            }
+        };
+        if *id == 3 {
+            // Its membership rows' check, then its join's refusal, each naming both.
+            assert!(
+                last.contains("member 1 is configured for domain 0 (wire version")
+                    && last.contains("this node for domain 1 (wire version")
+                    && last.contains("configured for domain 1 (wire version"),
+                "node 3: {last}"
+            );
+        } else {
+            assert!(last.contains("ALL"), "node {id}: {last}; before: {said:?}");
+            assert!(
+                said.iter().any(|l| l.ends_with("FINAL Some([1, 2])")),
+                "node {id} formed no view without node 3: {said:?}"
+            );
+        }
+    }
+    for (id, p) in &mut procs {
         let status = p.child.wait().unwrap();
         assert!(status.success(), "node {id} exited with {status}");
     }

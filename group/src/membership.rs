@@ -4,6 +4,13 @@
 //! Every member of a view owns one row of a membership region (one region per view, pushed
 //! to every other member). A row holds, each word written only by its owner:
 //!
+//! * `group_set` + `group` — the group the member is configured for
+//!   ([`crate::group::GroupConfig::group_id`]), gated by `group_set`; the first two words
+//!   of every row, so that they stay where they are whatever else a later format changes.
+//!   A member whose row names another group is treated as failed (suspected, and named
+//!   in the reason of a shutdown): members that bootstrap together are never checked as
+//!   a joiner is, so a member of another domain, or of a build with another wire
+//!   format, listed among the bootstrap members is caught here.
 //! * `suspected` — a bitmap over the view's ranks; suspicions propagate: a member copies
 //!   the bits of every row it does not suspect itself.
 //! * `num_changes` + `changes` — the proposals (remove a member, add a joiner). Only the
@@ -134,6 +141,13 @@ struct RowGeometry {
     row_bytes: usize,
 }
 
+/// Most a node left without a majority beside members of another group waits for its
+/// own group to reach them before it stops (see `Membership::step`), in µs.
+pub const GROUP_NOTICE_WAIT_US: u64 = 100_000;
+
+/// Words before the `suspected` bitmap: `group_set` and `group`.
+const GROUP_WORDS: usize = 2;
+
 impl RowGeometry {
     fn new(members: usize, frozen_words: usize) -> RowGeometry {
         let suspected_words = members.div_ceil(64);
@@ -148,29 +162,38 @@ impl RowGeometry {
             ..g
         }
     }
+    fn group_set(&self) -> usize {
+        0
+    }
+    fn group(&self) -> usize {
+        1
+    }
+    fn suspected(&self) -> usize {
+        GROUP_WORDS
+    }
     fn num_changes(&self) -> usize {
-        self.suspected_words
+        GROUP_WORDS + self.suspected_words
     }
     fn num_acked(&self) -> usize {
-        self.suspected_words + 1
+        self.num_changes() + 1
     }
     fn num_committed(&self) -> usize {
-        self.suspected_words + 2
+        self.num_changes() + 2
     }
     fn leader_ack(&self) -> usize {
-        self.suspected_words + 3
+        self.num_changes() + 3
     }
     fn active(&self) -> usize {
-        self.suspected_words + 4
+        self.num_changes() + 4
     }
     fn wedged(&self) -> usize {
-        self.suspected_words + 5
+        self.num_changes() + 5
     }
     fn trim_tag(&self) -> usize {
-        self.suspected_words + 6
+        self.num_changes() + 6
     }
     fn changes(&self) -> usize {
-        self.suspected_words + 7
+        self.num_changes() + 7
     }
     fn frozen(&self) -> usize {
         self.changes() + CHANGES_MAX * CHANGE_WORDS
@@ -237,13 +260,36 @@ pub struct Membership {
     dirty: Dirty,
     outcome: Option<Outcome>,
     misbehaved: Vec<(NodeId, String)>,
+    /// The group this node is configured for.
+    group: GroupName,
+    /// Per rank: its row's group still to be checked (set until the row names one, or
+    /// the member is suspected).
+    group_unchecked: Vec<bool>,
+    /// How many of `group_unchecked` are set: the check costs nothing once it is 0.
+    groups_unchecked: usize,
+    /// Members whose rows named another group, with theirs.
+    foreign: Vec<(NodeId, u64)>,
+    /// When this node, finding itself without a majority beside members of another
+    /// group, began to wait for its own group to reach them.
+    foreign_since_us: Option<u64>,
+}
+
+/// The group a node is configured for, and how to name a group in messages (the
+/// [`crate::group::GroupConfig`] fields `group_id` and `group_label`).
+#[derive(Debug, Clone, Copy)]
+struct GroupName {
+    id: u64,
+    label: fn(u64) -> String,
 }
 
 impl Membership {
-    /// The membership of `me` in `view`, whose subgroups are `layout` (empty when the view
-    /// is inadequate). `register` allocates the view's membership region.
+    /// The membership of `me`, configured for `group` (the group's id and how messages
+    /// name a group: [`crate::group::GroupConfig`]'s `group_id` and `group_label`), in
+    /// `view`, whose subgroups are `layout` (empty when the view is inadequate).
+    /// `register` allocates the view's membership region.
     pub fn new(
         me: NodeId,
+        group: (u64, fn(u64) -> String),
         view: View,
         layout: Layout,
         active: bool,
@@ -297,9 +343,18 @@ impl Membership {
             dirty: Dirty::default(),
             outcome: None,
             misbehaved: Vec::new(),
+            group: GroupName {
+                id: group.0,
+                label: group.1,
+            },
+            group_unchecked: (0..n).map(|k| k != rank).collect(),
+            groups_unchecked: n - 1,
+            foreign: Vec::new(),
+            foreign_since_us: None,
             view,
         };
         m.dirty.acks = true;
+        m.push_group();
         Ok(m)
     }
 
@@ -375,7 +430,10 @@ impl Membership {
             if !self.suspected[k] {
                 self.suspected[k] = true;
                 self.dirty.suspected = true;
-                self.pushes.retain(|p| p.peer != node);
+                // Except this node's group: a member of another group must learn why it
+                // is left out, also when its row arrived before this node's went out.
+                let group = self.geom.at(self.rank, self.geom.group());
+                self.pushes.retain(|p| p.peer != node || p.offset == group);
             }
         }
     }
@@ -452,7 +510,7 @@ impl Membership {
     fn suspected_by(&self) -> Vec<NodeId> {
         let (w, b) = (self.rank / 64, self.rank % 64);
         (0..self.view.members.len())
-            .filter(|k| *k != self.rank && self.peer(*k, w) & (1 << b) != 0)
+            .filter(|k| *k != self.rank && self.peer(*k, self.geom.suspected() + w) & (1 << b) != 0)
             .map(|k| self.view.members[k])
             .collect()
     }
@@ -468,13 +526,91 @@ impl Membership {
         &self.lost
     }
 
+    /// Writes this node's group into its row and queues it to every other member, first
+    /// of all its pushes; suspecting a member does not drop it (see `suspect`).
+    fn push_group(&mut self) {
+        let g = &self.geom;
+        let (group, set) = (g.at(self.rank, g.group()), g.at(self.rank, g.group_set()));
+        self.region.store_u64(group, self.group.id);
+        self.region.store_u64(set, 1);
+        for (k, &peer) in self.view.members.iter().enumerate() {
+            if k != self.rank {
+                self.pushes.push_back(Push {
+                    peer,
+                    region: self.region_id,
+                    offset: group,
+                    len: WORD_BYTES,
+                    guard: Some((set, 1)),
+                });
+            }
+        }
+    }
+
+    /// Whether this node's group is still queued to some member.
+    fn group_queued(&self) -> bool {
+        let group = self.geom.at(self.rank, self.geom.group());
+        self.pushes.iter().any(|p| p.offset == group)
+    }
+
+    /// Checks the group of every row not checked yet that names one (see the module
+    /// docs): a member of another group is treated as failed.
+    fn check_groups(&mut self) {
+        for k in 0..self.view.members.len() {
+            if !self.group_unchecked[k] {
+                continue;
+            }
+            // A suspected member's row is read too: it may be why this node stops.
+            let set = self.peer(k, self.geom.group_set()) == 1;
+            if !set && !self.suspected[k] {
+                continue;
+            }
+            self.group_unchecked[k] = false;
+            self.groups_unchecked -= 1;
+            if !set {
+                continue;
+            }
+            let theirs = self.peer(k, self.geom.group());
+            if theirs != self.group.id {
+                let node = self.view.members[k];
+                self.foreign.push((node, theirs));
+                let label = self.group.label;
+                self.bad(
+                    k,
+                    format!(
+                        "member {node} is configured for {}, this node for {}",
+                        label(theirs),
+                        label(self.group.id)
+                    ),
+                );
+            }
+        }
+    }
+
+    /// What this node learnt of members of other groups, if any.
+    fn foreign_groups(&self) -> Option<String> {
+        let label = self.group.label;
+        let theirs: Vec<String> = self
+            .foreign
+            .iter()
+            .map(|(node, g)| format!("member {node} is configured for {}", label(*g)))
+            .collect();
+        (!theirs.is_empty()).then(|| {
+            format!(
+                "{}, this node for {}",
+                theirs.join(", "),
+                label(self.group.id)
+            )
+        })
+    }
+
     fn shut_down(&mut self, why: String) {
         tracing::info!(node = self.view.members[self.rank], %why, "shutting down");
         self.outcome = Some(Outcome::ShutDown(why));
     }
 
-    /// Evaluates the protocol once; returns true if anything changed.
-    pub fn step(&mut self) -> bool {
+    /// Evaluates the protocol once, at `now_us` (the caller's clock, µs); returns true if
+    /// anything changed.
+    pub fn step(&mut self, now_us: u64) -> bool {
         if self.outcome.is_some() {
             return false;
         }
@@ -488,13 +624,16 @@ impl Membership {
             self.changes.len(),
             self.num_committed,
         );
+        if self.groups_unchecked > 0 {
+            self.check_groups();
+        }
         // Suspicions propagate from every row this node does not suspect.
         for k in 0..n {
             if k == self.rank || self.suspected[k] {
                 continue;
             }
             for w in 0..self.geom.suspected_words {
-                let mut bits = self.peer(k, w);
+                let mut bits = self.peer(k, self.geom.suspected() + w);
                 // The set bits only: a quiet row costs one load per word.
                 while bits != 0 {
                     let j = w * 64 + bits.trailing_zeros() as usize;
@@ -537,6 +676,21 @@ impl Membership {
                 .filter(|k| *k != self.rank && !self.takes_part(*k))
                 .map(|k| self.view.members[k])
                 .collect();
+            if let Some(why) = self.foreign_groups() {
+                // Not before the members of the other group can learn it too (the runner
+                // drains the queue), but a push a member never takes (it left the view)
+                // is not waited for past GROUP_NOTICE_WAIT_US.
+                let since = *self.foreign_since_us.get_or_insert(now_us);
+                if self.group_queued() && now_us.saturating_sub(since) < GROUP_NOTICE_WAIT_US {
+                    return true;
+                }
+                // Not excluded, whatever their rows say: this node is of another group.
+                self.shut_down(format!(
+                    "lost the majority of view {vid}: {alive} of its {n} members \
+                     reachable; {why}"
+                ));
+                return true;
+            }
             // Members we lost whose rows suspect us: we were excluded (stopped or starved
             // while they moved on), not cut off. Only the message differs.
             let by = self.suspected_by();
@@ -616,7 +770,7 @@ impl Membership {
 
     /// True if member `k` asked to leave: its own row suspects itself.
     fn asked_to_leave(&self, k: usize) -> bool {
-        self.peer(k, k / 64) & (1 << (k % 64)) != 0
+        self.peer(k, self.geom.suspected() + k / 64) & (1 << (k % 64)) != 0
     }
 
     /// True if member `k` (not this one) still takes part in this view change: it is not
@@ -1026,9 +1180,9 @@ impl Membership {
                         bits |= 1 << b;
                     }
                 }
-                self.region.store_u64(row(w), bits);
+                self.region.store_u64(row(g.suspected() + w), bits);
             }
-            queue(row(0), g.suspected_words * WORD_BYTES, None);
+            queue(row(g.suspected()), g.suspected_words * WORD_BYTES, None);
         }
         if d.frozen {
             if let Some(f) = &self.frozen {

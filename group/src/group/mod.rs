@@ -740,7 +740,7 @@ impl Group {
             let (EngineEvent::Wedged { peer, .. } | EngineEvent::PeerMisbehaved { peer, .. }) = e;
             c.membership.suspect(peer);
         }
-        work |= c.membership.step();
+        work |= c.membership.step(now_us);
         if !active && c.membership.wants_wedge() {
             if c.joined_now {
                 // A joiner without its state has nothing to continue from: restart it.
@@ -768,7 +768,7 @@ impl Group {
                 .extend(withdrawn.into_iter().map(GroupAction::DeregisterRegion));
             let frozen = frozen_counters(c, me);
             c.membership.set_frozen(frozen);
-            work |= c.membership.step();
+            work |= c.membership.step(now_us);
         }
         if now_us.saturating_sub(c.installed_us) > self.cfg.activation_timeout_us {
             for n in c.membership.inactive() {
@@ -1268,6 +1268,7 @@ impl Group {
         let engine_layout = layout.clone().unwrap_or_default();
         let membership = Membership::new(
             me,
+            (self.cfg.group_id, self.cfg.group_label),
             view.clone(),
             engine_layout.clone(),
             awaiting.is_empty(),

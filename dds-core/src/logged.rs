@@ -214,6 +214,8 @@ pub(crate) fn restart_config(
         leader_address,
         grace_us: RESTART_GRACE_US,
         timeout: std::time::Duration::from_millis(config.entity_timeout_ms),
+        group_id: crate::declare::group_id(config.domain_id, crate::declare::WIRE_VERSION),
+        group_label: crate::declare::group_label,
     })
 }
 

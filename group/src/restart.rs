@@ -21,6 +21,12 @@
 //! 4. When every member is done the leader sends GO, and every member starts its group
 //!    with [`crate::Group::bootstrap`] in the plan's view.
 //!
+//! A report names the group its member is configured for
+//! ([`RestartConfig::group_id`]); the leader answers one of another group with a refusal
+//! naming its own, does not count it, and the refused member stops with
+//! [`Error::Restart`] naming both (a member of another domain, or of a build with another
+//! wire format, restarting against this domain's leader).
+//!
 //! Every member serves the others' fetches until GO. Messages travel as two-sided sends
 //! with the immediate [`RESTART_IMM`]; a member's group ignores stray ones. The decoding
 //! of a peer's bytes returns an error naming what is wrong, never a panic.
@@ -64,6 +70,11 @@ pub struct RestartConfig {
     pub grace_us: u64,
     /// How long the whole restart may take before it gives up ([`Error::Restart`]).
     pub timeout: Duration,
+    /// The group this node is configured for (as [`crate::group::GroupConfig::group_id`]):
+    /// the leader refuses a report of another.
+    pub group_id: u64,
+    /// How messages name a group (as [`crate::group::GroupConfig::group_label`]).
+    pub group_label: fn(u64) -> String,
 }
 
 /// What the leader decided: the view the domain resumes in.
@@ -83,6 +94,11 @@ enum Msg {
     Report {
         report: RestartReport,
         address: String,
+        group_id: u64,
+    },
+    /// The leader's answer to a report of another group: its own.
+    Refused {
+        group_id: u64,
     },
     Plan(Plan),
     Fetch {
@@ -205,9 +221,14 @@ impl Msg {
     fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         match self {
-            Msg::Report { report, address } => {
+            Msg::Report {
+                report,
+                address,
+                group_id,
+            } => {
                 out.push(1);
                 out.extend_from_slice(&report.node.to_le_bytes());
+                out.extend_from_slice(&group_id.to_le_bytes());
                 put_str(&mut out, address);
                 match &report.last_view {
                     None => out.push(0),
@@ -264,6 +285,10 @@ impl Msg {
             }
             Msg::Done => out.push(5),
             Msg::Go => out.push(6),
+            Msg::Refused { group_id } => {
+                out.push(7);
+                out.extend_from_slice(&group_id.to_le_bytes());
+            }
         }
         out
     }
@@ -273,6 +298,7 @@ impl Msg {
         let msg = match r.u8("the kind")? {
             1 => {
                 let node = r.u32("the node")?;
+                let group_id = r.u64("the group")?;
                 let address = r.string("the address")?;
                 let last_view = match r.u8("the view tag")? {
                     0 => None,
@@ -299,6 +325,7 @@ impl Msg {
                         tails,
                     },
                     address,
+                    group_id,
                 }
             }
             2 => {
@@ -357,6 +384,9 @@ impl Msg {
             }
             5 => Msg::Done,
             6 => Msg::Go,
+            7 => Msg::Refused {
+                group_id: r.u64("the group")?,
+            },
             k => return Err(Error::Protocol(format!("restart message kind {k}"))),
         };
         r.end()?;
@@ -467,6 +497,7 @@ impl Restart {
             let msg = Msg::Report {
                 report: self.report.clone(),
                 address: self.address.clone(),
+                group_id: self.config.group_id,
             };
             self.send(self.config.leader, msg);
         }
@@ -651,7 +682,11 @@ impl Restart {
     ) -> Result<()> {
         let msg = Msg::decode(bytes)?;
         match msg {
-            Msg::Report { report, address } => {
+            Msg::Report {
+                report,
+                address,
+                group_id,
+            } => {
                 if !self.is_leader() {
                     return Ok(());
                 }
@@ -660,6 +695,19 @@ impl Restart {
                         "restart: node {peer} sent the report of node {}",
                         report.node
                     )));
+                }
+                if group_id != self.config.group_id {
+                    let label = self.config.group_label;
+                    tracing::warn!(
+                        node = self.me,
+                        peer,
+                        theirs = %label(group_id),
+                        mine = %label(self.config.group_id),
+                        "restart: a report of another group, refused"
+                    );
+                    let group_id = self.config.group_id;
+                    self.send(peer, Msg::Refused { group_id });
+                    return Ok(());
                 }
                 if let Some(p) = &self.plan {
                     // A member that reports after the decision is not in the view: it
@@ -763,6 +811,17 @@ impl Restart {
                 }
                 Ok(())
             }
+            Msg::Refused { group_id } if peer == self.config.leader => {
+                let label = self.config.group_label;
+                Err(Error::Restart(format!(
+                    "the restart leader, node {peer}, is configured for {}, this node for {}: \
+                     it refused this node's report",
+                    label(group_id),
+                    label(self.config.group_id)
+                )))
+            }
+            // Only the leader answers reports.
+            Msg::Refused { .. } => Ok(()),
         }
     }
 
@@ -889,7 +948,9 @@ mod tests {
                     tails,
                 },
                 address: "127.0.0.1:7000".into(),
+                group_id: (2 << 32) | 7,
             },
+            Msg::Refused { group_id: 9 },
             Msg::Plan(Plan {
                 view: View::new(6, vec![1, 2]),
                 addresses: [(1, "a".to_string()), (2, "b".to_string())].into(),

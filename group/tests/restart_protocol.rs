@@ -40,6 +40,8 @@ fn config() -> RestartConfig {
         leader_address: "addr-1".into(),
         grace_us: GRACE_US,
         timeout: Duration::from_secs(60),
+        group_id: 0,
+        group_label: spindle_group::group::plain_group_label,
     }
 }
 
@@ -288,4 +290,40 @@ fn a_domain_whose_last_view_is_the_last_view_id_refuses_to_restart_and_says_why(
         nodes.values().all(|(r, _)| r.finished().is_none()),
         "nobody restarted"
     );
+}
+
+#[test]
+fn a_member_of_another_group_is_refused_by_the_leader_and_stops_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = start(dir.path(), &[(1, 6), (2, 9)]);
+    // Node 3 was in the last view too, but is configured for group 7.
+    let mut p3 = persister(dir.path(), 3, 3);
+    let cfg = RestartConfig {
+        group_id: 7,
+        ..config()
+    };
+    let mut r3 = Restart::new(3, "addr-3".into(), cfg, &mut p3).unwrap();
+    r3.handle_time(0, &mut p3).unwrap();
+    let (to, report) = r3.poll_send().expect("a report");
+    assert_eq!(to, 1);
+    let (leader, lp) = nodes.get_mut(&1).unwrap();
+    leader.handle_message(3, &report, 0, lp).unwrap();
+    let (back_to, refusal) = leader.poll_send().expect("a refusal");
+    assert_eq!(back_to, 3);
+    let e = r3.handle_message(1, &refusal, 0, &mut p3).unwrap_err();
+    assert!(
+        matches!(&e, spindle_group::Error::Restart(m)
+            if m.contains("node 1, is configured for group 0, this node for group 7")),
+        "{e}"
+    );
+    // Not counted: the others restart without it, after the grace period (two of the
+    // last view's three), and its log is untouched.
+    let plans = run(&mut nodes, 100 * GRACE_US);
+    for (id, plan) in &plans {
+        let plan = plan
+            .as_ref()
+            .unwrap_or_else(|| panic!("node {id} did not finish"));
+        assert_eq!(plan.view.members, vec![1, 2], "node {id}");
+    }
+    assert_eq!(log_of(&mut p3).len(), 3);
 }

@@ -949,6 +949,20 @@ impl Cache {
         {
             return Err(Rejected::Samples);
         }
+        // A notice's body, when it has one, is the value its writer gave (its key members
+        // the instance's): the key of an instance no data sample gave one here.
+        let notice_key = (!valid)
+            .then(|| payload.slice())
+            .filter(|b| {
+                b.len() > spindle_topics::ENCAPSULATION_HEADER_LEN
+                    && b.len() <= KEY_SAMPLE_BYTES_MAX
+            })
+            .filter(|_| {
+                self.instances
+                    .get(&handle)
+                    .is_some_and(|i| i.key_sample.is_none())
+            })
+            .map(Box::<[u8]>::from);
         // No rejection after this point: the bytes are kept (lent, or copied).
         let copy = match payload {
             Bytes::Owned(b) if valid => Payload::Owned(b),
@@ -969,6 +983,8 @@ impl Cache {
         if valid && inst.key_sample.is_none() && copy.bytes().len() <= KEY_SAMPLE_BYTES_MAX {
             // Once per instance: a run of samples of one instance pays one comparison.
             inst.key_sample = Some(copy.bytes().into());
+        } else if notice_key.is_some() {
+            inst.key_sample = notice_key;
         }
         let evicted = if evict_own {
             inst.arrivals

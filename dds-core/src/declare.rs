@@ -695,7 +695,8 @@ pub(crate) const JOIN_RETRY_US: u64 = 50_000;
 /// The version of what participants exchange — declarations, built-in announcements,
 /// sample headers, and the group's own formats (membership rows, its messages) — raised
 /// whenever one of them changes (1: announcements carry the type's structural hash; 2:
-/// membership rows name their group). It is half of the group id ([`group_id`]), so a
+/// membership rows and restart reports name their group, and a dispose or unregister
+/// carries the value it was given). It is half of the group id ([`group_id`]), so a
 /// participant of another build's format is refused at its join, or left out by the
 /// others when it bootstraps with them, by name, instead of misreading the domain's
 /// bytes.

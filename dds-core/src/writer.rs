@@ -180,7 +180,10 @@ impl<T: TopicType> DataWriter<T> {
         })
     }
 
-    /// Disposes the instance of `data`'s key (DDS `dispose`).
+    /// Disposes the instance of `data`'s key (DDS `dispose`). The dispose carries `data`
+    /// when its encoding is at most [`crate::cache::KEY_SAMPLE_BYTES_MAX`], so that a
+    /// reader that never had a data sample of the instance learns which one ended
+    /// (`get_key_value`).
     pub fn dispose(&self, data: &T) -> Result<()> {
         self.dispose_stamped(data, self.now())
     }
@@ -193,11 +196,15 @@ impl<T: TopicType> DataWriter<T> {
 
     fn dispose_stamped(&self, data: &T, stamp: Stamp<'_>) -> Result<()> {
         let key = instance_of(data)?;
-        self.send(SampleKind::Dispose, key, Some(data), stamp, |_| Ok(0))
+        self.send(SampleKind::Dispose, key, Some(data), stamp, |buf| {
+            Ok(key_body(data, buf))
+        })
     }
 
     /// Unregisters the instance of `data`'s key (DDS `unregister_instance`); with
     /// WRITER_DATA_LIFECYCLE `autodispose_unregistered_instances` it is disposed first.
+    /// Both carry `data` when its encoding is short (at most
+    /// [`crate::cache::KEY_SAMPLE_BYTES_MAX`]), as [`DataWriter::dispose`]'s does.
     pub fn unregister_instance(&self, data: &T) -> Result<()> {
         self.unregister_stamped(data, self.now())
     }
@@ -210,20 +217,27 @@ impl<T: TopicType> DataWriter<T> {
     }
 
     fn unregister_stamped(&self, data: &T, stamp: Stamp<'_>) -> Result<()> {
-        self.unregister_key(instance_of(data)?, stamp)
+        self.unregister_key(instance_of(data)?, Some(data), stamp)
     }
 
     /// Unregisters instance `key`, disposing it first under WRITER_DATA_LIFECYCLE
-    /// `autodispose_unregistered_instances`.
-    fn unregister_key(&self, key: InstanceHandle, stamp: Stamp<'_>) -> Result<()> {
+    /// `autodispose_unregistered_instances` (as Cyclone does, also when its last sample
+    /// was a dispose). Both carry `value`, if given ([`key_body`]).
+    fn unregister_key(
+        &self,
+        key: InstanceHandle,
+        value: Option<&T>,
+        stamp: Stamp<'_>,
+    ) -> Result<()> {
+        let body = |buf: &mut [u8]| Ok(value.map_or(0, |v| key_body(v, buf)));
         if self
             .qos()
             .writer_data_lifecycle
             .autodispose_unregistered_instances
         {
-            self.send(SampleKind::Dispose, key, None, stamp, |_| Ok(0))?;
+            self.send(SampleKind::Dispose, key, None, stamp, body)?;
         }
-        self.send(SampleKind::Unregister, key, None, stamp, |_| Ok(0))
+        self.send(SampleKind::Unregister, key, None, stamp, body)
     }
 
     /// Asserts this writer's LIVELINESS without writing (DDS `assert_liveliness`): under
@@ -310,7 +324,7 @@ impl<T: TopicType> DataWriter<T> {
     /// registered it.
     pub fn unregister_by_handle(&self, handle: InstanceHandle) -> Result<()> {
         self.registered(handle)?;
-        self.unregister_key(handle, self.now())
+        self.unregister_key(handle, None, self.now())
     }
 
     /// `BadParameter` unless this writer registered instance `handle`.
@@ -621,7 +635,7 @@ impl<T: TopicType> DataWriter<T> {
     pub(crate) fn unregister_all(&self) {
         let keys = lock(&self.core.path).registered.take_written();
         for key in keys {
-            if let Err(e) = self.unregister_key(key, self.now()) {
+            if let Err(e) = self.unregister_key(key, None, self.now()) {
                 tracing::warn!(
                     topic = %self.core.topic.name,
                     writer = self.core.id,
@@ -895,6 +909,22 @@ fn with_room_held<'c, R>(
             // A view change: the next view's sender is not there yet.
             None => p.driver.idle(VIEW_CHANGE_PAUSE),
         }
+    }
+}
+
+/// The body of a dispose or unregister of `value`'s instance: `value`'s encoding, when
+/// its type has a key and the encoding has members and fits both the slot's `buf` and
+/// [`crate::cache::KEY_SAMPLE_BYTES_MAX`], so that a reader that never had a data
+/// sample of the instance learns its key from it (`get_key_value`); else nothing (0).
+fn key_body<T: TopicType>(value: &T, buf: &mut [u8]) -> usize {
+    if !T::HAS_KEY {
+        return 0;
+    }
+    let room = buf.len().min(crate::cache::KEY_SAMPLE_BYTES_MAX);
+    match value.encode_into(Endianness::Little, &mut buf[..room]) {
+        Ok(n) if n > spindle_topics::ENCAPSULATION_HEADER_LEN => n,
+        // Too long, or no value to speak of: the notice goes without.
+        _ => 0,
     }
 }
 

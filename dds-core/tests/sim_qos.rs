@@ -937,3 +937,28 @@ fn a_writers_instances_are_registered_bounded_looked_up_and_ended_by_handle() {
         },
     );
 }
+
+/// A dispose carries the value its writer gave: a reader that never had a data sample of
+/// the instance (it came later, or the data was filtered) still learns which instance
+/// ended (`get_key_value`).
+#[test]
+fn a_dispose_names_its_instance_to_a_reader_that_never_had_its_data() {
+    for_seeds(
+        "a_dispose_names_its_instance_to_a_reader_that_never_had_its_data",
+        |seed| {
+            let (d, ps) = domain(seed, 2);
+            let r = reader(&ps[1], "ended", keep_all(&atomic()));
+            let w = writer(&ps[0], "ended", DataWriterQos::from_topic_qos(&atomic()));
+            w.dispose(&ks("never written", "")).unwrap();
+            let got = take_n(&d, &r, 1);
+            assert_eq!(got.len(), 1, "seed {seed}: {got:?}");
+            let info = &got[0].info;
+            assert!(!info.valid_data, "seed {seed}");
+            assert_eq!(info.instance_state, InstanceState::NotAliveDisposed);
+            let key = r.get_key_value(info.instance_handle).unwrap().key;
+            assert_eq!(key, "never written", "seed {seed}");
+            let known = r.lookup_instance(&ks("never written", "")).unwrap();
+            assert_eq!(known, Some(info.instance_handle), "seed {seed}");
+        },
+    );
+}

@@ -36,6 +36,29 @@ pub enum EndianArg {
     Big,
 }
 
+/// What `pub` does with each sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ActionArg {
+    /// Write it (DDS `write`).
+    Write,
+    /// Dispose its instance (DDS `dispose`): readers see the instance end.
+    Dispose,
+    /// Unregister its instance (DDS `unregister_instance`; disposed first, unless this
+    /// run's last sample of it was a dispose).
+    Unregister,
+}
+
+impl ActionArg {
+    /// How the closing line says that it was done `n` times on `topic`.
+    fn done(self, n: u64, topic: &str) -> String {
+        match self {
+            ActionArg::Write => format!("wrote {n} samples to {topic}"),
+            ActionArg::Dispose => format!("disposed {n} instances of {topic}"),
+            ActionArg::Unregister => format!("unregistered {n} instances of {topic}"),
+        }
+    }
+}
+
 /// `spindle pub`.
 #[derive(Debug, Args)]
 pub struct PubArgs {
@@ -73,6 +96,10 @@ pub struct PubArgs {
     /// Byte order of the samples.
     #[arg(long, value_enum, default_value = "little")]
     pub endianness: EndianArg,
+    /// What each sample does. With dispose or unregister a sample may give only its key
+    /// members (`{"aircraft_id": 7}`); the others take their zero values.
+    #[arg(long, value_enum, default_value = "write")]
+    pub action: ActionArg,
     /// Exit right after writing instead of waiting until this participant has seen its
     /// own samples delivered (delivery in the topic's order means every member has them;
     /// never waited for with --reliability best-effort).
@@ -190,9 +217,9 @@ pub fn run_pub(a: PubArgs) -> Result<u8, Fail> {
     };
     let e = endianness(a.endianness);
     let mut samples = Vec::with_capacity(values.len());
-    for (i, v) in values.iter().enumerate() {
-        let s = t
-            .encode_json(v, e)
+    for (i, v) in values.into_iter().enumerate() {
+        let s = completed(&t, a.action, v)
+            .and_then(|v| t.encode_json(&v, e))
             .map_err(|err| Fail::input(format!("sample {}: {err}", i + 1)))?;
         samples
             .push(CdrSample::new(s.bytes, s.key_hash).map_err(|err| Fail::input(err.to_string()))?);
@@ -203,6 +230,50 @@ pub fn run_pub(a: PubArgs) -> Result<u8, Fail> {
     let r = publish(&p, &a, &t, &samples);
     leave(p);
     r
+}
+
+/// `value` as the sample `action` takes: as given for a write; for a dispose or an
+/// unregister, laid over the type's zero value, so that the key members alone do.
+fn completed(
+    t: &DynType,
+    action: ActionArg,
+    value: Value,
+) -> Result<Value, spindle_dynamic::Error> {
+    if action == ActionArg::Write {
+        return Ok(value);
+    }
+    Ok(laid_over(t.zero_json()?, value))
+}
+
+/// `over` laid over `base`: objects member by member, anything else replaced (a member
+/// `base` lacks stays, for the encoder to name).
+fn laid_over(base: Value, over: Value) -> Value {
+    match (base, over) {
+        (Value::Object(mut b), Value::Object(o)) => {
+            for (k, v) in o {
+                let merged = match b.remove(&k) {
+                    Some(old) => laid_over(old, v),
+                    None => v,
+                };
+                b.insert(k, merged);
+            }
+            Value::Object(b)
+        }
+        (_, over) => over,
+    }
+}
+
+/// Does `action` with sample `s`.
+fn act(
+    w: &spindle_dds_core::DataWriter<CdrSample>,
+    action: ActionArg,
+    s: &CdrSample,
+) -> spindle_dds_core::Result<()> {
+    match action {
+        ActionArg::Write => w.write(s),
+        ActionArg::Dispose => w.dispose(s),
+        ActionArg::Unregister => w.unregister_instance(s),
+    }
 }
 
 fn endianness(e: EndianArg) -> Endianness {
@@ -297,13 +368,17 @@ fn write_all(
             if line.trim().is_empty() {
                 continue;
             }
-            let sample = t
-                .encode_json_str(&line, endianness(a.endianness))
-                .map_err(|e| e.to_string())
+            let sample = serde_json::from_str::<Value>(&line)
+                .map_err(|e| format!("malformed JSON: {e}"))
+                .and_then(|v| {
+                    completed(t, a.action, v)
+                        .and_then(|v| t.encode_json(&v, endianness(a.endianness)))
+                        .map_err(|e| e.to_string())
+                })
                 .and_then(|s| CdrSample::new(s.bytes, s.key_hash).map_err(|e| e.to_string()));
             match sample {
                 Ok(s) => {
-                    w.write(&s)?;
+                    act(w, a.action, &s)?;
                     pace(written)?;
                     written += 1;
                 }
@@ -317,12 +392,12 @@ fn write_all(
     } else {
         let total = a.count.unwrap_or(samples.len() as u64);
         for i in 0..total {
-            w.write(&samples[(i % samples.len() as u64) as usize])?;
+            act(w, a.action, &samples[(i % samples.len() as u64) as usize])?;
             pace(i)?;
         }
         total
     };
-    eprintln!("spindle pub: wrote {total} samples to {}", a.topic.topic);
+    eprintln!("spindle pub: {}", a.action.done(total, &a.topic.topic));
     // Delivered in the topic's order here means every member has them; best-effort
     // samples may be lost, so there is nothing to wait for then.
     let reliable = a.topic.qos.reliability == ReliabilityArg::Reliable;

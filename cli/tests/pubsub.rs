@@ -893,3 +893,57 @@ fn a_killed_pubs_instance_ends_at_the_sub_with_a_notice() {
         "sub ended with the pub"
     );
 }
+
+/// `pub --action dispose` with only the key members: the sub sees the instance end, named
+/// by its key though no data of it ever came (the dispose carries the value), then the
+/// pub's exit ends it again (a dispose under autodispose, and the unregister). A later
+/// pub's sample, after them in the topic's order, closes the count.
+#[test]
+fn pub_disposes_an_instance_given_its_key_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (n1, n2) = configs(dir.path());
+    let topic = [
+        "--idl",
+        IDL,
+        "--type",
+        "Avionics::AirData",
+        "--topic",
+        "Ended",
+    ];
+    let mut sub = start("sub", &n1, &topic, Stdio::piped(), Stdio::null());
+    let rx = common::line_channel(sub.0.stdout.take().expect("sub stdout"));
+    next_json(&rx, &|v| v["view"]["members"] == serde_json::json!([1]));
+    let dispose = [
+        &topic[..],
+        &["--action", "dispose", r#"{"aircraft_id": 8}"#],
+    ]
+    .concat();
+    let out = wait_output(
+        start("pub", &n2, &dispose, Stdio::null(), Stdio::piped()),
+        "pub --action dispose",
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("disposed 1 instances of Ended"), "{said}");
+    let fence = [&topic[..], &["--random", "1"]].concat();
+    let out = wait_output(
+        start("pub", &n2, &fence, Stdio::null(), Stdio::null()),
+        "the fence pub",
+    );
+    assert!(out.status.success());
+    let mut notices = Vec::new();
+    loop {
+        let v = next_json(&rx, &|v| v.get("info").is_some());
+        if v["info"]["valid_data"] == true {
+            break;
+        }
+        if v["key"]["aircraft_id"] == 8 {
+            notices.push(v);
+        }
+    }
+    assert_eq!(notices.len(), 3, "{notices:?}");
+    assert_eq!(
+        notices[0]["info"]["instance_state"], "not_alive_disposed",
+        "{notices:?}"
+    );
+}

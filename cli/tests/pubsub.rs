@@ -768,6 +768,24 @@ fn rust_log_shows_the_engines_events_on_stderr() {
 
 /// The next of `rx`'s JSON lines (a sub's) that `want` matches, the others skipped;
 /// waits at most [`PROCESS_DEADLINE`].
+/// The arguments of the AirData topic `name`.
+fn air_data(name: &'static str) -> [&'static str; 6] {
+    ["--idl", IDL, "--type", "Avionics::AirData", "--topic", name]
+}
+
+/// A `sub` of `topic` on `cfg`'s node, once it printed its first view (itself alone),
+/// and its stdout lines from there.
+fn first_sub(
+    cfg: &Path,
+    topic: &[&str],
+    stderr: Stdio,
+) -> (Guard, std::sync::mpsc::Receiver<String>) {
+    let mut sub = start("sub", cfg, topic, Stdio::piped(), stderr);
+    let rx = common::line_channel(sub.0.stdout.take().expect("sub stdout"));
+    next_json(&rx, &|v| v["view"]["members"] == serde_json::json!([1]));
+    (sub, rx)
+}
+
 fn next_json(rx: &std::sync::mpsc::Receiver<String>, want: &dyn Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + PROCESS_DEADLINE;
     loop {
@@ -798,18 +816,9 @@ fn signal(child: &Child, signal: &str) {
 fn an_interrupted_pub_leaves_the_domain_and_the_sub_goes_on() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (n1, n2) = configs(dir.path());
-    let topic = [
-        "--idl",
-        IDL,
-        "--type",
-        "Avionics::AirData",
-        "--topic",
-        "Interrupted",
-    ];
-    let mut sub = start("sub", &n1, &topic, Stdio::piped(), Stdio::piped());
-    let rx = common::line_channel(sub.0.stdout.take().expect("sub stdout"));
+    let topic = air_data("Interrupted");
+    let (mut sub, rx) = first_sub(&n1, &topic, Stdio::piped());
     let until = |want: &dyn Fn(&Value) -> bool| next_json(&rx, want);
-    until(&|v| v["view"]["members"] == serde_json::json!([1]));
     let pub_args = [&topic[..], &["--rate", "20", "--random", "100000"]].concat();
     let publ = start("pub", &n2, &pub_args, Stdio::piped(), Stdio::piped());
     until(&|v| v.get("data").is_some());
@@ -863,17 +872,8 @@ fn a_killed_pubs_instance_ends_at_the_sub_with_a_notice() {
     let n3 = dir.path().join("node3.toml");
     let text = std::fs::read_to_string(&n2).expect("node 2's config");
     std::fs::write(&n3, text.replace("node_id = 2", "node_id = 3")).expect("write config");
-    let topic = [
-        "--idl",
-        IDL,
-        "--type",
-        "Avionics::AirData",
-        "--topic",
-        "Killed",
-    ];
-    let mut sub = start("sub", &n1, &topic, Stdio::piped(), Stdio::null());
-    let rx = common::line_channel(sub.0.stdout.take().expect("sub stdout"));
-    next_json(&rx, &|v| v["view"]["members"] == serde_json::json!([1]));
+    let topic = air_data("Killed");
+    let (mut sub, rx) = first_sub(&n1, &topic, Stdio::null());
     let _third = start("sub", &n3, &topic, Stdio::null(), Stdio::null());
     next_json(&rx, &|v| v["view"]["members"] == serde_json::json!([1, 3]));
     let pub_args = [&topic[..], &["--rate", "20", "--random", "100000"]].concat();
@@ -902,17 +902,8 @@ fn a_killed_pubs_instance_ends_at_the_sub_with_a_notice() {
 fn pub_disposes_an_instance_given_its_key_alone() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (n1, n2) = configs(dir.path());
-    let topic = [
-        "--idl",
-        IDL,
-        "--type",
-        "Avionics::AirData",
-        "--topic",
-        "Ended",
-    ];
-    let mut sub = start("sub", &n1, &topic, Stdio::piped(), Stdio::null());
-    let rx = common::line_channel(sub.0.stdout.take().expect("sub stdout"));
-    next_json(&rx, &|v| v["view"]["members"] == serde_json::json!([1]));
+    let topic = air_data("Ended");
+    let (_sub, rx) = first_sub(&n1, &topic, Stdio::null());
     let dispose = [
         &topic[..],
         &["--action", "dispose", r#"{"aircraft_id": 8}"#],

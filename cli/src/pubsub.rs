@@ -216,10 +216,11 @@ pub fn run_pub(a: PubArgs) -> Result<u8, Fail> {
         gather(&a, &t)?
     };
     let e = endianness(a.endianness);
+    let zero = template(&t, a.action)?;
     let mut samples = Vec::with_capacity(values.len());
     for (i, v) in values.into_iter().enumerate() {
-        let s = completed(&t, a.action, v)
-            .and_then(|v| t.encode_json(&v, e))
+        let s = t
+            .encode_json(&completed(zero.as_ref(), v), e)
             .map_err(|err| Fail::input(format!("sample {}: {err}", i + 1)))?;
         samples
             .push(CdrSample::new(s.bytes, s.key_hash).map_err(|err| Fail::input(err.to_string()))?);
@@ -232,17 +233,24 @@ pub fn run_pub(a: PubArgs) -> Result<u8, Fail> {
     r
 }
 
-/// `value` as the sample `action` takes: as given for a write; for a dispose or an
-/// unregister, laid over the type's zero value, so that the key members alone do.
-fn completed(
-    t: &DynType,
-    action: ActionArg,
-    value: Value,
-) -> Result<Value, spindle_dynamic::Error> {
+/// What a sample of `action` is laid over ([`completed`]): nothing for a write; the
+/// type's zero value for a dispose or an unregister, built once per run.
+fn template(t: &DynType, action: ActionArg) -> Result<Option<Value>, Fail> {
     if action == ActionArg::Write {
-        return Ok(value);
+        return Ok(None);
     }
-    Ok(laid_over(t.zero_json()?, value))
+    t.zero_json()
+        .map(Some)
+        .map_err(|e| Fail::input(format!("{}: {e}", t.type_name())))
+}
+
+/// `value` as the sample takes it: laid over `zero` ([`template`]) when there is one, so
+/// that the key members alone do for a dispose or an unregister.
+fn completed(zero: Option<&Value>, value: Value) -> Value {
+    match zero {
+        Some(z) => laid_over(z.clone(), value),
+        None => value,
+    }
 }
 
 /// `over` laid over `base`: objects member by member, anything else replaced (a member
@@ -342,6 +350,7 @@ fn write_all(
     let total = if a.stream {
         // Lines come from a thread of their own, so that an interrupt ends the wait for
         // the next one.
+        let zero = template(t, a.action)?;
         let (tx, lines) =
             std::sync::mpsc::sync_channel::<std::io::Result<String>>(STREAM_LINES_MAX);
         std::thread::spawn(move || {
@@ -371,8 +380,7 @@ fn write_all(
             let sample = serde_json::from_str::<Value>(&line)
                 .map_err(|e| format!("malformed JSON: {e}"))
                 .and_then(|v| {
-                    completed(t, a.action, v)
-                        .and_then(|v| t.encode_json(&v, endianness(a.endianness)))
+                    t.encode_json(&completed(zero.as_ref(), v), endianness(a.endianness))
                         .map_err(|e| e.to_string())
                 })
                 .and_then(|s| CdrSample::new(s.bytes, s.key_hash).map_err(|e| e.to_string()));

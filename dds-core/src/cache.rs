@@ -574,9 +574,22 @@ impl Cache {
         self.minimum_separation_us = us;
     }
 
-    /// Sets the DEADLINE period the cache watches (`None`: infinite).
+    /// Sets the DEADLINE period the cache watches (`None`: infinite), from the next
+    /// sample of each instance on.
     pub fn set_deadline_us(&mut self, period: Option<u64>) {
         self.deadline_us = period.map(|p| p.max(1));
+    }
+
+    /// Changes the DEADLINE period (a reader's `set_qos`): every alive instance starts a
+    /// new period now (`None`: none is watched any more).
+    pub fn change_deadline_us(&mut self, period: Option<u64>) {
+        self.set_deadline_us(period);
+        let at = self
+            .deadline_us
+            .map(|p| self.clock.now_us().saturating_add(p));
+        for inst in self.instances.values_mut() {
+            inst.deadline_at_us = at.filter(|_| inst.state == InstanceState::Alive);
+        }
     }
 
     /// Instances whose DEADLINE passed without new data by `now_us`, one entry per missed

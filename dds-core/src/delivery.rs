@@ -215,7 +215,7 @@ impl DdsApp {
                                 || (h.topic_id == t && h.level >= r.level)
                         })
                         .map(|(h, p, o)| (h, *p, *o));
-                    if r.route(mine, &|w| st.writer_endpoint(w), lent) {
+                    if r.route(mine, &|w, tag| st.judging(w, tag), lent) {
                         got.push(Arc::clone(r));
                     }
                 }
@@ -237,7 +237,7 @@ impl DdsApp {
             if !announced.is_empty() {
                 // Samples held back for a writer announced just now (`crate::held`).
                 for r in st.readers.values().flatten() {
-                    if r.release_held(&|w| st.writer_endpoint(w), false) {
+                    if r.release_held(&|w, tag| st.judging(w, tag), false) {
                         got.push(Arc::clone(r));
                     }
                 }
@@ -413,7 +413,7 @@ impl Application for DdsApp {
             // The old view delivered all it will: what is still held back for a writer
             // the table never named is judged now, before the view's changes apply.
             for r in st.readers.values().flatten() {
-                if r.release_held(&|w| st.writer_endpoint(w), true) {
+                if r.release_held(&|w, tag| st.judging(w, tag), true) {
                     primed.push(Arc::clone(r));
                 }
             }
@@ -433,6 +433,7 @@ impl Application for DdsApp {
             st.endpoints
                 .retain(|(node, _), _| view.members.contains(node));
             st.gone.retain_nodes(&view.members);
+            st.former.retain_nodes(&view.members);
             st.view = Some(view);
             rematched = rematch_local(&st, None, &self.shared);
         }
@@ -500,7 +501,7 @@ impl Application for DdsApp {
             rematched = rematch_local(&st, None, &self.shared);
             if subgroup == BUILTIN_SUBGROUP {
                 for r in st.readers.values().flatten() {
-                    if r.release_held(&|w| st.writer_endpoint(w), false) {
+                    if r.release_held(&|w, tag| st.judging(w, tag), false) {
                         got.push(Arc::clone(r));
                     }
                 }
@@ -547,7 +548,12 @@ fn prime_readers(st: &State, subgroup: SubgroupId, store: &Store) -> Vec<Arc<Rea
     let table_whole = st.table_whole();
     for rs in st.readers.values() {
         for r in rs.iter().filter(|r| r.subgroup == subgroup) {
-            if r.prime(store, &st.endpoints, table_whole) {
+            if r.prime(
+                store,
+                &|w, tag| st.judging(w, tag),
+                &st.endpoints,
+                table_whole,
+            ) {
                 got.push(Arc::clone(r));
             }
         }
@@ -575,15 +581,22 @@ fn apply_announcement(st: &mut State, node: NodeId, bytes: &[u8], touched: &mut 
     match discovery::decode(bytes) {
         Ok(Some((entity, Some(e)))) => {
             touched.insert(e.topic_id);
-            if let Some(old) = st.endpoints.insert((node, entity), e) {
+            let key = (node, entity);
+            if let Some(old) = st.endpoints.get(&key) {
                 touched.insert(old.topic_id);
+                // Moved to other PARTITION names: its samples tagged with the old ones
+                // are still judged by them.
+                st.former.moved(key, old, &e);
             }
+            st.endpoints.insert(key, e);
         }
         Ok(Some((entity, None))) => {
-            if let Some(old) = st.endpoints.remove(&(node, entity)) {
+            let key = (node, entity);
+            if let Some(old) = st.endpoints.remove(&key) {
                 touched.insert(old.topic_id);
                 // Its samples delivered after this are still judged by it.
-                st.gone.keep((node, entity), old);
+                let former = st.former.remove(&key);
+                st.gone.keep(key, old, former);
             }
         }
         Ok(None) => {}
@@ -837,7 +850,7 @@ pub(crate) fn handle_timeout(shared: &Shared, now_us: u64) {
                 .collect(),
             st.writers
                 .values()
-                .filter(|w| w.deadline_us.is_some() || w.manual_lease_us().is_some())
+                .filter(|w| w.deadline_us().is_some() || w.manual_lease_us().is_some())
                 .cloned()
                 .collect(),
         )

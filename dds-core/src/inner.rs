@@ -426,6 +426,32 @@ impl ParticipantInner {
         )
     }
 
+    /// Announces an entity's endpoint again after a change other participants' matching
+    /// reads (its PARTITION, its requested or offered QoS), and waits for its delivery
+    /// here, under the entity's `announcing` lock, which its deletion's withdrawal takes
+    /// too: no withdrawal comes before it in the built-in order, and an entity deleted
+    /// first announces nothing. `change` makes the change under that lock and returns the
+    /// endpoint to announce (`None`: nothing changed); `then` runs after the
+    /// announcement, still under the lock, whatever its outcome.
+    pub(crate) fn reannounce(
+        &self,
+        announcing: &Mutex<()>,
+        deleted: &AtomicBool,
+        change: impl FnOnce() -> Option<Endpoint>,
+        then: impl FnOnce(),
+    ) -> Result<()> {
+        let _announcing = lock(announcing);
+        if deleted.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let Some(e) = change() else {
+            return Ok(());
+        };
+        let announced = self.announce(e, true);
+        then();
+        announced
+    }
+
     /// Checks what every new writer or reader needs and returns its id and interest.
     pub(crate) fn new_entity<T: TopicType>(
         self: &Arc<Self>,

@@ -136,8 +136,9 @@
 //!   every reader pick the same owner at the same sample), and PARTITION (a reader
 //!   matches and takes samples only of writers whose publisher shares a partition with its
 //!   subscriber, names and `fnmatch` wildcards; each sample carries its writer's
-//!   partition tag and each announcement its names, [`discovery`]; fixed when the
-//!   publisher or subscriber is created), DESTINATION_ORDER BY_SOURCE_TIMESTAMP (per
+//!   partition tag and each announcement its names, [`discovery`]; a publisher's or
+//!   subscriber's `set_qos` moves its writers or readers, each sample judged by the
+//!   names it was written under), DESTINATION_ORDER BY_SOURCE_TIMESTAMP (per
 //!   instance, a sample stamped before the newest one kept is dropped) and
 //!   READER_DATA_LIFECYCLE (a disposed instance, or one without writers, is purged with
 //!   its samples once its autopurge delay passed; observed at the next read or take).

@@ -760,7 +760,7 @@ impl DomainParticipant {
                 .coherent_access
                 .then(|| Arc::new(CoherentSet::default())),
             contained,
-            qos,
+            qos: Arc::new(Mutex::new(qos)),
         })
     }
 
@@ -778,7 +778,7 @@ impl DomainParticipant {
             participant: Arc::clone(&self.inner),
             contained,
             accessing: Arc::default(),
-            qos,
+            qos: Arc::new(Mutex::new(qos)),
         })
     }
 

@@ -2,13 +2,14 @@
 //! interest that a view change carries.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use spindle_qos::{DataWriterQos, PublisherQos};
+use spindle_qos::{DataWriterQos, Partition, PublisherQos};
 use spindle_topics::TopicType;
 
 use crate::common::lock;
 use crate::contained::Contained;
+use crate::discovery::partition_bytes;
 use crate::error::{Error, Result};
 use crate::inner::ParticipantInner;
 use crate::sample::{encode_group_end, SampleKind};
@@ -29,7 +30,8 @@ pub(crate) fn store_depth(history: &spindle_qos::History) -> u16 {
 #[derive(Clone)]
 pub struct Publisher {
     pub(crate) participant: Arc<ParticipantInner>,
-    pub(crate) qos: PublisherQos,
+    /// Its QoS, shared by its clones (`set_qos` changes PARTITION and GROUP_DATA).
+    pub(crate) qos: Arc<Mutex<PublisherQos>>,
     /// Its coherent set, under PRESENTATION `coherent_access` (shared by its clones
     /// and its writers).
     pub(crate) coherent: Option<Arc<CoherentSet>>,
@@ -46,8 +48,39 @@ impl std::fmt::Debug for Publisher {
 
 impl Publisher {
     /// The publisher's QoS.
-    pub fn qos(&self) -> &PublisherQos {
-        &self.qos
+    pub fn qos(&self) -> PublisherQos {
+        lock(&self.qos).clone()
+    }
+
+    /// Changes the QoS (DDS `set_qos`): PARTITION, GROUP_DATA and ENTITY_FACTORY may
+    /// change after creation; a new PRESENTATION is `ImmutablePolicy`, an inconsistent
+    /// QoS `InconsistentPolicy`, names past the announcement's room `BadParameter` (as at
+    /// creation). New PARTITION names move every writer of the publisher: each announces
+    /// them, waits for the announcement's delivery here, and then tags what it writes
+    /// with them. Readers whose partitions match the new names match the writers and
+    /// take what they write from then on; readers that matched only the old names are
+    /// unmatched, and still take what the writers wrote before the move (every reader
+    /// judges a sample by the names it was written under, the same way at every
+    /// participant; ARCHITECTURE.md, "PARTITION").
+    pub fn set_qos(&self, qos: PublisherQos) -> Result<()> {
+        self.contained.check()?;
+        self.participant.check_alive()?;
+        qos.check()?;
+        partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
+        {
+            let mut q = lock(&self.qos);
+            q.changeable_to(&qos)?;
+            *q = qos;
+        }
+        for core in self.contained.entities() {
+            follow(&self.participant, &core, || self.partition())?;
+        }
+        Ok(())
+    }
+
+    /// Its PARTITION now.
+    fn partition(&self) -> Partition {
+        lock(&self.qos).partition.clone()
     }
 
     /// Opens a coherent set (DDS `begin_coherent_changes`, PRESENTATION `coherent_access`):
@@ -162,10 +195,10 @@ impl Publisher {
             id,
             Arc::clone(&topic.inner.ident),
             qos,
-            &self.qos,
+            &self.qos(),
             self.coherent.clone(),
         );
-        if let Some(period) = core.deadline_us {
+        if let Some(period) = core.deadline_us() {
             p.shared.want_timer(period);
         }
         if let Some(lease) = core.manual_lease_us() {
@@ -194,7 +227,12 @@ impl Publisher {
             return Err(e);
         }
         self.contained.push(Arc::clone(&core));
-        let w = DataWriter::new(core, Arc::clone(&topic.inner));
+        let w = DataWriter::new(Arc::clone(&core), Arc::clone(&topic.inner));
+        // A `set_qos` that ran since its names were read did not see it: it follows.
+        if let Err(e) = follow(p, &core, || self.partition()) {
+            let _ = self.delete_datawriter(w);
+            return Err(e);
+        }
         w.refresh_matched();
         Ok(w)
     }
@@ -242,6 +280,9 @@ fn delete_writer<T: TopicType>(p: &ParticipantInner, writer: &DataWriter<T>) -> 
         p.shared.remove_writer(&mut st, id);
         st.own_delivered.remove(&id);
     }
+    // Under its announcing lock: an announcement of a move (`set_qos`) already begun
+    // comes before this withdrawal, and none begins after it.
+    let _announcing = lock(&core.announcing);
     p.announce(core.endpoint(), false)
 }
 
@@ -255,4 +296,21 @@ pub(crate) fn delete_writers(
         delete_writer(p, &DataWriter::erased(core, p))?;
     }
     Ok(())
+}
+
+/// Moves `core` to the PARTITION `names` gives (read under its announcing lock, so of
+/// two moves the later one wins), announces it ([`ParticipantInner::reannounce`]) and,
+/// once the announcement is delivered here, tags its samples with the new names.
+/// Nothing if they are its names already, or it was deleted.
+fn follow(
+    p: &ParticipantInner,
+    core: &WriterCore,
+    names: impl FnOnce() -> Partition,
+) -> Result<()> {
+    p.reannounce(
+        &core.announcing,
+        &core.deleted,
+        || core.moved_to(names()),
+        || core.retag(),
+    )
 }

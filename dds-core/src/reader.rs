@@ -154,7 +154,7 @@ impl<T: TopicType> DataReader<T> {
             ));
         }
         self.check()?;
-        if self.core.qos.durability.kind == spindle_qos::DurabilityKind::Volatile {
+        if lock(&self.core.qos).durability.kind == spindle_qos::DurabilityKind::Volatile {
             return Ok(());
         }
         let p = &self.topic.participant;
@@ -191,8 +191,35 @@ impl<T: TopicType> DataReader<T> {
     }
 
     /// The reader's QoS.
-    pub fn qos(&self) -> &DataReaderQos {
-        &self.core.qos
+    pub fn qos(&self) -> DataReaderQos {
+        lock(&self.core.qos).clone()
+    }
+
+    /// Changes the QoS (DDS `set_qos`): DEADLINE, LATENCY_BUDGET, TIME_BASED_FILTER,
+    /// READER_DATA_LIFECYCLE and USER_DATA may change after creation; another policy
+    /// that differs is `ImmutablePolicy`, an inconsistent QoS `InconsistentPolicy`.
+    /// A new DEADLINE restarts every alive instance's period now; a new
+    /// TIME_BASED_FILTER applies from the next sample; new autopurge delays apply to
+    /// instances already not alive too. A new DEADLINE or LATENCY_BUDGET is announced
+    /// again, and this returns once the announcement is delivered here: writers that
+    /// no longer offer what it requests are no longer matched (each side counts the
+    /// other in its INCOMPATIBLE_QOS status), and those that now do are.
+    pub fn set_qos(&self, qos: DataReaderQos) -> Result<()> {
+        self.check()?;
+        qos.check()?;
+        lock(&self.core.qos).changeable_to(&qos)?;
+        let p = &self.topic.participant;
+        if let Some(period) = qos.deadline.period.to_std() {
+            p.shared
+                .want_timer(crate::common::saturating_us(period).max(1));
+        }
+        let core = &self.core;
+        p.reannounce(
+            &core.announcing,
+            &core.deleted,
+            || core.change_qos(qos).then(|| core.endpoint()),
+            || {},
+        )
     }
 
     fn check(&self) -> Result<()> {

@@ -15,8 +15,8 @@ use crate::cache::{Cache, Origin};
 use crate::clock::Clock;
 use crate::common::{announced_us, lock, reason, saturating_us, TopicIdentity};
 use crate::content_filter::SharedFilter;
-use crate::discovery::{partition_tag, Endpoint, EndpointKey, Mismatch, Rxo};
-use crate::held::{needs_writer, Held};
+use crate::discovery::{Endpoint, EndpointKey, Mismatch, Rxo};
+use crate::held::{needs_writer, Held, Judging};
 use crate::lent::LentBatch;
 use crate::sample::{Coherent, InstanceHandle, SampleHeader, SampleKind, WriterHandle};
 use crate::status::{
@@ -27,6 +27,13 @@ use crate::store::Store;
 use spindle_transport_rdma::NodeId;
 
 pub(crate) type Listener = Arc<dyn Fn(StatusMask) + Send + Sync>;
+
+/// A reader's PARTITION, read at most once per batch of samples it judges.
+type Mine = std::cell::OnceCell<Arc<Partition>>;
+
+/// The built-in table's word on a sample's writer, given the writer and the sample's
+/// partition tag ([`crate::shared::State::judging`]).
+pub(crate) type Table<'e> = dyn Fn(&WriterHandle, u32) -> Judging<'e> + 'e;
 
 #[derive(Debug, Default)]
 pub(crate) struct Statuses {
@@ -48,12 +55,18 @@ pub(crate) struct ReaderCore {
     pub(crate) subgroup: spindle_group::SubgroupId,
     /// The delivery level it requests (fixed once enabled).
     pub(crate) level: DeliveryLevel,
-    /// Its subscriber's PARTITION and PRESENTATION when it was created.
-    pub(crate) partition: Partition,
-    presentation: Presentation,
+    /// Its subscriber's PARTITION (changed by the subscriber's `set_qos`), read once per
+    /// delivered batch.
+    partition: Mutex<Arc<Partition>>,
     /// Whether that partition matches the default one (samples with partition tag 0).
-    default_partition: bool,
-    pub(crate) qos: DataReaderQos,
+    default_partition: AtomicBool,
+    /// Its subscriber's PRESENTATION (fixed once enabled).
+    presentation: Presentation,
+    /// Held while its endpoint is announced again or withdrawn
+    /// ([`crate::inner::ParticipantInner::reannounce`]).
+    pub(crate) announcing: Mutex<()>,
+    /// Its QoS (`DataReader::set_qos` changes what DDS lets change).
+    pub(crate) qos: Mutex<DataReaderQos>,
     pub(crate) cache: Mutex<Cache>,
     pub(crate) status: Mutex<Statuses>,
     matched: AtomicBool,
@@ -86,6 +99,7 @@ struct WriterLease {
 impl ReaderCore {
     /// This entity as the built-in topic announces it.
     pub(crate) fn endpoint(&self) -> Endpoint {
+        let qos = lock(&self.qos);
         Endpoint {
             entity: self.id,
             topic_id: self.topic.topic_id,
@@ -93,17 +107,17 @@ impl ReaderCore {
             type_hash: self.topic.type_hash,
             reader: true,
             level: self.level,
-            partition: self.partition.clone(),
-            liveliness: self.qos.liveliness.kind,
-            lease_us: announced_us(self.qos.liveliness.lease_duration),
+            partition: Partition::clone(&self.partition()),
+            liveliness: qos.liveliness.kind,
+            lease_us: announced_us(qos.liveliness.lease_duration),
             rxo: Rxo::of(
-                self.qos.durability.kind,
+                qos.durability.kind,
                 self.presentation,
-                self.qos.deadline.period,
-                self.qos.latency_budget.duration,
-                self.qos.ownership.kind,
-                self.qos.reliability.kind,
-                self.qos.destination_order.kind,
+                qos.deadline.period,
+                qos.latency_budget.duration,
+                qos.ownership.kind,
+                qos.reliability.kind,
+                qos.destination_order.kind,
             ),
         }
     }
@@ -120,8 +134,8 @@ impl ReaderCore {
         Arc::new(ReaderCore {
             id,
             presentation: subscriber.presentation,
-            default_partition: partitions_match(&Partition::default(), &partition),
-            partition,
+            default_partition: AtomicBool::new(partitions_match(&Partition::default(), &partition)),
+            partition: Mutex::new(Arc::new(partition)),
             subgroup: topic.subgroup,
             level: qos.delivery_level(),
             topic,
@@ -147,7 +161,8 @@ impl ReaderCore {
                 );
                 c
             }),
-            qos,
+            qos: Mutex::new(qos),
+            announcing: Mutex::new(()),
             status: Mutex::new(Statuses::default()),
             matched: AtomicBool::new(false),
             listener: Mutex::new(None),
@@ -165,19 +180,43 @@ impl ReaderCore {
         Arc::clone(&lock(&self.blocked))
     }
 
+    /// Its subscriber's PARTITION now.
+    pub(crate) fn partition(&self) -> Arc<Partition> {
+        Arc::clone(&lock(&self.partition))
+    }
+
+    /// Moves it to PARTITION `names` (its subscriber's `set_qos`): from now on it takes
+    /// only samples written under names these match. Its endpoint to announce, or `None`
+    /// if they are its names already.
+    pub(crate) fn moved_to(&self, names: Partition) -> Option<Endpoint> {
+        let mut mine = lock(&self.partition);
+        if **mine == names {
+            return None;
+        }
+        self.default_partition.store(
+            partitions_match(&Partition::default(), &names),
+            Ordering::Release,
+        );
+        *mine = Arc::new(names);
+        drop(mine);
+        Some(self.endpoint())
+    }
+
     /// Whether a sample with header `h`, sent by `sender`, comes from a writer it matches:
-    /// not one in `blocked` (see [`ReaderCore::blocked`]), and in a partition this reader
-    /// matches: the default partition (tag 0) when its subscriber's matches it; another
-    /// when the writer's announced names (`writer`, if the endpoint table has it) carry
-    /// the sample's tag and match. A sample of a writer not yet announced here, or written
-    /// under names it has since changed, is not taken (as a DDS reader takes nothing from
-    /// a writer before they match).
+    /// not one in `blocked` (see [`ReaderCore::blocked`]), and written in a partition
+    /// `mine` (this reader's, read once per batch and only when a sample needs it)
+    /// matches: the default partition (tag 0) when `mine` matches
+    /// it; another when the names its writer tagged it with (`judging`, from the endpoint
+    /// table: [`crate::held::Judging`]) match. A sample of a writer not announced here, or
+    /// of names nobody announced, is not taken (as a DDS reader takes nothing from a
+    /// writer before they match).
     pub(crate) fn accepts<'e>(
         &self,
         h: &SampleHeader,
         sender: NodeId,
-        writer: impl FnOnce() -> Option<&'e Endpoint>,
+        judging: impl FnOnce() -> Judging<'e>,
         blocked: &BTreeSet<WriterHandle>,
+        mine: &Mine,
     ) -> bool {
         if !blocked.is_empty()
             && blocked.contains(&WriterHandle {
@@ -188,15 +227,14 @@ impl ReaderCore {
             return false;
         }
         if h.partition_tag == 0 {
-            return self.default_partition;
+            return self.default_partition.load(Ordering::Acquire);
         }
-        // The writer's endpoint is looked up only here: most samples are in the default
+        // The writer's names are looked up only here: most samples are in the default
         // partition, and the lookup is per sample.
-        writer().is_some_and(|w| {
-            !w.reader
-                && partition_tag(&w.partition.name) == h.partition_tag
-                && partitions_match(&w.partition, &self.partition)
-        })
+        match judging() {
+            Judging::Under(names) => partitions_match(names, mine.get_or_init(|| self.partition())),
+            Judging::Wait | Judging::Refused => false,
+        }
     }
 
     /// True while this node is a member of the reader's subgroup.
@@ -205,23 +243,23 @@ impl ReaderCore {
     }
 
     /// Judges and keeps delivered `items` in their order — those of this reader's topic
-    /// at its level, and GROUP set ends — or, from the first whose writer `writer` (the
-    /// built-in table) does not name yet, holds them back in that order
-    /// ([`crate::held`]); true if any was kept. With `lent`, as
-    /// [`ReaderCore::insert_all`].
+    /// at its level, and GROUP set ends — or, from the first the built-in table
+    /// (`judging`) cannot judge yet, holds them back in that order ([`crate::held`]);
+    /// true if any was kept. With `lent`, as [`ReaderCore::insert_all`].
     pub(crate) fn route<'a, 'e>(
         &self,
         items: impl Iterator<Item = (&'a SampleHeader, &'a [u8], Origin)>,
-        writer: &dyn Fn(&WriterHandle) -> Option<&'e Endpoint>,
+        judging: &Table<'e>,
         lent: Option<&Arc<LentBatch>>,
     ) -> bool {
         let mut held = lock(&self.held);
         let blocked = self.blocked();
+        let mine = Mine::new();
         let mut items = items;
         let mut kept = false;
         if held.is_empty() {
-            // One table lookup per run of one writer's samples.
-            let mut last: Option<(WriterHandle, bool)> = None;
+            // One table lookup per run of one writer's samples under one tag.
+            let mut last: Option<(WriterHandle, u32, bool)> = None;
             let mut first_unknown = None;
             let judged = items
                 .by_ref()
@@ -230,12 +268,13 @@ impl ReaderCore {
                         node: o.node,
                         writer_id: h.writer_id,
                     };
+                    let tag = h.partition_tag;
                     let known = !needs_writer(h)
                         || match last {
-                            Some((lw, k)) if lw == w => k,
+                            Some((lw, lt, k)) if lw == w && lt == tag => k,
                             _ => {
-                                let k = writer(&w).is_some();
-                                last = Some((w, k));
+                                let k = judging(&w, tag) != Judging::Wait;
+                                last = Some((w, tag, k));
                                 k
                             }
                         };
@@ -246,7 +285,7 @@ impl ReaderCore {
                         None
                     }
                 })
-                .filter(|(h, _, o)| self.judged(h, o, writer, &blocked));
+                .filter(|(h, _, o)| self.judged(h, o, judging, &blocked, &mine));
             kept = self.insert_all(judged, lent);
             let Some((h, p, o)) = first_unknown else {
                 return kept;
@@ -256,36 +295,33 @@ impl ReaderCore {
         for (h, p, o) in items {
             held.push(h, p, o);
         }
-        kept | self.release(&mut held, writer, &blocked, false)
+        kept | self.release(&mut held, judging, &blocked, false)
     }
 
-    /// Takes the held-back samples whose writers the table names now (`all`: every one,
-    /// at a view change); true if any was kept.
-    pub(crate) fn release_held<'e>(
-        &self,
-        writer: &dyn Fn(&WriterHandle) -> Option<&'e Endpoint>,
-        all: bool,
-    ) -> bool {
+    /// Takes the held-back samples the table (`judging`) can judge now (`all`: every
+    /// one, at a view change); true if any was kept.
+    pub(crate) fn release_held(&self, judging: &Table<'_>, all: bool) -> bool {
         let mut held = lock(&self.held);
         if held.is_empty() {
             return false;
         }
         let blocked = self.blocked();
-        self.release(&mut held, writer, &blocked, all)
+        self.release(&mut held, judging, &blocked, all)
     }
 
-    fn release<'e>(
+    fn release(
         &self,
         held: &mut Held,
-        writer: &dyn Fn(&WriterHandle) -> Option<&'e Endpoint>,
+        judging: &Table<'_>,
         blocked: &BTreeSet<WriterHandle>,
         all: bool,
     ) -> bool {
-        let ready = held.ready(&|w| writer(w).is_some(), all);
+        let mine = Mine::new();
+        let ready = held.ready(&|w, tag| judging(w, tag) != Judging::Wait, all);
         self.insert_all(
             ready
                 .iter()
-                .filter(|(h, _, o)| self.judged(h, o, writer, blocked))
+                .filter(|(h, _, o)| self.judged(h, o, judging, blocked, &mine))
                 .map(|(h, p, o)| (h, p.as_slice(), *o)),
             None,
         )
@@ -293,24 +329,29 @@ impl ReaderCore {
 
     /// Whether this reader takes delivered sample `h` from `o`: a GROUP set's end, or
     /// a sample [`ReaderCore::accepts`] by the table's word on its writer.
-    fn judged<'e>(
+    fn judged(
         &self,
         h: &SampleHeader,
         o: &Origin,
-        writer: &dyn Fn(&WriterHandle) -> Option<&'e Endpoint>,
+        judging: &Table<'_>,
         blocked: &BTreeSet<WriterHandle>,
+        mine: &Mine,
     ) -> bool {
         !needs_writer(h)
             || self.accepts(
                 h,
                 o.node,
                 || {
-                    writer(&WriterHandle {
-                        node: o.node,
-                        writer_id: h.writer_id,
-                    })
+                    judging(
+                        &WriterHandle {
+                            node: o.node,
+                            writer_id: h.writer_id,
+                        },
+                        h.partition_tag,
+                    )
                 },
                 blocked,
+                mine,
             )
     }
 
@@ -375,7 +416,8 @@ impl ReaderCore {
     /// Loads this topic's samples from a store; true if any.
     /// Only a reader that requests a store level (DURABILITY TRANSIENT_LOCAL or above)
     /// gets history, and only samples offered at the level it requests, in partitions it
-    /// matches ([`ReaderCore::accepts`], by the writers in `endpoints`: the history of a
+    /// matches ([`ReaderCore::accepts`], by the built-in table's word on its writers,
+    /// `judging`, the writers in `endpoints`: the history of a
     /// writer deleted since, outside the default partition, goes with it, as a DDS
     /// writer's TRANSIENT_LOCAL history does). With `table_whole` (the built-in table is
     /// installed, not awaited from a giver), the history's writers it does not hold as
@@ -383,6 +425,7 @@ impl ReaderCore {
     pub(crate) fn prime(
         &self,
         store: &Store,
+        judging: &Table<'_>,
         endpoints: &BTreeMap<EndpointKey, Endpoint>,
         table_whole: bool,
     ) -> bool {
@@ -391,6 +434,7 @@ impl ReaderCore {
         }
         let mut any = false;
         let blocked = self.blocked();
+        let mine = Mine::new();
         for s in store.iter() {
             if let Ok((h, payload)) = SampleHeader::decode(&s.bytes) {
                 if h.topic_id == self.topic.topic_id
@@ -398,8 +442,17 @@ impl ReaderCore {
                     && self.accepts(
                         &h,
                         s.origin.node,
-                        || endpoints.get(&(s.origin.node, h.writer_id)),
+                        || {
+                            judging(
+                                &WriterHandle {
+                                    node: s.origin.node,
+                                    writer_id: h.writer_id,
+                                },
+                                h.partition_tag,
+                            )
+                        },
                         &blocked,
+                        &mine,
                     )
                 {
                     any |= self.insert(&h, payload, s.origin);
@@ -602,9 +655,37 @@ impl ReaderCore {
         mask
     }
 
+    /// Changes its QoS to `qos` (`DataReader::set_qos`, after `changeable_to`): its
+    /// cache applies a new DEADLINE (each alive instance's period restarts now),
+    /// TIME_BASED_FILTER (from the next sample) and READER_DATA_LIFECYCLE; true if what
+    /// it announces changed (DEADLINE, LATENCY_BUDGET).
+    pub(crate) fn change_qos(&self, qos: DataReaderQos) -> bool {
+        let mut q = lock(&self.qos);
+        let announced = (q.deadline, q.latency_budget) != (qos.deadline, qos.latency_budget);
+        let new_deadline = q.deadline != qos.deadline;
+        let us = |d: spindle_qos::Duration| d.to_std().map(saturating_us);
+        let (deadline, separation, autopurge) = (
+            us(qos.deadline.period),
+            us(qos.time_based_filter.minimum_separation).unwrap_or(u64::MAX),
+            (
+                us(qos.reader_data_lifecycle.autopurge_nowriter_samples_delay),
+                us(qos.reader_data_lifecycle.autopurge_disposed_samples_delay),
+            ),
+        );
+        *q = qos;
+        drop(q);
+        let mut c = lock(&self.cache);
+        if new_deadline {
+            c.change_deadline_us(deadline);
+        }
+        c.set_minimum_separation_us(separation);
+        c.set_autopurge_us(autopurge.0, autopurge.1);
+        announced
+    }
+
     /// The reader's DEADLINE period, if finite.
     pub(crate) fn deadline_us(&self) -> Option<u64> {
-        self.qos.deadline.period.to_std().map(saturating_us)
+        lock(&self.qos).deadline.period.to_std().map(saturating_us)
     }
 
     /// Counts instances whose DEADLINE passed by `now_us`; the changed statuses.
@@ -637,9 +718,27 @@ impl ReaderCore {
 mod tests {
     use super::*;
     use crate::clock::WallClock;
+    use crate::discovery::partition_tag;
     use crate::sample::StateMask;
     use spindle_qos::{History, SubscriberQos};
     use spindle_topics::KeyHash;
+
+    /// The table's word on a sample, as `State::judging` gives it for writers in `table`
+    /// (none deleted, none moved).
+    fn judging<'e>(
+        table: &'e BTreeMap<EndpointKey, Endpoint>,
+        w: &WriterHandle,
+        tag: u32,
+    ) -> Judging<'e> {
+        let found = table
+            .get(&(w.node, w.writer_id))
+            .map(|endpoint| crate::held::Announced {
+                endpoint,
+                former: None,
+                live: true,
+            });
+        crate::held::judge(found, tag)
+    }
 
     /// A partitioned writer's samples delivered before the table names it are held back,
     /// and samples of a known writer delivered after them wait behind them; once the
@@ -708,22 +807,22 @@ mod tests {
         // 2.7 is not in the table yet: its sample and 3.8's after it are held.
         let kept = r.route(
             [(&a, &b"a"[..], o(2, 0)), (&b, &b"b"[..], o(3, 1))].into_iter(),
-            &|w| table.get(&(w.node, w.writer_id)),
+            &|w, tag| judging(&table, w, tag),
             None,
         );
         assert!(!kept && delivered(&r).is_empty());
-        assert!(!r.release_held(&|w| table.get(&(w.node, w.writer_id)), false));
+        assert!(!r.release_held(&|w, tag| judging(&table, w, tag), false));
         table.insert((2, 7), writer(7));
-        assert!(r.release_held(&|w| table.get(&(w.node, w.writer_id)), false));
+        assert!(r.release_held(&|w, tag| judging(&table, w, tag), false));
         assert_eq!(delivered(&r), [0, 1], "kept in delivery order");
         // 4.6 is never named: a view change judges it (not taken: a partitioned sample
         // of a writer nobody announced).
         r.route(
             [(&c, &b"c"[..], o(4, 2))].into_iter(),
-            &|w| table.get(&(w.node, w.writer_id)),
+            &|w, tag| judging(&table, w, tag),
             None,
         );
-        assert!(!r.release_held(&|w| table.get(&(w.node, w.writer_id)), true));
+        assert!(!r.release_held(&|w, tag| judging(&table, w, tag), true));
         assert_eq!(delivered(&r), [0, 1]);
         assert!(lock(&r.held).is_empty());
     }

@@ -22,6 +22,7 @@ use crate::clock::Clock;
 use crate::declare::DdsSubgroup;
 use crate::discovery::{Endpoint, EndpointKey};
 use crate::error::Result;
+use crate::held::{Announced, Judging};
 use crate::lent::BatchPool;
 use crate::logged::Durable;
 use crate::reader_core::ReaderCore;
@@ -43,6 +44,8 @@ pub(crate) struct State {
     pub(crate) endpoints: BTreeMap<EndpointKey, Endpoint>,
     /// The last announcements of endpoints deleted recently ([`crate::held`]).
     pub(crate) gone: crate::held::Gone,
+    /// The PARTITION names live writers left ([`crate::held::Former`]).
+    pub(crate) former: crate::held::FormerNames,
     /// Per logged subgroup, the samples this participant's log held when it started
     /// ([`crate::logged`]): its store when it enters the subgroup, merged with any store
     /// a member ships.
@@ -58,11 +61,25 @@ pub(crate) struct State {
 }
 
 impl State {
-    /// What the built-in table says of writer `w`: its announcement, or if it was
-    /// deleted recently its last one ([`crate::held`]).
-    pub(crate) fn writer_endpoint(&self, w: &crate::sample::WriterHandle) -> Option<&Endpoint> {
+    /// What the built-in table lets a reader do with a sample of writer `w` tagged `tag`
+    /// ([`crate::held::Judging`]): judge it by the PARTITION names the writer tagged it
+    /// with — its announced ones, ones it left since, or, if it was deleted recently, its
+    /// last ones — or hold it back while those may still come.
+    pub(crate) fn judging(&self, w: &crate::sample::WriterHandle, tag: u32) -> Judging<'_> {
         let key = (w.node, w.writer_id);
-        self.endpoints.get(&key).or_else(|| self.gone.get(&key))
+        let found = match self.endpoints.get(&key) {
+            Some(e) => Some(Announced {
+                endpoint: e,
+                former: self.former.get(&key),
+                live: true,
+            }),
+            None => self.gone.get(&key).map(|(e, former)| Announced {
+                endpoint: e,
+                former,
+                live: false,
+            }),
+        };
+        crate::held::judge(found, tag)
     }
 
     /// The built-in table is installed here, not still awaited from a giver (a joiner's
@@ -215,6 +232,7 @@ impl Shared {
                 awaiting_state: BTreeSet::new(),
                 stopped: None,
                 endpoints: BTreeMap::new(),
+                former: Default::default(),
                 gone: Default::default(),
                 recovered: BTreeMap::new(),
                 durable: BTreeMap::new(),

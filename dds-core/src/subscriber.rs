@@ -2,13 +2,14 @@
 //! interest that a view change carries.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use spindle_qos::{DataReaderQos, SubscriberQos};
+use spindle_qos::{DataReaderQos, Partition, SubscriberQos};
 use spindle_topics::TopicType;
 
 use crate::common::lock;
 use crate::contained::Contained;
+use crate::discovery::partition_bytes;
 use crate::error::{Error, Result};
 use crate::group_scope::order_by_position;
 use crate::inner::ParticipantInner;
@@ -22,7 +23,8 @@ use crate::topic::TopicDescription;
 #[derive(Clone)]
 pub struct Subscriber {
     pub(crate) participant: Arc<ParticipantInner>,
-    pub(crate) qos: SubscriberQos,
+    /// Its QoS, shared by its clones (`set_qos` changes PARTITION and GROUP_DATA).
+    pub(crate) qos: Arc<Mutex<SubscriberQos>>,
     /// Its readers in creation order (and their topics under PRESENTATION GROUP access
     /// scope), shared by its clones and listed by its participant.
     pub(crate) contained: Arc<Contained<ReaderCore>>,
@@ -40,8 +42,37 @@ impl std::fmt::Debug for Subscriber {
 
 impl Subscriber {
     /// The subscriber's QoS.
-    pub fn qos(&self) -> &SubscriberQos {
-        &self.qos
+    pub fn qos(&self) -> SubscriberQos {
+        lock(&self.qos).clone()
+    }
+
+    /// Changes the QoS (DDS `set_qos`): PARTITION, GROUP_DATA and ENTITY_FACTORY may
+    /// change after creation; a new PRESENTATION is `ImmutablePolicy`, an inconsistent
+    /// QoS `InconsistentPolicy`, names past the announcement's room `BadParameter` (as at
+    /// creation). New PARTITION names move every reader of the subscriber: from the
+    /// moment it moves, a reader takes only samples written under names the new ones
+    /// match (a sample already taken into its cache stays), and it announces them, so
+    /// writers count it matched or not; this returns once every announcement is
+    /// delivered here.
+    pub fn set_qos(&self, qos: SubscriberQos) -> Result<()> {
+        self.contained.check()?;
+        self.participant.check_alive()?;
+        qos.check()?;
+        partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
+        {
+            let mut q = lock(&self.qos);
+            q.changeable_to(&qos)?;
+            *q = qos;
+        }
+        for core in self.contained.entities() {
+            follow(&self.participant, &core, || self.partition())?;
+        }
+        Ok(())
+    }
+
+    /// Its PARTITION now.
+    fn partition(&self) -> Partition {
+        lock(&self.qos).partition.clone()
     }
 
     /// Opens an access to the samples of this subscriber's readers (DDS `begin_access`):
@@ -77,7 +108,7 @@ impl Subscriber {
         self.participant.check_alive()?;
         let readers = self.contained.entities();
         let handle = |r: &ReaderCore| ReaderHandle(r.id);
-        if !(self.contained.group.is_some() && self.qos.presentation.ordered_access) {
+        if !(self.contained.group.is_some() && lock(&self.qos).presentation.ordered_access) {
             return Ok(readers
                 .iter()
                 .filter(|r| lock(&r.cache).any(&mask, None))
@@ -145,7 +176,7 @@ impl Subscriber {
             Arc::clone(&topic.inner.ident),
             qos,
             Arc::clone(&p.shared.clock),
-            &self.qos,
+            &self.qos(),
             description.content_filter().cloned(),
         );
         if let Some(period) = core.deadline_us() {
@@ -156,7 +187,12 @@ impl Subscriber {
             // subgroup) under one lock, so no delivery is missed or seen twice.
             let mut st = lock(&p.shared.state);
             if let Some(store) = st.stores.get(&sg) {
-                core.prime(store, &st.endpoints, st.table_whole());
+                core.prime(
+                    store,
+                    &|w, tag| st.judging(w, tag),
+                    &st.endpoints,
+                    st.table_whole(),
+                );
             }
             st.readers
                 .entry(topic.inner.ident.topic_id)
@@ -177,7 +213,12 @@ impl Subscriber {
             return Err(e);
         }
         self.contained.push(Arc::clone(&core));
-        let r = DataReader::new(core, Arc::clone(&topic.inner));
+        let r = DataReader::new(Arc::clone(&core), Arc::clone(&topic.inner));
+        // A `set_qos` that ran since its names were read did not see it: it follows.
+        if let Err(e) = follow(p, &core, || self.partition()) {
+            let _ = self.delete_datareader(r);
+            return Err(e);
+        }
         r.refresh_matched();
         Ok(r)
     }
@@ -214,6 +255,8 @@ fn delete_reader(p: &ParticipantInner, core: &Arc<ReaderCore>) -> Result<()> {
         g.remove(id);
     }
     contained.remove(core);
+    // Under its announcing lock, as a writer's (`publisher.rs`).
+    let _announcing = lock(&core.announcing);
     p.announce(core.endpoint(), false)
 }
 
@@ -234,4 +277,21 @@ fn unregister_reader(p: &ParticipantInner, core: &Arc<ReaderCore>) {
         rs.retain(|r| !Arc::ptr_eq(r, core));
     }
     core.clear_listener();
+}
+
+/// Moves `core` to the PARTITION `names` gives (read under its announcing lock, so of
+/// two moves the later one wins) and announces it
+/// ([`ParticipantInner::reannounce`]). Nothing if they are its names already, or it was
+/// deleted.
+fn follow(
+    p: &ParticipantInner,
+    core: &ReaderCore,
+    names: impl FnOnce() -> Partition,
+) -> Result<()> {
+    p.reannounce(
+        &core.announcing,
+        &core.deleted,
+        || core.moved_to(names()),
+        || {},
+    )
 }

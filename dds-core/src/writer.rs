@@ -136,22 +136,45 @@ impl<T: TopicType> DataWriter<T> {
         lock(&self.core.qos).clone()
     }
 
-    /// Changes the QoS (only the policies DDS lets change after enable).
+    /// Changes the QoS (DDS `set_qos`): DEADLINE, LATENCY_BUDGET, TRANSPORT_PRIORITY,
+    /// LIFESPAN, USER_DATA, OWNERSHIP_STRENGTH and WRITER_DATA_LIFECYCLE may change
+    /// after creation; another policy that differs is `ImmutablePolicy`, an
+    /// inconsistent QoS `InconsistentPolicy`. LIFESPAN and OWNERSHIP_STRENGTH apply from
+    /// the next sample; a new DEADLINE restarts the
+    /// period of every instance it watches now (from infinite, each is watched from its
+    /// next write). A new DEADLINE or LATENCY_BUDGET is announced again, and this returns
+    /// once the announcement is delivered here: readers that request more than it now
+    /// offers are no longer matched (each side counts the other in its INCOMPATIBLE_QOS
+    /// status), and those it now satisfies are.
     pub fn set_qos(&self, qos: DataWriterQos) -> Result<()> {
+        self.check()?;
         qos.check()?;
-        let mut q = lock(&self.core.qos);
-        q.changeable_to(&qos)?;
-        self.core
-            .blocking_us
-            .store(blocking_us(&qos), Ordering::Relaxed);
-        self.core
-            .lifespan_ns
-            .store(lifespan_ns(&qos), Ordering::Relaxed);
-        self.core
-            .strength
-            .store(qos.ownership_strength.value, Ordering::Relaxed);
-        *q = qos;
-        Ok(())
+        lock(&self.core.qos).changeable_to(&qos)?;
+        let core = &self.core;
+        let p = &self.topic.participant;
+        p.reannounce(
+            &core.announcing,
+            &core.deleted,
+            || {
+                let mut q = lock(&core.qos);
+                let announced =
+                    (q.deadline, q.latency_budget) != (qos.deadline, qos.latency_budget);
+                if q.deadline != qos.deadline {
+                    core.set_deadline(qos.deadline.period, p.now_us());
+                    if let Some(period) = core.deadline_us() {
+                        p.shared.want_timer(period);
+                    }
+                }
+                core.blocking_us.store(blocking_us(&qos), Ordering::Relaxed);
+                core.lifespan_ns.store(lifespan_ns(&qos), Ordering::Relaxed);
+                core.strength
+                    .store(qos.ownership_strength.value, Ordering::Relaxed);
+                *q = qos;
+                drop(q);
+                announced.then(|| core.endpoint())
+            },
+            || {},
+        )
     }
 
     /// Writes `data`, stamped now (DDS `write`): the clock is read where the sample takes
@@ -650,7 +673,7 @@ impl<T: TopicType> DataWriter<T> {
     /// A write's DEADLINE and manual LIVELINESS bookkeeping (nothing unless set).
     fn written(&self, kind: SampleKind, key: InstanceHandle) {
         let p = &self.topic.participant;
-        if self.core.deadline_us.is_some() && kind != SampleKind::Liveliness {
+        if self.core.deadline_us().is_some() && kind != SampleKind::Liveliness {
             self.core.wrote(key, kind != SampleKind::Data, p.now_us());
         }
         if self.core.manual_lease_us().is_some() {
@@ -1083,7 +1106,7 @@ fn numbered(
         lifespan_ns: core.lifespan_ns.load(Ordering::Relaxed),
         ownership_strength: core.strength.load(Ordering::Relaxed),
         level: core.level,
-        partition_tag: core.partition_tag,
+        partition_tag: core.partition_tag.load(Ordering::Relaxed),
         coherent,
     }
 }

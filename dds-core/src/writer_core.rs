@@ -3,7 +3,7 @@
 //! it is [`crate::DataWriter`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use spindle_qos::{
@@ -81,11 +81,16 @@ pub(crate) struct WriterCore {
     pub(crate) subgroup: spindle_group::SubgroupId,
     /// The delivery level it offers (RELIABILITY and DURABILITY: fixed once enabled).
     pub(crate) level: DeliveryLevel,
-    /// Its publisher's PARTITION and PRESENTATION when it was created, and the tag its
-    /// samples carry.
-    pub(crate) partition: Partition,
+    /// Its publisher's PARTITION (changed by the publisher's `set_qos`: [`WriterCore::moved_to`])
+    /// and the tag its samples carry, [`partition_tag`] of those names, switched once
+    /// they are announced.
+    partition: Mutex<Partition>,
+    pub(crate) partition_tag: AtomicU32,
+    /// Its publisher's PRESENTATION (fixed once enabled).
     presentation: Presentation,
-    pub(crate) partition_tag: u32,
+    /// Held while its endpoint is announced again or withdrawn
+    /// ([`crate::inner::ParticipantInner::reannounce`]).
+    pub(crate) announcing: Mutex<()>,
     pub(crate) qos: Mutex<DataWriterQos>,
     /// The last sequence number taken (0: none yet). Only a holder of [`WriterCore::path`]
     /// takes one, so it is read and then stored, not incremented atomically (the locked
@@ -113,8 +118,9 @@ pub(crate) struct WriterCore {
     pub(crate) incompatible: Mutex<(IncompatibleQosStatus, BTreeSet<EndpointKey>)>,
     pub(crate) listener: Mutex<Option<WriterListener>>,
     pub(crate) deleted: AtomicBool,
-    /// DEADLINE period in µs, if finite, and per instance when it next expires.
-    pub(crate) deadline_us: Option<u64>,
+    /// DEADLINE period in µs (0: infinite; changed by `set_qos`), and per instance when
+    /// it next expires.
+    deadline_us: AtomicU64,
     deadlines: Mutex<BTreeMap<InstanceHandle, u64>>,
     pub(crate) deadline_missed: Mutex<DeadlineMissedStatus>,
     /// LIVELINESS kind and lease (µs; `None`: infinite), fixed once enabled.
@@ -153,7 +159,7 @@ impl WriterCore {
             type_hash: self.topic.type_hash,
             reader: false,
             level: self.level,
-            partition: self.partition.clone(),
+            partition: lock(&self.partition).clone(),
             liveliness: self.liveliness,
             lease_us: self.lease_us,
             rxo: {
@@ -194,8 +200,9 @@ impl WriterCore {
             lost: AtomicBool::new(false),
             liveliness_lost: Mutex::new(LivelinessLostStatus::default()),
             coherent,
-            partition_tag: partition_tag(&partition.name),
-            partition,
+            partition_tag: AtomicU32::new(partition_tag(&partition.name)),
+            partition: Mutex::new(partition),
+            announcing: Mutex::new(()),
             subgroup: topic.subgroup,
             level: qos.delivery_level(),
             topic,
@@ -215,7 +222,7 @@ impl WriterCore {
             incompatible: Mutex::new(Default::default()),
             listener: Mutex::new(None),
             deleted: AtomicBool::new(false),
-            deadline_us: deadline_period.to_std().map(|d| saturating_us(d).max(1)),
+            deadline_us: AtomicU64::new(deadline_of(deadline_period).unwrap_or(0)),
             deadlines: Mutex::new(BTreeMap::new()),
             deadline_missed: Mutex::new(DeadlineMissedStatus::default()),
         })
@@ -227,6 +234,46 @@ impl WriterCore {
     pub(crate) fn manual_lease_us(&self) -> Option<u64> {
         self.lease_us
             .filter(|_| self.liveliness != LivelinessKind::Automatic)
+    }
+
+    /// Its DEADLINE period in µs, if finite.
+    pub(crate) fn deadline_us(&self) -> Option<u64> {
+        Some(self.deadline_us.load(Ordering::Relaxed)).filter(|us| *us > 0)
+    }
+
+    /// Its DEADLINE changed to `period` (`set_qos`) at `now_us`: the instances it
+    /// watches start a new period now; from infinite, each is watched from its next
+    /// write.
+    pub(crate) fn set_deadline(&self, period: spindle_qos::Duration, now_us: u64) {
+        let period = deadline_of(period);
+        let mut d = lock(&self.deadlines);
+        self.deadline_us
+            .store(period.unwrap_or(0), Ordering::Relaxed);
+        match period {
+            Some(us) => d
+                .values_mut()
+                .for_each(|at| *at = now_us.saturating_add(us)),
+            None => d.clear(),
+        }
+    }
+
+    /// Moves it to PARTITION `names` (its publisher's `set_qos`); its samples keep their
+    /// tag until [`WriterCore::retag`]. Its endpoint to announce, or `None` if they are
+    /// its names already.
+    pub(crate) fn moved_to(&self, names: Partition) -> Option<Endpoint> {
+        let mut mine = lock(&self.partition);
+        if *mine == names {
+            return None;
+        }
+        *mine = names;
+        drop(mine);
+        Some(self.endpoint())
+    }
+
+    /// Tags its samples with its PARTITION names now (once they are announced).
+    pub(crate) fn retag(&self) {
+        let tag = partition_tag(&lock(&self.partition).name);
+        self.partition_tag.store(tag, Ordering::Relaxed);
     }
 
     /// The writer wrote or asserted its liveliness at `now_us`.
@@ -284,7 +331,7 @@ impl WriterCore {
     /// Counts instances this writer did not write for a DEADLINE period by `now_us`
     /// (OFFERED_DEADLINE_MISSED); true if any.
     pub(crate) fn check_deadlines(&self, now_us: u64) -> bool {
-        let Some(period) = self.deadline_us else {
+        let Some(period) = self.deadline_us() else {
             return false;
         };
         let mut missed = Vec::new();
@@ -306,7 +353,7 @@ impl WriterCore {
 
     /// An instance was written (or, with `gone`, unregistered or disposed).
     pub(crate) fn wrote(&self, key: InstanceHandle, gone: bool, now_us: u64) {
-        if let Some(period) = self.deadline_us {
+        if let Some(period) = self.deadline_us() {
             let mut d = lock(&self.deadlines);
             if gone {
                 d.remove(&key);
@@ -341,4 +388,9 @@ pub(crate) fn lifespan_ns(qos: &DataWriterQos) -> u64 {
     qos.lifespan.duration.to_std().map_or(0, |d| {
         u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
     })
+}
+
+/// A DEADLINE period in µs (at least 1), if finite.
+fn deadline_of(period: spindle_qos::Duration) -> Option<u64> {
+    period.to_std().map(|d| saturating_us(d).max(1))
 }

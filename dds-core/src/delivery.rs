@@ -25,7 +25,7 @@ use crate::discovery::{self, Endpoint, EndpointKey, Mismatch};
 use crate::lent::LentBatch;
 use crate::reader_core::ReaderCore;
 use crate::sample::{SampleHeader, SampleKind, WriterHandle};
-use crate::shared::{Shared, State};
+use crate::shared::{Ignore, Ignored, Shared, State};
 use crate::status::StatusMask;
 use crate::store::Store;
 use crate::writer_core::WriterCore;
@@ -653,16 +653,24 @@ fn unmatched(w: &Endpoint, r: &Endpoint) -> Option<Mismatch> {
 
 /// Splits the writers among `endpoints` (all of one topic) that share a partition with
 /// reader `r` into those it matches and those whose QoS it cannot accept (a writer in
-/// no common partition is not matched at all, compatible or not).
+/// no common partition is not matched at all, compatible or not); the writers its
+/// participant ignores are among the latter, whatever their partition, as
+/// [`Mismatch::Ignored`] (their samples are not taken).
 fn split_writers<'a>(
     endpoints: impl Iterator<Item = (&'a EndpointKey, &'a Endpoint)>,
     r: &Endpoint,
+    ignored: &Ignored,
 ) -> WriterMatch {
     let mut compatible = Vec::new();
     let mut incompatible = Vec::new();
-    for (k, w) in
-        endpoints.filter(|(_, w)| !w.reader && partitions_match(&w.partition, &r.partition))
-    {
+    for (k, w) in endpoints.filter(|(_, w)| !w.reader) {
+        if ignored.covers(k, false) {
+            incompatible.push((*k, Mismatch::Ignored));
+            continue;
+        }
+        if !partitions_match(&w.partition, &r.partition) {
+            continue;
+        }
         match unmatched(w, r) {
             None => compatible.push(*k),
             Some(why) => incompatible.push((*k, why)),
@@ -678,6 +686,7 @@ pub(crate) fn writers_of(st: &State, r: &Endpoint) -> WriterMatch {
             .iter()
             .filter(|(_, e)| e.topic_id == r.topic_id),
         r,
+        &st.ignored,
     )
 }
 
@@ -688,29 +697,46 @@ pub(crate) fn readers_of(st: &State, w: &Endpoint) -> Vec<EndpointKey> {
             .iter()
             .filter(|(_, e)| e.topic_id == w.topic_id),
         w,
+        &st.ignored,
     )
     .0
 }
 
 /// The readers among `endpoints` (one topic's) that share a partition with writer `w`:
 /// those it matches, and those that request more than it offers, with the first policy
-/// that fails (readers of another type are in neither: INCONSISTENT_TOPIC).
+/// that fails (readers of another type are in neither: INCONSISTENT_TOPIC; nor are those
+/// its participant ignores).
 fn split_readers<'a>(
     endpoints: impl Iterator<Item = (&'a EndpointKey, &'a Endpoint)>,
     w: &Endpoint,
+    ignored: &Ignored,
 ) -> ReaderMatch {
     let mut matched = Vec::new();
     let mut incompatible = Vec::new();
-    for (k, r) in
-        endpoints.filter(|(_, r)| r.reader && partitions_match(&w.partition, &r.partition))
-    {
+    for (k, r) in endpoints.filter(|(k, r)| {
+        r.reader && partitions_match(&w.partition, &r.partition) && !ignored.covers(k, true)
+    }) {
         match unmatched(w, r) {
             None => matched.push(*k),
             Some(Mismatch::Qos(policy)) => incompatible.push((*k, policy)),
-            Some(Mismatch::Type) => {}
+            Some(Mismatch::Type | Mismatch::Ignored) => {}
         }
     }
     (matched, incompatible)
+}
+
+/// Ignores `what` from now on (the participant's `ignore_*`): every reader and writer
+/// of this participant is matched again without it, listeners called, conditions woken.
+pub(crate) fn ignore(shared: &Shared, what: Ignore) -> crate::error::Result<()> {
+    let rematched = {
+        let mut st = lock(&shared.state);
+        st.ignored.add(what)?;
+        rematch_local(&st, None, shared)
+    };
+    shared.view_changed.notify_all();
+    notify_all();
+    fire(rematched);
+    Ok(())
 }
 
 /// Recomputes the matched statuses of this node's readers and writers on `topics` (every
@@ -723,7 +749,9 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>, shared: &Shared) ->
     // One pass over the table, grouped by the topics asked for.
     let mut by_topic: BTreeMap<u64, BTreeMap<EndpointKey, &Endpoint>> = BTreeMap::new();
     for (k, e) in &st.endpoints {
-        if wanted(&e.topic_id) {
+        // Ignored readers count nowhere; ignored writers only to be blocked
+        // (`split_writers`).
+        if wanted(&e.topic_id) && !(e.reader && st.ignored.covers(k, true)) {
             by_topic.entry(e.topic_id).or_default().insert(*k, e);
         }
     }
@@ -732,12 +760,13 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>, shared: &Shared) ->
     for (t, rs) in st.readers.iter().filter(|(t, _)| wanted(t)) {
         let eps = by_topic.get(t).unwrap_or(&empty);
         if let Some(r) = rs.first() {
-            note_inconsistent(shared, &r.topic, eps);
+            note_inconsistent(shared, &r.topic, eps, &st.ignored);
         }
         for r in rs {
             let me = r.endpoint();
-            let (compatible, incompatible) = split_writers(eps.iter().map(|(k, e)| (k, *e)), &me);
-            let leased = leased_writers(eps, r);
+            let (compatible, incompatible) =
+                split_writers(eps.iter().map(|(k, e)| (k, *e)), &me, &st.ignored);
+            let leased = leased_writers(eps, r, &st.ignored);
             if let Some(shortest) = leased.iter().map(|(_, _, l)| *l).min() {
                 shared.want_timer(shortest);
                 shared.leases_watched.store(true, Ordering::Release);
@@ -752,9 +781,9 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>, shared: &Shared) ->
     let mut writers = Vec::new();
     for w in st.writers.values().filter(|w| wanted(&w.topic.topic_id)) {
         let eps = by_topic.get(&w.topic.topic_id).unwrap_or(&empty);
-        note_inconsistent(shared, &w.topic, eps);
+        note_inconsistent(shared, &w.topic, eps, &st.ignored);
         let (matched, incompatible) =
-            split_readers(eps.iter().map(|(k, e)| (k, *e)), &w.endpoint());
+            split_readers(eps.iter().map(|(k, e)| (k, *e)), &w.endpoint(), &st.ignored);
         w.offered_incompatible(shared.me, &incompatible);
         if w.on_view(vid, count(&matched)) {
             writers.push(Arc::clone(w));
@@ -767,16 +796,17 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>, shared: &Shared) ->
 /// `topic`'s name) whose type is not `topic`'s — another type name, or another definition
 /// of the same name ([`discovery::same_type`], the rule [`unmatched`] applies) — with a
 /// warning naming them: they are not matched, so a mistyped reader or writer shows here
-/// instead of as undecodable samples.
+/// instead of as undecodable samples. Those the participant ignores count nowhere.
 fn note_inconsistent(
     shared: &Shared,
     topic: &crate::common::TopicIdentity,
     eps: &BTreeMap<EndpointKey, &Endpoint>,
+    ignored: &Ignored,
 ) {
     let mine = (topic.type_id, topic.type_hash);
-    let foreign = eps
-        .iter()
-        .filter(|(_, e)| !discovery::same_type(e.type_identity(), mine));
+    let foreign = eps.iter().filter(|(k, e)| {
+        !discovery::same_type(e.type_identity(), mine) && !ignored.covers(k, e.reader)
+    });
     let mut all = lock(&shared.inconsistent);
     for ((node, entity), e) in foreign {
         let t = all.entry(topic.topic_id).or_default();
@@ -815,11 +845,13 @@ fn note_inconsistent(
 fn leased_writers(
     eps: &BTreeMap<EndpointKey, &Endpoint>,
     r: &ReaderCore,
+    ignored: &Ignored,
 ) -> Vec<(WriterHandle, LivelinessKind, u64)> {
     let me = r.endpoint();
     eps.iter()
-        .filter(|(_, e)| {
+        .filter(|(k, e)| {
             !e.reader
+                && !ignored.covers(k, false)
                 && e.liveliness != LivelinessKind::Automatic
                 && partitions_match(&e.partition, &me.partition)
                 && unmatched(e, &me).is_none()

@@ -112,7 +112,8 @@ impl Rxo {
     }
 }
 
-/// Why a writer does not serve a reader of its topic name though they share a partition.
+/// Why a writer does not serve a reader of its topic name (though they share a
+/// partition, unless ignored).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mismatch {
     /// Another DDS type, or another definition of the same type name
@@ -120,6 +121,9 @@ pub(crate) enum Mismatch {
     Type,
     /// The first policy that fails the request/offer rules (REQUESTED_INCOMPATIBLE_QOS).
     Qos(QosPolicyId),
+    /// The reader's participant ignores the writer (DDS `ignore_participant`,
+    /// `ignore_publication`): counted nowhere.
+    Ignored,
 }
 
 /// The first policy on which writer `w` fails what reader `r` requests (DDS 1.4's

@@ -229,6 +229,7 @@ pub use sample::{
     InstanceHandle, InstanceState, Sample, SampleBuffer, SampleInfo, SampleState, StateMask,
     ViewState, WriterHandle, ORDER_INDEX_NONE,
 };
+pub use shared::IGNORED_MAX;
 pub use spindle_qos::DeliveryLevel;
 pub use subscriber::Subscriber;
 pub use topic::{ContentFilteredTopic, Topic, TopicDescription};

@@ -450,6 +450,40 @@ impl DomainParticipant {
             .collect()
     }
 
+    /// Ignores participant `node` from now on (DDS `ignore_participant`; it cannot be
+    /// undone): this participant's readers take no sample any of its writers sends after
+    /// this returns (what they took already stays), and none of its readers or writers
+    /// counts here in a matched, INCOMPATIBLE_QOS or INCONSISTENT_TOPIC status. A node id
+    /// stays ignored when the node leaves and comes back. `node` may be this
+    /// participant's own id: its readers then no longer take what its own writers write,
+    /// the usual way to publish and subscribe one topic without hearing oneself. Others
+    /// are not told: the domain's order and what their readers take are unchanged.
+    /// `OutOfResources` past [`crate::IGNORED_MAX`] ignored participants, writers and
+    /// readers together.
+    pub fn ignore_participant(&self, node: NodeId) -> Result<()> {
+        self.ignore(crate::shared::Ignore::Participant(node))
+    }
+
+    /// Ignores writer `writer` from now on (DDS `ignore_publication`), named as
+    /// [`crate::DataReader::get_matched_publications`] or
+    /// [`DomainParticipant::discovered_endpoints`] name it: as
+    /// [`DomainParticipant::ignore_participant`] for one writer.
+    pub fn ignore_publication(&self, writer: crate::discovery::EndpointKey) -> Result<()> {
+        self.ignore(crate::shared::Ignore::Publication(writer))
+    }
+
+    /// Ignores reader `reader` from now on (DDS `ignore_subscription`): this
+    /// participant's writers no longer count it matched (nor incompatible); what it takes
+    /// is the reader's participant's business, unchanged.
+    pub fn ignore_subscription(&self, reader: crate::discovery::EndpointKey) -> Result<()> {
+        self.ignore(crate::shared::Ignore::Subscription(reader))
+    }
+
+    fn ignore(&self, what: crate::shared::Ignore) -> Result<()> {
+        self.inner.check_alive()?;
+        crate::delivery::ignore(&self.inner.shared, what)
+    }
+
     /// Why the participant stopped (shut down by the view change protocol, or left).
     /// A participant the others excluded — it fell silent past their failure detector's
     /// bound: stopped, swapped out, cut off — learns it when it runs again, and the text

@@ -46,6 +46,8 @@ pub(crate) struct State {
     pub(crate) gone: crate::held::Gone,
     /// The PARTITION names live writers left ([`crate::held::Former`]).
     pub(crate) former: crate::held::FormerNames,
+    /// The participants, writers and readers this participant ignores ([`Ignored`]).
+    pub(crate) ignored: Ignored,
     /// Per logged subgroup, the samples this participant's log held when it started
     /// ([`crate::logged`]): its store when it enters the subgroup, merged with any store
     /// a member ships.
@@ -99,6 +101,67 @@ impl State {
             .get(&sg)
             .is_none_or(|d| d.readers.contains(&me))
             && !self.awaiting_state.contains(&sg)
+    }
+}
+
+/// Most participants, writers and readers one participant ignores, together
+/// ([`crate::DomainParticipant::ignore_participant`] and its kin).
+pub const IGNORED_MAX: usize = 4096;
+
+/// What a participant ignores (DDS `ignore_participant`, `ignore_publication`,
+/// `ignore_subscription`), for good: its readers take no sample of an ignored writer, or
+/// of any writer of an ignored participant, and its matched and incompatible-QoS
+/// statuses count none of them. At most [`IGNORED_MAX`] entries.
+#[derive(Debug, Default)]
+pub(crate) struct Ignored {
+    nodes: BTreeSet<NodeId>,
+    publications: BTreeSet<EndpointKey>,
+    subscriptions: BTreeSet<EndpointKey>,
+}
+
+/// What [`Ignored::add`] ignores.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ignore {
+    /// A participant, by node id, with every reader and writer it has or creates.
+    Participant(NodeId),
+    /// One writer.
+    Publication(EndpointKey),
+    /// One reader.
+    Subscription(EndpointKey),
+}
+
+impl Ignored {
+    /// Whether endpoint `key` (a reader if `reader`) is ignored.
+    pub(crate) fn covers(&self, key: &EndpointKey, reader: bool) -> bool {
+        self.nodes.contains(&key.0)
+            || if reader {
+                self.subscriptions.contains(key)
+            } else {
+                self.publications.contains(key)
+            }
+    }
+
+    /// Ignores `what` from now on; `OutOfResources` past [`IGNORED_MAX`] entries
+    /// (ignoring again what is ignored is no new entry).
+    pub(crate) fn add(&mut self, what: Ignore) -> Result<()> {
+        let held = self.nodes.len() + self.publications.len() + self.subscriptions.len();
+        let new = match what {
+            Ignore::Participant(n) => !self.nodes.contains(&n),
+            Ignore::Publication(k) => !self.publications.contains(&k),
+            Ignore::Subscription(k) => !self.subscriptions.contains(&k),
+        };
+        if new && held >= IGNORED_MAX {
+            return Err(crate::error::Error::OutOfResources(format!(
+                "cannot ignore {what:?}: this participant already ignores {held} \
+                 participants, writers and readers (IGNORED_MAX)"
+            )));
+        }
+        match what {
+            Ignore::Participant(n) => self.nodes.insert(n),
+            Ignore::Publication(k) => self.publications.insert(k),
+            Ignore::Subscription(k) => self.subscriptions.insert(k),
+        };
+        Ok(())
     }
 }
 
@@ -233,6 +296,7 @@ impl Shared {
                 stopped: None,
                 endpoints: BTreeMap::new(),
                 former: Default::default(),
+                ignored: Default::default(),
                 gone: Default::default(),
                 recovered: BTreeMap::new(),
                 durable: BTreeMap::new(),

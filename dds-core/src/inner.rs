@@ -61,6 +61,17 @@ pub(crate) struct ParticipantInner {
     /// While rejoining: this participant's own readers and writers as the table held
     /// them when it stopped, to announce again once it is a member.
     rejoin_endpoints: Mutex<Vec<Endpoint>>,
+    /// The QoS its `default_*_qos` getters give (DDS `set_default_*_qos`).
+    pub(crate) defaults: Mutex<Defaults>,
+}
+
+/// A participant's default QoS for the entities it creates (DDS `TOPIC_QOS_DEFAULT`,
+/// `PUBLISHER_QOS_DEFAULT`, `SUBSCRIBER_QOS_DEFAULT`), the specification's until set.
+#[derive(Debug, Default)]
+pub(crate) struct Defaults {
+    pub(crate) topic: TopicQos,
+    pub(crate) publisher: spindle_qos::PublisherQos,
+    pub(crate) subscriber: spindle_qos::SubscriberQos,
 }
 
 impl ParticipantInner {
@@ -87,6 +98,7 @@ impl ParticipantInner {
             deleted: AtomicBool::new(false),
             metrics_address: Mutex::new(None),
             rejoin_endpoints: Mutex::new(Vec::new()),
+            defaults: Mutex::new(Defaults::default()),
         }
     }
 

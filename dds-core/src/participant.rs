@@ -780,6 +780,52 @@ impl DomainParticipant {
         Ok(())
     }
 
+    /// The topic QoS this participant gives as its default (DDS `get_default_topic_qos`;
+    /// the specification's until [`DomainParticipant::set_default_topic_qos`]). Pass it
+    /// to [`DomainParticipant::create_topic`] where DDS passes `TOPIC_QOS_DEFAULT`.
+    pub fn default_topic_qos(&self) -> TopicQos {
+        lock(&self.inner.defaults).topic.clone()
+    }
+
+    /// Sets [`DomainParticipant::default_topic_qos`] (DDS `set_default_topic_qos`): what
+    /// exists keeps its QoS. `InconsistentPolicy` if `qos` is inconsistent (nothing set).
+    pub fn set_default_topic_qos(&self, qos: TopicQos) -> Result<()> {
+        qos.check()?;
+        lock(&self.inner.defaults).topic = qos;
+        Ok(())
+    }
+
+    /// The publisher QoS this participant gives as its default, as
+    /// [`DomainParticipant::default_topic_qos`].
+    pub fn default_publisher_qos(&self) -> PublisherQos {
+        lock(&self.inner.defaults).publisher.clone()
+    }
+
+    /// Sets [`DomainParticipant::default_publisher_qos`], as
+    /// [`DomainParticipant::set_default_topic_qos`]; also `BadParameter` for PARTITION
+    /// names past the announcement's room, as `create_publisher` would refuse them.
+    pub fn set_default_publisher_qos(&self, qos: PublisherQos) -> Result<()> {
+        qos.check()?;
+        partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
+        lock(&self.inner.defaults).publisher = qos;
+        Ok(())
+    }
+
+    /// The subscriber QoS this participant gives as its default, as
+    /// [`DomainParticipant::default_topic_qos`].
+    pub fn default_subscriber_qos(&self) -> SubscriberQos {
+        lock(&self.inner.defaults).subscriber.clone()
+    }
+
+    /// Sets [`DomainParticipant::default_subscriber_qos`], as
+    /// [`DomainParticipant::set_default_publisher_qos`].
+    pub fn set_default_subscriber_qos(&self, qos: SubscriberQos) -> Result<()> {
+        qos.check()?;
+        partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
+        lock(&self.inner.defaults).subscriber = qos;
+        Ok(())
+    }
+
     /// A publisher (DDS `create_publisher`).
     pub fn create_publisher(&self, qos: PublisherQos) -> Result<Publisher> {
         self.inner.check_alive()?;
@@ -795,6 +841,7 @@ impl DomainParticipant {
                 .then(|| Arc::new(CoherentSet::default())),
             contained,
             qos: Arc::new(Mutex::new(qos)),
+            default_writer: Arc::default(),
         })
     }
 
@@ -813,6 +860,7 @@ impl DomainParticipant {
             contained,
             accessing: Arc::default(),
             qos: Arc::new(Mutex::new(qos)),
+            default_reader: Arc::default(),
         })
     }
 

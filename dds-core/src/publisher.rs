@@ -32,6 +32,8 @@ pub struct Publisher {
     pub(crate) participant: Arc<ParticipantInner>,
     /// Its QoS, shared by its clones (`set_qos` changes PARTITION and GROUP_DATA).
     pub(crate) qos: Arc<Mutex<PublisherQos>>,
+    /// Its default writer QoS (DDS `set_default_datawriter_qos`), shared by its clones.
+    pub(crate) default_writer: Arc<Mutex<DataWriterQos>>,
     /// Its coherent set, under PRESENTATION `coherent_access` (shared by its clones
     /// and its writers).
     pub(crate) coherent: Option<Arc<CoherentSet>>,
@@ -75,6 +77,24 @@ impl Publisher {
         for core in self.contained.entities() {
             follow(&self.participant, &core, || self.partition())?;
         }
+        Ok(())
+    }
+
+    /// The writer QoS this publisher gives as its default (DDS
+    /// `get_default_datawriter_qos`; the specification's until
+    /// [`Publisher::set_default_datawriter_qos`]). Pass it to
+    /// [`Publisher::create_datawriter`] where DDS passes `DATAWRITER_QOS_DEFAULT`, or
+    /// `DataWriterQos::from_topic_qos` for `DATAWRITER_QOS_USE_TOPIC_QOS`.
+    pub fn default_datawriter_qos(&self) -> DataWriterQos {
+        lock(&self.default_writer).clone()
+    }
+
+    /// Sets [`Publisher::default_datawriter_qos`] (DDS `set_default_datawriter_qos`):
+    /// writers that exist keep their QoS. `InconsistentPolicy` if `qos` is inconsistent
+    /// (nothing set).
+    pub fn set_default_datawriter_qos(&self, qos: DataWriterQos) -> Result<()> {
+        qos.check()?;
+        *lock(&self.default_writer) = qos;
         Ok(())
     }
 

@@ -25,6 +25,8 @@ pub struct Subscriber {
     pub(crate) participant: Arc<ParticipantInner>,
     /// Its QoS, shared by its clones (`set_qos` changes PARTITION and GROUP_DATA).
     pub(crate) qos: Arc<Mutex<SubscriberQos>>,
+    /// Its default reader QoS (DDS `set_default_datareader_qos`), shared by its clones.
+    pub(crate) default_reader: Arc<Mutex<DataReaderQos>>,
     /// Its readers in creation order (and their topics under PRESENTATION GROUP access
     /// scope), shared by its clones and listed by its participant.
     pub(crate) contained: Arc<Contained<ReaderCore>>,
@@ -67,6 +69,24 @@ impl Subscriber {
         for core in self.contained.entities() {
             follow(&self.participant, &core, || self.partition())?;
         }
+        Ok(())
+    }
+
+    /// The reader QoS this subscriber gives as its default (DDS
+    /// `get_default_datareader_qos`; the specification's until
+    /// [`Subscriber::set_default_datareader_qos`]). Pass it to
+    /// [`Subscriber::create_datareader`] where DDS passes `DATAREADER_QOS_DEFAULT`, or
+    /// `DataReaderQos::from_topic_qos` for `DATAREADER_QOS_USE_TOPIC_QOS`.
+    pub fn default_datareader_qos(&self) -> DataReaderQos {
+        lock(&self.default_reader).clone()
+    }
+
+    /// Sets [`Subscriber::default_datareader_qos`] (DDS `set_default_datareader_qos`):
+    /// readers that exist keep their QoS. `InconsistentPolicy` if `qos` is inconsistent
+    /// (nothing set).
+    pub fn set_default_datareader_qos(&self, qos: DataReaderQos) -> Result<()> {
+        qos.check()?;
+        *lock(&self.default_reader) = qos;
         Ok(())
     }
 

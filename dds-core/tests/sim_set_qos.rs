@@ -1,7 +1,8 @@
 //! QoS changed after creation, in deterministic simulation: a publisher's or
 //! subscriber's PARTITION moves its writers or readers (announced again, judged by the
 //! names each sample was written under), and a reader's or writer's DEADLINE and
-//! LATENCY_BUDGET are enforced and matched as they are now. Each test runs several seeds;
+//! LATENCY_BUDGET are enforced and matched as they are now; and the default QoS a
+//! participant, publisher or subscriber gives new entities. Each test runs several seeds;
 //! a failure prints its seed and the command that reproduces it
 //! (`SPINDLE_SIM_SEED=<seed> cargo test -p spindle-dds-core --test sim_set_qos <test>`).
 
@@ -254,4 +255,76 @@ fn a_changed_deadline_is_announced_matched_and_enforced() {
             assert_eq!(r.qos().deadline, period(50), "seed {seed}: unchanged");
         },
     );
+}
+
+/// The defaults a participant, publisher and subscriber give are the specification's
+/// until set; set ones are what the next entities are created with, shared by a
+/// publisher's clones; an inconsistent default is refused and changes nothing.
+#[test]
+fn set_defaults_are_what_new_entities_get() {
+    use spindle_qos::{DataReaderQos, DurabilityKind, ResourceLimits, TopicQos};
+    for_seeds("set_defaults_are_what_new_entities_get", |seed| {
+        let (_d, ps) = domain(seed, 1);
+        let p = &ps[0];
+        assert_eq!(p.default_topic_qos(), TopicQos::default(), "seed {seed}");
+        let stored = atomic().with_durability(DurabilityKind::TransientLocal);
+        p.set_default_topic_qos(stored.clone()).unwrap();
+        let t = p
+            .create_topic::<KeyedString>("Defaults", p.default_topic_qos())
+            .unwrap();
+        assert_eq!(t.qos(), &stored, "seed {seed}");
+        let mut inconsistent = stored.clone().with_history(History::keep_last(5));
+        inconsistent.resource_limits = ResourceLimits {
+            max_samples_per_instance: 2,
+            ..Default::default()
+        };
+        let e = p.set_default_topic_qos(inconsistent).unwrap_err();
+        assert!(
+            matches!(e, Error::InconsistentPolicy(_)),
+            "seed {seed}: {e}"
+        );
+        assert_eq!(p.default_topic_qos(), stored, "seed {seed}: unchanged");
+
+        p.set_default_publisher_qos(PublisherQos {
+            partition: part(&["A"]),
+            ..Default::default()
+        })
+        .unwrap();
+        let publisher = p.create_publisher(p.default_publisher_qos()).unwrap();
+        assert_eq!(publisher.qos().partition, part(&["A"]), "seed {seed}");
+        let e = p
+            .set_default_subscriber_qos(SubscriberQos {
+                partition: part(&[""]),
+                ..Default::default()
+            })
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::InconsistentPolicy(_)),
+            "seed {seed}: {e}"
+        );
+
+        let prompt =
+            DataWriterQos::from_topic_qos(&stored).with_deadline(QosDuration::from_millis(40));
+        assert_eq!(
+            publisher.default_datawriter_qos(),
+            DataWriterQos::default(),
+            "seed {seed}"
+        );
+        publisher
+            .clone()
+            .set_default_datawriter_qos(prompt.clone())
+            .unwrap();
+        let w = publisher
+            .create_datawriter(&t, publisher.default_datawriter_qos())
+            .unwrap();
+        assert_eq!(w.qos(), prompt, "seed {seed}: set through a clone");
+
+        let sub = p.create_subscriber(p.default_subscriber_qos()).unwrap();
+        let keep_all = DataReaderQos::from_topic_qos(&stored).with_history(History::keep_all());
+        sub.set_default_datareader_qos(keep_all.clone()).unwrap();
+        let r = sub
+            .create_datareader(&t, sub.default_datareader_qos())
+            .unwrap();
+        assert_eq!(r.qos(), keep_all, "seed {seed}");
+    });
 }

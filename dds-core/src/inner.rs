@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use spindle_group::SubgroupId;
-use spindle_qos::{DeliveryLevel, DomainParticipantQos, TopicQos};
+use spindle_qos::{DeliveryLevel, DomainParticipantQos, Partition, TopicQos};
 use spindle_topics::TopicType;
 use spindle_transport_rdma::NodeId;
 
@@ -464,6 +464,47 @@ impl ParticipantInner {
         announced
     }
 
+    /// Moves `core` to the PARTITION `names` gives (read under its announcing lock, so
+    /// of two moves the later one wins), announces it ([`ParticipantInner::reannounce`])
+    /// and then lets it finish the move ([`Follower::moved`]). Nothing if they are its
+    /// names already, or it was deleted.
+    pub(crate) fn follow<C: Follower>(
+        &self,
+        core: &C,
+        names: impl FnOnce() -> Partition,
+    ) -> Result<()> {
+        self.reannounce(
+            core.announcing(),
+            core.deleted(),
+            || core.moved_to(names()),
+            || core.moved(),
+        )
+    }
+
+    /// A publisher's or subscriber's `set_qos`: `qos` replaces `current` once `checked`
+    /// (given the old and the new QoS) accepts it, and every entity of `contained`
+    /// follows to the new PARTITION (`partition` of the QoS then current).
+    pub(crate) fn set_group_qos<Q, C: Follower>(
+        &self,
+        contained: &Contained<C>,
+        current: &Mutex<Q>,
+        qos: Q,
+        checked: impl FnOnce(&Q, &Q) -> Result<()>,
+        partition: impl Fn(&Q) -> Partition,
+    ) -> Result<()> {
+        contained.check()?;
+        self.check_alive()?;
+        {
+            let mut q = lock(current);
+            checked(&q, &qos)?;
+            *q = qos;
+        }
+        for core in contained.entities() {
+            self.follow(&*core, || partition(&lock(current)))?;
+        }
+        Ok(())
+    }
+
     /// Checks what every new writer or reader needs and returns its id and interest.
     pub(crate) fn new_entity<T: TopicType>(
         self: &Arc<Self>,
@@ -582,4 +623,46 @@ pub(crate) struct TopicInner {
     /// A raw CDR topic's type described at run time, if it was given one
     /// (`create_cdr_topic_with_type`): what its filters and queries resolve against.
     pub(crate) dyn_type: Option<spindle_dynamic::DynType>,
+}
+
+/// A reader or writer as its subscriber's or publisher's `set_qos` moves it to other
+/// PARTITION names ([`ParticipantInner::follow`]).
+pub(crate) trait Follower {
+    /// Held while its endpoint is announced again or withdrawn.
+    fn announcing(&self) -> &Mutex<()>;
+    /// Set once it is deleted.
+    fn deleted(&self) -> &AtomicBool;
+    /// Takes PARTITION `names`; its endpoint to announce, or `None` if they are its
+    /// names already.
+    fn moved_to(&self, names: Partition) -> Option<Endpoint>;
+    /// Runs once the move is announced (whatever the announcement's outcome).
+    fn moved(&self) {}
+}
+
+impl Follower for WriterCore {
+    fn announcing(&self) -> &Mutex<()> {
+        &self.announcing
+    }
+    fn deleted(&self) -> &AtomicBool {
+        &self.deleted
+    }
+    fn moved_to(&self, names: Partition) -> Option<Endpoint> {
+        WriterCore::moved_to(self, names)
+    }
+    /// Its samples carry the new names' tag from now on.
+    fn moved(&self) {
+        self.retag();
+    }
+}
+
+impl Follower for ReaderCore {
+    fn announcing(&self) -> &Mutex<()> {
+        &self.announcing
+    }
+    fn deleted(&self) -> &AtomicBool {
+        &self.deleted
+    }
+    fn moved_to(&self, names: Partition) -> Option<Endpoint> {
+        ReaderCore::moved_to(self, names)
+    }
 }

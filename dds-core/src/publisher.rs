@@ -65,19 +65,17 @@ impl Publisher {
     /// judges a sample by the names it was written under, the same way at every
     /// participant; ARCHITECTURE.md, "PARTITION").
     pub fn set_qos(&self, qos: PublisherQos) -> Result<()> {
-        self.contained.check()?;
-        self.participant.check_alive()?;
-        qos.check()?;
-        partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
-        {
-            let mut q = lock(&self.qos);
-            q.changeable_to(&qos)?;
-            *q = qos;
-        }
-        for core in self.contained.entities() {
-            follow(&self.participant, &core, || self.partition())?;
-        }
-        Ok(())
+        self.participant.set_group_qos(
+            &self.contained,
+            &self.qos,
+            qos,
+            |old, new| {
+                new.check()?;
+                partition_bytes(&new.partition.name).map_err(Error::BadParameter)?;
+                Ok(old.changeable_to(new)?)
+            },
+            |q| q.partition.clone(),
+        )
     }
 
     /// The writer QoS this publisher gives as its default (DDS
@@ -249,7 +247,7 @@ impl Publisher {
         self.contained.push(Arc::clone(&core));
         let w = DataWriter::new(Arc::clone(&core), Arc::clone(&topic.inner));
         // A `set_qos` that ran since its names were read did not see it: it follows.
-        if let Err(e) = follow(p, &core, || self.partition()) {
+        if let Err(e) = p.follow(&*core, || self.partition()) {
             let _ = self.delete_datawriter(w);
             return Err(e);
         }
@@ -316,21 +314,4 @@ pub(crate) fn delete_writers(
         delete_writer(p, &DataWriter::erased(core, p))?;
     }
     Ok(())
-}
-
-/// Moves `core` to the PARTITION `names` gives (read under its announcing lock, so of
-/// two moves the later one wins), announces it ([`ParticipantInner::reannounce`]) and,
-/// once the announcement is delivered here, tags its samples with the new names.
-/// Nothing if they are its names already, or it was deleted.
-fn follow(
-    p: &ParticipantInner,
-    core: &WriterCore,
-    names: impl FnOnce() -> Partition,
-) -> Result<()> {
-    p.reannounce(
-        &core.announcing,
-        &core.deleted,
-        || core.moved_to(names()),
-        || core.retag(),
-    )
 }

@@ -57,19 +57,17 @@ impl Subscriber {
     /// writers count it matched or not; this returns once every announcement is
     /// delivered here.
     pub fn set_qos(&self, qos: SubscriberQos) -> Result<()> {
-        self.contained.check()?;
-        self.participant.check_alive()?;
-        qos.check()?;
-        partition_bytes(&qos.partition.name).map_err(Error::BadParameter)?;
-        {
-            let mut q = lock(&self.qos);
-            q.changeable_to(&qos)?;
-            *q = qos;
-        }
-        for core in self.contained.entities() {
-            follow(&self.participant, &core, || self.partition())?;
-        }
-        Ok(())
+        self.participant.set_group_qos(
+            &self.contained,
+            &self.qos,
+            qos,
+            |old, new| {
+                new.check()?;
+                partition_bytes(&new.partition.name).map_err(Error::BadParameter)?;
+                Ok(old.changeable_to(new)?)
+            },
+            |q| q.partition.clone(),
+        )
     }
 
     /// The reader QoS this subscriber gives as its default (DDS
@@ -235,7 +233,7 @@ impl Subscriber {
         self.contained.push(Arc::clone(&core));
         let r = DataReader::new(Arc::clone(&core), Arc::clone(&topic.inner));
         // A `set_qos` that ran since its names were read did not see it: it follows.
-        if let Err(e) = follow(p, &core, || self.partition()) {
+        if let Err(e) = p.follow(&*core, || self.partition()) {
             let _ = self.delete_datareader(r);
             return Err(e);
         }
@@ -297,21 +295,4 @@ fn unregister_reader(p: &ParticipantInner, core: &Arc<ReaderCore>) {
         rs.retain(|r| !Arc::ptr_eq(r, core));
     }
     core.clear_listener();
-}
-
-/// Moves `core` to the PARTITION `names` gives (read under its announcing lock, so of
-/// two moves the later one wins) and announces it
-/// ([`ParticipantInner::reannounce`]). Nothing if they are its names already, or it was
-/// deleted.
-fn follow(
-    p: &ParticipantInner,
-    core: &ReaderCore,
-    names: impl FnOnce() -> Partition,
-) -> Result<()> {
-    p.reannounce(
-        &core.announcing,
-        &core.deleted,
-        || core.moved_to(names()),
-        || {},
-    )
 }

@@ -39,6 +39,8 @@ pub struct DdsApp {
     /// at the end of the round ([`Application::round_end`]), however many subgroups'
     /// batches it delivered.
     data_available: Vec<Arc<ReaderCore>>,
+    /// Readers that lost held samples this round (SAMPLE_LOST), told at its end too.
+    sample_lost: Vec<Arc<ReaderCore>>,
 }
 
 impl std::fmt::Debug for DdsApp {
@@ -55,6 +57,7 @@ impl DdsApp {
         DdsApp {
             shared,
             data_available: Vec::new(),
+            sample_lost: Vec::new(),
         }
     }
 
@@ -70,6 +73,7 @@ impl DdsApp {
         set_delivery_thread(true);
         let sg = batch.subgroup();
         let mut got: Vec<Arc<ReaderCore>> = Vec::new();
+        let mut lost: Vec<Arc<ReaderCore>> = Vec::new();
         let mut revived: Vec<(Arc<ReaderCore>, StatusMask)> = Vec::new();
         let mut announced = BTreeSet::new();
         let rematched;
@@ -215,9 +219,8 @@ impl DdsApp {
                                 || (h.topic_id == t && h.level >= r.level)
                         })
                         .map(|(h, p, o)| (h, *p, *o));
-                    if r.route(mine, &|w, tag| st.judging(w, tag), lent) {
-                        got.push(Arc::clone(r));
-                    }
+                    let heard = r.route(mine, &|w, tag| st.judging(w, tag), lent);
+                    sort_out(r, heard, &mut got, &mut lost);
                 }
             }
             let bytes: usize = items
@@ -237,9 +240,8 @@ impl DdsApp {
             if !announced.is_empty() {
                 // Samples held back for a writer announced just now (`crate::held`).
                 for r in st.readers.values().flatten() {
-                    if r.release_held(&|w, tag| st.judging(w, tag), false) {
-                        got.push(Arc::clone(r));
-                    }
+                    let heard = r.release_held(&|w, tag| st.judging(w, tag), false);
+                    sort_out(r, heard, &mut got, &mut lost);
                 }
             }
         }
@@ -251,6 +253,7 @@ impl DdsApp {
             self.shared.view_changed.notify_all();
         }
         self.data_available.extend(got);
+        self.sample_lost.extend(lost);
         fire(rematched);
         fire((revived, Vec::new()));
     }
@@ -306,6 +309,13 @@ impl Application for DdsApp {
     }
 
     fn round_end(&mut self) {
+        if !self.sample_lost.is_empty() {
+            let mut lost = std::mem::take(&mut self.sample_lost);
+            lost.sort_unstable_by_key(Arc::as_ptr);
+            lost.dedup_by(|a, b| Arc::ptr_eq(a, b));
+            notify_all();
+            DdsApp::listeners(lost, StatusMask::SAMPLE_LOST);
+        }
         if self.data_available.is_empty() {
             return;
         }
@@ -335,6 +345,7 @@ impl Application for DdsApp {
         }
         let rematched;
         let mut primed = Vec::new();
+        let mut lost = Vec::new();
         {
             let mut st = lock(&self.shared.state);
             let view = v.view.clone();
@@ -413,9 +424,8 @@ impl Application for DdsApp {
             // The old view delivered all it will: what is still held back for a writer
             // the table never named is judged now, before the view's changes apply.
             for r in st.readers.values().flatten() {
-                if r.release_held(&|w, tag| st.judging(w, tag), true) {
-                    primed.push(Arc::clone(r));
-                }
+                let heard = r.release_held(&|w, tag| st.judging(w, tag), true);
+                sort_out(r, heard, &mut primed, &mut lost);
             }
             let gone = |w: &WriterHandle| !view.members.contains(&w.node);
             for rs in st.readers.values() {
@@ -440,6 +450,7 @@ impl Application for DdsApp {
         self.shared.view_changed.notify_all();
         notify_all();
         DdsApp::listeners(primed, StatusMask::DATA_AVAILABLE);
+        DdsApp::listeners(lost, StatusMask::SAMPLE_LOST);
         fire(rematched);
     }
 
@@ -464,6 +475,7 @@ impl Application for DdsApp {
 
     fn install(&mut self, subgroup: SubgroupId, state: &[u8]) {
         let mut got = Vec::new();
+        let mut lost = Vec::new();
         let rematched;
         {
             let mut st = lock(&self.shared.state);
@@ -501,15 +513,15 @@ impl Application for DdsApp {
             rematched = rematch_local(&st, None, &self.shared);
             if subgroup == BUILTIN_SUBGROUP {
                 for r in st.readers.values().flatten() {
-                    if r.release_held(&|w, tag| st.judging(w, tag), false) {
-                        got.push(Arc::clone(r));
-                    }
+                    let heard = r.release_held(&|w, tag| st.judging(w, tag), false);
+                    sort_out(r, heard, &mut got, &mut lost);
                 }
             }
         }
         self.shared.view_changed.notify_all();
         notify_all();
         DdsApp::listeners(got, StatusMask::DATA_AVAILABLE);
+        DdsApp::listeners(lost, StatusMask::SAMPLE_LOST);
         fire(rematched);
     }
 
@@ -536,6 +548,22 @@ impl Application for DdsApp {
         if let Some(l) = listener {
             crate::shared::fire_stopped(&l, &why);
         }
+    }
+}
+
+/// Puts reader `r` among `available` if `heard` (what its `route` or `release_held`
+/// said) has DATA_AVAILABLE, and among `lost` if it has SAMPLE_LOST.
+fn sort_out(
+    r: &Arc<ReaderCore>,
+    heard: StatusMask,
+    available: &mut Vec<Arc<ReaderCore>>,
+    lost: &mut Vec<Arc<ReaderCore>>,
+) {
+    if heard.intersects(StatusMask::DATA_AVAILABLE) {
+        available.push(Arc::clone(r));
+    }
+    if heard.intersects(StatusMask::SAMPLE_LOST) {
+        lost.push(Arc::clone(r));
     }
 }
 

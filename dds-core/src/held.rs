@@ -21,7 +21,9 @@
 //! judged by those ([`Former`]), so every reader takes what was written in its
 //! partitions, before and after the move, and the same at every participant. Held
 //! samples are copies, at most [`HELD_BYTES_MAX`] bytes per reader (past it the oldest
-//! is judged with the table as it is), and a view change judges whatever is still held.
+//! is judged with the table as it is), and a view change judges whatever is still held;
+//! a sample the table still cannot judge then is not taken, and counts in the reader's
+//! SAMPLE_LOST status.
 
 use std::collections::VecDeque;
 

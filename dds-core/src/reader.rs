@@ -18,7 +18,7 @@ use crate::reader_core::{Listener, ReaderCore};
 use crate::sample::{InstanceHandle, Sample, SampleBuffer, SampleInfo, StateMask};
 use crate::status::{
     DeadlineMissedStatus, IncompatibleQosStatus, LivelinessChangedStatus, MatchedStatus,
-    SampleRejectedStatus, StatusMask,
+    SampleLostStatus, SampleRejectedStatus, StatusMask,
 };
 
 /// Reads samples of `T` from a topic (DDS `DataReader`). Cheap to clone.
@@ -56,6 +56,8 @@ pub trait DataReaderListener<T: TopicType>: Send + Sync + 'static {
     fn on_subscription_matched(&self, _reader: &DataReader<T>, _status: MatchedStatus) {}
     /// A sample was rejected by RESOURCE_LIMITS.
     fn on_sample_rejected(&self, _reader: &DataReader<T>, _status: SampleRejectedStatus) {}
+    /// Samples were lost ([`DataReader::sample_lost_status`]).
+    fn on_sample_lost(&self, _reader: &DataReader<T>, _status: SampleLostStatus) {}
     /// An instance went a DEADLINE period without data.
     fn on_requested_deadline_missed(&self, _reader: &DataReader<T>, _status: DeadlineMissedStatus) {
     }
@@ -508,6 +510,18 @@ impl<T: TopicType> DataReader<T> {
         out
     }
 
+    /// `SAMPLE_LOST_STATUS`: samples delivered to this participant that the reader
+    /// could not judge and so did not take — held back for a writer the built-in table
+    /// never named before a view change, or past `HELD_BYTES_MAX` (16 MiB) held —
+    /// as DDS counts samples a reader never got. Reading it resets the change count.
+    pub fn sample_lost_status(&self) -> SampleLostStatus {
+        let mut s = lock(&self.core.status);
+        let out = s.lost;
+        s.lost.total_count_change = 0;
+        s.changes &= !StatusMask::SAMPLE_LOST.0;
+        out
+    }
+
     /// `SAMPLE_REJECTED_STATUS`.
     pub fn sample_rejected_status(&self) -> SampleRejectedStatus {
         let mut s = lock(&self.core.status);
@@ -574,6 +588,10 @@ impl<T: TopicType> DataReader<T> {
             if mask.intersects(StatusMask::REQUESTED_INCOMPATIBLE_QOS) {
                 let s = lock(&r.core.status).incompatible.clone();
                 listener.on_requested_incompatible_qos(&r, s);
+            }
+            if mask.intersects(StatusMask::SAMPLE_LOST) {
+                let s = lock(&r.core.status).lost;
+                listener.on_sample_lost(&r, s);
             }
             if mask.intersects(StatusMask::DATA_AVAILABLE) {
                 let rejected = lock(&r.core.status).rejected;

@@ -21,12 +21,26 @@ use crate::lent::LentBatch;
 use crate::sample::{Coherent, InstanceHandle, SampleHeader, SampleKind, WriterHandle};
 use crate::status::{
     rematch, DeadlineMissedStatus, IncompatibleQosStatus, LivelinessChangedStatus, MatchedStatus,
-    SampleRejectedStatus, StatusMask,
+    SampleLostStatus, SampleRejectedStatus, StatusMask,
 };
 use crate::store::Store;
 use spindle_transport_rdma::NodeId;
 
 pub(crate) type Listener = Arc<dyn Fn(StatusMask) + Send + Sync>;
+
+/// DATA_AVAILABLE if samples were `kept`.
+fn available(kept: bool) -> StatusMask {
+    if kept {
+        StatusMask::DATA_AVAILABLE
+    } else {
+        StatusMask::NONE
+    }
+}
+
+/// `n` as a `u32`, saturating.
+fn saturating_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
 
 /// A reader's PARTITION, read at most once per batch of samples it judges.
 type Mine = std::cell::OnceCell<Arc<Partition>>;
@@ -39,6 +53,7 @@ pub(crate) type Table<'e> = dyn Fn(&WriterHandle, u32) -> Judging<'e> + 'e;
 pub(crate) struct Statuses {
     pub(crate) matched: MatchedStatus,
     pub(crate) rejected: SampleRejectedStatus,
+    pub(crate) lost: SampleLostStatus,
     pub(crate) liveliness: LivelinessChangedStatus,
     pub(crate) deadline: DeadlineMissedStatus,
     pub(crate) incompatible: IncompatibleQosStatus,
@@ -244,14 +259,15 @@ impl ReaderCore {
 
     /// Judges and keeps delivered `items` in their order — those of this reader's topic
     /// at its level, and GROUP set ends — or, from the first the built-in table
-    /// (`judging`) cannot judge yet, holds them back in that order ([`crate::held`]);
-    /// true if any was kept. With `lent`, as [`ReaderCore::insert_all`].
+    /// (`judging`) cannot judge yet, holds them back in that order ([`crate::held`]).
+    /// DATA_AVAILABLE if any was kept, SAMPLE_LOST if held samples were lost
+    /// ([`ReaderCore::release_held`]). With `lent`, as [`ReaderCore::insert_all`].
     pub(crate) fn route<'a, 'e>(
         &self,
         items: impl Iterator<Item = (&'a SampleHeader, &'a [u8], Origin)>,
         judging: &Table<'e>,
         lent: Option<&Arc<LentBatch>>,
-    ) -> bool {
+    ) -> StatusMask {
         let mut held = lock(&self.held);
         let blocked = self.blocked();
         let mine = Mine::new();
@@ -288,22 +304,24 @@ impl ReaderCore {
                 .filter(|(h, _, o)| self.judged(h, o, judging, &blocked, &mine));
             kept = self.insert_all(judged, lent);
             let Some((h, p, o)) = first_unknown else {
-                return kept;
+                return available(kept);
             };
             held.push(h, p, o);
         }
         for (h, p, o) in items {
             held.push(h, p, o);
         }
-        kept | self.release(&mut held, judging, &blocked, false)
+        available(kept) | self.release(&mut held, judging, &blocked, false)
     }
 
     /// Takes the held-back samples the table (`judging`) can judge now (`all`: every
-    /// one, at a view change); true if any was kept.
-    pub(crate) fn release_held(&self, judging: &Table<'_>, all: bool) -> bool {
+    /// one, at a view change). DATA_AVAILABLE if any was kept; SAMPLE_LOST (counted) if
+    /// any went out still unjudgeable — `all`, or past [`crate::held::HELD_BYTES_MAX`] —
+    /// and was not taken.
+    pub(crate) fn release_held(&self, judging: &Table<'_>, all: bool) -> StatusMask {
         let mut held = lock(&self.held);
         if held.is_empty() {
-            return false;
+            return StatusMask::NONE;
         }
         let blocked = self.blocked();
         self.release(&mut held, judging, &blocked, all)
@@ -315,16 +333,44 @@ impl ReaderCore {
         judging: &Table<'_>,
         blocked: &BTreeSet<WriterHandle>,
         all: bool,
-    ) -> bool {
+    ) -> StatusMask {
         let mine = Mine::new();
         let ready = held.ready(&|w, tag| judging(w, tag) != Judging::Wait, all);
-        self.insert_all(
+        let unjudged = |h: &SampleHeader, o: &Origin| {
+            needs_writer(h)
+                && judging(
+                    &WriterHandle {
+                        node: o.node,
+                        writer_id: h.writer_id,
+                    },
+                    h.partition_tag,
+                ) == Judging::Wait
+        };
+        let lost = ready.iter().filter(|(h, _, o)| unjudged(h, o)).count();
+        let kept = self.insert_all(
             ready
                 .iter()
                 .filter(|(h, _, o)| self.judged(h, o, judging, blocked, &mine))
                 .map(|(h, p, o)| (h, p.as_slice(), *o)),
             None,
-        )
+        );
+        if lost == 0 {
+            return available(kept);
+        }
+        tracing::warn!(
+            topic = %self.topic.name,
+            reader = self.id,
+            lost,
+            "samples of writers the built-in table never named were not taken (SAMPLE_LOST)"
+        );
+        let mut s = lock(&self.status);
+        s.lost.total_count = s.lost.total_count.saturating_add(saturating_u32(lost));
+        s.lost.total_count_change = s
+            .lost
+            .total_count_change
+            .saturating_add(i32::try_from(lost).unwrap_or(i32::MAX));
+        s.changes |= StatusMask::SAMPLE_LOST.0;
+        available(kept) | StatusMask::SAMPLE_LOST
     }
 
     /// Whether this reader takes delivered sample `h` from `o`: a GROUP set's end, or
@@ -743,7 +789,8 @@ mod tests {
     /// A partitioned writer's samples delivered before the table names it are held back,
     /// and samples of a known writer delivered after them wait behind them; once the
     /// table names the writer, all are judged and kept in delivery order. A view change
-    /// judges what is still held with the table as it is.
+    /// judges what is still held with the table as it is: a sample of a writer never
+    /// named is lost (SAMPLE_LOST).
     #[test]
     fn samples_wait_in_order_for_the_table_to_name_their_writer() {
         let topic = Arc::new(TopicIdentity {
@@ -810,20 +857,31 @@ mod tests {
             &|w, tag| judging(&table, w, tag),
             None,
         );
-        assert!(!kept && delivered(&r).is_empty());
-        assert!(!r.release_held(&|w, tag| judging(&table, w, tag), false));
+        assert!(kept == StatusMask::NONE && delivered(&r).is_empty());
+        assert_eq!(
+            r.release_held(&|w, tag| judging(&table, w, tag), false),
+            StatusMask::NONE
+        );
         table.insert((2, 7), writer(7));
-        assert!(r.release_held(&|w, tag| judging(&table, w, tag), false));
+        assert_eq!(
+            r.release_held(&|w, tag| judging(&table, w, tag), false),
+            StatusMask::DATA_AVAILABLE
+        );
         assert_eq!(delivered(&r), [0, 1], "kept in delivery order");
         // 4.6 is never named: a view change judges it (not taken: a partitioned sample
-        // of a writer nobody announced).
+        // of a writer nobody announced), and counts it lost.
         r.route(
             [(&c, &b"c"[..], o(4, 2))].into_iter(),
             &|w, tag| judging(&table, w, tag),
             None,
         );
-        assert!(!r.release_held(&|w, tag| judging(&table, w, tag), true));
+        assert_eq!(
+            r.release_held(&|w, tag| judging(&table, w, tag), true),
+            StatusMask::SAMPLE_LOST
+        );
         assert_eq!(delivered(&r), [0, 1]);
         assert!(lock(&r.held).is_empty());
+        let lost = lock(&r.status).lost;
+        assert_eq!((lost.total_count, lost.total_count_change), (1, 1));
     }
 }

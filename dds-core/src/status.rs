@@ -13,6 +13,8 @@ impl StatusMask {
     pub const DATA_AVAILABLE: StatusMask = StatusMask(1 << 10);
     /// `SAMPLE_REJECTED`.
     pub const SAMPLE_REJECTED: StatusMask = StatusMask(1 << 3);
+    /// `SAMPLE_LOST`.
+    pub const SAMPLE_LOST: StatusMask = StatusMask(1 << 7);
     /// `LIVELINESS_CHANGED`.
     pub const LIVELINESS_CHANGED: StatusMask = StatusMask(1 << 12);
     /// `REQUESTED_INCOMPATIBLE_QOS`.
@@ -80,6 +82,18 @@ pub struct SampleRejectedStatus {
     pub last_reason: SampleRejectedReason,
     /// Its instance.
     pub last_instance_handle: InstanceHandle,
+}
+
+/// `SAMPLE_LOST_STATUS` (reader): samples delivered to its participant that it could
+/// not judge, so did not take: held back for a writer the built-in table never named
+/// before a view change (or past `HELD_BYTES_MAX`), whose partition and QoS are
+/// unknown ([`crate::DataReader::sample_lost_status`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SampleLostStatus {
+    /// Samples ever lost.
+    pub total_count: u32,
+    /// Change of `total_count` since the status was last read.
+    pub total_count_change: i32,
 }
 
 /// Why a sample was rejected (DDS `SampleRejectedStatusKind`).

@@ -439,15 +439,38 @@ impl DomainParticipant {
     }
 
     /// Every reader and writer of the domain, as the built-in topic announced them
-    /// ([`crate::discovery`]): `(participant's node, endpoint)`, sorted by node and entity.
+    /// ([`crate::discovery`]): `(participant's node, endpoint)`, sorted by node and entity,
+    /// less those this participant ignores ([`DomainParticipant::ignore_participant`]).
     /// Topics appear as ids ([`crate::topic_id`] of their names): announcements carry no
     /// names. What `spindle status` shows as matched readers and writers.
     pub fn discovered_endpoints(&self) -> Vec<(NodeId, crate::discovery::Endpoint)> {
-        lock(&self.inner.shared.state)
-            .endpoints
+        let st = lock(&self.inner.shared.state);
+        st.endpoints
             .iter()
+            .filter(|(k, e)| !st.ignored.covers(k, e.reader))
             .map(|((node, _), e)| (*node, e.clone()))
             .collect()
+    }
+
+    /// The participants of the domain (DDS `get_discovered_participants`): the installed
+    /// view's members, this one included, less those it ignores; sorted.
+    pub fn discovered_participants(&self) -> Vec<NodeId> {
+        let st = lock(&self.inner.shared.state);
+        let mut members: Vec<NodeId> = st
+            .view
+            .as_ref()
+            .map(|v| v.members.clone())
+            .unwrap_or_default();
+        members.retain(|m| !st.ignored.ignores_participant(*m));
+        members.sort_unstable();
+        members
+    }
+
+    /// The time on this participant's clock (DDS `get_current_time`), in ns since the
+    /// Unix epoch: what `write` stamps samples with (virtual time in simulation,
+    /// [`crate::sim::SIM_EPOCH_NS`] at its start).
+    pub fn current_time_ns(&self) -> i64 {
+        self.inner.shared.clock.wall_ns()
     }
 
     /// Ignores participant `node` from now on (DDS `ignore_participant`; it cannot be

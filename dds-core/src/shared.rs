@@ -141,6 +141,11 @@ impl Ignored {
             }
     }
 
+    /// Whether participant `node` is ignored.
+    pub(crate) fn ignores_participant(&self, node: NodeId) -> bool {
+        self.nodes.contains(&node)
+    }
+
     /// Ignores `what` from now on; `OutOfResources` past [`IGNORED_MAX`] entries
     /// (ignoring again what is ignored is no new entry).
     pub(crate) fn add(&mut self, what: Ignore) -> Result<()> {

@@ -45,7 +45,15 @@ fn ignored_participants_writers_and_readers_are_neither_heard_nor_counted() {
             w2.write(&ks("k", "other0")).unwrap();
             assert_eq!(take_n(&d, &r1, 2).len(), 2, "seed {seed}");
 
+            assert_eq!(ps[0].discovered_participants(), [1, 2, 3], "seed {seed}");
+            let endpoints = ps[0].discovered_endpoints().len();
             ps[0].ignore_participant(ps[0].node_id()).unwrap();
+            assert_eq!(ps[0].discovered_participants(), [2, 3], "seed {seed}");
+            assert_eq!(
+                ps[0].discovered_endpoints().len(),
+                endpoints - 2,
+                "seed {seed}: its own reader and writer are no longer listed"
+            );
             assert_eq!(writers_matched(&r1), 1, "seed {seed}: only w2 now");
             assert_eq!(readers_matched(&w1), 1, "seed {seed}: only r3 now");
             w1.write(&ks("k", "own1")).unwrap();

@@ -258,14 +258,17 @@ fn a_changed_deadline_is_announced_matched_and_enforced() {
 }
 
 /// The defaults a participant, publisher and subscriber give are the specification's
-/// until set; set ones are what the next entities are created with, shared by a
+/// until set (and the participant's clock is the domain's); set ones are what the next entities are created with, shared by a
 /// publisher's clones; an inconsistent default is refused and changes nothing.
 #[test]
 fn set_defaults_are_what_new_entities_get() {
     use spindle_qos::{DataReaderQos, DurabilityKind, ResourceLimits, TopicQos};
     for_seeds("set_defaults_are_what_new_entities_get", |seed| {
-        let (_d, ps) = domain(seed, 1);
+        let (d, ps) = domain(seed, 1);
         let p = &ps[0];
+        // Its clock (DDS `get_current_time`) is the domain's virtual one.
+        let now_ns = spindle_dds_core::sim::SIM_EPOCH_NS + 1_000 * d.now_us() as i64;
+        assert_eq!(p.current_time_ns(), now_ns, "seed {seed}");
         assert_eq!(p.default_topic_qos(), TopicQos::default(), "seed {seed}");
         let stored = atomic().with_durability(DurabilityKind::TransientLocal);
         p.set_default_topic_qos(stored.clone()).unwrap();

@@ -468,7 +468,7 @@ impl DomainParticipant {
 
     /// The time on this participant's clock (DDS `get_current_time`), in ns since the
     /// Unix epoch: what `write` stamps samples with (virtual time in simulation,
-    /// [`crate::sim::SIM_EPOCH_NS`] at its start).
+    /// `sim::SIM_EPOCH_NS` at its start).
     pub fn current_time_ns(&self) -> i64 {
         self.inner.shared.clock.wall_ns()
     }

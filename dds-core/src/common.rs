@@ -28,6 +28,20 @@ pub(crate) fn on_delivery_thread() -> bool {
     ON_DELIVERY_THREAD.with(|c| c.get())
 }
 
+/// `IllegalOperation` from a listener (the delivery thread) for a `set_qos` that must
+/// announce a change and wait for the announcement's delivery, which that thread makes
+/// (`announces`: it would).
+pub(crate) fn announcing_allowed(announces: bool) -> crate::error::Result<()> {
+    if announces && on_delivery_thread() {
+        return Err(crate::error::Error::IllegalOperation(
+            "a set_qos that changes PARTITION, DEADLINE or LATENCY_BUDGET cannot run from a \
+             listener: it waits for its announcement, which the delivery thread delivers"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Marks (or unmarks) this thread as a delivery thread: the participant's predicate
 /// thread marks itself for good; a simulation marks the thread for one round.
 pub(crate) fn set_delivery_thread(on: bool) {

@@ -497,6 +497,7 @@ impl ParticipantInner {
         {
             let mut q = lock(current);
             checked(&q, &qos)?;
+            crate::common::announcing_allowed(partition(&q) != partition(&qos))?;
             *q = qos;
         }
         for core in contained.entities() {

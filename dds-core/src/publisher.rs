@@ -57,7 +57,8 @@ impl Publisher {
     /// Changes the QoS (DDS `set_qos`): PARTITION, GROUP_DATA and ENTITY_FACTORY may
     /// change after creation; a new PRESENTATION is `ImmutablePolicy`, an inconsistent
     /// QoS `InconsistentPolicy`, names past the announcement's room `BadParameter` (as at
-    /// creation). New PARTITION names move every writer of the publisher: each announces
+    /// creation), new names `IllegalOperation` from a listener (the moves wait for
+    /// announcements the delivery thread delivers). New PARTITION names move every writer of the publisher: each announces
     /// them, waits for the announcement's delivery here, and then tags what it writes
     /// with them. Readers whose partitions match the new names match the writers and
     /// take what they write from then on; readers that matched only the old names are

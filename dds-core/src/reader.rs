@@ -205,11 +205,19 @@ impl<T: TopicType> DataReader<T> {
     /// instances already not alive too. A new DEADLINE or LATENCY_BUDGET is announced
     /// again, and this returns once the announcement is delivered here: writers that
     /// no longer offer what it requests are no longer matched (each side counts the
-    /// other in its INCOMPATIBLE_QOS status), and those that now do are.
+    /// other in its INCOMPATIBLE_QOS status), and those that now do are; such a change is
+    /// `IllegalOperation` from a listener (the delivery thread delivers the announcement
+    /// it waits for).
     pub fn set_qos(&self, qos: DataReaderQos) -> Result<()> {
         self.check()?;
         qos.check()?;
-        lock(&self.core.qos).changeable_to(&qos)?;
+        {
+            let q = lock(&self.core.qos);
+            q.changeable_to(&qos)?;
+            crate::common::announcing_allowed(
+                (q.deadline, q.latency_budget) != (qos.deadline, qos.latency_budget),
+            )?;
+        }
         let p = &self.topic.participant;
         if let Some(period) = qos.deadline.period.to_std() {
             p.shared

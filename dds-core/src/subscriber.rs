@@ -51,7 +51,8 @@ impl Subscriber {
     /// Changes the QoS (DDS `set_qos`): PARTITION, GROUP_DATA and ENTITY_FACTORY may
     /// change after creation; a new PRESENTATION is `ImmutablePolicy`, an inconsistent
     /// QoS `InconsistentPolicy`, names past the announcement's room `BadParameter` (as at
-    /// creation). New PARTITION names move every reader of the subscriber: from the
+    /// creation), new names `IllegalOperation` from a listener (the moves wait for
+    /// announcements the delivery thread delivers). New PARTITION names move every reader of the subscriber: from the
     /// moment it moves, a reader takes only samples written under names the new ones
     /// match (a sample already taken into its cache stays), and it announces them, so
     /// writers count it matched or not; this returns once every announcement is

@@ -145,11 +145,18 @@ impl<T: TopicType> DataWriter<T> {
     /// next write). A new DEADLINE or LATENCY_BUDGET is announced again, and this returns
     /// once the announcement is delivered here: readers that request more than it now
     /// offers are no longer matched (each side counts the other in its INCOMPATIBLE_QOS
-    /// status), and those it now satisfies are.
+    /// status), and those it now satisfies are; such a change is `IllegalOperation` from
+    /// a listener (the delivery thread delivers the announcement it waits for).
     pub fn set_qos(&self, qos: DataWriterQos) -> Result<()> {
         self.check()?;
         qos.check()?;
-        lock(&self.core.qos).changeable_to(&qos)?;
+        {
+            let q = lock(&self.core.qos);
+            q.changeable_to(&qos)?;
+            crate::common::announcing_allowed(
+                (q.deadline, q.latency_budget) != (qos.deadline, qos.latency_budget),
+            )?;
+        }
         let core = &self.core;
         let p = &self.topic.participant;
         p.reannounce(

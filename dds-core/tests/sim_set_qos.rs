@@ -239,6 +239,26 @@ fn a_changed_deadline_is_announced_matched_and_enforced() {
             assert!(r_missed >= 5, "seed {seed}: reader missed {r_missed}");
             assert!(w_missed >= 14, "seed {seed}: writer missed {w_missed}");
 
+            // From a listener (the delivery thread), a change that must be announced is
+            // refused: it would wait for a delivery that thread makes.
+            let from_listener = std::sync::Arc::new(std::sync::Mutex::new(None));
+            let seen = std::sync::Arc::clone(&from_listener);
+            let mut changed = r.qos();
+            changed.deadline = period(60);
+            r.set_listener(OnData(move |r: &DataReader<KeyedString>| {
+                *seen.lock().unwrap() = Some(r.set_qos(changed.clone()));
+            }));
+            w.write(&ks("k", "v2")).unwrap();
+            d.run_until(common::sim::ROUNDS_MAX, || {
+                from_listener.lock().unwrap().is_some()
+            });
+            let got = from_listener.lock().unwrap().take();
+            assert!(
+                matches!(got, Some(Err(Error::IllegalOperation(_)))),
+                "seed {seed}: {got:?}"
+            );
+            assert_eq!(r.qos().deadline, period(50), "seed {seed}: unchanged");
+
             // What DDS fixes at creation stays fixed.
             let e = r
                 .set_qos(rq.clone().with_history(History::keep_last(3)))
@@ -330,4 +350,15 @@ fn set_defaults_are_what_new_entities_get() {
             .unwrap();
         assert_eq!(r.qos(), keep_all, "seed {seed}");
     });
+}
+
+/// A listener that runs `f` on DATA_AVAILABLE.
+struct OnData<F>(F);
+
+impl<F: Fn(&DataReader<KeyedString>) + Send + Sync + 'static>
+    spindle_dds_core::DataReaderListener<KeyedString> for OnData<F>
+{
+    fn on_data_available(&self, reader: &DataReader<KeyedString>) {
+        (self.0)(reader);
+    }
 }

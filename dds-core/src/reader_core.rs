@@ -346,11 +346,19 @@ impl ReaderCore {
                     h.partition_tag,
                 ) == Judging::Wait
         };
-        let lost = ready.iter().filter(|(h, _, o)| unjudged(h, o)).count();
+        // Lost: what is not taken because the table still cannot judge it (a
+        // default-partition sample of an unnamed writer may still be taken).
+        let mut lost = 0usize;
         let kept = self.insert_all(
             ready
                 .iter()
-                .filter(|(h, _, o)| self.judged(h, o, judging, blocked, &mine))
+                .filter(|(h, _, o)| {
+                    let take = self.judged(h, o, judging, blocked, &mine);
+                    if !take && unjudged(h, o) {
+                        lost += 1;
+                    }
+                    take
+                })
                 .map(|(h, p, o)| (h, p.as_slice(), *o)),
             None,
         );
@@ -809,7 +817,23 @@ mod tests {
             ..Default::default()
         };
         let qos = DataReaderQos::default().with_history(History::keep_all());
-        let r = ReaderCore::new(1, topic, qos, Arc::new(WallClock), &sub, None);
+        let r = ReaderCore::new(
+            1,
+            Arc::clone(&topic),
+            qos.clone(),
+            Arc::new(WallClock),
+            &sub,
+            None,
+        );
+        // A reader of the default partition, for a default-partition sample.
+        let plain = ReaderCore::new(
+            2,
+            topic,
+            qos,
+            Arc::new(WallClock),
+            &Default::default(),
+            None,
+        );
         let tag = partition_tag(&x.name);
         let hdr = |writer_id, key: u8| SampleHeader {
             kind: SampleKind::Data,
@@ -883,5 +907,22 @@ mod tests {
         assert!(lock(&r.held).is_empty());
         let lost = lock(&r.status).lost;
         assert_eq!((lost.total_count, lost.total_count_change), (1, 1));
+        // A default-partition sample of a writer never named is judged by the default
+        // partition alone at the view change: taken, so not lost.
+        let d = SampleHeader {
+            partition_tag: 0,
+            ..hdr(6, 4)
+        };
+        plain.route(
+            [(&d, &b"d"[..], o(4, 3))].into_iter(),
+            &|w, tag| judging(&table, w, tag),
+            None,
+        );
+        assert_eq!(
+            plain.release_held(&|w, tag| judging(&table, w, tag), true),
+            StatusMask::DATA_AVAILABLE
+        );
+        assert_eq!(delivered(&plain), [3]);
+        assert_eq!(lock(&plain.status).lost.total_count, 0);
     }
 }

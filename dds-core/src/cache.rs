@@ -751,10 +751,7 @@ impl Cache {
         o: Origin,
         now_us: u64,
     ) -> Result<bool, Rejected> {
-        let writer = WriterHandle {
-            node: o.node,
-            writer_id: h.writer_id,
-        };
+        let writer = h.writer(o.node);
         match (h.kind, h.coherent) {
             // A lease renewal, not a sample (the delivery path handles it).
             (SampleKind::Liveliness, _) => Ok(false),
@@ -874,10 +871,7 @@ impl Cache {
             return Ok(false);
         }
         if self.exclusive && h.kind != SampleKind::Unregister {
-            let w = WriterHandle {
-                node: o.node,
-                writer_id: h.writer_id,
-            };
+            let w = h.writer(o.node);
             if let Some(inst) = self.instances.get_mut(&handle) {
                 match inst.owner {
                     Some((owner, strength))
@@ -902,10 +896,7 @@ impl Cache {
                 return Ok(false);
             }
         }
-        let writer = WriterHandle {
-            node: o.node,
-            writer_id: h.writer_id,
-        };
+        let writer = h.writer(o.node);
         // One lookup for the common case, an instance known already.
         let known_len = self.instances.get(&handle).map(|i| i.arrivals.len());
         if known_len.is_none() {

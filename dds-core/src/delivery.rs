@@ -128,10 +128,7 @@ impl DdsApp {
                     // reads none of the subgroup's topics in this view (a reader being
                     // created now counts from the view that declares it). A store-level
                     // or built-in subgroup is never cut.
-                    cut.push(WriterHandle {
-                        node: m.sender,
-                        writer_id: h.writer_id,
-                    });
+                    cut.push(h.writer(m.sender));
                     cut_bytes += m.full_len;
                     continue;
                 }
@@ -185,10 +182,7 @@ impl DdsApp {
                 // under MANUAL_BY_PARTICIPANT those of its participant's writers.
                 let mut heard: Vec<WriterHandle> = items
                     .iter()
-                    .map(|(h, _, o)| WriterHandle {
-                        node: o.node,
-                        writer_id: h.writer_id,
-                    })
+                    .map(|(h, _, o)| h.writer(o.node))
                     .chain(cut.iter().copied())
                     .collect();
                 heard.sort_unstable();

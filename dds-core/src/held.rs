@@ -78,13 +78,7 @@ impl Held {
             let judged_now = all
                 || self.bytes > HELD_BYTES_MAX
                 || !needs_writer(h)
-                || known(
-                    &WriterHandle {
-                        node: o.node,
-                        writer_id: h.writer_id,
-                    },
-                    h.partition_tag,
-                );
+                || known(&h.writer(o.node), h.partition_tag);
             if !judged_now {
                 break;
             }

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::reader::DataReader;
 use crate::sample::{
     InstanceHandle, InstanceState, Sample, SampleHeader, SampleInfo, SampleKind, SampleState,
-    ViewState, WriterHandle,
+    ViewState,
 };
 
 impl<T: TopicType> DataReader<T> {
@@ -71,10 +71,7 @@ impl<T: TopicType> DataReader<T> {
                 },
                 source_timestamp_ns: h.source_timestamp_ns,
                 instance_handle: InstanceHandle(h.key_hash),
-                publication_handle: WriterHandle {
-                    node: u32::try_from(e.meta.writer).unwrap_or(u32::MAX),
-                    writer_id: h.writer_id,
-                },
+                publication_handle: h.writer(u32::try_from(e.meta.writer).unwrap_or(u32::MAX)),
                 disposed_generation_count: 0,
                 no_writers_generation_count: 0,
                 valid_data: valid,

@@ -233,12 +233,7 @@ impl ReaderCore {
         blocked: &BTreeSet<WriterHandle>,
         mine: &Mine,
     ) -> bool {
-        if !blocked.is_empty()
-            && blocked.contains(&WriterHandle {
-                node: sender,
-                writer_id: h.writer_id,
-            })
-        {
+        if !blocked.is_empty() && blocked.contains(&h.writer(sender)) {
             return false;
         }
         if h.partition_tag == 0 {
@@ -280,10 +275,7 @@ impl ReaderCore {
             let judged = items
                 .by_ref()
                 .map_while(|(h, p, o)| {
-                    let w = WriterHandle {
-                        node: o.node,
-                        writer_id: h.writer_id,
-                    };
+                    let w = h.writer(o.node);
                     let tag = h.partition_tag;
                     let known = !needs_writer(h)
                         || match last {
@@ -337,14 +329,7 @@ impl ReaderCore {
         let mine = Mine::new();
         let ready = held.ready(&|w, tag| judging(w, tag) != Judging::Wait, all);
         let unjudged = |h: &SampleHeader, o: &Origin| {
-            needs_writer(h)
-                && judging(
-                    &WriterHandle {
-                        node: o.node,
-                        writer_id: h.writer_id,
-                    },
-                    h.partition_tag,
-                ) == Judging::Wait
+            needs_writer(h) && judging(&h.writer(o.node), h.partition_tag) == Judging::Wait
         };
         // Lost: what is not taken because the table still cannot judge it (a
         // default-partition sample of an unnamed writer may still be taken).
@@ -395,15 +380,7 @@ impl ReaderCore {
             || self.accepts(
                 h,
                 o.node,
-                || {
-                    judging(
-                        &WriterHandle {
-                            node: o.node,
-                            writer_id: h.writer_id,
-                        },
-                        h.partition_tag,
-                    )
-                },
+                || judging(&h.writer(o.node), h.partition_tag),
                 blocked,
                 mine,
             )
@@ -436,10 +413,7 @@ impl ReaderCore {
                 {
                     // Filtered out; a coherent set it opens is still held, for the rest.
                     if h.coherent == Coherent::Begins {
-                        cache.begin_set(WriterHandle {
-                            node: o.node,
-                            writer_id: h.writer_id,
-                        });
+                        cache.begin_set(h.writer(o.node));
                     }
                     continue;
                 }
@@ -496,15 +470,7 @@ impl ReaderCore {
                     && self.accepts(
                         &h,
                         s.origin.node,
-                        || {
-                            judging(
-                                &WriterHandle {
-                                    node: s.origin.node,
-                                    writer_id: h.writer_id,
-                                },
-                                h.partition_tag,
-                            )
-                        },
+                        || judging(&h.writer(s.origin.node), h.partition_tag),
                         &blocked,
                         &mine,
                     )

@@ -166,6 +166,14 @@ impl Coherent {
 }
 
 impl SampleHeader {
+    /// The writer of this sample, sent by participant `node` (its `writer_id` there).
+    pub fn writer(&self, node: NodeId) -> WriterHandle {
+        WriterHandle {
+            node,
+            writer_id: self.writer_id,
+        }
+    }
+
     /// Writes the header into `out[..SAMPLE_HEADER_BYTES]`.
     pub fn encode(&self, out: &mut [u8; SAMPLE_HEADER_BYTES]) {
         out[0] = SAMPLE_MAGIC;

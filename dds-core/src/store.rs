@@ -47,10 +47,7 @@ pub struct Store {
 impl Store {
     /// Adds a delivered message; `depth` (0: keep all) bounds each instance.
     pub fn push(&mut self, h: &SampleHeader, origin: Origin, bytes: &[u8], depth: u16) {
-        let writer = WriterHandle {
-            node: origin.node,
-            writer_id: h.writer_id,
-        };
+        let writer = h.writer(origin.node);
         match h.kind {
             SampleKind::Liveliness => return,
             SampleKind::CoherentEnd => {

@@ -770,10 +770,10 @@ fn rematch_local(st: &State, topics: Option<&BTreeSet<u64>>, shared: &Shared) ->
     let wanted = |t: &u64| topics.is_none_or(|ts| ts.contains(t));
     // One pass over the table, grouped by the topics asked for.
     let mut by_topic: BTreeMap<u64, BTreeMap<EndpointKey, &Endpoint>> = BTreeMap::new();
+    // Ignored endpoints stay in: `split_writers` blocks ignored writers, and the
+    // others leave them out.
     for (k, e) in &st.endpoints {
-        // Ignored readers count nowhere; ignored writers only to be blocked
-        // (`split_writers`).
-        if wanted(&e.topic_id) && !(e.reader && st.ignored.covers(k, true)) {
+        if wanted(&e.topic_id) {
             by_topic.entry(e.topic_id).or_default().insert(*k, e);
         }
     }

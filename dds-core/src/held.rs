@@ -248,22 +248,30 @@ pub(crate) fn judge(found: Option<Announced<'_>>, tag: u32) -> Judging<'_> {
 mod tests {
     use super::*;
 
-    /// Deleted writers' announcements are kept newest last, at most
-    /// [`GONE_ENDPOINTS_MAX`]; the newest for a key wins.
-    #[test]
-    fn gone_keeps_the_latest_announcements_up_to_its_bound() {
-        let e = |entity| Endpoint {
+    /// Entity `entity`'s announcement on topic 1: a reader if `reader`, in PARTITION
+    /// `names`.
+    fn endpoint(entity: u32, reader: bool, names: &[String]) -> Endpoint {
+        Endpoint {
             entity,
             topic_id: 1,
             type_id: 2,
             type_hash: None,
-            reader: false,
+            reader,
             level: spindle_qos::DeliveryLevel::Atomic,
-            partition: Default::default(),
+            partition: Partition {
+                name: names.to_vec(),
+            },
             liveliness: Default::default(),
             lease_us: None,
             rxo: Default::default(),
-        };
+        }
+    }
+
+    /// Deleted writers' announcements are kept newest last, at most
+    /// [`GONE_ENDPOINTS_MAX`]; the newest for a key wins.
+    #[test]
+    fn gone_keeps_the_latest_announcements_up_to_its_bound() {
+        let e = |entity| endpoint(entity, false, &[]);
         let mut g = Gone::default();
         for i in 0..=GONE_ENDPOINTS_MAX as u32 {
             g.keep((1, i), e(i), None);
@@ -286,21 +294,8 @@ mod tests {
     /// held while a live writer's names may still come; refused when none will.
     #[test]
     fn a_sample_is_judged_by_the_names_its_tag_was_written_under() {
-        let at = |reader, names: &[&str]| Endpoint {
-            entity: 4,
-            topic_id: 1,
-            type_id: 2,
-            type_hash: None,
-            reader,
-            level: spindle_qos::DeliveryLevel::Atomic,
-            partition: Partition {
-                name: names.iter().map(|n| n.to_string()).collect(),
-            },
-            liveliness: Default::default(),
-            lease_us: None,
-            rxo: Default::default(),
-        };
-        let (a, b, c) = (at(false, &["a"]), at(false, &["b"]), at(false, &["c"]));
+        let at = |reader, name: &str| endpoint(4, reader, &[name.to_string()]);
+        let (a, b, c) = (at(false, "a"), at(false, "b"), at(false, "c"));
         let tag = |e: &Endpoint| partition_tag(&e.partition.name);
         let mut f = FormerNames::default();
         f.moved((1, 4), &a, &b);
@@ -336,7 +331,7 @@ mod tests {
             Judging::Refused,
             "deleted: no move will come"
         );
-        let reader = at(true, &["a"]);
+        let reader = at(true, "a");
         assert_eq!(judge(found(&reader, None, true), tag(&a)), Judging::Refused);
     }
 
@@ -345,20 +340,7 @@ mod tests {
     /// own, not left; a reader's moves and unchanged names note nothing.
     #[test]
     fn former_names_keep_what_a_writer_left_up_to_their_bound() {
-        let at = |reader, names: &[String]| Endpoint {
-            entity: 4,
-            topic_id: 1,
-            type_id: 2,
-            type_hash: None,
-            reader,
-            level: spindle_qos::DeliveryLevel::Atomic,
-            partition: Partition {
-                name: names.to_vec(),
-            },
-            liveliness: Default::default(),
-            lease_us: None,
-            rxo: Default::default(),
-        };
+        let at = |reader, names: &[String]| endpoint(4, reader, names);
         let name = |i: usize| vec![format!("p{i}")];
         let tag = |i: usize| partition_tag(&name(i));
         let mut f = FormerNames::default();
